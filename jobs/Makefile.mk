@@ -1,0 +1,2 @@
+# jobs/: batch scripts, the demo and check scripts the README names
+EXTRA_DIST += jobs/check.sh

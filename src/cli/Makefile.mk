@@ -1,0 +1,3 @@
+# src/cli: the tessera command
+tessera_SOURCES += src/cli/main.c src/cli/info.c src/cli/bench.c src/cli/bench_coll.c
+noinst_HEADERS += src/cli/cli.h

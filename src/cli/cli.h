@@ -1,0 +1,27 @@
+/* The `tessera` command: sub-commands and the helpers they share. Only this
+ * layer turns errors into exit codes. */
+#ifndef TS_CLI_CLI_H
+#define TS_CLI_CLI_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+typedef struct ts_cli_cmd {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the sub-command name */
+} ts_cli_cmd;
+
+int ts_cli_info(int argc, char **argv);
+int ts_cli_bench(int argc, char **argv);
+
+/* 1 if argv has -h or --help (before a "--") */
+int ts_cli_wants_help(int argc, char **argv);
+/* World rank and size (MPI is initialised by main). */
+int ts_cli_rank(void);
+int ts_cli_size(void);
+
+/* Parses a byte count with optional K/M/G suffix (powers of 1024). 0 = ok. */
+int ts_cli_parse_bytes(const char *s, size_t *out);
+
+#endif

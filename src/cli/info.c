@@ -1,0 +1,66 @@
+/* tessera info: what this build and this job have: build options, MPI
+ * library, ranks and nodes, collectives, counters, GPUs. */
+#include "tsbuild.h"
+#include "collectives/coll.h"
+#include "collectives/device.h"
+#include "src/cli/cli.h"
+#include "src/core/counters.h"
+#include "src/core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int ts_cli_info(int argc, char **argv)
+{
+    int err = 0;
+    ts_coll *c = NULL;
+    if (ts_cli_wants_help(argc, argv)) {
+        if (ts_cli_rank() == 0)
+            printf("usage: tessera info\n\nPrints the build options, the MPI library, ranks, nodes and ranks per node,\n"
+                   "the collective algorithms and the automatic choice, the counters that work here and the GPUs.\n");
+        return 0;
+    }
+    if (argc > 1) return TS_ERR(TS_ERR_ARG, "info: unexpected argument '%s'", argv[1]);
+    TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &c));
+    if (ts_cli_rank() == 0) {
+        char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len, provided;
+        MPI_Get_library_version(lib, &len);
+        char *nl = strchr(lib, '\n');
+        if (nl) *nl = '\0';
+        MPI_Query_thread(&provided);
+        printf("tessera %s\n", PACKAGE_VERSION);
+        printf("build:            %s\n", TS_BUILD_OPTIONS);
+        printf("MPI library:      %s\n", lib);
+        printf("MPI thread level: %s\n", provided == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple");
+        printf("ranks:            %d\n", ts_coll_size(c));
+        printf("nodes:            %d%s\n", ts_coll_nodes(c),
+               getenv("TESSERA_RANKS_PER_NODE") ? " (faked by TESSERA_RANKS_PER_NODE)" : "");
+        printf("ranks per node:   %d%s\n", ts_coll_local_size(c), ts_coll_equal_nodes(c) ? "" : " on node 0 (unequal nodes)");
+        for (int k = 0; k < TS_COLL_KIND_COUNT; k++) {
+            printf("%-17s ", k == 0 ? "collectives:" : "");
+            printf("%-15s", ts_coll_kind_name((ts_coll_kind)k));
+            for (const char *const *n = ts_coll_algorithms((ts_coll_kind)k); *n; n++) printf(" %s", *n);
+            const char *why;
+            const char *small = ts_coll_choice(c, (ts_coll_kind)k, 2, TS_FLOAT32, TS_OP_SUM, &why);
+            const char *big = ts_coll_choice(c, (ts_coll_kind)k, (size_t)16 << 20, TS_FLOAT32, TS_OP_SUM, &why);
+            printf("  (auto: %s at 8 B, %s at 64 MiB, by %s)\n", small, big, why);
+        }
+        char ev[1024];
+        int n = ts_counters_probe(ts_counters_default, ev, sizeof ev);
+#ifdef TS_HAVE_PAPI
+        printf("counters (PAPI):  %s\n", n ? ev : (ts_counters_init() ? "none work here" : "PAPI failed to initialise"));
+#else
+        (void)n;
+        printf("counters (PAPI):  not built (configure --with-papi)\n");
+#endif
+#ifdef TS_HAVE_CUDA
+        printf("CUDA:             compiled; %d GPU(s) visible\n", ts_coll_device_count());
+#else
+        printf("CUDA:             not compiled (configure --with-cuda)\n");
+#endif
+    }
+cleanup:
+    ts_coll_destroy(&c);
+    return err;
+}

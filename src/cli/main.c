@@ -1,0 +1,133 @@
+/* tessera: entry point. Initialises MPI (MPI_THREAD_MULTIPLE), runs one
+ * sub-command, and ends the job on every rank: a clean exit when all ranks
+ * agree, MPI_Abort when some rank cannot reach the end (never a hang). */
+#include "tsbuild.h"
+#include "src/cli/cli.h"
+#include "src/core/error.h"
+#include "src/core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const ts_cli_cmd commands[] = {
+    {"info", "build options, MPI, ranks per node, counters, GPUs", ts_cli_info},
+    {"bench", "benchmarks: `bench coll` (collectives)", ts_cli_bench},
+};
+/* listed in --help until they exist (see README) */
+static const char *const not_yet[] = {"train", "infer", "model", "convert", "synth"};
+
+static int world_rank = 0, world_size = 1;
+int ts_cli_rank(void) { return world_rank; }
+int ts_cli_size(void) { return world_size; }
+
+int ts_cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
+    }
+    return 0;
+}
+
+int ts_cli_parse_bytes(const char *s, size_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return 1;
+    double m = 1;
+    if (*end == 'k' || *end == 'K') m = 1024.0, end++;
+    else if (*end == 'm' || *end == 'M') m = 1048576.0, end++;
+    else if (*end == 'g' || *end == 'G') m = 1073741824.0, end++;
+    if (*end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    if (*end) return 1;
+    *out = (size_t)(v * m);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tessera [--version] [--help] COMMAND [ARGS]\n"
+            "       mpiexec.mpich -n N tessera COMMAND [ARGS]   (or srun tessera ...)\n\n"
+            "MPI-native training of 3D convolutional networks.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nnot available yet in this version (see README.md):");
+    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++) fprintf(f, " %s", not_yet[i]);
+    fprintf(f, "\n\n`tessera COMMAND --help` describes a command. Environment: TESSERA_LOG=error|warn|info|debug,\n"
+               "TESSERA_COLL_ALLREDUCE=<algorithm>, TESSERA_COLL_TUNING=<file>, TESSERA_RANKS_PER_NODE=k.\n");
+}
+
+/* Every rank reports its status; if all get here, all exit together with
+ * the worst status; if some rank never arrives (it is stuck or gone), the
+ * others abort the job after a grace period. */
+static int finish(int err)
+{
+    int worst = err ? 1 : 0, done = 0;
+    MPI_Request rq;
+    if (MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq) != MPI_SUCCESS)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    const char *g = getenv("TESSERA_EXIT_GRACE");
+    double grace = g ? atof(g) : 30.0, waited = 0;
+    struct timespec ts = {0, 2000000};
+    while (!done && waited < grace) {
+        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (!done) {
+            nanosleep(&ts, NULL);
+            waited += 0.002;
+        }
+    }
+    if (!done) {
+        fprintf(stderr, "tessera: rank %d: other ranks did not finish within %.0f s; aborting the job\n", world_rank,
+                grace);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "tessera: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    ts_err_set_rank(world_rank);
+    ts_log_init(world_rank);
+    if (provided < MPI_THREAD_MULTIPLE)
+        ts_log_root(TS_LOG_WARN, "MPI provides thread level %d, not MPI_THREAD_MULTIPLE: nonblocking collectives "
+                                 "are unavailable", provided);
+
+    int err = 0;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (world_rank == 0) usage(stdout);
+        if (argc < 2) err = TS_ERR(TS_ERR_ARG, "no command given");
+    } else if (!strcmp(argv[1], "--version")) {
+        if (world_rank == 0) printf("tessera %s (%s)\n", PACKAGE_VERSION, TS_BUILD_OPTIONS);
+    } else {
+        const ts_cli_cmd *cmd = NULL;
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[1], commands[i].name)) cmd = &commands[i];
+        if (cmd) {
+            err = cmd->run(argc - 1, argv + 1);
+        } else {
+            int later = 0;
+            for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
+                if (!strcmp(argv[1], not_yet[i])) later = 1;
+            err = later ? TS_ERR(TS_ERR_UNSUPPORTED, "'%s' is not available yet in this version of tessera", argv[1])
+                        : TS_ERR(TS_ERR_ARG, "unknown command '%s' (see tessera --help)", argv[1]);
+        }
+    }
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d): %s\n", world_rank, ts_err_message());
+        fflush(stderr);
+    }
+    return finish(err);
+}

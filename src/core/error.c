@@ -1,0 +1,120 @@
+/* Error recording: one message per thread, with rank, file and line, and the
+ * collective agreement that lets every rank leave a failed operation together. */
+#include "tsbuild.h"
+#include "src/core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TS_ERR_MSG_MAX 2048
+
+static _Thread_local char err_msg[TS_ERR_MSG_MAX];
+static _Thread_local int err_code;
+static int err_rank = -1;
+
+static const char *const err_names[TS_ERR_COUNT_] = {
+    "ok", "bad argument", "config error", "I/O error", "bad file contents",
+    "MPI error", "HDF5 error", "out of memory", "unsupported",
+    "ranks disagree", "CUDA error", "failed on another rank", "non-finite value",
+    "internal error",
+};
+
+void ts_err_set_rank(int rank) { err_rank = rank; }
+int ts_err_rank(void) { return err_rank; }
+
+const char *ts_err_name(int code)
+{
+    if (code < 0 || code >= TS_ERR_COUNT_) return "unknown error";
+    return err_names[code];
+}
+
+int ts_err(int code, const char *file, int line, const char *fmt, ...)
+{
+    char body[TS_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    /* strip the build-tree prefix so messages show paths from the top */
+    const char *f = file;
+    for (const char *p = file; *p; p++)
+        if ((p == file || p[-1] == '/') &&
+            (!strncmp(p, "src/", 4) || !strncmp(p, "collectives/", 12) || !strncmp(p, "io/", 3))) {
+            f = p;
+            break;
+        }
+    snprintf(err_msg, sizeof err_msg, "%s (%s:%d)", body, f, line);
+    err_code = code;
+    if (getenv("TESSERA_ERROR_TRACE"))
+        fprintf(stderr, "[rank %d] error recorded: %s\n", err_rank, err_msg);
+    return code;
+}
+
+int ts_err_mpi(int mpirc, const char *file, int line, const char *call)
+{
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(mpirc, s, &len);
+    return ts_err(TS_ERR_MPI, file, line, "%s failed: %s", call, s);
+}
+
+const char *ts_err_message(void) { return err_msg; }
+int ts_err_last(void) { return err_code; }
+void ts_err_clear(void)
+{
+    err_msg[0] = '\0';
+    err_code = 0;
+}
+
+int ts_err_agree(MPI_Comm comm, int err)
+{
+    int rank, size;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS)
+        return err ? err : TS_ERR(TS_ERR_MPI, "communicator unusable while agreeing on errors");
+    int mine = err ? rank : size, first = size;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce(error flag)");
+    if (first == size) return 0;
+    /* the first failing rank sends its code, world rank and message to all */
+    struct { int code, wrank; char msg[TS_ERR_MSG_MAX]; } pkt;
+    if (rank == first) {
+        pkt.code = err;
+        pkt.wrank = err_rank;
+        snprintf(pkt.msg, sizeof pkt.msg, "%s", err_msg);
+    }
+    rc = MPI_Bcast(&pkt, (int)sizeof pkt, MPI_BYTE, first, comm);
+    if (rc != MPI_SUCCESS) return err ? err : ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Bcast(error)");
+    if (err) return err;
+    char copy[TS_ERR_MSG_MAX];
+    snprintf(copy, sizeof copy, "%s", pkt.msg);
+    snprintf(err_msg, sizeof err_msg, "rank %d failed: %s", pkt.wrank, copy);
+    err_code = TS_ERR_REMOTE;
+    return TS_ERR_REMOTE;
+}
+
+void *ts_malloc(size_t bytes, const char *file, int line)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) ts_err(TS_ERR_NOMEM, file, line, "cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+void *ts_calloc(size_t n, size_t size, const char *file, int line)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) ts_err(TS_ERR_NOMEM, file, line, "cannot allocate %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *ts_aligned_alloc(size_t bytes, const char *file, int line)
+{
+    void *p = NULL;
+    size_t b = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, b ? b : 64) != 0) {
+        ts_err(TS_ERR_NOMEM, file, line, "cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    return p;
+}

@@ -1,0 +1,12 @@
+/* Monotonic clock for timers. */
+#include "tsbuild.h"
+#include "src/core/timer.h"
+
+#include <time.h>
+
+double ts_time_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
