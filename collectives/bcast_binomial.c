@@ -28,7 +28,7 @@ int ts_bcast_binomial(ts_chan *ch, const ts_coll_args *a)
     for (mask >>= 1; mask > 0; mask >>= 1)
         if (vr + mask < p) kids[nk++] = (vr + mask + a->root) % p;
     size_t nseg = (bytes + BCAST_SEG - 1) / BCAST_SEG;
-    reqs = malloc(sizeof *reqs * (nseg * (size_t)(nk + 1) + 1));
+    reqs = malloc(sizeof *reqs * (nseg * (size_t)(nk + 1) * ts_p2p_nreq(BCAST_SEG) + 1));
     if (!reqs) return TS_ERR(TS_ERR_NOMEM, "bcast requests");
     for (size_t j = 0; j < nseg; j++) {
         size_t o = j * BCAST_SEG, n = bytes - o < BCAST_SEG ? bytes - o : BCAST_SEG;

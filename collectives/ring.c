@@ -23,14 +23,15 @@ int ts_ring_reduce_scatter(MPI_Comm comm, int rank, int p, void *buf, size_t cou
     size_t maxblk, b0;
     ts_coll_block(count, dt, p, 0, &b0, &maxblk); /* block 0 is the largest */
     size_t maxseg = (maxblk + seg - 1) / seg;
-    reqs = malloc(sizeof *reqs * (maxseg * ts_p2p_nreq(seg * es) + 8));
+    size_t per = ts_p2p_nreq(seg * es); /* requests per segment */
+    reqs = malloc(sizeof *reqs * (maxseg * per + 2 * per));
     if (!reqs) return TS_ERR(TS_ERR_NOMEM, "ring requests");
+    MPI_Request *rq[2] = {reqs + maxseg * per, reqs + maxseg * per + per};
     for (int s = 0; s < p - 1; s++) {
         size_t so, sl, ro, rl;
         ts_coll_block(count, dt, p, (rank - s - 1 + 2 * p) % p, &so, &sl);
         ts_coll_block(count, dt, p, (rank - s - 2 + 2 * p) % p, &ro, &rl);
-        int ns = 0, nr = 0;
-        MPI_Request rq[2][4];
+        int ns = 0;
         int nrq[2] = {0, 0};
         /* all segments of the outgoing block go out at once */
         for (size_t o = 0; o < sl; o += seg) {
@@ -49,7 +50,6 @@ int ts_ring_reduce_scatter(MPI_Comm comm, int rank, int p, void *buf, size_t cou
             }
             ts_reduce_local(b + (ro + o) * es, t[j & 1], n, dt, op);
         }
-        (void)nr;
         TS_CHECK(ts_p2p_waitall(reqs, ns));
     }
 cleanup:

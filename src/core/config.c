@@ -219,6 +219,7 @@ typedef struct {
     const char *text; /* remaining input */
     int line;
     int err;
+    int err_line; /* line of the handler's error */
 } ini_ctx;
 
 static char *cfg_reader(char *str, int num, void *stream)
@@ -244,21 +245,44 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
     snprintf(where, sizeof where, "%s:%d", x->name, x->line);
     if (!*section) {
         x->err = TS_ERR(TS_ERR_CONFIG, "%s: key '%s' outside any [section]", where, name);
+        x->err_line = x->line;
         return 0;
     }
     x->err = ts_config_set(x->cfg, key, value, where);
+    if (x->err) x->err_line = x->line;
     return x->err == 0;
 }
 
-int ts_config_load_string(ts_config *cfg, const char *text, const char *name)
+static int parse_text(ts_config *cfg, const char *text, const char *name)
 {
-    ini_ctx x = {cfg, name, text, 0, 0};
+    ini_ctx x = {cfg, name, text, 0, 0, 0};
     int rc = ini_parse_stream((ini_reader)cfg_reader, &x, cfg_handler, &x);
-    if (x.err) return x.err;
+    if (x.err && !(rc > 0 && rc < x.err_line)) return x.err; /* else a syntax error came first */
     if (rc == -2) return TS_ERR(TS_ERR_NOMEM, "%s: out of memory while parsing", name);
     if (rc > 0) return TS_ERR(TS_ERR_CONFIG, "%s:%d: syntax error (expected [section] or key = value)", name, rc);
     if (rc < 0) return TS_ERR(TS_ERR_CONFIG, "%s: cannot parse", name);
     return 0;
+}
+
+/* A file applies completely or not at all: values are restored on error. */
+int ts_config_load_string(ts_config *cfg, const char *text, const char *name)
+{
+    cfg_entry *saved = malloc(sizeof *saved * (size_t)(cfg->n ? cfg->n : 1));
+    if (!saved) return TS_ERR(TS_ERR_NOMEM, "config");
+    for (int i = 0; i < cfg->n; i++) {
+        saved[i] = cfg->e[i];
+        cfg->e[i].value = cfg->e[i].value ? strdup(cfg->e[i].value) : NULL;
+        cfg->e[i].source = cfg->e[i].source ? strdup(cfg->e[i].source) : NULL;
+    }
+    int err = parse_text(cfg, text, name);
+    for (int i = 0; i < cfg->n; i++) {
+        cfg_entry *drop = err ? &cfg->e[i] : &saved[i];
+        free(drop->value);
+        free(drop->source);
+        if (err) cfg->e[i] = saved[i];
+    }
+    free(saved);
+    return err;
 }
 
 int ts_config_load_file(ts_config *cfg, const char *path)

@@ -38,4 +38,24 @@ const char *ts_tensor_shape_str(const ts_tensor *t, char *buf, size_t n);
 /* Local. Checks ndim and each dim (-1 = any); the message names what. */
 int ts_tensor_check_shape(const ts_tensor *t, const char *what, int ndim, const int64_t *dims);
 
+/* Local. A view of t with a new shape of the same element count (t keeps
+ * ownership); TS_ERR_ARG if the counts differ. */
+int ts_tensor_reshape(const ts_tensor *t, int ndim, const int64_t *shape, ts_tensor *out);
+/* Local. Sets every element to zero / to v (float32 tensors for fill). */
+void ts_tensor_zero(ts_tensor *t);
+int ts_tensor_fill(ts_tensor *t, float v);
+/* Local. Copies src into dst (same shape; float32, bfloat16 and float64
+ * convert among each other, bfloat16 rounding to nearest even); other dtypes
+ * must match exactly. */
+int ts_tensor_copy(ts_tensor *dst, const ts_tensor *src);
+/* Local. Layout changes between PyTorch's channels-first [N, C, D, H, W]
+ * and tessera's channels-last activations [N, D, H, W, C] (float32). */
+int ts_tensor_to_channels_last(const ts_tensor *ncdhw, ts_tensor *ndhwc);
+int ts_tensor_to_channels_first(const ts_tensor *ndhwc, ts_tensor *ncdhw);
+/* Local. Typed element pointer for float32 host tensors (NULL otherwise). */
+static inline float *ts_tensor_f32(const ts_tensor *t)
+{
+    return t->dtype == TS_FLOAT32 && !t->device ? (float *)t->data : (float *)0;
+}
+
 #endif

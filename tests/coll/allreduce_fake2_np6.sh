@@ -1,0 +1,4 @@
+#!/bin/sh
+# allreduce matrix on 6 ranks split into fake nodes of 2 (hierarchical across "nodes")
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+TESSERA_RANKS_PER_NODE=2 ts_mpirun 6 "$TS_BUILDDIR/tests/coll/test_allreduce"

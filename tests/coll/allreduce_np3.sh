@@ -1,0 +1,4 @@
+#!/bin/sh
+# allreduce correctness matrix on 3 ranks (every algorithm, dtype, op, count, in place or not)
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+ts_mpirun 3 "$TS_BUILDDIR/tests/coll/test_allreduce"
