@@ -1,3 +1,3 @@
 # src/cli: the tessera command
-tessera_SOURCES += src/cli/main.c src/cli/info.c src/cli/bench.c src/cli/bench_coll.c
-noinst_HEADERS += src/cli/cli.h
+tessera_SOURCES += src/cli/main.c src/cli/info.c src/cli/bench.c src/cli/bench_coll.c src/cli/model.c src/cli/bench_step.c
+noinst_HEADERS += src/cli/cli.h src/cli/engine.h

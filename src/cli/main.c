@@ -3,6 +3,7 @@
  * agree, MPI_Abort when some rank cannot reach the end (never a hang). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
+#include "src/cli/engine.h"
 #include "src/core/error.h"
 #include "src/core/log.h"
 
@@ -13,9 +14,10 @@
 static const ts_cli_cmd commands[] = {
     {"info", "build options, MPI, ranks per node, counters, GPUs", ts_cli_info},
     {"bench", "benchmarks: `bench coll` (collectives)", ts_cli_bench},
+    {"model", "model init / model run: fresh weights; one forward (and optimizer step) on HDF5 files", ts_cli_model},
 };
 /* listed in --help until they exist (see README) */
-static const char *const not_yet[] = {"train", "infer", "model", "convert", "synth"};
+static const char *const not_yet[] = {"train", "infer", "convert", "synth"};
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

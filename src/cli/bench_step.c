@@ -1,0 +1,171 @@
+/* tessera bench step: times full training steps (forward, loss, backward,
+ * optimizer step) of the config's UNet3D on random data of the configured
+ * patch and batch, after warm-up; reports samples/s, voxels/s, step time,
+ * per-phase times and the peak resident memory of the process. */
+#include "tsbuild.h"
+#include "src/cli/cli.h"
+#include "src/cli/engine.h"
+#include "src/core/error.h"
+#include "src/core/rng.h"
+#include "src/core/timer.h"
+#include "src/model/unet.h"
+#include "src/optim/optim.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static void help(void)
+{
+    printf("usage: tessera bench step CONFIG [section.key=value ...] [--steps N] [--warmup W] [--json FILE]\n\n"
+           "Times N (default 5) full training steps - forward, loss, backward, optimizer step - after W\n"
+           "(default 2) warm-up steps, on random data (normal images, uniform labels) of data.patch and\n"
+           "train.batch, with the config's model, loss and optimizer. Threads: OMP_NUM_THREADS (default: all\n"
+           "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
+           "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
+           "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, batch, patch. Runs on one rank.\n");
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+int ts_cli_bench_step(int argc, char **argv)
+{
+    int err = 0, nover = 0, steps = 5, warmup = 2;
+    const char *cfgpath = NULL, *json = NULL;
+    char **over = calloc((size_t)argc + 1, sizeof *over);
+    ts_config *cfg = NULL;
+    ts_unet *m = NULL;
+    ts_tensor image = {0}, label = {0};
+    cJSON *o = NULL;
+    if (!over) TS_FAIL(TS_ERR_NOMEM, "arguments");
+    if (ts_cli_wants_help(argc, argv)) {
+        if (ts_cli_rank() == 0) help();
+        goto cleanup;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "--steps") || !strcmp(a, "--warmup")) && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < (a[2] == 's' ? 1 : 0)) TS_FAIL(TS_ERR_ARG, "bench step: %s '%s' is not a valid count", a, argv[i]);
+            if (a[2] == 's') steps = (int)v;
+            else warmup = (int)v;
+        } else if (!strcmp(a, "--json") && i + 1 < argc) json = argv[++i];
+        else if (strchr(a, '=') && a[0] != '-') over[nover++] = argv[i];
+        else if (!cfgpath && a[0] != '-') cfgpath = a;
+        else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
+    }
+    if (!cfgpath) TS_FAIL(TS_ERR_ARG, "bench step: no CONFIG given");
+    if (ts_cli_size() != 1)
+        TS_FAIL(TS_ERR_UNSUPPORTED, "bench step runs on one rank in this version (got %d); multi-rank training steps "
+                                    "come with the parallel module", ts_cli_size());
+    TS_CHECK(ts_cli_engine_config(cfgpath, nover, over, &cfg));
+    ts_unet_cfg u;
+    ts_optim opt = {0};
+    int64_t batch, seed;
+    TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
+    TS_CHECK(ts_optim_cfg_from_config(cfg, &opt.cfg));
+    TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
+    TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
+    TS_CHECK(ts_unet_create(&u, ts_optim_state_count(&opt.cfg), &m));
+    TS_CHECK(ts_unet_init(m, (uint64_t)seed));
+    TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, u.patch[0], u.patch[1], u.patch[2]}));
+    TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, u.patch[0], u.patch[1], u.patch[2]}));
+    {
+        ts_rng r;
+        ts_rng_init(&r, (uint64_t)seed, 0, 1u << 20);
+        float *p = image.data;
+        for (int64_t i = 0; i < ts_tensor_numel(&image); i++) p[i] = (float)ts_rng_normal(&r);
+        uint8_t *q = label.data;
+        for (int64_t i = 0; i < ts_tensor_numel(&label); i++) q[i] = (uint8_t)ts_rng_below(&r, (uint64_t)u.classes);
+    }
+    TS_CHECK(ts_unet_setup(m, (int)batch, (int)u.patch[0], (int)u.patch[1], (int)u.patch[2]));
+    ts_timer tf, tb, to, ts;
+    ts_timer_reset(&tf);
+    ts_timer_reset(&tb);
+    ts_timer_reset(&to);
+    ts_timer_reset(&ts);
+    double loss = 0, best = 1e30;
+    for (int s = 0; s < warmup + steps; s++) {
+        const int timed = s >= warmup;
+        const double t0 = ts_time_now();
+        ts_arena_zero_grad(ts_unet_arena(m));
+        TS_CHECK(ts_unet_forward(m, &image, 1));
+        TS_CHECK(ts_unet_loss(m, &label, 1, &loss));
+        const double t1 = ts_time_now();
+        TS_CHECK(ts_unet_backward(m));
+        const double t2 = ts_time_now();
+        TS_CHECK(ts_optim_step(&opt, ts_unet_arena(m), NULL, NULL));
+        const double t3 = ts_time_now();
+        if (timed) {
+            tf.total += t1 - t0;
+            tb.total += t2 - t1;
+            to.total += t3 - t2;
+            ts.total += t3 - t0;
+            if (t3 - t0 < best) best = t3 - t0;
+        }
+    }
+    const double step_s = ts.total / steps, sps = (double)batch / step_s;
+    const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const double rss = peak_rss_mb();
+    printf("bench step: %s, batch %lld, patch %lldx%lldx%lld, %d thread%s, %d steps after %d warm-up\n", cfgpath,
+           (long long)batch, (long long)u.patch[0], (long long)u.patch[1], (long long)u.patch[2], threads,
+           threads > 1 ? "s" : "", steps, warmup);
+    printf("  samples/s %.3f   voxels/s %.4g   step %.1f ms (best %.1f)   forward+loss %.1f  backward %.1f  "
+           "optimizer %.1f ms\n",
+           sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
+           to.total / steps * 1e3);
+    printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB, arena %.1f MiB), loss %.4f\n", rss,
+           (double)ts_unet_activation_bytes(m) / 1048576.0,
+           (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
+           loss);
+    if (json) {
+        o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "samples_per_s", sps);
+        cJSON_AddNumberToObject(o, "voxels_per_s", sps * vox);
+        cJSON_AddNumberToObject(o, "step_ms", step_s * 1e3);
+        cJSON_AddNumberToObject(o, "best_step_ms", best * 1e3);
+        cJSON_AddNumberToObject(o, "forward_ms", tf.total / steps * 1e3);
+        cJSON_AddNumberToObject(o, "backward_ms", tb.total / steps * 1e3);
+        cJSON_AddNumberToObject(o, "optimizer_ms", to.total / steps * 1e3);
+        cJSON_AddNumberToObject(o, "ranks", ts_cli_size());
+        cJSON_AddNumberToObject(o, "threads", threads);
+        cJSON_AddStringToObject(o, "config", cfgpath);
+        cJSON_AddNumberToObject(o, "batch", (double)batch);
+        cJSON *p = cJSON_AddArrayToObject(o, "patch");
+        for (int i = 0; i < 3; i++) cJSON_AddItemToArray(p, cJSON_CreateNumber((double)u.patch[i]));
+        cJSON_AddNumberToObject(o, "steps", steps);
+        cJSON_AddNumberToObject(o, "peak_rss_mb", rss);
+        cJSON_AddNumberToObject(o, "loss", loss);
+        char *txt = cJSON_Print(o);
+        FILE *f = txt ? fopen(json, "w") : NULL;
+        if (!f) {
+            free(txt);
+            TS_FAIL(TS_ERR_IO, "%s: cannot write", json);
+        }
+        fprintf(f, "%s\n", txt);
+        free(txt);
+        if (fclose(f)) TS_FAIL(TS_ERR_IO, "%s: write failed", json);
+    }
+cleanup:
+    cJSON_Delete(o);
+    ts_tensor_free(&image);
+    ts_tensor_free(&label);
+    ts_unet_destroy(&m);
+    ts_config_destroy(&cfg);
+    free(over);
+    return err;
+}

@@ -1,0 +1,118 @@
+/* Parameter arena; see arena.h. */
+#include "tsbuild.h"
+#include "src/model/arena.h"
+#include "src/core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ts_arena_create(ts_arena **out)
+{
+    ts_arena *a = TS_CALLOC(1, sizeof *a);
+    if (!a) return TS_ERR_NOMEM;
+    *out = a;
+    return 0;
+}
+
+void ts_arena_destroy(ts_arena **a)
+{
+    if (!a || !*a) return;
+    free((*a)->p);
+    free((*a)->base);
+    free(*a);
+    *a = NULL;
+}
+
+int ts_arena_add(ts_arena *a, const char *name, ts_param_kind kind, ts_dtype dtype, int ndim, const int64_t *shape,
+                 int *index)
+{
+    if (a->base) return TS_ERR(TS_ERR_INTERNAL, "arena: '%s' added after allocation", name);
+    if (strlen(name) >= TS_PARAM_NAME_MAX || ndim < 0 || ndim > 5 || (dtype != TS_FLOAT32 && dtype != TS_INT64) ||
+        (kind == TS_PARAM && dtype != TS_FLOAT32))
+        return TS_ERR(TS_ERR_INTERNAL, "arena: bad declaration of '%s'", name);
+    if (ts_arena_find(a, name) >= 0) return TS_ERR(TS_ERR_INTERNAL, "arena: '%s' declared twice", name);
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        ts_param *p = realloc(a->p, sizeof *p * (size_t)cap);
+        if (!p) return TS_ERR(TS_ERR_NOMEM, "arena table");
+        a->p = p;
+        a->cap = cap;
+    }
+    ts_param *p = &a->p[a->n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->kind = kind;
+    p->dtype = dtype;
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->numel *= shape[i];
+    }
+    size_t floats = (size_t)p->numel * (dtype == TS_INT64 ? 2 : 1), padded = (floats + 15) & ~(size_t)15;
+    if (kind == TS_PARAM) {
+        p->offset = a->nparam;
+        a->nparam += padded;
+    } else {
+        p->offset = a->nbuf;
+        a->nbuf += padded;
+    }
+    if (index) *index = a->n;
+    a->n++;
+    return 0;
+}
+
+int ts_arena_alloc(ts_arena *a, int nstate)
+{
+    if (nstate < 0 || nstate > TS_ARENA_MAX_STATE) return TS_ERR(TS_ERR_INTERNAL, "arena: %d state regions", nstate);
+    free(a->base);
+    size_t total = a->nparam * (size_t)(2 + nstate) + a->nbuf;
+    a->base = TS_ALIGNED_ALLOC((total ? total : 16) * sizeof(float));
+    if (!a->base) return TS_ERR_NOMEM;
+    memset(a->base, 0, total * sizeof(float));
+    a->nstate = nstate;
+    a->params = a->base;
+    a->grads = a->params + a->nparam;
+    for (int s = 0; s < TS_ARENA_MAX_STATE; s++) a->state[s] = s < nstate ? a->grads + a->nparam * (size_t)(s + 1) : NULL;
+    a->buffers = a->base + a->nparam * (size_t)(2 + nstate);
+    return 0;
+}
+
+int ts_arena_find(const ts_arena *a, const char *name)
+{
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->p[i].name, name)) return i;
+    return -1;
+}
+
+static ts_tensor view(const ts_param *p, float *region)
+{
+    if (!region) return ts_tensor_view(NULL, p->dtype, p->ndim, p->shape);
+    return ts_tensor_view(region + p->offset, p->dtype, p->ndim, p->shape);
+}
+
+ts_tensor ts_arena_value(const ts_arena *a, int i)
+{
+    return view(&a->p[i], a->p[i].kind == TS_PARAM ? a->params : a->buffers);
+}
+
+ts_tensor ts_arena_grad(const ts_arena *a, int i) { return view(&a->p[i], a->p[i].kind == TS_PARAM ? a->grads : NULL); }
+
+ts_tensor ts_arena_state(const ts_arena *a, int s, int i)
+{
+    return view(&a->p[i], a->p[i].kind == TS_PARAM && s < a->nstate ? a->state[s] : NULL);
+}
+
+void ts_arena_zero_grad(ts_arena *a)
+{
+    if (a->grads) memset(a->grads, 0, a->nparam * sizeof(float));
+}
+
+int64_t ts_arena_count(const ts_arena *a)
+{
+    int64_t n = 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->p[i].kind == TS_PARAM) n += a->p[i].numel;
+    return n;
+}

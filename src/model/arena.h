@@ -1,0 +1,63 @@
+/* The parameter arena: every parameter, its gradient, the optimizer state
+ * and the buffers (batch-norm running statistics) of a model in one
+ * contiguous allocation, with named views. Layout, in floats:
+ *   [ params | grads | state 0 | state 1 ... | buffers ]
+ * params, grads and each state region have the same size and the same
+ * offsets, each tensor starting on a 64-byte boundary (padding stays zero),
+ * so that optimizers, gradient buckets, checkpoints and sharding are offset
+ * arithmetic over flat regions. Names are PyTorch's state_dict keys. */
+#ifndef TS_MODEL_ARENA_H
+#define TS_MODEL_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/core/tensor.h"
+
+#define TS_PARAM_NAME_MAX 64
+#define TS_ARENA_MAX_STATE 4
+
+typedef enum { TS_PARAM = 0, TS_BUFFER = 1 } ts_param_kind;
+
+typedef struct ts_param {
+    char name[TS_PARAM_NAME_MAX]; /* "enc0.conv1.weight" */
+    ts_param_kind kind;
+    ts_dtype dtype; /* float32; int64 for num_batches_tracked buffers */
+    int ndim;
+    int64_t shape[5];
+    int64_t numel;
+    size_t offset; /* in floats from the start of its region */
+} ts_param;
+
+typedef struct ts_arena {
+    ts_param *p;
+    int n, cap;
+    size_t nparam;  /* floats per params/grads/state region (padded) */
+    size_t nbuf;    /* floats in the buffer region */
+    int nstate;     /* optimizer state regions */
+    float *base;    /* the allocation (NULL until ts_arena_alloc) */
+    float *params, *grads, *state[TS_ARENA_MAX_STATE], *buffers;
+} ts_arena;
+
+/* Local. Empty arena / frees it (NULL-safe, sets *a = NULL). */
+int ts_arena_create(ts_arena **out);
+void ts_arena_destroy(ts_arena **a);
+/* Local. Declares a tensor before ts_arena_alloc; *index receives its slot.
+ * Duplicate names are TS_ERR_INTERNAL. */
+int ts_arena_add(ts_arena *a, const char *name, ts_param_kind kind, ts_dtype dtype, int ndim, const int64_t *shape,
+                 int *index);
+/* Local. Allocates and zeroes the arena with nstate optimizer state regions. */
+int ts_arena_alloc(ts_arena *a, int nstate);
+/* Local. Index of a name, or -1. */
+int ts_arena_find(const ts_arena *a, const char *name);
+/* Local. Views (not owning) of tensor i: value, gradient (params only),
+ * optimizer state s (params only). */
+ts_tensor ts_arena_value(const ts_arena *a, int i);
+ts_tensor ts_arena_grad(const ts_arena *a, int i);
+ts_tensor ts_arena_state(const ts_arena *a, int s, int i);
+/* Local. Zeroes all gradients. */
+void ts_arena_zero_grad(ts_arena *a);
+/* Local. Number of trainable scalars (without padding). */
+int64_t ts_arena_count(const ts_arena *a);
+
+#endif

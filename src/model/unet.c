@@ -1,0 +1,385 @@
+/* The UNet3D: parameter table, initialisation, activation buffers and the
+ * forward/backward order (see unet.h). Memory plan per level l (c_l
+ * channels): each conv block keeps its conv outputs y[0..1] (norm inputs)
+ * and activations a[0..1]; the decoder keeps the upsampled tensor and the
+ * concatenation. Backward reuses the forward buffers for gradients where the
+ * forward values are no longer needed (a norm's input gradient overwrites
+ * its input y, a conv's input gradient overwrites its input after the
+ * weight gradient is taken), plus per level one incoming-gradient buffer
+ * gin[l] and the skip gradient dskip[l]. */
+#include "tsbuild.h"
+#include "src/model/unet.h"
+#include "src/core/error.h"
+#include "src/core/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define L_MAX TS_UNET_MAX_LEVELS
+
+typedef struct block {
+    int cw[2], cb[2], nw[2], nb[2], rm[2], rv[2], nbt[2]; /* arena indices, -1 if absent */
+    int cin, cout;
+    ts_tensor y[2], a[2], smean[2], sinv[2];
+} block;
+
+struct ts_unet {
+    ts_unet_cfg cfg;
+    ts_arena *arena;
+    float *init_bound; /* per arena entry: > 0 uniform bound, 0 zeros, -1 ones */
+    block enc[L_MAX], dec[L_MAX];
+    int upw[L_MAX], upb[L_MAX], headw, headb;
+    int n, d, h, w; /* set-up shape (n = 0: none) */
+    ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], cat[L_MAX], logits, dlogits, gin[L_MAX], dskip[L_MAX];
+    int train_forward; /* last forward was in train mode */
+    int have_dlogits;
+};
+
+static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, int ndim, const int64_t *shape,
+               float bound, int *idx)
+{
+    TS_TRY(ts_arena_add(m->arena, name, kind, dt, ndim, shape, idx));
+    float *b = realloc(m->init_bound, sizeof(float) * (size_t)m->arena->n);
+    if (!b) return TS_ERR(TS_ERR_NOMEM, "model table");
+    m->init_bound = b;
+    b[*idx] = bound;
+    return 0;
+}
+
+static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout)
+{
+    char name[TS_PARAM_NAME_MAX];
+    b->cin = cin;
+    b->cout = cout;
+    for (int i = 0; i < 2; i++) {
+        const int ci = i ? cout : cin;
+        const float bound = (float)(1.0 / sqrt((double)ci * 27));
+        snprintf(name, sizeof name, "%s.conv%d.weight", prefix, i + 1);
+        TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cout, ci, 3, 3, 3}, bound, &b->cw[i]));
+        snprintf(name, sizeof name, "%s.conv%d.bias", prefix, i + 1);
+        TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &b->cb[i]));
+        const int64_t c = cout;
+        snprintf(name, sizeof name, "%s.norm%d.weight", prefix, i + 1);
+        TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, &c, -1, &b->nw[i]));
+        snprintf(name, sizeof name, "%s.norm%d.bias", prefix, i + 1);
+        TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, &c, 0, &b->nb[i]));
+        b->rm[i] = b->rv[i] = b->nbt[i] = -1;
+        if (m->cfg.norm == TS_NORM_BATCH) {
+            snprintf(name, sizeof name, "%s.norm%d.running_mean", prefix, i + 1);
+            TS_TRY(add(m, name, TS_BUFFER, TS_FLOAT32, 1, &c, 0, &b->rm[i]));
+            snprintf(name, sizeof name, "%s.norm%d.running_var", prefix, i + 1);
+            TS_TRY(add(m, name, TS_BUFFER, TS_FLOAT32, 1, &c, -1, &b->rv[i]));
+            snprintf(name, sizeof name, "%s.norm%d.num_batches_tracked", prefix, i + 1);
+            TS_TRY(add(m, name, TS_BUFFER, TS_INT64, 0, NULL, 0, &b->nbt[i]));
+        }
+    }
+    return 0;
+}
+
+int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
+{
+    int err = 0;
+    ts_unet *m = TS_CALLOC(1, sizeof *m);
+    if (!m) return TS_ERR_NOMEM;
+    m->cfg = *cfg;
+    const int L = cfg->levels;
+    char name[TS_PARAM_NAME_MAX];
+    if (L < 1 || L > L_MAX) TS_FAIL(TS_ERR_ARG, "unet: %d levels (1..%d)", L, L_MAX);
+    TS_CHECK(ts_arena_create(&m->arena));
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "enc%d", l);
+        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l]));
+    }
+    for (int l = L - 2; l >= 0; l--) {
+        const int cin = cfg->channels[l + 1], cout = cfg->channels[l];
+        const float bound = (float)(1.0 / sqrt((double)cout * 8)); /* PyTorch: fan_in from weight.size(1) */
+        snprintf(name, sizeof name, "up%d.weight", l);
+        TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cin, cout, 2, 2, 2}, bound, &m->upw[l]));
+        snprintf(name, sizeof name, "up%d.bias", l);
+        TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &m->upb[l]));
+        snprintf(name, sizeof name, "dec%d", l);
+        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout));
+    }
+    {
+        const float bound = (float)(1.0 / sqrt((double)cfg->channels[0]));
+        TS_CHECK(add(m, "head.weight", TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cfg->classes, cfg->channels[0], 1, 1, 1},
+                     bound, &m->headw));
+        TS_CHECK(add(m, "head.bias", TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cfg->classes}, bound, &m->headb));
+    }
+    TS_CHECK(ts_arena_alloc(m->arena, nstate));
+    TS_CHECK(ts_unet_init(m, 0)); /* a defined state; callers re-initialise or load */
+    *out = m;
+    return 0;
+cleanup:
+    ts_unet_destroy(&m);
+    return err;
+}
+
+static void free_acts(ts_unet *m)
+{
+    ts_tensor_free(&m->x);
+    ts_tensor_free(&m->logits);
+    ts_tensor_free(&m->dlogits);
+    for (int l = 0; l < L_MAX; l++) {
+        ts_tensor *t[] = {&m->pool[l], &m->pidx[l], &m->up[l], &m->cat[l], &m->gin[l], &m->dskip[l]};
+        for (size_t i = 0; i < sizeof t / sizeof *t; i++) ts_tensor_free(t[i]);
+        for (int i = 0; i < 2; i++) {
+            block *bs[] = {&m->enc[l], &m->dec[l]};
+            for (int j = 0; j < 2; j++) {
+                ts_tensor_free(&bs[j]->y[i]);
+                ts_tensor_free(&bs[j]->a[i]);
+                ts_tensor_free(&bs[j]->smean[i]);
+                ts_tensor_free(&bs[j]->sinv[i]);
+            }
+        }
+    }
+    m->n = 0;
+    m->have_dlogits = 0;
+}
+
+void ts_unet_destroy(ts_unet **m)
+{
+    if (!m || !*m) return;
+    free_acts(*m);
+    ts_arena_destroy(&(*m)->arena);
+    free((*m)->init_bound);
+    free(*m);
+    *m = NULL;
+}
+
+ts_arena *ts_unet_arena(ts_unet *m) { return m->arena; }
+const ts_unet_cfg *ts_unet_config(const ts_unet *m) { return &m->cfg; }
+const ts_tensor *ts_unet_logits(const ts_unet *m) { return &m->logits; }
+
+int ts_unet_init(ts_unet *m, uint64_t seed)
+{
+    ts_arena *a = m->arena;
+    for (int i = 0; i < a->n; i++) {
+        ts_tensor t = ts_arena_value(a, i);
+        const float b = m->init_bound[i];
+        if (a->p[i].dtype == TS_INT64) {
+            *(int64_t *)t.data = 0;
+            continue;
+        }
+        float *p = t.data;
+        ts_rng r;
+        ts_rng_init(&r, seed, 0, (uint32_t)i);
+        for (int64_t j = 0; j < a->p[i].numel; j++) p[j] = b > 0 ? (2.0f * ts_rng_uniformf(&r) - 1.0f) * b : b < 0 ? 1.0f : 0.0f;
+    }
+    return 0;
+}
+
+static int alloc5(ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, int64_t h, int64_t w, int64_t c)
+{
+    return ts_tensor_alloc(t, dt, 5, (const int64_t[]){n, d, h, w, c});
+}
+
+static int alloc_block(ts_unet *m, block *b, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? b->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * b->cout;
+    for (int i = 0; i < 2; i++) {
+        TS_TRY(alloc5(&b->y[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(alloc5(&b->a[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(ts_tensor_alloc(&b->smean[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(ts_tensor_alloc(&b->sinv[i], TS_FLOAT32, 1, &ns));
+    }
+    return 0;
+}
+
+int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
+{
+    int err = 0;
+    if (m->n == n && m->d == d && m->h == h && m->w == w) return 0;
+    free_acts(m);
+    const ts_unet_cfg *c = &m->cfg;
+    const int L = c->levels;
+    TS_CHECK(ts_unet_check_input(c, (const int64_t[]){d, h, w}, "input"));
+    if (n < 1) TS_FAIL(TS_ERR_ARG, "unet: batch of %d samples", n);
+    TS_CHECK(alloc5(&m->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+    for (int l = 0; l < L; l++) {
+        const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
+        TS_CHECK(alloc_block(m, &m->enc[l], n, dl, hl, wl));
+        TS_CHECK(alloc5(&m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        if (l > 0) {
+            TS_CHECK(alloc5(&m->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
+            TS_CHECK(alloc5(&m->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
+        }
+        if (l < L - 1) {
+            TS_CHECK(alloc_block(m, &m->dec[l], n, dl, hl, wl));
+            TS_CHECK(alloc5(&m->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            TS_CHECK(alloc5(&m->cat[l], TS_FLOAT32, n, dl, hl, wl, 2 * c->channels[l]));
+            TS_CHECK(alloc5(&m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        }
+    }
+    TS_CHECK(alloc5(&m->logits, TS_FLOAT32, n, d, h, w, c->classes));
+    TS_CHECK(alloc5(&m->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
+    m->n = n;
+    m->d = d;
+    m->h = h;
+    m->w = w;
+    return 0;
+cleanup:
+    free_acts(m);
+    return err;
+}
+
+size_t ts_unet_activation_bytes(const ts_unet *m)
+{
+    size_t s = ts_tensor_bytes(&m->x) + ts_tensor_bytes(&m->logits) + ts_tensor_bytes(&m->dlogits);
+    for (int l = 0; l < L_MAX; l++) {
+        s += ts_tensor_bytes(&m->pool[l]) + ts_tensor_bytes(&m->pidx[l]) + ts_tensor_bytes(&m->up[l]) +
+             ts_tensor_bytes(&m->cat[l]) + ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
+        for (int i = 0; i < 2; i++) {
+            const block *bs[] = {&m->enc[l], &m->dec[l]};
+            for (int j = 0; j < 2; j++)
+                s += ts_tensor_bytes(&bs[j]->y[i]) + ts_tensor_bytes(&bs[j]->a[i]) + ts_tensor_bytes(&bs[j]->smean[i]) +
+                     ts_tensor_bytes(&bs[j]->sinv[i]);
+        }
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------ forward */
+
+static ts_tensor V(const ts_unet *m, int i) { return ts_arena_value(m->arena, i); }
+static ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i); }
+
+static ts_norm_opts norm_opts(const ts_unet *m)
+{
+    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups};
+}
+
+static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
+{
+    const ts_norm_opts o = norm_opts(m);
+    for (int i = 0; i < 2; i++) {
+        ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
+        TS_TRY(ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
+        switch (m->cfg.norm) {
+        case TS_NORM_BATCH: {
+            ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
+            TS_TRY(ts_batchnorm_forward(&b->y[i], &g, &be, &rm, &rv, train, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            if (train) (*(int64_t *)nbt.data)++;
+            break;
+        }
+        case TS_NORM_GROUP:
+            TS_TRY(ts_groupnorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            break;
+        case TS_NORM_INSTANCE:
+            TS_TRY(ts_instancenorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            break;
+        }
+        TS_TRY(ts_relu_forward(&b->a[i], 0.0f, &b->a[i]));
+    }
+    return 0;
+}
+
+/* the top activation of level l of the decoder path (input of up{l-1} or the head) */
+static ts_tensor *top(ts_unet *m, int l) { return l == m->cfg.levels - 1 ? &m->enc[l].a[1] : &m->dec[l].a[1]; }
+
+int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train)
+{
+    const ts_unet_cfg *c = &m->cfg;
+    const int L = c->levels;
+    TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
+    if (image->dtype != TS_FLOAT32) return TS_ERR(TS_ERR_ARG, "input image must be float32");
+    TS_TRY(ts_unet_setup(m, (int)image->shape[0], (int)image->shape[2], (int)image->shape[3], (int)image->shape[4]));
+    m->have_dlogits = 0;
+    TS_TRY(ts_tensor_to_channels_last(image, &m->x));
+    for (int l = 0; l < L; l++) {
+        if (l > 0) TS_TRY(ts_maxpool3d_forward(&m->enc[l - 1].a[1], 2, &m->pool[l], &m->pidx[l]));
+        TS_TRY(block_forward(m, &m->enc[l], l ? &m->pool[l] : &m->x, train));
+    }
+    for (int l = L - 2; l >= 0; l--) {
+        ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
+        TS_TRY(ts_convt3d_forward(top(m, l + 1), &w, &b, 2, &m->up[l]));
+        TS_TRY(ts_concat_forward(&m->up[l], &m->enc[l].a[1], &m->cat[l]));
+        TS_TRY(block_forward(m, &m->dec[l], &m->cat[l], train));
+    }
+    ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
+    TS_TRY(ts_conv3d_forward(top(m, 0), &hw, &hb, 1, 0, &m->logits));
+    m->train_forward = train;
+    return 0;
+}
+
+int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss)
+{
+    const ts_unet_cfg *c = &m->cfg;
+    if (!m->n) return TS_ERR(TS_ERR_ARG, "unet: loss before forward");
+    TS_TRY(ts_tensor_check_shape(labels, "labels", 4, (const int64_t[]){m->n, m->d, m->h, m->w}));
+    if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
+    const ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f};
+    double total = 0, l;
+    if (c->loss & TS_LOSS_CE) {
+        TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
+        total += l;
+    }
+    if (c->loss & TS_LOSS_DICE) {
+        TS_TRY(ts_dice_forward(&m->logits, labels, &o, &l));
+        total += l;
+    }
+    if (with_grad) {
+        ts_tensor_zero(&m->dlogits);
+        if (c->loss & TS_LOSS_CE) TS_TRY(ts_softmax_ce_backward(&m->logits, labels, &o, 1.0f, &m->dlogits));
+        if (c->loss & TS_LOSS_DICE) TS_TRY(ts_dice_backward(&m->logits, labels, &o, 1.0f, &m->dlogits));
+        m->have_dlogits = 1;
+    }
+    *loss = total;
+    return 0;
+}
+
+/* ----------------------------------------------------------- backward */
+
+/* g holds d(a[1]) on entry and is used as scratch; the input gradient goes to dx (may be in, or NULL). */
+static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_tensor *dx)
+{
+    const ts_norm_opts o = norm_opts(m);
+    for (int i = 1; i >= 0; i--) {
+        ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
+        TS_TRY(ts_relu_backward(&b->a[i], 0.0f, g, g));
+        /* the norm's input gradient overwrites its input y[i] */
+        switch (m->cfg.norm) {
+        case TS_NORM_BATCH:
+            TS_TRY(ts_batchnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], m->train_forward, g, &b->y[i], &dgm, &dbe));
+            break;
+        case TS_NORM_GROUP:
+            TS_TRY(ts_groupnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            break;
+        case TS_NORM_INSTANCE:
+            TS_TRY(ts_instancenorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            break;
+        }
+        ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
+        TS_TRY(ts_conv3d_backward(i ? &b->a[0] : in, &w, 1, 1, &b->y[i], i ? g : dx, &dw, &db));
+    }
+    return 0;
+}
+
+int ts_unet_backward(ts_unet *m)
+{
+    const int L = m->cfg.levels;
+    if (!m->have_dlogits) return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
+    m->have_dlogits = 0; /* the forward buffers are consumed */
+    ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
+    TS_TRY(ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], &dhw, &dhb));
+    for (int l = 0; l <= L - 2; l++) {
+        TS_TRY(block_backward(m, &m->dec[l], &m->cat[l], &m->gin[l], &m->cat[l]));
+        TS_TRY(ts_concat_backward(&m->cat[l], &m->up[l], &m->dskip[l]));
+        ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
+        TS_TRY(ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
+    }
+    for (int l = L - 1; l >= 0; l--) {
+        TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, &m->gin[l], l ? &m->pool[l] : NULL));
+        if (l > 0) {
+            TS_TRY(ts_maxpool3d_backward(&m->pool[l], &m->pidx[l], 2, &m->gin[l - 1]));
+            float *g = m->gin[l - 1].data;
+            const float *s = m->dskip[l - 1].data;
+            const int64_t n = ts_tensor_numel(&m->gin[l - 1]);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++) g[i] += s[i];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,87 @@
+/* The 3D U-Net of DESIGN.md: encoder levels enc0..enc{L-1} of two
+ * (3x3x3 conv with bias -> norm -> ReLU) blocks with 2x max-pool between
+ * them, decoder levels dec{L-2}..dec0 each after a 2x2x2 stride-2
+ * transposed conv up{l} and the channel concatenation [upsampled, skip], a
+ * 1x1x1 head giving K class scores. Parameters live in one ts_arena under
+ * PyTorch's state_dict names; activations are channels-last and owned by
+ * the model (allocated for one input shape by ts_unet_setup). All calls are
+ * local (one rank); threads come from OpenMP. */
+#ifndef TS_MODEL_UNET_H
+#define TS_MODEL_UNET_H
+
+#include <stdint.h>
+
+#include "src/core/config.h"
+#include "src/core/tensor.h"
+#include "src/model/arena.h"
+#include "src/nn/layers.h"
+
+#define TS_UNET_MAX_LEVELS 8
+
+typedef enum { TS_NORM_BATCH = 0, TS_NORM_GROUP, TS_NORM_INSTANCE } ts_norm_kind;
+typedef enum { TS_LOSS_CE = 1, TS_LOSS_DICE = 2, TS_LOSS_CE_DICE = 3 } ts_loss_kind;
+
+typedef struct ts_unet_cfg {
+    int levels;
+    int channels[TS_UNET_MAX_LEVELS];
+    int in_channels, classes;
+    ts_norm_kind norm;
+    int groups;       /* group norm */
+    float eps;        /* norm epsilon */
+    float momentum;   /* batch-norm running-statistics momentum */
+    ts_loss_kind loss;
+    int ignore_index; /* -1: none */
+    int weighted;     /* class_weights set */
+    float class_weights[256];
+    int64_t patch[3]; /* data.patch (D, H, W) */
+} ts_unet_cfg;
+
+/* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
+ * train.class_weights, train.batch, train.seed); NULL-terminated. */
+extern const ts_cfg_key ts_model_config_keys[];
+
+/* Local. Reads and validates the model keys; errors name the key (channels
+ * not divisible by model.groups, patch edges not divisible by 2^(levels-1),
+ * class weights count != classes ...). */
+int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
+/* Local. Checks that a D x H x W input suits the network (each edge divisible
+ * by 2^(levels-1)); what names the source in the message. */
+int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what);
+
+typedef struct ts_unet ts_unet;
+
+/* Local. Builds the parameter table and allocates the arena with nstate
+ * optimizer state regions (ts_optim_state_count). Parameters start at zero:
+ * call ts_unet_init or load weights. */
+int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out);
+void ts_unet_destroy(ts_unet **m);
+ts_arena *ts_unet_arena(ts_unet *m);
+const ts_unet_cfg *ts_unet_config(const ts_unet *m);
+
+/* Local. PyTorch's default initialisation: conv and transposed-conv weights
+ * Kaiming-uniform(a = sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); norm weight 1, bias 0; running mean 0,
+ * var 1. Random numbers from Philox stream (seed, 0, parameter index). */
+int ts_unet_init(ts_unet *m, uint64_t seed);
+
+/* Local. Allocates activations and gradient buffers for inputs of n samples
+ * of d x h x w (no-op if already set up for that shape). */
+int ts_unet_setup(ts_unet *m, int n, int d, int h, int w);
+/* Bytes of activation and gradient buffers held by the model. */
+size_t ts_unet_activation_bytes(const ts_unet *m);
+
+/* Local. Forward pass on image [N, C, D, H, W] (float32, PyTorch layout);
+ * train = 1 uses batch statistics (and updates running statistics),
+ * train = 0 the running statistics. */
+int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train);
+/* The logits of the last forward, channels-last [N, D, H, W, K]. */
+const ts_tensor *ts_unet_logits(const ts_unet *m);
+/* Local. Loss of the last forward against labels [N, D, H, W] (uint8);
+ * with_grad = 1 also stores dloss/dlogits for ts_unet_backward. */
+int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
+/* Local. Backward from the stored logit gradient, accumulating parameter
+ * gradients into the arena (call ts_arena_zero_grad first). Needs a train-mode
+ * forward and ts_unet_loss(with_grad = 1) on the same input. */
+int ts_unet_backward(ts_unet *m);
+
+#endif

@@ -1,0 +1,110 @@
+/* Config keys of the model, the loss and the data patch, and their
+ * validation into a ts_unet_cfg (errors name the key). */
+#include "tsbuild.h"
+#include "src/model/unet.h"
+#include "src/core/error.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const ts_cfg_key ts_model_config_keys[] = {
+    {"model.channels", TS_CFG_INTLIST, "16,32,64,128", "1:4096", "channels per level (the number of entries is the number of levels, at most 8)"},
+    {"model.in_channels", TS_CFG_INT, "1", "1:4096", "input image channels"},
+    {"model.classes", TS_CFG_INT, "2", "2:256", "classes K (labels 0..K-1)"},
+    {"model.norm", TS_CFG_ENUM, "batch", "batch|group|instance", "normalisation after each conv"},
+    {"model.groups", TS_CFG_INT, "8", "1:4096", "group norm: groups (must divide every level's channels)"},
+    {"model.norm_eps", TS_CFG_FLOAT, "1e-5", "0:1", "epsilon of the norms"},
+    {"model.bn_momentum", TS_CFG_FLOAT, "0.1", "0:1", "batch norm: running-statistics momentum (PyTorch convention)"},
+    {"data.patch", TS_CFG_INTLIST, "64", "1:65536", "patch edge, or D,H,W; divisible by 2^(levels-1)"},
+    {"train.batch", TS_CFG_INT, "2", "1:65536", "micro-batch per rank"},
+    {"train.seed", TS_CFG_INT, "0", "0:", "seed of initialisation and random data"},
+    {"train.loss", TS_CFG_ENUM, "ce", "ce|dice|ce+dice", "cross-entropy (mean over voxels), soft Dice, or their sum"},
+    {"train.ignore_index", TS_CFG_INT, "-1", "-1:255", "label value excluded from the loss (-1: none)"},
+    {"train.class_weights", TS_CFG_STRING, NULL, NULL, "cross-entropy class weights: K comma-separated positive numbers"},
+    {NULL, 0, NULL, NULL, NULL},
+};
+
+int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what)
+{
+    const int64_t f = (int64_t)1 << (u->levels - 1);
+    for (int i = 0; i < 3; i++)
+        if (dhw[i] < f || dhw[i] % f)
+            return TS_ERR(TS_ERR_ARG,
+                          "%s: size %lldx%lldx%lld: every edge must be a positive multiple of 2^(levels-1) = %lld "
+                          "for the %d levels of model.channels",
+                          what, (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)f, u->levels);
+    return 0;
+}
+
+int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
+{
+    int64_t ch[TS_UNET_MAX_LEVELS + 1], v;
+    int n;
+    const char *s;
+    double f;
+    memset(u, 0, sizeof *u);
+    if (ts_config_get_intlist(cfg, "model.channels", ch, TS_UNET_MAX_LEVELS + 1, &n) || n > TS_UNET_MAX_LEVELS)
+        return TS_ERR(TS_ERR_CONFIG, "model.channels (%s): 1 to %d levels", ts_config_source(cfg, "model.channels"),
+                      TS_UNET_MAX_LEVELS);
+    u->levels = n;
+    for (int i = 0; i < n; i++) u->channels[i] = (int)ch[i];
+    TS_TRY(ts_config_get_int(cfg, "model.in_channels", &v));
+    u->in_channels = (int)v;
+    TS_TRY(ts_config_get_int(cfg, "model.classes", &v));
+    u->classes = (int)v;
+    TS_TRY(ts_config_get_str(cfg, "model.norm", &s));
+    u->norm = !strcmp(s, "batch") ? TS_NORM_BATCH : !strcmp(s, "group") ? TS_NORM_GROUP : TS_NORM_INSTANCE;
+    TS_TRY(ts_config_get_int(cfg, "model.groups", &v));
+    u->groups = (int)v;
+    if (u->norm == TS_NORM_GROUP)
+        for (int i = 0; i < n; i++)
+            if (u->channels[i] % u->groups)
+                return TS_ERR(TS_ERR_CONFIG,
+                              "model.groups = %d (%s) does not divide model.channels entry %d (level %d, %s): group "
+                              "norm needs every level's channels to be a multiple of the groups",
+                              u->groups, ts_config_source(cfg, "model.groups"), u->channels[i], i,
+                              ts_config_source(cfg, "model.channels"));
+    TS_TRY(ts_config_get_float(cfg, "model.norm_eps", &f));
+    u->eps = (float)f;
+    TS_TRY(ts_config_get_float(cfg, "model.bn_momentum", &f));
+    u->momentum = (float)f;
+    int np;
+    if (ts_config_get_intlist(cfg, "data.patch", u->patch, 3, &np) || (np != 1 && np != 3))
+        return TS_ERR(TS_ERR_CONFIG, "data.patch (%s): one edge or D,H,W", ts_config_source(cfg, "data.patch"));
+    if (np == 1) u->patch[1] = u->patch[2] = u->patch[0];
+    {
+        char what[160];
+        snprintf(what, sizeof what, "data.patch (%s)", ts_config_source(cfg, "data.patch"));
+        TS_TRY(ts_unet_check_input(u, u->patch, what));
+    }
+    TS_TRY(ts_config_get_str(cfg, "train.loss", &s));
+    u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
+    TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
+    u->ignore_index = (int)v;
+    if (u->ignore_index >= 0 && u->ignore_index < u->classes)
+        return TS_ERR(TS_ERR_CONFIG, "train.ignore_index = %d (%s) is one of the %d classes", u->ignore_index,
+                      ts_config_source(cfg, "train.ignore_index"), u->classes);
+    if (ts_config_isset(cfg, "train.class_weights")) {
+        TS_TRY(ts_config_get_str(cfg, "train.class_weights", &s));
+        const char *p = s;
+        int k = 0;
+        while (*p) {
+            char *end;
+            errno = 0;
+            double w = strtod(p, &end);
+            if (end == p || errno || !isfinite(w) || w <= 0 || k >= u->classes)
+                return TS_ERR(TS_ERR_CONFIG, "train.class_weights = '%s' (%s): needs %d positive numbers (model.classes)",
+                              s, ts_config_source(cfg, "train.class_weights"), u->classes);
+            u->class_weights[k++] = (float)w;
+            p = end;
+            while (*p == ',' || *p == ' ') p++;
+        }
+        if (k != u->classes)
+            return TS_ERR(TS_ERR_CONFIG, "train.class_weights = '%s' (%s): %d values for %d classes (model.classes)", s,
+                          ts_config_source(cfg, "train.class_weights"), k, u->classes);
+        u->weighted = 1;
+    }
+    return 0;
+}

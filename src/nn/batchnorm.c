@@ -1,0 +1,127 @@
+/* Batch norm (PyTorch BatchNorm3d semantics) on channels-last activations:
+ * batch statistics in training (two passes, double sums), running
+ * statistics with momentum and the unbiased variance, eval mode with the
+ * running statistics. */
+#include "tsbuild.h"
+#include "src/nn/layers.h"
+#include "src/nn/norm_impl.h"
+#include "src/core/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static int vec_ok(const ts_tensor *t, int64_t c, const char *what)
+{
+    if (!t) return 0;
+    if (!ts_tensor_f32(t)) return TS_ERR(TS_ERR_ARG, "batchnorm: %s must be float32", what);
+    return ts_tensor_check_shape(t, what, 1, &c);
+}
+
+static int bn_shapes(const ts_tensor *x, const ts_tensor *y, const char *yname)
+{
+    if (!ts_tensor_f32(x) || !ts_tensor_f32(y)) return TS_ERR(TS_ERR_ARG, "batchnorm: tensors must be float32");
+    if (x->ndim < 2) return TS_ERR(TS_ERR_ARG, "batchnorm: input needs a channel dimension");
+    if (!ts_tensor_same_shape(x, y)) return TS_ERR(TS_ERR_ARG, "batchnorm: %s must have the input's shape", yname);
+    return 0;
+}
+
+int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
+                         ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
+                         ts_tensor *save_mean, ts_tensor *save_invstd)
+{
+    int err = 0;
+    double *s = NULL;
+    float *sc = NULL;
+    TS_CHECK(bn_shapes(x, y, "output"));
+    const int C = (int)x->shape[x->ndim - 1];
+    const size_t M = (size_t)(ts_tensor_numel(x) / C);
+    TS_CHECK(vec_ok(gamma, C, "batchnorm weight"));
+    TS_CHECK(vec_ok(beta, C, "batchnorm bias"));
+    TS_CHECK(vec_ok(running_mean, C, "batchnorm running_mean"));
+    TS_CHECK(vec_ok(running_var, C, "batchnorm running_var"));
+    TS_CHECK(vec_ok(save_mean, C, "batchnorm saved mean"));
+    TS_CHECK(vec_ok(save_invstd, C, "batchnorm saved invstd"));
+    if (!gamma || !beta || !save_mean || !save_invstd) TS_FAIL(TS_ERR_ARG, "batchnorm: weight, bias and saved statistics are required");
+    if (!train && (!running_mean || !running_var)) TS_FAIL(TS_ERR_ARG, "batchnorm: eval mode needs the running statistics");
+    if (train && M < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel");
+    s = TS_CALLOC((size_t)2 * C, sizeof(double));
+    sc = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
+    if (!s || !sc) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
+    float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *ctr = sc + 2 * C;
+    const float *g = gamma->data, *b = beta->data;
+    if (train) {
+        TS_CHECK(ts_nn_channel_sums(x->data, NULL, NULL, 1, M, C, s, NULL));
+        for (int c = 0; c < C; c++) ctr[c] = mean[c] = (float)(s[c] / (double)M);
+        TS_CHECK(ts_nn_channel_sums(x->data, NULL, ctr, 1, M, C, NULL, s + C));
+        for (int c = 0; c < C; c++) {
+            const double var = s[C + c] / (double)M;
+            inv[c] = (float)(1.0 / sqrt(var + o->eps));
+            if (running_mean && running_var) {
+                float *rm = running_mean->data, *rv = running_var->data;
+                rm[c] = (1.0f - o->momentum) * rm[c] + o->momentum * mean[c];
+                rv[c] = (float)((1.0 - o->momentum) * rv[c] + o->momentum * var * (double)M / (double)(M - 1));
+            }
+        }
+    } else {
+        const float *rm = running_mean->data, *rv = running_var->data;
+        for (int c = 0; c < C; c++) {
+            mean[c] = rm[c];
+            inv[c] = (float)(1.0 / sqrt((double)rv[c] + o->eps));
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        scale[c] = g[c] * inv[c];
+        shift[c] = b[c] - mean[c] * scale[c];
+    }
+    ts_nn_channel_affine(x->data, scale, shift, 1, M, C, y->data);
+cleanup:
+    free(s);
+    free(sc);
+    return err;
+}
+
+int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+                          const ts_tensor *save_invstd, int train, const ts_tensor *dy, ts_tensor *dx,
+                          ts_tensor *dgamma, ts_tensor *dbeta)
+{
+    int err = 0;
+    double *s = NULL;
+    float *k = NULL;
+    TS_CHECK(bn_shapes(x, dy, "output gradient"));
+    const int C = (int)x->shape[x->ndim - 1];
+    const size_t M = (size_t)(ts_tensor_numel(x) / C);
+    TS_CHECK(vec_ok(gamma, C, "batchnorm weight"));
+    TS_CHECK(vec_ok(save_mean, C, "batchnorm saved mean"));
+    TS_CHECK(vec_ok(save_invstd, C, "batchnorm saved invstd"));
+    TS_CHECK(vec_ok(dgamma, C, "batchnorm weight gradient"));
+    TS_CHECK(vec_ok(dbeta, C, "batchnorm bias gradient"));
+    if (dx) TS_CHECK(bn_shapes(x, dx, "input gradient"));
+    if (!gamma || !save_mean || !save_invstd) TS_FAIL(TS_ERR_ARG, "batchnorm backward: weight and saved statistics are required");
+    s = TS_CALLOC((size_t)2 * C, sizeof(double));
+    k = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
+    if (!s || !k) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
+    const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
+    TS_CHECK(ts_nn_channel_sums(x->data, dy->data, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
+    for (int c = 0; c < C; c++) {
+        if (dgamma) ((float *)dgamma->data)[c] += (float)(s[C + c] * inv[c]);
+        if (dbeta) ((float *)dbeta->data)[c] += (float)s[c];
+    }
+    if (dx) {
+        float *a = k, *b = k + C, *kk = k + 2 * C;
+        for (int c = 0; c < C; c++) {
+            const double scale = (double)g[c] * inv[c];
+            a[c] = (float)scale;
+            if (train) {
+                b[c] = (float)(-scale * inv[c] * inv[c] * s[C + c] / (double)M);
+                kk[c] = (float)(-scale * s[c] / (double)M);
+            } else {
+                b[c] = kk[c] = 0.0f;
+            }
+        }
+        ts_nn_norm_dx(x->data, dy->data, mean, a, b, kk, 1, M, C, dx->data);
+    }
+cleanup:
+    free(s);
+    free(k);
+    return err;
+}

@@ -1,0 +1,39 @@
+/* Private to src/nn: the three CPU kernels that all convolutions are built
+ * from, on channels-last float32 data, with weights packed as
+ * wp[tap][c][ocp] (tap = (kd*k + kh)*k + kw, ocp = output channels rounded
+ * up to 16, padding lanes zero):
+ *   gather  y[o]  = b + sum_t sum_c x[o*s - p + t][c] wp[t][c][:]
+ *           (conv forward; conv backward-data at stride 1 with flipped taps;
+ *            transposed-conv backward-data)
+ *   tgather y[o]  = b + sum_t sum_c x[(o + p - t)/s][c] wp[t][c][:]  (where
+ *           divisible and inside; transposed-conv forward; conv backward-data
+ *           at stride > 1)
+ *   wgrad   dw[t][c][:] = sum_o x[o*s - p + t][c] g[o][:]
+ * Each runs OpenMP threads over output rows with static schedules (the
+ * results do not depend on timing). Register-blocked micro-kernels: a tile
+ * of output voxels x 16-lane channel vectors stays in registers over all
+ * taps and input channels; inputs are staged per row block in a zero-padded
+ * slab, so that the inner loops have no bounds checks. */
+#ifndef TS_NN_CONV_IMPL_H
+#define TS_NN_CONV_IMPL_H
+
+#include <stddef.h>
+
+typedef struct ts_conv_geom {
+    int N;
+    int D, H, W, C;     /* input dims and channels (gather, wgrad: the large side) */
+    int OD, OH, OW, OC; /* output dims and channels */
+    int k, s, p;        /* cubic kernel, stride, padding */
+} ts_conv_geom;
+
+static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
+
+/* bias: NULL or [OC]. Return 0 or TS_ERR_NOMEM. */
+int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
+int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
+/* gy [N, OD, OH, OW, OC]; dwp [k^3][C][OC] is overwritten (not padded). */
+int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp);
+/* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
+int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
+
+#endif

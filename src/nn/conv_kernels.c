@@ -1,0 +1,415 @@
+/* The convolution kernels of src/nn (gather, tgather, wgrad; see
+ * conv_impl.h). Portable C with GCC vector extensions: 16-float vectors
+ * become one AVX-512 register with -march=native and pairs or quads of
+ * narrower registers elsewhere. Cost per output voxel: k^3 * C * OC
+ * multiply-adds; the micro-kernels keep WB voxels x NV vectors of
+ * accumulators in registers and load each packed weight vector once per
+ * WB voxels. */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/nn/conv_impl.h"
+#include "src/core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+#define AI static inline __attribute__((always_inline))
+
+AI v16 vld(const float *p) { return *(const v16u *)p; }
+AI void vst(float *p, v16 v) { *(v16u *)p = v; }
+
+static int nthreads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+/* vectors per micro-tile for `lanes` (a multiple of 16) remaining output channels */
+static inline int nv_for(int lanes) { return lanes >= 64 ? 4 : lanes >= 32 ? 2 : 1; }
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Rows of output per work item: enough items for the threads, few rows per
+ * slab so that it stays in L2. */
+static int row_block(const ts_conv_geom *g)
+{
+    int hb = 8;
+    while (hb > 1 && (size_t)g->N * g->OD * ((g->OH + hb - 1) / hb) < (size_t)8 * nthreads()) hb /= 2;
+    return imin(hb, g->OH);
+}
+
+/* Slab of the input that output rows [oh0, oh0+nr) of plane (n, od) read:
+ * k planes x R rows x CS columns x C channels, zero outside the input. */
+static void fill_slab(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int R, int CS, float *slab)
+{
+    const int C = g->C;
+    const size_t row = (size_t)CS * C;
+    const int lo = imin(g->p, CS), hi = imax(lo, imin(CS, g->p + g->W));
+    for (int kd = 0; kd < g->k; kd++) {
+        const int id = od * g->s - g->p + kd;
+        for (int r = 0; r < R; r++) {
+            float *dst = slab + ((size_t)kd * R + r) * row;
+            const int ih = oh0 * g->s - g->p + r;
+            if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
+                memset(dst, 0, row * sizeof(float));
+                continue;
+            }
+            const float *src = x + (((size_t)n * g->D + id) * g->H + ih) * (size_t)g->W * C;
+            if (lo) memset(dst, 0, (size_t)lo * C * sizeof(float));
+            memcpy(dst + (size_t)lo * C, src + (size_t)(lo - g->p) * C, (size_t)(hi - lo) * C * sizeof(float));
+            if (hi < CS) memset(dst + (size_t)hi * C, 0, (size_t)(CS - hi) * C * sizeof(float));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ gather */
+
+typedef struct {
+    const float *slab;
+    size_t rstride, pstride; /* floats between slab rows / planes */
+    int k, s, C, ocp;
+    const float *wp, *bias; /* bias padded to ocp or NULL */
+} gc_args;
+
+/* y[ow0 + i][oc0 + 16 j + l] for i < WB, j < NV; r0 = first slab row of this output row. */
+AI void gc_tile(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy, const int WB, const int NV)
+{
+    v16 acc[WB][NV];
+    for (int j = 0; j < NV; j++) {
+        v16 b = a->bias ? *(const v16 *)(a->bias + oc0 + 16 * j) : (v16){0};
+        for (int i = 0; i < WB; i++) acc[i][j] = b;
+    }
+    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
+    for (int kd = 0; kd < k; kd++)
+        for (int kh = 0; kh < k; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            for (int kw = 0; kw < k; kw++) {
+                const float *xr = row + kw * C;
+                const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
+                for (int c = 0; c < C; c++) {
+                    v16 wv[NV];
+                    for (int j = 0; j < NV; j++) wv[j] = *(const v16 *)(wr + (size_t)c * ocp + 16 * j);
+                    for (int i = 0; i < WB; i++) {
+                        const float xv = xr[i * sc + c];
+                        for (int j = 0; j < NV; j++) acc[i][j] += xv * wv[j];
+                    }
+                }
+            }
+        }
+    if (nco == 16 * NV) {
+        for (int i = 0; i < WB; i++)
+            for (int j = 0; j < NV; j++) vst(y + (size_t)(ow0 + i) * ldy + oc0 + 16 * j, acc[i][j]);
+    } else {
+        for (int i = 0; i < WB; i++) {
+            float tmp[16 * NV];
+            for (int j = 0; j < NV; j++) vst(tmp + 16 * j, acc[i][j]);
+            memcpy(y + (size_t)(ow0 + i) * ldy + oc0, tmp, (size_t)nco * sizeof(float));
+        }
+    }
+}
+
+#define GC_ROW(WBMAIN, NV)                                                                        \
+    static void gc_row_##NV(const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy) \
+    {                                                                                             \
+        int ow = 0;                                                                               \
+        for (; ow + WBMAIN <= OW; ow += WBMAIN) gc_tile(a, r0, ow, oc0, nco, y, ldy, WBMAIN, NV); \
+        for (; ow + 4 <= OW; ow += 4) gc_tile(a, r0, ow, oc0, nco, y, ldy, 4, NV);                \
+        for (; ow + 2 <= OW; ow += 2) gc_tile(a, r0, ow, oc0, nco, y, ldy, 2, NV);                \
+        for (; ow < OW; ow++) gc_tile(a, r0, ow, oc0, nco, y, ldy, 1, NV);                        \
+    }
+GC_ROW(16, 1)
+GC_ROW(12, 2)
+GC_ROW(6, 4)
+
+int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+{
+    int err = 0;
+    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
+    const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
+    const size_t slab_n = round16((size_t)g->k * R * CS * g->C);
+    float *bp = NULL, *slabs = NULL;
+    if (bias) {
+        bp = TS_ALIGNED_ALLOC((size_t)ocp * sizeof(float));
+        if (!bp) TS_FAIL(TS_ERR_NOMEM, "conv bias");
+        memset(bp, 0, (size_t)ocp * sizeof(float));
+        memcpy(bp, bias, (size_t)g->OC * sizeof(float));
+    }
+    slabs = TS_ALIGNED_ALLOC(slab_n * nt * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
+    const int nhb = (g->OH + hb - 1) / hb;
+    const long items = (long)g->N * g->OD * nhb;
+#pragma omp parallel for schedule(static)
+    for (long it = 0; it < items; it++) {
+        const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
+        const int nr = imin(hb, g->OH - oh0);
+        float *slab = slabs + slab_n * thread_id();
+        fill_slab(g, x, n, od, oh0, R, CS, slab);
+        gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
+        for (int r = 0; r < nr; r++) {
+            float *yr = y + (((size_t)n * g->OD + od) * g->OH + oh0 + r) * (size_t)g->OW * g->OC;
+            for (int oc0 = 0; oc0 < ocp;) {
+                const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, g->OC - oc0);
+                if (nv == 4) gc_row_4(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                else if (nv == 2) gc_row_2(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                else gc_row_1(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                oc0 += 16 * nv;
+            }
+        }
+    }
+cleanup:
+    free(bp);
+    free(slabs);
+    return err;
+}
+
+/* ----------------------------------------------------------------- tgather */
+
+/* For output voxels ow = iw*s + kw - p, iw in [iw0, iw0+WB): y += x[iw] . wp[t]. */
+AI void tg_tile(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0, int nco,
+                float *y, int ldy, const int WB, const int NV)
+{
+    v16 acc[WB][NV];
+    for (int i = 0; i < WB; i++) {
+        float *yo = y + (size_t)((iw0 + i) * s + off) * ldy + oc0;
+        if (nco == 16 * NV) {
+            for (int j = 0; j < NV; j++) acc[i][j] = vld(yo + 16 * j);
+        } else {
+            float tmp[16 * NV];
+            memset(tmp, 0, sizeof tmp);
+            memcpy(tmp, yo, (size_t)nco * sizeof(float));
+            for (int j = 0; j < NV; j++) acc[i][j] = vld(tmp + 16 * j);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        v16 wv[NV];
+        for (int j = 0; j < NV; j++) wv[j] = *(const v16 *)(wr + (size_t)c * ocp + oc0 + 16 * j);
+        for (int i = 0; i < WB; i++) {
+            const float xv = xr[(size_t)(iw0 + i) * C + c];
+            for (int j = 0; j < NV; j++) acc[i][j] += xv * wv[j];
+        }
+    }
+    for (int i = 0; i < WB; i++) {
+        float *yo = y + (size_t)((iw0 + i) * s + off) * ldy + oc0;
+        if (nco == 16 * NV) {
+            for (int j = 0; j < NV; j++) vst(yo + 16 * j, acc[i][j]);
+        } else {
+            float tmp[16 * NV];
+            for (int j = 0; j < NV; j++) vst(tmp + 16 * j, acc[i][j]);
+            memcpy(yo, tmp, (size_t)nco * sizeof(float));
+        }
+    }
+}
+
+#define TG_RUN(WBMAIN, NV)                                                                                  \
+    static void tg_run_##NV(const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, \
+                            int oc0, int nco, float *y, int ldy)                                            \
+    {                                                                                                       \
+        int iw = lo;                                                                                        \
+        for (; iw + WBMAIN <= hi; iw += WBMAIN) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, WBMAIN, NV); \
+        for (; iw + 2 <= hi; iw += 2) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, 2, NV);             \
+        for (; iw < hi; iw++) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, 1, NV);                     \
+    }
+TG_RUN(16, 1)
+TG_RUN(12, 2)
+TG_RUN(6, 4)
+
+/* first i >= 0 with i*s + off >= 0, and one past the last with i*s + off < lim, clamped to [0, n) */
+static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
+{
+    int l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int h = lim - 1 - off < 0 ? 0 : (lim - 1 - off) / s + 1;
+    *lo = imin(l, n);
+    *hi = imax(*lo, imin(h, n));
+}
+
+int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+{
+    const int ocp = ts_nn_pad16(g->OC), k = g->k, s = g->s, p = g->p, C = g->C, OC = g->OC;
+    const long rows = (long)g->N * g->OD * g->OH;
+#pragma omp parallel for schedule(static)
+    for (long it = 0; it < rows; it++) {
+        const int n = (int)(it / ((long)g->OD * g->OH)), od = (int)(it / g->OH % g->OD), oh = (int)(it % g->OH);
+        float *yr = y + (size_t)it * g->OW * OC;
+        for (int ow = 0; ow < g->OW; ow++)
+            for (int oc = 0; oc < OC; oc++) yr[(size_t)ow * OC + oc] = bias ? bias[oc] : 0.0f;
+        for (int kd = 0; kd < k; kd++) {
+            const int nd = od + p - kd;
+            if (nd < 0 || nd % s || nd / s >= g->D) continue;
+            for (int kh = 0; kh < k; kh++) {
+                const int nh = oh + p - kh;
+                if (nh < 0 || nh % s || nh / s >= g->H) continue;
+                const float *xr = x + (((size_t)n * g->D + nd / s) * g->H + nh / s) * (size_t)g->W * C;
+                for (int kw = 0; kw < k; kw++) {
+                    /* ow = iw*s + kw - p */
+                    const int off = kw - p;
+                    int lo, hi;
+                    tap_range(s, off, g->OW, g->W, &lo, &hi);
+                    const float *wr = wp + (size_t)((kd * k + kh) * k + kw) * C * ocp;
+                    for (int oc0 = 0; oc0 < ocp;) {
+                        const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, OC - oc0);
+                        if (nv == 4) tg_run_4(xr, wr, C, ocp, s, off, lo, hi, oc0, nco, yr, OC);
+                        else if (nv == 2) tg_run_2(xr, wr, C, ocp, s, off, lo, hi, oc0, nco, yr, OC);
+                        else tg_run_1(xr, wr, C, ocp, s, off, lo, hi, oc0, nco, yr, OC);
+                        oc0 += 16 * nv;
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------- wgrad */
+
+typedef struct {
+    const float *slab;
+    size_t rstride, pstride;
+    int k, s, C;
+    const float *gy; /* nr rows of OW voxels x ldg floats */
+    int ldg, nr, OW;
+    float *dw; /* [k^3][C][ocp] */
+    int ocp;
+} wg_args;
+
+AI void wg_tile(const wg_args *a, int kd, int kh, int kw, int c0, int oc0, const int CB, const int NV)
+{
+    const int C = a->C, sc = a->s * a->C, ldg = a->ldg;
+    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * a->ocp + oc0;
+    v16 acc[CB][NV];
+    for (int c = 0; c < CB; c++)
+        for (int j = 0; j < NV; j++) acc[c][j] = *(v16 *)(dwt + (size_t)c * a->ocp + 16 * j);
+    for (int r = 0; r < a->nr; r++) {
+        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+        for (int ow = 0; ow < a->OW; ow++) {
+            v16 gv[NV];
+            for (int j = 0; j < NV; j++) gv[j] = vld(gr + (size_t)ow * ldg + 16 * j);
+            const float *xv = xr + (size_t)ow * sc;
+            for (int c = 0; c < CB; c++)
+                for (int j = 0; j < NV; j++) acc[c][j] += xv[c] * gv[j];
+        }
+    }
+    for (int c = 0; c < CB; c++)
+        for (int j = 0; j < NV; j++) *(v16 *)(dwt + (size_t)c * a->ocp + 16 * j) = acc[c][j];
+}
+
+#define WG_TAP(CBMAIN, NV)                                                              \
+    static void wg_tap_##NV(const wg_args *a, int kd, int kh, int kw, int oc0)         \
+    {                                                                                   \
+        int c = 0;                                                                      \
+        for (; c + CBMAIN <= a->C; c += CBMAIN) wg_tile(a, kd, kh, kw, c, oc0, CBMAIN, NV); \
+        for (; c + 4 <= a->C; c += 4) wg_tile(a, kd, kh, kw, c, oc0, 4, NV);            \
+        for (; c < a->C; c++) wg_tile(a, kd, kh, kw, c, oc0, 1, NV);                    \
+    }
+WG_TAP(16, 1)
+WG_TAP(8, 2)
+WG_TAP(4, 4)
+
+int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
+{
+    int err = 0;
+    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads(), k = g->k;
+    const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k;
+    const size_t slab_n = round16((size_t)k * R * CS * g->C), dw_n = (size_t)k * k * k * g->C * ocp;
+    const int padg = g->OC % 16 != 0;
+    const size_t gpad_n = padg ? (size_t)hb * g->OW * ocp : 0;
+    float *slabs = TS_ALIGNED_ALLOC((slab_n + dw_n + gpad_n) * nt * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
+    float *dws = slabs + slab_n * nt, *gpads = dws + dw_n * nt;
+    memset(dws, 0, dw_n * nt * sizeof(float));
+    const int nhb = (g->OH + hb - 1) / hb;
+    const long items = (long)g->N * g->OD * nhb;
+#pragma omp parallel
+    {
+        const int tid = thread_id();
+        float *slab = slabs + slab_n * tid, *dw = dws + dw_n * tid, *gpad = gpads + gpad_n * tid;
+#pragma omp for schedule(static)
+        for (long it = 0; it < items; it++) {
+            const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
+            const int nr = imin(hb, g->OH - oh0);
+            fill_slab(g, x, n, od, oh0, R, CS, slab);
+            const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
+            int ldg = g->OC;
+            if (padg) {
+                memset(gpad, 0, gpad_n * sizeof(float));
+                for (size_t v = 0; v < (size_t)nr * g->OW; v++)
+                    memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                gr = gpad;
+                ldg = ocp;
+            }
+            wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, dw, ocp};
+            for (int kd = 0; kd < k; kd++)
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++)
+                        for (int oc0 = 0; oc0 < ocp;) {
+                            const int nv = nv_for(ocp - oc0);
+                            if (nv == 4) wg_tap_4(&a, kd, kh, kw, oc0);
+                            else if (nv == 2) wg_tap_2(&a, kd, kh, kw, oc0);
+                            else wg_tap_1(&a, kd, kh, kw, oc0);
+                            oc0 += 16 * nv;
+                        }
+        }
+    }
+    /* fixed-order reduction of the per-thread sums, unpadded */
+    const size_t rows = (size_t)k * k * k * g->C;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++)
+        for (int oc = 0; oc < g->OC; oc++) {
+            float s = 0;
+            for (int t = 0; t < nt; t++) s += dws[dw_n * t + r * ocp + oc];
+            dwp[r * g->OC + oc] = s;
+        }
+cleanup:
+    free(slabs);
+    return err;
+}
+
+int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)
+{
+    const int nt = nthreads();
+    double *part = TS_CALLOC((size_t)nt * OC, sizeof(double));
+    if (!part) return TS_ERR_NOMEM;
+#pragma omp parallel
+    {
+        double *ps = part + (size_t)thread_id() * OC;
+        float acc[256];
+        const int cb = OC < 256 ? OC : 256;
+#pragma omp for schedule(static)
+        for (size_t b0 = 0; b0 < voxels; b0 += 256) {
+            size_t b1 = b0 + 256 < voxels ? b0 + 256 : voxels;
+            for (int c0 = 0; c0 < OC; c0 += cb) {
+                int nc = imin(cb, OC - c0);
+                for (int c = 0; c < nc; c++) acc[c] = 0;
+                for (size_t v = b0; v < b1; v++)
+                    for (int c = 0; c < nc; c++) acc[c] += gy[v * OC + c0 + c];
+                for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
+            }
+        }
+    }
+    for (int c = 0; c < OC; c++) {
+        double s = 0;
+        for (int t = 0; t < nt; t++) s += part[(size_t)t * OC + c];
+        db[c] += (float)s;
+    }
+    free(part);
+    return 0;
+}

@@ -1,0 +1,96 @@
+/* Transposed conv3d (PyTorch ConvTranspose3d, padding 0, weights
+ * [Cin, Cout, k, k, k]) on channels-last activations: forward is a
+ * transposed gather, the input gradient a strided gather convolution, the
+ * weight gradient the wgrad kernel with the roles of input and output
+ * gradient exchanged. */
+#include "tsbuild.h"
+#include "src/nn/layers.h"
+#include "src/nn/conv_impl.h"
+#include "src/core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int convt_shapes(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, const ts_tensor *y,
+                        const char *yname, ts_conv_geom *g)
+{
+    if (!ts_tensor_f32(x) || !ts_tensor_f32(w) || !ts_tensor_f32(y) || (b && !ts_tensor_f32(b)))
+        return TS_ERR(TS_ERR_ARG, "convt3d: tensors must be float32 on the host");
+    TS_TRY(ts_tensor_check_shape(x, "convt3d input", 5, (const int64_t[]){-1, -1, -1, -1, -1}));
+    TS_TRY(ts_tensor_check_shape(w, "convt3d weight", 5, (const int64_t[]){x->shape[4], -1, -1, -1, -1}));
+    const int k = (int)w->shape[2];
+    if (w->shape[3] != k || w->shape[4] != k || k < 1)
+        return TS_ERR(TS_ERR_ARG, "convt3d: only cubic kernels");
+    if (stride < 1) return TS_ERR(TS_ERR_ARG, "convt3d: stride %d", stride);
+    const int64_t cout = w->shape[1];
+    if (b) TS_TRY(ts_tensor_check_shape(b, "convt3d bias", 1, &cout));
+    int64_t od[3];
+    for (int i = 0; i < 3; i++) od[i] = (x->shape[1 + i] - 1) * stride + k;
+    TS_TRY(ts_tensor_check_shape(y, yname, 5, (const int64_t[]){x->shape[0], od[0], od[1], od[2], cout}));
+    /* tgather geometry: the small side (x) is the input */
+    *g = (ts_conv_geom){(int)x->shape[0], (int)x->shape[1], (int)x->shape[2], (int)x->shape[3], (int)x->shape[4],
+                        (int)od[0], (int)od[1], (int)od[2], (int)cout, k, stride, 0};
+    return 0;
+}
+
+/* w [Cin][Cout][taps] -> wp[t][ci][cop] (by_out = 0) or wp[t][co][cip] (by_out = 1) */
+static float *pack(const float *w, int cin, int cout, int taps, int by_out)
+{
+    const int rows = by_out ? cout : cin, cols = by_out ? cin : cout, colp = ts_nn_pad16(cols);
+    float *wp = TS_ALIGNED_ALLOC((size_t)taps * rows * colp * sizeof(float));
+    if (!wp) return NULL;
+    memset(wp, 0, (size_t)taps * rows * colp * sizeof(float));
+    for (int ci = 0; ci < cin; ci++)
+        for (int co = 0; co < cout; co++)
+            for (int t = 0; t < taps; t++) {
+                const int r = by_out ? co : ci, c = by_out ? ci : co;
+                wp[((size_t)t * rows + r) * colp + c] = w[((size_t)ci * cout + co) * taps + t];
+            }
+    return wp;
+}
+
+int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y)
+{
+    ts_conv_geom g;
+    TS_TRY(convt_shapes(x, w, b, stride, y, "convt3d output", &g));
+    float *wp = pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0);
+    if (!wp) return TS_ERR_NOMEM;
+    int err = ts_nn_tgather(&g, x->data, wp, b ? b->data : NULL, y->data);
+    free(wp);
+    return err;
+}
+
+int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
+                        ts_tensor *dw, ts_tensor *db)
+{
+    int err = 0;
+    ts_conv_geom g;
+    float *wp = NULL, *dwp = NULL;
+    TS_CHECK(convt_shapes(x, w, db, stride, dy, "convt3d output gradient", &g));
+    const int taps = g.k * g.k * g.k;
+    /* the big side (dy) as the input of gather / wgrad */
+    ts_conv_geom r = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, stride, 0};
+    if (dx) {
+        if (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x))
+            TS_FAIL(TS_ERR_ARG, "convt3d: input gradient must be float32 shaped like the input");
+        wp = pack(w->data, g.C, g.OC, taps, 1);
+        if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
+        TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
+    }
+    if (dw) {
+        if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
+            TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
+        dwp = TS_ALIGNED_ALLOC((size_t)taps * g.C * g.OC * sizeof(float));
+        if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
+        TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
+        float *d = dw->data;
+        for (int ci = 0; ci < g.C; ci++)
+            for (int co = 0; co < g.OC; co++)
+                for (int t = 0; t < taps; t++) d[((size_t)ci * g.OC + co) * taps + t] += dwp[((size_t)t * g.OC + co) * g.C + ci];
+    }
+    if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, db->data));
+cleanup:
+    free(wp);
+    free(dwp);
+    return err;
+}

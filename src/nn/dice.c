@@ -1,0 +1,120 @@
+/* Soft Dice loss on softmax probabilities, per sample and class, averaged
+ * (MONAI DiceLoss(softmax=True, to_onehot_y=True), smooth in numerator and
+ * denominator). */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/nn/layers.h"
+#include "src/nn/loss_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 4096
+
+/* s[n][k][0..2] = sum p g, sum p, sum g over the sample's kept voxels */
+static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double **out)
+{
+    int64_t V = 0, N = 1;
+    int K = 1;
+    TS_TRY(ts_nn_loss_shapes(logits, labels, "dice", &V, &K, &N));
+    const int64_t S = V / N, nch = (S + CHUNK - 1) / CHUNK;
+    const float *l = logits->data;
+    const uint8_t *y = labels->data;
+    const int ign = o ? o->ignore_index : -1;
+    double *part = TS_CALLOC((size_t)(N * nch) * 3 * K, sizeof(double));
+    double *s = TS_CALLOC((size_t)N * 3 * K, sizeof(double));
+    if (!part || !s) {
+        free(part);
+        free(s);
+        return TS_ERR_NOMEM;
+    }
+    int64_t bad = -1;
+#pragma omp parallel for schedule(static)
+    for (int64_t it = 0; it < N * nch; it++) {
+        const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
+        double *ps = part + (size_t)it * 3 * K;
+        float p[256];
+        for (int64_t v = v0; v < v1; v++) {
+            const int t = y[v];
+            if (ts_nn_ignored(t, ign)) continue;
+            if (t >= K) {
+#pragma omp critical(ts_dice_bad)
+                if (bad < 0 || v < bad) bad = v;
+                continue;
+            }
+            ts_nn_softmax(l + v * K, K, p);
+            for (int k = 0; k < K; k++) ps[3 * k + 1] += p[k];
+            ps[3 * t] += p[t];
+            ps[3 * t + 2] += 1.0;
+        }
+    }
+    for (int64_t it = 0; it < N * nch; it++)
+        for (int i = 0; i < 3 * K; i++) s[(it / nch) * 3 * K + i] += part[(size_t)it * 3 * K + i];
+    free(part);
+    if (bad >= 0) {
+        free(s);
+        return TS_ERR(TS_ERR_ARG, "dice: label %d at voxel %lld is not a class (0..%d) nor the ignore index", y[bad],
+                      (long long)bad, K - 1);
+    }
+    *out = s;
+    return 0;
+}
+
+int ts_dice_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss)
+{
+    double *s;
+    TS_TRY(dice_sums(logits, labels, o, &s));
+    const int K = (int)logits->shape[logits->ndim - 1];
+    const int64_t N = logits->shape[0];
+    const double sm = o ? o->dice_smooth : 1e-5;
+    double acc = 0;
+    for (int64_t i = 0; i < N * K; i++) acc += 1.0 - (2.0 * s[3 * i] + sm) / (s[3 * i + 1] + s[3 * i + 2] + sm);
+    *loss = acc / (double)(N * K);
+    free(s);
+    return 0;
+}
+
+int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                     ts_tensor *dlogits)
+{
+    double *s;
+    TS_TRY(dice_sums(logits, labels, o, &s));
+    if (!ts_tensor_f32(dlogits) || !ts_tensor_same_shape(dlogits, logits)) {
+        free(s);
+        return TS_ERR(TS_ERR_ARG, "dice: the logit gradient must be float32 shaped like the logits");
+    }
+    const int K = (int)logits->shape[logits->ndim - 1];
+    const int64_t N = logits->shape[0], V = ts_tensor_numel(labels), S = V / N;
+    const double sm = o ? o->dice_smooth : 1e-5;
+    /* dL/dp[v][k] = A[n][k] + g * B[n][k] */
+    float *AB = TS_ALIGNED_ALLOC((size_t)N * K * 2 * sizeof(float));
+    if (!AB) {
+        free(s);
+        return TS_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < N * K; i++) {
+        const double den = s[3 * i + 1] + s[3 * i + 2] + sm, num = 2.0 * s[3 * i] + sm, c = scale / (double)(N * K);
+        AB[2 * i] = (float)(c * num / (den * den));
+        AB[2 * i + 1] = (float)(-c * 2.0 / den);
+    }
+    free(s);
+    const float *l = logits->data;
+    const uint8_t *y = labels->data;
+    const int ign = o ? o->ignore_index : -1;
+    float *d = dlogits->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t v = 0; v < V; v++) {
+        const int t = y[v];
+        if (ts_nn_ignored(t, ign)) continue;
+        const float *ab = AB + (size_t)(v / S) * K * 2;
+        float p[256], dp[256], dot = 0;
+        ts_nn_softmax(l + v * K, K, p);
+        for (int k = 0; k < K; k++) {
+            dp[k] = ab[2 * k] + (k == t ? ab[2 * k + 1] : 0.0f);
+            dot += p[k] * dp[k];
+        }
+        for (int k = 0; k < K; k++) d[v * K + k] += p[k] * (dp[k] - dot);
+    }
+    free(AB);
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* Group norm and instance norm (PyTorch GroupNorm; InstanceNorm3d with
+ * affine=True) on channels-last activations: statistics per sample and group
+ * over the voxels and the group's channels, affine per channel. */
+#include "tsbuild.h"
+#include "src/nn/layers.h"
+#include "src/nn/norm_impl.h"
+#include "src/core/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+    int N, C, G, cg;
+    size_t S;
+} gn_dims;
+
+static int gn_shapes(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *mean, const ts_tensor *inv,
+                     int groups, const ts_tensor *y, const char *yname, gn_dims *d)
+{
+    if (!ts_tensor_f32(x) || !ts_tensor_f32(y) || !ts_tensor_f32(gamma) || !ts_tensor_f32(mean) || !ts_tensor_f32(inv))
+        return TS_ERR(TS_ERR_ARG, "groupnorm: tensors (input, %s, weight, saved statistics) must be float32", yname);
+    if (x->ndim < 3) return TS_ERR(TS_ERR_ARG, "groupnorm: input must be [N, ..., C]");
+    if (!ts_tensor_same_shape(x, y)) return TS_ERR(TS_ERR_ARG, "groupnorm: %s must have the input's shape", yname);
+    d->N = (int)x->shape[0];
+    d->C = (int)x->shape[x->ndim - 1];
+    d->S = (size_t)(ts_tensor_numel(x) / ((int64_t)d->N * d->C));
+    if (groups < 1 || d->C % groups)
+        return TS_ERR(TS_ERR_ARG, "groupnorm: %d groups do not divide %d channels", groups, d->C);
+    d->G = groups;
+    d->cg = d->C / groups;
+    int64_t c = d->C;
+    TS_TRY(ts_tensor_check_shape(gamma, "groupnorm weight", 1, &c));
+    if (ts_tensor_numel(mean) != (int64_t)d->N * groups || ts_tensor_numel(inv) != (int64_t)d->N * groups)
+        return TS_ERR(TS_ERR_ARG, "groupnorm: saved statistics need N*groups = %d values", d->N * groups);
+    return 0;
+}
+
+int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
+                         ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd)
+{
+    int err = 0;
+    gn_dims d;
+    double *s = NULL;
+    float *t = NULL;
+    TS_CHECK(gn_shapes(x, gamma, save_mean, save_invstd, o->groups, y, "output", &d));
+    {
+        int64_t c = d.C;
+        if (!ts_tensor_f32(beta)) TS_FAIL(TS_ERR_ARG, "groupnorm: bias must be float32");
+        TS_CHECK(ts_tensor_check_shape(beta, "groupnorm bias", 1, &c));
+    }
+    if (d.S * d.cg < 1) TS_FAIL(TS_ERR_ARG, "groupnorm: empty groups");
+    const size_t nc = (size_t)d.N * d.C;
+    s = TS_CALLOC(nc, sizeof(double));
+    t = TS_ALIGNED_ALLOC(3 * nc * sizeof(float));
+    if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
+    float *ctr = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
+    const float *g = gamma->data, *b = beta->data;
+    const double m = (double)d.S * d.cg;
+    TS_CHECK(ts_nn_channel_sums(x->data, NULL, NULL, d.N, d.S, d.C, s, NULL));
+    for (int n = 0; n < d.N; n++)
+        for (int gi = 0; gi < d.G; gi++) {
+            double acc = 0;
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) acc += s[(size_t)n * d.C + c];
+            mean[n * d.G + gi] = (float)(acc / m);
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + gi];
+        }
+    TS_CHECK(ts_nn_channel_sums(x->data, NULL, ctr, d.N, d.S, d.C, NULL, s));
+    for (int n = 0; n < d.N; n++)
+        for (int gi = 0; gi < d.G; gi++) {
+            double acc = 0;
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) acc += s[(size_t)n * d.C + c];
+            const float iv = (float)(1.0 / sqrt(acc / m + o->eps));
+            inv[n * d.G + gi] = iv;
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
+                scale[(size_t)n * d.C + c] = g[c] * iv;
+                shift[(size_t)n * d.C + c] = b[c] - mean[n * d.G + gi] * g[c] * iv;
+            }
+        }
+    ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, y->data);
+cleanup:
+    free(s);
+    free(t);
+    return err;
+}
+
+int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+                          const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
+                          ts_tensor *dgamma, ts_tensor *dbeta)
+{
+    int err = 0;
+    gn_dims d;
+    double *s = NULL;
+    float *t = NULL;
+    TS_CHECK(gn_shapes(x, gamma, save_mean, save_invstd, o->groups, dy, "output gradient", &d));
+    if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
+        TS_FAIL(TS_ERR_ARG, "groupnorm: input gradient must be float32 shaped like the input");
+    {
+        int64_t c = d.C;
+        if (dgamma) TS_CHECK(ts_tensor_check_shape(dgamma, "groupnorm weight gradient", 1, &c));
+        if (dbeta) TS_CHECK(ts_tensor_check_shape(dbeta, "groupnorm bias gradient", 1, &c));
+    }
+    const size_t nc = (size_t)d.N * d.C;
+    s = TS_CALLOC(2 * nc, sizeof(double));
+    t = TS_ALIGNED_ALLOC(4 * nc * sizeof(float));
+    if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm backward");
+    float *ctr = t, *a = t + nc, *b = t + 2 * nc, *k = t + 3 * nc;
+    const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
+    for (int n = 0; n < d.N; n++)
+        for (int c = 0; c < d.C; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + c / d.cg];
+    TS_CHECK(ts_nn_channel_sums(x->data, dy->data, ctr, d.N, d.S, d.C, s, s + nc));
+    const double m = (double)d.S * d.cg;
+    for (int n = 0; n < d.N; n++)
+        for (int gi = 0; gi < d.G; gi++) {
+            const double iv = inv[n * d.G + gi];
+            double A = 0, B = 0;
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
+                const size_t i = (size_t)n * d.C + c;
+                A += (double)g[c] * s[i];
+                B += (double)g[c] * s[nc + i] * iv;
+                if (dgamma) ((float *)dgamma->data)[c] += (float)(s[nc + i] * iv);
+                if (dbeta) ((float *)dbeta->data)[c] += (float)s[i];
+            }
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
+                const size_t i = (size_t)n * d.C + c;
+                a[i] = (float)(g[c] * iv);
+                b[i] = (float)(-iv * iv * B / m);
+                k[i] = (float)(-iv * A / m);
+            }
+        }
+    if (dx) ts_nn_norm_dx(x->data, dy->data, ctr, a, b, k, d.N, d.S, d.C, dx->data);
+cleanup:
+    free(s);
+    free(t);
+    return err;
+}
+
+int ts_instancenorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
+                            ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd)
+{
+    ts_norm_opts io = *o;
+    io.groups = (int)x->shape[x->ndim - 1];
+    return ts_groupnorm_forward(x, gamma, beta, &io, y, save_mean, save_invstd);
+}
+
+int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+                             const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
+                             ts_tensor *dgamma, ts_tensor *dbeta)
+{
+    ts_norm_opts io = *o;
+    io.groups = (int)x->shape[x->ndim - 1];
+    return ts_groupnorm_backward(x, gamma, save_mean, save_invstd, &io, dy, dx, dgamma, dbeta);
+}

@@ -1,0 +1,87 @@
+/* Max-pool 3d with kernel = stride = k on channels-last activations; the
+ * argmax per output element (position in its window, first maximum on ties,
+ * NaN wins as in PyTorch) is kept as uint8 for backward. */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/nn/layers.h"
+#include "src/core/error.h"
+
+#include <math.h>
+
+static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx, const char *xname)
+{
+    if (k < 1 || k * k * k > 255) return TS_ERR(TS_ERR_ARG, "maxpool3d: kernel %d (1..6)", k);
+    if (!ts_tensor_f32(x) || !ts_tensor_f32(y) || idx->dtype != TS_UINT8 || !idx->data)
+        return TS_ERR(TS_ERR_ARG, "maxpool3d: float32 %s and output, uint8 indices", xname);
+    TS_TRY(ts_tensor_check_shape(x, xname, 5, (const int64_t[]){-1, -1, -1, -1, -1}));
+    for (int i = 1; i <= 3; i++)
+        if (x->shape[i] % k)
+            return TS_ERR(TS_ERR_ARG, "maxpool3d: %s edge %lld not divisible by %d", xname, (long long)x->shape[i], k);
+    const int64_t want[5] = {x->shape[0], x->shape[1] / k, x->shape[2] / k, x->shape[3] / k, x->shape[4]};
+    TS_TRY(ts_tensor_check_shape(y, "maxpool3d output", 5, want));
+    TS_TRY(ts_tensor_check_shape(idx, "maxpool3d indices", 5, want));
+    return 0;
+}
+
+int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx)
+{
+    TS_TRY(pool_shapes(x, k, y, idx, "maxpool3d input"));
+    const int64_t H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = y->shape[1], OH = y->shape[2], OW = y->shape[3], rows = y->shape[0] * OD * OH;
+    const float *px = x->data;
+    float *py = y->data;
+    uint8_t *pi = idx->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t n = r / (OD * OH), od = r / OH % OD, oh = r % OH;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            float *m = py + (r * OW + ow) * C;
+            uint8_t *ix = pi + (r * OW + ow) * C;
+            int t = 0;
+            for (int kd = 0; kd < k; kd++)
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++, t++) {
+                        const float *v = px + ((((n * x->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
+                        if (t == 0) {
+                            for (int64_t c = 0; c < C; c++) {
+                                m[c] = v[c];
+                                ix[c] = 0;
+                            }
+                        } else {
+                            for (int64_t c = 0; c < C; c++)
+                                if (v[c] > m[c] || (isnan(v[c]) && !isnan(m[c]))) {
+                                    m[c] = v[c];
+                                    ix[c] = (uint8_t)t;
+                                }
+                        }
+                    }
+        }
+    }
+    return 0;
+}
+
+int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_tensor *dx)
+{
+    TS_TRY(pool_shapes(dx, k, dy, idx, "maxpool3d input gradient"));
+    const int64_t H = dx->shape[2], W = dx->shape[3], C = dx->shape[4];
+    const int64_t OD = dy->shape[1], OH = dy->shape[2], OW = dy->shape[3], rows = dy->shape[0] * OD * OH;
+    const float *pg = dy->data;
+    const uint8_t *pi = idx->data;
+    float *pd = dx->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t n = r / (OD * OH), od = r / OH % OD, oh = r % OH;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            const float *g = pg + (r * OW + ow) * C;
+            const uint8_t *ix = pi + (r * OW + ow) * C;
+            int t = 0;
+            for (int kd = 0; kd < k; kd++)
+                for (int kh = 0; kh < k; kh++)
+                    for (int kw = 0; kw < k; kw++, t++) {
+                        float *d = pd + ((((n * dx->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
+                        for (int64_t c = 0; c < C; c++) d[c] = ix[c] == t ? g[c] : 0.0f;
+                    }
+        }
+    }
+    return 0;
+}

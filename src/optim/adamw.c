@@ -1,0 +1,23 @@
+/* AdamW as torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps). */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/optim/optim.h"
+
+#include <math.h>
+
+void ts_adamw_update(float *p, const float *g, float *m, float *v, size_t n, double lr, double b1, double b2,
+                     double eps, double wd, int64_t t)
+{
+    const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - lr * wd);
+    const float fb1 = (float)b1, fb2 = (float)b2, feps = (float)eps;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        p[i] *= decay;
+        m[i] = fb1 * m[i] + (1.0f - fb1) * gi;
+        v[i] = fb2 * v[i] + (1.0f - fb2) * gi * gi;
+        p[i] -= step * m[i] / (sqrtf(v[i]) * rbc2 + feps);
+    }
+}

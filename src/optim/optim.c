@@ -1,0 +1,118 @@
+/* Optimizer configuration, dispatch and gradient clipping (see optim.h). */
+#include "tsbuild.h"
+#include "src/optim/optim.h"
+#include "src/core/error.h"
+
+#include <math.h>
+#include <string.h>
+
+const ts_cfg_key ts_optim_config_keys[] = {
+    {"train.optimizer", TS_CFG_ENUM, "sgd", "sgd|adamw", "optimizer"},
+    {"train.lr", TS_CFG_FLOAT, "0.01", "0:", "peak learning rate"},
+    {"train.momentum", TS_CFG_FLOAT, "0.9", "0:1", "SGD momentum (0: plain SGD)"},
+    {"train.nesterov", TS_CFG_BOOL, "false", NULL, "SGD: Nesterov momentum"},
+    {"train.weight_decay", TS_CFG_FLOAT, "0", "0:", "SGD: L2 term added to the gradient; AdamW: decoupled decay"},
+    {"train.beta1", TS_CFG_FLOAT, "0.9", "0:1", "AdamW beta1"},
+    {"train.beta2", TS_CFG_FLOAT, "0.999", "0:1", "AdamW beta2"},
+    {"train.adam_eps", TS_CFG_FLOAT, "1e-8", "0:", "AdamW epsilon"},
+    {"train.schedule", TS_CFG_ENUM, "constant", "constant|cosine|poly", "learning-rate schedule after warm-up"},
+    {"train.warmup_steps", TS_CFG_INT, "0", "0:", "linear warm-up steps"},
+    {"train.steps", TS_CFG_INT, "1000", "1:", "total optimizer steps (the cosine and poly schedules end there)"},
+    {"train.min_lr", TS_CFG_FLOAT, "0", "0:", "cosine schedule: final learning rate"},
+    {"train.poly_power", TS_CFG_FLOAT, "0.9", "0:", "poly schedule: exponent"},
+    {"train.clip_norm", TS_CFG_FLOAT, "0", "0:", "clip gradients to this global L2 norm (0: off)"},
+    {NULL, 0, NULL, NULL, NULL},
+};
+
+int ts_optim_cfg_from_config(const ts_config *cfg, ts_optim_cfg *o)
+{
+    const char *s;
+    int64_t v;
+    memset(o, 0, sizeof *o);
+    TS_TRY(ts_config_get_str(cfg, "train.optimizer", &s));
+    o->kind = !strcmp(s, "sgd") ? TS_OPT_SGD : TS_OPT_ADAMW;
+    TS_TRY(ts_config_get_float(cfg, "train.lr", &o->lr));
+    TS_TRY(ts_config_get_float(cfg, "train.momentum", &o->momentum));
+    TS_TRY(ts_config_get_bool(cfg, "train.nesterov", &o->nesterov));
+    TS_TRY(ts_config_get_float(cfg, "train.weight_decay", &o->weight_decay));
+    TS_TRY(ts_config_get_float(cfg, "train.beta1", &o->beta1));
+    TS_TRY(ts_config_get_float(cfg, "train.beta2", &o->beta2));
+    TS_TRY(ts_config_get_float(cfg, "train.adam_eps", &o->eps));
+    TS_TRY(ts_config_get_str(cfg, "train.schedule", &s));
+    o->sched = !strcmp(s, "constant") ? TS_SCHED_CONSTANT : !strcmp(s, "cosine") ? TS_SCHED_COSINE : TS_SCHED_POLY;
+    TS_TRY(ts_config_get_int(cfg, "train.warmup_steps", &v));
+    o->warmup_steps = v;
+    TS_TRY(ts_config_get_int(cfg, "train.steps", &v));
+    o->total_steps = v;
+    TS_TRY(ts_config_get_float(cfg, "train.min_lr", &o->min_lr));
+    TS_TRY(ts_config_get_float(cfg, "train.poly_power", &o->poly_power));
+    TS_TRY(ts_config_get_float(cfg, "train.clip_norm", &o->clip_norm));
+    if (o->kind == TS_OPT_SGD && o->nesterov && o->momentum <= 0)
+        return TS_ERR(TS_ERR_CONFIG, "train.nesterov = true (%s) needs train.momentum > 0",
+                      ts_config_source(cfg, "train.nesterov"));
+    if (o->kind == TS_OPT_ADAMW && (o->beta1 >= 1 || o->beta2 >= 1))
+        return TS_ERR(TS_ERR_CONFIG, "train.beta1 and train.beta2 must be below 1 for AdamW");
+    if (o->sched != TS_SCHED_CONSTANT && o->warmup_steps >= o->total_steps)
+        return TS_ERR(TS_ERR_CONFIG, "train.warmup_steps = %lld (%s) must be below train.steps = %lld for the %s schedule",
+                      (long long)o->warmup_steps, ts_config_source(cfg, "train.warmup_steps"), (long long)o->total_steps,
+                      o->sched == TS_SCHED_COSINE ? "cosine" : "poly");
+    return 0;
+}
+
+int ts_optim_state_count(const ts_optim_cfg *o)
+{
+    return o->kind == TS_OPT_ADAMW ? 2 : o->momentum > 0 ? 1 : 0;
+}
+
+int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
+{
+    const float *g = a->grads;
+    const size_t n = a->nparam, chunk = 1 << 14, nch = (n + chunk - 1) / chunk;
+    double total = 0;
+    /* fixed-order sum over chunks */
+    double part[256];
+    for (size_t c0 = 0; c0 < nch; c0 += 256) {
+        const size_t c1 = c0 + 256 < nch ? c0 + 256 : nch;
+#pragma omp parallel for schedule(static)
+        for (size_t c = c0; c < c1; c++) {
+            double s = 0;
+            for (size_t i = c * chunk; i < n && i < (c + 1) * chunk; i++) s += (double)g[i] * g[i];
+            part[c - c0] = s;
+        }
+        for (size_t c = c0; c < c1; c++) total += part[c - c0];
+    }
+    const double nrm = sqrt(total);
+    if (norm) *norm = nrm;
+    if (!isfinite(nrm)) return TS_ERR(TS_ERR_NUMERIC, "gradient norm is %g (NaN or Inf in the gradients)", nrm);
+    if (max_norm > 0) {
+        const double coef = max_norm / (nrm + 1e-6);
+        if (coef < 1) {
+            float *gw = a->grads, cf = (float)coef;
+#pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < n; i++) gw[i] *= cf;
+        }
+    }
+    return 0;
+}
+
+int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out)
+{
+    const ts_optim_cfg *c = &opt->cfg;
+    const double lr = ts_optim_lr(c, opt->step);
+    if (a->nstate < ts_optim_state_count(c))
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer needs %d state regions, the arena has %d", ts_optim_state_count(c), a->nstate);
+    if (c->clip_norm > 0 || norm_out) {
+        double nrm;
+        TS_TRY(ts_optim_clip(a, c->clip_norm, &nrm));
+        if (norm_out) *norm_out = nrm;
+    }
+    if (c->kind == TS_OPT_SGD)
+        ts_sgd_update(a->params, a->grads, c->momentum > 0 ? a->state[0] : NULL, a->nparam, lr, c->momentum,
+                      c->weight_decay, c->nesterov);
+    else
+        ts_adamw_update(a->params, a->grads, a->state[0], a->state[1], a->nparam, lr, c->beta1, c->beta2, c->eps,
+                        c->weight_decay, opt->step + 1);
+    opt->step++;
+    if (lr_out) *lr_out = lr;
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* Optimizers over the parameter arena: SGD (momentum, Nesterov, weight
+ * decay; PyTorch semantics with dampening 0), AdamW (decoupled weight decay,
+ * PyTorch semantics), learning-rate schedules (constant, linear warm-up then
+ * cosine or poly) and clipping by the global gradient norm. Updates run over
+ * the flat parameter region (padding stays zero). All calls are local; a
+ * data-parallel caller reduces the gradients before ts_optim_step. */
+#ifndef TS_OPTIM_OPTIM_H
+#define TS_OPTIM_OPTIM_H
+
+#include <stdint.h>
+
+#include "src/core/config.h"
+#include "src/model/arena.h"
+
+typedef enum { TS_OPT_SGD = 0, TS_OPT_ADAMW } ts_optim_kind;
+typedef enum { TS_SCHED_CONSTANT = 0, TS_SCHED_COSINE, TS_SCHED_POLY } ts_sched_kind;
+
+typedef struct ts_optim_cfg {
+    ts_optim_kind kind;
+    double lr, momentum, weight_decay;
+    int nesterov;
+    double beta1, beta2, eps; /* AdamW */
+    ts_sched_kind sched;
+    int64_t warmup_steps, total_steps;
+    double min_lr, poly_power;
+    double clip_norm; /* 0: no clipping */
+} ts_optim_cfg;
+
+/* train.optimizer, train.lr, ... (NULL-terminated). */
+extern const ts_cfg_key ts_optim_config_keys[];
+
+/* Local. Reads and validates the optimizer keys; errors name the key. */
+int ts_optim_cfg_from_config(const ts_config *cfg, ts_optim_cfg *o);
+/* Optimizer state regions the arena needs (SGD with momentum 1, without 0; AdamW 2). */
+int ts_optim_state_count(const ts_optim_cfg *o);
+
+/* Learning rate for step (0-based count of steps already taken): linear
+ * warm-up lr * (step+1) / warmup_steps, then constant; cosine from lr to
+ * min_lr over total_steps - warmup_steps; or poly lr * (1 - t)^power. */
+double ts_optim_lr(const ts_optim_cfg *o, int64_t step);
+
+typedef struct ts_optim {
+    ts_optim_cfg cfg;
+    int64_t step; /* steps taken */
+} ts_optim;
+
+/* Local. One update of every parameter of the arena from its gradient:
+ * clips (if configured), applies the schedule's learning rate. lr_out and
+ * norm_out (the gradient norm before clipping) may be NULL. */
+int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out);
+
+/* Local. Global L2 norm of the arena's gradients; scales them by
+ * max_norm / (norm + 1e-6) when the norm exceeds max_norm (PyTorch
+ * clip_grad_norm_). Returns the norm before clipping in *norm. */
+int ts_optim_clip(ts_arena *a, double max_norm, double *norm);
+
+/* Kernels on flat arrays of n floats (exposed for tests and sharded use). */
+void ts_sgd_update(float *p, const float *g, float *buf, size_t n, double lr, double momentum, double wd, int nesterov);
+void ts_adamw_update(float *p, const float *g, float *m, float *v, size_t n, double lr, double b1, double b2,
+                     double eps, double wd, int64_t t);
+
+#endif

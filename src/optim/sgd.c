@@ -1,0 +1,20 @@
+/* SGD as torch.optim.SGD (dampening 0): d = g + wd p; buf = momentum buf + d
+ * (buf starts at 0, so the first step sets buf = d as PyTorch does);
+ * Nesterov: d += momentum buf, else d = buf; p -= lr d. */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/optim/optim.h"
+
+void ts_sgd_update(float *p, const float *g, float *buf, size_t n, double lr, double momentum, double wd, int nesterov)
+{
+    const float flr = (float)lr, fm = (float)momentum, fwd = (float)wd;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i] + fwd * p[i];
+        if (buf) {
+            buf[i] = fm * buf[i] + d;
+            d = nesterov ? d + fm * buf[i] : buf[i];
+        }
+        p[i] -= flr * d;
+    }
+}

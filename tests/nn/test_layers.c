@@ -1,0 +1,517 @@
+/* Layer tests: the fast convolution kernels against naive double-precision
+ * references on many shapes, and a finite-difference gradient check of every
+ * layer (directional derivatives of L = sum r * y for random r and random
+ * directions, plus single coordinates). */
+#include "tsbuild.h"
+#include "src/core/error.h"
+#include "src/core/rng.h"
+#include "src/nn/layers.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ts_rng rng;
+
+static ts_tensor mk(int ndim, const int64_t *shape, float lo, float hi)
+{
+    ts_tensor t;
+    if (ts_tensor_alloc(&t, TS_FLOAT32, ndim, shape)) {
+        fprintf(stderr, "alloc: %s\n", ts_err_message());
+        exit(1);
+    }
+    float *p = t.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * ts_rng_uniformf(&rng);
+    return t;
+}
+#define MK(lo, hi, ...) mk(sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__}, lo, hi)
+
+static double max_rel(const float *a, const double *b, int64_t n)
+{
+    double m = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]) / fmax(scale, 1e-30));
+    return m;
+}
+
+/* ------------------------------------------------ naive references (double) */
+
+static void ref_conv(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int s, int p, const ts_tensor *y,
+                     double *out)
+{
+    const int64_t N = x->shape[0], D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = y->shape[1], OH = y->shape[2], OW = y->shape[3], OC = y->shape[4], k = w->shape[2];
+    const float *px = x->data, *pw = w->data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t od = 0; od < OD; od++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++)
+                    for (int64_t co = 0; co < OC; co++) {
+                        double acc = b ? ((float *)b->data)[co] : 0;
+                        for (int64_t kd = 0; kd < k; kd++)
+                            for (int64_t kh = 0; kh < k; kh++)
+                                for (int64_t kw = 0; kw < k; kw++) {
+                                    int64_t id = od * s - p + kd, ih = oh * s - p + kh, iw = ow * s - p + kw;
+                                    if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                    for (int64_t ci = 0; ci < C; ci++)
+                                        acc += (double)px[(((n * D + id) * H + ih) * W + iw) * C + ci] *
+                                               pw[((co * C + ci) * k + kd) * k * k + kh * k + kw];
+                                }
+                        out[(((n * OD + od) * OH + oh) * OW + ow) * OC + co] = acc;
+                    }
+}
+
+/* conv backward references: dx, dw, db from dy */
+static void ref_conv_bwd(const ts_tensor *x, const ts_tensor *w, int s, int p, const ts_tensor *dy, double *dx,
+                         double *dw, double *db)
+{
+    const int64_t N = x->shape[0], D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = dy->shape[1], OH = dy->shape[2], OW = dy->shape[3], OC = dy->shape[4], k = w->shape[2];
+    const float *px = x->data, *pw = w->data, *g = dy->data;
+    memset(dx, 0, sizeof(double) * ts_tensor_numel(x));
+    memset(dw, 0, sizeof(double) * ts_tensor_numel(w));
+    memset(db, 0, sizeof(double) * OC);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t od = 0; od < OD; od++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++)
+                    for (int64_t co = 0; co < OC; co++) {
+                        double gv = g[(((n * OD + od) * OH + oh) * OW + ow) * OC + co];
+                        db[co] += gv;
+                        for (int64_t kd = 0; kd < k; kd++)
+                            for (int64_t kh = 0; kh < k; kh++)
+                                for (int64_t kw = 0; kw < k; kw++) {
+                                    int64_t id = od * s - p + kd, ih = oh * s - p + kh, iw = ow * s - p + kw;
+                                    if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                    for (int64_t ci = 0; ci < C; ci++) {
+                                        int64_t xi = (((n * D + id) * H + ih) * W + iw) * C + ci;
+                                        int64_t wi = ((co * C + ci) * k + kd) * k * k + kh * k + kw;
+                                        dx[xi] += gv * pw[wi];
+                                        dw[wi] += gv * px[xi];
+                                    }
+                                }
+                    }
+}
+
+static void ref_convt(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int s, const ts_tensor *y,
+                      double *out)
+{
+    const int64_t N = x->shape[0], D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = y->shape[1], OH = y->shape[2], OW = y->shape[3], OC = y->shape[4], k = w->shape[2];
+    const float *px = x->data, *pw = w->data;
+    for (int64_t i = 0; i < ts_tensor_numel(y); i++) out[i] = b ? ((float *)b->data)[i % OC] : 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t ww = 0; ww < W; ww++)
+                    for (int64_t kd = 0; kd < k; kd++)
+                        for (int64_t kh = 0; kh < k; kh++)
+                            for (int64_t kw = 0; kw < k; kw++)
+                                for (int64_t co = 0; co < OC; co++) {
+                                    double acc = 0;
+                                    for (int64_t ci = 0; ci < C; ci++)
+                                        acc += (double)px[(((n * D + d) * H + h) * W + ww) * C + ci] *
+                                               pw[((ci * OC + co) * k + kd) * k * k + kh * k + kw];
+                                    out[(((n * OD + d * s + kd) * OH + h * s + kh) * OW + ww * s + kw) * OC + co] += acc;
+                                }
+}
+
+static void test_conv_vs_ref(int N, int D, int H, int W, int C, int OC, int k, int s, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), w = MK(-0.5f, 0.5f, OC, C, k, k, k), b = MK(-1, 1, OC);
+    int64_t OD = ts_conv_out_size(D, k, s, p), OH = ts_conv_out_size(H, k, s, p), OW = ts_conv_out_size(W, k, s, p);
+    ts_tensor y = MK(0, 0, N, OD, OH, OW, OC), dy = MK(-1, 1, N, OD, OH, OW, OC);
+    ts_tensor dx = MK(0, 0, N, D, H, W, C), dw = MK(0, 0, OC, C, k, k, k), db = MK(0, 0, OC);
+    double *ry = malloc(sizeof(double) * ts_tensor_numel(&y)), *rdx = malloc(sizeof(double) * ts_tensor_numel(&x));
+    double *rdw = malloc(sizeof(double) * ts_tensor_numel(&w)), *rdb = malloc(sizeof(double) * OC);
+    int rc = ts_conv3d_forward(&x, &w, bias ? &b : NULL, s, p, &y);
+    ref_conv(&x, &w, bias ? &b : NULL, s, p, &y, ry);
+    double e = max_rel(y.data, ry, ts_tensor_numel(&y));
+    ts_ok(rc == 0 && e < 2e-6, "conv3d forward %dx%dx%dx%dx%d -> %d k%d s%d p%d%s: max rel err %.2e", N, D, H, W, C, OC, k,
+          s, p, bias ? " bias" : "", e);
+    /* accumulate semantics: start dw, db at 1 */
+    ts_tensor_fill(&dw, 1.0f);
+    ts_tensor_fill(&db, 1.0f);
+    rc = ts_conv3d_backward(&x, &w, s, p, &dy, &dx, &dw, &db);
+    ref_conv_bwd(&x, &w, s, p, &dy, rdx, rdw, rdb);
+    for (int64_t i = 0; i < ts_tensor_numel(&w); i++) rdw[i] += 1.0;
+    for (int64_t i = 0; i < OC; i++) rdb[i] += 1.0;
+    double ex = max_rel(dx.data, rdx, ts_tensor_numel(&x)), ew = max_rel(dw.data, rdw, ts_tensor_numel(&w)),
+           eb = max_rel(db.data, rdb, OC);
+    ts_ok(rc == 0 && ex < 2e-6 && ew < 2e-6 && eb < 2e-6, "conv3d backward same shape: dx %.2e dw %.2e db %.2e", ex, ew, eb);
+    ts_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+static void test_convt_vs_ref(int N, int D, int C, int OC, int k, int s)
+{
+    ts_tensor x = MK(-1, 1, N, D, D + 1, D, C), w = MK(-0.5f, 0.5f, C, OC, k, k, k), b = MK(-1, 1, OC);
+    int64_t O = (D - 1) * s + k, OH = (int64_t)D * s + k;
+    ts_tensor y = MK(0, 0, N, O, OH, O, OC);
+    double *ry = malloc(sizeof(double) * ts_tensor_numel(&y));
+    int rc = ts_convt3d_forward(&x, &w, &b, s, &y);
+    ref_convt(&x, &w, &b, s, &y, ry);
+    double e = max_rel(y.data, ry, ts_tensor_numel(&y));
+    ts_ok(rc == 0 && e < 2e-6, "convt3d forward %d^3 x %d -> %d k%d s%d: max rel err %.2e", D, C, OC, k, s, e);
+    ts_tensor_free(&x);
+    ts_tensor_free(&w);
+    ts_tensor_free(&b);
+    ts_tensor_free(&y);
+    free(ry);
+}
+
+/* ---------------------------------------------------- finite differences */
+
+typedef struct fd_case fd_case;
+struct fd_case {
+    int (*fwd)(fd_case *c, ts_tensor *y); /* y from the inputs */
+    int (*bwd)(fd_case *c, const ts_tensor *dy); /* fills grads */
+    ts_tensor *in[4], *grad[4];
+    const char *names[4];
+    ts_tensor y; /* output (or [1] holding the loss) */
+    void *extra;
+    int k, s, p, train, groups;
+    float slope;
+    ts_tensor *t[8]; /* layer-specific tensors */
+    ts_loss_opts lo;
+};
+
+static double proj(const ts_tensor *y, const ts_tensor *r)
+{
+    double s = 0;
+    const float *a = y->data, *b = r->data;
+    for (int64_t i = 0; i < ts_tensor_numel(y); i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* checks every input's gradient along 3 random directions and 4 coordinates */
+static void fd_check(fd_case *c, const char *what, float eps, double tol)
+{
+    ts_tensor r = mk(c->y.ndim, c->y.shape, -1, 1);
+    int rc = c->fwd(c, &c->y);
+    for (int i = 0; i < 4 && c->grad[i]; i++) ts_tensor_zero(c->grad[i]);
+    rc = rc ? rc : c->bwd(c, &r);
+    if (rc) {
+        ts_ok(0, "%s: forward/backward failed: %s", what, ts_err_message());
+        ts_tensor_free(&r);
+        return;
+    }
+    for (int i = 0; i < 4 && c->in[i]; i++) {
+        ts_tensor *x = c->in[i];
+        const int64_t n = ts_tensor_numel(x);
+        float *px = x->data, *pg = c->grad[i]->data;
+        float *save = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n);
+        memcpy(save, px, sizeof(float) * n);
+        double worst = 0;
+        for (int trial = 0; trial < 7; trial++) {
+            double an = 0;
+            if (trial < 3) {
+                for (int64_t j = 0; j < n; j++) v[j] = ts_rng_uniformf(&rng) * 2 - 1;
+            } else {
+                memset(v, 0, sizeof(float) * n);
+                v[ts_rng_below(&rng, (uint64_t)n)] = 1;
+            }
+            for (int64_t j = 0; j < n; j++) an += (double)pg[j] * v[j];
+            for (int64_t j = 0; j < n; j++) px[j] = save[j] + eps * v[j];
+            c->fwd(c, &c->y);
+            double lp = proj(&c->y, &r);
+            for (int64_t j = 0; j < n; j++) px[j] = save[j] - eps * v[j];
+            c->fwd(c, &c->y);
+            double lm = proj(&c->y, &r);
+            memcpy(px, save, sizeof(float) * n);
+            double fd = (lp - lm) / (2.0 * eps);
+            double scale = 0;
+            for (int64_t j = 0; j < n; j++) scale = fmax(scale, fabs(pg[j]));
+            double err = fabs(fd - an) / fmax(fmax(fabs(an), fabs(fd)), scale + 1e-12);
+            worst = fmax(worst, err);
+        }
+        ts_ok(worst < tol, "%s: d/d%s finite differences, worst rel err %.2e (tol %.0e)", what, c->names[i], worst, tol);
+        free(save);
+        free(v);
+    }
+    ts_tensor_free(&r);
+}
+
+/* conv */
+static int conv_f(fd_case *c, ts_tensor *y) { return ts_conv3d_forward(c->in[0], c->in[1], c->in[2], c->s, c->p, y); }
+static int conv_b(fd_case *c, const ts_tensor *dy)
+{
+    return ts_conv3d_backward(c->in[0], c->in[1], c->s, c->p, dy, c->grad[0], c->grad[1], c->grad[2]);
+}
+static void fd_conv(int C, int OC, int D, int k, int s, int p)
+{
+    ts_tensor x = MK(-1, 1, 2, D, D - 1, D + 1, C), w = MK(-0.5f, 0.5f, OC, C, k, k, k), b = MK(-1, 1, OC);
+    ts_tensor gx = MK(0, 0, 2, D, D - 1, D + 1, C), gw = MK(0, 0, OC, C, k, k, k), gb = MK(0, 0, OC);
+    fd_case c = {conv_f, conv_b, {&x, &w, &b}, {&gx, &gw, &gb}, {"x", "w", "b"}, .s = s, .p = p};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5,
+                    (int64_t[]){2, ts_conv_out_size(D, k, s, p), ts_conv_out_size(D - 1, k, s, p), ts_conv_out_size(D + 1, k, s, p), OC});
+    char what[96];
+    snprintf(what, sizeof what, "conv3d %d->%d k%d s%d p%d", C, OC, k, s, p);
+    fd_check(&c, what, 1e-2f, 1e-3);
+    ts_tensor *all[] = {&x, &w, &b, &gx, &gw, &gb, &c.y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* transposed conv */
+static int convt_f(fd_case *c, ts_tensor *y) { return ts_convt3d_forward(c->in[0], c->in[1], c->in[2], c->s, y); }
+static int convt_b(fd_case *c, const ts_tensor *dy)
+{
+    return ts_convt3d_backward(c->in[0], c->in[1], c->s, dy, c->grad[0], c->grad[1], c->grad[2]);
+}
+static void fd_convt(int C, int OC, int D, int k, int s)
+{
+    ts_tensor x = MK(-1, 1, 2, D, D + 1, D, C), w = MK(-0.5f, 0.5f, C, OC, k, k, k), b = MK(-1, 1, OC);
+    ts_tensor gx = MK(0, 0, 2, D, D + 1, D, C), gw = MK(0, 0, C, OC, k, k, k), gb = MK(0, 0, OC);
+    fd_case c = {convt_f, convt_b, {&x, &w, &b}, {&gx, &gw, &gb}, {"x", "w", "b"}, .s = s};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5, (int64_t[]){2, (D - 1) * s + k, (int64_t)D * s + k, (D - 1) * s + k, OC});
+    char what[96];
+    snprintf(what, sizeof what, "convt3d %d->%d k%d s%d", C, OC, k, s);
+    fd_check(&c, what, 1e-2f, 1e-3);
+    ts_tensor *all[] = {&x, &w, &b, &gx, &gw, &gb, &c.y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* max-pool: inputs are a shuffled grid of well-separated values (no near-ties) */
+static int pool_f(fd_case *c, ts_tensor *y) { return ts_maxpool3d_forward(c->in[0], c->k, y, c->t[0]); }
+static int pool_b(fd_case *c, const ts_tensor *dy) { return ts_maxpool3d_backward(dy, c->t[0], c->k, c->grad[0]); }
+static void fd_pool(int k)
+{
+    int64_t D = 2 * k, C = 3;
+    ts_tensor x = MK(0, 0, 2, D, D, D, C), gx = MK(0, 0, 2, D, D, D, C), idx;
+    int64_t n = ts_tensor_numel(&x), *perm = malloc(sizeof(int64_t) * n);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    ts_rng_shuffle(&rng, perm, n);
+    for (int64_t i = 0; i < n; i++) ((float *)x.data)[i] = (float)perm[i] * 0.1f;
+    free(perm);
+    ts_tensor_alloc(&idx, TS_UINT8, 5, (int64_t[]){2, 2, 2, 2, C});
+    fd_case c = {pool_f, pool_b, {&x}, {&gx}, {"x"}, .k = k, .t = {&idx}};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5, (int64_t[]){2, 2, 2, 2, C});
+    char what[64];
+    snprintf(what, sizeof what, "maxpool3d k%d", k);
+    fd_check(&c, what, 1e-2f, 1e-4);
+    ts_tensor_free(&x);
+    ts_tensor_free(&gx);
+    ts_tensor_free(&idx);
+    ts_tensor_free(&c.y);
+}
+
+/* norms: t[0], t[1] saved statistics, t[2], t[3] running stats */
+static ts_norm_opts nopt(int groups) { return (ts_norm_opts){1e-5f, 0.1f, groups}; }
+static int bn_f(fd_case *c, ts_tensor *y)
+{
+    ts_norm_opts o = nopt(0);
+    return ts_batchnorm_forward(c->in[0], c->in[1], c->in[2], c->t[2], c->t[3], c->train, &o, y, c->t[0], c->t[1]);
+}
+static int bn_b(fd_case *c, const ts_tensor *dy)
+{
+    return ts_batchnorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], c->train, dy, c->grad[0], c->grad[1], c->grad[2]);
+}
+static int gn_f(fd_case *c, ts_tensor *y)
+{
+    ts_norm_opts o = nopt(c->groups);
+    return c->groups ? ts_groupnorm_forward(c->in[0], c->in[1], c->in[2], &o, y, c->t[0], c->t[1])
+                     : ts_instancenorm_forward(c->in[0], c->in[1], c->in[2], &o, y, c->t[0], c->t[1]);
+}
+static int gn_b(fd_case *c, const ts_tensor *dy)
+{
+    ts_norm_opts o = nopt(c->groups);
+    return c->groups ? ts_groupnorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1], c->grad[2])
+                     : ts_instancenorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1],
+                                                c->grad[2]);
+}
+static void fd_norm(const char *what, int kind, int train, int groups)
+{
+    const int64_t C = 6, N = 2;
+    ts_tensor x = MK(-2, 3, N, 3, 4, 5, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C);
+    ts_tensor gx = MK(0, 0, N, 3, 4, 5, C), gg = MK(0, 0, C), gb = MK(0, 0, C);
+    int64_t ns = kind == 0 ? C : N * (groups ? groups : C);
+    ts_tensor sm = MK(0, 0, ns), si = MK(0, 0, ns), rm = MK(-0.5f, 0.5f, C), rv = MK(0.5f, 2, C);
+    fd_case c = {kind == 0 ? bn_f : gn_f, kind == 0 ? bn_b : gn_b, {&x, &g, &b}, {&gx, &gg, &gb}, {"x", "gamma", "beta"},
+                 .train = train, .groups = groups, .t = {&sm, &si, &rm, &rv}};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5, x.shape);
+    fd_check(&c, what, 1e-3f, 2e-3);
+    ts_tensor *all[] = {&x, &g, &b, &gx, &gg, &gb, &sm, &si, &rm, &rv, &c.y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* relu: inputs kept away from the kink */
+static int relu_f(fd_case *c, ts_tensor *y) { return ts_relu_forward(c->in[0], c->slope, y); }
+static int relu_b(fd_case *c, const ts_tensor *dy)
+{
+    ts_tensor y;
+    ts_tensor_alloc(&y, TS_FLOAT32, c->in[0]->ndim, c->in[0]->shape);
+    int rc = ts_relu_forward(c->in[0], c->slope, &y);
+    rc = rc ? rc : ts_relu_backward(&y, c->slope, dy, c->grad[0]);
+    ts_tensor_free(&y);
+    return rc;
+}
+static void fd_relu(float slope)
+{
+    ts_tensor x = MK(0.1f, 1, 2, 3, 3, 3, 4), gx = MK(0, 0, 2, 3, 3, 3, 4);
+    float *p = x.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&x); i += 2) p[i] = -p[i];
+    fd_case c = {relu_f, relu_b, {&x}, {&gx}, {"x"}, .slope = slope};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5, x.shape);
+    fd_check(&c, slope > 0 ? "leaky relu 0.01" : "relu", 1e-3f, 1e-3);
+    ts_tensor_free(&x);
+    ts_tensor_free(&gx);
+    ts_tensor_free(&c.y);
+}
+
+static int cat_f(fd_case *c, ts_tensor *y) { return ts_concat_forward(c->in[0], c->in[1], y); }
+static int cat_b(fd_case *c, const ts_tensor *dy) { return ts_concat_backward(dy, c->grad[0], c->grad[1]); }
+static void fd_concat(void)
+{
+    ts_tensor a = MK(-1, 1, 2, 2, 3, 2, 3), b = MK(-1, 1, 2, 2, 3, 2, 5), ga = MK(0, 0, 2, 2, 3, 2, 3), gb = MK(0, 0, 2, 2, 3, 2, 5);
+    fd_case c = {cat_f, cat_b, {&a, &b}, {&ga, &gb}, {"a", "b"}};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 5, (int64_t[]){2, 2, 3, 2, 8});
+    fd_check(&c, "concat", 1e-2f, 1e-4);
+    ts_tensor *all[] = {&a, &b, &ga, &gb, &c.y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* losses: y = [1] holding the loss; t[0] = labels; kind in k (0 ce, 1 dice) */
+static int loss_f(fd_case *c, ts_tensor *y)
+{
+    double l;
+    int rc = c->k ? ts_dice_forward(c->in[0], c->t[0], &c->lo, &l) : ts_softmax_ce_forward(c->in[0], c->t[0], &c->lo, &l);
+    ((float *)y->data)[0] = (float)l;
+    return rc;
+}
+static int loss_b(fd_case *c, const ts_tensor *dy)
+{
+    float s = ((float *)dy->data)[0];
+    return c->k ? ts_dice_backward(c->in[0], c->t[0], &c->lo, s, c->grad[0])
+                : ts_softmax_ce_backward(c->in[0], c->t[0], &c->lo, s, c->grad[0]);
+}
+static void fd_loss(int kind, int ignore, int weighted)
+{
+    const int K = 4;
+    ts_tensor l = MK(-2, 2, 2, 3, 2, 4, K), gl = MK(0, 0, 2, 3, 2, 4, K), lab;
+    ts_tensor_alloc(&lab, TS_UINT8, 4, (int64_t[]){2, 3, 2, 4});
+    uint8_t *p = lab.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&lab); i++) p[i] = (uint8_t)ts_rng_below(&rng, K);
+    if (ignore >= 0)
+        for (int64_t i = 0; i < ts_tensor_numel(&lab); i += 5) p[i] = (uint8_t)ignore;
+    float cw[4] = {0.5f, 2.0f, 1.0f, 3.0f};
+    fd_case c = {loss_f, loss_b, {&l}, {&gl}, {"logits"}, .k = kind, .t = {&lab}};
+    c.lo = (ts_loss_opts){ignore, weighted ? cw : NULL, 1e-5f};
+    ts_tensor_alloc(&c.y, TS_FLOAT32, 1, (int64_t[]){1});
+    char what[96];
+    snprintf(what, sizeof what, "%s%s%s", kind ? "soft dice" : "softmax cross-entropy", ignore >= 0 ? " ignore-index" : "",
+             weighted ? " class weights" : "");
+    fd_check(&c, what, 1e-2f, 2e-3);
+    ts_tensor_free(&l);
+    ts_tensor_free(&gl);
+    ts_tensor_free(&lab);
+    ts_tensor_free(&c.y);
+}
+
+/* forward values of the losses against direct formulas */
+static void test_loss_values(void)
+{
+    /* one voxel per sample, 2 samples, 3 classes */
+    ts_tensor l = MK(0, 0, 2, 1, 1, 1, 3), lab;
+    float *pl = l.data;
+    const float v[6] = {1, 2, 3, 0.5f, -1, 0};
+    memcpy(pl, v, sizeof v);
+    ts_tensor_alloc(&lab, TS_UINT8, 4, (int64_t[]){2, 1, 1, 1});
+    ((uint8_t *)lab.data)[0] = 2;
+    ((uint8_t *)lab.data)[1] = 0;
+    double ce, want = 0, p[2][3];
+    for (int n = 0; n < 2; n++) {
+        double s = 0;
+        for (int k = 0; k < 3; k++) s += exp(v[3 * n + k]);
+        for (int k = 0; k < 3; k++) p[n][k] = exp(v[3 * n + k]) / s;
+    }
+    float cw[3] = {2, 1, 0.5f};
+    ts_loss_opts o = {-1, cw, 1e-5f};
+    int rc = ts_softmax_ce_forward(&l, &lab, &o, &ce);
+    want = (0.5 * -log(p[0][2]) + 2 * -log(p[1][0])) / 2.5;
+    ts_ok(rc == 0 && fabs(ce - want) < 1e-6, "cross-entropy with class weights = %.7f (expected %.7f)", ce, want);
+    o.ignore_index = 0;
+    rc = ts_softmax_ce_forward(&l, &lab, &o, &ce);
+    ts_ok(rc == 0 && fabs(ce + log(p[0][2])) < 1e-6, "cross-entropy ignores label 0: %.7f", ce);
+    o = (ts_loss_opts){-1, NULL, 1e-5f};
+    double dice;
+    rc = ts_dice_forward(&l, &lab, &o, &dice);
+    want = 0;
+    for (int n = 0; n < 2; n++)
+        for (int k = 0; k < 3; k++) {
+            double g = (k == (n ? 0 : 2));
+            want += 1 - (2 * p[n][k] * g + 1e-5) / (p[n][k] + g + 1e-5);
+        }
+    want /= 6;
+    ts_ok(rc == 0 && fabs(dice - want) < 1e-6, "soft dice = %.7f (expected %.7f)", dice, want);
+    ((uint8_t *)lab.data)[1] = 3;
+    rc = ts_softmax_ce_forward(&l, &lab, &o, &ce);
+    ts_ok(rc == TS_ERR_ARG && strstr(ts_err_message(), "label 3"), "a label outside the classes is an error: %s",
+          ts_err_message());
+    ts_tensor_free(&l);
+    ts_tensor_free(&lab);
+}
+
+static void test_bn_running(void)
+{
+    ts_tensor x = MK(-1, 3, 2, 2, 2, 2, 3), y = MK(0, 0, 2, 2, 2, 2, 3), g = MK(1, 1, 3), b = MK(0, 0, 3);
+    ts_tensor rm = MK(0, 0, 3), rv = MK(1, 1, 3), sm = MK(0, 0, 3), si = MK(0, 0, 3);
+    ts_norm_opts o = nopt(0);
+    int rc = ts_batchnorm_forward(&x, &g, &b, &rm, &rv, 1, &o, &y, &sm, &si);
+    double mean = 0, var = 0;
+    const float *px = x.data;
+    for (int i = 0; i < 16; i++) mean += px[i * 3 + 1];
+    mean /= 16;
+    for (int i = 0; i < 16; i++) var += (px[i * 3 + 1] - mean) * (px[i * 3 + 1] - mean);
+    double rmw = 0.1 * mean, rvw = 0.9 + 0.1 * var / 15;
+    ts_ok(rc == 0 && fabs(((float *)rm.data)[1] - rmw) < 1e-6 && fabs(((float *)rv.data)[1] - rvw) < 1e-6,
+          "batch norm running statistics (momentum 0.1, unbiased variance)");
+    ts_tensor *all[] = {&x, &y, &g, &b, &rm, &rv, &sm, &si};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+int main(void)
+{
+    ts_rng_init(&rng, 42, 0, 0);
+    /* fast kernels vs references: tile tails, padded channels, strides */
+    test_conv_vs_ref(2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 3, 5, 19, 32, 32, 3, 1, 1, 0);
+    test_conv_vs_ref(1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
+    test_conv_vs_ref(2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
+    test_conv_vs_ref(2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
+    test_conv_vs_ref(1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
+    test_conv_vs_ref(1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
+    test_conv_vs_ref(1, 6, 5, 7, 3, 4, 3, 1, 0, 1);
+    test_conv_vs_ref(1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
+    test_convt_vs_ref(2, 3, 32, 16, 2, 2);
+    test_convt_vs_ref(1, 4, 5, 7, 2, 2);
+    test_convt_vs_ref(1, 3, 3, 4, 3, 2);
+    test_convt_vs_ref(1, 3, 64, 40, 2, 2);
+    /* finite differences */
+    fd_conv(3, 4, 4, 3, 1, 1);
+    fd_conv(3, 2, 5, 3, 2, 1);
+    fd_conv(4, 3, 3, 1, 1, 0);
+    fd_convt(4, 3, 2, 2, 2);
+    fd_convt(2, 3, 2, 3, 2);
+    fd_pool(2);
+    fd_norm("batch norm (train)", 0, 1, 0);
+    fd_norm("batch norm (eval)", 0, 0, 0);
+    fd_norm("group norm (3 groups)", 1, 1, 3);
+    fd_norm("instance norm", 1, 1, 0);
+    fd_relu(0);
+    fd_relu(0.01f);
+    fd_concat();
+    fd_loss(0, -1, 0);
+    fd_loss(0, 1, 1);
+    fd_loss(1, -1, 0);
+    fd_loss(1, 2, 0);
+    test_loss_values();
+    test_bn_running();
+    return ts_done();
+}
