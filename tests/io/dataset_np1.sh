@@ -1,0 +1,6 @@
+#!/bin/sh
+# dataset writer and reader on 1 rank(s): one file, shards, boxes, collective slabs
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+d=$(mktemp -d "${TMPDIR:-/tmp}/ts-io.XXXXXX") || exit 1
+trap 'rm -rf "$d"' EXIT
+ts_mpirun 1 "$TS_BUILDDIR/tests/io/test_dataset" "$d"
