@@ -47,6 +47,7 @@ typedef struct ts_shm_ctl {
 
 typedef struct ts_shm {
     MPI_Win win;
+    MPI_Comm comm;     /* the node communicator (borrowed), for MPI progress */
     int p, me;
     ts_shm_ctl **ctl;  /* control block of each local rank */
     char **data;       /* staging data of each local rank: two halves */

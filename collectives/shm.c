@@ -31,6 +31,7 @@ int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, ts_shm *s)
     MPI_Info info = MPI_INFO_NULL;
     memset(s, 0, sizeof *s);
     s->win = MPI_WIN_NULL;
+    s->comm = node_comm;
     TS_MPI(MPI_Comm_rank(node_comm, &s->me));
     TS_MPI(MPI_Comm_size(node_comm, &s->p));
     s->half = (half_bytes + 4095) & ~(size_t)4095;
@@ -76,6 +77,15 @@ void ts_shm_free(ts_shm *s)
     s->data = NULL;
 }
 
+/* While waiting, MPI's progress engine is poked now and then: a peer may
+ * still be waiting for this rank to acknowledge an earlier point-to-point
+ * transfer (rendezvous), and MPI only does that inside MPI calls. */
+static void poke_mpi(MPI_Comm comm)
+{
+    int flag;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+}
+
 void ts_shm_barrier(ts_shm *s)
 {
     uint64_t e = ++s->epoch;
@@ -84,7 +94,9 @@ void ts_shm_barrier(ts_shm *s)
         int q = (s->me + i) % s->p;
         unsigned spins = 0;
         while (atomic_load_explicit(&s->ctl[q]->arrive, memory_order_acquire) < e) {
-            if (s->oversub || ++spins > 4000)
+            ++spins;
+            if ((spins & 255) == 0) poke_mpi(s->comm);
+            if (s->oversub || spins > 4000)
                 sched_yield();
             else
                 cpu_relax();
