@@ -1,0 +1,6 @@
+# tests/model: the UNet3D against PyTorch goldens (tests/golden), model and optimizer units, bad input
+check_PROGRAMS += tests/model/golden_compare
+tests_model_golden_compare_SOURCES = tests/model/golden_compare.c
+tests_model_golden_compare_LDADD = $(TS_LIBS)
+TESTS += tests/model/golden.sh
+EXTRA_DIST += tests/model/golden.sh tests/golden/make_golden.py tests/golden/cases.txt tests/golden/*.ini tests/golden/*.h5
