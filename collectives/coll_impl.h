@@ -189,6 +189,8 @@ int ts_p2p_waitall(MPI_Request *reqs, int nreq);
 
 /* Largest piece moved by one MPI call (bytes); tests may lower it. */
 extern size_t ts_p2p_max_piece;
+/* 1: waits yield the CPU (set when a node holds more ranks than CPUs). */
+extern int ts_p2p_yield;
 
 /* Tags used by the algorithms on a channel communicator. */
 enum { TS_TAG_RING = 100, TS_TAG_RD, TS_TAG_RAB, TS_TAG_TREE, TS_TAG_HIER, TS_TAG_BCAST, TS_TAG_AG, TS_TAG_RS };

@@ -5,7 +5,26 @@
 
 #include <limits.h>
 
+#include <sched.h>
+
 size_t ts_p2p_max_piece = (size_t)1 << 30;
+int ts_p2p_yield = 0;
+
+/* Waits for reqs: MPI_Waitall, or, with more ranks than CPUs, a test loop
+ * that yields the CPU so the rank we wait for can run (MPI's own wait spins). */
+static int wait_reqs(MPI_Request *reqs, int n, MPI_Status *st)
+{
+    if (n == 0) return MPI_SUCCESS;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow" /* GCC 12 misreads MPI_STATUSES_IGNORE */
+    if (!ts_p2p_yield) return MPI_Waitall(n, reqs, st ? st : MPI_STATUSES_IGNORE);
+    for (;;) {
+        int done = 0, rc = MPI_Testall(n, reqs, &done, st ? st : MPI_STATUSES_IGNORE);
+#pragma GCC diagnostic pop
+        if (rc != MPI_SUCCESS || done) return rc;
+        sched_yield();
+    }
+}
 
 size_t ts_coll_pieces(size_t count, size_t max, size_t i, size_t *offset, size_t *len)
 {
@@ -26,17 +45,25 @@ int ts_p2p_sendrecv(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t
     size_t n = ns > nr ? ns : nr;
     for (size_t i = 0; i < n; i++) {
         size_t so, sl, ro, rl;
+        MPI_Request rq[2];
+        MPI_Status st[2];
+        int k = 0, rk = -1;
         ts_coll_pieces(sbytes, ts_p2p_max_piece, i, &so, &sl);
         ts_coll_pieces(rbytes, ts_p2p_max_piece, i, &ro, &rl);
-        int rc;
-        if (i < ns && i < nr)
-            rc = MPI_Sendrecv((const char *)sbuf + so, (int)sl, MPI_BYTE, dst, tag, (char *)rbuf + ro, (int)rl,
-                              MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE);
-        else if (i < ns)
-            rc = MPI_Send((const char *)sbuf + so, (int)sl, MPI_BYTE, dst, tag, comm);
-        else
-            rc = MPI_Recv((char *)rbuf + ro, (int)rl, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE);
+        if (i < nr) {
+            TS_MPI_TRY(MPI_Irecv((char *)rbuf + ro, (int)rl, MPI_BYTE, src, tag, comm, &rq[k]));
+            rk = k++;
+        }
+        if (i < ns) TS_MPI_TRY(MPI_Isend((const char *)sbuf + so, (int)sl, MPI_BYTE, dst, tag, comm, &rq[k++]));
+        int rc = wait_reqs(rq, k, st);
         if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Sendrecv");
+        if (rk >= 0) {
+            int got;
+            MPI_Get_count(&st[rk], MPI_BYTE, &got);
+            if ((size_t)got != rl)
+                return TS_ERR(TS_ERR_MISMATCH, "rank %d sent %d bytes where %zu were expected (counts differ between "
+                                               "ranks?)", src, got, rl);
+        }
     }
     return 0;
 }
@@ -47,7 +74,9 @@ int ts_p2p_send(const void *buf, size_t bytes, int dst, int tag, MPI_Comm comm)
     for (size_t i = 0; i < n; i++) {
         size_t o, l;
         ts_coll_pieces(bytes, ts_p2p_max_piece, i, &o, &l);
-        TS_MPI_TRY(MPI_Send((const char *)buf + o, (int)l, MPI_BYTE, dst, tag, comm));
+        MPI_Request rq;
+        TS_MPI_TRY(MPI_Isend((const char *)buf + o, (int)l, MPI_BYTE, dst, tag, comm, &rq));
+        TS_MPI_TRY(wait_reqs(&rq, 1, NULL));
     }
     return 0;
 }
@@ -59,7 +88,9 @@ int ts_p2p_recv(void *buf, size_t bytes, int src, int tag, MPI_Comm comm)
         size_t o, l;
         ts_coll_pieces(bytes, ts_p2p_max_piece, i, &o, &l);
         MPI_Status st;
-        TS_MPI_TRY(MPI_Recv((char *)buf + o, (int)l, MPI_BYTE, src, tag, comm, &st));
+        MPI_Request rq;
+        TS_MPI_TRY(MPI_Irecv((char *)buf + o, (int)l, MPI_BYTE, src, tag, comm, &rq));
+        TS_MPI_TRY(wait_reqs(&rq, 1, &st));
         int got;
         MPI_Get_count(&st, MPI_BYTE, &got);
         if ((size_t)got != l)
@@ -100,9 +131,6 @@ int ts_p2p_irecv(void *buf, size_t bytes, int src, int tag, MPI_Comm comm, MPI_R
 int ts_p2p_waitall(MPI_Request *reqs, int nreq)
 {
     if (nreq == 0) return 0;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstringop-overflow" /* GCC 12 misreads MPI_STATUSES_IGNORE */
-    TS_MPI_TRY(MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE));
-#pragma GCC diagnostic pop
+    TS_MPI_TRY(wait_reqs(reqs, nreq, NULL));
     return 0;
 }

@@ -56,6 +56,7 @@ int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, ts_shm *s)
     atomic_store(&s->ctl[s->me]->arrive, 0);
     const char *y = getenv("TESSERA_SHM_YIELD");
     s->oversub = y ? atoi(y) != 0 : s->p > cpus_available();
+    if (s->oversub) ts_p2p_yield = 1;
     TS_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
     /* every control block is initialised before anyone waits on it */
     TS_MPI(MPI_Barrier(node_comm));
