@@ -11,13 +11,18 @@
 #include <string.h>
 #include <time.h>
 
+int ts_cli_convert(int argc, char **argv); /* src/cli/convert.c */
+int ts_cli_synth(int argc, char **argv);   /* src/cli/synth.c */
+
 static const ts_cli_cmd commands[] = {
     {"info", "build options, MPI, ranks per node, counters, GPUs", ts_cli_info},
     {"bench", "benchmarks: `bench coll` (collectives)", ts_cli_bench},
     {"model", "model init / model run: fresh weights; one forward (and optimizer step) on HDF5 files", ts_cli_model},
+    {"convert", "NIfTI volumes or an MSD task folder to a (sharded) HDF5 dataset, in parallel", ts_cli_convert},
+    {"synth", "synthetic 3D phantoms (shapes + smooth fields + noise) as a dataset", ts_cli_synth},
 };
 /* listed in --help until they exist (see README) */
-static const char *const not_yet[] = {"train", "infer", "convert", "synth"};
+static const char *const not_yet[] = {"train", "infer"};
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

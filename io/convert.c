@@ -1,0 +1,433 @@
+/* NIfTI and MSD conversion; see convert.h. A job is a list of (image,
+ * label) pairs with the channel and class names; the writer decides which
+ * rank converts which pair, and each round every rank loads, checks and
+ * hands over one pair. */
+#include "tsbuild.h"
+#include "io/convert.h"
+#include "io/labelmap.h"
+#include "io/nifti.h"
+#include "io/writer.h"
+#include "src/core/error.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int n;
+    char **images, **labels;
+    int C, K;
+    char *class_names[TS_IO_MAX_CLASSES];
+    char *channel_names[TS_IO_MAX_CHANNELS];
+    ts_labelmap *map;
+    char source[1024];
+} job;
+
+static void job_free(job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        if (j->images) free(j->images[i]);
+        if (j->labels) free(j->labels[i]);
+    }
+    free(j->images);
+    free(j->labels);
+    for (int k = 0; k < TS_IO_MAX_CLASSES; k++) free(j->class_names[k]);
+    for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) free(j->channel_names[c]);
+    ts_labelmap_destroy(&j->map);
+}
+
+static void sample_name(const char *path, char *out, size_t n)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t l = strlen(b);
+    if (l > 7 && !strcmp(b + l - 7, ".nii.gz")) l -= 7;
+    else if (l > 4 && (!strcmp(b + l - 4, ".nii") || !strcmp(b + l - 4, ".hdr"))) l -= 4;
+    snprintf(out, n, "%.*s", (int)l, b);
+}
+
+static void voxel_ijk(const ts_nifti *n, int64_t v, long long *i, long long *j, long long *k)
+{
+    *i = (long long)(v % n->dim[0]);
+    *j = (long long)(v / n->dim[0] % n->dim[1]);
+    *k = (long long)(v / (n->dim[0] * n->dim[1]));
+}
+
+/* Labels to classes: through the map, or as they are (then < K). */
+static int convert_labels(const ts_nifti *lab, const ts_labelmap *map, int K, uint8_t *out)
+{
+    long long i, j, k;
+    if (lab->datatype == 2 /* uint8 */ && !(isfinite(lab->scl_slope) && lab->scl_slope != 0)) {
+        int table[256];
+        for (int s = 0; s < 256; s++) {
+            int t = -1;
+            if (map) {
+                if (ts_labelmap_lookup(map, s, &t)) t = -1;
+            } else if (s < K) {
+                t = s;
+            }
+            table[s] = t;
+        }
+        const uint8_t *d = lab->data;
+        for (int64_t v = 0; v < lab->nvox; v++) {
+            int t = table[d[v]];
+            if (t < 0) {
+                voxel_ijk(lab, v, &i, &j, &k);
+                if (map)
+                    return TS_ERR(TS_ERR_FORMAT, "%s: label value %d at voxel (i=%lld, j=%lld, k=%lld) is not in the "
+                                  "label map %s", lab->path, d[v], i, j, k, ts_labelmap_path(map));
+                return TS_ERR(TS_ERR_FORMAT, "%s: label value %d at voxel (i=%lld, j=%lld, k=%lld) is not a class "
+                              "(0..%d); use a label map to group values", lab->path, d[v], i, j, k, K - 1);
+            }
+            out[v] = (uint8_t)t;
+        }
+        return 0;
+    }
+    for (int64_t v = 0; v < lab->nvox; v++) {
+        double x = ts_nifti_get(lab, v);
+        if (!isfinite(x) || x != floor(x) || fabs(x) > 9.0e15) {
+            voxel_ijk(lab, v, &i, &j, &k);
+            return TS_ERR(TS_ERR_FORMAT, "%s: voxel (i=%lld, j=%lld, k=%lld) holds %g: labels must be integers",
+                          lab->path, i, j, k, x);
+        }
+        int64_t s = (int64_t)x;
+        int t = -1;
+        if (map) {
+            if (ts_labelmap_lookup(map, s, &t)) {
+                voxel_ijk(lab, v, &i, &j, &k);
+                return TS_ERR(TS_ERR_FORMAT, "%s: label value %lld at voxel (i=%lld, j=%lld, k=%lld) is not in the "
+                              "label map %s", lab->path, (long long)s, i, j, k, ts_labelmap_path(map));
+            }
+        } else if (s >= 0 && s < K) {
+            t = (int)s;
+        } else {
+            voxel_ijk(lab, v, &i, &j, &k);
+            return TS_ERR(TS_ERR_FORMAT, "%s: label value %lld at voxel (i=%lld, j=%lld, k=%lld) is not a class "
+                          "(0..%d); use a label map to group values", lab->path, (long long)s, i, j, k, K - 1);
+        }
+        out[v] = (uint8_t)t;
+    }
+    return 0;
+}
+
+/* The voxel-to-world transforms must agree (1e-3 mm plus 1e-4 relative). */
+static int same_grid(const ts_nifti *a, const ts_nifti *b, double *diff)
+{
+    const double *ma = NULL, *mb = NULL;
+    if (a->sform_code > 0 && b->sform_code > 0) ma = a->sform, mb = b->sform;
+    else if (a->qform_code > 0 && b->qform_code > 0) ma = a->qform, mb = b->qform;
+    *diff = 0;
+    if (!ma) return 1;
+    int ok = 1;
+    for (int t = 0; t < 12; t++) {
+        double d = fabs(ma[t] - mb[t]);
+        if (d > *diff) *diff = d;
+        if (d > 1e-3 + 1e-4 * fabs(ma[t])) ok = 0;
+    }
+    return ok;
+}
+
+static int load_pair(const job *jb, int64_t idx, ts_sample *s)
+{
+    int err = 0;
+    ts_nifti *img = NULL, *lab = NULL;
+    const char *ip = jb->images[idx], *lp = jb->labels[idx];
+    memset(s, 0, sizeof *s);
+    TS_CHECK(ts_nifti_read(ip, &img));
+    TS_CHECK(ts_nifti_read(lp, &lab));
+    if (img->dim[3] != jb->C)
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld volume(s) along t, the dataset has %d channel(s)", ip, (long long)img->dim[3],
+                jb->C);
+    if (lab->dim[3] != 1)
+        TS_FAIL(TS_ERR_FORMAT, "%s: a label volume must be 3-D (it has %lld volumes along t)", lp,
+                (long long)lab->dim[3]);
+    if (lab->dim[0] != img->dim[0] || lab->dim[1] != img->dim[1] || lab->dim[2] != img->dim[2])
+        TS_FAIL(TS_ERR_FORMAT, "grid mismatch: image %s is %lld x %lld x %lld, label %s is %lld x %lld x %lld", ip,
+                (long long)img->dim[0], (long long)img->dim[1], (long long)img->dim[2], lp, (long long)lab->dim[0],
+                (long long)lab->dim[1], (long long)lab->dim[2]);
+    double diff;
+    if (!same_grid(img, lab, &diff))
+        TS_FAIL(TS_ERR_FORMAT, "grid mismatch: the voxel-to-world transforms of image %s and label %s differ (by up to "
+                "%g)", ip, lp, diff);
+    sample_name(ip, s->name, sizeof s->name);
+    snprintf(s->source_image, sizeof s->source_image, "%s", ip);
+    snprintf(s->source_label, sizeof s->source_label, "%s", lp);
+    s->shape[0] = img->dim[3];
+    s->shape[1] = img->dim[2];
+    s->shape[2] = img->dim[1];
+    s->shape[3] = img->dim[0];
+    s->spacing[0] = img->pixdim[2];
+    s->spacing[1] = img->pixdim[1];
+    s->spacing[2] = img->pixdim[0];
+    memcpy(s->sform, img->sform, sizeof s->sform);
+    memcpy(s->qform, img->qform, sizeof s->qform);
+    s->sform_code = img->sform_code;
+    s->qform_code = img->qform_code;
+    s->image = TS_ALIGNED_ALLOC((size_t)img->nvox * sizeof(float));
+    s->label = TS_ALIGNED_ALLOC((size_t)lab->nvox);
+    if (!s->image || !s->label) TS_FAIL(TS_ERR_NOMEM, "%s", ip);
+    TS_CHECK(ts_nifti_to_float(img, s->image));
+    TS_CHECK(convert_labels(lab, jb->map, jb->K, s->label));
+cleanup:
+    ts_nifti_free(&img);
+    ts_nifti_free(&lab);
+    if (err) {
+        free(s->image);
+        free(s->label);
+        s->image = NULL;
+        s->label = NULL;
+    }
+    return err;
+}
+
+/* Largest label value over this rank's share (for K without a map). */
+static int max_label(const job *jb, const int64_t *mine, int64_t nmine, int64_t *mx)
+{
+    *mx = 0;
+    for (int64_t t = 0; t < nmine; t++) {
+        ts_nifti *lab = NULL;
+        TS_TRY(ts_nifti_read(jb->labels[mine[t]], &lab));
+        for (int64_t v = 0; v < lab->nvox; v++) {
+            double x = ts_nifti_get(lab, v);
+            if (isfinite(x) && x > (double)*mx) *mx = (int64_t)x;
+        }
+        ts_nifti_free(&lab);
+    }
+    return 0;
+}
+
+static int run(MPI_Comm comm, job *jb, const ts_convert_opts *o, const char *out)
+{
+    int err = 0;
+    ts_dswriter *w = NULL;
+    const char *cn[TS_IO_MAX_CLASSES], *chn[TS_IO_MAX_CHANNELS];
+    for (int k = 0; k < TS_IO_MAX_CLASSES; k++) cn[k] = jb->class_names[k];
+    for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) chn[c] = jb->channel_names[c];
+    ts_dswriter_opts wo = {
+        .count = jb->n,
+        .channels = jb->C,
+        .classes = jb->K,
+        .class_names = cn,
+        .channel_names = chn,
+        .shards = o->shards > 0 ? o->shards : 1,
+        .chunk = o->chunk,
+        .source = jb->source,
+        .seed = o->seed,
+    };
+    if (jb->K <= 0) {
+        /* classes from the data: a first pass over this rank's labels */
+        wo.classes = 2; /* provisional, to learn the assignment */
+        TS_CHECK(ts_dswriter_create(comm, out, &wo, &w));
+        int64_t n = ts_dswriter_local_count(w), *mine = TS_CALLOC((size_t)n + 1, sizeof(int64_t)), mx = 0, gmx = 0;
+        int lerr = mine ? 0 : TS_ERR_NOMEM;
+        for (int64_t t = 0; t < n && mine; t++) mine[t] = ts_dswriter_local_index(w, t);
+        if (!lerr) lerr = max_label(jb, mine, n, &mx);
+        free(mine);
+        ts_dswriter_destroy(&w);
+        TS_CHECK(ts_err_agree(comm, lerr));
+        TS_MPI(MPI_Allreduce(&mx, &gmx, 1, MPI_INT64_T, MPI_MAX, comm));
+        if (gmx + 1 > TS_IO_MAX_CLASSES)
+            TS_FAIL(TS_ERR_FORMAT, "label values go up to %lld: more than %d classes; use --label-map to group them",
+                    (long long)gmx, TS_IO_MAX_CLASSES);
+        jb->K = wo.classes = gmx + 1 < 2 ? 2 : (int)gmx + 1;
+    }
+    TS_CHECK(ts_dswriter_create(comm, out, &wo, &w));
+    for (int64_t r = 0; r < ts_dswriter_rounds(w); r++) {
+        ts_sample s;
+        memset(&s, 0, sizeof s);
+        int lerr = 0, have = r < ts_dswriter_local_count(w);
+        if (have) lerr = load_pair(jb, ts_dswriter_local_index(w, r), &s);
+        err = ts_dswriter_put(w, have && !lerr ? &s : NULL, lerr);
+        free(s.image);
+        free(s.label);
+        if (err) goto cleanup;
+    }
+    TS_CHECK(ts_dswriter_finish(w));
+cleanup:
+    ts_dswriter_destroy(&w);
+    return err;
+}
+
+static int use_map(job *jb, const ts_convert_opts *o, int agree_on, MPI_Comm comm)
+{
+    int lerr = 0;
+    if (o->label_map) {
+        lerr = ts_labelmap_load(o->label_map, &jb->map);
+        if (!lerr) {
+            jb->K = ts_labelmap_classes(jb->map);
+            for (int k = 0; k < jb->K && !lerr; k++) {
+                const char *nm = ts_labelmap_class_name(jb->map, k);
+                free(jb->class_names[k]);
+                jb->class_names[k] = *nm ? strdup(nm) : NULL;
+            }
+        }
+    }
+    return agree_on ? ts_err_agree(comm, lerr) : lerr;
+}
+
+int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char *const *labels,
+                     const ts_convert_opts *o, const char *out)
+{
+    int err = 0, lerr = 0;
+    job jb;
+    memset(&jb, 0, sizeof jb);
+    if (n < 1) return TS_ERR(TS_ERR_ARG, "convert nifti: no image/label pair given");
+    jb.images = TS_CALLOC((size_t)n, sizeof(char *));
+    jb.labels = TS_CALLOC((size_t)n, sizeof(char *));
+    if (!jb.images || !jb.labels) return TS_ERR_NOMEM;
+    jb.n = n;
+    for (int i = 0; i < n; i++) {
+        jb.images[i] = strdup(images[i]);
+        jb.labels[i] = strdup(labels[i]);
+        if (!jb.images[i] || !jb.labels[i]) TS_FAIL(TS_ERR_NOMEM, "convert");
+    }
+    /* channels: from the first image's header (every image must agree; checked per pair) */
+    {
+        ts_nifti *first = NULL;
+        int rank;
+        MPI_Comm_rank(comm, &rank);
+        int64_t c = 0;
+        if (rank == 0) {
+            lerr = ts_nifti_read(images[0], &first);
+            if (!lerr) c = first->dim[3];
+            ts_nifti_free(&first);
+        }
+        TS_CHECK(ts_err_agree(comm, lerr));
+        TS_MPI(MPI_Bcast(&c, 1, MPI_INT64_T, 0, comm));
+        if (c > TS_IO_MAX_CHANNELS)
+            TS_FAIL(TS_ERR_FORMAT, "%s: %lld channels (at most %d)", images[0], (long long)c, TS_IO_MAX_CHANNELS);
+        jb.C = (int)c;
+    }
+    jb.K = o->classes;
+    TS_CHECK(use_map(&jb, o, 1, comm));
+    snprintf(jb.source, sizeof jb.source, "tessera convert nifti (%d pair%s)%s%s", n, n > 1 ? "s" : "",
+             o->label_map ? " --label-map " : "", o->label_map ? o->label_map : "");
+    err = run(comm, &jb, o, out);
+cleanup:
+    job_free(&jb);
+    return err;
+}
+
+/* ---------------- Medical Segmentation Decathlon ---------------- */
+
+static char *read_text(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        TS_ERR(TS_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) {
+        TS_ERR(TS_ERR_NOMEM, "%s", path);
+        return NULL;
+    }
+    if (bad || n > max) {
+        free(buf);
+        TS_ERR(TS_ERR_IO, "cannot read %s%s", path, n > max ? " (too large)" : "");
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* An MSD object {"0": "name", "1": ...} with keys 0..n-1: names into out. */
+static int numbered(const cJSON *obj, const char *key, const char *where, int max, char **out, int *n)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsObject(o)) return TS_ERR(TS_ERR_FORMAT, "%s: '%s' is missing or not an object", where, key);
+    int cnt = cJSON_GetArraySize(o);
+    if (cnt < 1 || cnt > max)
+        return TS_ERR(TS_ERR_FORMAT, "%s: '%s' has %d entries (1..%d)", where, key, cnt, max);
+    for (int i = 0; i < cnt; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%d", i);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        if (!cJSON_IsString(v))
+            return TS_ERR(TS_ERR_FORMAT, "%s: '%s' has no string entry \"%d\" (keys must be 0..%d)", where, key, i,
+                          cnt - 1);
+        free(out[i]);
+        out[i] = strdup(v->valuestring);
+        if (!out[i]) return TS_ERR_NOMEM;
+    }
+    *n = cnt;
+    return 0;
+}
+
+static int msd_job(const char *dir, job *jb)
+{
+    int err = 0;
+    char path[4096];
+    cJSON *js = NULL;
+    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    char *text = read_text(path, (size_t)64 << 20);
+    if (!text) return ts_err_last() ? ts_err_last() : TS_ERR_IO;
+    js = cJSON_Parse(text);
+    if (!js) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= text ? (long)(at - text) : -1;
+        TS_FAIL(TS_ERR_FORMAT, "%s: not valid JSON (near byte %ld)", path, off);
+    }
+    TS_CHECK(numbered(js, "modality", path, TS_IO_MAX_CHANNELS, jb->channel_names, &jb->C));
+    TS_CHECK(numbered(js, "labels", path, TS_IO_MAX_CLASSES, jb->class_names, &jb->K));
+    if (jb->K < 2) TS_FAIL(TS_ERR_FORMAT, "%s: 'labels' names only one class", path);
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(js, "training");
+    if (!cJSON_IsArray(tr) || cJSON_GetArraySize(tr) < 1)
+        TS_FAIL(TS_ERR_FORMAT, "%s: 'training' is missing or empty", path);
+    int n = cJSON_GetArraySize(tr);
+    jb->images = TS_CALLOC((size_t)n, sizeof(char *));
+    jb->labels = TS_CALLOC((size_t)n, sizeof(char *));
+    if (!jb->images || !jb->labels) TS_FAIL(TS_ERR_NOMEM, "msd");
+    jb->n = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(tr, i);
+        const cJSON *im = cJSON_GetObjectItemCaseSensitive(e, "image"), *lb = cJSON_GetObjectItemCaseSensitive(e, "label");
+        if (!cJSON_IsString(im) || !cJSON_IsString(lb))
+            TS_FAIL(TS_ERR_FORMAT, "%s: training[%d] needs string fields 'image' and 'label'", path, i);
+        const char *a = im->valuestring, *b = lb->valuestring;
+        if (!strncmp(a, "./", 2)) a += 2;
+        if (!strncmp(b, "./", 2)) b += 2;
+        size_t la = strlen(dir) + strlen(a) + 2, lbn = strlen(dir) + strlen(b) + 2;
+        jb->images[i] = malloc(la);
+        jb->labels[i] = malloc(lbn);
+        if (!jb->images[i] || !jb->labels[i]) TS_FAIL(TS_ERR_NOMEM, "msd");
+        snprintf(jb->images[i], la, "%s/%s", dir, a);
+        snprintf(jb->labels[i], lbn, "%s/%s", dir, b);
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    snprintf(jb->source, sizeof jb->source, "tessera convert msd %s (%s)", dir,
+             cJSON_IsString(name) ? name->valuestring : "unnamed task");
+cleanup:
+    cJSON_Delete(js);
+    free(text);
+    return err;
+}
+
+int ts_convert_msd(MPI_Comm comm, const char *dir, const ts_convert_opts *o, const char *out)
+{
+    int err = 0;
+    job jb;
+    memset(&jb, 0, sizeof jb);
+    int lerr = msd_job(dir, &jb);
+    TS_CHECK(ts_err_agree(comm, lerr));
+    if (o->label_map) {
+        /* the map replaces the task's classes */
+        for (int k = 0; k < TS_IO_MAX_CLASSES; k++) {
+            free(jb.class_names[k]);
+            jb.class_names[k] = NULL;
+        }
+        TS_CHECK(use_map(&jb, o, 1, comm));
+        size_t l = strlen(jb.source);
+        snprintf(jb.source + l, sizeof jb.source - l, " --label-map %s", o->label_map);
+    }
+    err = run(comm, &jb, o, out);
+cleanup:
+    job_free(&jb);
+    return err;
+}

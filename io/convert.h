@@ -1,0 +1,29 @@
+/* Converters from NIfTI to tessera datasets, run in parallel: every rank
+ * reads and checks its share of the volumes and hands them to the dataset
+ * writer (collective writes into one file, or its own shards). Any bad input
+ * on any rank stops every rank with that rank's message, and no output file
+ * is left behind (see writer.h). */
+#ifndef TS_IO_CONVERT_H
+#define TS_IO_CONVERT_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+typedef struct ts_convert_opts {
+    const char *label_map;  /* a label map file (labelmap.h), or NULL: label values are classes */
+    int classes;            /* without a map: the number of classes (0 = largest label + 1, one more pass) */
+    int shards;             /* 1 = one file (default) */
+    int chunk;              /* chunk edge (default 64) */
+    uint64_t seed;          /* foreground coordinate subsample */
+} ts_convert_opts;
+
+/* Collective. Converts n (image, label) pairs of NIfTI files to out. */
+int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char *const *labels,
+                     const ts_convert_opts *o, const char *out);
+
+/* Collective. Converts a Medical Segmentation Decathlon task folder (its
+ * dataset.json: `modality` gives the channels, `labels` the classes,
+ * `training` the image/label pairs; 4-D images hold the modalities along t). */
+int ts_convert_msd(MPI_Comm comm, const char *dir, const ts_convert_opts *o, const char *out);
+
+#endif

@@ -1,0 +1,295 @@
+/* NIfTI reading and writing; see nifti.h. niftilib parses the header (both
+ * versions, byte order, qform/sform); the voxels are read here with zlib so
+ * that every byte is accounted for. */
+#include "tsbuild.h"
+#include "io/nifti.h"
+#include "src/core/error.h"
+
+#include <errno.h>
+#include <math.h>
+#include <nifti2_io.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static uint32_t bswap32(uint32_t x) { return __builtin_bswap32(x); }
+
+/* Recognises a NIfTI header before niftilib sees it: its own error for a
+ * garbage header is a line on stderr. Reads the first bytes through zlib
+ * (plain files pass through unchanged). */
+static int precheck(const char *path, int *version)
+{
+    unsigned char h[544];
+    gzFile f = gzopen(path, "rb");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
+    int got = gzread(f, h, sizeof h);
+    int zerr = 0;
+    const char *zmsg = gzerror(f, &zerr);
+    char zm[256];
+    snprintf(zm, sizeof zm, "%s", zmsg ? zmsg : "");
+    gzclose(f);
+    if (got < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR))
+        return TS_ERR(TS_ERR_FORMAT, "%s: cannot read the header (%s)", path, zm);
+    if (got < 4) return TS_ERR(TS_ERR_FORMAT, "%s: not a NIfTI file: only %d bytes", path, got);
+    uint32_t sz;
+    memcpy(&sz, h, 4);
+    if (sz != 348 && bswap32(sz) != 348 && sz != 540 && bswap32(sz) != 540)
+        return TS_ERR(TS_ERR_FORMAT, "%s: not a NIfTI file (header size field is %u, expected 348 or 540)", path,
+                      (unsigned)sz);
+    int v = (sz == 348 || bswap32(sz) == 348) ? 1 : 2;
+    int need = v == 1 ? 348 : 540;
+    if (got < need) return TS_ERR(TS_ERR_FORMAT, "%s: truncated header (%d of %d bytes)", path, got, need);
+    const char *magic = v == 1 ? (const char *)h + 344 : (const char *)h + 4;
+    if (v == 1 && strcmp(magic, "n+1") && strcmp(magic, "ni1"))
+        return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-1 magic is not 'n+1' or 'ni1' (ANALYZE 7.5 is not supported)", path);
+    if (v == 2 && strncmp(magic, "n+2", 3) && strncmp(magic, "ni2", 3))
+        return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-2 magic is not 'n+2' or 'ni2'", path);
+    *version = v;
+    return 0;
+}
+
+static int supported(int dt)
+{
+    switch (dt) {
+    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
+    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
+    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int ts_nifti_read(const char *path, ts_nifti **out)
+{
+    int err = 0, version = 0;
+    nifti_image *nim = NULL;
+    ts_nifti *n = NULL;
+    gzFile f = NULL;
+    *out = NULL;
+    TS_TRY(precheck(path, &version));
+    nifti_set_debug_level(0);
+    nim = nifti_image_read(path, 0);
+    if (!nim) return TS_ERR(TS_ERR_FORMAT, "%s: niftilib cannot read this NIfTI-%d header", path, version);
+    n = TS_CALLOC(1, sizeof *n);
+    if (!n) TS_FAIL(TS_ERR_NOMEM, "nifti");
+    snprintf(n->path, sizeof n->path, "%s", path);
+    n->version = version;
+    n->datatype = nim->datatype;
+    if (!supported(nim->datatype))
+        TS_FAIL(TS_ERR_FORMAT, "%s: voxel type %s (%d) is not supported (integer or float scalars only)", path,
+                nifti_datatype_string(nim->datatype), nim->datatype);
+    /* dims beyond ndim are 1 whatever the header holds (often 0) */
+    const int64_t ndim = nim->dim[0];
+    const int64_t nx = nim->nx, ny = ndim >= 2 ? nim->ny : 1, nz = ndim >= 3 ? nim->nz : 1,
+                  nt = ndim >= 4 ? nim->nt : 1;
+    if (ndim < 2 || ndim > 7 || nx < 1 || ny < 1 || nz < 1 || nt < 1)
+        TS_FAIL(TS_ERR_FORMAT, "%s: bad dimensions (ndim %lld: %lld x %lld x %lld x %lld)", path, (long long)ndim,
+                (long long)nx, (long long)ny, (long long)nz, (long long)nt);
+    if ((ndim >= 5 && nim->nu > 1) || (ndim >= 6 && nim->nv > 1) || (ndim >= 7 && nim->nw > 1))
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld-D image (dims 5-7 are %lld, %lld, %lld): only 3-D volumes and 4-D volumes "
+                "with channels along t are supported", path, (long long)nim->ndim, (long long)nim->nu,
+                (long long)nim->nv, (long long)nim->nw);
+    n->dim[0] = nx;
+    n->dim[1] = ny;
+    n->dim[2] = nz;
+    n->dim[3] = nt;
+    n->pixdim[0] = fabs(nim->dx);
+    n->pixdim[1] = fabs(nim->dy);
+    n->pixdim[2] = fabs(nim->dz);
+    n->pixdim[3] = fabs(nim->dt);
+    for (int k = 0; k < 3; k++)
+        if (!(n->pixdim[k] > 0) || !isfinite(n->pixdim[k])) n->pixdim[k] = 1.0;
+    n->scl_slope = nim->scl_slope;
+    n->scl_inter = nim->scl_inter;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            n->sform[4 * r + c] = nim->sto_xyz.m[r][c];
+            n->qform[4 * r + c] = nim->qto_xyz.m[r][c];
+        }
+    n->sform_code = nim->sform_code;
+    n->qform_code = nim->qform_code;
+    n->nvox = nx * ny * nz * nt;
+    n->nbyper = nim->nbyper;
+    if (n->nvox != nim->nvox)
+        TS_FAIL(TS_ERR_FORMAT, "%s: voxel count %lld does not match the dimensions", path, (long long)nim->nvox);
+    const int64_t bytes = n->nvox * n->nbyper;
+    if (bytes / n->nbyper != n->nvox || bytes > ((int64_t)1 << 40))
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld voxels is too large", path, (long long)n->nvox);
+    n->data = TS_ALIGNED_ALLOC((size_t)bytes);
+    if (!n->data) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)bytes);
+
+    /* the voxels: count them ourselves (niftilib zero-fills a short file) */
+    const char *iname = nim->iname ? nim->iname : path;
+    errno = 0;
+    f = gzopen(iname, "rb");
+    if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot open %s: %s", path, iname, strerror(errno ? errno : ENOENT));
+    gzbuffer(f, 1 << 18);
+    int64_t off = nim->iname_offset;
+    if (off < 0) TS_FAIL(TS_ERR_FORMAT, "%s: negative data offset %lld", path, (long long)off);
+    if (off > 0 && gzseek(f, (z_off_t)off, SEEK_SET) != (z_off_t)off)
+        TS_FAIL(TS_ERR_FORMAT, "%s: truncated: the voxel data should start at byte %lld", iname, (long long)off);
+    int64_t done = 0;
+    while (done < bytes) {
+        int64_t want = bytes - done > (1 << 30) ? (1 << 30) : bytes - done;
+        int got = gzread(f, (char *)n->data + done, (unsigned)want);
+        if (got < 0) {
+            int ze;
+            const char *zm = gzerror(f, &ze);
+            TS_FAIL(TS_ERR_FORMAT, "%s: corrupt compressed data after %lld of %lld voxel bytes (%s)", iname,
+                    (long long)done, (long long)bytes, zm);
+        }
+        if (got == 0) break;
+        done += got;
+    }
+    if (done < bytes)
+        TS_FAIL(TS_ERR_FORMAT, "%s: truncated: %lld x %lld x %lld x %lld voxels of %d bytes need %lld bytes after "
+                "offset %lld, the file holds %lld", iname, (long long)n->dim[0], (long long)n->dim[1],
+                (long long)n->dim[2], (long long)n->dim[3], n->nbyper, (long long)bytes, (long long)off,
+                (long long)done);
+    {
+        /* read on to the end of a gzip stream so that its CRC and length are checked */
+        char tail[4096];
+        int got;
+        while ((got = gzread(f, tail, sizeof tail)) > 0) {
+        }
+        int ze = Z_OK;
+        const char *zm = gzerror(f, &ze);
+        if (got < 0 || (ze != Z_OK && ze != Z_STREAM_END))
+            TS_FAIL(TS_ERR_FORMAT, "%s: the compressed stream is damaged or truncated (%s)", iname, zm);
+    }
+    if (nim->byteorder != nifti_short_order() && nim->swapsize > 1)
+        nifti_swap_Nbytes(n->nvox, nim->swapsize, n->data);
+    *out = n;
+    n = NULL;
+cleanup:
+    if (f) gzclose(f);
+    if (nim) nifti_image_free(nim);
+    ts_nifti_free(&n);
+    return err;
+}
+
+void ts_nifti_free(ts_nifti **n)
+{
+    if (!n || !*n) return;
+    free((*n)->data);
+    free(*n);
+    *n = NULL;
+}
+
+static inline double raw(const ts_nifti *n, int64_t v)
+{
+    const void *d = n->data;
+    switch (n->datatype) {
+    case NIFTI_TYPE_UINT8: return ((const uint8_t *)d)[v];
+    case NIFTI_TYPE_INT8: return ((const int8_t *)d)[v];
+    case NIFTI_TYPE_INT16: return ((const int16_t *)d)[v];
+    case NIFTI_TYPE_UINT16: return ((const uint16_t *)d)[v];
+    case NIFTI_TYPE_INT32: return ((const int32_t *)d)[v];
+    case NIFTI_TYPE_UINT32: return ((const uint32_t *)d)[v];
+    case NIFTI_TYPE_INT64: return (double)((const int64_t *)d)[v];
+    case NIFTI_TYPE_UINT64: return (double)((const uint64_t *)d)[v];
+    case NIFTI_TYPE_FLOAT32: return ((const float *)d)[v];
+    case NIFTI_TYPE_FLOAT64: return ((const double *)d)[v];
+    default: return NAN;
+    }
+}
+
+static int scaled(const ts_nifti *n) { return isfinite(n->scl_slope) && n->scl_slope != 0.0; }
+
+double ts_nifti_get(const ts_nifti *n, int64_t v)
+{
+    double x = raw(n, v);
+    if (scaled(n)) x = x * n->scl_slope + (isfinite(n->scl_inter) ? n->scl_inter : 0.0);
+    return x;
+}
+
+int ts_nifti_to_float(const ts_nifti *n, float *out)
+{
+    const int sc = scaled(n);
+    const double a = sc ? n->scl_slope : 1.0, b = sc && isfinite(n->scl_inter) ? n->scl_inter : 0.0;
+    if (n->datatype == NIFTI_TYPE_UINT8 && !sc) {
+        const uint8_t *d = n->data;
+        for (int64_t v = 0; v < n->nvox; v++) out[v] = d[v];
+        return 0;
+    }
+    if (n->datatype == NIFTI_TYPE_INT16 && !sc) {
+        const int16_t *d = n->data;
+        for (int64_t v = 0; v < n->nvox; v++) out[v] = d[v];
+        return 0;
+    }
+    for (int64_t v = 0; v < n->nvox; v++) {
+        double x = raw(n, v) * a + b;
+        float f = (float)x;
+        if (!isfinite(f)) {
+            const int64_t nx = n->dim[0], ny = n->dim[1], nz = n->dim[2];
+            return TS_ERR(TS_ERR_NUMERIC, "%s: voxel (i=%lld, j=%lld, k=%lld, t=%lld) is %g: images must be finite",
+                          n->path, (long long)(v % nx), (long long)(v / nx % ny), (long long)(v / (nx * ny) % nz),
+                          (long long)(v / (nx * ny * nz)), x);
+        }
+        out[v] = f;
+    }
+    return 0;
+}
+
+int ts_nifti_write(const char *path, const ts_nifti_geom *g, int datatype, int version, const void *data)
+{
+    int err = 0;
+    nifti_image *nim = NULL;
+    ts_nifti *back = NULL;
+    char tmp[1100];
+    if (datatype != NIFTI_TYPE_UINT8 && datatype != NIFTI_TYPE_INT16 && datatype != NIFTI_TYPE_FLOAT32)
+        return TS_ERR(TS_ERR_ARG, "%s: cannot write datatype %d", path, datatype);
+    size_t pl = strlen(path);
+    const char *ext = pl > 7 && !strcmp(path + pl - 7, ".nii.gz") ? ".nii.gz" : pl > 4 && !strcmp(path + pl - 4, ".nii") ? ".nii" : NULL;
+    if (!ext) return TS_ERR(TS_ERR_ARG, "%s: NIfTI output names end in .nii or .nii.gz", path);
+    snprintf(tmp, sizeof tmp, "%.*s.partial%d%s", (int)(pl - strlen(ext)), path, (int)getpid(), ext);
+    int64_t dims[8] = {g->dim[3] > 1 ? 4 : 3, g->dim[0], g->dim[1], g->dim[2], g->dim[3] > 1 ? g->dim[3] : 1, 1, 1, 1};
+    nim = nifti_make_new_nim(dims, datatype, 0);
+    if (!nim) return TS_ERR(TS_ERR_NOMEM, "%s: niftilib cannot make an image", path);
+    nim->nifti_type = version == 2 ? NIFTI_FTYPE_NIFTI2_1 : NIFTI_FTYPE_NIFTI1_1;
+    nim->dx = nim->pixdim[1] = g->pixdim[0];
+    nim->dy = nim->pixdim[2] = g->pixdim[1];
+    nim->dz = nim->pixdim[3] = g->pixdim[2];
+    nim->xyz_units = NIFTI_UNITS_MM;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            nim->sto_xyz.m[r][c] = g->sform[4 * r + c];
+            nim->qto_xyz.m[r][c] = g->qform[4 * r + c];
+        }
+    nim->sform_code = g->sform_code;
+    nim->qform_code = g->qform_code;
+    nim->sto_ijk = nifti_dmat44_inverse(nim->sto_xyz);
+    if (g->qform_code > 0) {
+        double dx, dy, dz;
+        nifti_dmat44_to_quatern(nim->qto_xyz, &nim->quatern_b, &nim->quatern_c, &nim->quatern_d, &nim->qoffset_x,
+                                &nim->qoffset_y, &nim->qoffset_z, &dx, &dy, &dz, &nim->qfac);
+    }
+    if (nifti_set_filenames(nim, tmp, 0, 1) != 0) TS_FAIL(TS_ERR_ARG, "%s: niftilib rejects the name", tmp);
+    nifti_set_iname_offset(nim, version == 2 ? 2 : 1);
+    nim->data = (void *)data;
+    errno = 0;
+    nifti_image_write(nim); /* void: success is checked by reading the file back */
+    nim->data = NULL;
+    err = ts_nifti_read(tmp, &back);
+    if (err) {
+        unlink(tmp);
+        TS_FAIL(TS_ERR_IO, "%s: writing failed (%s)", path, ts_err_message());
+    }
+    if (back->dim[0] != g->dim[0] || back->dim[1] != g->dim[1] || back->dim[2] != g->dim[2] ||
+        memcmp(back->data, data, (size_t)back->nvox * (size_t)back->nbyper)) {
+        unlink(tmp);
+        TS_FAIL(TS_ERR_IO, "%s: the file written does not read back identically", path);
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        TS_FAIL(TS_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+    }
+cleanup:
+    if (nim) nifti_image_free(nim);
+    ts_nifti_free(&back);
+    return err;
+}

@@ -1,0 +1,111 @@
+/* tessera convert nifti | msd: NIfTI volumes (one or more image/label
+ * pairs, or a Medical Segmentation Decathlon task folder) to a tessera
+ * dataset, converted in parallel over the ranks of the job. */
+#include "tsbuild.h"
+#include "io/convert.h"
+#include "io/dataset.h"
+#include "src/cli/cli.h"
+#include "src/core/error.h"
+#include "src/core/timer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void help(void)
+{
+    printf("usage: tessera convert nifti --image IMG.nii.gz --label SEG.nii.gz [--image ... --label ...]\n"
+           "                            [--label-map MAP.txt | --classes K] --out DATA.h5 [OPTIONS]\n"
+           "       tessera convert msd TASK_DIR --out DATA.h5 [--label-map MAP.txt] [OPTIONS]\n\n"
+           "Converts NIfTI-1/NIfTI-2 volumes (.nii, .nii.gz) to a tessera dataset (docs/formats-dataset.md):\n"
+           "per sample an image [C, D, H, W] float32 (C = volumes along t) and a label [D, H, W] uint8.\n"
+           "nifti: image/label pairs in order (repeat --image/--label); classes come from the label map,\n"
+           "       from --classes K, or from the largest label value + 1 (one extra pass).\n"
+           "msd:   TASK_DIR/dataset.json (`modality` = channels, `labels` = classes, `training` = pairs).\n"
+           "--label-map MAP  text file, one line per source value: `source_value target_class [name]`\n"
+           "                 (configs/labelmaps/); a value missing from the map is an error.\n"
+           "options: --shards N (default 1: one file; N: N shard files plus the manifest DATA.h5)\n"
+           "         --chunk E (chunk edge in voxels, default 64)  --seed S (foreground subsample, default 0)\n"
+           "Runs on any number of ranks: each converts its share; one file is written collectively,\n"
+           "shards each by one rank. Output goes to temporary names renamed at the end: a failed\n"
+           "conversion leaves nothing that looks like a dataset and never replaces an existing one.\n");
+}
+
+int ts_cli_convert(int argc, char **argv)
+{
+    int err = 0;
+    const char **images = NULL, **labels = NULL;
+    int ni = 0, nl = 0;
+    const char *out = NULL, *dir = NULL;
+    ts_convert_opts o = {.shards = 1, .chunk = 64};
+    if (argc < 2 || ts_cli_wants_help(argc, argv)) {
+        if (ts_cli_rank() == 0) help();
+        return argc < 2 ? TS_ERR(TS_ERR_ARG, "convert: nifti or msd?") : 0;
+    }
+    const char *kind = argv[1];
+    if (strcmp(kind, "nifti") && strcmp(kind, "msd"))
+        return TS_ERR(TS_ERR_ARG, "convert: unknown source '%s' (nifti, msd)", kind);
+    images = calloc((size_t)argc, sizeof *images);
+    labels = calloc((size_t)argc, sizeof *labels);
+    if (!images || !labels) TS_FAIL(TS_ERR_NOMEM, "arguments");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                  \
+    do {                                                                        \
+        if (!v) TS_FAIL(TS_ERR_ARG, "convert %s: %s needs a value", kind, a);   \
+        i++;                                                                    \
+    } while (0)
+        if (!strcmp(a, "--image") && !strcmp(kind, "nifti")) {
+            NEED();
+            images[ni++] = v;
+        } else if (!strcmp(a, "--label") && !strcmp(kind, "nifti")) {
+            NEED();
+            labels[nl++] = v;
+        } else if (!strcmp(a, "--label-map")) {
+            NEED();
+            o.label_map = v;
+        } else if (!strcmp(a, "--classes") && !strcmp(kind, "nifti")) {
+            NEED();
+            o.classes = atoi(v);
+            if (o.classes < 2 || o.classes > TS_IO_MAX_CLASSES)
+                TS_FAIL(TS_ERR_ARG, "convert: --classes %s (2..%d)", v, TS_IO_MAX_CLASSES);
+        } else if (!strcmp(a, "--out")) {
+            NEED();
+            out = v;
+        } else if (!strcmp(a, "--shards")) {
+            NEED();
+            o.shards = atoi(v);
+            if (o.shards < 1) TS_FAIL(TS_ERR_ARG, "convert: --shards %s must be >= 1", v);
+        } else if (!strcmp(a, "--chunk")) {
+            NEED();
+            o.chunk = atoi(v);
+            if (o.chunk < 1 || o.chunk > 4096) TS_FAIL(TS_ERR_ARG, "convert: --chunk %s (1..4096)", v);
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            o.seed = strtoull(v, NULL, 10);
+        } else if (a[0] != '-' && !strcmp(kind, "msd") && !dir) {
+            dir = a;
+        } else {
+            TS_FAIL(TS_ERR_ARG, "convert %s: unexpected argument '%s' (see --help)", kind, a);
+        }
+#undef NEED
+    }
+    if (!out) TS_FAIL(TS_ERR_ARG, "convert %s: --out is required", kind);
+    if (o.label_map && o.classes) TS_FAIL(TS_ERR_ARG, "convert: give --label-map or --classes, not both");
+    double t0 = ts_time_now();
+    if (!strcmp(kind, "nifti")) {
+        if (!ni || ni != nl)
+            TS_FAIL(TS_ERR_ARG, "convert nifti: %d --image and %d --label: give them in pairs", ni, nl);
+        TS_CHECK(ts_convert_nifti(MPI_COMM_WORLD, ni, images, labels, &o, out));
+    } else {
+        if (!dir) TS_FAIL(TS_ERR_ARG, "convert msd: the task folder is required");
+        TS_CHECK(ts_convert_msd(MPI_COMM_WORLD, dir, &o, out));
+    }
+    if (ts_cli_rank() == 0)
+        printf("convert %s: wrote %s%s in %.1f s on %d rank%s\n", kind, out,
+               o.shards > 1 ? " (manifest) and its shards" : "", ts_time_now() - t0, ts_cli_size(),
+               ts_cli_size() > 1 ? "s" : "");
+cleanup:
+    free(images);
+    free(labels);
+    return err;
+}
