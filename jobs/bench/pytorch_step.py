@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""One PyTorch (Debian python3-torch) measurement for jobs/bench/compare_pytorch.sh:
+the UNet3D of a tessera config (the same module as the golden test,
+tests/golden/make_golden.py), full training steps (forward, loss, backward,
+optimizer) on random data, after warm-up. Prints one JSON object with
+samples_per_s, voxels_per_s, step_ms and peak_rss_mb (ru_maxrss of this
+process).
+
+usage: pytorch_step.py CONFIG.ini [--threads T] [--steps N] [--warmup W]
+"""
+import argparse
+import configparser
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
+from make_golden import UNet3D, loss_fn  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    c = configparser.ConfigParser()
+    c.read(a.config)
+    g = lambda s, k, d: c.get(s, k, fallback=d)
+    channels = [int(x) for x in g("model", "channels", "16,32,64,128").split(",")]
+    cin, classes = int(g("model", "in_channels", "1")), int(g("model", "classes", "2"))
+    norm, groups = g("model", "norm", "batch"), int(g("model", "groups", "8"))
+    patch = [int(x) for x in g("data", "patch", "64").split(",")]
+    patch = patch * 3 if len(patch) == 1 else patch
+    batch = int(g("train", "batch", "2"))
+    lr, momentum = float(g("train", "lr", "0.01")), float(g("train", "momentum", "0.9"))
+    wd = float(g("train", "weight_decay", "0"))
+    case = {"loss": g("train", "loss", "ce")}
+    torch.manual_seed(0)
+    m = UNet3D(channels, cin, classes, norm, groups)
+    if g("train", "optimizer", "sgd") == "sgd":
+        opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd)
+    x = torch.randn([batch, cin] + patch)
+    y = torch.randint(0, classes, [batch] + patch).to(torch.uint8)
+    times = []
+    for s in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(m(x), y, case)
+        loss.backward()
+        opt.step()
+        if s >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    step = sum(times) / len(times)
+    vox = patch[0] * patch[1] * patch[2]
+    print(json.dumps({"impl": "pytorch " + torch.__version__, "samples_per_s": batch / step,
+                      "voxels_per_s": batch * vox / step, "step_ms": step * 1e3, "best_step_ms": min(times) * 1e3,
+                      "threads": a.threads, "batch": batch, "patch": patch,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                      "loss": loss.item()}))
+
+
+if __name__ == "__main__":
+    main()
