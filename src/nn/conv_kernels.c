@@ -90,55 +90,18 @@ typedef struct {
     const float *wp, *bias; /* bias padded to ocp or NULL */
 } gc_args;
 
-/* y[ow0 + i][oc0 + 16 j + l] for i < WB, j < NV; r0 = first slab row of this output row. */
-AI void gc_tile(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy, const int WB, const int NV)
-{
-    v16 acc[WB][NV];
-    for (int j = 0; j < NV; j++) {
-        v16 b = a->bias ? *(const v16 *)(a->bias + oc0 + 16 * j) : (v16){0};
-        for (int i = 0; i < WB; i++) acc[i][j] = b;
-    }
-    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
-    for (int kd = 0; kd < k; kd++)
-        for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
-            for (int kw = 0; kw < k; kw++) {
-                const float *xr = row + kw * C;
-                const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
-                for (int c = 0; c < C; c++) {
-                    v16 wv[NV];
-                    for (int j = 0; j < NV; j++) wv[j] = *(const v16 *)(wr + (size_t)c * ocp + 16 * j);
-                    for (int i = 0; i < WB; i++) {
-                        const float xv = xr[i * sc + c];
-                        for (int j = 0; j < NV; j++) acc[i][j] += xv * wv[j];
-                    }
-                }
-            }
-        }
-    if (nco == 16 * NV) {
-        for (int i = 0; i < WB; i++)
-            for (int j = 0; j < NV; j++) vst(y + (size_t)(ow0 + i) * ldy + oc0 + 16 * j, acc[i][j]);
-    } else {
-        for (int i = 0; i < WB; i++) {
-            float tmp[16 * NV];
-            for (int j = 0; j < NV; j++) vst(tmp + 16 * j, acc[i][j]);
-            memcpy(y + (size_t)(ow0 + i) * ldy + oc0, tmp, (size_t)nco * sizeof(float));
-        }
-    }
-}
+typedef struct {
+    const float *slab;
+    size_t rstride, pstride;
+    int k, s, C;
+    const float *gy; /* nr rows of OW voxels x ldg floats */
+    int ldg, nr, OW;
+    float *dw; /* [k^3][C][ocp] */
+    int ocp;
+} wg_args;
 
-#define GC_ROW(WBMAIN, NV)                                                                        \
-    static void gc_row_##NV(const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy) \
-    {                                                                                             \
-        int ow = 0;                                                                               \
-        for (; ow + WBMAIN <= OW; ow += WBMAIN) gc_tile(a, r0, ow, oc0, nco, y, ldy, WBMAIN, NV); \
-        for (; ow + 4 <= OW; ow += 4) gc_tile(a, r0, ow, oc0, nco, y, ldy, 4, NV);                \
-        for (; ow + 2 <= OW; ow += 2) gc_tile(a, r0, ow, oc0, nco, y, ldy, 2, NV);                \
-        for (; ow < OW; ow++) gc_tile(a, r0, ow, oc0, nco, y, ldy, 1, NV);                        \
-    }
-GC_ROW(16, 1)
-GC_ROW(12, 2)
-GC_ROW(6, 4)
+#include "src/nn/conv_tiles.h"
+
 
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
 {
@@ -168,9 +131,9 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
             float *yr = y + (((size_t)n * g->OD + od) * g->OH + oh0 + r) * (size_t)g->OW * g->OC;
             for (int oc0 = 0; oc0 < ocp;) {
                 const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, g->OC - oc0);
-                if (nv == 4) gc_row_4(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
-                else if (nv == 2) gc_row_2(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
-                else gc_row_1(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                if (nv == 4) gc_run_4(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                else if (nv == 2) gc_run_2(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
+                else gc_run_1(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
                 oc0 += 16 * nv;
             }
         }
@@ -183,54 +146,6 @@ cleanup:
 
 /* ----------------------------------------------------------------- tgather */
 
-/* For output voxels ow = iw*s + kw - p, iw in [iw0, iw0+WB): y += x[iw] . wp[t]. */
-AI void tg_tile(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0, int nco,
-                float *y, int ldy, const int WB, const int NV)
-{
-    v16 acc[WB][NV];
-    for (int i = 0; i < WB; i++) {
-        float *yo = y + (size_t)((iw0 + i) * s + off) * ldy + oc0;
-        if (nco == 16 * NV) {
-            for (int j = 0; j < NV; j++) acc[i][j] = vld(yo + 16 * j);
-        } else {
-            float tmp[16 * NV];
-            memset(tmp, 0, sizeof tmp);
-            memcpy(tmp, yo, (size_t)nco * sizeof(float));
-            for (int j = 0; j < NV; j++) acc[i][j] = vld(tmp + 16 * j);
-        }
-    }
-    for (int c = 0; c < C; c++) {
-        v16 wv[NV];
-        for (int j = 0; j < NV; j++) wv[j] = *(const v16 *)(wr + (size_t)c * ocp + oc0 + 16 * j);
-        for (int i = 0; i < WB; i++) {
-            const float xv = xr[(size_t)(iw0 + i) * C + c];
-            for (int j = 0; j < NV; j++) acc[i][j] += xv * wv[j];
-        }
-    }
-    for (int i = 0; i < WB; i++) {
-        float *yo = y + (size_t)((iw0 + i) * s + off) * ldy + oc0;
-        if (nco == 16 * NV) {
-            for (int j = 0; j < NV; j++) vst(yo + 16 * j, acc[i][j]);
-        } else {
-            float tmp[16 * NV];
-            for (int j = 0; j < NV; j++) vst(tmp + 16 * j, acc[i][j]);
-            memcpy(yo, tmp, (size_t)nco * sizeof(float));
-        }
-    }
-}
-
-#define TG_RUN(WBMAIN, NV)                                                                                  \
-    static void tg_run_##NV(const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, \
-                            int oc0, int nco, float *y, int ldy)                                            \
-    {                                                                                                       \
-        int iw = lo;                                                                                        \
-        for (; iw + WBMAIN <= hi; iw += WBMAIN) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, WBMAIN, NV); \
-        for (; iw + 2 <= hi; iw += 2) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, 2, NV);             \
-        for (; iw < hi; iw++) tg_tile(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy, 1, NV);                     \
-    }
-TG_RUN(16, 1)
-TG_RUN(12, 2)
-TG_RUN(6, 4)
 
 /* first i >= 0 with i*s + off >= 0, and one past the last with i*s + off < lim, clamped to [0, n) */
 static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
@@ -280,49 +195,7 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
 
 /* ------------------------------------------------------------------- wgrad */
 
-typedef struct {
-    const float *slab;
-    size_t rstride, pstride;
-    int k, s, C;
-    const float *gy; /* nr rows of OW voxels x ldg floats */
-    int ldg, nr, OW;
-    float *dw; /* [k^3][C][ocp] */
-    int ocp;
-} wg_args;
 
-AI void wg_tile(const wg_args *a, int kd, int kh, int kw, int c0, int oc0, const int CB, const int NV)
-{
-    const int C = a->C, sc = a->s * a->C, ldg = a->ldg;
-    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * a->ocp + oc0;
-    v16 acc[CB][NV];
-    for (int c = 0; c < CB; c++)
-        for (int j = 0; j < NV; j++) acc[c][j] = *(v16 *)(dwt + (size_t)c * a->ocp + 16 * j);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
-        for (int ow = 0; ow < a->OW; ow++) {
-            v16 gv[NV];
-            for (int j = 0; j < NV; j++) gv[j] = vld(gr + (size_t)ow * ldg + 16 * j);
-            const float *xv = xr + (size_t)ow * sc;
-            for (int c = 0; c < CB; c++)
-                for (int j = 0; j < NV; j++) acc[c][j] += xv[c] * gv[j];
-        }
-    }
-    for (int c = 0; c < CB; c++)
-        for (int j = 0; j < NV; j++) *(v16 *)(dwt + (size_t)c * a->ocp + 16 * j) = acc[c][j];
-}
-
-#define WG_TAP(CBMAIN, NV)                                                              \
-    static void wg_tap_##NV(const wg_args *a, int kd, int kh, int kw, int oc0)         \
-    {                                                                                   \
-        int c = 0;                                                                      \
-        for (; c + CBMAIN <= a->C; c += CBMAIN) wg_tile(a, kd, kh, kw, c, oc0, CBMAIN, NV); \
-        for (; c + 4 <= a->C; c += 4) wg_tile(a, kd, kh, kw, c, oc0, 4, NV);            \
-        for (; c < a->C; c++) wg_tile(a, kd, kh, kw, c, oc0, 1, NV);                    \
-    }
-WG_TAP(16, 1)
-WG_TAP(8, 2)
-WG_TAP(4, 4)
 
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
@@ -362,9 +235,9 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
                     for (int kw = 0; kw < k; kw++)
                         for (int oc0 = 0; oc0 < ocp;) {
                             const int nv = nv_for(ocp - oc0);
-                            if (nv == 4) wg_tap_4(&a, kd, kh, kw, oc0);
-                            else if (nv == 2) wg_tap_2(&a, kd, kh, kw, oc0);
-                            else wg_tap_1(&a, kd, kh, kw, oc0);
+                            if (nv == 4) wg_run_4(&a, kd, kh, kw, oc0);
+                            else if (nv == 2) wg_run_2(&a, kd, kh, kw, oc0);
+                            else wg_run_1(&a, kd, kh, kw, oc0);
                             oc0 += 16 * nv;
                         }
         }

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Generates src/nn/conv_tiles.h: the register-blocked micro-kernels of
+conv_kernels.c with one named variable per accumulator vector (GCC keeps
+named vectors in registers; arrays of vectors it leaves in memory).
+Run: python3 src/nn/gen_tiles.py > src/nn/conv_tiles.h
+Shapes: gather/tgather tiles of WB output voxels x NV 16-lane vectors of
+output channels; wgrad tiles of CB input channels x NV vectors."""
+
+GC = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
+TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
+WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
+
+
+def acc(i, j):
+    return f"c{i}_{j}"
+
+
+def gc(WB, NV):
+    o = []
+    o.append(f"static inline void gc_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)")
+    o.append("{")
+    for j in range(NV):
+        o.append(f"    const v16 b{j} = a->bias ? *(const v16 *)(a->bias + oc0 + {16 * j}) : (v16){{0}};")
+    o.append("    v16 " + ", ".join(f"{acc(i, j)} = b{j}" for i in range(WB) for j in range(NV)) + ";")
+    o.append("    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;")
+    o.append("    for (int kd = 0; kd < k; kd++)")
+    o.append("        for (int kh = 0; kh < k; kh++) {")
+    o.append("            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;")
+    o.append("            for (int kw = 0; kw < k; kw++) {")
+    o.append("                const float *xr = row + kw * C;")
+    o.append("                const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;")
+    o.append("                for (int c = 0; c < C; c++) {")
+    o.append("                    const float *wc = wr + (size_t)c * ocp, *xc = xr + c;")
+    for j in range(NV):
+        o.append(f"                    const v16 w{j} = *(const v16 *)(wc + {16 * j});")
+    for i in range(WB):
+        o.append(f"                    {{ const float x = xc[{i} * sc]; " + " ".join(f"{acc(i, j)} += x * w{j};" for j in range(NV)) + " }")
+    o.append("                }")
+    o.append("            }")
+    o.append("        }")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        for j in range(NV):
+            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + oc0 + {16 * j}, {acc(i, j)});")
+    o.append("    } else {")
+    o.append(f"        float t[{16 * NV}];")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
+                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + oc0, t, (size_t)nco * sizeof(float));")
+    o.append("    }")
+    o.append("}")
+    return "\n".join(o)
+
+
+def tg(WB, NV):
+    o = []
+    o.append(f"static inline void tg_{WB}x{NV}(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,")
+    o.append("                                int nco, float *y, int ldy)")
+    o.append("{")
+    o.append(f"    float t[{16 * NV}];")
+    for i in range(WB):
+        o.append(f"    float *y{i} = y + (size_t)((iw0 + {i}) * s + off) * ldy + oc0;")
+    o.append("    v16 " + ", ".join(acc(i, j) for i in range(WB) for j in range(NV)) + ";")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        o.append("        " + " ".join(f"{acc(i, j)} = vld(y{i} + {16 * j});" for j in range(NV)))
+    o.append("    } else {")
+    o.append("        memset(t, 0, sizeof t);")
+    for i in range(WB):
+        o.append(f"        memcpy(t, y{i}, (size_t)nco * sizeof(float)); " + " ".join(f"{acc(i, j)} = vld(t + {16 * j});" for j in range(NV)))
+    o.append("    }")
+    o.append("    for (int c = 0; c < C; c++) {")
+    o.append("        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
+    for j in range(NV):
+        o.append(f"        const v16 w{j} = *(const v16 *)(wc + {16 * j});")
+    for i in range(WB):
+        o.append(f"        {{ const float x = xc[{i} * C]; " + " ".join(f"{acc(i, j)} += x * w{j};" for j in range(NV)) + " }")
+    o.append("    }")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(y{i} + {16 * j}, {acc(i, j)});" for j in range(NV)))
+    o.append("    } else {")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
+                 f" memcpy(y{i}, t, (size_t)nco * sizeof(float));")
+    o.append("    }")
+    o.append("}")
+    return "\n".join(o)
+
+
+def wg(CB, NV):
+    o = []
+    o.append(f"static inline void wg_{CB}x{NV}(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)")
+    o.append("{")
+    o.append("    const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;")
+    o.append("    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;")
+    o.append("    v16 " + ", ".join(f"{acc(c, j)} = *(v16 *)(dwt + {c} * (size_t)ocp + {16 * j})" for c in range(CB) for j in range(NV)) + ";")
+    o.append("    for (int r = 0; r < a->nr; r++) {")
+    o.append("        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;")
+    o.append("        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;")
+    o.append("        for (int ow = 0; ow < a->OW; ow++) {")
+    o.append("            const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;")
+    for j in range(NV):
+        o.append(f"            const v16 g{j} = vld(gv + {16 * j});")
+    for c in range(CB):
+        o.append(f"            {{ const float x = xv[{c}]; " + " ".join(f"{acc(c, j)} += x * g{j};" for j in range(NV)) + " }")
+    o.append("        }")
+    o.append("    }")
+    for c in range(CB):
+        o.append("    " + " ".join(f"*(v16 *)(dwt + {c} * (size_t)ocp + {16 * j}) = {acc(c, j)};" for j in range(NV)))
+    o.append("}")
+    return "\n".join(o)
+
+
+def runner(kind, sizes, NV, sig, call, loopvar, lo, hi):
+    main = sizes[NV]
+    o = [f"static void {kind}_run_{NV}({sig})", "{", f"    int {loopvar} = {lo};"]
+    for wb in main:
+        o.append(f"    for (; {loopvar} + {wb} <= {hi}; {loopvar} += {wb}) {kind}_{wb}x{NV}({call});")
+    o.append("}")
+    return "\n".join(o)
+
+
+def main():
+    print("/* Generated by src/nn/gen_tiles.py: do not edit. Register-blocked micro-kernels")
+    print(" * of conv_kernels.c (included there, after the gc_args / wg_args types). */")
+    for NV, wbs in GC.items():
+        for wb in wbs:
+            print(gc(wb, NV) + "\n")
+        print(runner("gc", GC, NV, "const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy",
+                     "a, r0, ow, oc0, nco, y, ldy", "ow", "0", "OW") + "\n")
+    for NV, wbs in TG.items():
+        for wb in wbs:
+            print(tg(wb, NV) + "\n")
+        print(runner("tg", TG, NV, "const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
+                     "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
+    for NV, cbs in WG.items():
+        for cb in cbs:
+            print(wg(cb, NV) + "\n")
+        print(runner("wg", WG, NV, "const wg_args *a, int kd, int kh, int kw, int oc0",
+                     "a, kd, kh, kw, c, oc0", "c", "0", "a->C") + "\n")
+
+
+if __name__ == "__main__":
+    main()
