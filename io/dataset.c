@@ -9,6 +9,7 @@
 #include "io/dataset.h"
 #include "io/h5.h"
 
+#include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,17 +123,37 @@ static hid_t index_mtype(void)
     return t;
 }
 
-static hid_t open_file(ts_dataset *ds, const char *name)
+/* Opens one file of the dataset (collective with MPI-IO); on failure
+ * records the error (with HDF5's stack, taken before any other HDF5 call)
+ * and returns a negative id. HDF5 lock held by the caller. */
+static hid_t open_file(ts_dataset *ds, const char *name, const char *what)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-    if (fapl < 0) return -1;
-    if (ds->o.driver == TS_IO_DRIVER_MPIO) {
-        if (H5Pset_fapl_mpio(fapl, ds->comm, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0) {
-            H5Pclose(fapl);
-            return -1;
-        }
+    if (fapl < 0) {
+        ts_h5_err(__FILE__, __LINE__, "file access properties");
+        return -1;
+    }
+    if (ds->o.driver == TS_IO_DRIVER_MPIO &&
+        (H5Pset_fapl_mpio(fapl, ds->comm, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0)) {
+        ts_h5_err(__FILE__, __LINE__, "MPI-IO file access for %s", name);
+        H5Pclose(fapl);
+        return -1;
     }
     f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
+    if (f < 0) {
+        ts_h5_err(__FILE__, __LINE__, "cannot open %s %s", what, name);
+        /* a clearer message for a missing file or one that is not HDF5 at all */
+        FILE *t = fopen(name, "rb");
+        if (!t) {
+            TS_ERR(TS_ERR_IO, "cannot open %s %s: %s", what, name, strerror(errno));
+        } else {
+            char sig[8] = {0};
+            size_t got = fread(sig, 1, 8, t);
+            fclose(t);
+            if (got < 8 || memcmp(sig, "\211HDF\r\n\032\n", 8))
+                TS_ERR(TS_ERR_FORMAT, "%s is not an HDF5 file (no HDF5 signature at its start)", name);
+        }
+    }
     H5Pclose(fapl);
     return f;
 }
@@ -181,8 +202,8 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
     if (!lerr && H5Pset_chunk_cache(ds->dapl, 12421, cb ? cb : (1 << 20), 1.0) < 0)
         lerr = ts_h5_err(__FILE__, __LINE__, "chunk cache");
     if (!lerr) {
-        ds->main = open_file(ds, path);
-        if (ds->main < 0) lerr = ts_h5_err(__FILE__, __LINE__, "cannot open dataset %s", path);
+        ds->main = open_file(ds, path, "dataset");
+        if (ds->main < 0) lerr = ts_err_last();
     }
     ts_h5_unlock();
     TS_CHECK(ts_err_agree(ds->comm, lerr));
@@ -299,9 +320,8 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
         TS_CHECK(ts_err_agree(ds->comm, lerr));
         for (int s = 0; s < ds->nfiles; s++) {
             ts_h5_lock();
-            ds->files[s] = open_file(ds, ds->fnames[s]);
-            if (ds->files[s] < 0) lerr = ts_h5_err(__FILE__, __LINE__, "cannot open shard %s of dataset %s",
-                                                   ds->fnames[s], path);
+            ds->files[s] = open_file(ds, ds->fnames[s], "shard");
+            if (ds->files[s] < 0) lerr = ts_err_last();
             ts_h5_unlock();
             TS_CHECK(ts_err_agree(ds->comm, lerr));
             int64_t v = -1;

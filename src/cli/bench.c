@@ -7,19 +7,19 @@
 
 int ts_cli_bench_coll(int argc, char **argv);
 int ts_cli_bench_step(int argc, char **argv);
+int ts_cli_bench_io(int argc, char **argv);
 
 int ts_cli_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         if (ts_cli_rank() == 0)
             printf("usage: tessera bench coll [OPTIONS]   collectives: time, bandwidth, correctness, tuning\n"
-                   "       tessera bench step CONFIG [...]  training steps of the configured model\n\n"
-                   "not available yet in this version: bench io\n");
+                   "       tessera bench step CONFIG [...]  training steps of the configured model\n"
+                   "       tessera bench io CONFIG [...]    the data path: whole-sample reads and the loader\n");
         return argc < 2 ? TS_ERR(TS_ERR_ARG, "bench: which benchmark? (coll)") : 0;
     }
     if (!strcmp(argv[1], "coll")) return ts_cli_bench_coll(argc - 1, argv + 1);
     if (!strcmp(argv[1], "step")) return ts_cli_bench_step(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "io"))
-        return TS_ERR(TS_ERR_UNSUPPORTED, "'bench %s' is not available yet in this version of tessera", argv[1]);
-    return TS_ERR(TS_ERR_ARG, "bench: unknown benchmark '%s' (coll, step)", argv[1]);
+    if (!strcmp(argv[1], "io")) return ts_cli_bench_io(argc - 1, argv + 1);
+    return TS_ERR(TS_ERR_ARG, "bench: unknown benchmark '%s' (coll, step, io)", argv[1]);
 }

@@ -2,6 +2,8 @@
 # command, shows its output as TAP diagnostics and prints one TAP line.
 #   ts_step DESC CMD...     ok when CMD exits 0
 #   ts_step_fails DESC CMD... ok when CMD exits non-zero (and does not time out)
+#   ts_fails_on_all DESC TEXT NP CMD...  ok when CMD (a tessera run on NP ranks) exits
+#                           non-zero and every rank printed "tessera: error (rank R): ...TEXT..."
 #   ts_check DESC TEST...   ok when the shell test holds (e.g. ts_check "x" [ -f F ])
 #   ts_skip DESC REASON
 #   ts_finish               prints the plan, exits 1 if any step failed
@@ -28,6 +30,19 @@ ts_step_fails() {
     ts_out=$("$@" 2>&1); _ts_rc=$?
     [ -n "$ts_out" ] && printf '%s\n' "$ts_out" | sed 's/^/# /'
     if [ $_ts_rc -ne 0 ] && [ $_ts_rc -ne 124 ] && [ $_ts_rc -ne 137 ]; then ts_report ok "$_ts_d"; else ts_report bad "$_ts_d (exit $_ts_rc)"; fi
+}
+ts_fails_on_all() {
+    _ts_d=$1; _ts_t=$2; _ts_np=$3; shift 3
+    ts_out=$("$@" 2>&1); _ts_rc=$?
+    [ -n "$ts_out" ] && printf '%s\n' "$ts_out" | sed 's/^/# /'
+    _ts_ok=1
+    if [ $_ts_rc -eq 0 ] || [ $_ts_rc -eq 124 ] || [ $_ts_rc -eq 137 ]; then _ts_ok=0; fi
+    _ts_r=0
+    while [ $_ts_r -lt "$_ts_np" ]; do
+        printf '%s\n' "$ts_out" | grep -F "tessera: error (rank $_ts_r)" | grep -qF -- "$_ts_t" || _ts_ok=0
+        _ts_r=$((_ts_r + 1))
+    done
+    if [ $_ts_ok -eq 1 ]; then ts_report ok "$_ts_d"; else ts_report bad "$_ts_d (exit $_ts_rc)"; fi
 }
 ts_check() {
     _ts_d=$1; shift
