@@ -17,7 +17,7 @@ trap 'rm -rf "$d"' EXIT
 tessera="$TS_BUILDDIR/tessera"
 mkbad="$TS_BUILDDIR/tests/io/mkbad"
 K="$d/Task"
-ts_step "make NIfTI inputs" "$TS_BUILDDIR/tests/io/mkmsd" "$T" "$K" >/dev/null
+ts_step "make NIfTI inputs" "$TS_BUILDDIR/tests/io/mkmsd" "$T" "$K"
 I0="$K/imagesTr/colin_000.nii.gz" L0="$K/labelsTr/colin_000.nii.gz"
 I1="$K/imagesTr/colin_001.nii" L1="$K/labelsTr/colin_001.nii"
 I4="$K/imagesTr/colin_004.nii.gz" L4="$K/labelsTr/colin_004.nii.gz"
