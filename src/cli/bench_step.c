@@ -15,19 +15,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 static void help(void)
 {
-    printf("usage: tessera bench step CONFIG [section.key=value ...] [--steps N] [--warmup W] [--json FILE]\n\n"
+    printf("usage: tessera bench step CONFIG [section.key=value ...] [--steps N] [--warmup W] [--json FILE]\n"
+           "                          [--profile]\n\n"
            "Times N (default 5) full training steps - forward, loss, backward, optimizer step - after W\n"
            "(default 2) warm-up steps, on random data (normal images, uniform labels) of data.patch and\n"
            "train.batch, with the config's model, loss and optimizer. Threads: OMP_NUM_THREADS (default: all\n"
            "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
-           "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, batch, patch. Runs on one rank.\n");
+           "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
+           "batch, patch. --profile adds the time per kind of layer. Runs on one rank.\n");
+}
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static double peak_rss_mb(void)
@@ -39,7 +49,7 @@ static double peak_rss_mb(void)
 
 int ts_cli_bench_step(int argc, char **argv)
 {
-    int err = 0, nover = 0, steps = 5, warmup = 2;
+    int err = 0, nover = 0, steps = 5, warmup = 2, profile = 0;
     const char *cfgpath = NULL, *json = NULL;
     char **over = calloc((size_t)argc + 1, sizeof *over);
     ts_config *cfg = NULL;
@@ -60,6 +70,7 @@ int ts_cli_bench_step(int argc, char **argv)
             if (a[2] == 's') steps = (int)v;
             else warmup = (int)v;
         } else if (!strcmp(a, "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(a, "--profile")) profile = 1;
         else if (strchr(a, '=') && a[0] != '-') over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
@@ -94,10 +105,11 @@ int ts_cli_bench_step(int argc, char **argv)
     ts_timer_reset(&tb);
     ts_timer_reset(&to);
     ts_timer_reset(&ts);
-    double loss = 0, best = 1e30;
+    double loss = 0, best = 1e30, cpu = 0;
     for (int s = 0; s < warmup + steps; s++) {
         const int timed = s >= warmup;
-        const double t0 = ts_time_now();
+        if (s == warmup) ts_unet_profile_reset(m);
+        const double t0 = ts_time_now(), c0 = cpu_now();
         ts_arena_zero_grad(ts_unet_arena(m));
         TS_CHECK(ts_unet_forward(m, &image, 1));
         TS_CHECK(ts_unet_loss(m, &label, 1, &loss));
@@ -107,6 +119,7 @@ int ts_cli_bench_step(int argc, char **argv)
         TS_CHECK(ts_optim_step(&opt, ts_unet_arena(m), NULL, NULL));
         const double t3 = ts_time_now();
         if (timed) {
+            cpu += cpu_now() - c0;
             tf.total += t1 - t0;
             tb.total += t2 - t1;
             to.total += t3 - t2;
@@ -128,6 +141,13 @@ int ts_cli_bench_step(int argc, char **argv)
            "optimizer %.1f ms\n",
            sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
            to.total / steps * 1e3);
+    printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
+    if (profile) {
+        const double *p = ts_unet_profile(m);
+        printf("  per step:");
+        for (int k = 0; k < TS_PROF_COUNT; k++) printf("%s %s %.1f ms", k ? "," : "", ts_unet_prof_name(k), p[k] / steps * 1e3);
+        printf("\n");
+    }
     printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB, arena %.1f MiB), loss %.4f\n", rss,
            (double)ts_unet_activation_bytes(m) / 1048576.0,
            (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
@@ -141,6 +161,7 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "forward_ms", tf.total / steps * 1e3);
         cJSON_AddNumberToObject(o, "backward_ms", tb.total / steps * 1e3);
         cJSON_AddNumberToObject(o, "optimizer_ms", to.total / steps * 1e3);
+        cJSON_AddNumberToObject(o, "cpu_ms", cpu / steps * 1e3);
         cJSON_AddNumberToObject(o, "ranks", ts_cli_size());
         cJSON_AddNumberToObject(o, "threads", threads);
         cJSON_AddStringToObject(o, "config", cfgpath);

@@ -11,6 +11,7 @@
 #include "src/model/unet.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/core/timer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +36,26 @@ struct ts_unet {
     ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], cat[L_MAX], logits, dlogits, gin[L_MAX], dskip[L_MAX];
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
+    double prof[TS_PROF_COUNT];
 };
+
+/* runs call, adding its wall time to profile slot kind; returns on error */
+#define TIMED(m, kind, call)                                   \
+    do {                                                       \
+        const double t0_ = ts_time_now();                      \
+        TS_TRY(call);                                          \
+        (m)->prof[kind] += ts_time_now() - t0_;                \
+    } while (0)
+
+const char *ts_unet_prof_name(int kind)
+{
+    static const char *const n[TS_PROF_COUNT] = {"conv forward", "conv weight grad", "conv input grad",
+                                                 "transposed conv", "norm", "relu", "max-pool", "concat", "loss",
+                                                 "other"};
+    return kind >= 0 && kind < TS_PROF_COUNT ? n[kind] : "?";
+}
+const double *ts_unet_profile(const ts_unet *m) { return m->prof; }
+void ts_unet_profile_reset(ts_unet *m) { memset(m->prof, 0, sizeof m->prof); }
 
 static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, int ndim, const int64_t *shape,
                float bound, int *idx)
@@ -256,22 +276,23 @@ static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
     const ts_norm_opts o = norm_opts(m);
     for (int i = 0; i < 2; i++) {
         ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        TS_TRY(ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
+        TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
-            TS_TRY(ts_batchnorm_forward(&b->y[i], &g, &be, &rm, &rv, train, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            TIMED(m, TS_PROF_NORM,
+                  ts_batchnorm_forward(&b->y[i], &g, &be, &rm, &rv, train, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
             if (train) (*(int64_t *)nbt.data)++;
             break;
         }
         case TS_NORM_GROUP:
-            TS_TRY(ts_groupnorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            TIMED(m, TS_PROF_NORM, ts_groupnorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
             break;
         case TS_NORM_INSTANCE:
-            TS_TRY(ts_instancenorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
             break;
         }
-        TS_TRY(ts_relu_forward(&b->a[i], 0.0f, &b->a[i]));
+        TIMED(m, TS_PROF_RELU, ts_relu_forward(&b->a[i], 0.0f, &b->a[i]));
     }
     return 0;
 }
@@ -287,19 +308,19 @@ int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train)
     if (image->dtype != TS_FLOAT32) return TS_ERR(TS_ERR_ARG, "input image must be float32");
     TS_TRY(ts_unet_setup(m, (int)image->shape[0], (int)image->shape[2], (int)image->shape[3], (int)image->shape[4]));
     m->have_dlogits = 0;
-    TS_TRY(ts_tensor_to_channels_last(image, &m->x));
+    TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &m->x));
     for (int l = 0; l < L; l++) {
-        if (l > 0) TS_TRY(ts_maxpool3d_forward(&m->enc[l - 1].a[1], 2, &m->pool[l], &m->pidx[l]));
+        if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(&m->enc[l - 1].a[1], 2, &m->pool[l], &m->pidx[l]));
         TS_TRY(block_forward(m, &m->enc[l], l ? &m->pool[l] : &m->x, train));
     }
     for (int l = L - 2; l >= 0; l--) {
         ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
-        TS_TRY(ts_convt3d_forward(top(m, l + 1), &w, &b, 2, &m->up[l]));
-        TS_TRY(ts_concat_forward(&m->up[l], &m->enc[l].a[1], &m->cat[l]));
+        TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(top(m, l + 1), &w, &b, 2, &m->up[l]));
+        TIMED(m, TS_PROF_CONCAT, ts_concat_forward(&m->up[l], &m->enc[l].a[1], &m->cat[l]));
         TS_TRY(block_forward(m, &m->dec[l], &m->cat[l], train));
     }
     ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
-    TS_TRY(ts_conv3d_forward(top(m, 0), &hw, &hb, 1, 0, &m->logits));
+    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(top(m, 0), &hw, &hb, 1, 0, &m->logits));
     m->train_forward = train;
     return 0;
 }
@@ -311,7 +332,7 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
     TS_TRY(ts_tensor_check_shape(labels, "labels", 4, (const int64_t[]){m->n, m->d, m->h, m->w}));
     if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
     const ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f};
-    double total = 0, l;
+    double total = 0, l, t0 = ts_time_now();
     if (c->loss & TS_LOSS_CE) {
         TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
         total += l;
@@ -326,6 +347,7 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
         if (c->loss & TS_LOSS_DICE) TS_TRY(ts_dice_backward(&m->logits, labels, &o, 1.0f, &m->dlogits));
         m->have_dlogits = 1;
     }
+    m->prof[TS_PROF_LOSS] += ts_time_now() - t0;
     *loss = total;
     return 0;
 }
@@ -338,21 +360,27 @@ static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_
     const ts_norm_opts o = norm_opts(m);
     for (int i = 1; i >= 0; i--) {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
-        TS_TRY(ts_relu_backward(&b->a[i], 0.0f, g, g));
+        TIMED(m, TS_PROF_RELU, ts_relu_backward(&b->a[i], 0.0f, g, g));
         /* the norm's input gradient overwrites its input y[i] */
         switch (m->cfg.norm) {
         case TS_NORM_BATCH:
-            TS_TRY(ts_batchnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], m->train_forward, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], m->train_forward, g,
+                                                         &b->y[i], &dgm, &dbe));
             break;
         case TS_NORM_GROUP:
-            TS_TRY(ts_groupnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM,
+                  ts_groupnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
             break;
         case TS_NORM_INSTANCE:
-            TS_TRY(ts_instancenorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM,
+                  ts_instancenorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
             break;
         }
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
-        TS_TRY(ts_conv3d_backward(i ? &b->a[0] : in, &w, 1, 1, &b->y[i], i ? g : dx, &dw, &db));
+        ts_tensor *x = i ? &b->a[0] : in, *dxi = i ? g : dx;
+        /* weight gradient first: dx may overwrite x */
+        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], NULL, &dw, &db));
+        if (dxi) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], dxi, NULL, NULL));
     }
     return 0;
 }
@@ -363,22 +391,25 @@ int ts_unet_backward(ts_unet *m)
     if (!m->have_dlogits) return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
     m->have_dlogits = 0; /* the forward buffers are consumed */
     ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
-    TS_TRY(ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], &dhw, &dhb));
+    TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, NULL, &dhw, &dhb));
+    TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], NULL, NULL));
     for (int l = 0; l <= L - 2; l++) {
         TS_TRY(block_backward(m, &m->dec[l], &m->cat[l], &m->gin[l], &m->cat[l]));
-        TS_TRY(ts_concat_backward(&m->cat[l], &m->up[l], &m->dskip[l]));
+        TIMED(m, TS_PROF_CONCAT, ts_concat_backward(&m->cat[l], &m->up[l], &m->dskip[l]));
         ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
-        TS_TRY(ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
+        TIMED(m, TS_PROF_CONVT, ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
     }
     for (int l = L - 1; l >= 0; l--) {
         TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, &m->gin[l], l ? &m->pool[l] : NULL));
         if (l > 0) {
-            TS_TRY(ts_maxpool3d_backward(&m->pool[l], &m->pidx[l], 2, &m->gin[l - 1]));
+            TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&m->pool[l], &m->pidx[l], 2, &m->gin[l - 1]));
+            const double t0 = ts_time_now();
             float *g = m->gin[l - 1].data;
             const float *s = m->dskip[l - 1].data;
             const int64_t n = ts_tensor_numel(&m->gin[l - 1]);
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < n; i++) g[i] += s[i];
+            m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
         }
     }
     return 0;

@@ -79,6 +79,16 @@ const ts_tensor *ts_unet_logits(const ts_unet *m);
 /* Local. Loss of the last forward against labels [N, D, H, W] (uint8);
  * with_grad = 1 also stores dloss/dlogits for ts_unet_backward. */
 int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
+/* Wall time spent per kind of layer since ts_unet_create or the last reset
+ * (forward and backward; for profiles such as `bench step --profile`). */
+typedef enum {
+    TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_RELU,
+    TS_PROF_POOL, TS_PROF_CONCAT, TS_PROF_LOSS, TS_PROF_OTHER, TS_PROF_COUNT
+} ts_unet_prof;
+const char *ts_unet_prof_name(int kind);
+const double *ts_unet_profile(const ts_unet *m);
+void ts_unet_profile_reset(ts_unet *m);
+
 /* Local. Backward from the stored logit gradient, accumulating parameter
  * gradients into the arena (call ts_arena_zero_grad first). Needs a train-mode
  * forward and ts_unet_loss(with_grad = 1) on the same input. */
