@@ -194,6 +194,12 @@ int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o
         if (o->patch.patch[k] < 1) return TS_ERR(TS_ERR_ARG, "loader: patch size %lld", (long long)o->patch.patch[k]);
     if (o->patch.clip_lo >= TS_IO_NPCT || o->patch.clip_hi >= TS_IO_NPCT || (o->patch.clip_lo >= 0) != (o->patch.clip_hi >= 0))
         return TS_ERR(TS_ERR_ARG, "loader: bad clipping percentiles");
+    int inited = 0, level = MPI_THREAD_MULTIPLE;
+    MPI_Initialized(&inited);
+    if (inited) MPI_Query_thread(&level);
+    if (o->prefetch > 0 && level < MPI_THREAD_MULTIPLE)
+        return TS_ERR(TS_ERR_UNSUPPORTED, "loader: data.prefetch = %d reads on a thread, which needs MPI initialised "
+                      "with MPI_THREAD_MULTIPLE (set data.prefetch = 0)", o->prefetch);
     ts_loader *l = TS_CALLOC(1, sizeof *l);
     if (!l) return TS_ERR_NOMEM;
     pthread_mutex_init(&l->mu, NULL);

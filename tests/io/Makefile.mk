@@ -16,4 +16,5 @@ tests_io_mkbad_LDADD = $(TS_LIBS)
 tests_io_mkmsd_SOURCES = tests/io/mkmsd.c
 tests_io_mkmsd_LDADD = $(TS_LIBS)
 TESTS += $(TS_IO_TESTS) tests/io/test_sampler_unit
-EXTRA_DIST += $(TS_IO_TESTS) tests/io/lib_io.sh tests/io/check_nifti.py tests/io/check_msd.py
+EXTRA_DIST += $(TS_IO_TESTS) tests/io/lib_io.sh tests/io/check_nifti.py tests/io/check_msd.py \
+	jobs/bench/io_vs_dd.sh jobs/bench/loader_vs_step.sh configs/labelmaps/aal-3class.txt configs/labelmaps/aal-hemispheres.txt

@@ -41,4 +41,10 @@ ts_check "the single file gives the same order as the shards" cmp -s "$d/order1"
 ts_step "synth 5 samples (the 5-samples-on-2-ranks case)" "$tessera" synth --out "$d/five.h5" --count 5 --size 12 --seed 3
 ts_step "sampler with 5 samples on 2 ranks, batch 2: same steps everywhere, no hang" \
     ts_mpirun 2 "$TS_BUILDDIR/tests/io/test_sampler" "$d/five.h5" "$d/order5" 2 4
+ts_step "bench io on 2 ranks writes its JSON" \
+    ts_mpirun 2 "$tessera" bench io "$TS_SRCDIR/configs/unet3d-small.ini" "data.path=$d/five.h5" data.patch=8 \
+    --steps 3 --repeat 2 --json "$d/io.json"
+# 5 samples of 12^3, one chunk each: (12^3*4 + 4) + (12^3 + 4) bytes per sample
+ts_check "bench io JSON: samples_per_s, read_GBps and bytes = 5 x 8648" \
+    sh -c "tr -d ' \t\n' < '$d/io.json' | grep -q '\"bytes\":43240,' && grep -q samples_per_s '$d/io.json' && grep -q read_GBps '$d/io.json'"
 ts_finish
