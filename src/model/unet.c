@@ -407,7 +407,7 @@ int ts_unet_backward(ts_unet *m)
             float *g = m->gin[l - 1].data;
             const float *s = m->dskip[l - 1].data;
             const int64_t n = ts_tensor_numel(&m->gin[l - 1]);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16384)
             for (int64_t i = 0; i < n; i++) g[i] += s[i];
             m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
         }

@@ -27,7 +27,7 @@ int ts_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y)
     const int64_t ca = a->shape[a->ndim - 1], cb = b->shape[b->ndim - 1], v = ts_tensor_numel(a) / (ca ? ca : 1);
     const float *pa = a->data, *pb = b->data;
     float *py = y->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
     for (int64_t i = 0; i < v; i++) {
         memcpy(py + i * (ca + cb), pa + i * ca, (size_t)ca * sizeof(float));
         memcpy(py + i * (ca + cb) + ca, pb + i * cb, (size_t)cb * sizeof(float));
@@ -47,7 +47,7 @@ int ts_concat_backward(const ts_tensor *dy, ts_tensor *da, ts_tensor *db)
         const int64_t v = ts_tensor_numel(dy) / (cy ? cy : 1), off = da ? 0 : cy - cg;
         const float *pd = dy->data;
         float *pg = g->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
         for (int64_t i = 0; i < v; i++) memcpy(pg + i * cg, pd + i * cy + off, (size_t)cg * sizeof(float));
         return 0;
     }
@@ -55,7 +55,7 @@ int ts_concat_backward(const ts_tensor *dy, ts_tensor *da, ts_tensor *db)
     const int64_t ca = da->shape[da->ndim - 1], cb = db->shape[db->ndim - 1], v = ts_tensor_numel(da) / (ca ? ca : 1);
     const float *py = dy->data;
     float *pa = da->data, *pb = db->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
     for (int64_t i = 0; i < v; i++) {
         memcpy(pa + i * ca, py + i * (ca + cb), (size_t)ca * sizeof(float));
         memcpy(pb + i * cb, py + i * (ca + cb) + ca, (size_t)cb * sizeof(float));

@@ -48,12 +48,13 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int nv_for(int lanes) { return lanes >= 64 ? 4 : lanes >= 32 ? 2 : 1; }
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* Rows of output per work item: enough items for the threads, few rows per
- * slab so that it stays in L2. */
+/* Rows of output per work item: few rows per slab so that it stays in L2,
+ * at least 32 items where possible (for load balance). Independent of the
+ * thread count, so that the weight gradient's summation order is too. */
 static int row_block(const ts_conv_geom *g)
 {
     int hb = 8;
-    while (hb > 1 && (size_t)g->N * g->OD * ((g->OH + hb - 1) / hb) < (size_t)8 * nthreads()) hb /= 2;
+    while (hb > 1 && (size_t)g->N * g->OD * ((g->OH + hb - 1) / hb) < 32) hb /= 2;
     return imin(hb, g->OH);
 }
 
@@ -120,7 +121,7 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     const int nhb = (g->OH + hb - 1) / hb;
     const long items = (long)g->N * g->OD * nhb;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
         const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
         const int nr = imin(hb, g->OH - oh0);
@@ -160,7 +161,7 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
 {
     const int ocp = ts_nn_pad16(g->OC), k = g->k, s = g->s, p = g->p, C = g->C, OC = g->OC;
     const long rows = (long)g->N * g->OD * g->OH;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 4)
     for (long it = 0; it < rows; it++) {
         const int n = (int)(it / ((long)g->OD * g->OH)), od = (int)(it / g->OH % g->OD), oh = (int)(it % g->OH);
         float *yr = y + (size_t)it * g->OW * OC;
@@ -197,6 +198,11 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
 
 
 
+/* Work items are split into a fixed number of contiguous chunks (it depends on
+ * the shapes, not on the threads), each summed into its own buffer and the
+ * buffers added in order: results are identical for any thread count and
+ * schedule, and threads take chunks dynamically (a preempted thread does not
+ * hold the others up). */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
     int err = 0;
@@ -205,50 +211,55 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
     const size_t slab_n = round16((size_t)k * R * CS * g->C), dw_n = (size_t)k * k * k * g->C * ocp;
     const int padg = g->OC % 16 != 0;
     const size_t gpad_n = padg ? (size_t)hb * g->OW * ocp : 0;
-    float *slabs = TS_ALIGNED_ALLOC((slab_n + dw_n + gpad_n) * nt * sizeof(float));
-    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
-    float *dws = slabs + slab_n * nt, *gpads = dws + dw_n * nt;
-    memset(dws, 0, dw_n * nt * sizeof(float));
     const int nhb = (g->OH + hb - 1) / hb;
     const long items = (long)g->N * g->OD * nhb;
+    long nch = items < 16 ? items : 16;
+    while (nch > 2 && (size_t)nch * dw_n > ((size_t)4 << 20)) nch /= 2; /* at most 16 MiB of partial sums */
+    float *slabs = TS_ALIGNED_ALLOC(((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
+    float *gpads = slabs + slab_n * nt, *dws = gpads + gpad_n * nt;
 #pragma omp parallel
     {
         const int tid = thread_id();
-        float *slab = slabs + slab_n * tid, *dw = dws + dw_n * tid, *gpad = gpads + gpad_n * tid;
-#pragma omp for schedule(static)
-        for (long it = 0; it < items; it++) {
-            const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
-            const int nr = imin(hb, g->OH - oh0);
-            fill_slab(g, x, n, od, oh0, R, CS, slab);
-            const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
-            int ldg = g->OC;
-            if (padg) {
-                memset(gpad, 0, gpad_n * sizeof(float));
-                for (size_t v = 0; v < (size_t)nr * g->OW; v++)
-                    memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
-                gr = gpad;
-                ldg = ocp;
+        float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
+#pragma omp for schedule(dynamic, 1)
+        for (long ch = 0; ch < nch; ch++) {
+            float *dw = dws + dw_n * ch;
+            memset(dw, 0, dw_n * sizeof(float));
+            for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
+                const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
+                const int nr = imin(hb, g->OH - oh0);
+                fill_slab(g, x, n, od, oh0, R, CS, slab);
+                const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
+                int ldg = g->OC;
+                if (padg) {
+                    memset(gpad, 0, gpad_n * sizeof(float));
+                    for (size_t v = 0; v < (size_t)nr * g->OW; v++)
+                        memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                    gr = gpad;
+                    ldg = ocp;
+                }
+                wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, dw, ocp};
+                for (int kd = 0; kd < k; kd++)
+                    for (int kh = 0; kh < k; kh++)
+                        for (int kw = 0; kw < k; kw++)
+                            for (int oc0 = 0; oc0 < ocp;) {
+                                const int nv = nv_for(ocp - oc0);
+                                if (nv == 4) wg_run_4(&a, kd, kh, kw, oc0);
+                                else if (nv == 2) wg_run_2(&a, kd, kh, kw, oc0);
+                                else wg_run_1(&a, kd, kh, kw, oc0);
+                                oc0 += 16 * nv;
+                            }
             }
-            wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, dw, ocp};
-            for (int kd = 0; kd < k; kd++)
-                for (int kh = 0; kh < k; kh++)
-                    for (int kw = 0; kw < k; kw++)
-                        for (int oc0 = 0; oc0 < ocp;) {
-                            const int nv = nv_for(ocp - oc0);
-                            if (nv == 4) wg_run_4(&a, kd, kh, kw, oc0);
-                            else if (nv == 2) wg_run_2(&a, kd, kh, kw, oc0);
-                            else wg_run_1(&a, kd, kh, kw, oc0);
-                            oc0 += 16 * nv;
-                        }
         }
     }
-    /* fixed-order reduction of the per-thread sums, unpadded */
+    /* fixed-order reduction of the chunk sums, unpadded */
     const size_t rows = (size_t)k * k * k * g->C;
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < rows; r++)
         for (int oc = 0; oc < g->OC; oc++) {
             float s = 0;
-            for (int t = 0; t < nt; t++) s += dws[dw_n * t + r * ocp + oc];
+            for (long c = 0; c < nch; c++) s += dws[dw_n * c + r * ocp + oc];
             dwp[r * g->OC + oc] = s;
         }
 cleanup:
@@ -258,29 +269,32 @@ cleanup:
 
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)
 {
-    const int nt = nthreads();
-    double *part = TS_CALLOC((size_t)nt * OC, sizeof(double));
+    enum { CHUNKS = 64, BLK = 256 };
+    double *part = TS_CALLOC((size_t)CHUNKS * OC, sizeof(double));
     if (!part) return TS_ERR_NOMEM;
 #pragma omp parallel
     {
-        double *ps = part + (size_t)thread_id() * OC;
         float acc[256];
         const int cb = OC < 256 ? OC : 256;
-#pragma omp for schedule(static)
-        for (size_t b0 = 0; b0 < voxels; b0 += 256) {
-            size_t b1 = b0 + 256 < voxels ? b0 + 256 : voxels;
-            for (int c0 = 0; c0 < OC; c0 += cb) {
-                int nc = imin(cb, OC - c0);
-                for (int c = 0; c < nc; c++) acc[c] = 0;
-                for (size_t v = b0; v < b1; v++)
-                    for (int c = 0; c < nc; c++) acc[c] += gy[v * OC + c0 + c];
-                for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
+#pragma omp for schedule(dynamic, 1)
+        for (int ch = 0; ch < CHUNKS; ch++) {
+            double *ps = part + (size_t)ch * OC;
+            const size_t e = voxels * (size_t)(ch + 1) / CHUNKS;
+            for (size_t b0 = voxels * (size_t)ch / CHUNKS; b0 < e; b0 += BLK) {
+                const size_t b1 = b0 + BLK < e ? b0 + BLK : e;
+                for (int c0 = 0; c0 < OC; c0 += cb) {
+                    const int nc = imin(cb, OC - c0);
+                    for (int c = 0; c < nc; c++) acc[c] = 0;
+                    for (size_t v = b0; v < b1; v++)
+                        for (int c = 0; c < nc; c++) acc[c] += gy[v * OC + c0 + c];
+                    for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
+                }
             }
         }
     }
     for (int c = 0; c < OC; c++) {
         double s = 0;
-        for (int t = 0; t < nt; t++) s += part[(size_t)t * OC + c];
+        for (int t = 0; t < CHUNKS; t++) s += part[(size_t)t * OC + c];
         db[c] += (float)s;
     }
     free(part);

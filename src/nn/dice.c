@@ -29,7 +29,7 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
         return TS_ERR_NOMEM;
     }
     int64_t bad = -1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t it = 0; it < N * nch; it++) {
         const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
         double *ps = part + (size_t)it * 3 * K;
@@ -102,7 +102,7 @@ int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_
     const uint8_t *y = labels->data;
     const int ign = o ? o->ignore_index : -1;
     float *d = dlogits->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
     for (int64_t v = 0; v < V; v++) {
         const int t = y[v];
         if (ts_nn_ignored(t, ign)) continue;

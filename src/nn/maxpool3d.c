@@ -31,7 +31,7 @@ int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx
     const float *px = x->data;
     float *py = y->data;
     uint8_t *pi = idx->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t n = r / (OD * OH), od = r / OH % OD, oh = r % OH;
         for (int64_t ow = 0; ow < OW; ow++) {
@@ -68,7 +68,7 @@ int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_t
     const float *pg = dy->data;
     const uint8_t *pi = idx->data;
     float *pd = dx->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t n = r / (OD * OH), od = r / OH % OD, oh = r % OH;
         for (int64_t ow = 0; ow < OW; ow++) {

@@ -11,7 +11,7 @@ int ts_relu_forward(const ts_tensor *x, float slope, ts_tensor *y)
     const float *a = x->data;
     float *b = y->data;
     const int64_t n = ts_tensor_numel(x);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16384)
     for (int64_t i = 0; i < n; i++) b[i] = a[i] > 0.0f ? a[i] : slope * a[i];
     return 0;
 }
@@ -24,7 +24,7 @@ int ts_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_te
     const float *a = y->data, *g = dy->data;
     float *d = dx->data;
     const int64_t n = ts_tensor_numel(y);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16384)
     for (int64_t i = 0; i < n; i++) d[i] = a[i] > 0.0f ? g[i] : slope * g[i];
     return 0;
 }

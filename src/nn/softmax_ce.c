@@ -25,7 +25,7 @@ static int ce_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_lo
     double *part = TS_CALLOC((size_t)nch * 2, sizeof(double));
     if (!part) return TS_ERR_NOMEM;
     int64_t bad = -1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t ch = 0; ch < nch; ch++) {
         float p[256];
         double a = 0, b = 0;
@@ -80,7 +80,7 @@ int ts_softmax_ce_backward(const ts_tensor *logits, const ts_tensor *labels, con
     const uint8_t *y = labels->data;
     const int ign = o ? o->ignore_index : -1;
     float *d = dlogits->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
     for (int64_t v = 0; v < V; v++) {
         const int t = y[v];
         if (ts_nn_ignored(t, ign)) continue;

@@ -12,7 +12,7 @@ void ts_adamw_update(float *p, const float *g, float *m, float *v, size_t n, dou
     const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
     const float step = (float)(lr / bc1), rbc2 = (float)(1.0 / sqrt(bc2)), decay = (float)(1.0 - lr * wd);
     const float fb1 = (float)b1, fb2 = (float)b2, feps = (float)eps;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16384)
     for (size_t i = 0; i < n; i++) {
         const float gi = g[i];
         p[i] *= decay;

@@ -8,7 +8,7 @@
 void ts_sgd_update(float *p, const float *g, float *buf, size_t n, double lr, double momentum, double wd, int nesterov)
 {
     const float flr = (float)lr, fm = (float)momentum, fwd = (float)wd;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16384)
     for (size_t i = 0; i < n; i++) {
         float d = g[i] + fwd * p[i];
         if (buf) {

@@ -1,4 +1,5 @@
 #!/bin/sh
 # allreduce matrix on 6 ranks split into fake nodes of 2 (hierarchical across "nodes")
 . "$TS_SRCDIR/tests/mpi/lib.sh"
+TS_TEST_TIMEOUT=${TS_TEST_TIMEOUT:-900}
 TESSERA_RANKS_PER_NODE=2 ts_mpirun 6 "$TS_BUILDDIR/tests/coll/test_allreduce"
