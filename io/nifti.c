@@ -267,12 +267,51 @@ int ts_nifti_write(const char *path, const ts_nifti_geom *g, int datatype, int v
         nifti_dmat44_to_quatern(nim->qto_xyz, &nim->quatern_b, &nim->quatern_c, &nim->quatern_d, &nim->qoffset_x,
                                 &nim->qoffset_y, &nim->qoffset_z, &dx, &dy, &dz, &nim->qfac);
     }
-    if (nifti_set_filenames(nim, tmp, 0, 1) != 0) TS_FAIL(TS_ERR_ARG, "%s: niftilib rejects the name", tmp);
-    nifti_set_iname_offset(nim, version == 2 ? 2 : 1);
-    nim->data = (void *)data;
-    errno = 0;
-    nifti_image_write(nim); /* void: success is checked by reading the file back */
-    nim->data = NULL;
+    /* The header comes from niftilib (nifti_convert_nim2n{1,2}hdr); the
+     * file is written here (header, the 4-byte extension flag, voxels), since
+     * nifti_image_write reports no errors and mis-writes single-file NIfTI-2
+     * in libnifti2 3.0.1. */
+    {
+        nifti_1_header h1;
+        nifti_2_header h2;
+        const void *hdr;
+        size_t hsz;
+        if (version == 2) {
+            if (nifti_convert_nim2n2hdr(nim, &h2)) TS_FAIL(TS_ERR_ARG, "%s: niftilib cannot make a NIfTI-2 header", path);
+            h2.sizeof_hdr = 540;
+            memcpy(h2.magic, "n+2\0\r\n\032\n", 8);
+            h2.vox_offset = 544;
+            hdr = &h2;
+            hsz = sizeof h2;
+        } else {
+            if (nifti_convert_nim2n1hdr(nim, &h1)) TS_FAIL(TS_ERR_ARG, "%s: niftilib cannot make a NIfTI-1 header", path);
+            h1.sizeof_hdr = 348;
+            memcpy(h1.magic, "n+1\0", 4);
+            h1.vox_offset = 352.0f;
+            hdr = &h1;
+            hsz = sizeof h1;
+        }
+        const int gz = !strcmp(ext, ".nii.gz");
+        size_t bytes = (size_t)nim->nvox * (size_t)nim->nbyper;
+        const char zero4[4] = {0, 0, 0, 0};
+        errno = 0;
+        gzFile f = gzopen(tmp, gz ? "wb6" : "wbT");
+        if (!f) TS_FAIL(TS_ERR_IO, "cannot create %s: %s", tmp, strerror(errno ? errno : EIO));
+        int ok = gzwrite(f, hdr, (unsigned)hsz) == (int)hsz && gzwrite(f, zero4, 4) == 4;
+        for (size_t done = 0; ok && done < bytes;) {
+            size_t n = bytes - done > (1u << 30) ? (1u << 30) : bytes - done;
+            ok = gzwrite(f, (const char *)data + done, (unsigned)n) == (int)n;
+            done += n;
+        }
+        int ze = Z_OK;
+        if (!ok) gzerror(f, &ze);
+        int cr = gzclose(f);
+        if (!ok || cr != Z_OK) {
+            int e = errno;
+            unlink(tmp);
+            TS_FAIL(TS_ERR_IO, "cannot write %s: %s", tmp, ze == Z_ERRNO || cr == Z_ERRNO ? strerror(e) : "zlib error");
+        }
+    }
     err = ts_nifti_read(tmp, &back);
     if (err) {
         unlink(tmp);

@@ -1,8 +1,8 @@
 # tests/io: dataset schema, NIfTI import, converters, sampler, loader
 TS_IO_TESTS = tests/io/dataset_np1.sh tests/io/dataset_np2.sh tests/io/dataset_np3.sh \
-	tests/io/convert_ch2.sh tests/io/msd.sh tests/io/loader.sh tests/io/bad_input.sh
+	tests/io/convert_ch2.sh tests/io/msd.sh tests/io/loader.sh tests/io/bad_input.sh tests/io/units.sh
 check_PROGRAMS += tests/io/test_dataset tests/io/test_sampler tests/io/mkmsd tests/io/test_sampler_unit \
-	tests/io/test_loader tests/io/mkbad
+	tests/io/test_loader tests/io/mkbad tests/io/test_units
 tests_io_test_dataset_SOURCES = tests/io/test_dataset.c
 tests_io_test_dataset_LDADD = $(TS_LIBS)
 tests_io_test_sampler_SOURCES = tests/io/test_sampler.c
@@ -13,6 +13,8 @@ tests_io_test_loader_SOURCES = tests/io/test_loader.c
 tests_io_test_loader_LDADD = $(TS_LIBS)
 tests_io_mkbad_SOURCES = tests/io/mkbad.c
 tests_io_mkbad_LDADD = $(TS_LIBS)
+tests_io_test_units_SOURCES = tests/io/test_units.c
+tests_io_test_units_LDADD = $(TS_LIBS)
 tests_io_mkmsd_SOURCES = tests/io/mkmsd.c
 tests_io_mkmsd_LDADD = $(TS_LIBS)
 TESTS += $(TS_IO_TESTS) tests/io/test_sampler_unit

@@ -1,5 +1,5 @@
 /* Builds a small Medical Segmentation Decathlon task from the mricron-data
- * volumes with libnifti (through io/nifti.h): six cases of different sizes,
+ * volumes (headers made by libnifti, through io/nifti.h): six cases of different sizes,
  * each a crop of Colin27 (ch2.nii.gz and the brain-extracted ch2bet.nii.gz
  * as two modalities of one 4-D image) with the AAL atlas grouped into
  * background / cerebrum / cerebellum as the label, some flipped along one
