@@ -98,7 +98,7 @@ int ts_chan_create(ts_coll *c, ts_chan *ch)
     TS_MPI(MPI_Comm_set_errhandler(ch->comm, MPI_ERRORS_RETURN));
     TS_CHECK(ts_topo_create(ch->comm, &ch->topo));
     TS_CHECK(ts_shm_create(ch->topo.node_comm, c->opts.shm_chunk ? c->opts.shm_chunk : SHM_HALF_DEFAULT,
-                           &ch->shm));
+                           ch->topo.real_local_size, &ch->shm));
 cleanup:
     if (err) chan_free(ch);
     return err;

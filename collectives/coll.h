@@ -120,6 +120,11 @@ int ts_coll_op_parse(const char *s, ts_op *op);
 const char *ts_coll_kind_name(ts_coll_kind k);
 int ts_coll_kind_parse(const char *s, ts_coll_kind *k);
 
+/* Local. 1 if the named algorithm can serve such a call on this
+ * communicator (host buffers); else 0 with the reason in why. */
+int ts_coll_can_run(ts_coll *c, ts_coll_kind kind, const char *algo, size_t count, ts_dtype dt, ts_op op, char *why,
+                    size_t n);
+
 /* Local. Lists registered algorithms of a kind (NULL-terminated names). */
 const char *const *ts_coll_algorithms(ts_coll_kind kind);
 /* Local. The algorithm auto would use for this call and why

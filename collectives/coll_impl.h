@@ -18,6 +18,7 @@ typedef struct ts_topo {
     int node, nnodes;           /* node index (ordered by lowest rank) and count */
     int equal_nodes;            /* every node has local_size ranks */
     int min_local, max_local;   /* smallest and largest node */
+    int real_local_size;        /* ranks sharing this machine (before faking nodes) */
     MPI_Comm node_comm;         /* ranks of this node */
     MPI_Comm peer_comm;         /* ranks with the same local rank, one per node */
     MPI_Comm leader_comm;       /* local rank 0 of each node; MPI_COMM_NULL elsewhere */
@@ -57,8 +58,9 @@ typedef struct ts_shm {
     int oversub;       /* more ranks than CPUs on this node: yield while waiting */
 } ts_shm;
 
-/* Collective on node_comm. */
-int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, ts_shm *s);
+/* Collective on node_comm. machine_ranks: ranks sharing the CPUs of this
+ * machine (waits yield when they outnumber the CPUs). */
+int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, int machine_ranks, ts_shm *s);
 void ts_shm_free(ts_shm *s);
 /* Node barrier on shared flags (all local ranks, same order). */
 void ts_shm_barrier(ts_shm *s);
@@ -189,6 +191,9 @@ int ts_p2p_waitall(MPI_Request *reqs, int nreq);
 
 /* Largest piece moved by one MPI call (bytes); tests may lower it. */
 extern size_t ts_p2p_max_piece;
+/* One step of a wait loop: pause, then yield, then short sleeps once the
+ * wait is long (at once when oversub: ranks outnumber CPUs). */
+void ts_coll_relax(unsigned spins, int oversub);
 /* 1: waits yield the CPU (set when a node holds more ranks than CPUs). */
 extern int ts_p2p_yield;
 

@@ -6,9 +6,24 @@
 #include <limits.h>
 
 #include <sched.h>
+#include <time.h>
 
 size_t ts_p2p_max_piece = (size_t)1 << 30;
 int ts_p2p_yield = 0;
+
+void ts_coll_relax(unsigned spins, int oversub)
+{
+    if (!oversub && spins < 4000) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else if (spins < 4100) {
+        sched_yield();
+    } else { /* still waiting: sleep a little so the awaited rank surely runs */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
 
 /* Waits for reqs: MPI_Waitall, or, with more ranks than CPUs, a test loop
  * that yields the CPU so the rank we wait for can run (MPI's own wait spins). */
@@ -18,11 +33,11 @@ static int wait_reqs(MPI_Request *reqs, int n, MPI_Status *st)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow" /* GCC 12 misreads MPI_STATUSES_IGNORE */
     if (!ts_p2p_yield) return MPI_Waitall(n, reqs, st ? st : MPI_STATUSES_IGNORE);
-    for (;;) {
+    for (unsigned spins = 0;; spins++) {
         int done = 0, rc = MPI_Testall(n, reqs, &done, st ? st : MPI_STATUSES_IGNORE);
 #pragma GCC diagnostic pop
         if (rc != MPI_SUCCESS || done) return rc;
-        sched_yield();
+        ts_coll_relax(spins, 1);
     }
 }
 

@@ -181,7 +181,9 @@ const char *ts_coll_choice(ts_coll *c, ts_coll_kind kind, size_t count, ts_dtype
 
 static int reduces(ts_coll_kind k) { return k == TS_COLL_ALLREDUCE || k == TS_COLL_REDUCE_SCATTER; }
 
-/* Cross-node check: min and max of each signature field over all ranks. */
+/* Cross-node check: min and max of each signature field over all ranks,
+ * reduced with tessera's recursive doubling (its waits yield the CPU when
+ * ranks outnumber cores, where MPI's own spin). */
 static int check_sig_mpi(ts_chan *ch, const ts_shm_sig *sig)
 {
     long long v[6] = {(long long)sig->count, sig->kind, sig->dtype, sig->op, sig->root, sig->algo}, mm[12];
@@ -189,7 +191,9 @@ static int check_sig_mpi(ts_chan *ch, const ts_shm_sig *sig)
         mm[i] = v[i];
         mm[6 + i] = -v[i];
     }
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, mm, 12, MPI_LONG_LONG, MPI_MAX, ch->comm));
+    ts_coll_args a = {.kind = TS_COLL_ALLREDUCE, .sendbuf = mm, .recvbuf = mm, .count = 12, .dt = TS_INT64,
+                      .op = TS_OP_MAX};
+    TS_TRY(ts_allreduce_recursive_doubling(ch, &a));
     static const char *const field[6] = {"count", "collective", "dtype", "op", "root", "algorithm"};
     for (int i = 0; i < 6; i++)
         if (mm[i] != -mm[6 + i])
@@ -269,4 +273,16 @@ int ts_coll_dispatch(ts_coll *c, ts_chan *ch, ts_coll_args *a, int algo)
         a->check = 1; /* the registered path needs the exchange for the peers' offsets */
     }
     return al->run(ch, a);
+}
+
+int ts_coll_can_run(ts_coll *c, ts_coll_kind kind, const char *algo, size_t count, ts_dtype dt, ts_op op, char *why,
+                    size_t n)
+{
+    int i = ts_coll_registry_find(kind, algo);
+    if (i < 0) {
+        snprintf(why, n, "unknown %s algorithm '%s'", ts_coll_kind_name(kind), algo);
+        return 0;
+    }
+    ts_coll_args a = {.kind = kind, .count = count, .dt = dt, .op = op};
+    return registry[i].supports(&c->main, &a, why, n);
 }

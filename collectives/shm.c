@@ -11,13 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static int cpus_available(void)
 {
     cpu_set_t set;
@@ -25,7 +18,7 @@ static int cpus_available(void)
     return 1;
 }
 
-int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, ts_shm *s)
+int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, int machine_ranks, ts_shm *s)
 {
     int err = 0;
     MPI_Info info = MPI_INFO_NULL;
@@ -55,7 +48,7 @@ int ts_shm_create(MPI_Comm node_comm, size_t half_bytes, ts_shm *s)
     memset(base, 0, ctl_bytes);
     atomic_store(&s->ctl[s->me]->arrive, 0);
     const char *y = getenv("TESSERA_SHM_YIELD");
-    s->oversub = y ? atoi(y) != 0 : s->p > cpus_available();
+    s->oversub = y ? atoi(y) != 0 : (machine_ranks > s->p ? machine_ranks : s->p) > cpus_available();
     if (s->oversub) ts_p2p_yield = 1;
     TS_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
     /* every control block is initialised before anyone waits on it */
@@ -97,10 +90,7 @@ void ts_shm_barrier(ts_shm *s)
         while (atomic_load_explicit(&s->ctl[q]->arrive, memory_order_acquire) < e) {
             ++spins;
             if ((spins & 255) == 0) poke_mpi(s->comm);
-            if (s->oversub || spins > 4000)
-                sched_yield();
-            else
-                cpu_relax();
+            ts_coll_relax(s->oversub ? spins + 4000 : spins, s->oversub);
         }
     }
 }

@@ -25,6 +25,7 @@ int ts_topo_create(MPI_Comm comm, ts_topo *t)
             TS_FAIL(TS_ERR_ARG, "TESSERA_RANKS_PER_NODE='%s' is not a positive integer", fake);
         k = (int)v;
     }
+    TS_MPI(MPI_Comm_size(real, &t->real_local_size));
     if (k > 0) {
         int rl;
         TS_MPI(MPI_Comm_rank(real, &rl));

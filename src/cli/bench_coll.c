@@ -266,6 +266,18 @@ int ts_cli_bench_coll(int argc, char **argv)
     int lerr = parse(argc, argv, &o, algo_buf);
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &c));
+    if (!algo_buf[0]) { /* the default list: only algorithms that can run here */
+        int k = 0;
+        for (int a = 0; a < o.nalgo; a++) {
+            char why[256];
+            if (!strcmp(o.algos[a], "auto") || o.device ||
+                ts_coll_can_run(c, o.kind, o.algos[a], 1, o.dt, o.op, why, sizeof why))
+                o.algos[k++] = o.algos[a];
+            else if (rank == 0)
+                printf("# skipping %s: %s\n", o.algos[a], why);
+        }
+        o.nalgo = k;
+    }
     const size_t es = ts_dtype_size(o.dt);
     const int nodes = ts_coll_nodes(c);
     size_t sizes[MAX_SIZES];
