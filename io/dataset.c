@@ -262,7 +262,8 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
         ds->scls = TS_CALLOC(n * K, sizeof(int64_t));
         ds->h = TS_CALLOC(n, sizeof *ds->h);
         if (!ds->rows || !ds->smean || !ds->sstd || !ds->spct || !ds->scls || !ds->h)
-            TS_FAIL(TS_ERR_NOMEM, "%s: index of %lld samples", path, (long long)ds->n);
+            lerr = TS_ERR(TS_ERR_NOMEM, "%s: index of %lld samples", path, (long long)ds->n);
+        TS_CHECK(ts_err_agree(ds->comm, lerr)); /* the reads below are collective */
         for (size_t i = 0; i < n; i++) {
             ds->h[i].v[0].d = ds->h[i].v[1].d = ds->h[i].fg = -1;
         }
@@ -294,15 +295,18 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
     /* the files holding the samples */
     ds->files = TS_CALLOC((size_t)ds->nfiles, sizeof(hid_t));
     ds->fnames = TS_CALLOC((size_t)ds->nfiles, sizeof(char *));
-    if (!ds->files || !ds->fnames) TS_FAIL(TS_ERR_NOMEM, "dataset files");
+    if (!ds->files || !ds->fnames) lerr = TS_ERR(TS_ERR_NOMEM, "dataset files");
+    TS_CHECK(ts_err_agree(ds->comm, lerr));
     for (int s = 0; s < ds->nfiles; s++) ds->files[s] = -1;
     if (ds->nfiles == 1) {
         ds->files[0] = ds->main;
         ds->fnames[0] = strdup(path);
-        if (!ds->fnames[0]) TS_FAIL(TS_ERR_NOMEM, "dataset files");
+        if (!ds->fnames[0]) lerr = TS_ERR(TS_ERR_NOMEM, "dataset files");
+        TS_CHECK(ts_err_agree(ds->comm, lerr));
     } else {
         char *tmp = strdup(path);
-        if (!tmp) TS_FAIL(TS_ERR_NOMEM, "dataset files");
+        if (!tmp) lerr = TS_ERR(TS_ERR_NOMEM, "dataset files");
+        TS_CHECK(ts_err_agree(ds->comm, lerr));
         const char *dir = dirname(tmp);
         for (int s = 0; s < ds->nfiles && !lerr; s++) {
             size_t len = strlen(dir) + strlen(shard_files[s]) + 2;

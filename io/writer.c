@@ -76,6 +76,48 @@ static void file_name(const ts_dswriter *w, int shard, char *buf, size_t len)
     else ts_io_shard_name(w->path, shard, w->o.shards, buf, len);
 }
 
+/* Local allocations of the writer (names, per-sample tables, buffers). */
+static int setup(ts_dswriter *w, const ts_dswriter_opts *opts)
+{
+    int C = opts->channels, K = opts->classes;
+    w->class_names = TS_CALLOC((size_t)K, sizeof(char *));
+    w->channel_names = TS_CALLOC((size_t)C, sizeof(char *));
+    if (!w->class_names || !w->channel_names) return TS_ERR(TS_ERR_NOMEM, "writer");
+    for (int k = 0; k < K; k++) {
+        char def[32];
+        snprintf(def, sizeof def, k ? "class%d" : "background", k);
+        w->class_names[k] = strdup(opts->class_names && opts->class_names[k] ? opts->class_names[k] : def);
+        if (!w->class_names[k]) return TS_ERR(TS_ERR_NOMEM, "writer");
+    }
+    for (int c = 0; c < C; c++) {
+        char def[32];
+        snprintf(def, sizeof def, "image%d", c);
+        w->channel_names[c] = strdup(opts->channel_names && opts->channel_names[c] ? opts->channel_names[c] : def);
+        if (!w->channel_names[c]) return TS_ERR(TS_ERR_NOMEM, "writer");
+    }
+    w->o.class_names = NULL;
+    w->o.channel_names = NULL;
+    w->o.source = NULL;
+    size_t n = (size_t)w->n;
+    w->rows = TS_CALLOC(n, sizeof *w->rows);
+    w->mean = TS_CALLOC(n * C, sizeof(double));
+    w->std = TS_CALLOC(n * C, sizeof(double));
+    w->min = TS_CALLOC(n * C, sizeof(double));
+    w->max = TS_CALLOC(n * C, sizeof(double));
+    w->pct = TS_CALLOC(n * C * TS_IO_NPCT, sizeof(double));
+    w->cls = TS_CALLOC(n * K, sizeof(int64_t));
+    w->nvox = TS_CALLOC(n, sizeof(int64_t));
+    w->have = TS_CALLOC(n, 1);
+    w->local = TS_CALLOC(n, sizeof(int64_t));
+    w->files = TS_CALLOC((size_t)w->o.shards, sizeof(hid_t));
+    w->created = TS_CALLOC((size_t)w->o.shards, sizeof(int));
+    w->fg = TS_CALLOC(TS_IO_FG_MAX * 3, sizeof(int32_t));
+    if (!w->rows || !w->mean || !w->std || !w->min || !w->max || !w->pct || !w->cls || !w->nvox || !w->have ||
+        !w->local || !w->files || !w->created || !w->fg)
+        return TS_ERR(TS_ERR_NOMEM, "writer tables for %lld samples", (long long)w->n);
+    return 0;
+}
+
 int ts_dswriter_create(MPI_Comm comm, const char *path, const ts_dswriter_opts *opts, ts_dswriter **out)
 {
     int err = 0;
@@ -105,42 +147,7 @@ int ts_dswriter_create(MPI_Comm comm, const char *path, const ts_dswriter_opts *
                 (long long)w->n);
     if (w->o.chunk > 4096) TS_FAIL(TS_ERR_ARG, "%s: chunk edge %d too large", path, w->o.chunk);
     w->collective = w->o.shards == 1 && w->size > 1;
-    int C = opts->channels, K = opts->classes;
-    w->class_names = TS_CALLOC((size_t)K, sizeof(char *));
-    w->channel_names = TS_CALLOC((size_t)C, sizeof(char *));
-    if (!w->class_names || !w->channel_names) TS_FAIL(TS_ERR_NOMEM, "writer");
-    for (int k = 0; k < K; k++) {
-        char def[32];
-        snprintf(def, sizeof def, k ? "class%d" : "background", k);
-        w->class_names[k] = strdup(opts->class_names && opts->class_names[k] ? opts->class_names[k] : def);
-        if (!w->class_names[k]) TS_FAIL(TS_ERR_NOMEM, "writer");
-    }
-    for (int c = 0; c < C; c++) {
-        char def[32];
-        snprintf(def, sizeof def, "image%d", c);
-        w->channel_names[c] = strdup(opts->channel_names && opts->channel_names[c] ? opts->channel_names[c] : def);
-        if (!w->channel_names[c]) TS_FAIL(TS_ERR_NOMEM, "writer");
-    }
-    w->o.class_names = NULL;
-    w->o.channel_names = NULL;
-    w->o.source = NULL;
-    size_t n = (size_t)w->n;
-    w->rows = TS_CALLOC(n, sizeof *w->rows);
-    w->mean = TS_CALLOC(n * C, sizeof(double));
-    w->std = TS_CALLOC(n * C, sizeof(double));
-    w->min = TS_CALLOC(n * C, sizeof(double));
-    w->max = TS_CALLOC(n * C, sizeof(double));
-    w->pct = TS_CALLOC(n * C * TS_IO_NPCT, sizeof(double));
-    w->cls = TS_CALLOC(n * K, sizeof(int64_t));
-    w->nvox = TS_CALLOC(n, sizeof(int64_t));
-    w->have = TS_CALLOC(n, 1);
-    w->local = TS_CALLOC(n, sizeof(int64_t));
-    w->files = TS_CALLOC((size_t)w->o.shards, sizeof(hid_t));
-    w->created = TS_CALLOC((size_t)w->o.shards, sizeof(int));
-    w->fg = TS_CALLOC(TS_IO_FG_MAX * 3, sizeof(int32_t));
-    if (!w->rows || !w->mean || !w->std || !w->min || !w->max || !w->pct || !w->cls || !w->nvox || !w->have ||
-        !w->local || !w->files || !w->created || !w->fg)
-        TS_FAIL(TS_ERR_NOMEM, "writer tables for %lld samples", (long long)w->n);
+    TS_CHECK(ts_err_agree(w->comm, setup(w, opts)));
     for (int s = 0; s < w->o.shards; s++) w->files[s] = -1;
     for (int64_t i = 0; i < w->n; i++)
         if (owner_of(w, i) == w->rank) w->local[w->nlocal++] = i;
