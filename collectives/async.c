@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/core/timer.h"
+
 int ts_chan_create(ts_coll *c, ts_chan *ch);
 
 static void *progress_main(void *arg)
@@ -26,10 +28,13 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&c->mu);
 
         ts_err_clear();
+        double t = ts_time_now();
         int e = ts_coll_dispatch(c, c->async, &r->args, -1);
+        t = ts_time_now() - t;
         if (e) snprintf(r->msg, sizeof r->msg, "%s", ts_err_message());
         r->err = e;
         pthread_mutex_lock(&c->mu);
+        c->async_busy += t;
         atomic_store_explicit(&r->done, 1, memory_order_release);
         pthread_cond_broadcast(&c->cv_done);
         pthread_mutex_unlock(&c->mu);
@@ -133,4 +138,12 @@ int ts_coll_wait(ts_coll_req **reqp)
     free(r);
     *reqp = NULL;
     return err;
+}
+
+double ts_coll_async_seconds(ts_coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    double t = c->async_busy;
+    pthread_mutex_unlock(&c->mu);
+    return t;
 }

@@ -107,6 +107,8 @@ int ts_coll_iallgather(ts_coll *c, void *buf, size_t count, ts_dtype dt, ts_coll
 int ts_coll_test(ts_coll_req *req, int *done);
 /* Local. Waits, frees the request, sets *req = NULL, returns the operation's result. */
 int ts_coll_wait(ts_coll_req **req);
+/* Local. Seconds the progress thread has spent running operations so far. */
+double ts_coll_async_seconds(ts_coll *c);
 
 /* Collective over the ranks of a node. Buffers in a shared window: node
  * peers read them in place, so an in-place allreduce on such a buffer moves

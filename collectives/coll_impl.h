@@ -151,6 +151,7 @@ struct ts_coll {
     pthread_cond_t cv_work, cv_done;
     struct ts_coll_req *head, *tail;
     int stop;
+    double async_busy;              /* seconds spent running queued operations (under mu) */
     MPI_Comm base_comm;             /* dup of the user's comm */
 };
 

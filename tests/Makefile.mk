@@ -1,6 +1,7 @@
 # tests/: unit tests (TAP programs) and MPI wrappers (tests/mpi/*.sh)
 include tests/core/Makefile.mk
 include tests/coll/Makefile.mk
+include tests/parallel/Makefile.mk
 include tests/io/Makefile.mk
 EXTRA_DIST += tests/mpi/lib.sh
 include tests/nn/Makefile.mk

@@ -1,0 +1,6 @@
+# tests/parallel: process grid, data-parallel buckets (MPI, under timeouts)
+check_PROGRAMS += tests/parallel/test_dp
+tests_parallel_test_dp_LDADD = $(TS_LIBS)
+TS_PARALLEL_TESTS = tests/parallel/dp_np1.sh tests/parallel/dp_np2.sh tests/parallel/dp_np3.sh tests/parallel/dp_np4.sh
+TESTS += $(TS_PARALLEL_TESTS)
+EXTRA_DIST += $(TS_PARALLEL_TESTS)
