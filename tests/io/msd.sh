@@ -3,7 +3,8 @@
 # different sizes, crops and flips, NIfTI-1/2, .nii/.nii.gz, two modalities)
 # converted on 2 ranks to 3 shards (and on 3 ranks to one file, written
 # collectively); checked with h5py/nibabel; the sampler yields every sample
-# exactly once per epoch on 1, 2 and 3 ranks with the same global order.
+# exactly once per epoch on 1, 2 and 3 ranks with the same global order, and the
+# loader on P ranks yields the same augmented patches as on one rank.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 T=/usr/share/mricron/templates

@@ -5,10 +5,12 @@
  * the samples; the global order is written to ORDER_FILE for comparison
  * across rank counts. Evaluation reads every sample exactly once, whole, and
  * checks its contents against the index statistics. A saved position
- * resumes the same stream.
+ * resumes the same stream. The loader on P ranks yields, slot for slot, the
+ * augmented patches a one-rank loader yields at the same stream positions.
  * usage: test_sampler DATA.h5 ORDER_FILE [BATCH [EPOCHS]] */
 #include "tsbuild.h"
 #include "io/dataset.h"
+#include "io/loader.h"
 #include "io/sampler.h"
 #include "src/core/error.h"
 #include "tests/tap.h"
@@ -173,6 +175,52 @@ int main(int argc, char **argv)
         free(count);
         free(tot);
         ts_sampler_destroy(&v);
+    }
+    /* ---- the loader on P ranks: slot b of step s on rank r is the batch a
+     * one-rank, batch-1 loader yields at stream position s*P*B + b*P + r ---- */
+    {
+        ts_loader_opts lo;
+        memset(&lo, 0, sizeof lo);
+        lo.patch.patch[0] = lo.patch.patch[1] = lo.patch.patch[2] = 12;
+        lo.patch.augment = lo.patch.flip = lo.patch.rot90 = 1;
+        lo.patch.scale = lo.patch.shift = 0.1;
+        lo.patch.gamma = 0.3;
+        lo.patch.fg_fraction = 0.5;
+        lo.patch.norm = TS_NORM_IMAGE;
+        lo.patch.clip_lo = lo.patch.clip_hi = -1;
+        lo.prefetch = 0; /* both loaders share ds: keep them in this thread */
+        lo.seed = 77;
+        lo.mode = TS_SAMPLER_TRAIN;
+        ts_loader_opts one = lo;
+        lo.batch = B;
+        one.batch = 1;
+        ts_loader *l = NULL, *ref = NULL;
+        int e = ts_loader_create(ds, rank, size, &lo, &l);
+        if (!e) e = ts_loader_create(ds, 0, 1, &one, &ref);
+        int same = !e;
+        const int64_t C = ts_dataset_channels(ds), nv = 12 * 12 * 12;
+        for (int st = 0; st < 4 && same; st++) {
+            const ts_batch *b = NULL, *r = NULL;
+            if (ts_loader_next(l, &b)) {
+                same = 0;
+                break;
+            }
+            for (int q = 0; q < B && same; q++) {
+                int64_t p = (int64_t)st * PB + (int64_t)q * size + rank;
+                if (ts_loader_seek(ref, p) || ts_loader_next(ref, &r)) {
+                    same = 0;
+                    break;
+                }
+                same &= r->sample[0] == b->sample[q] &&
+                        !memcmp((const float *)b->image.data + q * C * nv, r->image.data, (size_t)(C * nv) * 4) &&
+                        !memcmp((const uint8_t *)b->label.data + q * nv, r->label.data, (size_t)nv);
+            }
+        }
+        if (e) ts_diag("loader: %s", ts_err_message());
+        ts_ok(all_ok(same), "loader on %d rank(s): each augmented patch equals the one-rank loader's at its stream "
+                            "position", size);
+        ts_loader_destroy(&l);
+        ts_loader_destroy(&ref);
     }
     ts_sampler_destroy(&s);
     free(stream);
