@@ -2,6 +2,7 @@
 include tests/core/Makefile.mk
 include tests/coll/Makefile.mk
 include tests/parallel/Makefile.mk
+include tests/train/Makefile.mk
 include tests/io/Makefile.mk
 EXTRA_DIST += tests/mpi/lib.sh
 include tests/nn/Makefile.mk
