@@ -1,4 +1,6 @@
 # tests/train: trainer pieces
-check_PROGRAMS += tests/train/test_window
+check_PROGRAMS += tests/train/test_window tests/train/test_ckpt
 tests_train_test_window_LDADD = $(TS_LIBS)
-TESTS += tests/train/test_window
+tests_train_test_ckpt_LDADD = $(TS_LIBS)
+TESTS += tests/train/test_window tests/train/ckpt_np2.sh
+EXTRA_DIST += tests/train/ckpt_np2.sh

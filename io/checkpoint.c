@@ -1,0 +1,311 @@
+/* Crash-safe checkpoint directories; see checkpoint.h. */
+#define _GNU_SOURCE
+#include "tsbuild.h"
+#include "io/checkpoint.h"
+#include "io/h5.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fsync_path(const char *path, int dir)
+{
+    int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    if (fd < 0) return TS_ERR(TS_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && !(dir && (e == EINVAL || e == EROFS)))
+        return TS_ERR(TS_ERR_IO, "%s: fsync failed: %s", path, strerror(e));
+    return 0;
+}
+
+static int mkdirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return TS_ERR(TS_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return TS_ERR(TS_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+    return 0;
+}
+
+static void rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[4096];
+            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            struct stat st;
+            if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) rmtree(sub);
+            else unlink(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static hid_t h5type(ts_dtype t)
+{
+    return t == TS_INT64 ? H5T_NATIVE_INT64 : t == TS_UINT8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+}
+
+/* creates the groups of an absolute path "/a/b/name" */
+static int make_groups(hid_t f, const char *name)
+{
+    int err = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", name);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            htri_t ex = H5Lexists(f, buf, H5P_DEFAULT);
+            if (ex == 0) {
+                hid_t g = H5Gcreate2(f, buf, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+                TS_H5M(g, "cannot create group %s", buf);
+                H5Gclose(g);
+            }
+            TS_H5M(ex, "cannot look up %s", buf);
+            *p = '/';
+        }
+cleanup:
+    return err;
+}
+
+static int write_state(const char *file, const ts_ckpt_item *items, int n, const ts_ckpt_meta *m)
+{
+    int err = 0;
+    hid_t f = H5I_INVALID_HID, sp = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    TS_H5M(f, "%s: cannot create", file);
+    for (int i = 0; i < n; i++) {
+        hsize_t dims[TS_MAX_DIMS];
+        for (int k = 0; k < items[i].t.ndim; k++) dims[k] = (hsize_t)items[i].t.shape[k];
+        TS_CHECK(make_groups(f, items[i].name));
+        sp = items[i].t.ndim ? H5Screate_simple(items[i].t.ndim, dims, NULL) : H5Screate(H5S_SCALAR);
+        TS_H5M(sp, "%s: dataspace of %s", file, items[i].name);
+        ds = H5Dcreate2(f, items[i].name, h5type(items[i].t.dtype), sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        TS_H5M(ds, "%s: cannot create %s", file, items[i].name);
+        TS_H5M(H5Dwrite(ds, h5type(items[i].t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, items[i].t.data),
+               "%s: cannot write %s (disk full?)", file, items[i].name);
+        H5Dclose(ds);
+        ds = H5I_INVALID_HID;
+        H5Sclose(sp);
+        sp = H5I_INVALID_HID;
+    }
+    hid_t g = H5Gcreate2(f, "/meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    TS_H5M(g, "%s: cannot create /meta", file);
+    int64_t v[5] = {m->step, m->epoch, m->sampler_position, (int64_t)m->seed, m->ranks};
+    static const char *const names[5] = {"step", "epoch", "sampler_position", "seed", "ranks"};
+    for (int i = 0; i < 5 && !err; i++) err = ts_h5_write_attr_i64(g, names[i], 0, NULL, &v[i]);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->config_hash);
+    if (!err) err = ts_h5_write_attr_str(g, "config_hash", hash);
+    if (!err && m->config) err = ts_h5_write_attr_str(g, "config", m->config);
+    H5Gclose(g);
+    if (err) goto cleanup;
+    TS_H5M(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush failed (disk full?)", file);
+cleanup:
+    if (ds != H5I_INVALID_HID) H5Dclose(ds);
+    if (sp != H5I_INVALID_HID) H5Sclose(sp);
+    if (f != H5I_INVALID_HID && H5Fclose(f) < 0 && !err) err = ts_h5_err(__FILE__, __LINE__, "%s: close failed (disk full?)", file);
+    return err;
+}
+
+static int write_manifest(const char *path, const char *state, const ts_ckpt_meta *m, int n)
+{
+    struct stat st;
+    if (stat(state, &st) != 0) return TS_ERR(TS_ERR_IO, "%s: %s", state, strerror(errno));
+    FILE *f = fopen(path, "w");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int bad = fprintf(f,
+                      "{\n  \"format\": \"tessera-checkpoint\",\n  \"version\": 1,\n  \"step\": %lld,\n  \"epoch\": %lld,\n"
+                      "  \"sampler_position\": %lld,\n  \"ranks\": %d,\n  \"tensors\": %d,\n"
+                      "  \"files\": {\"state.h5\": %lld}\n}\n",
+                      (long long)m->step, (long long)m->epoch, (long long)m->sampler_position, m->ranks, n,
+                      (long long)st.st_size) < 0;
+    bad |= fflush(f) != 0;
+    bad |= fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    return bad ? TS_ERR(TS_ERR_IO, "%s: write failed: %s (disk full?)", path, strerror(errno)) : 0;
+}
+
+/* step-<N> directories of dir, newest first; returns how many (max cap) */
+static int list_steps(const char *dir, int64_t *steps, int cap)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long s;
+        char tail;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || s < 0) continue;
+        if (n < cap) steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int64_t t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return n;
+}
+
+int ts_ckpt_is_complete(const char *path)
+{
+    char man[4096], state[4096];
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    snprintf(state, sizeof state, "%s/state.h5", path);
+    FILE *f = fopen(man, "r");
+    if (!f) return 0;
+    char buf[2048];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *p = strstr(buf, "\"state.h5\":");
+    struct stat st;
+    if (!p || stat(state, &st) != 0) return 0;
+    return atoll(p + 11) == (long long)st.st_size;
+}
+
+int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int n, const ts_ckpt_meta *meta, int keep,
+                 char *out, size_t outlen)
+{
+    int rank, err = 0;
+    char tmp[4096], fin[4096], old[4096], state[4096], man[4096];
+    MPI_Comm_rank(comm, &rank);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%lld", dir, (long long)meta->step);
+    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)meta->step);
+    snprintf(old, sizeof old, "%s/.old-step-%lld", dir, (long long)meta->step);
+    snprintf(state, sizeof state, "%s/state.h5", tmp);
+    snprintf(man, sizeof man, "%s/manifest.json", tmp);
+    if (rank == 0) {
+        ts_h5_init();
+        ts_h5_lock();
+        rmtree(tmp); /* a crashed earlier attempt */
+        err = mkdirs(tmp);
+        if (!err) err = write_state(state, items, n, meta);
+        if (!err) err = fsync_path(state, 0);
+        if (!err) err = write_manifest(man, state, meta, n);
+        if (!err) err = fsync_path(tmp, 1);
+        if (!err) {
+            struct stat st;
+            if (stat(fin, &st) == 0 && rename(fin, old) != 0)
+                err = TS_ERR(TS_ERR_IO, "%s: cannot move aside: %s", fin, strerror(errno));
+            if (!err && rename(tmp, fin) != 0) err = TS_ERR(TS_ERR_IO, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+            if (!err) err = fsync_path(dir, 1);
+            rmtree(old);
+        }
+        if (err) rmtree(tmp);
+        ts_h5_unlock();
+        if (!err && keep > 0) {
+            int64_t steps[4096];
+            int k = list_steps(dir, steps, 4096);
+            for (int i = keep; i < k; i++) {
+                char p[4096];
+                snprintf(p, sizeof p, "%s/step-%lld", dir, (long long)steps[i]);
+                rmtree(p);
+            }
+        }
+    }
+    err = ts_err_agree(comm, err);
+    if (!err && out) snprintf(out, outlen, "%s", fin);
+    return err;
+}
+
+int ts_ckpt_latest(const char *dir, char *path, size_t n, int64_t *step)
+{
+    int64_t steps[4096];
+    int k = list_steps(dir, steps, 4096);
+    for (int i = 0; i < k; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/step-%lld", dir, (long long)steps[i]);
+        if (ts_ckpt_is_complete(p)) {
+            snprintf(path, n, "%s", p);
+            *step = steps[i];
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *meta)
+{
+    int err = 0;
+    char state[4096];
+    hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID, sp = H5I_INVALID_HID, g = H5I_INVALID_HID;
+    if (!ts_ckpt_is_complete(path))
+        return TS_ERR(TS_ERR_FORMAT, "%s is not a complete checkpoint (no manifest.json, or state.h5 has the wrong size)",
+                      path);
+    snprintf(state, sizeof state, "%s/state.h5", path);
+    ts_h5_init();
+    ts_h5_lock();
+    f = H5Fopen(state, H5F_ACC_RDONLY, H5P_DEFAULT);
+    TS_H5M(f, "%s: cannot open", state);
+    for (int i = 0; i < n; i++) {
+        htri_t ex = H5Lexists(f, items[i].name, H5P_DEFAULT);
+        if (ex <= 0) {
+            /* parent groups may be missing too */
+            TS_FAIL(TS_ERR_FORMAT, "%s: dataset %s is missing (was it written by another model or optimizer?)", state,
+                    items[i].name);
+        }
+        ds = H5Dopen2(f, items[i].name, H5P_DEFAULT);
+        TS_H5M(ds, "%s: cannot open %s", state, items[i].name);
+        sp = H5Dget_space(ds);
+        int nd = H5Sget_simple_extent_ndims(sp);
+        hsize_t dims[TS_MAX_DIMS];
+        int same = nd == items[i].t.ndim;
+        if (same && nd > 0) H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int k = 0; same && k < nd; k++) same = (int64_t)dims[k] == items[i].t.shape[k];
+        if (!same) {
+            char want[128];
+            TS_FAIL(TS_ERR_FORMAT, "%s: %s has another shape than the model's %s", state, items[i].name,
+                    ts_tensor_shape_str(&items[i].t, want, sizeof want));
+        }
+        TS_H5M(H5Dread(ds, h5type(items[i].t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, items[i].t.data),
+               "%s: cannot read %s", state, items[i].name);
+        H5Sclose(sp);
+        sp = H5I_INVALID_HID;
+        H5Dclose(ds);
+        ds = H5I_INVALID_HID;
+    }
+    if (meta) {
+        memset(meta, 0, sizeof *meta);
+        g = H5Gopen2(f, "/meta", H5P_DEFAULT);
+        TS_H5M(g, "%s: no /meta group", state);
+        int64_t v[5];
+        static const char *const names[5] = {"step", "epoch", "sampler_position", "seed", "ranks"};
+        for (int i = 0; i < 5; i++) TS_CHECK(ts_h5_read_attr_i64(g, names[i], 1, &v[i], state));
+        meta->step = v[0];
+        meta->epoch = v[1];
+        meta->sampler_position = v[2];
+        meta->seed = (uint64_t)v[3];
+        meta->ranks = (int)v[4];
+        char hash[64];
+        TS_CHECK(ts_h5_read_attr_str(g, "config_hash", hash, sizeof hash, state));
+        meta->config_hash = strtoull(hash, NULL, 16);
+    }
+cleanup:
+    if (g != H5I_INVALID_HID) H5Gclose(g);
+    if (sp != H5I_INVALID_HID) H5Sclose(sp);
+    if (ds != H5I_INVALID_HID) H5Dclose(ds);
+    if (f != H5I_INVALID_HID) H5Fclose(f);
+    ts_h5_unlock();
+    return err;
+}
