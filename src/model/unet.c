@@ -50,7 +50,7 @@ struct ts_unet {
 const char *ts_unet_prof_name(int kind)
 {
     static const char *const n[TS_PROF_COUNT] = {"conv forward", "conv weight grad", "conv input grad",
-                                                 "transposed conv", "norm", "relu", "max-pool", "concat", "loss",
+                                                 "transposed conv", "norm+relu", "relu", "max-pool", "concat", "loss",
                                                  "other"};
     return kind >= 0 && kind < TS_PROF_COUNT ? n[kind] : "?";
 }
@@ -266,9 +266,10 @@ size_t ts_unet_activation_bytes(const ts_unet *m)
 static ts_tensor V(const ts_unet *m, int i) { return ts_arena_value(m->arena, i); }
 static ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i); }
 
+/* norms with the ReLU that follows them fused */
 static ts_norm_opts norm_opts(const ts_unet *m)
 {
-    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups};
+    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1};
 }
 
 static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
@@ -292,7 +293,6 @@ static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
             TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
             break;
         }
-        TIMED(m, TS_PROF_RELU, ts_relu_forward(&b->a[i], 0.0f, &b->a[i]));
     }
     return 0;
 }
@@ -333,20 +333,18 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
     if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
     const ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f};
     double total = 0, l, t0 = ts_time_now();
+    if (with_grad) ts_tensor_zero(&m->dlogits);
     if (c->loss & TS_LOSS_CE) {
-        TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
+        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&m->logits, labels, &o, 1.0f, &l, &m->dlogits));
+        else TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
         total += l;
     }
     if (c->loss & TS_LOSS_DICE) {
-        TS_TRY(ts_dice_forward(&m->logits, labels, &o, &l));
+        if (with_grad) TS_TRY(ts_dice_forward_backward(&m->logits, labels, &o, 1.0f, &l, &m->dlogits));
+        else TS_TRY(ts_dice_forward(&m->logits, labels, &o, &l));
         total += l;
     }
-    if (with_grad) {
-        ts_tensor_zero(&m->dlogits);
-        if (c->loss & TS_LOSS_CE) TS_TRY(ts_softmax_ce_backward(&m->logits, labels, &o, 1.0f, &m->dlogits));
-        if (c->loss & TS_LOSS_DICE) TS_TRY(ts_dice_backward(&m->logits, labels, &o, 1.0f, &m->dlogits));
-        m->have_dlogits = 1;
-    }
+    m->have_dlogits = with_grad;
     m->prof[TS_PROF_LOSS] += ts_time_now() - t0;
     *loss = total;
     return 0;
@@ -360,20 +358,19 @@ static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_
     const ts_norm_opts o = norm_opts(m);
     for (int i = 1; i >= 0; i--) {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
-        TIMED(m, TS_PROF_RELU, ts_relu_backward(&b->a[i], 0.0f, g, g));
-        /* the norm's input gradient overwrites its input y[i] */
+        /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
         switch (m->cfg.norm) {
         case TS_NORM_BATCH:
-            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], m->train_forward, g,
-                                                         &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i],
+                                                         m->train_forward, &o, g, &b->y[i], &dgm, &dbe));
             break;
         case TS_NORM_GROUP:
-            TIMED(m, TS_PROF_NORM,
-                  ts_groupnorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i], &o, g,
+                                                         &b->y[i], &dgm, &dbe));
             break;
         case TS_NORM_INSTANCE:
-            TIMED(m, TS_PROF_NORM,
-                  ts_instancenorm_backward(&b->y[i], &gm, &b->smean[i], &b->sinv[i], &o, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i], &o, g,
+                                                            &b->y[i], &dgm, &dbe));
             break;
         }
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);

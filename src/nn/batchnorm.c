@@ -1,7 +1,8 @@
 /* Batch norm (PyTorch BatchNorm3d semantics) on channels-last activations:
- * batch statistics in training (two passes, double sums), running
+ * batch statistics in training (one pass of shifted sums, double across
+ * blocks), running
  * statistics with momentum and the unbiased variance, eval mode with the
- * running statistics. */
+ * running statistics; optionally with a fused ReLU. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/norm_impl.h"
@@ -9,6 +10,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int vec_ok(const ts_tensor *t, int64_t c, const char *what)
 {
@@ -47,18 +49,19 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     s = TS_CALLOC((size_t)2 * C, sizeof(double));
     sc = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
     if (!s || !sc) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
-    float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *ctr = sc + 2 * C;
+    float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *K = sc + 2 * C;
     const float *g = gamma->data, *b = beta->data;
     if (train) {
-        TS_CHECK(ts_nn_channel_sums(x->data, NULL, NULL, 1, M, C, s, NULL));
-        for (int c = 0; c < C; c++) ctr[c] = mean[c] = (float)(s[c] / (double)M);
-        TS_CHECK(ts_nn_channel_sums(x->data, NULL, ctr, 1, M, C, NULL, s + C));
+        memcpy(K, x->data, (size_t)C * sizeof(float)); /* shift: the first voxel */
+        TS_CHECK(ts_nn_channel_moments(x->data, K, 1, M, C, s, s + C));
         for (int c = 0; c < C; c++) {
-            const double var = s[C + c] / (double)M;
+            double mu, var;
+            ts_nn_mean_var(s[c], s[C + c], K[c], (double)M, &mu, &var);
+            mean[c] = (float)mu;
             inv[c] = (float)(1.0 / sqrt(var + o->eps));
             if (running_mean && running_var) {
                 float *rm = running_mean->data, *rv = running_var->data;
-                rm[c] = (1.0f - o->momentum) * rm[c] + o->momentum * mean[c];
+                rm[c] = (float)((1.0 - o->momentum) * rm[c] + o->momentum * mu);
                 rv[c] = (float)((1.0 - o->momentum) * rv[c] + o->momentum * var * (double)M / (double)(M - 1));
             }
         }
@@ -73,16 +76,16 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
         scale[c] = g[c] * inv[c];
         shift[c] = b[c] - mean[c] * scale[c];
     }
-    ts_nn_channel_affine(x->data, scale, shift, 1, M, C, y->data);
+    ts_nn_channel_affine(x->data, scale, shift, 1, M, C, o->relu, y->data);
 cleanup:
     free(s);
     free(sc);
     return err;
 }
 
-int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, int train, const ts_tensor *dy, ts_tensor *dx,
-                          ts_tensor *dgamma, ts_tensor *dbeta)
+int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
+                          const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
+                          ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
     int err = 0;
     double *s = NULL;
@@ -96,12 +99,17 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_t
     TS_CHECK(vec_ok(dgamma, C, "batchnorm weight gradient"));
     TS_CHECK(vec_ok(dbeta, C, "batchnorm bias gradient"));
     if (dx) TS_CHECK(bn_shapes(x, dx, "input gradient"));
+    if (o->relu) {
+        if (!y) TS_FAIL(TS_ERR_ARG, "batchnorm backward: the fused ReLU needs the forward output");
+        TS_CHECK(bn_shapes(x, y, "forward output"));
+    }
+    const float *mask = o->relu ? y->data : NULL;
     if (!gamma || !save_mean || !save_invstd) TS_FAIL(TS_ERR_ARG, "batchnorm backward: weight and saved statistics are required");
     s = TS_CALLOC((size_t)2 * C, sizeof(double));
     k = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
     if (!s || !k) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
-    TS_CHECK(ts_nn_channel_sums(x->data, dy->data, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
     for (int c = 0; c < C; c++) {
         if (dgamma) ((float *)dgamma->data)[c] += (float)(s[C + c] * inv[c]);
         if (dbeta) ((float *)dbeta->data)[c] += (float)s[c];
@@ -118,7 +126,7 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_t
                 b[c] = kk[c] = 0.0f;
             }
         }
-        ts_nn_norm_dx(x->data, dy->data, mean, a, b, kk, 1, M, C, dx->data);
+        ts_nn_norm_dx(x->data, dy->data, mask, mean, a, b, kk, 1, M, C, dx->data);
     }
 cleanup:
     free(s);

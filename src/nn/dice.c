@@ -74,15 +74,13 @@ int ts_dice_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_l
     return 0;
 }
 
-int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
-                     ts_tensor *dlogits)
+static int dice_grad(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                     double *loss, ts_tensor *dlogits)
 {
     double *s;
-    TS_TRY(dice_sums(logits, labels, o, &s));
-    if (!ts_tensor_f32(dlogits) || !ts_tensor_same_shape(dlogits, logits)) {
-        free(s);
+    if (!ts_tensor_f32(dlogits) || !ts_tensor_same_shape(dlogits, logits))
         return TS_ERR(TS_ERR_ARG, "dice: the logit gradient must be float32 shaped like the logits");
-    }
+    TS_TRY(dice_sums(logits, labels, o, &s));
     const int K = (int)logits->shape[logits->ndim - 1];
     const int64_t N = logits->shape[0], V = ts_tensor_numel(labels), S = V / N;
     const double sm = o ? o->dice_smooth : 1e-5;
@@ -92,11 +90,14 @@ int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_
         free(s);
         return TS_ERR_NOMEM;
     }
+    double acc = 0;
     for (int64_t i = 0; i < N * K; i++) {
         const double den = s[3 * i + 1] + s[3 * i + 2] + sm, num = 2.0 * s[3 * i] + sm, c = scale / (double)(N * K);
+        acc += 1.0 - num / den;
         AB[2 * i] = (float)(c * num / (den * den));
         AB[2 * i + 1] = (float)(-c * 2.0 / den);
     }
+    if (loss) *loss = acc / (double)(N * K);
     free(s);
     const float *l = logits->data;
     const uint8_t *y = labels->data;
@@ -117,4 +118,16 @@ int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_
     }
     free(AB);
     return 0;
+}
+
+int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                     ts_tensor *dlogits)
+{
+    return dice_grad(logits, labels, o, scale, NULL, dlogits);
+}
+
+int ts_dice_forward_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                             double *loss, ts_tensor *dlogits)
+{
+    return dice_grad(logits, labels, o, scale, loss, dlogits);
 }

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     int N, C, G, cg;
@@ -24,7 +25,7 @@ static int gn_shapes(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor
     d->N = (int)x->shape[0];
     d->C = (int)x->shape[x->ndim - 1];
     d->S = (size_t)(ts_tensor_numel(x) / ((int64_t)d->N * d->C));
-    if (groups < 1 || d->C % groups)
+    if (groups < 1 || d->C % groups || d->C / groups > 4096)
         return TS_ERR(TS_ERR_ARG, "groupnorm: %d groups do not divide %d channels", groups, d->C);
     d->G = groups;
     d->cg = d->C / groups;
@@ -50,40 +51,44 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     }
     if (d.S * d.cg < 1) TS_FAIL(TS_ERR_ARG, "groupnorm: empty groups");
     const size_t nc = (size_t)d.N * d.C;
-    s = TS_CALLOC(nc, sizeof(double));
+    s = TS_CALLOC(2 * nc, sizeof(double));
     t = TS_ALIGNED_ALLOC(3 * nc * sizeof(float));
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
-    float *ctr = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
-    const float *g = gamma->data, *b = beta->data;
-    const double m = (double)d.S * d.cg;
-    TS_CHECK(ts_nn_channel_sums(x->data, NULL, NULL, d.N, d.S, d.C, s, NULL));
+    float *K = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
+    const float *g = gamma->data, *b = beta->data, *px = x->data;
+    for (int n = 0; n < d.N; n++) /* shift: each sample's first voxel */
+        memcpy(K + (size_t)n * d.C, px + (size_t)n * d.S * d.C, (size_t)d.C * sizeof(float));
+    TS_CHECK(ts_nn_channel_moments(x->data, K, d.N, d.S, d.C, s, s + nc));
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
-            double acc = 0;
-            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) acc += s[(size_t)n * d.C + c];
-            mean[n * d.G + gi] = (float)(acc / m);
-            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + gi];
-        }
-    TS_CHECK(ts_nn_channel_sums(x->data, NULL, ctr, d.N, d.S, d.C, NULL, s));
-    for (int n = 0; n < d.N; n++)
-        for (int gi = 0; gi < d.G; gi++) {
-            double acc = 0;
-            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) acc += s[(size_t)n * d.C + c];
-            const float iv = (float)(1.0 / sqrt(acc / m + o->eps));
+            /* group mean and variance from the channels' (equal-count) means and variances */
+            double mu_c[4096], v_sum = 0, mu = 0, between = 0;
+            for (int j = 0; j < d.cg; j++) {
+                const size_t i = (size_t)n * d.C + gi * d.cg + j;
+                double v;
+                ts_nn_mean_var(s[i], s[nc + i], K[i], (double)d.S, &mu_c[j], &v);
+                v_sum += v;
+                mu += mu_c[j];
+            }
+            mu /= d.cg;
+            for (int j = 0; j < d.cg; j++) between += (mu_c[j] - mu) * (mu_c[j] - mu);
+            const double var = (v_sum + between) / d.cg;
+            const float iv = (float)(1.0 / sqrt(var + o->eps));
+            mean[n * d.G + gi] = (float)mu;
             inv[n * d.G + gi] = iv;
             for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
                 scale[(size_t)n * d.C + c] = g[c] * iv;
                 shift[(size_t)n * d.C + c] = b[c] - mean[n * d.G + gi] * g[c] * iv;
             }
         }
-    ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, y->data);
+    ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, o->relu, y->data);
 cleanup:
     free(s);
     free(t);
     return err;
 }
 
-int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
                           const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
                           ts_tensor *dgamma, ts_tensor *dbeta)
 {
@@ -94,6 +99,9 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_t
     TS_CHECK(gn_shapes(x, gamma, save_mean, save_invstd, o->groups, dy, "output gradient", &d));
     if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
         TS_FAIL(TS_ERR_ARG, "groupnorm: input gradient must be float32 shaped like the input");
+    if (o->relu && (!y || !ts_tensor_f32(y) || !ts_tensor_same_shape(y, x)))
+        TS_FAIL(TS_ERR_ARG, "groupnorm backward: the fused ReLU needs the forward output");
+    const float *mask = o->relu ? y->data : NULL;
     {
         int64_t c = d.C;
         if (dgamma) TS_CHECK(ts_tensor_check_shape(dgamma, "groupnorm weight gradient", 1, &c));
@@ -107,7 +115,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_t
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
     for (int n = 0; n < d.N; n++)
         for (int c = 0; c < d.C; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + c / d.cg];
-    TS_CHECK(ts_nn_channel_sums(x->data, dy->data, ctr, d.N, d.S, d.C, s, s + nc));
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, ctr, d.N, d.S, d.C, s, s + nc));
     const double m = (double)d.S * d.cg;
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
@@ -127,7 +135,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_t
                 k[i] = (float)(-iv * A / m);
             }
         }
-    if (dx) ts_nn_norm_dx(x->data, dy->data, ctr, a, b, k, d.N, d.S, d.C, dx->data);
+    if (dx) ts_nn_norm_dx(x->data, dy->data, mask, ctr, a, b, k, d.N, d.S, d.C, dx->data);
 cleanup:
     free(s);
     free(t);
@@ -142,11 +150,11 @@ int ts_instancenorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts
     return ts_groupnorm_forward(x, gamma, beta, &io, y, save_mean, save_invstd);
 }
 
-int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
                              const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
                              ts_tensor *dgamma, ts_tensor *dbeta)
 {
     ts_norm_opts io = *o;
     io.groups = (int)x->shape[x->ndim - 1];
-    return ts_groupnorm_backward(x, gamma, save_mean, save_invstd, &io, dy, dx, dgamma, dbeta);
+    return ts_groupnorm_backward(x, y, gamma, save_mean, save_invstd, &io, dy, dx, dgamma, dbeta);
 }

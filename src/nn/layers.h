@@ -54,28 +54,32 @@ typedef struct ts_norm_opts {
     float eps;      /* 1e-5 */
     float momentum; /* 0.1, batch norm only */
     int groups;     /* group norm only: groups dividing C */
+    int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
+                     * takes that output y and passes dy only where y > 0 */
 } ts_norm_opts;
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                          ts_tensor *save_mean, ts_tensor *save_invstd);
-/* x is the forward input (not y); train selects the batch-statistics or the
- * affine (eval) backward. dx may alias dy. */
-int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, int train, const ts_tensor *dy, ts_tensor *dx,
-                          ts_tensor *dgamma, ts_tensor *dbeta);
+/* x is the forward input, y the forward output (used only with o->relu; may
+ * be NULL otherwise); train selects the batch-statistics or the affine (eval)
+ * backward. dx may alias dy or x. */
+int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
+                          const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
+                          ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
 
 /* ---- group norm (PyTorch GroupNorm): statistics per sample and group of
- * C/groups channels over D, H, W; affine per channel. save_* [N * groups]. */
+ * C/groups channels over D, H, W; affine per channel. save_* [N * groups].
+ * Backward arguments as for batch norm. */
 int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
                          ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd);
-int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
                           const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
                           ts_tensor *dgamma, ts_tensor *dbeta);
 /* ---- instance norm = group norm with one channel per group (PyTorch
  * InstanceNorm3d(affine=True), statistics always from the input). */
 int ts_instancenorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
                             ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd);
-int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *save_mean,
+int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
                              const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
                              ts_tensor *dgamma, ts_tensor *dbeta);
 
@@ -104,6 +108,9 @@ int ts_softmax_ce_forward(const ts_tensor *logits, const ts_tensor *labels, cons
 /* dlogits += scale * dloss/dlogits (scale 1 for the plain loss). */
 int ts_softmax_ce_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                            ts_tensor *dlogits);
+/* Both in one softmax pass (what a training step uses). */
+int ts_softmax_ce_forward_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                                   double *loss, ts_tensor *dlogits);
 /* Soft Dice (MONAI DiceLoss(softmax=True, to_onehot_y=True) semantics): p =
  * softmax(logits), g = one-hot(label), per sample n and class c
  * dice = (2 sum p g + s) / (sum p + sum g + s) over the voxels whose label is
@@ -111,5 +118,8 @@ int ts_softmax_ce_backward(const ts_tensor *logits, const ts_tensor *labels, con
 int ts_dice_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss);
 int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                      ts_tensor *dlogits);
+/* Both, sharing the statistics pass. */
+int ts_dice_forward_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                             double *loss, ts_tensor *dlogits);
 
 #endif

@@ -301,30 +301,34 @@ static void fd_pool(int k)
 }
 
 /* norms: t[0], t[1] saved statistics, t[2], t[3] running stats */
-static ts_norm_opts nopt(int groups) { return (ts_norm_opts){1e-5f, 0.1f, groups}; }
+static ts_norm_opts nopt(int groups, int relu) { return (ts_norm_opts){1e-5f, 0.1f, groups, relu}; }
 static int bn_f(fd_case *c, ts_tensor *y)
 {
-    ts_norm_opts o = nopt(0);
+    ts_norm_opts o = nopt(0, c->k);
     return ts_batchnorm_forward(c->in[0], c->in[1], c->in[2], c->t[2], c->t[3], c->train, &o, y, c->t[0], c->t[1]);
 }
 static int bn_b(fd_case *c, const ts_tensor *dy)
 {
-    return ts_batchnorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], c->train, dy, c->grad[0], c->grad[1], c->grad[2]);
+    ts_norm_opts o = nopt(0, c->k);
+    return ts_batchnorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], c->train, &o, dy, c->grad[0], c->grad[1],
+                                 c->grad[2]);
 }
 static int gn_f(fd_case *c, ts_tensor *y)
 {
-    ts_norm_opts o = nopt(c->groups);
+    ts_norm_opts o = nopt(c->groups, c->k);
     return c->groups ? ts_groupnorm_forward(c->in[0], c->in[1], c->in[2], &o, y, c->t[0], c->t[1])
                      : ts_instancenorm_forward(c->in[0], c->in[1], c->in[2], &o, y, c->t[0], c->t[1]);
 }
 static int gn_b(fd_case *c, const ts_tensor *dy)
 {
-    ts_norm_opts o = nopt(c->groups);
-    return c->groups ? ts_groupnorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1], c->grad[2])
-                     : ts_instancenorm_backward(c->in[0], c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1],
-                                                c->grad[2]);
+    ts_norm_opts o = nopt(c->groups, c->k);
+    return c->groups ? ts_groupnorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1],
+                                             c->grad[2])
+                     : ts_instancenorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0],
+                                                c->grad[1], c->grad[2]);
 }
-static void fd_norm(const char *what, int kind, int train, int groups)
+/* relu: norm with the fused ReLU (fd_check runs the forward before backward, so c->y holds the output) */
+static void fd_norm(const char *what, int kind, int train, int groups, int relu)
 {
     const int64_t C = 6, N = 2;
     ts_tensor x = MK(-2, 3, N, 3, 4, 5, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C);
@@ -332,10 +336,67 @@ static void fd_norm(const char *what, int kind, int train, int groups)
     int64_t ns = kind == 0 ? C : N * (groups ? groups : C);
     ts_tensor sm = MK(0, 0, ns), si = MK(0, 0, ns), rm = MK(-0.5f, 0.5f, C), rv = MK(0.5f, 2, C);
     fd_case c = {kind == 0 ? bn_f : gn_f, kind == 0 ? bn_b : gn_b, {&x, &g, &b}, {&gx, &gg, &gb}, {"x", "gamma", "beta"},
-                 .train = train, .groups = groups, .t = {&sm, &si, &rm, &rv}};
+                 .train = train, .groups = groups, .k = relu, .t = {&sm, &si, &rm, &rv}};
     ts_tensor_alloc(&c.y, TS_FLOAT32, 5, x.shape);
-    fd_check(&c, what, 1e-3f, 2e-3);
+    fd_check(&c, what, 4e-3f, 2e-3);
     ts_tensor *all[] = {&x, &g, &b, &gx, &gg, &gb, &sm, &si, &rm, &rv, &c.y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* group (groups > 0) or instance norm, forward (fwd = 1) or backward */
+static int gn_any(int fwd, int groups, const ts_tensor *x, const ts_tensor *g, const ts_tensor *b, const ts_tensor *yb,
+                  const ts_norm_opts *o, ts_tensor *y, ts_tensor *sm, ts_tensor *si, const ts_tensor *dy, ts_tensor *dx,
+                  ts_tensor *dg, ts_tensor *db)
+{
+    if (fwd)
+        return groups ? ts_groupnorm_forward(x, g, b, o, y, sm, si) : ts_instancenorm_forward(x, g, b, o, y, sm, si);
+    return groups ? ts_groupnorm_backward(x, yb, g, sm, si, o, dy, dx, dg, db)
+                  : ts_instancenorm_backward(x, yb, g, sm, si, o, dy, dx, dg, db);
+}
+
+/* The fused norm + ReLU against the composition of the separately
+ * checked layers (finite differences across the ReLU's kink are unreliable):
+ * forward = relu(norm(x)); backward = norm backward of relu backward. */
+static void fused_norm(const char *what, int kind, int train, int groups)
+{
+    const int64_t C = 6, N = 2;
+    ts_tensor x = MK(-2, 3, N, 3, 4, 5, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C), dy = MK(-1, 1, N, 3, 4, 5, C);
+    ts_tensor y1 = MK(0, 0, N, 3, 4, 5, C), y2 = MK(0, 0, N, 3, 4, 5, C), dx1 = MK(0, 0, N, 3, 4, 5, C),
+              dx2 = MK(0, 0, N, 3, 4, 5, C), dm = MK(0, 0, N, 3, 4, 5, C);
+    ts_tensor gg1 = MK(0, 0, C), gb1 = MK(0, 0, C), gg2 = MK(0, 0, C), gb2 = MK(0, 0, C);
+    int64_t ns = kind == 0 ? C : N * (groups ? groups : C);
+    ts_tensor sm = MK(0, 0, ns), si = MK(0, 0, ns), rm = MK(-0.5f, 0.5f, C), rv = MK(0.5f, 2, C);
+    ts_norm_opts plain = nopt(groups, 0), fused = nopt(groups, 1);
+    int rc = 0;
+    /* fused */
+    if (kind == 0) {
+        rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &fused, &y1, &sm, &si);
+        rc |= ts_batchnorm_backward(&x, &y1, &g, &sm, &si, train, &fused, &dy, &dx1, &gg1, &gb1);
+        rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &plain, &y2, &sm, &si);
+        rc |= ts_relu_forward(&y2, 0.0f, &y2);
+        rc |= ts_relu_backward(&y2, 0.0f, &dy, &dm);
+        rc |= ts_batchnorm_backward(&x, NULL, &g, &sm, &si, train, &plain, &dm, &dx2, &gg2, &gb2);
+    } else {
+        rc |= gn_any(1, groups, &x, &g, &b, NULL, &fused, &y1, &sm, &si, NULL, NULL, NULL, NULL);
+        rc |= gn_any(0, groups, &x, &g, &b, &y1, &fused, NULL, &sm, &si, &dy, &dx1, &gg1, &gb1);
+        rc |= gn_any(1, groups, &x, &g, &b, NULL, &plain, &y2, &sm, &si, NULL, NULL, NULL, NULL);
+        rc |= ts_relu_forward(&y2, 0.0f, &y2);
+        rc |= ts_relu_backward(&y2, 0.0f, &dy, &dm);
+        rc |= gn_any(0, groups, &x, &g, &b, NULL, &plain, NULL, &sm, &si, &dm, &dx2, &gg2, &gb2);
+    }
+    double e = 0;
+    const ts_tensor *pa[] = {&y1, &dx1, &gg1, &gb1}, *pb[] = {&y2, &dx2, &gg2, &gb2};
+    for (int t = 0; t < 4; t++) {
+        const float *u = pa[t]->data, *v = pb[t]->data;
+        double mx = 0, d = 0;
+        for (int64_t i = 0; i < ts_tensor_numel(pa[t]); i++) {
+            mx = fmax(mx, fabs(v[i]));
+            d = fmax(d, fabs(u[i] - v[i]));
+        }
+        e = fmax(e, d / fmax(mx, 1e-30));
+    }
+    ts_ok(rc == 0 && e < 1e-5, "%s with fused ReLU = relu(norm) and its backward: max rel diff %.2e", what, e);
+    ts_tensor *all[] = {&x, &g, &b, &dy, &y1, &y2, &dx1, &dx2, &dm, &gg1, &gb1, &gg2, &gb2, &sm, &si, &rm, &rv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
@@ -460,7 +521,7 @@ static void test_bn_running(void)
 {
     ts_tensor x = MK(-1, 3, 2, 2, 2, 2, 3), y = MK(0, 0, 2, 2, 2, 2, 3), g = MK(1, 1, 3), b = MK(0, 0, 3);
     ts_tensor rm = MK(0, 0, 3), rv = MK(1, 1, 3), sm = MK(0, 0, 3), si = MK(0, 0, 3);
-    ts_norm_opts o = nopt(0);
+    ts_norm_opts o = nopt(0, 0);
     int rc = ts_batchnorm_forward(&x, &g, &b, &rm, &rv, 1, &o, &y, &sm, &si);
     double mean = 0, var = 0;
     const float *px = x.data;
@@ -500,10 +561,14 @@ int main(void)
     fd_convt(4, 3, 2, 2, 2);
     fd_convt(2, 3, 2, 3, 2);
     fd_pool(2);
-    fd_norm("batch norm (train)", 0, 1, 0);
-    fd_norm("batch norm (eval)", 0, 0, 0);
-    fd_norm("group norm (3 groups)", 1, 1, 3);
-    fd_norm("instance norm", 1, 1, 0);
+    fd_norm("batch norm (train)", 0, 1, 0, 0);
+    fd_norm("batch norm (eval)", 0, 0, 0, 0);
+    fd_norm("group norm (3 groups)", 1, 1, 3, 0);
+    fd_norm("instance norm", 1, 1, 0, 0);
+    fused_norm("batch norm (train)", 0, 1, 0);
+    fused_norm("batch norm (eval)", 0, 0, 0);
+    fused_norm("group norm", 1, 1, 3);
+    fused_norm("instance norm", 1, 1, 0);
     fd_relu(0);
     fd_relu(0.01f);
     fd_concat();
