@@ -1,0 +1,27 @@
+/* Evaluation: sliding-window prediction of whole volumes with the model
+ * (windows split over the data-parallel ranks, Gaussian-weighted
+ * probabilities summed over ranks) and per-class Dice from confusion counts. */
+#ifndef TS_TRAIN_EVALUATE_H
+#define TS_TRAIN_EVALUATE_H
+
+#include <stdint.h>
+
+#include "collectives/coll.h"
+#include "src/model/unet.h"
+
+/* Collective on coll. image [C, D, H, W] normalised, identical on every
+ * rank; win = the model's window (its setup shape); batch windows per
+ * forward. pred [D, H, W] receives the class with the highest summed
+ * probability (the same on every rank); prob (may be NULL) receives the
+ * normalised probabilities [K, D, H, W]. */
+int ts_eval_predict(ts_unet *m, ts_coll *coll, const float *image, const int64_t dhw[3], double overlap, int batch,
+                    uint8_t *pred, float *prob);
+
+/* Local. Adds true positives, false positives and false negatives per class. */
+void ts_eval_confusion(const uint8_t *pred, const uint8_t *label, int64_t n, int K, int64_t *tp, int64_t *fp,
+                       int64_t *fn);
+/* Local. Dice = 2 tp / (2 tp + fp + fn); NaN where the class is absent
+ * from both prediction and reference. */
+double ts_eval_dice(int64_t tp, int64_t fp, int64_t fn);
+
+#endif

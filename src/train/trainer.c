@@ -1,0 +1,579 @@
+/* `tessera train`: the data-parallel training loop; see trainer.h.
+ * Per step: next batch(es) from the prefetching loader -> forward, loss ->
+ * backward, whose parameter gradients are handed to the bucket reducer as
+ * they become final (tail of the arena first) -> wait for the buckets ->
+ * optimizer. Then metrics, evaluation and checkpoints when due. */
+#include "tsbuild.h"
+#include "src/train/trainer.h"
+#include "collectives/coll.h"
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "src/core/error.h"
+#include "src/core/log.h"
+#include "src/core/rng.h"
+#include "src/core/timer.h"
+#include "src/model/unet.h"
+#include "src/optim/optim.h"
+#include "src/parallel/dp.h"
+#include "src/parallel/grid.h"
+#include "src/train/evaluate.h"
+#include "src/train/run.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const ts_cfg_key ts_train_config_keys[] = {
+    {"train.epochs", TS_CFG_INT, "0", "0:", "epochs to train (0: train.steps decides)"},
+    {"train.accum", TS_CFG_INT, "1", "1:4096", "micro-batches accumulated per optimizer step"},
+    {"train.lr_scaling", TS_CFG_ENUM, "none", "none|linear", "linear: lr x global batch / train.base_batch"},
+    {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x train.accum)"},
+    {"train.deterministic", TS_CFG_BOOL, "false", NULL, "bit-identical reruns (fixed reduction orders)"},
+    {"train.log_every", TS_CFG_INT, "10", "1:", "steps between metrics.jsonl lines"},
+    {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
+    {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
+    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (only 1 is available in this version)"},
+    {"parallel.sp", TS_CFG_INT, "1", "1:", "spatial pieces (only 1 is available in this version)"},
+    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "pipeline micro-batches (pipeline not available yet)"},
+    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule (pipeline not available yet)"},
+    {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
+    {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
+    {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
+    {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
+    {"eval.max_volumes", TS_CFG_INT, "0", "0:", "volumes evaluated (0: all validation volumes)"},
+    {"eval.final", TS_CFG_BOOL, "true", NULL, "evaluate after the last step"},
+    {"run.dir", TS_CFG_STRING, NULL, NULL, "run directory (default runs/<config name>)"},
+    {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
+    {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
+    {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
+    {NULL, 0, NULL, NULL, NULL},
+};
+
+typedef struct trainer {
+    const ts_config *cfg;
+    ts_grid *grid;
+    ts_coll *coll;   /* data-parallel group */
+    ts_unet *model;
+    ts_arena *arena;
+    ts_optim opt;
+    ts_dataset *ds;      /* used by the loader's thread only */
+    ts_dataset *eval_ds; /* a second handle for evaluation */
+    ts_loader *loader;
+    ts_dp *dp;
+    ts_run run;
+    ts_unet_cfg ucfg;
+    int batch, accum, sync_bn, have_data, rank, nranks;
+    int64_t total_steps, step, epoch_steps;
+    int64_t *val, nval, *trn, ntrn;
+    /* gradient readiness for the bucket reducer */
+    unsigned char *final;  /* per arena tensor */
+    int frontier;          /* tensors [frontier, n) are all final */
+    int hook_err;
+    /* synthetic data when data.path is unset */
+    float *syn_img;
+    uint8_t *syn_lab;
+    ts_rng syn_rng;
+    double phase[TS_PH_COUNT];
+    int64_t samples_done;
+} trainer;
+
+/* ---- gradient hook: called by backward as parameter gradients become final ---- */
+static void grad_ready(void *ctx, int i)
+{
+    trainer *t = ctx;
+    if (t->hook_err || !t->final) return;
+    t->final[i] = 1;
+    ts_arena *a = t->arena;
+    int f = t->frontier;
+    while (f > 0 && (t->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
+    if (f == t->frontier) return;
+    t->frontier = f;
+    size_t lo = f < a->n ? a->p[f].offset : a->nparam;
+    /* the lowest offset among final parameters at or after the frontier */
+    for (int j = f; j < a->n; j++)
+        if (a->p[j].kind == TS_PARAM && a->p[j].offset < lo) lo = a->p[j].offset;
+    t->hook_err = ts_dp_ready(t->dp, lo);
+}
+
+/* ---- synchronised batch norm: per-channel sums over the group ---- */
+static int norm_sync(void *ctx, double *buf, int n)
+{
+    trainer *t = ctx;
+    return ts_coll_allreduce(t->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, TS_OP_SUM);
+}
+
+/* averages the batch-norm buffers over the group (replicas then evaluate
+ * and checkpoint the same model, as DDP's buffer broadcast does) */
+static int sync_buffers(trainer *t)
+{
+    ts_arena *a = t->arena;
+    if (t->nranks == 1 || a->nbuf == 0) return 0;
+    for (int i = 0; i < a->n; i++) {
+        if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
+        ts_tensor v = ts_arena_value(a, i);
+        TS_TRY(ts_coll_allreduce(t->coll, TS_IN_PLACE, v.data, (size_t)v.shape[0], TS_FLOAT32, TS_OP_AVG));
+    }
+    return 0;
+}
+
+/* ---- checkpoints ---- */
+static const char *state_name(const ts_optim_cfg *o, int s)
+{
+    if (o->kind == TS_OPT_ADAMW) return s == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
+{
+    ts_arena *a = t->arena;
+    int ns = ts_optim_state_count(&t->opt.cfg), k = 0;
+    ts_ckpt_item *it = calloc((size_t)a->n * (size_t)(1 + ns), sizeof *it);
+    if (!it) return TS_ERR(TS_ERR_NOMEM, "checkpoint items");
+    for (int i = 0; i < a->n; i++) {
+        snprintf(it[k].name, sizeof it[k].name, "/params/%s", a->p[i].name);
+        it[k++].t = ts_arena_value(a, i);
+    }
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < a->n; i++) {
+            if (a->p[i].kind != TS_PARAM) continue;
+            snprintf(it[k].name, sizeof it[k].name, "/optim/%s/%s", state_name(&t->opt.cfg, s), a->p[i].name);
+            it[k++].t = ts_arena_state(a, s, i);
+        }
+    *out = it;
+    *n = k;
+    return 0;
+}
+
+static int save_ckpt(trainer *t)
+{
+    int err = 0, n = 0;
+    ts_ckpt_item *it = NULL;
+    char dir[1100], path[4096], *text = NULL;
+    size_t tlen = 0;
+    int64_t keep;
+    double t0 = ts_time_now();
+    TS_CHECK(sync_buffers(t));
+    TS_CHECK(ckpt_items(t, &it, &n));
+    TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
+    FILE *mf = open_memstream(&text, &tlen);
+    if (mf) {
+        ts_config_write(t->cfg, mf);
+        fclose(mf);
+    }
+    ts_ckpt_meta m = {.step = t->step,
+                      .epoch = t->epoch_steps ? t->step / t->epoch_steps : 0,
+                      .sampler_position = t->loader ? ts_loader_position(t->loader) : 0,
+                      .ranks = t->nranks,
+                      .config_hash = ts_config_hash(t->cfg),
+                      .config = text};
+    int64_t seed;
+    TS_CHECK(ts_config_get_int(t->cfg, "train.seed", &seed));
+    m.seed = (uint64_t)seed;
+    snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
+    TS_CHECK(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path));
+    ts_run_say(&t->run, "checkpoint: %s", path);
+cleanup:
+    t->phase[TS_PH_CKPT] += ts_time_now() - t0;
+    free(text);
+    free(it);
+    return err;
+}
+
+static int resume(trainer *t)
+{
+    int err = 0, n = 0;
+    ts_ckpt_item *it = NULL;
+    const char *how;
+    char path[4096] = "", dir[1100];
+    TS_CHECK(ts_config_get_str(t->cfg, "ckpt.resume", &how));
+    if (!strcmp(how, "none")) return 0;
+    int64_t st;
+    if (!strcmp(how, "auto")) {
+        snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
+        if (ts_ckpt_latest(dir, path, sizeof path, &st) != 0) return 0; /* nothing to resume */
+    } else {
+        snprintf(path, sizeof path, "%s", how);
+    }
+    TS_CHECK(ckpt_items(t, &it, &n));
+    ts_ckpt_meta m;
+    int lerr = ts_ckpt_load(path, it, n, &m);
+    TS_CHECK(ts_err_agree(t->grid->world, lerr));
+    t->step = m.step;
+    t->opt.step = m.step;
+    if (m.config_hash != ts_config_hash(t->cfg))
+        ts_run_say(&t->run, "note: the config differs from the one that wrote %s (resuming anyway)", path);
+    if (t->loader) TS_CHECK(ts_loader_seek(t->loader, m.sampler_position));
+    ts_run_say(&t->run, "resumed from %s at step %lld", path, (long long)m.step);
+cleanup:
+    free(it);
+    return err;
+}
+
+/* ---- data ---- */
+static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
+{
+    double t0 = ts_time_now();
+    if (t->have_data) {
+        const ts_batch *b;
+        int rc = ts_loader_next(t->loader, &b);
+        if (rc == 1) return TS_ERR(TS_ERR_INTERNAL, "training loader ended");
+        if (rc) return rc;
+        *img = b->image;
+        *lab = b->label;
+    } else { /* synthetic random data of the configured shape */
+        const ts_unet_cfg *u = &t->ucfg;
+        int64_t nv = u->patch[0] * u->patch[1] * u->patch[2];
+        for (int64_t i = 0; i < (int64_t)t->batch * u->in_channels * nv; i++) t->syn_img[i] = (float)ts_rng_normal(&t->syn_rng);
+        for (int64_t i = 0; i < (int64_t)t->batch * nv; i++) t->syn_lab[i] = (uint8_t)ts_rng_below(&t->syn_rng, (uint64_t)u->classes);
+        int64_t si[5] = {t->batch, u->in_channels, u->patch[0], u->patch[1], u->patch[2]}, sl[4] = {t->batch, u->patch[0], u->patch[1], u->patch[2]};
+        *img = ts_tensor_view(t->syn_img, TS_FLOAT32, 5, si);
+        *lab = ts_tensor_view(t->syn_lab, TS_UINT8, 4, sl);
+    }
+    t->phase[TS_PH_DATA] += ts_time_now() - t0;
+    return 0;
+}
+
+/* ---- evaluation over validation volumes ---- */
+static int evaluate(trainer *t, double *dice_out)
+{
+    int err = 0;
+    const int K = t->ucfg.classes;
+    int64_t *tp = calloc((size_t)K * 3, sizeof *tp), *fp = tp + K, *fn = tp + 2 * K, maxv;
+    float *img = NULL;
+    uint8_t *lab = NULL, *pred = NULL;
+    double t0 = ts_time_now(), overlap;
+    if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
+    TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
+    TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
+    TS_CHECK(sync_buffers(t));
+    const int64_t *vol = t->nval ? t->val : t->trn;
+    int64_t nvol = t->nval ? t->nval : t->ntrn;
+    if (maxv > 0 && nvol > maxv) nvol = maxv;
+    ts_loader_opts lo;
+    TS_CHECK(ts_loader_opts_from_config(t->cfg, &lo));
+    for (int64_t v = 0; v < nvol; v++) {
+        ts_sample_info in;
+        int lerr = ts_dataset_info(t->eval_ds, vol[v], &in);
+        TS_CHECK(ts_err_agree(t->grid->world, lerr));
+        int64_t dhw[3] = {in.shape[1], in.shape[2], in.shape[3]}, nv = dhw[0] * dhw[1] * dhw[2];
+        free(img);
+        free(lab);
+        free(pred);
+        img = malloc(sizeof *img * (size_t)(nv * in.shape[0]));
+        lab = malloc((size_t)nv);
+        pred = malloc((size_t)nv);
+        lerr = !img || !lab || !pred ? TS_ERR(TS_ERR_NOMEM, "evaluation volume %lld", (long long)vol[v]) : 0;
+        if (!lerr) lerr = ts_patch_read_volume(t->eval_ds, vol[v], &lo.patch, img, lab);
+        TS_CHECK(ts_err_agree(t->grid->world, lerr));
+        TS_CHECK(ts_eval_predict(t->model, t->coll, img, dhw, overlap, t->batch, pred, NULL));
+        ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
+    }
+    for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
+cleanup:
+    t->phase[TS_PH_EVAL] += ts_time_now() - t0;
+    free(tp);
+    free(img);
+    free(lab);
+    free(pred);
+    return err;
+}
+
+static void report_dice(trainer *t, const double *dice)
+{
+    const int K = t->ucfg.classes;
+    char line[2048];
+    size_t l = (size_t)snprintf(line, sizeof line, "eval at step %lld: Dice", (long long)t->step);
+    double mean = 0;
+    int nfg = 0;
+    for (int k = 0; k < K && l < sizeof line; k++) {
+        const char *name = t->have_data ? ts_dataset_class_name(t->eval_ds, k) : NULL;
+        l += (size_t)snprintf(line + l, sizeof line - l, " %s=%.4f", name ? name : "class", dice[k]);
+        if (k > 0 && dice[k] == dice[k]) {
+            mean += dice[k];
+            nfg++;
+        }
+    }
+    if (nfg && l < sizeof line) snprintf(line + l, sizeof line - l, "  (foreground mean %.4f)", mean / nfg);
+    ts_run_say(&t->run, "%s", line);
+}
+
+/* ---- setup ---- */
+static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
+{
+    int err = 0, lerr = 0;
+    int64_t dp, pp, sp, v;
+    t->cfg = cfg;
+    TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
+    if (pp > 1 || sp > 1)
+        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld, parallel.sp = %lld: pipeline and spatial parallelism are not "
+                                    "available yet in this version (use parallel.pp = 1, parallel.sp = 1)",
+                (long long)pp, (long long)sp);
+    TS_CHECK(ts_grid_create(world, (int)dp, 1, 1, &t->grid));
+    t->rank = t->grid->d;
+    t->nranks = t->grid->dp;
+    ts_coll_opts co;
+    TS_CHECK(ts_coll_opts_from_config(cfg, &co));
+    TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->coll));
+    /* model and optimizer */
+    TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
+    TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
+    TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
+    t->batch = (int)v;
+    TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
+    t->accum = (int)v;
+    TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
+    TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
+    t->arena = ts_unet_arena(t->model);
+    int64_t seed;
+    TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
+    TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
+    TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->ucfg.patch[0], (int)t->ucfg.patch[1], (int)t->ucfg.patch[2]));
+    if (t->sync_bn && t->nranks > 1) ts_unet_set_norm_sync(t->model, norm_sync, t);
+    /* data */
+    t->have_data = ts_config_isset(cfg, "data.path");
+    if (t->have_data) {
+        const char *path;
+        ts_dataset_opts dso;
+        ts_loader_opts lo;
+        double valf;
+        TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
+        TS_CHECK(ts_dataset_opts_from_config(cfg, &dso));
+        TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->ds));
+        dso.check = 0; /* checked once above */
+        TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->eval_ds));
+        int64_t n = ts_dataset_count(t->ds);
+        if (ts_dataset_channels(t->ds) != t->ucfg.in_channels)
+            TS_FAIL(TS_ERR_CONFIG, "%s has %d image channels, model.in_channels is %d", path,
+                    ts_dataset_channels(t->ds), t->ucfg.in_channels);
+        if (ts_dataset_classes(t->ds) > t->ucfg.classes)
+            TS_FAIL(TS_ERR_CONFIG, "%s has %d classes, model.classes is %d", path, ts_dataset_classes(t->ds),
+                    t->ucfg.classes);
+        TS_CHECK(ts_config_get_float(cfg, "data.val_fraction", &valf));
+        TS_CHECK(ts_config_get_int(cfg, "data.split_seed", &v));
+        t->nval = (int64_t)floor(valf * (double)n);
+        if (t->nval >= n) t->nval = n - 1;
+        t->ntrn = n - t->nval;
+        t->trn = malloc(sizeof *t->trn * (size_t)t->ntrn);
+        t->val = malloc(sizeof *t->val * (size_t)(t->nval ? t->nval : 1));
+        if (!t->trn || !t->val) TS_FAIL(TS_ERR_NOMEM, "split");
+        ts_sampler_split(n, t->nval, (uint64_t)v, t->trn, t->val);
+        int det;
+        TS_CHECK(ts_config_get_bool(cfg, "train.deterministic", &det));
+        if (det && t->batch * t->nranks > t->ntrn)
+            TS_FAIL(TS_ERR_CONFIG,
+                    "train.deterministic: the global micro-batch (train.batch %d x %d replicas) is larger than the %lld "
+                    "training samples of %s; every step would repeat samples within a batch",
+                    t->batch, t->nranks, (long long)t->ntrn, path);
+        TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
+        lo.batch = t->batch;
+        lo.seed = (uint64_t)seed;
+        lo.mode = TS_SAMPLER_TRAIN;
+        lo.subset = t->trn;
+        lo.nsubset = t->ntrn;
+        lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
+        TS_CHECK(ts_err_agree(t->grid->world, lerr));
+        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->accum - 1) / ((int64_t)t->batch * t->nranks * t->accum);
+    } else {
+        const ts_unet_cfg *u = &t->ucfg;
+        int64_t nv = u->patch[0] * u->patch[1] * u->patch[2];
+        t->syn_img = malloc(sizeof(float) * (size_t)(t->batch * u->in_channels * nv));
+        t->syn_lab = malloc((size_t)(t->batch * nv));
+        if (!t->syn_img || !t->syn_lab) TS_FAIL(TS_ERR_NOMEM, "synthetic batch");
+        ts_rng_init(&t->syn_rng, (uint64_t)seed, (uint32_t)t->rank, 7);
+        t->epoch_steps = 0;
+    }
+    /* steps, global batch, learning rate */
+    int64_t epochs, base, steps;
+    const char *scaling;
+    TS_CHECK(ts_config_get_int(cfg, "train.epochs", &epochs));
+    TS_CHECK(ts_config_get_int(cfg, "train.steps", &steps));
+    if (epochs > 0 && !t->have_data)
+        TS_FAIL(TS_ERR_CONFIG, "train.epochs needs a dataset (data.path); without one use train.steps");
+    t->total_steps = epochs > 0 ? epochs * t->epoch_steps : steps;
+    t->opt.cfg.total_steps = t->total_steps;
+    TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &base));
+    TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &scaling));
+    int64_t global = (int64_t)t->batch * t->accum * t->nranks;
+    if (base == 0) base = (int64_t)t->batch * t->accum;
+    double base_lr = t->opt.cfg.lr;
+    if (!strcmp(scaling, "linear")) t->opt.cfg.lr = base_lr * (double)global / (double)base;
+    /* run directory */
+    char dir[1024];
+    if (ts_config_isset(cfg, "run.dir")) {
+        const char *d;
+        TS_CHECK(ts_config_get_str(cfg, "run.dir", &d));
+        snprintf(dir, sizeof dir, "%s", d);
+    } else {
+        snprintf(dir, sizeof dir, "runs/%s", name);
+    }
+    double logsec;
+    TS_CHECK(ts_config_get_float(cfg, "train.log_seconds", &logsec));
+    TS_CHECK(ts_run_open(&t->run, t->grid->world, dir, cfg, logsec));
+    char layout[256];
+    ts_grid_describe(t->grid, layout, sizeof layout);
+    ts_run_say(&t->run, "tessera train: %s", layout);
+    ts_run_say(&t->run, "global batch %lld = train.batch %d x train.accum %d x dp %d; lr %.6g (train.lr %.6g, %s scaling "
+               "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
+               (long long)global, t->batch, t->accum, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
+               (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, dir);
+    if (t->have_data)
+        ts_run_say(&t->run, "data: %lld training and %lld validation samples%s", (long long)t->ntrn, (long long)t->nval,
+                   t->nval ? "" : " (evaluation uses the training volumes)");
+    else
+        ts_run_say(&t->run, "data: none (data.path unset): random images and labels of the configured patch");
+    /* gradient buckets */
+    double bmb;
+    TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
+    size_t bf = (size_t)(bmb * 1e6 / sizeof(float));
+    TS_CHECK(ts_dp_create(t->coll, t->arena->grads, t->arena->nparam, bf ? bf : 16, &t->dp));
+    t->final = calloc((size_t)t->arena->n, 1);
+    if (!t->final) TS_FAIL(TS_ERR_NOMEM, "gradient flags");
+    ts_unet_set_grad_hook(t->model, grad_ready, t);
+    TS_CHECK(resume(t));
+cleanup:
+    return err;
+}
+
+static void teardown(trainer *t)
+{
+    ts_run_close(&t->run);
+    ts_dp_destroy(&t->dp);
+    ts_loader_destroy(&t->loader);
+    ts_dataset_close(&t->ds);
+    ts_dataset_close(&t->eval_ds);
+    ts_unet_destroy(&t->model);
+    ts_coll_destroy(&t->coll);
+    ts_grid_destroy(&t->grid);
+    free(t->final);
+    free(t->trn);
+    free(t->val);
+    free(t->syn_img);
+    free(t->syn_lab);
+}
+
+/* ---- one optimizer step ---- */
+static int train_step(trainer *t, double *loss_out)
+{
+    double loss_sum = 0;
+    ts_arena_zero_grad(t->arena);
+    for (int a = 0; a < t->accum; a++) {
+        ts_tensor img, lab;
+        double loss;
+        TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
+        double t0 = ts_time_now();
+        TS_TRY(ts_unet_forward(t->model, &img, 1));
+        TS_TRY(ts_unet_loss(t->model, &lab, 1, &loss));
+        double t1 = ts_time_now();
+        t->phase[TS_PH_FORWARD] += t1 - t0;
+        int last = a == t->accum - 1;
+        if (last) { /* buckets go out as backward finishes them */
+            ts_dp_begin(t->dp);
+            memset(t->final, 0, (size_t)t->arena->n);
+            t->frontier = t->arena->n;
+            t->hook_err = 0;
+        }
+        ts_unet_set_grad_hook(t->model, last ? grad_ready : NULL, t);
+        TS_TRY(ts_unet_backward(t->model));
+        TS_TRY(t->hook_err);
+        t->phase[TS_PH_BACKWARD] += ts_time_now() - t1;
+        loss_sum += loss;
+    }
+    if (t->accum > 1) { /* gradients summed over micro-batches: average them */
+        float s = 1.0f / (float)t->accum, *g = t->arena->grads;
+        for (size_t i = 0; i < t->arena->nparam; i++) g[i] *= s;
+    }
+    ts_dp_stats st = {0, 0, 0};
+    TS_TRY(ts_dp_finish(t->dp, &st));
+    t->phase[TS_PH_COMM_EXPOSED] += st.exposed_s;
+    t->phase[TS_PH_COMM_TOTAL] += st.comm_s;
+    double t2 = ts_time_now();
+    TS_TRY(ts_optim_step(&t->opt, t->arena, NULL, NULL));
+    t->phase[TS_PH_OPTIM] += ts_time_now() - t2;
+    *loss_out = loss_sum / t->accum;
+    return 0;
+}
+
+int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name)
+{
+    trainer t;
+    int err = 0;
+    memset(&t, 0, sizeof t);
+    double *dice = NULL;
+    TS_CHECK(setup(&t, cfg, world, name));
+    int64_t log_every, eval_every, ckpt_every;
+    int final_eval;
+    TS_CHECK(ts_config_get_int(cfg, "train.log_every", &log_every));
+    TS_CHECK(ts_config_get_int(cfg, "eval.every", &eval_every));
+    TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &ckpt_every));
+    TS_CHECK(ts_config_get_bool(cfg, "eval.final", &final_eval));
+    dice = calloc((size_t)t.ucfg.classes, sizeof *dice);
+    if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
+    t.run.first_step = t.step;
+    t.run.total_steps = t.total_steps;
+    const int64_t per_step = (int64_t)t.batch * t.accum * t.nranks;
+    double t_window = ts_time_now(), loss_window = 0;
+    int64_t steps_window = 0, first = t.step;
+    double t_train0 = ts_time_now(), train_s = 0;
+    while (t.step < t.total_steps) {
+        double ts0 = ts_time_now(), loss;
+        TS_CHECK(train_step(&t, &loss));
+        t.step++;
+        t.phase[TS_PH_STEP] += ts_time_now() - ts0;
+        /* the loss people see: the mean over replicas */
+        double lsum = loss;
+        TS_CHECK(ts_coll_allreduce(t.coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
+        loss_window += lsum;
+        steps_window++;
+        double now = ts_time_now(), sps = (double)(steps_window * per_step) / (now - t_window);
+        ts_run_progress(&t.run, t.step, lsum, sps, 0);
+        int do_eval = t.have_data && ((eval_every > 0 && t.step % eval_every == 0) || (final_eval && t.step == t.total_steps));
+        if (t.step % log_every == 0 || t.step == t.total_steps || do_eval) {
+            train_s += now - t_train0;
+            TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0,
+                                    loss_window / steps_window, ts_optim_lr(&t.opt.cfg, t.step - 1), sps, NULL, 0, NULL));
+            loss_window = 0;
+            steps_window = 0;
+            t_window = ts_time_now();
+            t_train0 = t_window;
+        }
+        if (do_eval) {
+            TS_CHECK(evaluate(&t, dice));
+            report_dice(&t, dice);
+            const char *names[256];
+            for (int k = 0; k < t.ucfg.classes; k++) names[k] = ts_dataset_class_name(t.eval_ds, k);
+            TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, lsum,
+                                    ts_optim_lr(&t.opt.cfg, t.step - 1), sps, dice, t.ucfg.classes, names));
+            t_window = t_train0 = ts_time_now();
+        }
+        if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps) TS_CHECK(save_ckpt(&t));
+    }
+    train_s += ts_time_now() - t_train0;
+    ts_run_progress(&t.run, t.step, 0, 0, 0);
+    {
+        int64_t steps = t.step - first;
+        double sps = t.phase[TS_PH_STEP] > 0 ? (double)(steps * per_step) / t.phase[TS_PH_STEP] * 1.0 : 0;
+        /* samples/s of the slowest rank */
+        double slow = t.phase[TS_PH_STEP];
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
+        if (slow > 0) sps = (double)(steps * per_step) / slow;
+        char extra[512];
+        snprintf(extra, sizeof extra,
+                 "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
+                 "\"comm_hidden_s\": %.6f",
+                 (long long)per_step, t.nranks, ts_dp_buckets(t.dp), t.sync_bn ? "true" : "false",
+                 t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED] > 0
+                     ? t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED]
+                     : 0);
+        TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.phase, steps, sps, NULL, NULL, 0, extra));
+        ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
+                   t.run.dir, t.run.dir);
+    }
+    (void)train_s;
+cleanup:
+    free(dice);
+    teardown(&t);
+    return err;
+}
