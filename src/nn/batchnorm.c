@@ -52,7 +52,7 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *K = sc + 2 * C;
     const float *g = gamma->data, *b = beta->data;
     if (train) {
-        memcpy(K, x->data, (size_t)C * sizeof(float)); /* shift: the first voxel */
+        ts_nn_shift(x->data, M, C, K);
         TS_CHECK(ts_nn_channel_moments(x->data, K, 1, M, C, s, s + C));
         for (int c = 0; c < C; c++) {
             double mu, var;

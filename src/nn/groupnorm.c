@@ -56,8 +56,7 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
     float *K = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
     const float *g = gamma->data, *b = beta->data, *px = x->data;
-    for (int n = 0; n < d.N; n++) /* shift: each sample's first voxel */
-        memcpy(K + (size_t)n * d.C, px + (size_t)n * d.S * d.C, (size_t)d.C * sizeof(float));
+    for (int n = 0; n < d.N; n++) ts_nn_shift(px + (size_t)n * d.S * d.C, d.S, d.C, K + (size_t)n * d.C);
     TS_CHECK(ts_nn_channel_moments(x->data, K, d.N, d.S, d.C, s, s + nc));
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {

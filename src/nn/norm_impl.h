@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 /* One pass: s1[n][c] = sum (x - K[n][c]), s2[n][c] = sum (x - K[n][c])^2
- * (K: a shift near the mean, e.g. the first voxel, against cancellation). */
+ * (K: a shift near the mean, from ts_nn_shift, against cancellation). */
 int ts_nn_channel_moments(const float *x, const float *K, int N, size_t S, int C, double *s1, double *s2);
 /* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy, or 0 where mask <= 0. */
 int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, const float *center, int N, size_t S,
@@ -21,6 +21,18 @@ void ts_nn_channel_affine(const float *x, const float *scale, const float *shift
  * (the shape of every norm's input gradient; dx may alias dy or x). */
 void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const float *center, const float *a,
                    const float *b, const float *k, int N, size_t S, int C, float *dx);
+/* K[c] = mean of x[0..min(S,256))[c] (x [S][C]): a shift for the moments,
+ * close to the mean even where the first voxels are atypical (borders). */
+static inline void ts_nn_shift(const float *x, size_t S, int C, float *K)
+{
+    const size_t m = S < 256 ? S : 256;
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (size_t v = 0; v < m; v++) s += x[v * C + c];
+        K[c] = (float)(s / (double)m);
+    }
+}
+
 /* Mean and variance per channel from moments with shift K over m values. */
 static inline void ts_nn_mean_var(double s1, double s2, double K, double m, double *mean, double *var)
 {

@@ -416,7 +416,7 @@ static void fd_relu(float slope)
     ts_tensor x = MK(0.1f, 1, 2, 3, 3, 3, 4), gx = MK(0, 0, 2, 3, 3, 3, 4);
     float *p = x.data;
     for (int64_t i = 0; i < ts_tensor_numel(&x); i += 2) p[i] = -p[i];
-    fd_case c = {relu_f, relu_b, {&x}, {&gx}, {"x"}, .slope = slope};
+    fd_case c = {.fwd = relu_f, .bwd = relu_b, .in = {&x}, .grad = {&gx}, .names = {"x"}, .slope = slope};
     ts_tensor_alloc(&c.y, TS_FLOAT32, 5, x.shape);
     fd_check(&c, slope > 0 ? "leaky relu 0.01" : "relu", 1e-3f, 1e-3);
     ts_tensor_free(&x);
@@ -535,6 +535,37 @@ static void test_bn_running(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* statistics of a channel with a large mean and a small spread, and atypical first voxels */
+static void test_bn_accuracy(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 16, 16, 32, 2), y = MK(0, 0, 1, 16, 16, 32, 2), g = MK(1, 1, 2), b = MK(0, 0, 2);
+    ts_tensor sm = MK(0, 0, 2), si = MK(0, 0, 2), gm = MK(0, 0, 2), gi = MK(0, 0, 2);
+    float *p = x.data;
+    const int64_t V = 16 * 16 * 32;
+    for (int64_t v = 0; v < V; v++) {
+        p[2 * v] = 1000.0f + 0.01f * p[2 * v] + (v < 300 ? 0.05f : 0.0f);
+        p[2 * v + 1] = 0.001f * p[2 * v + 1];
+    }
+    ts_norm_opts o = nopt(0, 0);
+    int rc = ts_batchnorm_forward(&x, &g, &b, NULL, NULL, 1, &o, &y, &sm, &si);
+    rc |= ts_groupnorm_forward(&x, &g, &b, &(ts_norm_opts){1e-5f, 0.1f, 2, 0}, &y, &gm, &gi);
+    double worst = 0;
+    for (int c = 0; c < 2; c++) {
+        double mu = 0, var = 0;
+        for (int64_t v = 0; v < V; v++) mu += p[2 * v + c];
+        mu /= V;
+        for (int64_t v = 0; v < V; v++) var += (p[2 * v + c] - mu) * (p[2 * v + c] - mu);
+        var /= V;
+        const double inv = 1.0 / sqrt(var + 1e-5);
+        worst = fmax(worst, fabs(((float *)si.data)[c] - inv) / inv);
+        worst = fmax(worst, fabs(((float *)gi.data)[c] - inv) / inv);
+        worst = fmax(worst, fabs(((float *)sm.data)[c] - mu) / fmax(fabs(mu), 1e-3));
+    }
+    ts_ok(rc == 0 && worst < 1e-4, "batch/instance-style statistics of mean 1000, spread 0.01: max rel err %.1e", worst);
+    ts_tensor *all[] = {&x, &y, &g, &b, &sm, &si, &gm, &gi};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(void)
 {
     ts_rng_init(&rng, 42, 0, 0);
@@ -578,5 +609,6 @@ int main(void)
     fd_loss(1, 2, 0);
     test_loss_values();
     test_bn_running();
+    test_bn_accuracy();
     return ts_done();
 }
