@@ -429,7 +429,7 @@ static int cat_b(fd_case *c, const ts_tensor *dy) { return ts_concat_backward(dy
 static void fd_concat(void)
 {
     ts_tensor a = MK(-1, 1, 2, 2, 3, 2, 3), b = MK(-1, 1, 2, 2, 3, 2, 5), ga = MK(0, 0, 2, 2, 3, 2, 3), gb = MK(0, 0, 2, 2, 3, 2, 5);
-    fd_case c = {cat_f, cat_b, {&a, &b}, {&ga, &gb}, {"a", "b"}};
+    fd_case c = {.fwd = cat_f, .bwd = cat_b, .in = {&a, &b}, .grad = {&ga, &gb}, .names = {"a", "b"}};
     ts_tensor_alloc(&c.y, TS_FLOAT32, 5, (int64_t[]){2, 2, 3, 2, 8});
     fd_check(&c, "concat", 1e-2f, 1e-4);
     ts_tensor *all[] = {&a, &b, &ga, &gb, &c.y};
