@@ -84,6 +84,63 @@ static int64_t clamp_lo(int64_t lo, int64_t dim, int64_t box)
     return lo < a ? a : lo > b ? b : lo;
 }
 
+/* z-score (per image or dataset, or none) after optional percentile
+ * clipping; NaN (padding) becomes 0. Returns the channel's min and max. */
+static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, double imean, double istd,
+                              const double *ipct, double dmean, double dstd, float *mn_out, float *mx_out)
+{
+    double m = 0, s = 1, clo = -INFINITY, chi = INFINITY;
+    if (o->norm == TS_NORM_IMAGE) {
+        m = imean;
+        s = istd;
+    } else if (o->norm == TS_NORM_DATASET) {
+        m = dmean;
+        s = dstd;
+    }
+    if (!(s > 1e-8)) s = 1;
+    if (o->clip_lo >= 0) {
+        clo = ipct[o->clip_lo];
+        chi = ipct[o->clip_hi];
+    }
+    const float fm = (float)m, fis = (float)(1.0 / s), flo = (float)clo, fhi = (float)chi;
+    float mn = INFINITY, mx = -INFINITY;
+    for (int64_t t = 0; t < nv; t++) {
+        float v = x[t];
+        if (v != v) { /* padding */
+            x[t] = 0.0f;
+            mn = 0.0f < mn ? 0.0f : mn;
+            mx = 0.0f > mx ? 0.0f : mx;
+            continue;
+        }
+        v = v < flo ? flo : v > fhi ? fhi : v;
+        v = (v - fm) * fis;
+        x[t] = v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
+void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
+                        const double *std, const double *pct, const double *dmean, const double *dstd)
+{
+    float mn, mx;
+    for (int64_t c = 0; c < C; c++)
+        normalize_channel(image + c * nv, nv, o, mean[c], std[c], pct + c * TS_IO_NPCT, dmean ? dmean[c] : 0,
+                          dstd ? dstd[c] : 1, &mn, &mx);
+}
+
+int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, float *image, uint8_t *label)
+{
+    ts_sample_info in;
+    TS_TRY(ts_dataset_info(ds, i, &in));
+    TS_TRY(ts_dataset_read_sample(ds, i, image, label));
+    ts_patch_normalize(image, in.shape[0], in.shape[1] * in.shape[2] * in.shape[3], o, in.mean, in.std, in.pct,
+                       ts_dataset_mean(ds), ts_dataset_std(ds));
+    return 0;
+}
+
 int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train, float *image,
                   uint8_t *label, float *scratch)
 {
@@ -119,35 +176,9 @@ int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, 
     /* normalisation (padding, NaN here, becomes 0), then intensity augmentation */
     for (int64_t c = 0; c < C; c++) {
         float *x = image + c * nv;
-        double m = 0, s = 1, clo = -INFINITY, chi = INFINITY;
-        if (o->norm == TS_NORM_IMAGE) {
-            m = in.mean[c];
-            s = in.std[c];
-        } else if (o->norm == TS_NORM_DATASET) {
-            m = ts_dataset_mean(ds)[c];
-            s = ts_dataset_std(ds)[c];
-        }
-        if (!(s > 1e-8)) s = 1;
-        if (o->clip_lo >= 0) {
-            clo = in.pct[c * TS_IO_NPCT + o->clip_lo];
-            chi = in.pct[c * TS_IO_NPCT + o->clip_hi];
-        }
-        const float fm = (float)m, fis = (float)(1.0 / s), flo = (float)clo, fhi = (float)chi;
-        float mn = INFINITY, mx = -INFINITY;
-        for (int64_t t = 0; t < nv; t++) {
-            float v = x[t];
-            if (v != v) { /* padding */
-                x[t] = 0.0f;
-                mn = 0.0f < mn ? 0.0f : mn;
-                mx = 0.0f > mx ? 0.0f : mx;
-                continue;
-            }
-            v = v < flo ? flo : v > fhi ? fhi : v;
-            v = (v - fm) * fis;
-            x[t] = v;
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
-        }
+        float mn, mx;
+        normalize_channel(x, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT, ts_dataset_mean(ds)[c],
+                          ts_dataset_std(ds)[c], &mn, &mx);
         if (!aug) continue;
         double g = 1, sc = 1, sh = 0;
         int do_gamma = o->gamma > 0 && ts_rng_uniform(r) < 0.5;

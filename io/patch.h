@@ -46,6 +46,16 @@ size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o);
 void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
                         float *out, uint8_t *lout);
 
+/* Local. Normalises image [C, nv] in place as training patches are: z-score
+ * with the image's per-channel mean/std (o->norm = image) or the dataset's
+ * dmean/dstd (o->norm = dataset), after clipping to the image's percentiles
+ * pct [C * TS_IO_NPCT] when o->clip_* are set; NaN becomes 0. */
+void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
+                        const double *std, const double *pct, const double *dmean, const double *dstd);
+/* Local. The whole sample i, normalised like evaluation patches (no
+ * augmentation): image [C, D, H, W], label [D, H, W]. */
+int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, float *image, uint8_t *label);
+
 /* Local. Parses "none", "0.5-99.5", "1-99", "5-95" into percentile indices. */
 int ts_patch_parse_clip(const char *s, int *lo, int *hi);
 
