@@ -13,6 +13,14 @@ typedef struct ts_cli_cmd {
 } ts_cli_cmd;
 
 int ts_cli_info(int argc, char **argv);
+int ts_cli_train(int argc, char **argv);
+
+/* Every config key table of tessera (NULL-terminated). */
+#include "src/core/config.h"
+extern const ts_cfg_key *const ts_cli_all_keys[];
+/* Collective on comm: config from path (may be NULL) and overrides, with
+ * errors agreed and the ranks' resolved configs compared. */
+int ts_cli_load_config(const char *path, int nover, char **over, MPI_Comm comm, ts_config **out);
 int ts_cli_bench(int argc, char **argv);
 
 /* 1 if argv has -h or --help (before a "--") */

@@ -20,9 +20,10 @@ static const ts_cli_cmd commands[] = {
     {"model", "model init / model run: fresh weights; one forward (and optimizer step) on HDF5 files", ts_cli_model},
     {"convert", "NIfTI volumes or an MSD task folder to a (sharded) HDF5 dataset, in parallel", ts_cli_convert},
     {"synth", "synthetic 3D phantoms (shapes + smooth fields + noise) as a dataset", ts_cli_synth},
+    {"train", "data-parallel training of a 3D U-Net from a config (under mpiexec or srun)", ts_cli_train},
 };
 /* listed in --help until they exist (see README) */
-static const char *const not_yet[] = {"train", "infer"};
+static const char *const not_yet[] = {"infer"};
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

@@ -35,9 +35,17 @@ int ts_config_create(const ts_cfg_key *const *tables, ts_config **out)
     if (!c->e) TS_FAIL(TS_ERR_NOMEM, "config");
     for (int t = 0; tables[t]; t++)
         for (const ts_cfg_key *k = tables[t]; k->key; k++) {
-            for (int i = 0; i < c->n; i++)
-                if (!strcmp(c->e[i].k->key, k->key))
-                    TS_FAIL(TS_ERR_INTERNAL, "config key %s declared twice", k->key);
+            /* two modules may read the same key if they declare it alike */
+            int dup = 0;
+            for (int i = 0; i < c->n && !dup; i++) {
+                const ts_cfg_key *o = c->e[i].k;
+                if (strcmp(o->key, k->key)) continue;
+                if (o->type != k->type || !o->def != !k->def || (o->def && strcmp(o->def, k->def)) ||
+                    !o->spec != !k->spec || (o->spec && strcmp(o->spec, k->spec)))
+                    TS_FAIL(TS_ERR_INTERNAL, "config key %s declared twice, differently", k->key);
+                dup = 1;
+            }
+            if (dup) continue;
             c->e[c->n].k = k;
             if (k->def) {
                 c->e[c->n].value = strdup(k->def);

@@ -31,7 +31,9 @@ typedef struct ts_cfg_key {
 typedef struct ts_config ts_config;
 
 /* Local. Builds an empty config over the NULL-terminated list of schema
- * tables (borrowed: they must outlive the config). */
+ * tables (borrowed: they must outlive the config). A key may appear in
+ * several tables (modules that read the same key) if its type, default and
+ * range agree; otherwise that is TS_ERR_INTERNAL. */
 int ts_config_create(const ts_cfg_key *const *tables, ts_config **out);
 void ts_config_destroy(ts_config **cfg);
 

@@ -37,7 +37,31 @@ struct ts_unet {
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
     double prof[TS_PROF_COUNT];
+    void (*grad_hook)(void *ctx, int param); /* told when a parameter's gradient is final */
+    void *grad_ctx;
+    int (*norm_sync)(void *ctx, double *buf, int n); /* synchronised batch norm */
+    void *norm_ctx;
 };
+
+void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
+{
+    m->grad_hook = fn;
+    m->grad_ctx = ctx;
+}
+
+void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx)
+{
+    m->norm_sync = fn;
+    m->norm_ctx = ctx;
+}
+
+/* tells the hook that the gradients of arena entries a and b are final */
+static void ready2(const ts_unet *m, int a, int b)
+{
+    if (!m->grad_hook) return;
+    if (a >= 0) m->grad_hook(m->grad_ctx, a);
+    if (b >= 0) m->grad_hook(m->grad_ctx, b);
+}
 
 /* runs call, adding its wall time to profile slot kind; returns on error */
 #define TIMED(m, kind, call)                                   \
@@ -167,6 +191,7 @@ void ts_unet_destroy(ts_unet **m)
     free((*m)->init_bound);
     free(*m);
     *m = NULL;
+    ts_nn_release_scratch(); /* this thread's cached layer scratch */
 }
 
 ts_arena *ts_unet_arena(ts_unet *m) { return m->arena; }
@@ -269,7 +294,7 @@ static ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i);
 /* norms with the ReLU that follows them fused */
 static ts_norm_opts norm_opts(const ts_unet *m)
 {
-    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1};
+    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1, m->norm_sync, m->norm_ctx};
 }
 
 static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
@@ -373,10 +398,12 @@ static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_
                                                             &b->y[i], &dgm, &dbe));
             break;
         }
+        ready2(m, b->nw[i], b->nb[i]);
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
         ts_tensor *x = i ? &b->a[0] : in, *dxi = i ? g : dx;
         /* weight gradient first: dx may overwrite x */
         TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], NULL, &dw, &db));
+        ready2(m, b->cw[i], b->cb[i]);
         if (dxi) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], dxi, NULL, NULL));
     }
     return 0;
@@ -389,12 +416,14 @@ int ts_unet_backward(ts_unet *m)
     m->have_dlogits = 0; /* the forward buffers are consumed */
     ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
     TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, NULL, &dhw, &dhb));
+    ready2(m, m->headw, m->headb);
     TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], NULL, NULL));
     for (int l = 0; l <= L - 2; l++) {
         TS_TRY(block_backward(m, &m->dec[l], &m->cat[l], &m->gin[l], &m->cat[l]));
         TIMED(m, TS_PROF_CONCAT, ts_concat_backward(&m->cat[l], &m->up[l], &m->dskip[l]));
         ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
         TIMED(m, TS_PROF_CONVT, ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
+        ready2(m, m->upw[l], m->upb[l]);
     }
     for (int l = L - 1; l >= 0; l--) {
         TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, &m->gin[l], l ? &m->pool[l] : NULL));

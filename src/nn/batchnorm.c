@@ -51,18 +51,36 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     if (!s || !sc) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
     float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *K = sc + 2 * C;
     const float *g = gamma->data, *b = beta->data;
+    double Mt = (double)M; /* values per channel over the ranks that share the statistics */
     if (train) {
         ts_nn_shift(x->data, M, C, K);
+        if (o->sync) { /* one shift for all ranks: the average of theirs */
+            for (int c = 0; c < C; c++) s[c] = K[c];
+            s[C] = 1;
+            TS_CHECK(o->sync(o->sync_ctx, s, C + 1));
+            for (int c = 0; c < C; c++) K[c] = (float)(s[c] / s[C]);
+        }
         TS_CHECK(ts_nn_channel_moments(x->data, K, 1, M, C, s, s + C));
+        if (o->sync) { /* shifted sums and counts over the group */
+            double *t = TS_CALLOC((size_t)2 * C + 1, sizeof(double));
+            if (!t) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
+            memcpy(t, s, sizeof *t * (size_t)(2 * C));
+            t[2 * C] = (double)M;
+            int e = o->sync(o->sync_ctx, t, 2 * C + 1);
+            memcpy(s, t, sizeof *t * (size_t)(2 * C));
+            Mt = t[2 * C];
+            free(t);
+            TS_CHECK(e);
+        }
         for (int c = 0; c < C; c++) {
             double mu, var;
-            ts_nn_mean_var(s[c], s[C + c], K[c], (double)M, &mu, &var);
+            ts_nn_mean_var(s[c], s[C + c], K[c], Mt, &mu, &var);
             mean[c] = (float)mu;
             inv[c] = (float)(1.0 / sqrt(var + o->eps));
             if (running_mean && running_var) {
                 float *rm = running_mean->data, *rv = running_var->data;
                 rm[c] = (float)((1.0 - o->momentum) * rm[c] + o->momentum * mu);
-                rv[c] = (float)((1.0 - o->momentum) * rv[c] + o->momentum * var * (double)M / (double)(M - 1));
+                rv[c] = (float)((1.0 - o->momentum) * rv[c] + o->momentum * var * Mt / (Mt - 1));
             }
         }
     } else {
@@ -114,14 +132,29 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
         if (dgamma) ((float *)dgamma->data)[c] += (float)(s[C + c] * inv[c]);
         if (dbeta) ((float *)dbeta->data)[c] += (float)s[c];
     }
+    /* synchronised: the weight and bias gradients stay local (data
+     * parallelism averages them), the input gradient uses the group's sums
+     * over the group's count (PyTorch SyncBatchNorm) */
+    double Mt = (double)M;
+    if (o->sync && train && dx) {
+        double *t = TS_CALLOC((size_t)2 * C + 1, sizeof(double));
+        if (!t) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
+        memcpy(t, s, sizeof *t * (size_t)(2 * C));
+        t[2 * C] = (double)M;
+        int e = o->sync(o->sync_ctx, t, 2 * C + 1);
+        memcpy(s, t, sizeof *t * (size_t)(2 * C));
+        Mt = t[2 * C];
+        free(t);
+        TS_CHECK(e);
+    }
     if (dx) {
         float *a = k, *b = k + C, *kk = k + 2 * C;
         for (int c = 0; c < C; c++) {
             const double scale = (double)g[c] * inv[c];
             a[c] = (float)scale;
             if (train) {
-                b[c] = (float)(-scale * inv[c] * inv[c] * s[C + c] / (double)M);
-                kk[c] = (float)(-scale * s[c] / (double)M);
+                b[c] = (float)(-scale * inv[c] * inv[c] * s[C + c] / Mt);
+                kk[c] = (float)(-scale * s[c] / Mt);
             } else {
                 b[c] = kk[c] = 0.0f;
             }

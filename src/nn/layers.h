@@ -6,13 +6,17 @@
  * Conventions: input gradients (dx) are overwritten; parameter gradients
  * (dw, db, dgamma, dbeta) are accumulated (+=) so that micro-batches and
  * the model's arena can add into them; a NULL gradient is not computed.
- * Scratch memory is allocated per call and freed before returning. */
+ * Scratch memory (packed weights, input slabs, partial sums) is cached per
+ * calling thread and reused across calls (ts_nn_release_scratch frees it). */
 #ifndef TS_NN_LAYERS_H
 #define TS_NN_LAYERS_H
 
 #include <stdint.h>
 
 #include "src/core/tensor.h"
+
+/* Local. Frees the calling thread's cached scratch memory. */
+void ts_nn_release_scratch(void);
 
 /* Output edge of a convolution or pooling: (in + 2 pad - k) / stride + 1. */
 static inline int64_t ts_conv_out_size(int64_t in, int k, int stride, int pad)
@@ -56,6 +60,11 @@ typedef struct ts_norm_opts {
     int groups;     /* group norm only: groups dividing C */
     int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
                      * takes that output y and passes dy only where y > 0 */
+    /* batch norm only, may be NULL: sums n doubles over the ranks that share
+     * the statistics (synchronised batch norm); must be called in the same
+     * order on every rank of the group; returns 0 or an error */
+    int (*sync)(void *ctx, double *buf, int n);
+    void *sync_ctx;
 } ts_norm_opts;
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
