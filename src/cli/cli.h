@@ -14,6 +14,7 @@ typedef struct ts_cli_cmd {
 
 int ts_cli_info(int argc, char **argv);
 int ts_cli_train(int argc, char **argv);
+int ts_cli_infer(int argc, char **argv);
 
 /* Every config key table of tessera (NULL-terminated). */
 #include "src/core/config.h"

@@ -74,7 +74,7 @@ static void ready2(const ts_unet *m, int a, int b)
 const char *ts_unet_prof_name(int kind)
 {
     static const char *const n[TS_PROF_COUNT] = {"conv forward", "conv weight grad", "conv input grad",
-                                                 "transposed conv", "norm+relu", "relu", "max-pool", "concat", "loss",
+                                                 "transposed conv", "norm+relu", "max-pool", "concat", "loss",
                                                  "other"};
     return kind >= 0 && kind < TS_PROF_COUNT ? n[kind] : "?";
 }

@@ -43,7 +43,7 @@ static int conv_shapes(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 static float *pack(const float *w, int cout, int cin, int taps, int flip, int transpose)
 {
     const int rows = transpose ? cout : cin, cols = transpose ? cin : cout, colp = ts_nn_pad16(cols);
-    float *wp = TS_ALIGNED_ALLOC((size_t)taps * rows * colp * sizeof(float));
+    float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
     if (!wp) return NULL;
     memset(wp, 0, (size_t)taps * rows * colp * sizeof(float));
     for (int co = 0; co < cout; co++)
@@ -61,9 +61,7 @@ int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b
     TS_TRY(conv_shapes(x, w, b, stride, pad, y, "conv3d output", &g));
     float *wp = pack(w->data, g.OC, g.C, g.k * g.k * g.k, 0, 0);
     if (!wp) return TS_ERR_NOMEM;
-    int err = ts_nn_gather(&g, x->data, wp, b ? b->data : NULL, y->data);
-    free(wp);
-    return err;
+    return ts_nn_gather(&g, x->data, wp, b ? b->data : NULL, y->data);
 }
 
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
@@ -78,7 +76,7 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
     if (dw) {
         if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
             TS_FAIL(TS_ERR_ARG, "conv3d: weight gradient must be float32 shaped like the weight");
-        dwp = TS_ALIGNED_ALLOC((size_t)taps * g.C * g.OC * sizeof(float));
+        dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
         TS_CHECK(ts_nn_wgrad(&g, x->data, dy->data, dwp));
         float *d = dw->data;
@@ -103,7 +101,5 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
         }
     }
 cleanup:
-    free(wp);
-    free(dwp);
     return err;
 }

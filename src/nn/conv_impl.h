@@ -28,6 +28,14 @@ typedef struct ts_conv_geom {
 
 static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 
+/* Scratch memory cached per calling thread, one buffer per slot (0: the
+ * kernels' slabs and partial sums, 1: packed weights, 2: unpacked weight
+ * gradients, 3: spare): reused across calls, so that large scratch is not
+ * mapped and faulted in again on every call. Not zeroed; NULL on failure.
+ * The buffers live until ts_nn_scratch_release() on that thread. */
+void *ts_nn_scratch(int slot, size_t bytes);
+void ts_nn_scratch_release(void);
+
 /* bias: NULL or [OC]. Return 0 or TS_ERR_NOMEM. */
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
 int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);

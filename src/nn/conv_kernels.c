@@ -8,6 +8,7 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
+#include "src/nn/layers.h"
 #include "src/core/error.h"
 
 #include <stdlib.h>
@@ -23,6 +24,35 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 AI v16 vld(const float *p) { return *(const v16u *)p; }
 AI void vst(float *p, v16 v) { *(v16u *)p = v; }
+
+#define SCRATCH_SLOTS 4
+static _Thread_local struct {
+    void *p;
+    size_t n;
+} scratch[SCRATCH_SLOTS];
+
+void *ts_nn_scratch(int slot, size_t bytes)
+{
+    if (slot < 0 || slot >= SCRATCH_SLOTS) return NULL;
+    if (scratch[slot].n < bytes) {
+        free(scratch[slot].p);
+        const size_t n = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+        scratch[slot].p = TS_ALIGNED_ALLOC(n);
+        scratch[slot].n = scratch[slot].p ? n : 0;
+    }
+    return scratch[slot].p;
+}
+
+void ts_nn_release_scratch(void) { ts_nn_scratch_release(); }
+
+void ts_nn_scratch_release(void)
+{
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        free(scratch[i].p);
+        scratch[i].p = NULL;
+        scratch[i].n = 0;
+    }
+}
 
 static int nthreads(void)
 {
@@ -58,14 +88,16 @@ static int row_block(const ts_conv_geom *g)
     return imin(hb, g->OH);
 }
 
-/* Slab of the input that output rows [oh0, oh0+nr) of plane (n, od) read:
- * k planes x R rows x CS columns x C channels, zero outside the input. */
-static void fill_slab(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int R, int CS, float *slab)
+/* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
+ * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels,
+ * zero outside the input. */
+static void fill_slab_planes(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int KP, int R, int CS,
+                             float *slab)
 {
     const int C = g->C;
     const size_t row = (size_t)CS * C;
     const int lo = imin(g->p, CS), hi = imax(lo, imin(CS, g->p + g->W));
-    for (int kd = 0; kd < g->k; kd++) {
+    for (int kd = 0; kd < KP; kd++) {
         const int id = od * g->s - g->p + kd;
         for (int r = 0; r < R; r++) {
             float *dst = slab + ((size_t)kd * R + r) * row;
@@ -82,6 +114,11 @@ static void fill_slab(const ts_conv_geom *g, const float *x, int n, int od, int 
     }
 }
 
+static void fill_slab(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int R, int CS, float *slab)
+{
+    fill_slab_planes(g, x, n, od, oh0, g->k, R, CS, slab);
+}
+
 /* ------------------------------------------------------------------ gather */
 
 typedef struct {
@@ -95,8 +132,8 @@ typedef struct {
     const float *slab;
     size_t rstride, pstride;
     int k, s, C;
-    const float *gy; /* nr rows of OW voxels x ldg floats */
-    int ldg, nr, OW;
+    const float *gy; /* np planes x nr rows of OW voxels x ldg floats */
+    int ldg, nr, OW, np;
     float *dw; /* [k^3][C][ocp] */
     int ocp;
 } wg_args;
@@ -110,16 +147,14 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     const size_t slab_n = round16((size_t)g->k * R * CS * g->C);
-    float *bp = NULL, *slabs = NULL;
+    float *bp = NULL, *slabs = ts_nn_scratch(0, (slab_n * nt + ocp) * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
-        bp = TS_ALIGNED_ALLOC((size_t)ocp * sizeof(float));
-        if (!bp) TS_FAIL(TS_ERR_NOMEM, "conv bias");
+        bp = slabs + slab_n * nt;
         memset(bp, 0, (size_t)ocp * sizeof(float));
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
-    slabs = TS_ALIGNED_ALLOC(slab_n * nt * sizeof(float));
-    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
-    const int nhb = (g->OH + hb - 1) / hb;
+    const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
     const long items = (long)g->N * g->OD * nhb;
 #pragma omp parallel for schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
@@ -130,6 +165,15 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
         gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
         for (int r = 0; r < nr; r++) {
             float *yr = y + (((size_t)n * g->OD + od) * g->OH + oh0 + r) * (size_t)g->OW * g->OC;
+            if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
+                for (int oc0 = 0; oc0 < ocp;) {
+                    const int nv = ocp - oc0 >= 32 ? 2 : 1, nco = imin(16 * nv, g->OC - oc0);
+                    if (nv == 2) gk3_run_2(&a, r, g->OW, oc0, nco, yr, g->OC);
+                    else gk3_run_1(&a, r, g->OW, oc0, nco, yr, g->OC);
+                    oc0 += 16 * nv;
+                }
+                continue;
+            }
             for (int oc0 = 0; oc0 < ocp;) {
                 const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, g->OC - oc0);
                 if (nv == 4) gc_run_4(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
@@ -140,8 +184,6 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
         }
     }
 cleanup:
-    free(bp);
-    free(slabs);
     return err;
 }
 
@@ -206,16 +248,26 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
     int err = 0;
-    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads(), k = g->k;
-    const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k;
-    const size_t slab_n = round16((size_t)k * R * CS * g->C), dw_n = (size_t)k * k * k * g->C * ocp;
+    const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k;
+    /* an item: P planes x hb rows of output, at least 512 voxels where the
+     * layer allows (each weight tile sums that many voxels in registers) */
+    int hb = row_block(g), P = 1;
+    const int target = 512;
+    while (hb < g->OH && hb * g->OW < target) hb *= 2;
+    if (hb >= g->OH) {
+        hb = g->OH;
+        while (P < g->OD && P * hb * g->OW < target) P++;
+    }
+    const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k, KP = (P - 1) * g->s + k;
+    const size_t slab_n = round16((size_t)KP * R * CS * g->C), dw_n = (size_t)k * k * k * g->C * ocp;
     const int padg = g->OC % 16 != 0;
-    const size_t gpad_n = padg ? (size_t)hb * g->OW * ocp : 0;
-    const int nhb = (g->OH + hb - 1) / hb;
-    const long items = (long)g->N * g->OD * nhb;
+    const size_t gpad_n = padg ? (size_t)P * hb * g->OW * ocp : 0;
+    const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P;
+    const long items = (long)g->N * npb * nhb;
+    /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
     long nch = items < 16 ? items : 16;
-    while (nch > 2 && (size_t)nch * dw_n > ((size_t)4 << 20)) nch /= 2; /* at most 16 MiB of partial sums */
-    float *slabs = TS_ALIGNED_ALLOC(((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
+    while (nch > 2 && (size_t)nch * dw_n > ((size_t)1 << 20)) nch--;
+    float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
     float *gpads = slabs + slab_n * nt, *dws = gpads + gpad_n * nt;
 #pragma omp parallel
@@ -227,19 +279,20 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
             float *dw = dws + dw_n * ch;
             memset(dw, 0, dw_n * sizeof(float));
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
-                const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
-                const int nr = imin(hb, g->OH - oh0);
-                fill_slab(g, x, n, od, oh0, R, CS, slab);
+                const int n = (int)(it / ((long)npb * nhb)), od = (int)(it / nhb % npb) * P, oh0 = (int)(it % nhb) * hb;
+                const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
+                fill_slab_planes(g, x, n, od, oh0, KP, R, CS, slab);
+                /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
                 int ldg = g->OC;
                 if (padg) {
                     memset(gpad, 0, gpad_n * sizeof(float));
-                    for (size_t v = 0; v < (size_t)nr * g->OW; v++)
+                    for (size_t v = 0; v < (size_t)np * nr * g->OW; v++)
                         memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
                     gr = gpad;
                     ldg = ocp;
                 }
-                wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, dw, ocp};
+                wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
                 for (int kd = 0; kd < k; kd++)
                     for (int kh = 0; kh < k; kh++)
                         for (int kw = 0; kw < k; kw++)
@@ -263,7 +316,6 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
             dwp[r * g->OC + oc] = s;
         }
 cleanup:
-    free(slabs);
     return err;
 }
 

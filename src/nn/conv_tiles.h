@@ -664,6 +664,497 @@ static void gc_run_4(const gc_args *a, int r0, int OW, int oc0, int nco, float *
     for (; ow + 1 <= OW; ow += 1) gc_1x4(a, r0, ow, oc0, nco, y, ldy);
 }
 
+static inline void gk3_16x1(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0, c4_0 = b0, c5_0 = b0, c6_0 = b0, c7_0 = b0, c8_0 = b0, c9_0 = b0, c10_0 = b0, c11_0 = b0, c12_0 = b0, c13_0 = b0, c14_0 = b0, c15_0 = b0;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c0_0 += x * w1_0; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c1_0 += x * w1_0; c0_0 += x * w2_0; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c2_0 += x * w1_0; c1_0 += x * w2_0; }
+                { const float x = xc[4 * C]; c4_0 += x * w0_0; c3_0 += x * w1_0; c2_0 += x * w2_0; }
+                { const float x = xc[5 * C]; c5_0 += x * w0_0; c4_0 += x * w1_0; c3_0 += x * w2_0; }
+                { const float x = xc[6 * C]; c6_0 += x * w0_0; c5_0 += x * w1_0; c4_0 += x * w2_0; }
+                { const float x = xc[7 * C]; c7_0 += x * w0_0; c6_0 += x * w1_0; c5_0 += x * w2_0; }
+                { const float x = xc[8 * C]; c8_0 += x * w0_0; c7_0 += x * w1_0; c6_0 += x * w2_0; }
+                { const float x = xc[9 * C]; c9_0 += x * w0_0; c8_0 += x * w1_0; c7_0 += x * w2_0; }
+                { const float x = xc[10 * C]; c10_0 += x * w0_0; c9_0 += x * w1_0; c8_0 += x * w2_0; }
+                { const float x = xc[11 * C]; c11_0 += x * w0_0; c10_0 += x * w1_0; c9_0 += x * w2_0; }
+                { const float x = xc[12 * C]; c12_0 += x * w0_0; c11_0 += x * w1_0; c10_0 += x * w2_0; }
+                { const float x = xc[13 * C]; c13_0 += x * w0_0; c12_0 += x * w1_0; c11_0 += x * w2_0; }
+                { const float x = xc[14 * C]; c14_0 += x * w0_0; c13_0 += x * w1_0; c12_0 += x * w2_0; }
+                { const float x = xc[15 * C]; c15_0 += x * w0_0; c14_0 += x * w1_0; c13_0 += x * w2_0; }
+                { const float x = xc[16 * C]; c15_0 += x * w1_0; c14_0 += x * w2_0; }
+                { const float x = xc[17 * C]; c15_0 += x * w2_0; }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(ow0 + 8) * ldy + oc0 + 0, c8_0);
+        vst(y + (size_t)(ow0 + 9) * ldy + oc0 + 0, c9_0);
+        vst(y + (size_t)(ow0 + 10) * ldy + oc0 + 0, c10_0);
+        vst(y + (size_t)(ow0 + 11) * ldy + oc0 + 0, c11_0);
+        vst(y + (size_t)(ow0 + 12) * ldy + oc0 + 0, c12_0);
+        vst(y + (size_t)(ow0 + 13) * ldy + oc0 + 0, c13_0);
+        vst(y + (size_t)(ow0 + 14) * ldy + oc0 + 0, c14_0);
+        vst(y + (size_t)(ow0 + 15) * ldy + oc0 + 0, c15_0);
+    } else {
+        float t[16];
+        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c8_0); memcpy(y + (size_t)(ow0 + 8) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c9_0); memcpy(y + (size_t)(ow0 + 9) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c10_0); memcpy(y + (size_t)(ow0 + 10) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c11_0); memcpy(y + (size_t)(ow0 + 11) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c12_0); memcpy(y + (size_t)(ow0 + 12) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c13_0); memcpy(y + (size_t)(ow0 + 13) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c14_0); memcpy(y + (size_t)(ow0 + 14) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c15_0); memcpy(y + (size_t)(ow0 + 15) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_8x1(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0, c4_0 = b0, c5_0 = b0, c6_0 = b0, c7_0 = b0;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c0_0 += x * w1_0; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c1_0 += x * w1_0; c0_0 += x * w2_0; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c2_0 += x * w1_0; c1_0 += x * w2_0; }
+                { const float x = xc[4 * C]; c4_0 += x * w0_0; c3_0 += x * w1_0; c2_0 += x * w2_0; }
+                { const float x = xc[5 * C]; c5_0 += x * w0_0; c4_0 += x * w1_0; c3_0 += x * w2_0; }
+                { const float x = xc[6 * C]; c6_0 += x * w0_0; c5_0 += x * w1_0; c4_0 += x * w2_0; }
+                { const float x = xc[7 * C]; c7_0 += x * w0_0; c6_0 += x * w1_0; c5_0 += x * w2_0; }
+                { const float x = xc[8 * C]; c7_0 += x * w1_0; c6_0 += x * w2_0; }
+                { const float x = xc[9 * C]; c7_0 += x * w2_0; }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 0, c7_0);
+    } else {
+        float t[16];
+        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_4x1(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c0_0 += x * w1_0; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c1_0 += x * w1_0; c0_0 += x * w2_0; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c2_0 += x * w1_0; c1_0 += x * w2_0; }
+                { const float x = xc[4 * C]; c3_0 += x * w1_0; c2_0 += x * w2_0; }
+                { const float x = xc[5 * C]; c3_0 += x * w2_0; }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+    } else {
+        float t[16];
+        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_2x1(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0, c1_0 = b0;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c0_0 += x * w1_0; }
+                { const float x = xc[2 * C]; c1_0 += x * w1_0; c0_0 += x * w2_0; }
+                { const float x = xc[3 * C]; c1_0 += x * w2_0; }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+    } else {
+        float t[16];
+        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_1x1(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; }
+                { const float x = xc[1 * C]; c0_0 += x * w1_0; }
+                { const float x = xc[2 * C]; c0_0 += x * w2_0; }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+    } else {
+        float t[16];
+        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static void gk3_run_1(const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy)
+{
+    int ow = 0;
+    for (; ow + 16 <= OW; ow += 16) gk3_16x1(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 8 <= OW; ow += 8) gk3_8x1(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 4 <= OW; ow += 4) gk3_4x1(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 2 <= OW; ow += 2) gk3_2x1(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) gk3_1x1(a, r0, ow, oc0, nco, y, ldy);
+}
+
+static inline void gk3_12x2(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    const v16 b1 = a->bias ? *(const v16 *)(a->bias + oc0 + 16) : (v16){0};
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1, c4_0 = b0, c4_1 = b1, c5_0 = b0, c5_1 = b1, c6_0 = b0, c6_1 = b1, c7_0 = b0, c7_1 = b1, c8_0 = b0, c8_1 = b1, c9_0 = b0, c9_1 = b1, c10_0 = b0, c10_1 = b1, c11_0 = b0, c11_1 = b1;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w0_1 = *(const v16 *)(wc + 0 * tapw + 16);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w1_1 = *(const v16 *)(wc + 1 * tapw + 16);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                const v16 w2_1 = *(const v16 *)(wc + 2 * tapw + 16);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c0_0 += x * w1_0; c0_1 += x * w1_1; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c1_0 += x * w1_0; c1_1 += x * w1_1; c0_0 += x * w2_0; c0_1 += x * w2_1; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c3_1 += x * w0_1; c2_0 += x * w1_0; c2_1 += x * w1_1; c1_0 += x * w2_0; c1_1 += x * w2_1; }
+                { const float x = xc[4 * C]; c4_0 += x * w0_0; c4_1 += x * w0_1; c3_0 += x * w1_0; c3_1 += x * w1_1; c2_0 += x * w2_0; c2_1 += x * w2_1; }
+                { const float x = xc[5 * C]; c5_0 += x * w0_0; c5_1 += x * w0_1; c4_0 += x * w1_0; c4_1 += x * w1_1; c3_0 += x * w2_0; c3_1 += x * w2_1; }
+                { const float x = xc[6 * C]; c6_0 += x * w0_0; c6_1 += x * w0_1; c5_0 += x * w1_0; c5_1 += x * w1_1; c4_0 += x * w2_0; c4_1 += x * w2_1; }
+                { const float x = xc[7 * C]; c7_0 += x * w0_0; c7_1 += x * w0_1; c6_0 += x * w1_0; c6_1 += x * w1_1; c5_0 += x * w2_0; c5_1 += x * w2_1; }
+                { const float x = xc[8 * C]; c8_0 += x * w0_0; c8_1 += x * w0_1; c7_0 += x * w1_0; c7_1 += x * w1_1; c6_0 += x * w2_0; c6_1 += x * w2_1; }
+                { const float x = xc[9 * C]; c9_0 += x * w0_0; c9_1 += x * w0_1; c8_0 += x * w1_0; c8_1 += x * w1_1; c7_0 += x * w2_0; c7_1 += x * w2_1; }
+                { const float x = xc[10 * C]; c10_0 += x * w0_0; c10_1 += x * w0_1; c9_0 += x * w1_0; c9_1 += x * w1_1; c8_0 += x * w2_0; c8_1 += x * w2_1; }
+                { const float x = xc[11 * C]; c11_0 += x * w0_0; c11_1 += x * w0_1; c10_0 += x * w1_0; c10_1 += x * w1_1; c9_0 += x * w2_0; c9_1 += x * w2_1; }
+                { const float x = xc[12 * C]; c11_0 += x * w1_0; c11_1 += x * w1_1; c10_0 += x * w2_0; c10_1 += x * w2_1; }
+                { const float x = xc[13 * C]; c11_0 += x * w2_0; c11_1 += x * w2_1; }
+            }
+        }
+    if (nco == 32) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 16, c4_1);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 16, c5_1);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 16, c6_1);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 16, c7_1);
+        vst(y + (size_t)(ow0 + 8) * ldy + oc0 + 0, c8_0);
+        vst(y + (size_t)(ow0 + 8) * ldy + oc0 + 16, c8_1);
+        vst(y + (size_t)(ow0 + 9) * ldy + oc0 + 0, c9_0);
+        vst(y + (size_t)(ow0 + 9) * ldy + oc0 + 16, c9_1);
+        vst(y + (size_t)(ow0 + 10) * ldy + oc0 + 0, c10_0);
+        vst(y + (size_t)(ow0 + 10) * ldy + oc0 + 16, c10_1);
+        vst(y + (size_t)(ow0 + 11) * ldy + oc0 + 0, c11_0);
+        vst(y + (size_t)(ow0 + 11) * ldy + oc0 + 16, c11_1);
+    } else {
+        float t[32];
+        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c8_0); vst(t + 16, c8_1); memcpy(y + (size_t)(ow0 + 8) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c9_0); vst(t + 16, c9_1); memcpy(y + (size_t)(ow0 + 9) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c10_0); vst(t + 16, c10_1); memcpy(y + (size_t)(ow0 + 10) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c11_0); vst(t + 16, c11_1); memcpy(y + (size_t)(ow0 + 11) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_8x2(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    const v16 b1 = a->bias ? *(const v16 *)(a->bias + oc0 + 16) : (v16){0};
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1, c4_0 = b0, c4_1 = b1, c5_0 = b0, c5_1 = b1, c6_0 = b0, c6_1 = b1, c7_0 = b0, c7_1 = b1;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w0_1 = *(const v16 *)(wc + 0 * tapw + 16);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w1_1 = *(const v16 *)(wc + 1 * tapw + 16);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                const v16 w2_1 = *(const v16 *)(wc + 2 * tapw + 16);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c0_0 += x * w1_0; c0_1 += x * w1_1; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c1_0 += x * w1_0; c1_1 += x * w1_1; c0_0 += x * w2_0; c0_1 += x * w2_1; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c3_1 += x * w0_1; c2_0 += x * w1_0; c2_1 += x * w1_1; c1_0 += x * w2_0; c1_1 += x * w2_1; }
+                { const float x = xc[4 * C]; c4_0 += x * w0_0; c4_1 += x * w0_1; c3_0 += x * w1_0; c3_1 += x * w1_1; c2_0 += x * w2_0; c2_1 += x * w2_1; }
+                { const float x = xc[5 * C]; c5_0 += x * w0_0; c5_1 += x * w0_1; c4_0 += x * w1_0; c4_1 += x * w1_1; c3_0 += x * w2_0; c3_1 += x * w2_1; }
+                { const float x = xc[6 * C]; c6_0 += x * w0_0; c6_1 += x * w0_1; c5_0 += x * w1_0; c5_1 += x * w1_1; c4_0 += x * w2_0; c4_1 += x * w2_1; }
+                { const float x = xc[7 * C]; c7_0 += x * w0_0; c7_1 += x * w0_1; c6_0 += x * w1_0; c6_1 += x * w1_1; c5_0 += x * w2_0; c5_1 += x * w2_1; }
+                { const float x = xc[8 * C]; c7_0 += x * w1_0; c7_1 += x * w1_1; c6_0 += x * w2_0; c6_1 += x * w2_1; }
+                { const float x = xc[9 * C]; c7_0 += x * w2_0; c7_1 += x * w2_1; }
+            }
+        }
+    if (nco == 32) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(ow0 + 4) * ldy + oc0 + 16, c4_1);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(ow0 + 5) * ldy + oc0 + 16, c5_1);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(ow0 + 6) * ldy + oc0 + 16, c6_1);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(ow0 + 7) * ldy + oc0 + 16, c7_1);
+    } else {
+        float t[32];
+        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_4x2(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    const v16 b1 = a->bias ? *(const v16 *)(a->bias + oc0 + 16) : (v16){0};
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w0_1 = *(const v16 *)(wc + 0 * tapw + 16);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w1_1 = *(const v16 *)(wc + 1 * tapw + 16);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                const v16 w2_1 = *(const v16 *)(wc + 2 * tapw + 16);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c0_0 += x * w1_0; c0_1 += x * w1_1; }
+                { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c1_0 += x * w1_0; c1_1 += x * w1_1; c0_0 += x * w2_0; c0_1 += x * w2_1; }
+                { const float x = xc[3 * C]; c3_0 += x * w0_0; c3_1 += x * w0_1; c2_0 += x * w1_0; c2_1 += x * w1_1; c1_0 += x * w2_0; c1_1 += x * w2_1; }
+                { const float x = xc[4 * C]; c3_0 += x * w1_0; c3_1 += x * w1_1; c2_0 += x * w2_0; c2_1 += x * w2_1; }
+                { const float x = xc[5 * C]; c3_0 += x * w2_0; c3_1 += x * w2_1; }
+            }
+        }
+    if (nco == 32) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + oc0 + 16, c3_1);
+    } else {
+        float t[32];
+        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_2x2(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    const v16 b1 = a->bias ? *(const v16 *)(a->bias + oc0 + 16) : (v16){0};
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w0_1 = *(const v16 *)(wc + 0 * tapw + 16);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w1_1 = *(const v16 *)(wc + 1 * tapw + 16);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                const v16 w2_1 = *(const v16 *)(wc + 2 * tapw + 16);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; }
+                { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c0_0 += x * w1_0; c0_1 += x * w1_1; }
+                { const float x = xc[2 * C]; c1_0 += x * w1_0; c1_1 += x * w1_1; c0_0 += x * w2_0; c0_1 += x * w2_1; }
+                { const float x = xc[3 * C]; c1_0 += x * w2_0; c1_1 += x * w2_1; }
+            }
+        }
+    if (nco == 32) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + oc0 + 16, c1_1);
+    } else {
+        float t[32];
+        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static inline void gk3_1x2(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    const v16 b1 = a->bias ? *(const v16 *)(a->bias + oc0 + 16) : (v16){0};
+    v16 c0_0 = b0, c0_1 = b1;
+    const int C = a->C, ocp = a->ocp;
+    const size_t tapw = (size_t)C * ocp;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
+            for (int c = 0; c < C; c++) {
+                const float *wc = wr + (size_t)c * ocp, *xc = row + c;
+                const v16 w0_0 = *(const v16 *)(wc + 0 * tapw + 0);
+                const v16 w0_1 = *(const v16 *)(wc + 0 * tapw + 16);
+                const v16 w1_0 = *(const v16 *)(wc + 1 * tapw + 0);
+                const v16 w1_1 = *(const v16 *)(wc + 1 * tapw + 16);
+                const v16 w2_0 = *(const v16 *)(wc + 2 * tapw + 0);
+                const v16 w2_1 = *(const v16 *)(wc + 2 * tapw + 16);
+                { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; }
+                { const float x = xc[1 * C]; c0_0 += x * w1_0; c0_1 += x * w1_1; }
+                { const float x = xc[2 * C]; c0_0 += x * w2_0; c0_1 += x * w2_1; }
+            }
+        }
+    if (nco == 32) {
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(ow0 + 0) * ldy + oc0 + 16, c0_1);
+    } else {
+        float t[32];
+        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + oc0, t, (size_t)nco * sizeof(float));
+    }
+}
+
+static void gk3_run_2(const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy)
+{
+    int ow = 0;
+    for (; ow + 12 <= OW; ow += 12) gk3_12x2(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 8 <= OW; ow += 8) gk3_8x2(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 4 <= OW; ow += 4) gk3_4x2(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 2 <= OW; ow += 2) gk3_2x2(a, r0, ow, oc0, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) gk3_1x2(a, r0, ow, oc0, nco, y, ldy);
+}
+
 static inline void tg_16x1(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
@@ -1393,9 +1884,10 @@ static inline void wg_16x1(const wg_args *a, int kd, int kh, int kw, int c0, int
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c12_0 = *(v16 *)(dwt + 12 * (size_t)ocp + 0), c13_0 = *(v16 *)(dwt + 13 * (size_t)ocp + 0), c14_0 = *(v16 *)(dwt + 14 * (size_t)ocp + 0), c15_0 = *(v16 *)(dwt + 15 * (size_t)ocp + 0);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1440,9 +1932,10 @@ static inline void wg_8x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1471,9 +1964,10 @@ static inline void wg_4x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1494,9 +1988,10 @@ static inline void wg_2x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1513,9 +2008,10 @@ static inline void wg_1x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1540,9 +2036,10 @@ static inline void wg_12x2(const wg_args *a, int kd, int kh, int kw, int c0, int
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c8_1 = *(v16 *)(dwt + 8 * (size_t)ocp + 16), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c9_1 = *(v16 *)(dwt + 9 * (size_t)ocp + 16), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c10_1 = *(v16 *)(dwt + 10 * (size_t)ocp + 16), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c11_1 = *(v16 *)(dwt + 11 * (size_t)ocp + 16);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1580,9 +2077,10 @@ static inline void wg_8x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1612,9 +2110,10 @@ static inline void wg_4x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1636,9 +2135,10 @@ static inline void wg_2x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1656,9 +2156,10 @@ static inline void wg_1x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1684,9 +2185,10 @@ static inline void wg_6x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c4_2 = *(v16 *)(dwt + 4 * (size_t)ocp + 32), c4_3 = *(v16 *)(dwt + 4 * (size_t)ocp + 48), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c5_2 = *(v16 *)(dwt + 5 * (size_t)ocp + 32), c5_3 = *(v16 *)(dwt + 5 * (size_t)ocp + 48);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1714,9 +2216,10 @@ static inline void wg_4x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1740,9 +2243,10 @@ static inline void wg_2x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);
@@ -1762,9 +2266,10 @@ static inline void wg_1x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48);
-    for (int r = 0; r < a->nr; r++) {
-        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
-        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
             const v16 g0 = vld(gv + 0);

@@ -37,7 +37,7 @@ static int convt_shapes(const ts_tensor *x, const ts_tensor *w, const ts_tensor 
 static float *pack(const float *w, int cin, int cout, int taps, int by_out)
 {
     const int rows = by_out ? cout : cin, cols = by_out ? cin : cout, colp = ts_nn_pad16(cols);
-    float *wp = TS_ALIGNED_ALLOC((size_t)taps * rows * colp * sizeof(float));
+    float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
     if (!wp) return NULL;
     memset(wp, 0, (size_t)taps * rows * colp * sizeof(float));
     for (int ci = 0; ci < cin; ci++)
@@ -55,9 +55,7 @@ int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
     TS_TRY(convt_shapes(x, w, b, stride, y, "convt3d output", &g));
     float *wp = pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0);
     if (!wp) return TS_ERR_NOMEM;
-    int err = ts_nn_tgather(&g, x->data, wp, b ? b->data : NULL, y->data);
-    free(wp);
-    return err;
+    return ts_nn_tgather(&g, x->data, wp, b ? b->data : NULL, y->data);
 }
 
 int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
@@ -80,7 +78,7 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     if (dw) {
         if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
             TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
-        dwp = TS_ALIGNED_ALLOC((size_t)taps * g.C * g.OC * sizeof(float));
+        dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
         TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
@@ -90,7 +88,5 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     }
     if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, db->data));
 cleanup:
-    free(wp);
-    free(dwp);
     return err;
 }

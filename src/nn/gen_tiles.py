@@ -9,6 +9,7 @@ output channels; wgrad tiles of CB input channels x NV vectors."""
 GC = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
+GK3 = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1]}
 
 
 def acc(i, j):
@@ -36,6 +37,49 @@ def gc(WB, NV):
     for i in range(WB):
         o.append(f"                    {{ const float x = xc[{i} * sc]; " + " ".join(f"{acc(i, j)} += x * w{j};" for j in range(NV)) + " }")
     o.append("                }")
+    o.append("            }")
+    o.append("        }")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        for j in range(NV):
+            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + oc0 + {16 * j}, {acc(i, j)});")
+    o.append("    } else {")
+    o.append(f"        float t[{16 * NV}];")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
+                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + oc0, t, (size_t)nco * sizeof(float));")
+    o.append("    }")
+    o.append("}")
+    return "\n".join(o)
+
+
+def gk3(WB, NV):
+    """gather for k = 3, stride 1: each broadcast input value feeds the three
+    output voxels it touches (one per kw), so loads per FMA drop to about 1/3."""
+    o = []
+    o.append(f"static inline void gk3_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)")
+    o.append("{")
+    for j in range(NV):
+        o.append(f"    const v16 b{j} = a->bias ? *(const v16 *)(a->bias + oc0 + {16 * j}) : (v16){{0}};")
+    o.append("    v16 " + ", ".join(f"{acc(i, j)} = b{j}" for i in range(WB) for j in range(NV)) + ";")
+    o.append("    const int C = a->C, ocp = a->ocp;")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    o.append("    for (int kd = 0; kd < 3; kd++)")
+    o.append("        for (int kh = 0; kh < 3; kh++) {")
+    o.append("            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;")
+    o.append("            const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;")
+    o.append("            for (int c = 0; c < C; c++) {")
+    o.append("                const float *wc = wr + (size_t)c * ocp, *xc = row + c;")
+    for kw in range(3):
+        for j in range(NV):
+            o.append(f"                const v16 w{kw}_{j} = *(const v16 *)(wc + {kw} * tapw + {16 * j});")
+    for jx in range(WB + 2):
+        parts = []
+        for kw in range(3):
+            i = jx - kw
+            if 0 <= i < WB:
+                parts += [f"{acc(i, j)} += x * w{kw}_{j};" for j in range(NV)]
+        o.append(f"                {{ const float x = xc[{jx} * C]; " + " ".join(parts) + " }")
     o.append("            }")
     o.append("        }")
     o.append(f"    if (nco == {16 * NV}) {{")
@@ -95,9 +139,10 @@ def wg(CB, NV):
     o.append("    const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;")
     o.append("    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;")
     o.append("    v16 " + ", ".join(f"{acc(c, j)} = *(v16 *)(dwt + {c} * (size_t)ocp + {16 * j})" for c in range(CB) for j in range(NV)) + ";")
-    o.append("    for (int r = 0; r < a->nr; r++) {")
-    o.append("        const float *xr = a->slab + kd * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;")
-    o.append("        const float *gr = a->gy + (size_t)r * a->OW * ldg + oc0;")
+    o.append("    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */")
+    o.append("        const int pl = q / a->nr, r = q % a->nr;")
+    o.append("        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;")
+    o.append("        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;")
     o.append("        for (int ow = 0; ow < a->OW; ow++) {")
     o.append("            const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;")
     for j in range(NV):
@@ -128,6 +173,11 @@ def main():
         for wb in wbs:
             print(gc(wb, NV) + "\n")
         print(runner("gc", GC, NV, "const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy",
+                     "a, r0, ow, oc0, nco, y, ldy", "ow", "0", "OW") + "\n")
+    for NV, wbs in GK3.items():
+        for wb in wbs:
+            print(gk3(wb, NV) + "\n")
+        print(runner("gk3", GK3, NV, "const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy",
                      "a, r0, ow, oc0, nco, y, ldy", "ow", "0", "OW") + "\n")
     for NV, wbs in TG.items():
         for wb in wbs:
