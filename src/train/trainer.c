@@ -89,8 +89,9 @@ static void grad_ready(void *ctx, int i)
     while (f > 0 && (t->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
     if (f == t->frontier) return;
     t->frontier = f;
-    size_t lo = f < a->n ? a->p[f].offset : a->nparam;
-    /* the lowest offset among final parameters at or after the frontier */
+    /* the lowest offset among the (final) parameters at or after the
+     * frontier; buffers have offsets in another region and do not count */
+    size_t lo = a->nparam;
     for (int j = f; j < a->n; j++)
         if (a->p[j].kind == TS_PARAM && a->p[j].offset < lo) lo = a->p[j].offset;
     t->hook_err = ts_dp_ready(t->dp, lo);
