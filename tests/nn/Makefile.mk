@@ -3,3 +3,8 @@ check_PROGRAMS += tests/nn/test_layers
 tests_nn_test_layers_SOURCES = tests/nn/test_layers.c
 tests_nn_test_layers_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_layers
+# a kernel benchmark, built on request: make tests/nn/bench_conv
+EXTRA_PROGRAMS = tests/nn/bench_conv
+tests_nn_bench_conv_SOURCES = tests/nn/bench_conv.c
+tests_nn_bench_conv_LDADD = $(TS_LIBS)
+CLEANFILES += tests/nn/bench_conv
