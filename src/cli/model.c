@@ -1,7 +1,7 @@
 /* tessera model init | run: fresh weights for a config, and one forward
  * (optionally one optimizer step) on tensors from HDF5 files, so that
  * tessera can be compared with another implementation (PyTorch) on the same
- * weights and inputs. Runs on rank 0; other ranks only take part in the exit. */
+ * weights and inputs. One rank. */
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "src/cli/cli.h"
@@ -198,7 +198,9 @@ int ts_cli_model(int argc, char **argv)
         if (ts_cli_rank() == 0) help();
         return argc < 2 ? TS_ERR(TS_ERR_ARG, "model: init or run?") : 0;
     }
-    if (ts_cli_rank() != 0) return 0;
+    if (ts_cli_size() != 1) /* every rank reports the same error */
+        return TS_ERR(TS_ERR_UNSUPPORTED, "model %s runs on one rank (got %d): start it without mpiexec or with -n 1",
+                      argv[1], ts_cli_size());
     if (!strcmp(argv[1], "init")) return model_init(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return model_run(argc - 1, argv + 1);
     return TS_ERR(TS_ERR_ARG, "model: unknown sub-command '%s' (init, run)", argv[1]);

@@ -47,5 +47,16 @@ expect_error "input size not divisible" "/image: size 8x12x16" model run "$cfg" 
 if h5copy -i "$G/input.h5" -o "$T/nolabel.h5" -s /image -d /image 2> /dev/null; then
     expect_error "no /label for a train step" "needs /label" model run "$cfg" weights="$G/bn-sgd-weights.h5" input="$T/nolabel.h5" output="$T/z.h5" --train-step
 fi
+n=$((n + 1))
+if ts_mpirun 2 "$TS_BUILDDIR/tessera" model init "$cfg" --out "$T/w2.h5" > "$T/out" 2>&1 < /dev/null; then
+    echo "not ok $n - model init on 2 ranks: succeeded"
+    fail=1
+elif [ "$(grep -c 'runs on one rank' "$T/out")" -eq 2 ]; then
+    echo "ok $n - model init on 2 ranks: both ranks fail with the same message"
+else
+    echo "not ok $n - model init on 2 ranks:"
+    sed 's/^/# /' "$T/out"
+    fail=1
+fi
 echo "1..$n"
 exit $fail
