@@ -45,13 +45,16 @@ static float *pack(const float *w, int cout, int cin, int taps, int flip, int tr
     const int rows = transpose ? cout : cin, cols = transpose ? cin : cout, colp = ts_nn_pad16(cols);
     float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
     if (!wp) return NULL;
-    memset(wp, 0, (size_t)taps * rows * colp * sizeof(float));
-    for (int co = 0; co < cout; co++)
-        for (int ci = 0; ci < cin; ci++)
-            for (int t = 0; t < taps; t++) {
-                const int tp = flip ? taps - 1 - t : t, r = transpose ? co : ci, c = transpose ? ci : co;
-                wp[((size_t)tp * rows + r) * colp + c] = w[((size_t)co * cin + ci) * taps + t];
-            }
+    /* one tap per iteration: contiguous writes, threads over taps */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int tp = 0; tp < taps; tp++) {
+        const int t = flip ? taps - 1 - tp : tp;
+        float *dst = wp + (size_t)tp * rows * colp;
+        memset(dst, 0, (size_t)rows * colp * sizeof(float));
+        for (int co = 0; co < cout; co++)
+            for (int ci = 0; ci < cin; ci++)
+                dst[(size_t)(transpose ? co : ci) * colp + (transpose ? ci : co)] = w[((size_t)co * cin + ci) * taps + t];
+    }
     return wp;
 }
 
@@ -80,6 +83,7 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
         TS_CHECK(ts_nn_wgrad(&g, x->data, dy->data, dwp));
         float *d = dw->data;
+#pragma omp parallel for schedule(dynamic, 1)
         for (int co = 0; co < g.OC; co++)
             for (int ci = 0; ci < g.C; ci++)
                 for (int t = 0; t < taps; t++) d[((size_t)co * g.C + ci) * taps + t] += dwp[((size_t)t * g.C + ci) * g.OC + co];

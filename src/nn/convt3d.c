@@ -39,13 +39,14 @@ static float *pack(const float *w, int cin, int cout, int taps, int by_out)
     const int rows = by_out ? cout : cin, cols = by_out ? cin : cout, colp = ts_nn_pad16(cols);
     float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
     if (!wp) return NULL;
-    memset(wp, 0, (size_t)taps * rows * colp * sizeof(float));
-    for (int ci = 0; ci < cin; ci++)
-        for (int co = 0; co < cout; co++)
-            for (int t = 0; t < taps; t++) {
-                const int r = by_out ? co : ci, c = by_out ? ci : co;
-                wp[((size_t)t * rows + r) * colp + c] = w[((size_t)ci * cout + co) * taps + t];
-            }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < taps; t++) {
+        float *dst = wp + (size_t)t * rows * colp;
+        memset(dst, 0, (size_t)rows * colp * sizeof(float));
+        for (int ci = 0; ci < cin; ci++)
+            for (int co = 0; co < cout; co++)
+                dst[(size_t)(by_out ? co : ci) * colp + (by_out ? ci : co)] = w[((size_t)ci * cout + co) * taps + t];
+    }
     return wp;
 }
 
@@ -82,6 +83,7 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
         TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
+#pragma omp parallel for schedule(dynamic, 1)
         for (int ci = 0; ci < g.C; ci++)
             for (int co = 0; co < g.OC; co++)
                 for (int t = 0; t < taps; t++) d[((size_t)ci * g.OC + co) * taps + t] += dwp[((size_t)t * g.OC + co) * g.C + ci];
