@@ -41,10 +41,11 @@ int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
                         ts_tensor *dw, ts_tensor *db);
 
-/* ---- max-pool 3d, kernel = stride = k (2 in the U-Net), k^3 <= 255 ----
+/* ---- max-pool 3d, kernel = stride = k (2 in the U-Net), k <= 6 ----
  * x [N, D, H, W, C] with D, H, W divisible by k; y [N, D/k, H/k, W/k, C];
  * idx (uint8, like y) receives the position of each maximum in its window
- * (first maximum on ties, as PyTorch), which backward uses. */
+ * (first maximum on ties, a later NaN replaces, as PyTorch), which backward
+ * uses. */
 int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx);
 int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_tensor *dx);
 

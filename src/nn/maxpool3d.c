@@ -1,16 +1,37 @@
 /* Max-pool 3d with kernel = stride = k on channels-last activations; the
- * argmax per output element (position in its window, first maximum on ties,
- * NaN wins as in PyTorch) is kept as uint8 for backward. */
+ * argmax per output element (position in its window; first maximum on ties,
+ * a later NaN replaces, as in PyTorch) is kept as uint8 for backward. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/core/error.h"
 
 #include <math.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef int v16i __attribute__((vector_size(64)));
+
+/* max over the k^3 window rows v[t] (t = 0..nt-1) of channels [c, c+16):
+ * a later value wins if it is larger or NaN (PyTorch's rule) */
+static inline void max16(const float *const *v, int nt, int64_t c, float *m, uint8_t *ix)
+{
+    v16 mv = *(const v16u *)(v[0] + c);
+    v16i iv = (v16i){0};
+    for (int t = 1; t < nt; t++) {
+        const v16 x = *(const v16u *)(v[t] + c);
+        const v16i gt = (x > mv) | (x != x);
+        mv = (v16)(((v16i)x & gt) | ((v16i)mv & ~gt));
+        iv = (iv & ~gt) | (gt & t);
+    }
+    *(v16u *)(m + c) = mv;
+    for (int l = 0; l < 16; l++) ix[c + l] = (uint8_t)iv[l];
+}
 
 static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx, const char *xname)
 {
-    if (k < 1 || k * k * k > 255) return TS_ERR(TS_ERR_ARG, "maxpool3d: kernel %d (1..6)", k);
+    if (k < 1 || k * k * k > 216) return TS_ERR(TS_ERR_ARG, "maxpool3d: kernel %d (1..6)", k);
     if (!ts_tensor_f32(x) || !ts_tensor_f32(y) || idx->dtype != TS_UINT8 || !idx->data)
         return TS_ERR(TS_ERR_ARG, "maxpool3d: float32 %s and output, uint8 indices", xname);
     TS_TRY(ts_tensor_check_shape(x, xname, 5, (const int64_t[]){-1, -1, -1, -1, -1}));
@@ -37,24 +58,25 @@ int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx
         for (int64_t ow = 0; ow < OW; ow++) {
             float *m = py + (r * OW + ow) * C;
             uint8_t *ix = pi + (r * OW + ow) * C;
-            int t = 0;
+            const float *v[216];
+            int nt = 0;
             for (int kd = 0; kd < k; kd++)
                 for (int kh = 0; kh < k; kh++)
-                    for (int kw = 0; kw < k; kw++, t++) {
-                        const float *v = px + ((((n * x->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
-                        if (t == 0) {
-                            for (int64_t c = 0; c < C; c++) {
-                                m[c] = v[c];
-                                ix[c] = 0;
-                            }
-                        } else {
-                            for (int64_t c = 0; c < C; c++)
-                                if (v[c] > m[c] || (isnan(v[c]) && !isnan(m[c]))) {
-                                    m[c] = v[c];
-                                    ix[c] = (uint8_t)t;
-                                }
-                        }
+                    for (int kw = 0; kw < k; kw++)
+                        v[nt++] = px + ((((n * x->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
+            int64_t c = 0;
+            for (; c + 16 <= C; c += 16) max16(v, nt, c, m, ix);
+            for (; c < C; c++) {
+                float mx = v[0][c];
+                int at = 0;
+                for (int t = 1; t < nt; t++)
+                    if (v[t][c] > mx || isnan(v[t][c])) {
+                        mx = v[t][c];
+                        at = t;
                     }
+                m[c] = mx;
+                ix[c] = (uint8_t)at;
+            }
         }
     }
     return 0;
@@ -79,7 +101,13 @@ int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_t
                 for (int kh = 0; kh < k; kh++)
                     for (int kw = 0; kw < k; kw++, t++) {
                         float *d = pd + ((((n * dx->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
-                        for (int64_t c = 0; c < C; c++) d[c] = ix[c] == t ? g[c] : 0.0f;
+                        int64_t c = 0;
+                        for (; c + 16 <= C; c += 16) {
+                            v16i iv;
+                            for (int l = 0; l < 16; l++) iv[l] = ix[c + l];
+                            *(v16u *)(d + c) = (v16)((v16i) * (const v16u *)(g + c) & (iv == t));
+                        }
+                        for (; c < C; c++) d[c] = ix[c] == t ? g[c] : 0.0f;
                     }
         }
     }

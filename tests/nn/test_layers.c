@@ -300,8 +300,53 @@ static void fd_pool(int k)
     ts_tensor_free(&c.y);
 }
 
+/* max-pool with ties and NaNs, 20 channels (vector and scalar paths), against a naive scan */
+static void test_pool_ties(void)
+{
+    const int64_t C = 20;
+    ts_tensor x = MK(0, 0, 2, 4, 4, 6, C), y = MK(0, 0, 2, 2, 2, 3, C), dy = MK(-1, 1, 2, 2, 2, 3, C), dx = MK(0, 0, 2, 4, 4, 6, C);
+    ts_tensor idx;
+    ts_tensor_alloc(&idx, TS_UINT8, 5, (int64_t[]){2, 2, 2, 3, C});
+    float *p = x.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&x); i++) p[i] = (float)ts_rng_below(&rng, 3); /* many ties */
+    for (int i = 0; i < 12; i++) p[ts_rng_below(&rng, (uint64_t)ts_tensor_numel(&x))] = NAN;
+    int rc = ts_maxpool3d_forward(&x, 2, &y, &idx);
+    rc |= ts_maxpool3d_backward(&dy, &idx, 2, &dx);
+    int bad = 0;
+    double *want_dx = calloc((size_t)ts_tensor_numel(&x), sizeof(double));
+    for (int64_t n = 0; n < 2; n++)
+        for (int64_t od = 0; od < 2; od++)
+            for (int64_t oh = 0; oh < 2; oh++)
+                for (int64_t ow = 0; ow < 3; ow++)
+                    for (int64_t c = 0; c < C; c++) {
+                        float m = 0;
+                        int at = -1, t = 0;
+                        int64_t pos = 0;
+                        for (int kd = 0; kd < 2; kd++)
+                            for (int kh = 0; kh < 2; kh++)
+                                for (int kw = 0; kw < 2; kw++, t++) {
+                                    int64_t i = (((n * 4 + 2 * od + kd) * 4 + 2 * oh + kh) * 6 + 2 * ow + kw) * C + c;
+                                    if (at < 0 || p[i] > m || isnan(p[i])) {
+                                        m = p[i];
+                                        at = t;
+                                        pos = i;
+                                    }
+                                }
+                        int64_t o = (((n * 2 + od) * 2 + oh) * 3 + ow) * C + c;
+                        float got = ((float *)y.data)[o];
+                        if (((uint8_t *)idx.data)[o] != at || !(got == m || (isnan(got) && isnan(m)))) bad++;
+                        want_dx[pos] = ((float *)dy.data)[o];
+                    }
+    for (int64_t i = 0; i < ts_tensor_numel(&x); i++)
+        if (((float *)dx.data)[i] != (float)want_dx[i]) bad++;
+    ts_ok(rc == 0 && bad == 0, "maxpool3d, 20 channels with ties and NaNs: first maximum, later NaN wins, gradient routed (%d wrong)", bad);
+    free(want_dx);
+    ts_tensor *all[] = {&x, &y, &dy, &dx, &idx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* norms: t[0], t[1] saved statistics, t[2], t[3] running stats */
-static ts_norm_opts nopt(int groups, int relu) { return (ts_norm_opts){1e-5f, 0.1f, groups, relu}; }
+static ts_norm_opts nopt(int groups, int relu) { return (ts_norm_opts){.eps = 1e-5f, .momentum = 0.1f, .groups = groups, .relu = relu}; }
 static int bn_f(fd_case *c, ts_tensor *y)
 {
     ts_norm_opts o = nopt(0, c->k);
@@ -548,7 +593,7 @@ static void test_bn_accuracy(void)
     }
     ts_norm_opts o = nopt(0, 0);
     int rc = ts_batchnorm_forward(&x, &g, &b, NULL, NULL, 1, &o, &y, &sm, &si);
-    rc |= ts_groupnorm_forward(&x, &g, &b, &(ts_norm_opts){1e-5f, 0.1f, 2, 0}, &y, &gm, &gi);
+    rc |= ts_groupnorm_forward(&x, &g, &b, &(ts_norm_opts){.eps = 1e-5f, .groups = 2}, &y, &gm, &gi);
     double worst = 0;
     for (int c = 0; c < 2; c++) {
         double mu = 0, var = 0;
@@ -592,6 +637,7 @@ int main(void)
     fd_convt(4, 3, 2, 2, 2);
     fd_convt(2, 3, 2, 3, 2);
     fd_pool(2);
+    test_pool_ties();
     fd_norm("batch norm (train)", 0, 1, 0, 0);
     fd_norm("batch norm (eval)", 0, 0, 0, 0);
     fd_norm("group norm (3 groups)", 1, 1, 3, 0);
