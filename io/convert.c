@@ -4,6 +4,7 @@
  * hands over one pair. */
 #include "tsbuild.h"
 #include "io/convert.h"
+#include "io/resample.h"
 #include "io/labelmap.h"
 #include "io/nifti.h"
 #include "io/writer.h"
@@ -24,6 +25,7 @@ typedef struct {
     char *channel_names[TS_IO_MAX_CHANNELS];
     ts_labelmap *map;
     char source[1024];
+    int downsample;
 } job;
 
 static void job_free(job *j)
@@ -171,6 +173,29 @@ static int load_pair(const job *jb, int64_t idx, ts_sample *s)
     if (!s->image || !s->label) TS_FAIL(TS_ERR_NOMEM, "%s", ip);
     TS_CHECK(ts_nifti_to_float(img, s->image));
     TS_CHECK(convert_labels(lab, jb->map, jb->K, s->label));
+    if (jb->downsample > 1) { /* coarser grid: block means and majorities, geometry adjusted */
+        const int f = jb->downsample;
+        int64_t dhw[3] = {s->shape[1], s->shape[2], s->shape[3]};
+        int64_t nv2 = ts_resample_size(dhw[0], f) * ts_resample_size(dhw[1], f) * ts_resample_size(dhw[2], f);
+        float *im2 = TS_ALIGNED_ALLOC((size_t)(nv2 * s->shape[0]) * sizeof(float));
+        uint8_t *lb2 = TS_ALIGNED_ALLOC((size_t)nv2);
+        if (!im2 || !lb2) {
+            free(im2);
+            free(lb2);
+            TS_FAIL(TS_ERR_NOMEM, "%s: downsampling", ip);
+        }
+        ts_resample_down(s->shape[0], dhw, f, s->image, im2, s->label, jb->K, lb2);
+        free(s->image);
+        free(s->label);
+        s->image = im2;
+        s->label = lb2;
+        for (int k = 0; k < 3; k++) {
+            s->shape[k + 1] = ts_resample_size(dhw[k], f);
+            s->spacing[k] *= f;
+        }
+        ts_resample_affine(img->sform, f, s->sform);
+        ts_resample_affine(img->qform, f, s->qform);
+    }
 cleanup:
     ts_nifti_free(&img);
     ts_nifti_free(&lab);
@@ -274,6 +299,7 @@ int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char
     int err = 0, lerr = 0;
     job jb;
     memset(&jb, 0, sizeof jb);
+    jb.downsample = o->downsample;
     if (n < 1) return TS_ERR(TS_ERR_ARG, "convert nifti: no image/label pair given");
     jb.images = TS_CALLOC((size_t)n, sizeof(char *));
     jb.labels = TS_CALLOC((size_t)n, sizeof(char *));
@@ -414,6 +440,7 @@ int ts_convert_msd(MPI_Comm comm, const char *dir, const ts_convert_opts *o, con
     int err = 0;
     job jb;
     memset(&jb, 0, sizeof jb);
+    jb.downsample = o->downsample;
     int lerr = msd_job(dir, &jb);
     TS_CHECK(ts_err_agree(comm, lerr));
     if (o->label_map) {

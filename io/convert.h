@@ -15,6 +15,7 @@ typedef struct ts_convert_opts {
     int shards;             /* 1 = one file (default) */
     int chunk;              /* chunk edge (default 64) */
     uint64_t seed;          /* foreground coordinate subsample */
+    int downsample;         /* > 1: store the volumes at a grid this many times coarser (io/resample.h) */
 } ts_convert_opts;
 
 /* Collective. Converts n (image, label) pairs of NIfTI files to out. */

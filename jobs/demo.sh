@@ -44,15 +44,15 @@ export OMP_NUM_THREADS=1   # 2 ranks x 1 thread on the 2 cores
 start=$(date +%s)
 rm -rf "$run"
 mkdir -p "$run"
-echo "== convert: Colin27 T1 + AAL atlas -> $run/ch2-aal3.h5 (classes: background, cerebrum, cerebellum)"
+echo "== convert: Colin27 T1 + AAL atlas at 2 mm -> $run/ch2-aal3.h5 (classes: background, cerebrum, cerebellum)"
 "${mpirun[@]}" "$tessera" convert nifti --image "$templates/ch2.nii.gz" --label "$templates/aal.nii.gz" \
-    --label-map configs/labelmaps/aal-3class.txt --out "$run/ch2-aal3.h5"
+    --label-map configs/labelmaps/aal-3class.txt --downsample 2 --out "$run/ch2-aal3.h5"
 
 echo "== train: 2 ranks, data parallel (configs/demo.ini)"
 "${mpirun[@]}" "$tessera" train configs/demo.ini data.path="$run/ch2-aal3.h5" run.dir="$run" "$@"
 
-echo "== infer: the whole volume, sliding windows split over the 2 ranks"
-"${mpirun[@]}" "$tessera" infer configs/demo.ini checkpoint="$run" input="$templates/ch2.nii.gz" \
+echo "== infer: the whole 1 mm scan (predicted at 2 mm, labels back on the 1 mm grid), windows split over 2 ranks"
+"${mpirun[@]}" "$tessera" infer configs/demo.ini checkpoint="$run" input="$templates/ch2.nii.gz" downsample=2 \
     output="$run/ch2-pred.nii.gz" label="$templates/aal.nii.gz" label_map=configs/labelmaps/aal-3class.txt \
     "$@" | tee "$run/infer.txt"
 

@@ -24,6 +24,8 @@ static void help(void)
            "--label-map MAP  text file, one line per source value: `source_value target_class [name]`\n"
            "                 (configs/labelmaps/); a value missing from the map is an error.\n"
            "options: --shards N (default 1: one file; N: N shard files plus the manifest DATA.h5)\n"
+           "         --downsample F (store the volumes on a grid F times coarser: image block means, label\n"
+           "         block majority, spacing and affines adjusted; infer with downsample=F to match)\n"
            "         --chunk E (chunk edge in voxels, default 64)  --seed S (foreground subsample, default 0)\n"
            "Runs on any number of ranks: each converts its share; one file is written collectively,\n"
            "shards each by one rank. Output goes to temporary names renamed at the end: a failed\n"
@@ -71,6 +73,10 @@ int ts_cli_convert(int argc, char **argv)
         } else if (!strcmp(a, "--out")) {
             NEED();
             out = v;
+        } else if (!strcmp(a, "--downsample")) {
+            NEED();
+            o.downsample = atoi(v);
+            if (o.downsample < 1 || o.downsample > 8) TS_FAIL(TS_ERR_ARG, "convert: --downsample %s must be 1..8", v);
         } else if (!strcmp(a, "--shards")) {
             NEED();
             o.shards = atoi(v);

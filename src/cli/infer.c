@@ -10,6 +10,7 @@
 #include "io/labelmap.h"
 #include "io/loader.h"
 #include "io/nifti.h"
+#include "io/resample.h"
 #include "io/writer.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
@@ -25,14 +26,17 @@
 static void help(void)
 {
     printf("usage: [mpiexec.mpich -n N] tessera infer CONFIG checkpoint=DIR input=SCAN.nii.gz output=MASK.nii.gz\n"
-           "                                  [label=SEG.nii.gz [label_map=MAP.txt]] [section.key=value ...]\n\n"
+           "                                  [label=SEG.nii.gz [label_map=MAP.txt]] [downsample=F]\n"
+           "                                  [section.key=value ...]\n\n"
            "Predicts a label volume for a NIfTI scan (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint: DIR is a checkpoint (ckpt/step-<N>), a checkpoint\n"
            "folder (the newest complete one is used) or a run directory. The scan is normalised as training\n"
            "patches are (data.norm, data.clip), cut into windows of data.patch with eval.overlap, predicted\n"
            "with Gaussian weighting (windows split over the ranks) and written as uint8 NIfTI with the\n"
            "input's dimensions, voxel sizes and sform/qform. label= adds per-class Dice against a reference\n"
-           "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n");
+           "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n"
+           "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
+           "data) and writes the labels back on the scan's own grid.\n");
 }
 
 /* checkpoint=: a step directory, a ckpt folder, or a run directory */
@@ -57,6 +61,8 @@ int ts_cli_infer(int argc, char **argv)
 {
     int err = 0, lerr = 0, nover = 0, rank = ts_cli_rank();
     const char *cfgpath = NULL, *ckpt = NULL, *input = NULL, *output = NULL, *label = NULL, *lmap = NULL;
+    int f = 1;
+    uint8_t *full = NULL;
     char **over = NULL, ck[4096] = "", state[4200];
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
@@ -79,6 +85,10 @@ int ts_cli_infer(int argc, char **argv)
         else if (!strncmp(a, "output=", 7)) output = a + 7;
         else if (!strncmp(a, "label=", 6)) label = a + 6;
         else if (!strncmp(a, "label_map=", 10)) lmap = a + 10;
+        else if (!strncmp(a, "downsample=", 11)) {
+            f = atoi(a + 11);
+            if (f < 1 || f > 8) lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%s must be 1..8", a + 11);
+        }
         else if (a[0] != '-' && strchr(a, '=')) over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else lerr = TS_ERR(TS_ERR_ARG, "infer: unexpected argument '%s' (see tessera infer --help)", a);
@@ -116,6 +126,21 @@ int ts_cli_infer(int argc, char **argv)
         if (!vol || !pred || !zeros) lerr = TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)nv);
     }
     if (!lerr) lerr = ts_nifti_to_float(img, vol);
+    /* fine voxels: the scan's grid (output); dhw/nv: the grid predicted on */
+    const int64_t fine[3] = {dhw[0], dhw[1], dhw[2]}, nfine = nv;
+    if (!lerr && f > 1) {
+        int64_t c3[3] = {ts_resample_size(dhw[0], f), ts_resample_size(dhw[1], f), ts_resample_size(dhw[2], f)};
+        float *small = malloc(sizeof *small * (size_t)(c3[0] * c3[1] * c3[2] * C));
+        full = malloc((size_t)nfine);
+        if (!small || !full) lerr = TS_ERR(TS_ERR_NOMEM, "%s: downsampling", input);
+        else {
+            ts_resample_down(C, dhw, f, vol, small, NULL, 0, NULL);
+            free(vol);
+            vol = small;
+            for (int k = 0; k < 3; k++) dhw[k] = c3[k];
+            nv = c3[0] * c3[1] * c3[2];
+        }
+    }
     if (!lerr) {
         ts_sample s;
         ts_sample_meta meta;
@@ -144,6 +169,8 @@ int ts_cli_infer(int argc, char **argv)
         ts_dataset_opts dso = {.check = 0};
         TS_CHECK(ts_dataset_open(MPI_COMM_WORLD, dpath, &dso, &ds));
         /* undo the image z-score: normalise again with the dataset's statistics */
+        if (f > 1)
+            TS_FAIL(TS_ERR_UNSUPPORTED, "infer: downsample= with data.norm = dataset is not available yet (use data.norm = image)");
         TS_CHECK(ts_err_agree(MPI_COMM_WORLD, ts_nifti_to_float(img, vol)));
         double pct[TS_IO_MAX_CHANNELS * TS_IO_NPCT] = {0}, mean[TS_IO_MAX_CHANNELS] = {0}, sd[TS_IO_MAX_CHANNELS];
         for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) sd[c] = 1;
@@ -156,6 +183,13 @@ int ts_cli_infer(int argc, char **argv)
     int64_t batch;
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
     TS_CHECK(ts_eval_predict(m, coll, vol, dhw, overlap, (int)batch, pred, NULL));
+    if (f > 1) { /* back onto the scan's grid */
+        ts_resample_up_labels(pred, fine, f, full);
+        uint8_t *t = pred;
+        pred = full;
+        full = t;
+        nv = nfine;
+    }
     /* write (rank 0) */
     lerr = 0;
     if (rank == 0) {
@@ -227,6 +261,7 @@ cleanup:
     ts_config_destroy(&cfg);
     free(vol);
     free(pred);
+    free(full);
     free(lab);
     free(zeros);
     free(over);
