@@ -248,7 +248,7 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
     int err = 0;
-    const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k;
+    const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
     /* an item: P planes x hb rows of output, at least 512 voxels where the
      * layer allows (each weight tile sums that many voxels in registers) */
     int hb = row_block(g), P = 1;
@@ -293,6 +293,11 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
                     ldg = ocp;
                 }
                 wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
+                if (k3s1 && ocp == 16) { /* 3x3x3 stride 1, one output vector: the three kw taps together */
+                    for (int kd = 0; kd < 3; kd++)
+                        for (int kh = 0; kh < 3; kh++) wk3_run_1(&a, kd, kh, 0);
+                    continue;
+                }
                 for (int kd = 0; kd < k; kd++)
                     for (int kh = 0; kh < k; kh++)
                         for (int kw = 0; kw < k; kw++)

@@ -1879,6 +1879,151 @@ static void tg_run_4(const float *xr, const float *wr, int C, int ocp, int s, in
     for (; iw + 1 <= hi; iw += 1) tg_1x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
 }
 
+static inline void wk3_8x1(const wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_4_0 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0), a0_5_0 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0), a0_6_0 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0), a0_7_0 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_4_0 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0), a1_5_0 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0), a1_6_0 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0), a1_7_0 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_4_0 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0), a2_5_0 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0), a2_6_0 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0), a2_7_0 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
+        v16 m1_0 = (v16){0}, m2_0 = (v16){0};
+        for (int jx = 0; jx < OW + 2; jx++) {
+            const v16 g0_0 = jx < OW ? vld(gr + (size_t)jx * ldg + 0) : (v16){0};
+            const float *xv = xr + (size_t)jx * C;
+            { const float x = xv[0]; a0_0_0 += x * g0_0; a1_0_0 += x * m1_0; a2_0_0 += x * m2_0; }
+            { const float x = xv[1]; a0_1_0 += x * g0_0; a1_1_0 += x * m1_0; a2_1_0 += x * m2_0; }
+            { const float x = xv[2]; a0_2_0 += x * g0_0; a1_2_0 += x * m1_0; a2_2_0 += x * m2_0; }
+            { const float x = xv[3]; a0_3_0 += x * g0_0; a1_3_0 += x * m1_0; a2_3_0 += x * m2_0; }
+            { const float x = xv[4]; a0_4_0 += x * g0_0; a1_4_0 += x * m1_0; a2_4_0 += x * m2_0; }
+            { const float x = xv[5]; a0_5_0 += x * g0_0; a1_5_0 += x * m1_0; a2_5_0 += x * m2_0; }
+            { const float x = xv[6]; a0_6_0 += x * g0_0; a1_6_0 += x * m1_0; a2_6_0 += x * m2_0; }
+            { const float x = xv[7]; a0_7_0 += x * g0_0; a1_7_0 += x * m1_0; a2_7_0 += x * m2_0; }
+            m2_0 = m1_0; m1_0 = g0_0;
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0) = a0_2_0;
+    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0) = a0_3_0;
+    *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0) = a0_4_0;
+    *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0) = a0_5_0;
+    *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0) = a0_6_0;
+    *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0) = a0_7_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0) = a1_2_0;
+    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0) = a1_3_0;
+    *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0) = a1_4_0;
+    *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0) = a1_5_0;
+    *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0) = a1_6_0;
+    *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0) = a1_7_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
+    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0) = a2_2_0;
+    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0) = a2_3_0;
+    *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0) = a2_4_0;
+    *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0) = a2_5_0;
+    *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0) = a2_6_0;
+    *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0) = a2_7_0;
+}
+
+static inline void wk3_4x1(const wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
+        v16 m1_0 = (v16){0}, m2_0 = (v16){0};
+        for (int jx = 0; jx < OW + 2; jx++) {
+            const v16 g0_0 = jx < OW ? vld(gr + (size_t)jx * ldg + 0) : (v16){0};
+            const float *xv = xr + (size_t)jx * C;
+            { const float x = xv[0]; a0_0_0 += x * g0_0; a1_0_0 += x * m1_0; a2_0_0 += x * m2_0; }
+            { const float x = xv[1]; a0_1_0 += x * g0_0; a1_1_0 += x * m1_0; a2_1_0 += x * m2_0; }
+            { const float x = xv[2]; a0_2_0 += x * g0_0; a1_2_0 += x * m1_0; a2_2_0 += x * m2_0; }
+            { const float x = xv[3]; a0_3_0 += x * g0_0; a1_3_0 += x * m1_0; a2_3_0 += x * m2_0; }
+            m2_0 = m1_0; m1_0 = g0_0;
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0) = a0_2_0;
+    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0) = a0_3_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0) = a1_2_0;
+    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0) = a1_3_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
+    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0) = a2_2_0;
+    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0) = a2_3_0;
+}
+
+static inline void wk3_2x1(const wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
+        v16 m1_0 = (v16){0}, m2_0 = (v16){0};
+        for (int jx = 0; jx < OW + 2; jx++) {
+            const v16 g0_0 = jx < OW ? vld(gr + (size_t)jx * ldg + 0) : (v16){0};
+            const float *xv = xr + (size_t)jx * C;
+            { const float x = xv[0]; a0_0_0 += x * g0_0; a1_0_0 += x * m1_0; a2_0_0 += x * m2_0; }
+            { const float x = xv[1]; a0_1_0 += x * g0_0; a1_1_0 += x * m1_0; a2_1_0 += x * m2_0; }
+            m2_0 = m1_0; m1_0 = g0_0;
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
+}
+
+static inline void wk3_1x1(const wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
+        v16 m1_0 = (v16){0}, m2_0 = (v16){0};
+        for (int jx = 0; jx < OW + 2; jx++) {
+            const v16 g0_0 = jx < OW ? vld(gr + (size_t)jx * ldg + 0) : (v16){0};
+            const float *xv = xr + (size_t)jx * C;
+            { const float x = xv[0]; a0_0_0 += x * g0_0; a1_0_0 += x * m1_0; a2_0_0 += x * m2_0; }
+            m2_0 = m1_0; m1_0 = g0_0;
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+}
+
+static void wk3_run_1(const wg_args *a, int kd, int kh, int oc0)
+{
+    int c = 0;
+    for (; c + 8 <= a->C; c += 8) wk3_8x1(a, kd, kh, c, oc0);
+    for (; c + 4 <= a->C; c += 4) wk3_4x1(a, kd, kh, c, oc0);
+    for (; c + 2 <= a->C; c += 2) wk3_2x1(a, kd, kh, c, oc0);
+    for (; c + 1 <= a->C; c += 1) wk3_1x1(a, kd, kh, c, oc0);
+}
+
 static inline void wg_16x1(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
 {
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;

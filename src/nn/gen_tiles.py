@@ -10,6 +10,7 @@ GC = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 GK3 = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1]}
+WK3 = {1: [8, 4, 2, 1]}  # with 2 vectors (31 registers) it measured slower than WG
 
 
 def acc(i, j):
@@ -157,6 +158,47 @@ def wg(CB, NV):
     return "\n".join(o)
 
 
+def wk3(CB, NV):
+    """weight gradient for k = 3, stride 1, all three kw taps of (kd, kh) at
+    once: input value x[j] meets g[j], g[j-1], g[j-2] (a sliding window of
+    output-gradient vectors), so each broadcast feeds 3 NV FMAs."""
+    o = []
+    o.append(f"static inline void wk3_{CB}x{NV}(const wg_args *a, int kd, int kh, int c0, int oc0)")
+    o.append("{")
+    o.append("    const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;")
+    o.append("    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    names = []
+    for kw in range(3):
+        for c in range(CB):
+            for j in range(NV):
+                names.append(f"a{kw}_{c}_{j} = *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j})")
+    o.append("    v16 " + ", ".join(names) + ";")
+    o.append("    for (int q = 0; q < a->np * a->nr; q++) {")
+    o.append("        const int pl = q / a->nr, r = q % a->nr;")
+    o.append("        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;")
+    o.append("        const float *gr = a->gy + (size_t)q * OW * ldg + oc0;")
+    o.append("        v16 " + ", ".join(f"m1_{j} = (v16){{0}}, m2_{j} = (v16){{0}}" for j in range(NV)) + ";")
+    o.append("        for (int jx = 0; jx < OW + 2; jx++) {")
+    for j in range(NV):
+        o.append(f"            const v16 g0_{j} = jx < OW ? vld(gr + (size_t)jx * ldg + {16 * j}) : (v16){{0}};")
+    o.append("            const float *xv = xr + (size_t)jx * C;")
+    for c in range(CB):
+        parts = []
+        for j in range(NV):
+            parts += [f"a0_{c}_{j} += x * g0_{j};", f"a1_{c}_{j} += x * m1_{j};", f"a2_{c}_{j} += x * m2_{j};"]
+        o.append(f"            {{ const float x = xv[{c}]; " + " ".join(parts) + " }")
+    for j in range(NV):
+        o.append(f"            m2_{j} = m1_{j}; m1_{j} = g0_{j};")
+    o.append("        }")
+    o.append("    }")
+    for kw in range(3):
+        for c in range(CB):
+            o.append("    " + " ".join(f"*(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j}) = a{kw}_{c}_{j};" for j in range(NV)))
+    o.append("}")
+    return "\n".join(o)
+
+
 def runner(kind, sizes, NV, sig, call, loopvar, lo, hi):
     main = sizes[NV]
     o = [f"static void {kind}_run_{NV}({sig})", "{", f"    int {loopvar} = {lo};"]
@@ -184,6 +226,11 @@ def main():
             print(tg(wb, NV) + "\n")
         print(runner("tg", TG, NV, "const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
                      "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
+    for NV, cbs in WK3.items():
+        for cb in cbs:
+            print(wk3(cb, NV) + "\n")
+        print(runner("wk3", WK3, NV, "const wg_args *a, int kd, int kh, int oc0",
+                     "a, kd, kh, c, oc0", "c", "0", "a->C") + "\n")
     for NV, cbs in WG.items():
         for cb in cbs:
             print(wg(cb, NV) + "\n")
