@@ -57,7 +57,7 @@ echo "== infer: the whole 1 mm scan (predicted at 2 mm, labels back on the 1 mm 
     "$@" | tee "$run/infer.txt"
 
 echo "== picture"
-python3 jobs/demo_plot.py "$templates/ch2.nii.gz" "$run/ch2-pred.nii.gz" "$templates/aal.nii.gz" \
+/usr/bin/python3 jobs/demo_plot.py "$templates/ch2.nii.gz" "$run/ch2-pred.nii.gz" "$templates/aal.nii.gz" \
     configs/labelmaps/aal-3class.txt "$run/metrics.jsonl" "$run/demo.png"
 
 echo

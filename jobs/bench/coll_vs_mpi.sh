@@ -14,7 +14,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 mpiexec.mpich -n "$np" "$tessera" bench coll --algo auto,mpi --min-bytes 8 --max-bytes 64M \
     --repeat "$rep" --json "$out" "$@"
-python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 by = {}

@@ -21,7 +21,7 @@ rows=$(grep -cE '^ +[0-9]+ +[a-z_]+ ' "$tmpdir/bench.txt")
 bad=$(awk '/^ +[0-9]+ +[a-z_]+ / && $6 != 0' "$tmpdir/bench.txt" | wc -l)
 [ "$rows" -eq 77 ] && [ "$bad" -eq 0 ]
 ok $? "77 rows (11 sizes 8 B..4 MiB x 7 algorithms), none wrong ($rows rows, $bad wrong)"
-python3 - "$tmpdir/b.json" <<'PY'
+"${TS_PYTHON:-/usr/bin/python3}" - "$tmpdir/b.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 keys = {"op", "algo", "ranks", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "wrong"}
