@@ -1,8 +1,9 @@
 /* The UNet3D: parameter table, initialisation, activation buffers and the
  * forward/backward order (see unet.h). Memory plan per level l (c_l
  * channels): each conv block keeps its conv outputs y[0..1] (norm inputs)
- * and activations a[0..1]; the decoder keeps the upsampled tensor and the
- * concatenation. Backward reuses the forward buffers for gradients where the
+ * and activations a[0..1]; the decoder keeps the upsampled tensor (its first
+ * conv reads [upsampled, skip] without forming the concatenation). Backward
+ * reuses the forward buffers for gradients where the
  * forward values are no longer needed (a norm's input gradient overwrites
  * its input y, a conv's input gradient overwrites its input after the
  * weight gradient is taken), plus per level one incoming-gradient buffer
@@ -33,7 +34,7 @@ struct ts_unet {
     block enc[L_MAX], dec[L_MAX];
     int upw[L_MAX], upb[L_MAX], headw, headb;
     int n, d, h, w; /* set-up shape (n = 0: none) */
-    ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], cat[L_MAX], logits, dlogits, gin[L_MAX], dskip[L_MAX];
+    ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits, gin[L_MAX], dskip[L_MAX];
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
     double prof[TS_PROF_COUNT];
@@ -74,7 +75,7 @@ static void ready2(const ts_unet *m, int a, int b)
 const char *ts_unet_prof_name(int kind)
 {
     static const char *const n[TS_PROF_COUNT] = {"conv forward", "conv weight grad", "conv input grad",
-                                                 "transposed conv", "norm+relu", "max-pool", "concat", "loss",
+                                                 "transposed conv", "norm+relu", "max-pool", "loss",
                                                  "other"};
     return kind >= 0 && kind < TS_PROF_COUNT ? n[kind] : "?";
 }
@@ -167,7 +168,7 @@ static void free_acts(ts_unet *m)
     ts_tensor_free(&m->logits);
     ts_tensor_free(&m->dlogits);
     for (int l = 0; l < L_MAX; l++) {
-        ts_tensor *t[] = {&m->pool[l], &m->pidx[l], &m->up[l], &m->cat[l], &m->gin[l], &m->dskip[l]};
+        ts_tensor *t[] = {&m->pool[l], &m->pidx[l], &m->up[l], &m->gin[l], &m->dskip[l]};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) ts_tensor_free(t[i]);
         for (int i = 0; i < 2; i++) {
             block *bs[] = {&m->enc[l], &m->dec[l]};
@@ -254,7 +255,6 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         if (l < L - 1) {
             TS_CHECK(alloc_block(m, &m->dec[l], n, dl, hl, wl));
             TS_CHECK(alloc5(&m->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-            TS_CHECK(alloc5(&m->cat[l], TS_FLOAT32, n, dl, hl, wl, 2 * c->channels[l]));
             TS_CHECK(alloc5(&m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         }
     }
@@ -275,7 +275,7 @@ size_t ts_unet_activation_bytes(const ts_unet *m)
     size_t s = ts_tensor_bytes(&m->x) + ts_tensor_bytes(&m->logits) + ts_tensor_bytes(&m->dlogits);
     for (int l = 0; l < L_MAX; l++) {
         s += ts_tensor_bytes(&m->pool[l]) + ts_tensor_bytes(&m->pidx[l]) + ts_tensor_bytes(&m->up[l]) +
-             ts_tensor_bytes(&m->cat[l]) + ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
+             ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
         for (int i = 0; i < 2; i++) {
             const block *bs[] = {&m->enc[l], &m->dec[l]};
             for (int j = 0; j < 2; j++)
@@ -297,12 +297,14 @@ static ts_norm_opts norm_opts(const ts_unet *m)
     return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1, m->norm_sync, m->norm_ctx};
 }
 
-static int block_forward(ts_unet *m, block *b, const ts_tensor *in, int train)
+/* in2 (decoder blocks): the block's input is the concatenation [in, in2] */
+static int block_forward(ts_unet *m, block *b, const ts_tensor *in, const ts_tensor *in2, int train)
 {
     const ts_norm_opts o = norm_opts(m);
     for (int i = 0; i < 2; i++) {
         ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
+        if (i == 0 && in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward(in, in2, &w, &bias, 1, 1, &b->y[0]));
+        else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
@@ -336,13 +338,12 @@ int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train)
     TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &m->x));
     for (int l = 0; l < L; l++) {
         if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(&m->enc[l - 1].a[1], 2, &m->pool[l], &m->pidx[l]));
-        TS_TRY(block_forward(m, &m->enc[l], l ? &m->pool[l] : &m->x, train));
+        TS_TRY(block_forward(m, &m->enc[l], l ? &m->pool[l] : &m->x, NULL, train));
     }
     for (int l = L - 2; l >= 0; l--) {
         ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
         TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(top(m, l + 1), &w, &b, 2, &m->up[l]));
-        TIMED(m, TS_PROF_CONCAT, ts_concat_forward(&m->up[l], &m->enc[l].a[1], &m->cat[l]));
-        TS_TRY(block_forward(m, &m->dec[l], &m->cat[l], train));
+        TS_TRY(block_forward(m, &m->dec[l], &m->up[l], &m->enc[l].a[1], train)); /* on [up, skip] */
     }
     ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
     TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(top(m, 0), &hw, &hb, 1, 0, &m->logits));
@@ -378,7 +379,9 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
 /* ----------------------------------------------------------- backward */
 
 /* g holds d(a[1]) on entry and is used as scratch; the input gradient goes to dx (may be in, or NULL). */
-static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_tensor *dx)
+/* in2, dx2: a decoder block's second input [in, in2] and its gradient */
+static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *in2, ts_tensor *g, ts_tensor *dx,
+                          ts_tensor *dx2)
 {
     const ts_norm_opts o = norm_opts(m);
     for (int i = 1; i >= 0; i--) {
@@ -402,6 +405,12 @@ static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *g, ts_
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
         ts_tensor *x = i ? &b->a[0] : in, *dxi = i ? g : dx;
         /* weight gradient first: dx may overwrite x */
+        if (i == 0 && in2) {
+            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &b->y[0], NULL, NULL, &dw, &db));
+            ready2(m, b->cw[0], b->cb[0]);
+            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &b->y[0], dx, dx2, NULL, NULL));
+            continue;
+        }
         TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], NULL, &dw, &db));
         ready2(m, b->cw[i], b->cb[i]);
         if (dxi) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], dxi, NULL, NULL));
@@ -419,14 +428,14 @@ int ts_unet_backward(ts_unet *m)
     ready2(m, m->headw, m->headb);
     TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], NULL, NULL));
     for (int l = 0; l <= L - 2; l++) {
-        TS_TRY(block_backward(m, &m->dec[l], &m->cat[l], &m->gin[l], &m->cat[l]));
-        TIMED(m, TS_PROF_CONCAT, ts_concat_backward(&m->cat[l], &m->up[l], &m->dskip[l]));
+        /* the gradient of [up, skip]: the up part over up[l] itself, the skip part to dskip[l] */
+        TS_TRY(block_backward(m, &m->dec[l], &m->up[l], &m->enc[l].a[1], &m->gin[l], &m->up[l], &m->dskip[l]));
         ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
         TIMED(m, TS_PROF_CONVT, ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
         ready2(m, m->upw[l], m->upb[l]);
     }
     for (int l = L - 1; l >= 0; l--) {
-        TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, &m->gin[l], l ? &m->pool[l] : NULL));
+        TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, NULL, &m->gin[l], l ? &m->pool[l] : NULL, NULL));
         if (l > 0) {
             TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&m->pool[l], &m->pidx[l], 2, &m->gin[l - 1]));
             const double t0 = ts_time_now();

@@ -82,7 +82,8 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
  * (forward and backward; for profiles such as `bench step --profile`). */
 typedef enum {
-    TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_POOL, TS_PROF_CONCAT, TS_PROF_LOSS, TS_PROF_OTHER, TS_PROF_COUNT
+    TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_POOL,
+    TS_PROF_LOSS, TS_PROF_OTHER, TS_PROF_COUNT
 } ts_unet_prof;
 const char *ts_unet_prof_name(int kind);
 const double *ts_unet_profile(const ts_unet *m);

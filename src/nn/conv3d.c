@@ -107,3 +107,68 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
 cleanup:
     return err;
 }
+
+/* shapes of the two inputs: same N, D, H, W; x describes [a, b] for conv_shapes */
+static int cat_shapes(const ts_tensor *a, const ts_tensor *b, ts_tensor *x)
+{
+    char s1[96], s2[96];
+    if (!ts_tensor_f32(a) || !ts_tensor_f32(b) || a->ndim != 5 || b->ndim != 5)
+        return TS_ERR(TS_ERR_ARG, "conv3d over a concatenation: inputs must be 5-d float32");
+    for (int i = 0; i < 4; i++)
+        if (a->shape[i] != b->shape[i])
+            return TS_ERR(TS_ERR_ARG, "conv3d over a concatenation: inputs %s and %s differ before the channels",
+                          ts_tensor_shape_str(a, s1, sizeof s1), ts_tensor_shape_str(b, s2, sizeof s2));
+    *x = ts_tensor_view(a->data, TS_FLOAT32, 5,
+                        (const int64_t[]){a->shape[0], a->shape[1], a->shape[2], a->shape[3], a->shape[4] + b->shape[4]});
+    return 0;
+}
+
+int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                          int stride, int pad, ts_tensor *y)
+{
+    ts_conv_geom g;
+    ts_tensor x;
+    TS_TRY(cat_shapes(a, b, &x));
+    TS_TRY(conv_shapes(&x, w, bias, stride, pad, y, "conv3d output", &g));
+    float *wp = pack(w->data, g.OC, g.C, g.k * g.k * g.k, 0, 0);
+    if (!wp) return TS_ERR_NOMEM;
+    return ts_nn_gather2(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4]}, wp, bias ? bias->data : NULL,
+                         (ts_conv_dst){y->data, NULL, g.OC});
+}
+
+int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
+                           const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias)
+{
+    int err = 0;
+    ts_conv_geom g;
+    ts_tensor x;
+    TS_CHECK(cat_shapes(a, b, &x));
+    TS_CHECK(conv_shapes(&x, w, dbias, stride, pad, dy, "conv3d output gradient", &g));
+    const int taps = g.k * g.k * g.k, ca = (int)a->shape[4];
+    const ts_conv_src src = {a->data, b->data, ca};
+    if (dbias) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, dbias->data));
+    if (dw) {
+        if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
+            TS_FAIL(TS_ERR_ARG, "conv3d: weight gradient must be float32 shaped like the weight");
+        float *dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
+        if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
+        TS_CHECK(ts_nn_wgrad2(&g, src, dy->data, dwp));
+        float *d = dw->data;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int co = 0; co < g.OC; co++)
+            for (int ci = 0; ci < g.C; ci++)
+                for (int t = 0; t < taps; t++) d[((size_t)co * g.C + ci) * taps + t] += dwp[((size_t)t * g.C + ci) * g.OC + co];
+    }
+    if (da || db) {
+        if (!da || !db || !ts_tensor_f32(da) || !ts_tensor_f32(db) || !ts_tensor_same_shape(da, a) || !ts_tensor_same_shape(db, b))
+            TS_FAIL(TS_ERR_ARG, "conv3d over a concatenation: both input gradients, shaped like the inputs");
+        if (stride != 1 || pad > g.k - 1)
+            TS_FAIL(TS_ERR_UNSUPPORTED, "conv3d over a concatenation: input gradient needs stride 1, padding < kernel");
+        ts_conv_geom r = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, 1, g.k - 1 - pad};
+        float *wp = pack(w->data, g.OC, g.C, taps, 1, 1);
+        if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
+        TS_CHECK(ts_nn_gather2(&r, (ts_conv_src){dy->data, NULL, g.OC}, wp, NULL, (ts_conv_dst){da->data, db->data, ca}));
+    }
+cleanup:
+    return err;
+}

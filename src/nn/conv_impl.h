@@ -36,11 +36,25 @@ static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 void *ts_nn_scratch(int slot, size_t bytes);
 void ts_nn_scratch_release(void);
 
+/* An input that is the channel concatenation [a, b] of two channels-last
+ * tensors (ca channels, then C - ca), or one tensor (b NULL), read without
+ * forming the concatenation; and an output split the same way. */
+typedef struct ts_conv_src {
+    const float *a, *b;
+    int ca;
+} ts_conv_src;
+typedef struct ts_conv_dst {
+    float *a, *b;
+    int ca;
+} ts_conv_dst;
+
 /* bias: NULL or [OC]. Return 0 or TS_ERR_NOMEM. */
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
+int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y);
 int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
 /* gy [N, OD, OH, OW, OC]; dwp [k^3][C][OC] is overwritten (not padded). */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp);
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 

@@ -91,7 +91,7 @@ static int row_block(const ts_conv_geom *g)
 /* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
  * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels,
  * zero outside the input. */
-static void fill_slab_planes(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int KP, int R, int CS,
+static void fill_slab_planes(const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int KP, int R, int CS,
                              float *slab)
 {
     const int C = g->C;
@@ -106,15 +106,24 @@ static void fill_slab_planes(const ts_conv_geom *g, const float *x, int n, int o
                 memset(dst, 0, row * sizeof(float));
                 continue;
             }
-            const float *src = x + (((size_t)n * g->D + id) * g->H + ih) * (size_t)g->W * C;
+            const size_t vox = ((size_t)n * g->D + id) * g->H + ih; /* row index */
             if (lo) memset(dst, 0, (size_t)lo * C * sizeof(float));
-            memcpy(dst + (size_t)lo * C, src + (size_t)(lo - g->p) * C, (size_t)(hi - lo) * C * sizeof(float));
+            if (!x.b) {
+                memcpy(dst + (size_t)lo * C, x.a + (vox * g->W + (size_t)(lo - g->p)) * C, (size_t)(hi - lo) * C * sizeof(float));
+            } else { /* interleave the two sources per voxel */
+                const int ca = x.ca, cb = C - x.ca;
+                const float *sa = x.a + (vox * g->W + (size_t)(lo - g->p)) * ca, *sb = x.b + (vox * g->W + (size_t)(lo - g->p)) * cb;
+                for (int c = lo; c < hi; c++) {
+                    memcpy(dst + (size_t)c * C, sa + (size_t)(c - lo) * ca, (size_t)ca * sizeof(float));
+                    memcpy(dst + (size_t)c * C + ca, sb + (size_t)(c - lo) * cb, (size_t)cb * sizeof(float));
+                }
+            }
             if (hi < CS) memset(dst + (size_t)hi * C, 0, (size_t)(CS - hi) * C * sizeof(float));
         }
     }
 }
 
-static void fill_slab(const ts_conv_geom *g, const float *x, int n, int od, int oh0, int R, int CS, float *slab)
+static void fill_slab(const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int R, int CS, float *slab)
 {
     fill_slab_planes(g, x, n, od, oh0, g->k, R, CS, slab);
 }
@@ -143,14 +152,43 @@ typedef struct {
 
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
 {
+    return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C}, wp, bias, (ts_conv_dst){y, NULL, g->OC});
+}
+
+/* one output row: channel tiles from oc0 to oc1 (global channel index for
+ * the weights) written at channel yo0 of rows of ldy floats */
+static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
+{
+    for (int oc = oc0; oc < oc1;) {
+        const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
+        if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
+            const int nv = lanes >= 32 ? 2 : 1, nco = imin(16 * nv, imin(oc1, OC) - oc);
+            if (nv == 2) gk3_run_2(a, r, OW, oc, yo, nco, yr, ldy);
+            else gk3_run_1(a, r, OW, oc, yo, nco, yr, ldy);
+            oc += 16 * nv;
+        } else {
+            const int nv = nv_for(lanes), nco = imin(16 * nv, imin(oc1, OC) - oc);
+            if (nv == 4) gc_run_4(a, r * a->s, OW, oc, yo, nco, yr, ldy);
+            else if (nv == 2) gc_run_2(a, r * a->s, OW, oc, yo, nco, yr, ldy);
+            else gc_run_1(a, r * a->s, OW, oc, yo, nco, yr, ldy);
+            oc += 16 * nv;
+        }
+    }
+}
+
+int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y)
+{
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     const size_t slab_n = round16((size_t)g->k * R * CS * g->C);
-    float *bp = NULL, *slabs = ts_nn_scratch(0, (slab_n * nt + ocp) * sizeof(float));
+    /* a split output whose split is not a multiple of 16 goes through a row buffer */
+    const int split = y.b != NULL, direct = !split || y.ca % 16 == 0;
+    const size_t row_n = direct ? 0 : round16((size_t)g->OW * g->OC);
+    float *bp = NULL, *slabs = ts_nn_scratch(0, ((slab_n + row_n) * nt + ocp) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
-        bp = slabs + slab_n * nt;
+        bp = slabs + (slab_n + row_n) * nt;
         memset(bp, 0, (size_t)ocp * sizeof(float));
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
@@ -159,27 +197,25 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
 #pragma omp parallel for schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
         const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
-        const int nr = imin(hb, g->OH - oh0);
-        float *slab = slabs + slab_n * thread_id();
+        const int nr = imin(hb, g->OH - oh0), tid = thread_id();
+        float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
         fill_slab(g, x, n, od, oh0, R, CS, slab);
         gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
         for (int r = 0; r < nr; r++) {
-            float *yr = y + (((size_t)n * g->OD + od) * g->OH + oh0 + r) * (size_t)g->OW * g->OC;
-            if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
-                for (int oc0 = 0; oc0 < ocp;) {
-                    const int nv = ocp - oc0 >= 32 ? 2 : 1, nco = imin(16 * nv, g->OC - oc0);
-                    if (nv == 2) gk3_run_2(&a, r, g->OW, oc0, nco, yr, g->OC);
-                    else gk3_run_1(&a, r, g->OW, oc0, nco, yr, g->OC);
-                    oc0 += 16 * nv;
+            const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0 + r; /* output row index */
+            if (!split) {
+                gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, y.a + row * g->OW * g->OC, 0, g->OC);
+            } else if (direct) {
+                const int cb = g->OC - y.ca;
+                gather_row(&a, k3s1, r, g->OW, 0, y.ca, g->OC, y.a + row * g->OW * y.ca, 0, y.ca);
+                gather_row(&a, k3s1, r, g->OW, y.ca, g->OC, g->OC, y.b + row * g->OW * cb, 0, cb);
+            } else {
+                const int cb = g->OC - y.ca;
+                gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, rowbuf, 0, g->OC);
+                for (int w = 0; w < g->OW; w++) {
+                    memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
+                    memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
                 }
-                continue;
-            }
-            for (int oc0 = 0; oc0 < ocp;) {
-                const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, g->OC - oc0);
-                if (nv == 4) gc_run_4(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
-                else if (nv == 2) gc_run_2(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
-                else gc_run_1(&a, r * g->s, g->OW, oc0, nco, yr, g->OC);
-                oc0 += 16 * nv;
             }
         }
     }
@@ -246,6 +282,11 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
  * schedule, and threads take chunks dynamically (a preempted thread does not
  * hold the others up). */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
+{
+    return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C}, gy, dwp);
+}
+
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;

@@ -19,7 +19,7 @@ def acc(i, j):
 
 def gc(WB, NV):
     o = []
-    o.append(f"static inline void gc_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)")
+    o.append(f"static inline void gc_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)")
     o.append("{")
     for j in range(NV):
         o.append(f"    const v16 b{j} = a->bias ? *(const v16 *)(a->bias + oc0 + {16 * j}) : (v16){{0}};")
@@ -43,12 +43,12 @@ def gc(WB, NV):
     o.append(f"    if (nco == {16 * NV}) {{")
     for i in range(WB):
         for j in range(NV):
-            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + oc0 + {16 * j}, {acc(i, j)});")
+            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + yo + {16 * j}, {acc(i, j)});")
     o.append("    } else {")
     o.append(f"        float t[{16 * NV}];")
     for i in range(WB):
         o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + oc0, t, (size_t)nco * sizeof(float));")
+                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + yo, t, (size_t)nco * sizeof(float));")
     o.append("    }")
     o.append("}")
     return "\n".join(o)
@@ -58,7 +58,7 @@ def gk3(WB, NV):
     """gather for k = 3, stride 1: each broadcast input value feeds the three
     output voxels it touches (one per kw), so loads per FMA drop to about 1/3."""
     o = []
-    o.append(f"static inline void gk3_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int nco, float *y, int ldy)")
+    o.append(f"static inline void gk3_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)")
     o.append("{")
     for j in range(NV):
         o.append(f"    const v16 b{j} = a->bias ? *(const v16 *)(a->bias + oc0 + {16 * j}) : (v16){{0}};")
@@ -86,12 +86,12 @@ def gk3(WB, NV):
     o.append(f"    if (nco == {16 * NV}) {{")
     for i in range(WB):
         for j in range(NV):
-            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + oc0 + {16 * j}, {acc(i, j)});")
+            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + yo + {16 * j}, {acc(i, j)});")
     o.append("    } else {")
     o.append(f"        float t[{16 * NV}];")
     for i in range(WB):
         o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + oc0, t, (size_t)nco * sizeof(float));")
+                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + yo, t, (size_t)nco * sizeof(float));")
     o.append("    }")
     o.append("}")
     return "\n".join(o)
@@ -214,13 +214,13 @@ def main():
     for NV, wbs in GC.items():
         for wb in wbs:
             print(gc(wb, NV) + "\n")
-        print(runner("gc", GC, NV, "const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy",
-                     "a, r0, ow, oc0, nco, y, ldy", "ow", "0", "OW") + "\n")
+        print(runner("gc", GC, NV, "const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy",
+                     "a, r0, ow, oc0, yo, nco, y, ldy", "ow", "0", "OW") + "\n")
     for NV, wbs in GK3.items():
         for wb in wbs:
             print(gk3(wb, NV) + "\n")
-        print(runner("gk3", GK3, NV, "const gc_args *a, int r0, int OW, int oc0, int nco, float *y, int ldy",
-                     "a, r0, ow, oc0, nco, y, ldy", "ow", "0", "OW") + "\n")
+        print(runner("gk3", GK3, NV, "const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy",
+                     "a, r0, ow, oc0, yo, nco, y, ldy", "ow", "0", "OW") + "\n")
     for NV, wbs in TG.items():
         for wb in wbs:
             print(tg(wb, NV) + "\n")

@@ -34,6 +34,16 @@ int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
                        ts_tensor *dx, ts_tensor *dw, ts_tensor *db);
 
+/* ---- conv3d over a channel concatenation [a, b] (the U-Net decoder's first
+ * conv on [upsampled, skip]) without forming it: the same as
+ * ts_concat_forward then ts_conv3d_forward, with w [Cout, Ca + Cb, k, k, k].
+ * Backward writes the input gradient's two parts to da and db (either may
+ * be the forward input itself; the weight gradient is taken first). */
+int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                          int stride, int pad, ts_tensor *y);
+int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
+                           const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
+
 /* ---- transposed conv3d (PyTorch ConvTranspose3d, padding 0) ----
  * x [N, D, H, W, Cin], w [Cin, Cout, k, k, k], b [Cout] or NULL,
  * y [N, (D-1) stride + k, ..., Cout]. The U-Net uses k = stride = 2. */

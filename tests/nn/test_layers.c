@@ -300,6 +300,44 @@ static void fd_pool(int k)
     ts_tensor_free(&c.y);
 }
 
+/* conv over [a, b] = concat then conv, forward and backward */
+static void test_conv_cat(int ca, int cb, int OC)
+{
+    const int64_t N = 2, D = 4, H = 5, W = 19;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), b = MK(-1, 1, N, D, H, W, cb), cat = MK(0, 0, N, D, H, W, ca + cb);
+    ts_tensor w = MK(-0.3f, 0.3f, OC, ca + cb, 3, 3, 3), bias = MK(-1, 1, OC), y1 = MK(0, 0, N, D, H, W, OC),
+              y2 = MK(0, 0, N, D, H, W, OC), dy = MK(-1, 1, N, D, H, W, OC);
+    ts_tensor dcat = MK(0, 0, N, D, H, W, ca + cb), da1 = MK(0, 0, N, D, H, W, ca), db1 = MK(0, 0, N, D, H, W, cb),
+              da2 = MK(0, 0, N, D, H, W, ca), db2 = MK(0, 0, N, D, H, W, cb);
+    ts_tensor dw1 = MK(0, 0, OC, ca + cb, 3, 3, 3), dw2 = MK(0, 0, OC, ca + cb, 3, 3, 3), dbi1 = MK(0, 0, OC), dbi2 = MK(0, 0, OC);
+    int rc = ts_concat_forward(&a, &b, &cat);
+    rc |= ts_conv3d_forward(&cat, &w, &bias, 1, 1, &y1);
+    rc |= ts_conv3d_backward(&cat, &w, 1, 1, &dy, &dcat, &dw1, &dbi1);
+    rc |= ts_concat_backward(&dcat, &da1, &db1);
+    rc |= ts_conv3d_cat_forward(&a, &b, &w, &bias, 1, 1, &y2);
+    rc |= ts_conv3d_cat_backward(&a, &b, &w, 1, 1, &dy, &da2, &db2, &dw2, &dbi2);
+    double e = 0;
+    const ts_tensor *p1[] = {&y1, &da1, &db1, &dw1, &dbi1}, *p2[] = {&y2, &da2, &db2, &dw2, &dbi2};
+    for (int t = 0; t < 5; t++) {
+        double mx = 0, d = 0;
+        for (int64_t i = 0; i < ts_tensor_numel(p1[t]); i++) {
+            mx = fmax(mx, fabs(((float *)p1[t]->data)[i]));
+            d = fmax(d, fabs(((float *)p1[t]->data)[i] - ((float *)p2[t]->data)[i]));
+        }
+        e = fmax(e, d / fmax(mx, 1e-30));
+    }
+    /* in place: input gradients over the inputs themselves */
+    ts_tensor_zero(&dw2);
+    rc |= ts_conv3d_cat_backward(&a, &b, &w, 1, 1, &dy, &a, &b, &dw2, NULL);
+    double e2 = 0;
+    for (int64_t i = 0; i < ts_tensor_numel(&a); i++) e2 = fmax(e2, fabs(((float *)a.data)[i] - ((float *)da1.data)[i]));
+    for (int64_t i = 0; i < ts_tensor_numel(&dw1); i++) e2 = fmax(e2, fabs(((float *)dw2.data)[i] - ((float *)dw1.data)[i]));
+    ts_ok(rc == 0 && e < 1e-6 && e2 < 1e-4, "conv3d over [a (%d), b (%d)] -> %d = concat + conv3d: max rel diff %.1e (in place %.1e)",
+          ca, cb, OC, e, e2);
+    ts_tensor *all[] = {&a, &b, &cat, &w, &bias, &y1, &y2, &dy, &dcat, &da1, &db1, &da2, &db2, &dw1, &dw2, &dbi1, &dbi2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* max-pool with ties and NaNs, 20 channels (vector and scalar paths), against a naive scan */
 static void test_pool_ties(void)
 {
@@ -630,6 +668,10 @@ int main(void)
     test_convt_vs_ref(1, 4, 5, 7, 2, 2);
     test_convt_vs_ref(1, 3, 3, 4, 3, 2);
     test_convt_vs_ref(1, 3, 64, 40, 2, 2);
+    test_conv_cat(16, 16, 16);
+    test_conv_cat(32, 32, 32);
+    test_conv_cat(4, 8, 6);
+    test_conv_cat(20, 12, 16);
     /* finite differences */
     fd_conv(3, 4, 4, 3, 1, 1);
     fd_conv(3, 2, 5, 3, 2, 1);
