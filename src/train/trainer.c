@@ -19,6 +19,7 @@
 #include "src/parallel/grid.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
+#include "src/train/step.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -60,16 +61,12 @@ typedef struct trainer {
     ts_dataset *ds;      /* used by the loader's thread only */
     ts_dataset *eval_ds; /* a second handle for evaluation */
     ts_loader *loader;
-    ts_dp *dp;
+    ts_stepper *stepper;
     ts_run run;
     ts_unet_cfg ucfg;
     int batch, accum, sync_bn, have_data, rank, nranks;
     int64_t total_steps, step, epoch_steps;
     int64_t *val, nval, *trn, ntrn;
-    /* gradient readiness for the bucket reducer */
-    unsigned char *final;  /* per arena tensor */
-    int frontier;          /* tensors [frontier, n) are all final */
-    int hook_err;
     /* synthetic data when data.path is unset */
     float *syn_img;
     uint8_t *syn_lab;
@@ -77,32 +74,6 @@ typedef struct trainer {
     double phase[TS_PH_COUNT];
     int64_t samples_done;
 } trainer;
-
-/* ---- gradient hook: called by backward as parameter gradients become final ---- */
-static void grad_ready(void *ctx, int i)
-{
-    trainer *t = ctx;
-    if (t->hook_err || !t->final) return;
-    t->final[i] = 1;
-    ts_arena *a = t->arena;
-    int f = t->frontier;
-    while (f > 0 && (t->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
-    if (f == t->frontier) return;
-    t->frontier = f;
-    /* the lowest offset among the (final) parameters at or after the
-     * frontier; buffers have offsets in another region and do not count */
-    size_t lo = a->nparam;
-    for (int j = f; j < a->n; j++)
-        if (a->p[j].kind == TS_PARAM && a->p[j].offset < lo) lo = a->p[j].offset;
-    t->hook_err = ts_dp_ready(t->dp, lo);
-}
-
-/* ---- synchronised batch norm: per-channel sums over the group ---- */
-static int norm_sync(void *ctx, double *buf, int n)
-{
-    trainer *t = ctx;
-    return ts_coll_allreduce(t->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, TS_OP_SUM);
-}
 
 /* averages the batch-norm buffers over the group (replicas then evaluate
  * and checkpoint the same model, as DDP's buffer broadcast does) */
@@ -332,7 +303,6 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
     TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->ucfg.patch[0], (int)t->ucfg.patch[1], (int)t->ucfg.patch[2]));
-    if (t->sync_bn && t->nranks > 1) ts_unet_set_norm_sync(t->model, norm_sync, t);
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
@@ -425,14 +395,10 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                    t->nval ? "" : " (evaluation uses the training volumes)");
     else
         ts_run_say(&t->run, "data: none (data.path unset): random images and labels of the configured patch");
-    /* gradient buckets */
+    /* the step: gradient buckets during backward, synchronised batch norm */
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
-    size_t bf = (size_t)(bmb * 1e6 / sizeof(float));
-    TS_CHECK(ts_dp_create(t->coll, t->arena->grads, t->arena->nparam, bf ? bf : 16, &t->dp));
-    t->final = calloc((size_t)t->arena->n, 1);
-    if (!t->final) TS_FAIL(TS_ERR_NOMEM, "gradient flags");
-    ts_unet_set_grad_hook(t->model, grad_ready, t);
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, &t->stepper));
     TS_CHECK(resume(t));
 cleanup:
     return err;
@@ -441,14 +407,13 @@ cleanup:
 static void teardown(trainer *t)
 {
     ts_run_close(&t->run);
-    ts_dp_destroy(&t->dp);
+    ts_stepper_destroy(&t->stepper);
     ts_loader_destroy(&t->loader);
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
     ts_coll_destroy(&t->coll);
     ts_grid_destroy(&t->grid);
-    free(t->final);
     free(t->trn);
     free(t->val);
     free(t->syn_img);
@@ -459,40 +424,21 @@ static void teardown(trainer *t)
 static int train_step(trainer *t, double *loss_out)
 {
     double loss_sum = 0;
-    ts_arena_zero_grad(t->arena);
+    const ts_step_times *st = ts_stepper_times(t->stepper);
+    double f0 = st->forward, b0 = st->backward, e0 = st->comm_exposed, c0 = st->comm_total, o0 = st->optimizer;
     for (int a = 0; a < t->accum; a++) {
         ts_tensor img, lab;
         double loss;
         TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
-        double t0 = ts_time_now();
-        TS_TRY(ts_unet_forward(t->model, &img, 1));
-        TS_TRY(ts_unet_loss(t->model, &lab, 1, &loss));
-        double t1 = ts_time_now();
-        t->phase[TS_PH_FORWARD] += t1 - t0;
-        int last = a == t->accum - 1;
-        if (last) { /* buckets go out as backward finishes them */
-            ts_dp_begin(t->dp);
-            memset(t->final, 0, (size_t)t->arena->n);
-            t->frontier = t->arena->n;
-            t->hook_err = 0;
-        }
-        ts_unet_set_grad_hook(t->model, last ? grad_ready : NULL, t);
-        TS_TRY(ts_unet_backward(t->model));
-        TS_TRY(t->hook_err);
-        t->phase[TS_PH_BACKWARD] += ts_time_now() - t1;
+        TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
         loss_sum += loss;
     }
-    if (t->accum > 1) { /* gradients summed over micro-batches: average them */
-        float s = 1.0f / (float)t->accum, *g = t->arena->grads;
-        for (size_t i = 0; i < t->arena->nparam; i++) g[i] *= s;
-    }
-    ts_dp_stats st = {0, 0, 0};
-    TS_TRY(ts_dp_finish(t->dp, &st));
-    t->phase[TS_PH_COMM_EXPOSED] += st.exposed_s;
-    t->phase[TS_PH_COMM_TOTAL] += st.comm_s;
-    double t2 = ts_time_now();
-    TS_TRY(ts_optim_step(&t->opt, t->arena, NULL, NULL));
-    t->phase[TS_PH_OPTIM] += ts_time_now() - t2;
+    TS_TRY(ts_stepper_update(t->stepper, t->accum));
+    t->phase[TS_PH_FORWARD] += st->forward - f0;
+    t->phase[TS_PH_BACKWARD] += st->backward - b0;
+    t->phase[TS_PH_COMM_EXPOSED] += st->comm_exposed - e0;
+    t->phase[TS_PH_COMM_TOTAL] += st->comm_total - c0;
+    t->phase[TS_PH_OPTIM] += st->optimizer - o0;
     *loss_out = loss_sum / t->accum;
     return 0;
 }
@@ -564,7 +510,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name)
         snprintf(extra, sizeof extra,
                  "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
                  "\"comm_hidden_s\": %.6f",
-                 (long long)per_step, t.nranks, ts_dp_buckets(t.dp), t.sync_bn ? "true" : "false",
+                 (long long)per_step, t.nranks, ts_stepper_buckets(t.stepper), t.sync_bn ? "true" : "false",
                  t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED] > 0
                      ? t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED]
                      : 0);

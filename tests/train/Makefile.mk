@@ -1,6 +1,6 @@
-# tests/train: trainer pieces
+# tests/train: trainer pieces, and tessera train / infer end to end
 check_PROGRAMS += tests/train/test_window tests/train/test_ckpt
 tests_train_test_window_LDADD = $(TS_LIBS)
 tests_train_test_ckpt_LDADD = $(TS_LIBS)
-TESTS += tests/train/test_window tests/train/ckpt_np2.sh
-EXTRA_DIST += tests/train/ckpt_np2.sh
+TESTS += tests/train/test_window tests/train/ckpt_np2.sh tests/train/train.sh
+EXTRA_DIST += tests/train/ckpt_np2.sh tests/train/train.sh

@@ -53,6 +53,18 @@ assert len(res) > 10 and max(res) <= 1e-4"
 else
     ts_skip "2 ranks x batch 1 vs 1 rank x batch 2" "no python3 with h5py"
 fi
+ts_step "with train.accum=2: 2 ranks x batch 1 and 1 rank x batch 2" sh -c "
+    $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc2' train.accum=2 >/dev/null &&
+    $MPIEXEC -n 1 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc1' train.accum=2 train.batch=2 >/dev/null"
+if [ -n "$TS_PY" ]; then
+    ts_step "accumulated steps agree too (max relative error <= 1e-4)" "$TS_PY" -c "
+import h5py, numpy as np
+a, b = h5py.File('$d/acc2/ckpt/step-3/state.h5'), h5py.File('$d/acc1/ckpt/step-3/state.h5')
+res = []
+a['params'].visititems(lambda n, o: res.append(np.abs(np.asarray(o, float) - np.asarray(b['params/' + n], float)).max()
+    / max(np.abs(np.asarray(b['params/' + n], float)).max(), 1e-30)) if isinstance(o, h5py.Dataset) and o.dtype.kind == 'f' else None)
+print(len(res), 'tensors, max relative error', max(res)); assert len(res) > 10 and max(res) <= 1e-4"
+fi
 ts_check "perf.json: gradient buckets reduced on the progress thread (comm_total > 0)" \
     grep -q '"comm_total": {"min": [0-9.]*[1-9]' "$d/a/perf.json"
 
