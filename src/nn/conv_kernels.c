@@ -311,14 +311,23 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
     float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
     float *gpads = slabs + slab_n * nt, *dws = gpads + gpad_n * nt;
+    /* with more threads than chunks, a chunk's taps are split into G groups
+     * of (kd, kh) pairs: work units (chunk, group) write disjoint parts of
+     * the chunk's sums, so the summation order stays the same */
+    int G = 1;
+    if (nch < 2 * nt) G = nch * k < 2 * nt ? k * k : k;
+    const long units = nch * G;
 #pragma omp parallel
     {
         const int tid = thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
 #pragma omp for schedule(dynamic, 1)
-        for (long ch = 0; ch < nch; ch++) {
+        for (long u = 0; u < units; u++) {
+            const long ch = u / G;
+            const int grp = (int)(u % G), pairs = k * k / G, p0 = grp * pairs; /* (kd, kh) pairs p0 .. p0+pairs-1 */
+            const size_t tap_n = (size_t)g->C * ocp * k;                    /* floats of one (kd, kh) pair */
             float *dw = dws + dw_n * ch;
-            memset(dw, 0, dw_n * sizeof(float));
+            memset(dw + tap_n * p0, 0, tap_n * pairs * sizeof(float));
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
                 const int n = (int)(it / ((long)npb * nhb)), od = (int)(it / nhb % npb) * P, oh0 = (int)(it % nhb) * hb;
                 const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
@@ -334,21 +343,21 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
                     ldg = ocp;
                 }
                 wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
-                if (k3s1 && ocp == 16) { /* 3x3x3 stride 1, one output vector: the three kw taps together */
-                    for (int kd = 0; kd < 3; kd++)
-                        for (int kh = 0; kh < 3; kh++) wk3_run_1(&a, kd, kh, 0);
-                    continue;
+                for (int pr = p0; pr < p0 + pairs; pr++) {
+                    const int kd = pr / k, kh = pr % k;
+                    if (k3s1 && ocp == 16) { /* 3x3x3 stride 1, one output vector: the three kw taps together */
+                        wk3_run_1(&a, kd, kh, 0);
+                        continue;
+                    }
+                    for (int kw = 0; kw < k; kw++)
+                        for (int oc0 = 0; oc0 < ocp;) {
+                            const int nv = nv_for(ocp - oc0);
+                            if (nv == 4) wg_run_4(&a, kd, kh, kw, oc0);
+                            else if (nv == 2) wg_run_2(&a, kd, kh, kw, oc0);
+                            else wg_run_1(&a, kd, kh, kw, oc0);
+                            oc0 += 16 * nv;
+                        }
                 }
-                for (int kd = 0; kd < k; kd++)
-                    for (int kh = 0; kh < k; kh++)
-                        for (int kw = 0; kw < k; kw++)
-                            for (int oc0 = 0; oc0 < ocp;) {
-                                const int nv = nv_for(ocp - oc0);
-                                if (nv == 4) wg_run_4(&a, kd, kh, kw, oc0);
-                                else if (nv == 2) wg_run_2(&a, kd, kh, kw, oc0);
-                                else wg_run_1(&a, kd, kh, kw, oc0);
-                                oc0 += 16 * nv;
-                            }
             }
         }
     }

@@ -87,6 +87,14 @@ int main(void)
     ts_ok(rc == 0 && same(&s1, &s2), "two training steps on the same input: bit-identical logits, loss, gradients");
     rc = step(m, &img, &lab, 1, 0, &s3);
     ts_ok(rc == 0 && same(&s1, &s3), "1 thread and 2 threads: bit-identical logits, loss (%.6f), gradients", s1.loss);
+    /* more threads than weight-gradient chunks: the taps are split among threads */
+    for (int nt = 5; nt <= 19; nt += 14) {
+        snap s5;
+        rc = step(m, &img, &lab, nt, 0, &s5);
+        ts_ok(rc == 0 && same(&s1, &s5), "%d threads: bit-identical logits, loss, gradients", nt);
+        free(s5.logits);
+        free(s5.grads);
+    }
     rc = step(m, &img, &lab, 2, 1, &s4);
     double e = 0, mx = 0;
     for (size_t i = 0; i < s1.ng; i++) {
