@@ -3,6 +3,7 @@
  * patch and batch, after warm-up; reports samples/s, voxels/s, step time,
  * per-phase times and the peak resident memory of the process. */
 #include "tsbuild.h"
+#include "collectives/coll.h"
 #include "src/cli/cli.h"
 #include "src/cli/engine.h"
 #include "src/core/error.h"
@@ -10,6 +11,7 @@
 #include "src/core/timer.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
+#include "src/train/step.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -30,7 +32,11 @@ static void help(void)
            "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
-           "batch, patch. --profile adds the time per kind of layer. Runs on one rank.\n");
+           "batch, patch. --profile adds the time per kind of layer.\n"
+           "On N ranks (mpiexec -n N) every rank trains its own batch and the steps are data parallel exactly\n"
+           "as in `tessera train` (gradient buckets reduced while backward runs, parallel.bucket_mb,\n"
+           "model.sync_bn): samples/s counts all ranks' samples over the slowest rank's time (weak scaling),\n"
+           "and comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in total.\n");
 }
 
 static double cpu_now(void)
@@ -54,6 +60,8 @@ int ts_cli_bench_step(int argc, char **argv)
     char **over = calloc((size_t)argc + 1, sizeof *over);
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
+    ts_coll *coll = NULL;
+    ts_stepper *stepper = NULL;
     ts_tensor image = {0}, label = {0};
     cJSON *o = NULL;
     if (!over) TS_FAIL(TS_ERR_NOMEM, "arguments");
@@ -76,10 +84,8 @@ int ts_cli_bench_step(int argc, char **argv)
         else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
     }
     if (!cfgpath) TS_FAIL(TS_ERR_ARG, "bench step: no CONFIG given");
-    if (ts_cli_size() != 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "bench step runs on one rank in this version (got %d); multi-rank training steps "
-                                    "come with the parallel module", ts_cli_size());
-    TS_CHECK(ts_cli_engine_config(cfgpath, nover, over, &cfg));
+    TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
+    const int nranks = ts_cli_size(), rank = ts_cli_rank();
     ts_unet_cfg u;
     ts_optim opt = {0};
     int64_t batch, seed;
@@ -88,12 +94,22 @@ int ts_cli_bench_step(int argc, char **argv)
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_create(&u, ts_optim_state_count(&opt.cfg), &m));
+    {
+        ts_coll_opts co;
+        double bmb;
+        int sync;
+        TS_CHECK(ts_coll_opts_from_config(cfg, &co));
+        TS_CHECK(ts_coll_create(MPI_COMM_WORLD, &co, &coll));
+        TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
+        TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &sync));
+        TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, &stepper));
+    }
     TS_CHECK(ts_unet_init(m, (uint64_t)seed));
     TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, u.patch[0], u.patch[1], u.patch[2]}));
     TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, u.patch[0], u.patch[1], u.patch[2]}));
     {
         ts_rng r;
-        ts_rng_init(&r, (uint64_t)seed, 0, 1u << 20);
+        ts_rng_init(&r, (uint64_t)seed, (uint32_t)rank, 1u << 20);
         float *p = image.data;
         for (int64_t i = 0; i < ts_tensor_numel(&image); i++) p[i] = (float)ts_rng_normal(&r);
         uint8_t *q = label.data;
@@ -105,43 +121,57 @@ int ts_cli_bench_step(int argc, char **argv)
     ts_timer_reset(&tb);
     ts_timer_reset(&to);
     ts_timer_reset(&ts);
-    double loss = 0, best = 1e30, cpu = 0;
+    double loss = 0, best = 1e30, cpu = 0, ce = 0, ct = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
     for (int s = 0; s < warmup + steps; s++) {
         const int timed = s >= warmup;
         if (s == warmup) ts_unet_profile_reset(m);
         const double t0 = ts_time_now(), c0 = cpu_now();
-        ts_arena_zero_grad(ts_unet_arena(m));
-        TS_CHECK(ts_unet_forward(m, &image, 1));
-        TS_CHECK(ts_unet_loss(m, &label, 1, &loss));
-        const double t1 = ts_time_now();
-        TS_CHECK(ts_unet_backward(m));
-        const double t2 = ts_time_now();
-        TS_CHECK(ts_optim_step(&opt, ts_unet_arena(m), NULL, NULL));
+        const ts_step_times *pt = ts_stepper_times(stepper);
+        const double f0 = pt->forward, b0 = pt->backward, e0 = pt->comm_exposed, g0 = pt->comm_total, o0 = pt->optimizer;
+        TS_CHECK(ts_stepper_micro(stepper, &image, &label, 1, 1, &loss));
+        TS_CHECK(ts_stepper_update(stepper, 1));
         const double t3 = ts_time_now();
+        /* phases: forward+loss, backward, optimizer (the exposed communication is reported apart) */
+        const double t1 = t0 + (pt->forward - f0), t2 = t1 + (pt->backward - b0), t2o = t3 - (pt->optimizer - o0);
+        if (timed) {
+            ce += pt->comm_exposed - e0;
+            ct += pt->comm_total - g0;
+        }
         if (timed) {
             cpu += cpu_now() - c0;
             tf.total += t1 - t0;
             tb.total += t2 - t1;
-            to.total += t3 - t2;
+            to.total += t3 - t2o;
             ts.total += t3 - t0;
             if (t3 - t0 < best) best = t3 - t0;
         }
     }
-    const double step_s = ts.total / steps, sps = (double)batch / step_s;
+    /* weak scaling: all ranks' samples over the slowest rank's time */
+    double slowest = ts.total;
+    MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double step_s = slowest / steps, sps = (double)batch * nranks / step_s;
+    double rss_all = peak_rss_mb();
+    MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank != 0) goto cleanup;
     const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    const double rss = peak_rss_mb();
-    printf("bench step: %s, batch %lld, patch %lldx%lldx%lld, %d thread%s, %d steps after %d warm-up\n", cfgpath,
-           (long long)batch, (long long)u.patch[0], (long long)u.patch[1], (long long)u.patch[2], threads,
-           threads > 1 ? "s" : "", steps, warmup);
+    const double rss = rss_all; /* the largest over ranks */
+    printf("bench step: %s, %d rank%s x batch %lld, patch %lldx%lldx%lld, %d thread%s per rank, %d steps after %d warm-up\n",
+           cfgpath, nranks, nranks > 1 ? "s" : "", (long long)batch, (long long)u.patch[0], (long long)u.patch[1],
+           (long long)u.patch[2], threads, threads > 1 ? "s" : "", steps, warmup);
     printf("  samples/s %.3f   voxels/s %.4g   step %.1f ms (best %.1f)   forward+loss %.1f  backward %.1f  "
            "optimizer %.1f ms\n",
            sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
+    if (nranks > 1)
+        printf("  gradient communication per step: %.1f ms on the progress thread, %.1f ms not hidden by backward "
+               "(rank 0, %d bucket%s)\n",
+               ct / steps * 1e3, ce / steps * 1e3, ts_stepper_buckets(stepper), ts_stepper_buckets(stepper) > 1 ? "s" : "");
     if (profile) {
         const double *p = ts_unet_profile(m);
         printf("  per step:");
@@ -162,6 +192,8 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "backward_ms", tb.total / steps * 1e3);
         cJSON_AddNumberToObject(o, "optimizer_ms", to.total / steps * 1e3);
         cJSON_AddNumberToObject(o, "cpu_ms", cpu / steps * 1e3);
+        cJSON_AddNumberToObject(o, "comm_total_ms", ct / steps * 1e3);
+        cJSON_AddNumberToObject(o, "comm_exposed_ms", ce / steps * 1e3);
         cJSON_AddNumberToObject(o, "ranks", ts_cli_size());
         cJSON_AddNumberToObject(o, "threads", threads);
         cJSON_AddStringToObject(o, "config", cfgpath);
@@ -183,6 +215,8 @@ int ts_cli_bench_step(int argc, char **argv)
     }
 cleanup:
     cJSON_Delete(o);
+    ts_stepper_destroy(&stepper);
+    ts_coll_destroy(&coll);
     ts_tensor_free(&image);
     ts_tensor_free(&label);
     ts_unet_destroy(&m);
