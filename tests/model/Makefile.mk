@@ -9,4 +9,4 @@ TESTS += tests/model/test_optim
 tests_model_golden_compare_SOURCES = tests/model/golden_compare.c
 tests_model_golden_compare_LDADD = $(TS_LIBS)
 TESTS += tests/model/golden.sh tests/model/bad_input.sh
-EXTRA_DIST += tests/model/golden.sh tests/model/bad_input.sh tests/golden/make_golden.py tests/golden/cases.txt tests/golden/*.ini tests/golden/*.h5
+EXTRA_DIST += tests/model/golden.sh tests/model/bad_input.sh tests/golden
