@@ -65,10 +65,10 @@ ts_mpirun 2 "$TESSERA" bench coll --dtype uint8 --algo ring --max-bytes 64 >"$ou
 st=$?
 [ $st -ne 0 ] && [ "$(grep -c "error (rank [01]).*uint8 cannot be reduced" "$out")" -eq 2 ]
 ok $? "unsupported dtype for a forced algorithm: error on both ranks"
-ts_mpirun 2 "$TESSERA" train x.ini >"$out" 2>&1
+ts_mpirun 2 "$TESSERA" frobnicate >"$out" 2>&1
 st=$?
-[ $st -ne 0 ] && grep -q "not available yet" "$out"
-ok $? "a command that does not exist yet says so"
+[ $st -ne 0 ] && [ "$(grep -c "error (rank [01]).*unknown command 'frobnicate'" "$out")" -eq 2 ]
+ok $? "an unknown command: error on both ranks"
 ts_mpirun 1 "$TESSERA" --help >"$out" 2>&1 && grep -q "not available yet in this version" "$out"
 ok $? "--help lists what is not available yet"
 done_testing
