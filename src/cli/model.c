@@ -17,10 +17,9 @@
 
 int ts_cli_engine_config(const char *path, int nover, char **over, ts_config **out)
 {
-    static const ts_cfg_key *const tables[] = {ts_model_config_keys, ts_optim_config_keys, ts_coll_config_keys, NULL};
     int err = 0;
     ts_config *c = NULL;
-    TS_CHECK(ts_config_create(tables, &c));
+    TS_CHECK(ts_config_create(ts_cli_all_keys, &c)); /* any tessera config file works */
     if (path) TS_CHECK(ts_config_load_file(c, path));
     for (int i = 0; i < nover; i++) TS_CHECK(ts_config_set_arg(c, over[i]));
     *out = c;
