@@ -136,7 +136,7 @@ int ts_shm_exchange_sig(ts_shm *s, int parity, const ts_shm_sig *mine)
 /* Rounds when a small call is served by one copy-in of the whole buffer. */
 static size_t small_limit(const ts_shm *s, ts_dtype dt)
 {
-    size_t lim = s->p <= 2 ? (size_t)64 << 10 : (size_t)16 << 10;
+    size_t lim = s->p <= 2 ? (size_t)4 << 10 : (size_t)2 << 10; /* measured: blocks win above */
     if (lim > s->half) lim = s->half;
     return lim / ts_dtype_size(dt);
 }
