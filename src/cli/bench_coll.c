@@ -173,34 +173,6 @@ static double expected(size_t i, int p, ts_op op, ts_dtype dt, int half, int see
     return (double)s / p;
 }
 
-static double get_elem(const void *b, size_t i, ts_dtype dt)
-{
-    switch (dt) {
-    case TS_FLOAT32: return ((const float *)b)[i];
-    case TS_FLOAT64: return ((const double *)b)[i];
-    case TS_BFLOAT16: return ts_bf16_to_f32(((const uint16_t *)b)[i]);
-    case TS_FLOAT16: return ts_f16_to_f32(((const uint16_t *)b)[i]);
-    case TS_INT32: return ((const int32_t *)b)[i];
-    case TS_INT64: return (double)((const int64_t *)b)[i];
-    case TS_UINT8: return ((const uint8_t *)b)[i];
-    default: return NAN;
-    }
-}
-
-static void set_elem(void *b, size_t i, ts_dtype dt, double v)
-{
-    switch (dt) {
-    case TS_FLOAT32: ((float *)b)[i] = (float)v; break;
-    case TS_FLOAT64: ((double *)b)[i] = v; break;
-    case TS_BFLOAT16: ((uint16_t *)b)[i] = ts_f32_to_bf16((float)v); break;
-    case TS_FLOAT16: ((uint16_t *)b)[i] = ts_f32_to_f16((float)v); break;
-    case TS_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case TS_INT64: ((int64_t *)b)[i] = (int64_t)v; break;
-    case TS_UINT8: ((uint8_t *)b)[i] = (uint8_t)v; break;
-    default: break;
-    }
-}
-
 /* Fills this rank's input for a check run. For allgather only the own
  * block holds data (others get a poison value); for bcast only the root. */
 static void fill_host(const bench_opts *o, void *b, size_t n, int rank, int p, int seed)
@@ -216,7 +188,7 @@ static void fill_host(const bench_opts *o, void *b, size_t n, int rank, int p, i
             v = rank == o->root ? TS_CHECK_VALUE(i, 0, seed, half) : 99;
         else
             v = TS_CHECK_VALUE(i, rank, seed, half);
-        set_elem(b, i, o->dt, v);
+        ts_check_set(b, i, o->dt, v);
     }
 }
 
@@ -240,7 +212,7 @@ static size_t count_wrong(const bench_opts *o, const void *b, size_t n, int rank
         } else {
             want = expected(i, p, o->op, o->dt, half, seed);
         }
-        if (get_elem(b, i, o->dt) != want) wrong++;
+        if (ts_check_get(b, i, o->dt) != want) wrong++;
     }
     return wrong;
 }

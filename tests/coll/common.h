@@ -13,31 +13,8 @@
 
 static inline int tc_half(ts_dtype dt) { return dt == TS_BFLOAT16 || dt == TS_FLOAT16; }
 
-static inline double tc_get(const void *b, size_t i, ts_dtype dt)
-{
-    switch (dt) {
-    case TS_FLOAT32: return ((const float *)b)[i];
-    case TS_FLOAT64: return ((const double *)b)[i];
-    case TS_BFLOAT16: return ts_bf16_to_f32(((const uint16_t *)b)[i]);
-    case TS_FLOAT16: return ts_f16_to_f32(((const uint16_t *)b)[i]);
-    case TS_INT32: return ((const int32_t *)b)[i];
-    case TS_INT64: return (double)((const int64_t *)b)[i];
-    default: return ((const uint8_t *)b)[i];
-    }
-}
-
-static inline void tc_set(void *b, size_t i, ts_dtype dt, double v)
-{
-    switch (dt) {
-    case TS_FLOAT32: ((float *)b)[i] = (float)v; break;
-    case TS_FLOAT64: ((double *)b)[i] = v; break;
-    case TS_BFLOAT16: ((uint16_t *)b)[i] = ts_f32_to_bf16((float)v); break;
-    case TS_FLOAT16: ((uint16_t *)b)[i] = ts_f32_to_f16((float)v); break;
-    case TS_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case TS_INT64: ((int64_t *)b)[i] = (int64_t)v; break;
-    default: ((uint8_t *)b)[i] = (uint8_t)v; break;
-    }
-}
+#define tc_get ts_check_get
+#define tc_set ts_check_set
 
 static inline void tc_fill(void *b, size_t n, ts_dtype dt, int rank, int seed)
 {
