@@ -24,7 +24,10 @@ static const ts_cli_cmd commands[] = {
     {"infer", "sliding-window prediction of a NIfTI scan with a checkpoint; NIfTI mask out, Dice", ts_cli_infer},
 };
 /* listed in --help until they exist (see README) */
-static const char *const not_yet = "pipeline and spatial parallelism (parallel.pp, parallel.sp > 1)";
+static const char *const not_yet =
+    "pipeline and spatial parallelism (parallel.pp, parallel.sp > 1); PAPI counters in perf.json;\n"
+    "  Slurm/PBS job scripts and scaling reports; mixed precision; the GPU engine (the CUDA code builds,\n"
+    "  the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }
@@ -63,7 +66,7 @@ static void usage(FILE *f)
             "MPI-native training of 3D convolutional networks.\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nnot available yet in this version (see README.md): %s", not_yet);
+    fprintf(f, "\nnot available yet in this version (see README.md):\n  %s", not_yet);
     fprintf(f, "\n\n`tessera COMMAND --help` describes a command. Environment: TESSERA_LOG=error|warn|info|debug,\n"
                "TESSERA_COLL_ALLREDUCE=<algorithm>, TESSERA_COLL_TUNING=<file>, TESSERA_RANKS_PER_NODE=k.\n");
 }
