@@ -10,6 +10,7 @@
 #include "src/train/trainer.h"
 
 #include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,11 +44,21 @@ static void help(void)
            "Writes the run directory (run.dir, default runs/<config name>): config.ini, metrics.jsonl,\n"
            "perf.json and ckpt/step-<N>/; ckpt.resume=auto continues from the newest checkpoint there.\n"
            "Without data.path the model trains on random data of the configured patch (for timing).\n"
+           "SIGTERM or SIGUSR1 (e.g. `#SBATCH --signal=USR1@120`) on any rank: every rank finishes the step,\n"
+           "a checkpoint is written and the command exits with an error saying so; rerun it to resume.\n"
            "Not available yet in this version: pipeline (parallel.pp > 1) and spatial (parallel.sp > 1)\n"
            "parallelism.\n\nconfig keys:\n");
     ts_config *c = NULL;
     if (!ts_config_create(ts_cli_all_keys, &c)) ts_config_print_help(c, stdout);
     ts_config_destroy(&c);
+}
+
+/* set by SIGTERM / SIGUSR1: the trainer checkpoints and stops at the end of the step */
+static volatile sig_atomic_t stop_requested;
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
 }
 
 int ts_cli_train(int argc, char **argv)
@@ -78,7 +89,16 @@ int ts_cli_train(int argc, char **argv)
         if (dot && dot != name) *dot = '\0';
     }
     TS_CHECK(ts_cli_load_config(path, nover, over, MPI_COMM_WORLD, &cfg));
-    TS_CHECK(ts_train_run(cfg, MPI_COMM_WORLD, name));
+    struct sigaction sa, old_term, old_usr1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
+    err = ts_train_run(cfg, MPI_COMM_WORLD, name, &stop_requested);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    if (err) goto cleanup;
 cleanup:
     ts_config_destroy(&cfg);
     free(over);

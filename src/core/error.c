@@ -18,7 +18,7 @@ static const char *const err_names[TS_ERR_COUNT_] = {
     "ok", "bad argument", "config error", "I/O error", "bad file contents",
     "MPI error", "HDF5 error", "out of memory", "unsupported",
     "ranks disagree", "CUDA error", "failed on another rank", "non-finite value",
-    "internal error",
+    "internal error", "stopped",
 };
 
 void ts_err_set_rank(int rank) { err_rank = rank; }

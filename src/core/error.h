@@ -25,6 +25,7 @@ enum {
     TS_ERR_REMOTE,      /* another rank failed; its message is attached */
     TS_ERR_NUMERIC,     /* NaN/Inf where a finite value is required */
     TS_ERR_INTERNAL,    /* a broken invariant: a bug */
+    TS_ERR_STOPPED,     /* stopped on request (a signal) after saving what resumes it */
     TS_ERR_COUNT_
 };
 

@@ -443,7 +443,7 @@ static int train_step(trainer *t, double *loss_out)
     return 0;
 }
 
-int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name)
+int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatile sig_atomic_t *stop)
 {
     trainer t;
     int err = 0;
@@ -495,7 +495,16 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name)
                                     ts_optim_lr(&t.opt.cfg, t.step - 1), sps, dice, t.ucfg.classes, names));
             t_window = t_train0 = ts_time_now();
         }
-        if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps) TS_CHECK(save_ckpt(&t));
+        /* a stop request on any rank (preemption): checkpoint and leave together */
+        int stopping = stop && *stop ? 1 : 0;
+        if (stop) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &stopping, 1, MPI_INT, MPI_MAX, t.grid->world));
+        if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping) TS_CHECK(save_ckpt(&t));
+        if (stopping && t.step < t.total_steps) {
+            ts_run_say(&t.run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
+                       "again to continue", (long long)t.step, (long long)t.total_steps);
+            TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "
+                    "rerun the same command to resume", (long long)t.step, (long long)t.total_steps, t.run.dir);
+        }
     }
     train_s += ts_time_now() - t_train0;
     ts_run_progress(&t.run, t.step, 0, 0, 0);

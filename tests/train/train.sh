@@ -76,6 +76,25 @@ ts_step "resume: train.steps=5 continues from step-3" ts_mpirun 2 "$TESSERA" tra
     data.path="$d/syn4.h5" run.dir="$d/a" train.steps=5
 resumed=$(printf '%s\n' "$ts_out" | grep -c 'resumed from .*step-3 at step 3')
 ts_check "resumed at step 3, ended at 5" [ "$resumed" -eq 1 -a -d "$d/a/ckpt/step-5" ]
+# preemption: a signal to one rank stops every rank after a checkpoint
+( timeout 300 $MPIEXEC -n 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/sig" train.steps=1000000 \
+    train.log_every=1 >"$d/sig.log" 2>&1; echo "exit $?" >>"$d/sig.log" ) &
+n=0
+while [ ! -s "$d/sig/metrics.jsonl" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+victim=$(pgrep -f "run.dir=$d/sig" | tail -1)
+kill -USR1 "$victim" 2>/dev/null
+n=0
+while ! grep -q "^exit" "$d/sig.log" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+sed 's/^/# /' "$d/sig.log"
+stopped=$(grep -c "error (rank [01]): stopped by a signal at step" "$d/sig.log")
+ckpt=$(ls "$d/sig/ckpt" 2>/dev/null | sed -n 's/^step-//p' | head -1)
+failed=$(grep -c "^exit [1-9]" "$d/sig.log")
+ts_check "SIGUSR1 to one rank: both ranks checkpoint at the same step and exit with an error saying so" \
+    [ "$stopped" -eq 2 -a -n "$ckpt" -a "$failed" -eq 1 ]
+ts_step "rerunning resumes from the preemption checkpoint" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
+    data.path="$d/syn4.h5" run.dir="$d/sig" train.steps=$(( ${ckpt:-0} + 2 ))
+resumed=$(printf '%s\n' "$ts_out" | grep -c "resumed from .*step-$ckpt at step $ckpt")
+ts_check "resumed at the step where the signal came" [ "$resumed" -eq 1 ]
 ts_step "overlap: many small buckets while backward runs" \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/o" parallel.bucket_mb=0.002 \
     train.steps=4 model.channels=8,16
