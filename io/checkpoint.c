@@ -86,11 +86,45 @@ cleanup:
     return err;
 }
 
+/* writes all of buf to path and fsyncs it; errors name the file and errno */
+static int write_file(const char *path, const void *buf, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd < 0) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            close(fd);
+            return TS_ERR(TS_ERR_IO, "%s: write failed: %s", path, strerror(e));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return TS_ERR(TS_ERR_IO, "%s: fsync failed: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) return TS_ERR(TS_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The file is built in memory (HDF5's core driver, no backing store) and
+ * written out here: HDF5 never writes to the disk, so a full disk is one
+ * write() error, and no half-flushed HDF5 file stays open behind it. */
 static int write_state(const char *file, const ts_ckpt_item *items, int n, const ts_ckpt_meta *m)
 {
     int err = 0;
-    hid_t f = H5I_INVALID_HID, sp = H5I_INVALID_HID, ds = H5I_INVALID_HID;
-    f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = H5I_INVALID_HID, sp = H5I_INVALID_HID, ds = H5I_INVALID_HID, fapl = H5I_INVALID_HID;
+    void *image = NULL;
+    ssize_t size = 0;
+    fapl = H5Pcreate(H5P_FILE_ACCESS);
+    TS_H5M(fapl, "%s: file access properties", file);
+    TS_H5M(H5Pset_fapl_core(fapl, (size_t)1 << 24, 0), "%s: in-memory file driver", file);
+    f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     TS_H5M(f, "%s: cannot create", file);
     for (int i = 0; i < n; i++) {
         hsize_t dims[TS_MAX_DIMS];
@@ -101,7 +135,7 @@ static int write_state(const char *file, const ts_ckpt_item *items, int n, const
         ds = H5Dcreate2(f, items[i].name, h5type(items[i].t.dtype), sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         TS_H5M(ds, "%s: cannot create %s", file, items[i].name);
         TS_H5M(H5Dwrite(ds, h5type(items[i].t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, items[i].t.data),
-               "%s: cannot write %s (disk full?)", file, items[i].name);
+               "%s: cannot write %s", file, items[i].name);
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
         H5Sclose(sp);
@@ -118,11 +152,19 @@ static int write_state(const char *file, const ts_ckpt_item *items, int n, const
     if (!err && m->config) err = ts_h5_write_attr_str(g, "config", m->config);
     H5Gclose(g);
     if (err) goto cleanup;
-    TS_H5M(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush failed (disk full?)", file);
+    TS_H5M(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush", file);
+    size = H5Fget_file_image(f, NULL, 0);
+    TS_H5M(size, "%s: image size", file);
+    image = malloc((size_t)size);
+    if (!image) TS_FAIL(TS_ERR_NOMEM, "%s: %zd bytes", file, size);
+    TS_H5M(H5Fget_file_image(f, image, (size_t)size), "%s: image", file);
 cleanup:
     if (ds != H5I_INVALID_HID) H5Dclose(ds);
     if (sp != H5I_INVALID_HID) H5Sclose(sp);
-    if (f != H5I_INVALID_HID && H5Fclose(f) < 0 && !err) err = ts_h5_err(__FILE__, __LINE__, "%s: close failed (disk full?)", file);
+    if (f != H5I_INVALID_HID) H5Fclose(f); /* in memory: nothing to write */
+    if (fapl != H5I_INVALID_HID) H5Pclose(fapl);
+    if (!err) err = write_file(file, image, (size_t)size);
+    free(image);
     return err;
 }
 

@@ -8,7 +8,7 @@
 TESSERA="$TS_BUILDDIR/tessera"
 export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
 d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-train.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+trap 'umount "$d/small" 2>/dev/null; rm -rf "$d"' EXIT
 
 ts_step "synthetic dataset: 4 samples of 16^3, 3 classes" \
     ts_mpirun 2 "$TESSERA" synth --out "$d/syn4.h5" --count 4 --size 16 --classes 3 --seed 3
@@ -95,6 +95,19 @@ ts_step "rerunning resumes from the preemption checkpoint" ts_mpirun 2 "$TESSERA
     data.path="$d/syn4.h5" run.dir="$d/sig" train.steps=$(( ${ckpt:-0} + 2 ))
 resumed=$(printf '%s\n' "$ts_out" | grep -c "resumed from .*step-$ckpt at step $ckpt")
 ts_check "resumed at the step where the signal came" [ "$resumed" -eq 1 ]
+# a full disk while checkpointing: clear error on every rank, older checkpoint intact
+mkdir -p "$d/small"
+if mount -t tmpfs -o size=120k tmpfs "$d/small" 2>/dev/null; then
+    ts_step "a 120 KiB file system holds the step-2 checkpoint" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
+        data.path="$d/syn4.h5" run.dir="$d/small/run" train.steps=2
+    ts_fails_on_all "no room for the next checkpoint: error on both ranks" "No space left on device" 2 \
+        ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/small/run" train.steps=4
+    ts_check "step-2 is still complete and no temporary directory is left" \
+        [ -s "$d/small/run/ckpt/step-2/manifest.json" -a ! -e "$d/small/run/ckpt/.tmp-step-4" -a ! -e "$d/small/run/ckpt/step-4" ]
+    umount "$d/small"
+else
+    ts_skip "full disk while checkpointing" "cannot mount a small tmpfs here (not root or no CAP_SYS_ADMIN)"
+fi
 ts_step "overlap: many small buckets while backward runs" \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/o" parallel.bucket_mb=0.002 \
     train.steps=4 model.channels=8,16
