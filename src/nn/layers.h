@@ -44,6 +44,73 @@ int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tenso
 int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
                            const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
 
+/* ---- convolutions of one box of a spatially split volume ----
+ * A rank that holds the box of a larger volume convolves it (3x3x3, stride
+ * 1, padding 1) with one-voxel halos: the voxels just outside its box,
+ * which its neighbours hold. The box stays as it is ([N, D, H, W, C]); the
+ * halo lives apart, one face buffer per side of each split dim, each face
+ * including the halo's edges and corners (voxels outside the box along two
+ * or three dims). With e1 = on[1], e2 = on[2] (1 where H / W are split):
+ *   D faces (dim 0, planes id = -1 / D):  [N][H + 2 e1][W + 2 e2][C]
+ *                                          rows ih = -e1 .. H+e1-1, columns iw = -e2 .. W+e2-1
+ *   H faces (dim 1, rows ih = -1 / H):     [N][D][W + 2 e2][C]
+ *                                          id = 0 .. D-1, columns iw = -e2 .. W+e2-1
+ *   W faces (dim 2, columns iw = -1 / W):  [N][D][H][C]
+ * A NULL face reads as zeros (the global border: PyTorch's zero padding),
+ * and so must every face voxel that lies outside the global volume (a
+ * corner past the border). C is the convolution's input channels; for the
+ * concatenation [a, b] a face voxel holds a's channels then b's. */
+typedef struct ts_halo {
+    int on[3];            /* 1: the halo is given along dim d (D, H, W) */
+    float *lo[3], *hi[3]; /* faces (layouts above); NULL = zeros */
+} ts_halo;
+
+/* Floats of one face of dim d for a box of dhw = (D, H, W) with C channels and N samples. */
+static inline int64_t ts_halo_face_floats(const int64_t dhw[3], const int on[3], int d, int64_t N, int64_t C)
+{
+    const int64_t e1 = on[1] ? 2 : 0, e2 = on[2] ? 2 : 0;
+    const int64_t v = d == 0 ? (dhw[1] + e1) * (dhw[2] + e2) : d == 1 ? dhw[0] * (dhw[2] + e2) : dhw[0] * dhw[1];
+    return N * v * C;
+}
+
+/* Which output voxels a call computes, so that a caller can compute the
+ * interior while the halo is in flight: TS_CONV_ALL; TS_CONV_INTERIOR, the
+ * voxels whose 3x3x3 neighbourhood reads no face buffer (non-NULL face of
+ * h; a NULL face is zeros and always available); TS_CONV_BORDER, the rest.
+ * INTERIOR then BORDER computes every voxel once. */
+typedef enum { TS_CONV_ALL = 0, TS_CONV_INTERIOR, TS_CONV_BORDER } ts_conv_part;
+
+typedef struct ts_conv_split {
+    const ts_halo *halo;         /* the input's halo; NULL: zero padding as ts_conv3d_* */
+    ts_conv_part part;           /* forward only; backward computes all */
+    void (*progress)(void *ctx); /* may be NULL: called by one thread between work items
+                                  * (to progress messages in flight: MPI_Testall) */
+    void *progress_ctx;
+} ts_conv_split;
+
+/* 3x3x3, stride 1, padding 1 on a box with halo (s may be NULL: no halo).
+ * Same results as ts_conv3d_forward on the whole volume, restricted to the
+ * box (up to summation order). y must be fully written by the parts called. */
+int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_conv_split *s,
+                            ts_tensor *y);
+int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                                const ts_conv_split *s, ts_tensor *y);
+/* Backward on the box: xs is the forward input's halo (for dw: the weight
+ * gradient sums over the box's outputs, reading x's halo), dys the output
+ * gradient's halo (for dx: the input gradient of the box's voxels gathers dy
+ * over their neighbourhood, reading dy's halo). Either may be NULL (no
+ * halo). The weight gradient is the box's share: summing it over the ranks
+ * gives the whole volume's. Other arguments as ts_conv3d_backward /
+ * ts_conv3d_cat_backward (pad 1, stride 1). */
+int ts_conv3d_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_conv_split *xs, const ts_conv_split *dys,
+                             const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db);
+int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_conv_split *xs,
+                                 const ts_conv_split *dys, const ts_tensor *dy, ts_tensor *da, ts_tensor *db,
+                                 ts_tensor *dw, ts_tensor *dbias);
+/* (The progress hooks of xs and dys, where set, are called while the weight
+ * gradient is computed: a caller takes dw first with dy's halo in flight,
+ * waits for it, then takes dx.) */
+
 /* ---- transposed conv3d (PyTorch ConvTranspose3d, padding 0) ----
  * x [N, D, H, W, Cin], w [Cin, Cout, k, k, k], b [Cout] or NULL,
  * y [N, (D-1) stride + k, ..., Cout]. The U-Net uses k = stride = 2. */
@@ -71,9 +138,12 @@ typedef struct ts_norm_opts {
     int groups;     /* group norm only: groups dividing C */
     int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
                      * takes that output y and passes dy only where y > 0 */
-    /* batch norm only, may be NULL: sums n doubles over the ranks that share
-     * the statistics (synchronised batch norm); must be called in the same
-     * order on every rank of the group; returns 0 or an error */
+    /* may be NULL: sums n doubles over the ranks that share the statistics
+     * (batch norm: synchronised batch norm and/or the pieces of a spatially
+     * split batch; group and instance norm: the ranks holding pieces of the
+     * same samples); called in the same order on every rank of the group,
+     * returns 0 or an error. Parameter gradients (dgamma, dbeta) stay this
+     * rank's share; input gradients use the group's sums. */
     int (*sync)(void *ctx, double *buf, int n);
     void *sync_ctx;
 } ts_norm_opts;
@@ -123,6 +193,13 @@ typedef struct ts_loss_opts {
     int ignore_index;           /* -1: none */
     const float *class_weights; /* [K] or NULL */
     float dice_smooth;          /* soft Dice smoothing (1e-5) */
+    /* may be NULL: sums n doubles over the ranks holding pieces of the same
+     * samples (spatial parallelism), in the same order on every rank; the
+     * loss and the gradient are then those of the whole samples (the
+     * gradient restricted to this rank's voxels). A label error on one rank
+     * is agreed through the same sums: every rank fails. */
+    int (*sync)(void *ctx, double *buf, int n);
+    void *sync_ctx;
 } ts_loss_opts;
 int ts_softmax_ce_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss);
 /* dlogits += scale * dloss/dlogits (scale 1 for the plain loss). */
