@@ -67,6 +67,10 @@ int ts_coll_local_rank(const ts_coll *c);
 int ts_coll_node_index(const ts_coll *c);
 /* 1 when every node holds the same number of ranks */
 int ts_coll_equal_nodes(const ts_coll *c);
+/* Collective on comm: the node of this rank (nodes numbered by their lowest
+ * rank, TESSERA_RANKS_PER_NODE honoured as by ts_coll_create), the number
+ * of nodes, and this rank's place on its node. No ts_coll needed. */
+int ts_coll_node_info(MPI_Comm comm, int *node, int *nnodes, int *local_rank, int *local_size);
 
 /* Collective. recvbuf = op over ranks of sendbuf (or of recvbuf when sendbuf
  * is TS_IN_PLACE). count may be 0 or above INT_MAX. AVG divides the sum by

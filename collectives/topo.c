@@ -73,3 +73,15 @@ void ts_topo_free(ts_topo *t)
     if (t->peer_comm != MPI_COMM_NULL) MPI_Comm_free(&t->peer_comm);
     if (t->leader_comm != MPI_COMM_NULL) MPI_Comm_free(&t->leader_comm);
 }
+
+int ts_coll_node_info(MPI_Comm comm, int *node, int *nnodes, int *local_rank, int *local_size)
+{
+    ts_topo t;
+    TS_TRY(ts_topo_create(comm, &t));
+    *node = t.node;
+    *nnodes = t.nnodes;
+    *local_rank = t.local_rank;
+    *local_size = t.local_size;
+    ts_topo_free(&t);
+    return 0;
+}

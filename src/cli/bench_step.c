@@ -11,7 +11,11 @@
 #include "src/core/timer.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
+#include "src/parallel/grid.h"
+#include "src/parallel/spatial.h"
 #include "src/train/step.h"
+#include "src/train/synthetic.h"
+#include "src/train/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -33,10 +37,15 @@ static void help(void)
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
            "batch, patch. --profile adds the time per kind of layer.\n"
-           "On N ranks (mpiexec -n N) every rank trains its own batch and the steps are data parallel exactly\n"
-           "as in `tessera train` (gradient buckets reduced while backward runs, parallel.bucket_mb,\n"
-           "model.sync_bn): samples/s counts all ranks' samples over the slowest rank's time (weak scaling),\n"
-           "and comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in total.\n");
+           "On N ranks (mpiexec -n N) the steps run on the grid `tessera train` would use: parallel.dp\n"
+           "replicas x parallel.sp spatial pieces (parallel.sp_dims; pipeline stages, parallel.pp > 1, are\n"
+           "not available yet and are refused). Each replica trains its own batch, each spatial group splits\n"
+           "every sample's volume (halo exchange); gradient buckets are reduced while backward runs\n"
+           "(parallel.bucket_mb, model.sync_bn). samples/s counts all replicas' samples over the slowest\n"
+           "rank's time; comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in\n"
+           "total, halo_exposed_ms / halo_hidden_ms the halo exchange. The JSON also has grid {dp, pp, sp},\n"
+           "sp_dims, box, act_bytes (the model's activations, gradients and halo faces per rank, largest\n"
+           "over ranks), plan_mb (the memory plan of run.mem_limit_mb) and peak_rss_mb.\n");
 }
 
 static double cpu_now(void)
@@ -61,6 +70,8 @@ int ts_cli_bench_step(int argc, char **argv)
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
     ts_coll *coll = NULL;
+    ts_grid *grid = NULL;
+    ts_spatial *sp = NULL;
     ts_stepper *stepper = NULL;
     ts_tensor image = {0}, label = {0};
     cJSON *o = NULL;
@@ -88,34 +99,51 @@ int ts_cli_bench_step(int argc, char **argv)
     const int nranks = ts_cli_size(), rank = ts_cli_rank();
     ts_unet_cfg u;
     ts_optim opt = {0};
-    int64_t batch, seed;
+    int64_t batch, seed, dp, pp, spn, memlim;
+    int dims[3];
+    int64_t box_lo[3], box[3];
+    const char *spdims;
+    ts_mem_plan plan;
     TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
     TS_CHECK(ts_optim_cfg_from_config(cfg, &opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
+    /* the grid of `tessera train` */
+    TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &spn));
+    TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
+    TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &memlim));
+    if (pp > 1)
+        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet in this version "
+                                    "(use parallel.pp = 1)", (long long)pp);
+    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, (int)dp, 1, (int)spn, &grid));
+    TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
+    TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
+    TS_CHECK(ts_spatial_box(sp, u.patch, box_lo, box));
     TS_CHECK(ts_unet_create(&u, ts_optim_state_count(&opt.cfg), &m));
     {
         ts_coll_opts co;
         double bmb;
         int sync;
         TS_CHECK(ts_coll_opts_from_config(cfg, &co));
-        TS_CHECK(ts_coll_create(MPI_COMM_WORLD, &co, &coll));
+        TS_CHECK(ts_coll_create(grid->stage_comm, &co, &coll));
         TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
         TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &sync));
-        TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, &stepper));
+        TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, sp, &stepper));
     }
     TS_CHECK(ts_unet_init(m, (uint64_t)seed));
-    TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, u.patch[0], u.patch[1], u.patch[2]}));
-    TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, u.patch[0], u.patch[1], u.patch[2]}));
-    {
-        ts_rng r;
-        ts_rng_init(&r, (uint64_t)seed, (uint32_t)rank, 1u << 20);
-        float *p = image.data;
-        for (int64_t i = 0; i < ts_tensor_numel(&image); i++) p[i] = (float)ts_rng_normal(&r);
-        uint8_t *q = label.data;
-        for (int64_t i = 0; i < ts_tensor_numel(&label); i++) q[i] = (uint8_t)ts_rng_below(&r, (uint64_t)u.classes);
-    }
-    TS_CHECK(ts_unet_setup(m, (int)batch, (int)u.patch[0], (int)u.patch[1], (int)u.patch[2]));
+    TS_CHECK(ts_train_memory_plan(m, &u, (int)batch, u.in_channels, 0, box, &plan));
+    if (memlim > 0 && plan.total_mb > (double)memlim)
+        TS_FAIL(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations "
+                "and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` names a parallel.sp that fits",
+                (long long)memlim, plan.total_mb, plan.activations_mb, (long long)box[0], (long long)box[1],
+                (long long)box[2]);
+    TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, box[0], box[1], box[2]}));
+    TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]}));
+    ts_synthetic_batch((uint64_t)seed, grid->d, 0, (int)batch, u.in_channels, u.classes, u.patch, box_lo, box,
+                       image.data, label.data);
+    TS_CHECK(ts_unet_setup(m, (int)batch, (int)box[0], (int)box[1], (int)box[2]));
     ts_timer tf, tb, to, ts;
     ts_timer_reset(&tf);
     ts_timer_reset(&tb);
@@ -123,9 +151,13 @@ int ts_cli_bench_step(int argc, char **argv)
     ts_timer_reset(&ts);
     double loss = 0, best = 1e30, cpu = 0, ce = 0, ct = 0;
     MPI_Barrier(MPI_COMM_WORLD);
+    ts_spatial_stats halo0 = {0};
     for (int s = 0; s < warmup + steps; s++) {
         const int timed = s >= warmup;
-        if (s == warmup) ts_unet_profile_reset(m);
+        if (s == warmup) {
+            ts_unet_profile_reset(m);
+            ts_spatial_set_stats(sp, &halo0);
+        }
         const double t0 = ts_time_now(), c0 = cpu_now();
         const ts_step_times *pt = ts_stepper_times(stepper);
         const double f0 = pt->forward, b0 = pt->backward, e0 = pt->comm_exposed, g0 = pt->comm_total, o0 = pt->optimizer;
@@ -147,12 +179,15 @@ int ts_cli_bench_step(int argc, char **argv)
             if (t3 - t0 < best) best = t3 - t0;
         }
     }
-    /* weak scaling: all ranks' samples over the slowest rank's time */
+    /* all replicas' samples over the slowest rank's time (a spatial group shares its samples) */
     double slowest = ts.total;
     MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    const double step_s = slowest / steps, sps = (double)batch * nranks / step_s;
+    const double step_s = slowest / steps, sps = (double)batch * grid->dp / step_s;
     double rss_all = peak_rss_mb();
     MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const ts_spatial_stats *hs = ts_spatial_get_stats(sp);
+    double hv[4] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)ts_unet_activation_bytes(m)};
+    MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank != 0) goto cleanup;
     const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
     int threads = 1;
@@ -160,14 +195,19 @@ int ts_cli_bench_step(int argc, char **argv)
     threads = omp_get_max_threads();
 #endif
     const double rss = rss_all; /* the largest over ranks */
-    printf("bench step: %s, %d rank%s x batch %lld, patch %lldx%lldx%lld, %d thread%s per rank, %d steps after %d warm-up\n",
-           cfgpath, nranks, nranks > 1 ? "s" : "", (long long)batch, (long long)u.patch[0], (long long)u.patch[1],
+    printf("bench step: %s, %d rank%s = dp %d x pp 1 x sp %d (sp_dims %dx%dx%d, box %lldx%lldx%lld), batch %lld per "
+           "replica, patch %lldx%lldx%lld, %d thread%s per rank, %d steps after %d warm-up\n",
+           cfgpath, nranks, nranks > 1 ? "s" : "", grid->dp, grid->sp, dims[0], dims[1], dims[2], (long long)box[0],
+           (long long)box[1], (long long)box[2], (long long)batch, (long long)u.patch[0], (long long)u.patch[1],
            (long long)u.patch[2], threads, threads > 1 ? "s" : "", steps, warmup);
     printf("  samples/s %.3f   voxels/s %.4g   step %.1f ms (best %.1f)   forward+loss %.1f  backward %.1f  "
            "optimizer %.1f ms\n",
            sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
+    if (grid->sp > 1)
+        printf("  halo exchange per step: %.1f ms exposed, %.1f ms hidden by compute; spatial sums %.1f ms (largest "
+               "over ranks)\n", hv[0] / steps * 1e3, hv[1] / steps * 1e3, hv[2] / steps * 1e3);
     if (nranks > 1)
         printf("  gradient communication per step: %.1f ms on the progress thread, %.1f ms not hidden by backward "
                "(rank 0, %d bucket%s)\n",
@@ -178,10 +218,10 @@ int ts_cli_bench_step(int argc, char **argv)
         for (int k = 0; k < TS_PROF_COUNT; k++) printf("%s %s %.1f ms", k ? "," : "", ts_unet_prof_name(k), p[k] / steps * 1e3);
         printf("\n");
     }
-    printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB, arena %.1f MiB), loss %.4f\n", rss,
-           (double)ts_unet_activation_bytes(m) / 1048576.0,
+    printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB per rank at most, arena %.1f MiB; memory plan "
+           "%.0f MiB), loss %.4f\n", rss, hv[3] / 1048576.0,
            (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
-           loss);
+           plan.total_mb, loss);
     if (json) {
         o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "samples_per_s", sps);
@@ -195,6 +235,20 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "comm_total_ms", ct / steps * 1e3);
         cJSON_AddNumberToObject(o, "comm_exposed_ms", ce / steps * 1e3);
         cJSON_AddNumberToObject(o, "ranks", ts_cli_size());
+        cJSON *gr = cJSON_AddObjectToObject(o, "grid");
+        cJSON_AddNumberToObject(gr, "dp", grid->dp);
+        cJSON_AddNumberToObject(gr, "pp", grid->pp);
+        cJSON_AddNumberToObject(gr, "sp", grid->sp);
+        cJSON *sd = cJSON_AddArrayToObject(o, "sp_dims"), *bx = cJSON_AddArrayToObject(o, "box");
+        for (int i = 0; i < 3; i++) {
+            cJSON_AddItemToArray(sd, cJSON_CreateNumber(dims[i]));
+            cJSON_AddItemToArray(bx, cJSON_CreateNumber((double)box[i]));
+        }
+        cJSON_AddNumberToObject(o, "act_bytes", hv[3]);
+        cJSON_AddNumberToObject(o, "plan_mb", plan.total_mb);
+        cJSON_AddNumberToObject(o, "halo_exposed_ms", hv[0] / steps * 1e3);
+        cJSON_AddNumberToObject(o, "halo_hidden_ms", hv[1] / steps * 1e3);
+        cJSON_AddNumberToObject(o, "spatial_sums_ms", hv[2] / steps * 1e3);
         cJSON_AddNumberToObject(o, "threads", threads);
         cJSON_AddStringToObject(o, "config", cfgpath);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
@@ -217,6 +271,8 @@ cleanup:
     cJSON_Delete(o);
     ts_stepper_destroy(&stepper);
     ts_coll_destroy(&coll);
+    ts_spatial_destroy(&sp);
+    ts_grid_destroy(&grid);
     ts_tensor_free(&image);
     ts_tensor_free(&label);
     ts_unet_destroy(&m);

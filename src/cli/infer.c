@@ -16,7 +16,10 @@
 #include "src/core/error.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
+#include "src/parallel/grid.h"
+#include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
+#include "src/train/step.h"
 
 #include <nifti1.h>
 #include <stdlib.h>
@@ -32,7 +35,9 @@ static void help(void)
            "CONFIG and the parameters of a checkpoint: DIR is a checkpoint (ckpt/step-<N>), a checkpoint\n"
            "folder (the newest complete one is used) or a run directory. The scan is normalised as training\n"
            "patches are (data.norm, data.clip), cut into windows of data.patch with eval.overlap, predicted\n"
-           "with Gaussian weighting (windows split over the ranks) and written as uint8 NIfTI with the\n"
+           "with Gaussian weighting (windows split over the data-parallel replicas; with parallel.sp > 1\n"
+           "each window's volume split over a spatial group, parallel.sp_dims, as in training) and written\n"
+           "as uint8 NIfTI with the\n"
            "input's dimensions, voxel sizes and sform/qform. label= adds per-class Dice against a reference\n"
            "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
@@ -66,7 +71,9 @@ int ts_cli_infer(int argc, char **argv)
     char **over = NULL, ck[4096] = "", state[4200];
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
-    ts_coll *coll = NULL;
+    ts_coll *coll = NULL, *all = NULL;
+    ts_grid *grid = NULL;
+    ts_spatial *sp = NULL;
     ts_nifti *img = NULL, *ref = NULL;
     ts_labelmap *map = NULL;
     ts_dataset *ds = NULL;
@@ -178,11 +185,25 @@ int ts_cli_infer(int argc, char **argv)
         po.clip_lo = po.clip_hi = -1;
         ts_patch_normalize(vol, C, nv, &po, mean, sd, pct, ts_dataset_mean(ds), ts_dataset_std(ds));
     }
-    /* predict */
-    TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &coll));
-    int64_t batch;
+    /* predict: windows over the replicas, each window's volume over a spatial group */
+    int64_t batch, spn, pp;
+    const char *spdims;
+    int dims[3];
+    ts_eval_split es;
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
-    TS_CHECK(ts_eval_predict(m, coll, vol, dhw, overlap, (int)batch, pred, NULL));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &spn));
+    TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
+    TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
+    if (pp > 1) TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet", (long long)pp);
+    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, 0, 1, (int)spn, &grid));
+    TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
+    TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
+    TS_CHECK(ts_spatial_box(sp, u.patch, es.box_lo, es.box_size));
+    TS_CHECK(ts_coll_create(grid->dp_comm, NULL, &coll));
+    TS_CHECK(ts_coll_create(grid->world, NULL, &all));
+    es.all = all;
+    ts_stepper_split_model(m, sp);
+    TS_CHECK(ts_eval_predict(m, coll, spn > 1 ? &es : NULL, vol, dhw, overlap, (int)batch, pred, NULL));
     if (f > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(pred, fine, f, full);
         uint8_t *t = pred;
@@ -254,6 +275,9 @@ int ts_cli_infer(int argc, char **argv)
 cleanup:
     ts_dataset_close(&ds);
     ts_coll_destroy(&coll);
+    ts_coll_destroy(&all);
+    ts_spatial_destroy(&sp);
+    ts_grid_destroy(&grid);
     ts_unet_destroy(&m);
     ts_nifti_free(&img);
     ts_nifti_free(&ref);

@@ -23,8 +23,9 @@
 
 typedef struct block {
     int cw[2], cb[2], nw[2], nb[2], rm[2], rv[2], nbt[2]; /* arena indices, -1 if absent */
-    int cin, cout;
+    int cin, cout, level;
     ts_tensor y[2], a[2], smean[2], sinv[2];
+    ts_halo xh[2]; /* split: conv i's input halo (kept for its weight gradient) */
 } block;
 
 struct ts_unet {
@@ -42,6 +43,13 @@ struct ts_unet {
     void *grad_ctx;
     int (*norm_sync)(void *ctx, double *buf, int n); /* synchronised batch norm */
     void *norm_ctx;
+    int split_on;        /* a spatial split is set */
+    ts_unet_split split;
+    ts_halo gh[L_MAX];   /* split: a conv output gradient's halo per level (channels[l]) */
+    size_t halo_bytes;
+    float loss_scale;
+    int dry;           /* setup only counts bytes (ts_unet_plan_bytes) */
+    size_t dry_bytes;
 };
 
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
@@ -55,6 +63,19 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
     m->norm_sync = fn;
     m->norm_ctx = ctx;
 }
+
+static void free_acts(ts_unet *m);
+
+void ts_unet_set_split(ts_unet *m, const ts_unet_split *s)
+{
+    free_acts(m);
+    m->split_on = s != NULL;
+    if (s) m->split = *s;
+    else memset(&m->split, 0, sizeof m->split);
+}
+
+void ts_unet_set_loss_scale(ts_unet *m, float f) { m->loss_scale = f; }
+size_t ts_unet_halo_bytes(const ts_unet *m) { return m->halo_bytes; }
 
 /* tells the hook that the gradients of arena entries a and b are final */
 static void ready2(const ts_unet *m, int a, int b)
@@ -76,7 +97,7 @@ const char *ts_unet_prof_name(int kind)
 {
     static const char *const n[TS_PROF_COUNT] = {"conv forward", "conv weight grad", "conv input grad",
                                                  "transposed conv", "norm+relu", "max-pool", "loss",
-                                                 "other"};
+                                                 "halo exchange", "other"};
     return kind >= 0 && kind < TS_PROF_COUNT ? n[kind] : "?";
 }
 const double *ts_unet_profile(const ts_unet *m) { return m->prof; }
@@ -93,11 +114,12 @@ static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, in
     return 0;
 }
 
-static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout)
+static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level)
 {
     char name[TS_PARAM_NAME_MAX];
     b->cin = cin;
     b->cout = cout;
+    b->level = level;
     for (int i = 0; i < 2; i++) {
         const int ci = i ? cout : cin;
         const float bound = (float)(1.0 / sqrt((double)ci * 27));
@@ -129,13 +151,14 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     ts_unet *m = TS_CALLOC(1, sizeof *m);
     if (!m) return TS_ERR_NOMEM;
     m->cfg = *cfg;
+    m->loss_scale = 1.0f;
     const int L = cfg->levels;
     char name[TS_PARAM_NAME_MAX];
     if (L < 1 || L > L_MAX) TS_FAIL(TS_ERR_ARG, "unet: %d levels (1..%d)", L, L_MAX);
     TS_CHECK(ts_arena_create(&m->arena));
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "enc%d", l);
-        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l]));
+        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l));
     }
     for (int l = L - 2; l >= 0; l--) {
         const int cin = cfg->channels[l + 1], cout = cfg->channels[l];
@@ -145,7 +168,7 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
         snprintf(name, sizeof name, "up%d.bias", l);
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &m->upb[l]));
         snprintf(name, sizeof name, "dec%d", l);
-        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout));
+        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l));
     }
     {
         const float bound = (float)(1.0 / sqrt((double)cfg->channels[0]));
@@ -162,9 +185,51 @@ cleanup:
     return err;
 }
 
+static void halo_free(ts_halo *h)
+{
+    for (int d = 0; d < 3; d++) {
+        free(h->lo[d]);
+        free(h->hi[d]);
+    }
+    memset(h, 0, sizeof *h);
+}
+
+/* face buffers (zeroed) where the split has neighbours, for a box of n x dhw with C channels */
+static int halo_alloc(ts_unet *m, ts_halo *h, int64_t n, const int64_t dhw[3], int C)
+{
+    if (!m->split_on) return 0;
+    if (!m->dry) {
+        memset(h, 0, sizeof *h);
+        memcpy(h->on, m->split.on, sizeof h->on);
+    }
+    for (int d = 0; d < 3; d++)
+        for (int side = 0; side < 2; side++) {
+            if (!m->split.nbr[d][side]) continue;
+            const size_t floats = (size_t)ts_halo_face_floats(dhw, m->split.on, d, n, C);
+            if (m->dry) {
+                m->dry_bytes += floats * sizeof(float);
+                continue;
+            }
+            float *f = TS_CALLOC(floats ? floats : 1, sizeof(float));
+            if (!f) return TS_ERR(TS_ERR_NOMEM, "halo faces");
+            if (side) h->hi[d] = f;
+            else h->lo[d] = f;
+            m->halo_bytes += floats * sizeof(float);
+        }
+    return 0;
+}
+
 static void free_acts(ts_unet *m)
 {
     ts_tensor_free(&m->x);
+    for (int l = 0; l < L_MAX; l++) {
+        halo_free(&m->gh[l]);
+        for (int i = 0; i < 2; i++) {
+            halo_free(&m->enc[l].xh[i]);
+            halo_free(&m->dec[l].xh[i]);
+        }
+    }
+    m->halo_bytes = 0;
     ts_tensor_free(&m->logits);
     ts_tensor_free(&m->dlogits);
     for (int l = 0; l < L_MAX; l++) {
@@ -217,19 +282,31 @@ int ts_unet_init(ts_unet *m, uint64_t seed)
     return 0;
 }
 
-static int alloc5(ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, int64_t h, int64_t w, int64_t c)
+/* allocates t, or with m->dry only counts its bytes */
+static int talloc(ts_unet *m, ts_tensor *t, ts_dtype dt, int nd, const int64_t *shape)
 {
-    return ts_tensor_alloc(t, dt, 5, (const int64_t[]){n, d, h, w, c});
+    if (!m->dry) return ts_tensor_alloc(t, dt, nd, shape);
+    size_t b = ts_dtype_size(dt);
+    for (int i = 0; i < nd; i++) b *= (size_t)shape[i];
+    m->dry_bytes += b;
+    return 0;
+}
+
+static int alloc5(ts_unet *m, ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, int64_t h, int64_t w, int64_t c)
+{
+    return talloc(m, t, dt, 5, (const int64_t[]){n, d, h, w, c});
 }
 
 static int alloc_block(ts_unet *m, block *b, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? b->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * b->cout;
+    const int64_t dhw[3] = {d, h, w};
     for (int i = 0; i < 2; i++) {
-        TS_TRY(alloc5(&b->y[i], TS_FLOAT32, n, d, h, w, b->cout));
-        TS_TRY(alloc5(&b->a[i], TS_FLOAT32, n, d, h, w, b->cout));
-        TS_TRY(ts_tensor_alloc(&b->smean[i], TS_FLOAT32, 1, &ns));
-        TS_TRY(ts_tensor_alloc(&b->sinv[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(alloc5(m, &b->y[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(alloc5(m, &b->a[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(talloc(m, &b->smean[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(talloc(m, &b->sinv[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(halo_alloc(m, &b->xh[i], n, dhw, i ? b->cout : b->cin));
     }
     return 0;
 }
@@ -237,42 +314,57 @@ static int alloc_block(ts_unet *m, block *b, int64_t n, int64_t d, int64_t h, in
 int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
 {
     int err = 0;
-    if (m->n == n && m->d == d && m->h == h && m->w == w) return 0;
-    free_acts(m);
+    if (m->dry) {
+        m->dry_bytes = 0;
+    } else {
+        if (m->n == n && m->d == d && m->h == h && m->w == w) return 0;
+        free_acts(m);
+    }
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
     TS_CHECK(ts_unet_check_input(c, (const int64_t[]){d, h, w}, "input"));
     if (n < 1) TS_FAIL(TS_ERR_ARG, "unet: batch of %d samples", n);
-    TS_CHECK(alloc5(&m->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+    TS_CHECK(alloc5(m, &m->x, TS_FLOAT32, n, d, h, w, c->in_channels));
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
         TS_CHECK(alloc_block(m, &m->enc[l], n, dl, hl, wl));
-        TS_CHECK(alloc5(&m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        TS_CHECK(alloc5(m, &m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         if (l > 0) {
-            TS_CHECK(alloc5(&m->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
-            TS_CHECK(alloc5(&m->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
+            TS_CHECK(alloc5(m, &m->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
+            TS_CHECK(alloc5(m, &m->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
         }
+        TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
         if (l < L - 1) {
             TS_CHECK(alloc_block(m, &m->dec[l], n, dl, hl, wl));
-            TS_CHECK(alloc5(&m->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-            TS_CHECK(alloc5(&m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            TS_CHECK(alloc5(m, &m->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         }
     }
-    TS_CHECK(alloc5(&m->logits, TS_FLOAT32, n, d, h, w, c->classes));
-    TS_CHECK(alloc5(&m->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
+    TS_CHECK(alloc5(m, &m->logits, TS_FLOAT32, n, d, h, w, c->classes));
+    TS_CHECK(alloc5(m, &m->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
+    if (m->dry) return 0;
     m->n = n;
     m->d = d;
     m->h = h;
     m->w = w;
     return 0;
 cleanup:
-    free_acts(m);
+    if (!m->dry) free_acts(m);
+    return err;
+}
+
+int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes)
+{
+    m->dry = 1;
+    int err = ts_unet_setup(m, n, d, h, w);
+    m->dry = 0;
+    *bytes = m->dry_bytes;
     return err;
 }
 
 size_t ts_unet_activation_bytes(const ts_unet *m)
 {
-    size_t s = ts_tensor_bytes(&m->x) + ts_tensor_bytes(&m->logits) + ts_tensor_bytes(&m->dlogits);
+    size_t s = m->halo_bytes + ts_tensor_bytes(&m->x) + ts_tensor_bytes(&m->logits) + ts_tensor_bytes(&m->dlogits);
     for (int l = 0; l < L_MAX; l++) {
         s += ts_tensor_bytes(&m->pool[l]) + ts_tensor_bytes(&m->pidx[l]) + ts_tensor_bytes(&m->up[l]) +
              ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
@@ -294,7 +386,63 @@ static ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i);
 /* norms with the ReLU that follows them fused */
 static ts_norm_opts norm_opts(const ts_unet *m)
 {
-    return (ts_norm_opts){m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1, m->norm_sync, m->norm_ctx};
+    ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1, NULL, NULL};
+    if (m->cfg.norm == TS_NORM_BATCH && m->norm_sync) {
+        o.sync = m->norm_sync;
+        o.sync_ctx = m->norm_ctx;
+    } else if (m->split_on) { /* the statistics of a sample are those of all its boxes */
+        o.sync = m->split.sum;
+        o.sync_ctx = m->split.ctx;
+    }
+    return o;
+}
+
+static void halo_progress(void *ctx)
+{
+    ts_unet *m = ctx;
+    m->split.halo_progress(m->split.ctx);
+}
+
+/* starts the exchange of [a, b]'s halo into h (split only) */
+static int halo_start(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const ts_halo *h)
+{
+    const double t0 = ts_time_now();
+    const int64_t dhw[3] = {a->shape[1], a->shape[2], a->shape[3]};
+    int rc = m->split.halo_start(m->split.ctx, a->data, (int)a->shape[4], b ? b->data : NULL, b ? (int)b->shape[4] : 0,
+                                 (int)a->shape[0], dhw, h);
+    m->prof[TS_PROF_HALO] += ts_time_now() - t0;
+    return rc;
+}
+
+static int halo_wait(ts_unet *m)
+{
+    const double t0 = ts_time_now();
+    int rc = m->split.halo_wait(m->split.ctx);
+    m->prof[TS_PROF_HALO] += ts_time_now() - t0;
+    return rc;
+}
+
+/* a 3x3x3 conv of the block (on [in, in2] when in2): with a split, the
+ * interior while the halo travels, then the border */
+static int conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
+                         const ts_tensor *bias, ts_tensor *y)
+{
+    if (!m->split_on) {
+        if (in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward(in, in2, w, bias, 1, 1, y));
+        else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, w, bias, 1, 1, y));
+        return 0;
+    }
+    TS_TRY(halo_start(m, in, in2, h));
+    ts_conv_split cs = {h, TS_CONV_INTERIOR, halo_progress, m};
+    for (int part = 0; part < 2; part++) {
+        if (part) {
+            TS_TRY(halo_wait(m));
+            cs.part = TS_CONV_BORDER;
+        }
+        if (in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward_split(in, in2, w, bias, &cs, y));
+        else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward_split(in, w, bias, &cs, y));
+    }
+    return 0;
 }
 
 /* in2 (decoder blocks): the block's input is the concatenation [in, in2] */
@@ -303,8 +451,7 @@ static int block_forward(ts_unet *m, block *b, const ts_tensor *in, const ts_ten
     const ts_norm_opts o = norm_opts(m);
     for (int i = 0; i < 2; i++) {
         ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        if (i == 0 && in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward(in, in2, &w, &bias, 1, 1, &b->y[0]));
-        else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(i ? &b->a[0] : in, &w, &bias, 1, 1, &b->y[i]));
+        TS_TRY(conv3_forward(m, &b->xh[i], i ? &b->a[0] : in, i ? NULL : in2, &w, &bias, &b->y[i]));
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
@@ -357,16 +504,21 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
     if (!m->n) return TS_ERR(TS_ERR_ARG, "unet: loss before forward");
     TS_TRY(ts_tensor_check_shape(labels, "labels", 4, (const int64_t[]){m->n, m->d, m->h, m->w}));
     if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
-    const ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f};
+    ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f, NULL, NULL};
+    if (m->split_on) { /* the loss of whole samples over their boxes */
+        o.sync = m->split.sum;
+        o.sync_ctx = m->split.ctx;
+    }
+    const float f = m->loss_scale;
     double total = 0, l, t0 = ts_time_now();
     if (with_grad) ts_tensor_zero(&m->dlogits);
     if (c->loss & TS_LOSS_CE) {
-        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&m->logits, labels, &o, 1.0f, &l, &m->dlogits));
+        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&m->logits, labels, &o, f, &l, &m->dlogits));
         else TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
         total += l;
     }
     if (c->loss & TS_LOSS_DICE) {
-        if (with_grad) TS_TRY(ts_dice_forward_backward(&m->logits, labels, &o, 1.0f, &l, &m->dlogits));
+        if (with_grad) TS_TRY(ts_dice_forward_backward(&m->logits, labels, &o, f, &l, &m->dlogits));
         else TS_TRY(ts_dice_forward(&m->logits, labels, &o, &l));
         total += l;
     }
@@ -377,6 +529,26 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
 }
 
 /* ----------------------------------------------------------- backward */
+
+/* Backward of conv i of block b on a split: dy (in y[i]) starts its halo
+ * exchange, the weight gradient is taken while it travels (it reads the
+ * input's halo kept from forward), then the input gradient (to dx, and dx2
+ * for the second part of a concatenated input; dx NULL: not needed). */
+static int conv3_backward_split(ts_unet *m, block *b, int i, ts_tensor *x, ts_tensor *x2, const ts_tensor *w,
+                                ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw, ts_tensor *db)
+{
+    ts_halo *gh = &m->gh[b->level];
+    const ts_conv_split xs = {&b->xh[i], TS_CONV_ALL, halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
+    if (dx) TS_TRY(halo_start(m, &b->y[i], NULL, gh));
+    if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &b->y[i], NULL, NULL, dw, db));
+    else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &b->y[i], NULL, dw, db));
+    ready2(m, b->cw[i], b->cb[i]);
+    if (!dx) return 0;
+    TS_TRY(halo_wait(m));
+    if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &b->y[i], dx, dx2, NULL, NULL));
+    else TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &b->y[i], dx, NULL, NULL));
+    return 0;
+}
 
 /* g holds d(a[1]) on entry and is used as scratch; the input gradient goes to dx (may be in, or NULL). */
 /* in2, dx2: a decoder block's second input [in, in2] and its gradient */
@@ -404,6 +576,10 @@ static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *in2, t
         ready2(m, b->nw[i], b->nb[i]);
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
         ts_tensor *x = i ? &b->a[0] : in, *dxi = i ? g : dx;
+        if (m->split_on) {
+            TS_TRY(conv3_backward_split(m, b, i, x, i ? NULL : in2, &w, dxi, i ? NULL : dx2, &dw, &db));
+            continue;
+        }
         /* weight gradient first: dx may overwrite x */
         if (i == 0 && in2) {
             TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &b->y[0], NULL, NULL, &dw, &db));

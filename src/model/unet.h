@@ -5,7 +5,8 @@
  * 1x1x1 head giving K class scores. Parameters live in one ts_arena under
  * PyTorch's state_dict names; activations are channels-last and owned by
  * the model (allocated for one input shape by ts_unet_setup). All calls are
- * local (one rank); threads come from OpenMP. */
+ * local (one rank; with a spatial split the hooks it is given communicate);
+ * threads come from OpenMP. */
 #ifndef TS_MODEL_UNET_H
 #define TS_MODEL_UNET_H
 
@@ -69,6 +70,10 @@ int ts_unet_init(ts_unet *m, uint64_t seed);
 int ts_unet_setup(ts_unet *m, int n, int d, int h, int w);
 /* Bytes of activation and gradient buffers held by the model. */
 size_t ts_unet_activation_bytes(const ts_unet *m);
+/* Local. The bytes ts_unet_setup(m, n, d, h, w) would allocate (with the
+ * split set now), without allocating: the memory plan checked against
+ * run.mem_limit_mb before any work. */
+int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes);
 
 /* Local. Forward pass on image [N, C, D, H, W] (float32, PyTorch layout);
  * train = 1 uses batch statistics (and updates running statistics),
@@ -83,7 +88,7 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
  * (forward and backward; for profiles such as `bench step --profile`). */
 typedef enum {
     TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_POOL,
-    TS_PROF_LOSS, TS_PROF_OTHER, TS_PROF_COUNT
+    TS_PROF_LOSS, TS_PROF_HALO, TS_PROF_OTHER, TS_PROF_COUNT
 } ts_unet_prof;
 const char *ts_unet_prof_name(int kind);
 const double *ts_unet_profile(const ts_unet *m);
@@ -98,6 +103,34 @@ void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *c
  * rank); forward uses the group's statistics, backward the group's sums for
  * the input gradient (PyTorch SyncBatchNorm). */
 void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx);
+
+/* A spatial split of the model's inputs (spatial parallelism): this rank
+ * holds one box of every input and so of every activation (halved per
+ * level); 3x3x3 convolutions exchange one-voxel halos with the neighbours
+ * (the interior is computed while they travel, the border after), group
+ * and instance norm and the losses sum their statistics over the group,
+ * batch norm uses the ts_unet_set_norm_sync hook if set (which must span at
+ * least the group), else the group's sums. The hooks reach the other ranks
+ * (src/parallel's ts_spatial, wired by the caller: the model has no MPI). */
+typedef struct ts_unet_split {
+    int on[3];     /* dims split over the group (halos along them) */
+    int nbr[3][2]; /* 1 where a neighbour holds the next box along dim d, lower (0) / upper (1) side */
+    int (*halo_start)(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
+                      const ts_halo *h);
+    void (*halo_progress)(void *ctx);
+    int (*halo_wait)(void *ctx);
+    int (*sum)(void *ctx, double *buf, int n); /* over the group, same order on every rank */
+    void *ctx;
+} ts_unet_split;
+/* Local. Sets the split (NULL: none); frees the activations, so call it
+ * before ts_unet_setup, whose shape is then the box's. */
+void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
+/* Local. The loss gradient is multiplied by f (default 1): a spatially
+ * split data-parallel step averages gradients over dp x sp ranks whose
+ * shares of one sample must add up, so it scales by sp. */
+void ts_unet_set_loss_scale(ts_unet *m, float f);
+/* Bytes of halo face buffers held (included in ts_unet_activation_bytes). */
+size_t ts_unet_halo_bytes(const ts_unet *m);
 
 /* Local. Backward from the stored logit gradient, accumulating parameter
  * gradients into the arena (call ts_arena_zero_grad first). Needs a train-mode

@@ -8,13 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ts_eval_predict(ts_unet *m, ts_coll *coll, const float *image, const int64_t dhw[3], double overlap, int batch,
-                    uint8_t *pred, float *prob)
+int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
+                    double overlap, int batch, uint8_t *pred, float *prob)
 {
     int err = 0;
     const ts_unet_cfg *u = ts_unet_config(m);
     const int C = u->in_channels, K = u->classes, P = ts_coll_size(coll), R = ts_coll_rank(coll);
     const int64_t win[3] = {u->patch[0], u->patch[1], u->patch[2]}, wv = win[0] * win[1] * win[2];
+    const int64_t zero[3] = {0, 0, 0}, *blo = sp ? sp->box_lo : zero, *bsz = sp ? sp->box_size : win;
+    const int64_t bv = bsz[0] * bsz[1] * bsz[2]; /* voxels of this rank's box of a window */
     const int64_t nv = dhw[0] * dhw[1] * dhw[2];
     ts_window_plan plan;
     float *acc = NULL, *wsum = NULL, *gw = NULL, *in = NULL;
@@ -22,13 +24,13 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const float *image, const int64_t
     TS_CHECK(ts_window_plan_make(dhw, win, overlap, &plan));
     acc = calloc((size_t)(nv * (K + 1)), sizeof *acc); /* K planes of probability, then the weight sum */
     gw = malloc(sizeof *gw * (size_t)wv);
-    in = calloc((size_t)(batch * C * wv), sizeof *in);
+    in = calloc((size_t)(batch * C * bv), sizeof *in);
     og = calloc((size_t)batch, sizeof *og);
     if (!acc || !gw || !in || !og) TS_FAIL(TS_ERR_NOMEM, "evaluation buffers for a %lldx%lldx%lld volume", (long long)dhw[0],
                                     (long long)dhw[1], (long long)dhw[2]);
     wsum = acc + nv * K;
     ts_window_gaussian(win, gw);
-    TS_CHECK(ts_unet_setup(m, batch, (int)win[0], (int)win[1], (int)win[2]));
+    TS_CHECK(ts_unet_setup(m, batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]));
     /* this rank's windows: r, r + P, r + 2P, ... in batches */
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
@@ -38,21 +40,22 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const float *image, const int64_t
         for (int s = 0; s < batch; s++) {
             int64_t k = b * batch + s, idx = R + k * P;
             if (k >= mine) {
-                memset(in + (size_t)s * C * wv, 0, sizeof *in * (size_t)(C * wv));
+                memset(in + (size_t)s * C * bv, 0, sizeof *in * (size_t)(C * bv));
                 continue;
             }
             ts_window_origin(&plan, idx, origin[s]);
-            ts_window_extract(&plan, origin[s], image, C, in + (size_t)s * C * wv);
+            ts_window_extract_box(&plan, origin[s], blo, bsz, image, C, in + (size_t)s * C * bv);
             used = s + 1;
         }
-        int64_t shape[5] = {batch, C, win[0], win[1], win[2]};
+        int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
         ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
         TS_CHECK(ts_unet_forward(m, &x, 0));
-        const float *lg = ts_unet_logits(m)->data; /* [B, wd, wh, ww, K] */
-        for (int s = 0; s < used; s++) ts_window_accumulate(&plan, origin[s], lg + (size_t)s * wv * K, K, gw, acc, wsum);
+        const float *lg = ts_unet_logits(m)->data; /* [B, box..., K] */
+        for (int s = 0; s < used; s++)
+            ts_window_accumulate_box(&plan, origin[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
     }
-    /* every rank's windows into every rank's sums */
-    TS_CHECK(ts_coll_allreduce(coll, TS_IN_PLACE, acc, (size_t)(nv * (K + 1)), TS_FLOAT32, TS_OP_SUM));
+    /* every rank's windows (and boxes) into every rank's sums */
+    TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, acc, (size_t)(nv * (K + 1)), TS_FLOAT32, TS_OP_SUM));
     for (int64_t v = 0; v < nv; v++) {
         int best = 0;
         float bv = acc[v];

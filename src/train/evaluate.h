@@ -1,6 +1,7 @@
 /* Evaluation: sliding-window prediction of whole volumes with the model
- * (windows split over the data-parallel ranks, Gaussian-weighted
- * probabilities summed over ranks) and per-class Dice from confusion counts. */
+ * (windows split over the data-parallel replicas, each window's volume
+ * over a spatial group, Gaussian-weighted probabilities summed over ranks)
+ * and per-class Dice from confusion counts. */
 #ifndef TS_TRAIN_EVALUATE_H
 #define TS_TRAIN_EVALUATE_H
 
@@ -9,13 +10,23 @@
 #include "collectives/coll.h"
 #include "src/model/unet.h"
 
-/* Collective on coll. image [C, D, H, W] normalised, identical on every
- * rank; win = the model's window (its setup shape); batch windows per
- * forward. pred [D, H, W] receives the class with the highest summed
- * probability (the same on every rank); prob (may be NULL) receives the
- * normalised probabilities [K, D, H, W]. */
-int ts_eval_predict(ts_unet *m, ts_coll *coll, const float *image, const int64_t dhw[3], double overlap, int batch,
-                    uint8_t *pred, float *prob);
+/* Spatial parallelism: this rank predicts the box [box_lo, box_lo +
+ * box_size) of every window (the model split accordingly, see
+ * ts_unet_set_split); the ranks of all replicas and spatial groups add
+ * their predictions over `all`. */
+typedef struct ts_eval_split {
+    int64_t box_lo[3], box_size[3];
+    ts_coll *all;
+} ts_eval_split;
+
+/* Collective on coll (the replicas, which share the windows) and, with sp,
+ * on sp->all. image [C, D, H, W] normalised, identical on every rank; the
+ * window is data.patch (the model's config); batch windows per forward.
+ * pred [D, H, W] receives the class with the highest summed probability
+ * (the same on every rank); prob (may be NULL) receives the normalised
+ * probabilities [K, D, H, W]. sp NULL: no spatial split. */
+int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
+                    double overlap, int batch, uint8_t *pred, float *prob);
 
 /* Local. Adds true positives, false positives and false negatives per class. */
 void ts_eval_confusion(const uint8_t *pred, const uint8_t *label, int64_t n, int K, int64_t *tp, int64_t *fp,

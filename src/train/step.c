@@ -44,7 +44,37 @@ static int norm_sync(void *ctx, double *buf, int n)
     return ts_coll_allreduce(s->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, TS_OP_SUM);
 }
 
-int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb, int sync_bn, ts_stepper **out)
+/* the model's split hooks on src/parallel's spatial group */
+static int sp_halo_start(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
+                         const ts_halo *h)
+{
+    return ts_spatial_halo_start(ctx, a, ca, b, cb, N, dhw, h);
+}
+static void sp_halo_progress(void *ctx) { ts_spatial_halo_progress(ctx); }
+static int sp_halo_wait(void *ctx) { return ts_spatial_halo_wait(ctx); }
+static int sp_sum(void *ctx, double *buf, int n) { return ts_spatial_sum(ctx, buf, n); }
+
+void ts_stepper_split_model(ts_unet *m, ts_spatial *sp)
+{
+    if (!sp || ts_spatial_size(sp) == 1) {
+        ts_unet_set_split(m, NULL);
+        return;
+    }
+    ts_unet_split u;
+    memset(&u, 0, sizeof u);
+    ts_spatial_split_dims(sp, u.on);
+    for (int d = 0; d < 3; d++)
+        for (int side = 0; side < 2; side++) u.nbr[d][side] = ts_spatial_neighbor(sp, d, side);
+    u.halo_start = sp_halo_start;
+    u.halo_progress = sp_halo_progress;
+    u.halo_wait = sp_halo_wait;
+    u.sum = sp_sum;
+    u.ctx = sp;
+    ts_unet_set_split(m, &u);
+}
+
+int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb, int sync_bn, ts_spatial *sp,
+                      ts_stepper **out)
 {
     int err = 0;
     ts_stepper *s = TS_CALLOC(1, sizeof *s);
@@ -59,6 +89,8 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     size_t bf = (size_t)(bucket_mb * 1e6 / sizeof(float));
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
+    ts_stepper_split_model(m, sp);
+    ts_unet_set_loss_scale(m, sp ? (float)ts_spatial_size(sp) : 1.0f);
     *out = s;
     return 0;
 cleanup:
@@ -73,6 +105,7 @@ void ts_stepper_destroy(ts_stepper **sp)
     if (s->model) {
         ts_unet_set_grad_hook(s->model, NULL, NULL);
         ts_unet_set_norm_sync(s->model, NULL, NULL);
+        ts_unet_set_loss_scale(s->model, 1.0f);
     }
     ts_dp_destroy(&s->dp);
     free(s->final);

@@ -17,11 +17,15 @@
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/grid.h"
+#include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
 #include "src/train/step.h"
+#include "src/train/synthetic.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +39,8 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
     {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (only 1 is available in this version)"},
-    {"parallel.sp", TS_CFG_INT, "1", "1:", "spatial pieces (only 1 is available in this version)"},
+    {"parallel.sp", TS_CFG_INT, "1", "1:", "ranks sharing each sample's volume (spatial parallelism)"},
+    {"parallel.sp_dims", TS_CFG_STRING, "auto", NULL, "split of the patch over parallel.sp ranks: D,H,W counts, or auto (depth first)"},
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "pipeline micro-batches (pipeline not available yet)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule (pipeline not available yet)"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
@@ -45,6 +50,7 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"eval.max_volumes", TS_CFG_INT, "0", "0:", "volumes evaluated (0: all validation volumes)"},
     {"eval.final", TS_CFG_BOOL, "true", NULL, "evaluate after the last step"},
     {"run.dir", TS_CFG_STRING, NULL, NULL, "run directory (default runs/<config name>)"},
+    {"run.mem_limit_mb", TS_CFG_INT, "0", "0:", "per-rank memory ceiling in MiB checked at start (0: none)"},
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
     {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
@@ -54,7 +60,12 @@ const ts_cfg_key ts_train_config_keys[] = {
 typedef struct trainer {
     const ts_config *cfg;
     ts_grid *grid;
-    ts_coll *coll;   /* data-parallel group */
+    ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
+    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 */
+    ts_spatial *spatial;
+    int sp_dims[3];
+    int64_t box_lo[3], box[3]; /* this rank's box of every patch */
+    int64_t mem_limit_mb;
     ts_unet *model;
     ts_arena *arena;
     ts_optim opt;
@@ -66,12 +77,12 @@ typedef struct trainer {
     ts_unet_cfg ucfg;
     int batch, accum, sync_bn, have_data, rank, nranks;
     int64_t total_steps, step, epoch_steps;
-    int64_t *val, nval, *trn, ntrn;
+    int64_t *val, nval, *trn, ntrn, syn_step;
     /* synthetic data when data.path is unset */
     float *syn_img;
     uint8_t *syn_lab;
-    ts_rng syn_rng;
     double phase[TS_PH_COUNT];
+    ts_mem_plan mem_plan;
     int64_t samples_done;
 } trainer;
 
@@ -193,12 +204,13 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
         if (rc) return rc;
         *img = b->image;
         *lab = b->label;
-    } else { /* synthetic random data of the configured shape */
+    } else { /* synthetic random data of the configured shape: this rank's box of it */
         const ts_unet_cfg *u = &t->ucfg;
-        int64_t nv = u->patch[0] * u->patch[1] * u->patch[2];
-        for (int64_t i = 0; i < (int64_t)t->batch * u->in_channels * nv; i++) t->syn_img[i] = (float)ts_rng_normal(&t->syn_rng);
-        for (int64_t i = 0; i < (int64_t)t->batch * nv; i++) t->syn_lab[i] = (uint8_t)ts_rng_below(&t->syn_rng, (uint64_t)u->classes);
-        int64_t si[5] = {t->batch, u->in_channels, u->patch[0], u->patch[1], u->patch[2]}, sl[4] = {t->batch, u->patch[0], u->patch[1], u->patch[2]};
+        int64_t seed;
+        TS_TRY(ts_config_get_int(t->cfg, "train.seed", &seed));
+        ts_synthetic_batch((uint64_t)seed, t->rank, t->syn_step++, t->batch, u->in_channels, u->classes, u->patch,
+                           t->box_lo, t->box, t->syn_img, t->syn_lab);
+        int64_t si[5] = {t->batch, u->in_channels, t->box[0], t->box[1], t->box[2]}, sl[4] = {t->batch, t->box[0], t->box[1], t->box[2]};
         *img = ts_tensor_view(t->syn_img, TS_FLOAT32, 5, si);
         *lab = ts_tensor_view(t->syn_lab, TS_UINT8, 4, sl);
     }
@@ -218,6 +230,7 @@ static int evaluate(trainer *t, double *dice_out)
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
+    const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
     TS_CHECK(sync_buffers(t));
     const int64_t *vol = t->nval ? t->val : t->trn;
     int64_t nvol = t->nval ? t->nval : t->ntrn;
@@ -238,10 +251,15 @@ static int evaluate(trainer *t, double *dice_out)
         lerr = !img || !lab || !pred ? TS_ERR(TS_ERR_NOMEM, "evaluation volume %lld", (long long)vol[v]) : 0;
         if (!lerr) lerr = ts_patch_read_volume(t->eval_ds, vol[v], &lo.patch, img, lab);
         TS_CHECK(ts_err_agree(t->grid->world, lerr));
-        TS_CHECK(ts_eval_predict(t->model, t->coll, img, dhw, overlap, t->batch, pred, NULL));
+        ts_eval_split es;
+        memcpy(es.box_lo, t->box_lo, sizeof es.box_lo);
+        memcpy(es.box_size, t->box, sizeof es.box_size);
+        es.all = t->coll;
+        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 ? &es : NULL, img, dhw, overlap, t->batch, pred, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
     }
     for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
+    ts_spatial_set_stats(t->spatial, &halo_before);
 cleanup:
     t->phase[TS_PH_EVAL] += ts_time_now() - t0;
     free(tp);
@@ -270,27 +288,118 @@ static void report_dice(trainer *t, const double *dice)
     ts_run_say(&t->run, "%s", line);
 }
 
+/* ---- memory plan ---- */
+static double rss_now_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
+double ts_train_peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channels, int prefetch, const int64_t box[3],
+                         ts_mem_plan *mp)
+{
+    const ts_arena *a = ts_unet_arena(m);
+    size_t act;
+    TS_TRY(ts_unet_plan_bytes(m, batch, (int)box[0], (int)box[1], (int)box[2], &act));
+    const double nv = (double)box[0] * (double)box[1] * (double)box[2], MiB = 1048576.0;
+    mp->activations_mb = (double)act / MiB;
+    mp->params_mb = (double)(a->nparam * (size_t)(2 + a->nstate) + a->nbuf) * 4 / MiB;
+    /* batch slots (the loader's ring, or the synthetic batch) and a patch of reading scratch */
+    mp->data_mb = ((double)(prefetch + 1) * batch + 1) * nv * (4.0 * channels + 1) / MiB;
+    /* the convolution kernels' per-thread slabs, packed weights and partial sums */
+    const int cmax = u->channels[u->levels - 1];
+    mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
+    mp->process_mb = rss_now_mb();
+    mp->total_mb = mp->activations_mb + mp->params_mb + mp->data_mb + mp->scratch_mb + mp->process_mb;
+    return 0;
+}
+
+/* run.mem_limit_mb: the plan of this configuration against the limit, and
+ * the smallest parallel.sp that would fit (same model, auto split) */
+static int check_memory(trainer *t, int prefetch)
+{
+    ts_mem_plan mp;
+    const ts_unet_cfg *u = &t->ucfg;
+    TS_TRY(ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, t->box, &mp));
+    t->mem_plan = mp;
+    if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
+    char hint[256] = "";
+    for (int sp = t->grid->sp * 2; sp <= 4096; sp *= 2) {
+        int dims[3];
+        if (ts_spatial_plan(sp, "auto", u->patch, u->levels, dims)) {
+            ts_err_clear();
+            continue;
+        }
+        /* the plan of an interior rank of that split (neighbours on both sides) */
+        ts_unet_split fake;
+        memset(&fake, 0, sizeof fake);
+        int64_t box[3];
+        for (int d = 0; d < 3; d++) {
+            fake.on[d] = dims[d] > 1;
+            fake.nbr[d][0] = fake.nbr[d][1] = dims[d] > 1;
+            box[d] = u->patch[d] / dims[d];
+        }
+        ts_mem_plan q;
+        ts_unet_set_split(t->model, &fake);
+        int e = ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, box, &q);
+        ts_stepper_split_model(t->model, t->spatial); /* back to this run's split */
+        TS_TRY(e);
+        if (q.total_mb <= (double)t->mem_limit_mb) {
+            snprintf(hint, sizeof hint, "; parallel.sp = %d (sp_dims %d,%d,%d) would need about %.0f MiB per rank", sp,
+                     dims[0], dims[1], dims[2], q.total_mb);
+            break;
+        }
+    }
+    return TS_ERR(TS_ERR_CONFIG,
+                  "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations and "
+                  "gradients %.0f MiB for a box of %lldx%lldx%lld x batch %d, parameters and optimizer state %.0f MiB, "
+                  "data %.0f MiB, kernel scratch %.0f MiB, process so far %.0f MiB)%s",
+                  (long long)t->mem_limit_mb, mp.total_mb, mp.activations_mb, (long long)t->box[0], (long long)t->box[1],
+                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.scratch_mb, mp.process_mb,
+                  hint[0] ? hint : "; no parallel.sp up to 4096 brings it under the limit: reduce data.patch or train.batch");
+}
+
 /* ---- setup ---- */
 static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
 {
     int err = 0, lerr = 0;
     int64_t dp, pp, sp, v;
+    const char *spdims;
     t->cfg = cfg;
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
-    if (pp > 1 || sp > 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld, parallel.sp = %lld: pipeline and spatial parallelism are not "
-                                    "available yet in this version (use parallel.pp = 1, parallel.sp = 1)",
-                (long long)pp, (long long)sp);
-    TS_CHECK(ts_grid_create(world, (int)dp, 1, 1, &t->grid));
+    TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
+    TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &t->mem_limit_mb));
+    if (pp > 1)
+        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet in this version "
+                                    "(use parallel.pp = 1)", (long long)pp);
+    TS_CHECK(ts_grid_create(world, (int)dp, 1, (int)sp, &t->grid));
     t->rank = t->grid->d;
     t->nranks = t->grid->dp;
+    /* model config and the spatial split of its patch (checked before any work) */
+    TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
+    TS_CHECK(ts_spatial_plan((int)sp, spdims, t->ucfg.patch, t->ucfg.levels, t->sp_dims));
+    TS_CHECK(ts_spatial_create(t->grid->sp_comm, t->sp_dims, &t->spatial));
+    TS_CHECK(ts_spatial_box(t->spatial, t->ucfg.patch, t->box_lo, t->box));
     ts_coll_opts co;
     TS_CHECK(ts_coll_opts_from_config(cfg, &co));
-    TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->coll));
+    TS_CHECK(ts_coll_create(t->grid->stage_comm, &co, &t->coll));
+    if (t->grid->sp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
+    else t->rcoll = t->coll;
     /* model and optimizer */
-    TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
     t->batch = (int)v;
@@ -302,7 +411,13 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int64_t seed;
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
-    TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->ucfg.patch[0], (int)t->ucfg.patch[1], (int)t->ucfg.patch[2]));
+    ts_stepper_split_model(t->model, t->spatial);
+    {
+        ts_loader_opts lo0;
+        TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
+        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
+    }
+    TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2]));
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
@@ -344,16 +459,20 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         lo.mode = TS_SAMPLER_TRAIN;
         lo.subset = t->trn;
         lo.nsubset = t->ntrn;
+        if (t->grid->sp > 1) { /* this rank's box of every patch; the group finishes the augmentation */
+            memcpy(lo.sub_lo, t->box_lo, sizeof lo.sub_lo);
+            memcpy(lo.sub_size, t->box, sizeof lo.sub_size);
+            lo.group = ts_spatial_comm(t->spatial);
+        }
         lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
         TS_CHECK(ts_err_agree(t->grid->world, lerr));
         t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->accum - 1) / ((int64_t)t->batch * t->nranks * t->accum);
     } else {
         const ts_unet_cfg *u = &t->ucfg;
-        int64_t nv = u->patch[0] * u->patch[1] * u->patch[2];
+        int64_t nv = t->box[0] * t->box[1] * t->box[2];
         t->syn_img = malloc(sizeof(float) * (size_t)(t->batch * u->in_channels * nv));
         t->syn_lab = malloc((size_t)(t->batch * nv));
         if (!t->syn_img || !t->syn_lab) TS_FAIL(TS_ERR_NOMEM, "synthetic batch");
-        ts_rng_init(&t->syn_rng, (uint64_t)seed, (uint32_t)t->rank, 7);
         t->epoch_steps = 0;
     }
     /* steps, global batch, learning rate */
@@ -383,9 +502,25 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double logsec;
     TS_CHECK(ts_config_get_float(cfg, "train.log_seconds", &logsec));
     TS_CHECK(ts_run_open(&t->run, t->grid->world, dir, cfg, logsec));
-    char layout[256];
+    char layout[512], path[1100];
     ts_grid_describe(t->grid, layout, sizeof layout);
     ts_run_say(&t->run, "tessera train: %s", layout);
+    if (t->grid->sp > 1)
+        ts_run_say(&t->run, "spatial split: data.patch %lldx%lldx%lld over sp %d as %dx%dx%d (D x H x W): every rank holds "
+                   "a box of %lldx%lldx%lld; layout in %s/grid.json",
+                   (long long)t->ucfg.patch[0], (long long)t->ucfg.patch[1], (long long)t->ucfg.patch[2], t->grid->sp,
+                   t->sp_dims[0], t->sp_dims[1], t->sp_dims[2], (long long)t->box[0], (long long)t->box[1],
+                   (long long)t->box[2], dir);
+    ts_run_say(&t->run, "memory plan per rank: about %.0f MiB (activations and gradients %.0f, parameters and optimizer "
+               "%.0f, data %.0f, scratch %.0f, process %.0f)%s", t->mem_plan.total_mb, t->mem_plan.activations_mb,
+               t->mem_plan.params_mb, t->mem_plan.data_mb, t->mem_plan.scratch_mb, t->mem_plan.process_mb,
+               t->mem_limit_mb > 0 ? " within run.mem_limit_mb" : "");
+    {
+        int coords[3];
+        ts_spatial_coords(t->spatial, coords);
+        snprintf(path, sizeof path, "%s/grid.json", dir);
+        TS_CHECK(ts_grid_write_layout(t->grid, path, t->sp_dims, coords, t->box_lo, t->box));
+    }
     ts_run_say(&t->run, "global batch %lld = train.batch %d x train.accum %d x dp %d; lr %.6g (train.lr %.6g, %s scaling "
                "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
                (long long)global, t->batch, t->accum, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
@@ -398,7 +533,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     /* the step: gradient buckets during backward, synchronised batch norm */
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
-    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, &t->stepper));
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
     TS_CHECK(resume(t));
 cleanup:
     return err;
@@ -412,7 +547,9 @@ static void teardown(trainer *t)
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
+    if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
     ts_coll_destroy(&t->coll);
+    ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
     free(t->trn);
     free(t->val);
@@ -515,14 +652,28 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         double slow = t.phase[TS_PH_STEP];
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
         if (slow > 0) sps = (double)(steps * per_step) / slow;
-        char extra[512];
+        char extra[2048];
+        /* halo exchange and spatial sums (max over ranks), peak memory (max over ranks) */
+        const ts_spatial_stats *hs = ts_spatial_get_stats(t.spatial);
+        double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t.grid->world));
         snprintf(extra, sizeof extra,
                  "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
-                 "\"comm_hidden_s\": %.6f",
+                 "\"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
+                 "\"box\": [%lld, %lld, %lld],\n  \"halo\": {\"exposed_s\": %.6f, \"hidden_s\": %.6f, \"sums_s\": %.6f, "
+                 "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
+                 "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
                  (long long)per_step, t.nranks, ts_stepper_buckets(t.stepper), t.sync_bn ? "true" : "false",
                  t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED] > 0
                      ? t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED]
-                     : 0);
+                     : 0,
+                 t.grid->dp, t.grid->pp, t.grid->sp, t.sp_dims[0], t.sp_dims[1], t.sp_dims[2], (long long)t.box[0],
+                 (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
+                 steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t.mem_plan.total_mb,
+                 t.mem_plan.activations_mb, (long long)t.mem_limit_mb);
+        if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
+            ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
+                       "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
         TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.phase, steps, sps, NULL, NULL, 0, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);

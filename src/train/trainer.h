@@ -1,5 +1,6 @@
-/* The trainer: `tessera train CONFIG`. Data-parallel training over all
- * ranks (pipeline and spatial groups are not available yet): gradient
+/* The trainer: `tessera train CONFIG`. Data-parallel replicas, each sample
+ * split over a spatial group (dp x sp; pipeline stages are not available
+ * yet): gradient
  * buckets reduced while backward runs, optional synchronised batch norm,
  * global batch = train.batch x train.accum x dp with the linear LR scaling
  * rule and warm-up, sliding-window evaluation with per-class Dice,
@@ -11,6 +12,7 @@
 #include <signal.h>
 
 #include "src/core/config.h"
+#include "src/model/unet.h"
 
 /* [train] (the keys the engine does not declare), [parallel], [eval],
  * [run], [ckpt] keys; NULL-terminated. */
@@ -23,5 +25,22 @@ extern const ts_cfg_key ts_train_config_keys[];
  * scheduler before preemption, SIGUSR1 from `#SBATCH --signal`), all ranks
  * write a checkpoint and return TS_ERR_STOPPED; rerunning resumes. */
 int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatile sig_atomic_t *stop);
+
+/* A rank's memory plan, MiB. */
+typedef struct ts_mem_plan {
+    double activations_mb; /* the model's activations, gradients and halo faces (ts_unet_plan_bytes) */
+    double params_mb;      /* parameter arena: values, gradients, optimizer state, buffers */
+    double data_mb;        /* batch slots and reading scratch */
+    double scratch_mb;     /* kernel scratch (an allowance) */
+    double process_mb;     /* what the process holds already (libraries, MPI, HDF5) */
+    double total_mb;
+} ts_mem_plan;
+
+/* Local. The plan for m (its split set) with batches of `batch` boxes of
+ * box voxels and `channels` image channels, prefetch batches ahead. */
+int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channels, int prefetch, const int64_t box[3],
+                         ts_mem_plan *mp);
+/* Local. Peak resident memory of this process so far, MiB. */
+double ts_train_peak_rss_mb(void);
 
 #endif

@@ -61,38 +61,52 @@ void ts_window_gaussian(const int64_t win[3], float *w)
 
 void ts_window_extract(const ts_window_plan *p, const int64_t o[3], const float *vol, int C, float *out)
 {
-    const int64_t *v = p->vol, *w = p->win;
+    const int64_t lo[3] = {0, 0, 0};
+    ts_window_extract_box(p, o, lo, p->win, vol, C, out);
+}
+
+void ts_window_extract_box(const ts_window_plan *p, const int64_t o[3], const int64_t lo[3], const int64_t size[3],
+                           const float *vol, int C, float *out)
+{
+    const int64_t *v = p->vol;
     for (int c = 0; c < C; c++)
-        for (int64_t z = 0; z < w[0]; z++)
-            for (int64_t y = 0; y < w[1]; y++) {
-                float *dst = out + (((int64_t)c * w[0] + z) * w[1] + y) * w[2];
-                int64_t vz = o[0] + z, vy = o[1] + y;
-                if (vz >= v[0] || vy >= v[1]) {
-                    memset(dst, 0, sizeof *dst * (size_t)w[2]);
+        for (int64_t z = 0; z < size[0]; z++)
+            for (int64_t y = 0; y < size[1]; y++) {
+                float *dst = out + (((int64_t)c * size[0] + z) * size[1] + y) * size[2];
+                const int64_t vz = o[0] + lo[0] + z, vy = o[1] + lo[1] + y, vx = o[2] + lo[2];
+                if (vz >= v[0] || vy >= v[1] || vx >= v[2]) {
+                    memset(dst, 0, sizeof *dst * (size_t)size[2]);
                     continue;
                 }
-                int64_t nx = v[2] - o[2] < w[2] ? v[2] - o[2] : w[2];
-                memcpy(dst, vol + (((int64_t)c * v[0] + vz) * v[1] + vy) * v[2] + o[2], sizeof *dst * (size_t)nx);
-                if (nx < w[2]) memset(dst + nx, 0, sizeof *dst * (size_t)(w[2] - nx));
+                const int64_t nx = v[2] - vx < size[2] ? v[2] - vx : size[2];
+                memcpy(dst, vol + (((int64_t)c * v[0] + vz) * v[1] + vy) * v[2] + vx, sizeof *dst * (size_t)nx);
+                if (nx < size[2]) memset(dst + nx, 0, sizeof *dst * (size_t)(size[2] - nx));
             }
 }
 
 void ts_window_accumulate(const ts_window_plan *p, const int64_t o[3], const float *logits, int K, const float *wt,
                           float *acc, float *wsum)
 {
+    const int64_t lo[3] = {0, 0, 0};
+    ts_window_accumulate_box(p, o, lo, p->win, logits, K, wt, acc, wsum);
+}
+
+void ts_window_accumulate_box(const ts_window_plan *p, const int64_t o[3], const int64_t lo[3], const int64_t size[3],
+                              const float *logits, int K, const float *wt, float *acc, float *wsum)
+{
     const int64_t *v = p->vol, *w = p->win;
     const int64_t nvox = v[0] * v[1] * v[2];
-    for (int64_t z = 0; z < w[0]; z++) {
-        int64_t vz = o[0] + z;
+    for (int64_t z = 0; z < size[0]; z++) {
+        int64_t vz = o[0] + lo[0] + z;
         if (vz >= v[0]) break;
-        for (int64_t y = 0; y < w[1]; y++) {
-            int64_t vy = o[1] + y;
+        for (int64_t y = 0; y < size[1]; y++) {
+            int64_t vy = o[1] + lo[1] + y;
             if (vy >= v[1]) break;
-            for (int64_t x = 0; x < w[2]; x++) {
-                int64_t vx = o[2] + x;
+            for (int64_t x = 0; x < size[2]; x++) {
+                int64_t vx = o[2] + lo[2] + x;
                 if (vx >= v[2]) break;
-                int64_t wi = (z * w[1] + y) * w[2] + x, vi = (vz * v[1] + vy) * v[2] + vx;
-                const float *l = logits + wi * K;
+                int64_t wi = ((lo[0] + z) * w[1] + lo[1] + y) * w[2] + lo[2] + x, vi = (vz * v[1] + vy) * v[2] + vx;
+                const float *l = logits + ((z * size[1] + y) * size[2] + x) * K;
                 float m = l[0], s = 0, e[256];
                 for (int k = 1; k < K; k++) m = l[k] > m ? l[k] : m;
                 for (int k = 0; k < K; k++) s += e[k] = expf(l[k] - m);

@@ -31,4 +31,13 @@ void ts_window_extract(const ts_window_plan *p, const int64_t origin[3], const f
 void ts_window_accumulate(const ts_window_plan *p, const int64_t origin[3], const float *logits, int K,
                           const float *w, float *acc, float *wsum);
 
+/* The same for the box [lo, lo + size) of every window (spatial
+ * parallelism: each rank of a group predicts its box): out [C, size...],
+ * logits [size..., K]; w is still the whole window's weights. */
+void ts_window_extract_box(const ts_window_plan *p, const int64_t origin[3], const int64_t lo[3], const int64_t size[3],
+                           const float *vol, int C, float *out);
+void ts_window_accumulate_box(const ts_window_plan *p, const int64_t origin[3], const int64_t lo[3],
+                              const int64_t size[3], const float *logits, int K, const float *w, float *acc,
+                              float *wsum);
+
 #endif

@@ -1,0 +1,4 @@
+#!/bin/sh
+# spatial plan and halo exchange on every Cartesian layout of 2 rank(s)
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+ts_mpirun 2 "$TS_BUILDDIR/tests/parallel/test_spatial"
