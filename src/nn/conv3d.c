@@ -1,8 +1,10 @@
 /* conv3d: forward and backward of a cubic-kernel 3D convolution on
- * channels-last activations (weights in PyTorch's [Cout, Cin, k, k, k]).
- * Forward and weight gradient use the register-blocked kernels of
- * conv_kernels.c; the input gradient is a gather convolution with flipped
- * taps at stride 1 and a transposed gather otherwise. */
+ * channels-last activations (weights in PyTorch's [Cout, Cin, k, k, k]),
+ * of a channel concatenation [a, b], and of one box of a spatially split
+ * volume with its halo (the *_split entry points). Forward and weight
+ * gradient use the register-blocked kernels of conv_kernels.c; the input
+ * gradient is a gather convolution with flipped taps at stride 1 and a
+ * transposed gather otherwise. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
@@ -58,56 +60,6 @@ static float *pack(const float *w, int cout, int cin, int taps, int flip, int tr
     return wp;
 }
 
-int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad, ts_tensor *y)
-{
-    ts_conv_geom g;
-    TS_TRY(conv_shapes(x, w, b, stride, pad, y, "conv3d output", &g));
-    float *wp = pack(w->data, g.OC, g.C, g.k * g.k * g.k, 0, 0);
-    if (!wp) return TS_ERR_NOMEM;
-    return ts_nn_gather(&g, x->data, wp, b ? b->data : NULL, y->data);
-}
-
-int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
-                       ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
-{
-    int err = 0;
-    ts_conv_geom g;
-    float *wp = NULL, *dwp = NULL;
-    TS_CHECK(conv_shapes(x, w, db, stride, pad, dy, "conv3d output gradient", &g));
-    const int taps = g.k * g.k * g.k;
-    if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, db->data));
-    if (dw) {
-        if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
-            TS_FAIL(TS_ERR_ARG, "conv3d: weight gradient must be float32 shaped like the weight");
-        dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
-        if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        TS_CHECK(ts_nn_wgrad(&g, x->data, dy->data, dwp));
-        float *d = dw->data;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int co = 0; co < g.OC; co++)
-            for (int ci = 0; ci < g.C; ci++)
-                for (int t = 0; t < taps; t++) d[((size_t)co * g.C + ci) * taps + t] += dwp[((size_t)t * g.C + ci) * g.OC + co];
-    }
-    if (dx) {
-        if (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x))
-            TS_FAIL(TS_ERR_ARG, "conv3d: input gradient must be float32 shaped like the input");
-        if (stride == 1 && pad <= g.k - 1) {
-            /* dx = conv(dy, flipped w^T) with padding k-1-pad */
-            ts_conv_geom b = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, 1, g.k - 1 - pad};
-            wp = pack(w->data, g.OC, g.C, taps, 1, 1);
-            if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
-            TS_CHECK(ts_nn_gather(&b, dy->data, wp, NULL, dx->data));
-        } else {
-            ts_conv_geom b = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, stride, pad};
-            wp = pack(w->data, g.OC, g.C, taps, 0, 1);
-            if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
-            TS_CHECK(ts_nn_tgather(&b, dy->data, wp, NULL, dx->data));
-        }
-    }
-cleanup:
-    return err;
-}
-
 /* shapes of the two inputs: same N, D, H, W; x describes [a, b] for conv_shapes */
 static int cat_shapes(const ts_tensor *a, const ts_tensor *b, ts_tensor *x)
 {
@@ -123,6 +75,120 @@ static int cat_shapes(const ts_tensor *a, const ts_tensor *b, ts_tensor *x)
     return 0;
 }
 
+/* A halo needs the 3x3x3, stride 1, padding 1 geometry: one voxel beyond
+ * the box is all that the kernels then read. */
+static int halo_ok(const ts_halo *h, const ts_conv_geom *g, const char *who)
+{
+    if (!h) return 0;
+    if (g->k != 3)
+        return TS_ERR(TS_ERR_ARG, "%s: a halo needs a 3x3x3 kernel (stride 1, padding 1), the weight has kernel %dx%dx%d",
+                      who, g->k, g->k, g->k);
+    for (int d = 0; d < 3; d++)
+        if (h->on[d] != 0 && h->on[d] != 1) return TS_ERR(TS_ERR_ARG, "%s: halo on[%d] = %d (0 or 1)", who, d, h->on[d]);
+    return 0;
+}
+
+/* The schedule of a kernel call from the splits' part and progress hooks
+ * (either split may be NULL; a hook given twice is called once). */
+static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, ts_conv_part part)
+{
+    ts_conv_sched r = {part, {NULL, NULL}, {NULL, NULL}};
+    if (s1) {
+        r.progress[0] = s1->progress;
+        r.ctx[0] = s1->progress_ctx;
+    }
+    if (s2 && (s2->progress != r.progress[0] || s2->progress_ctx != r.ctx[0])) {
+        r.progress[1] = s2->progress;
+        r.ctx[1] = s2->progress_ctx;
+    }
+    return r;
+}
+
+/* Forward shared by the entry points: y = conv(x) (+ bias). */
+static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
+                        const ts_conv_sched *sch, ts_tensor *y)
+{
+    float *wp = pack(w->data, g->OC, g->C, g->k * g->k * g->k, 0, 0);
+    if (!wp) return TS_ERR(TS_ERR_NOMEM, "conv3d packed weights");
+    return ts_nn_gather2(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+}
+
+/* Backward shared by the entry points, in this order: db += sum dy; dw +=
+ * the weight gradient over x (with x.halo; sch's hooks run between its work
+ * items); the input gradient into dx (dx.a NULL: none) by a gather of dy
+ * with flipped taps reading dy's halo hy (stride 1), or a transposed gather
+ * (stride > 1, one input tensor only: the callers check). Shapes are checked
+ * by the callers. */
+static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *dy,
+                         const ts_halo *hy, const ts_conv_sched *sch, ts_conv_dst dx, ts_tensor *dw, ts_tensor *db)
+{
+    int err = 0;
+    const int taps = g->k * g->k * g->k;
+    if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
+    if (dw) {
+        float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
+        if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
+        TS_CHECK(ts_nn_wgrad2(g, x, dy->data, dwp, sch));
+        float *d = dw->data;
+        const int C = g->C, OC = g->OC;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int co = 0; co < OC; co++)
+            for (int ci = 0; ci < C; ci++)
+                for (int t = 0; t < taps; t++) d[((size_t)co * C + ci) * taps + t] += dwp[((size_t)t * C + ci) * OC + co];
+    }
+    if (dx.a) {
+        if (g->s == 1 && g->p <= g->k - 1) {
+            /* dx = conv(dy, flipped w^T) with padding k-1-pad */
+            ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
+            float *wp = pack(w->data, g->OC, g->C, taps, 1, 1);
+            if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
+            TS_CHECK(ts_nn_gather2(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wp, NULL, dx, NULL));
+        } else {
+            ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, g->s, g->p};
+            float *wp = pack(w->data, g->OC, g->C, taps, 0, 1);
+            if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
+            TS_CHECK(ts_nn_tgather(&r, dy->data, wp, NULL, dx.a));
+        }
+    }
+cleanup:
+    return err;
+}
+
+static int check_dw(const ts_tensor *dw, const ts_tensor *w)
+{
+    if (dw && (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w)))
+        return TS_ERR(TS_ERR_ARG, "conv3d: weight gradient must be float32 shaped like the weight");
+    return 0;
+}
+
+/* da, db: both or neither, shaped like a, b */
+static int check_dcat(const ts_tensor *a, const ts_tensor *b, const ts_tensor *da, const ts_tensor *db)
+{
+    if ((da || db) && (!da || !db || !ts_tensor_f32(da) || !ts_tensor_f32(db) || !ts_tensor_same_shape(da, a) ||
+                       !ts_tensor_same_shape(db, b)))
+        return TS_ERR(TS_ERR_ARG, "conv3d over a concatenation: both input gradients, shaped like the inputs");
+    return 0;
+}
+
+int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad, ts_tensor *y)
+{
+    ts_conv_geom g;
+    TS_TRY(conv_shapes(x, w, b, stride, pad, y, "conv3d output", &g));
+    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, b, NULL, y);
+}
+
+int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
+                       ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
+{
+    ts_conv_geom g;
+    TS_TRY(conv_shapes(x, w, db, stride, pad, dy, "conv3d output gradient", &g));
+    TS_TRY(check_dw(dw, w));
+    if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
+        return TS_ERR(TS_ERR_ARG, "conv3d: input gradient must be float32 shaped like the input");
+    return conv_backward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, dy, NULL, NULL,
+                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C}, dw, db);
+}
+
 int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
                           int stride, int pad, ts_tensor *y)
 {
@@ -130,45 +196,88 @@ int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tenso
     ts_tensor x;
     TS_TRY(cat_shapes(a, b, &x));
     TS_TRY(conv_shapes(&x, w, bias, stride, pad, y, "conv3d output", &g));
-    float *wp = pack(w->data, g.OC, g.C, g.k * g.k * g.k, 0, 0);
-    if (!wp) return TS_ERR_NOMEM;
-    return ts_nn_gather2(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4]}, wp, bias ? bias->data : NULL,
-                         (ts_conv_dst){y->data, NULL, g.OC});
+    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], NULL}, w, bias, NULL, y);
 }
 
 int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
                            const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias)
 {
-    int err = 0;
     ts_conv_geom g;
     ts_tensor x;
-    TS_CHECK(cat_shapes(a, b, &x));
-    TS_CHECK(conv_shapes(&x, w, dbias, stride, pad, dy, "conv3d output gradient", &g));
-    const int taps = g.k * g.k * g.k, ca = (int)a->shape[4];
-    const ts_conv_src src = {a->data, b->data, ca};
-    if (dbias) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, dbias->data));
-    if (dw) {
-        if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
-            TS_FAIL(TS_ERR_ARG, "conv3d: weight gradient must be float32 shaped like the weight");
-        float *dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
-        if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        TS_CHECK(ts_nn_wgrad2(&g, src, dy->data, dwp));
-        float *d = dw->data;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int co = 0; co < g.OC; co++)
-            for (int ci = 0; ci < g.C; ci++)
-                for (int t = 0; t < taps; t++) d[((size_t)co * g.C + ci) * taps + t] += dwp[((size_t)t * g.C + ci) * g.OC + co];
-    }
-    if (da || db) {
-        if (!da || !db || !ts_tensor_f32(da) || !ts_tensor_f32(db) || !ts_tensor_same_shape(da, a) || !ts_tensor_same_shape(db, b))
-            TS_FAIL(TS_ERR_ARG, "conv3d over a concatenation: both input gradients, shaped like the inputs");
-        if (stride != 1 || pad > g.k - 1)
-            TS_FAIL(TS_ERR_UNSUPPORTED, "conv3d over a concatenation: input gradient needs stride 1, padding < kernel");
-        ts_conv_geom r = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, 1, g.k - 1 - pad};
-        float *wp = pack(w->data, g.OC, g.C, taps, 1, 1);
-        if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
-        TS_CHECK(ts_nn_gather2(&r, (ts_conv_src){dy->data, NULL, g.OC}, wp, NULL, (ts_conv_dst){da->data, db->data, ca}));
-    }
-cleanup:
-    return err;
+    TS_TRY(cat_shapes(a, b, &x));
+    TS_TRY(conv_shapes(&x, w, dbias, stride, pad, dy, "conv3d output gradient", &g));
+    TS_TRY(check_dw(dw, w));
+    TS_TRY(check_dcat(a, b, da, db));
+    if (da && (stride != 1 || pad > g.k - 1))
+        return TS_ERR(TS_ERR_UNSUPPORTED, "conv3d over a concatenation: input gradient needs stride 1, padding < kernel");
+    const int ca = (int)a->shape[4];
+    return conv_backward(&g, (ts_conv_src){a->data, b->data, ca, NULL}, w, dy, NULL, NULL,
+                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca}, dw, dbias);
+}
+
+/* ---- one box of a split volume: 3x3x3, stride 1, padding 1 with halos ---- */
+
+int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_conv_split *s,
+                            ts_tensor *y)
+{
+    ts_conv_geom g;
+    const ts_halo *h = s ? s->halo : NULL;
+    TS_TRY(conv_shapes(x, w, b, 1, 1, y, "conv3d output", &g));
+    TS_TRY(halo_ok(h, &g, "conv3d split forward"));
+    if (s && (s->part < TS_CONV_ALL || s->part > TS_CONV_BORDER))
+        return TS_ERR(TS_ERR_ARG, "conv3d split forward: part %d (ALL, INTERIOR or BORDER)", (int)s->part);
+    const ts_conv_sched sch = sched_of(s, NULL, s ? s->part : TS_CONV_ALL);
+    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, h}, w, b, &sch, y);
+}
+
+int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                                const ts_conv_split *s, ts_tensor *y)
+{
+    ts_conv_geom g;
+    ts_tensor x;
+    const ts_halo *h = s ? s->halo : NULL;
+    TS_TRY(cat_shapes(a, b, &x));
+    TS_TRY(conv_shapes(&x, w, bias, 1, 1, y, "conv3d output", &g));
+    TS_TRY(halo_ok(h, &g, "conv3d split forward over a concatenation"));
+    if (s && (s->part < TS_CONV_ALL || s->part > TS_CONV_BORDER))
+        return TS_ERR(TS_ERR_ARG, "conv3d split forward: part %d (ALL, INTERIOR or BORDER)", (int)s->part);
+    const ts_conv_sched sch = sched_of(s, NULL, s ? s->part : TS_CONV_ALL);
+    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], h}, w, bias, &sch, y);
+}
+
+int ts_conv3d_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_conv_split *xs, const ts_conv_split *dys,
+                             const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
+{
+    ts_conv_geom g;
+    const ts_halo *hx = xs ? xs->halo : NULL, *hy = dys ? dys->halo : NULL;
+    TS_TRY(conv_shapes(x, w, db, 1, 1, dy, "conv3d output gradient", &g));
+    TS_TRY(halo_ok(hx, &g, "conv3d split backward (input halo)"));
+    TS_TRY(halo_ok(hy, &g, "conv3d split backward (output-gradient halo)"));
+    TS_TRY(check_dw(dw, w));
+    if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
+        return TS_ERR(TS_ERR_ARG, "conv3d: input gradient must be float32 shaped like the input");
+    const ts_conv_sched sch = sched_of(xs, dys, TS_CONV_ALL);
+    return conv_backward(&g, (ts_conv_src){x->data, NULL, g.C, hx}, w, dy, hy, &sch,
+                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C}, dw, db);
+}
+
+int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_conv_split *xs,
+                                 const ts_conv_split *dys, const ts_tensor *dy, ts_tensor *da, ts_tensor *db,
+                                 ts_tensor *dw, ts_tensor *dbias)
+{
+    ts_conv_geom g;
+    ts_tensor x;
+    const ts_halo *hx = xs ? xs->halo : NULL, *hy = dys ? dys->halo : NULL;
+    TS_TRY(cat_shapes(a, b, &x));
+    TS_TRY(conv_shapes(&x, w, dbias, 1, 1, dy, "conv3d output gradient", &g));
+    TS_TRY(halo_ok(hx, &g, "conv3d split backward over a concatenation (input halo)"));
+    TS_TRY(halo_ok(hy, &g, "conv3d split backward over a concatenation (output-gradient halo)"));
+    TS_TRY(check_dw(dw, w));
+    TS_TRY(check_dcat(a, b, da, db));
+    if (da && g.k < 2) /* padding 1 > k - 1: no gather form of the input gradient */
+        return TS_ERR(TS_ERR_UNSUPPORTED, "conv3d over a concatenation: input gradient needs stride 1, padding < kernel");
+    const int ca = (int)a->shape[4];
+    const ts_conv_sched sch = sched_of(xs, dys, TS_CONV_ALL);
+    return conv_backward(&g, (ts_conv_src){a->data, b->data, ca, hx}, w, dy, hy, &sch,
+                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca}, dw, dbias);
 }

@@ -88,22 +88,63 @@ static int row_block(const ts_conv_geom *g)
     return imin(hb, g->OH);
 }
 
+/* The face of h on side hi (0: lo) of dim d, NULL where none is given (a
+ * dim that is not split, or the global border). */
+static inline const float *halo_face(const ts_halo *h, int d, int hi)
+{
+    return h && h->on[d] ? (hi ? h->hi[d] : h->lo[d]) : NULL;
+}
+
+/* A slab row at plane id, row ih of sample n that lies outside the box along
+ * D or H (3x3x3, stride 1, padding 1: CS = W + 2 columns, iw = -1 .. W):
+ * from the D face at id = -1 / D (which holds the H and W edges), else from
+ * the H face at ih = -1 / H (which holds the W edges); zeros where no face
+ * covers it (a NULL face, an unsplit dim, or a row past the halo that a
+ * partial row block stages but never reads). */
+static void fill_halo_row(const ts_conv_geom *g, const ts_halo *h, int n, int id, int ih, int CS, float *dst)
+{
+    const int C = g->C, e1 = h->on[1] ? 1 : 0, e2 = h->on[2] ? 1 : 0;
+    const size_t wc = (size_t)(g->W + 2 * e2) * C; /* floats of one face row */
+    const float *src = NULL;
+    if (id == -1 || id == g->D) {
+        const float *f = halo_face(h, 0, id == g->D);
+        if (f && ih >= -e1 && ih < g->H + e1) src = f + ((size_t)n * (g->H + 2 * e1) + (size_t)(ih + e1)) * wc;
+    } else if (id >= 0 && id < g->D && (ih == -1 || ih == g->H)) {
+        const float *f = halo_face(h, 1, ih == g->H);
+        if (f) src = f + ((size_t)n * g->D + id) * wc;
+    }
+    if (!src) {
+        memset(dst, 0, (size_t)CS * C * sizeof(float));
+    } else if (e2) { /* the face row holds columns -1 .. W */
+        memcpy(dst, src, (size_t)CS * C * sizeof(float));
+    } else {
+        memset(dst, 0, (size_t)C * sizeof(float));
+        memcpy(dst + C, src, (size_t)g->W * C * sizeof(float));
+        memset(dst + (size_t)(g->W + 1) * C, 0, (size_t)(CS - g->W - 1) * C * sizeof(float));
+    }
+}
+
 /* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
  * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels,
- * zero outside the input. */
+ * zero outside the input, or taken from x.halo's faces there (only rows and
+ * the two edge columns outside the box differ: the inner loops stay the
+ * same). */
 static void fill_slab_planes(const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int KP, int R, int CS,
                              float *slab)
 {
     const int C = g->C;
     const size_t row = (size_t)CS * C;
     const int lo = imin(g->p, CS), hi = imax(lo, imin(CS, g->p + g->W));
+    const ts_halo *h = x.halo;
+    const float *wlo = halo_face(h, 2, 0), *whi = halo_face(h, 2, 1);
     for (int kd = 0; kd < KP; kd++) {
         const int id = od * g->s - g->p + kd;
         for (int r = 0; r < R; r++) {
             float *dst = slab + ((size_t)kd * R + r) * row;
             const int ih = oh0 * g->s - g->p + r;
             if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
-                memset(dst, 0, row * sizeof(float));
+                if (h) fill_halo_row(g, h, n, id, ih, CS, dst);
+                else memset(dst, 0, row * sizeof(float));
                 continue;
             }
             const size_t vox = ((size_t)n * g->D + id) * g->H + ih; /* row index */
@@ -119,6 +160,9 @@ static void fill_slab_planes(const ts_conv_geom *g, ts_conv_src x, int n, int od
                 }
             }
             if (hi < CS) memset(dst + (size_t)hi * C, 0, (size_t)(CS - hi) * C * sizeof(float));
+            /* W faces [N][D][H][C]: columns -1 and W of the row (p = 1, CS = W + 2) */
+            if (wlo) memcpy(dst, wlo + vox * C, (size_t)C * sizeof(float));
+            if (whi) memcpy(dst + (size_t)(g->W + 1) * C, whi + vox * C, (size_t)C * sizeof(float));
         }
     }
 }
@@ -152,7 +196,15 @@ typedef struct {
 
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
 {
-    return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C}, wp, bias, (ts_conv_dst){y, NULL, g->OC});
+    return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C, NULL}, wp, bias, (ts_conv_dst){y, NULL, g->OC}, NULL);
+}
+
+/* the progress hooks of sch (see conv_impl.h); the caller is thread 0 */
+static void run_hooks(const ts_conv_sched *sch)
+{
+    if (!sch) return;
+    for (int i = 0; i < 2; i++)
+        if (sch->progress[i]) sch->progress[i](sch->ctx[i]);
 }
 
 /* one output row: channel tiles from oc0 to oc1 (global channel index for
@@ -176,7 +228,8 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
     }
 }
 
-int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y)
+int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                  const ts_conv_sched *sch)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
@@ -194,10 +247,20 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
     }
     const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
     const long items = (long)g->N * g->OD * nhb;
+    /* which items read a non-NULL face (see ts_conv_part) */
+    const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
+    const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
+    const int fh0 = halo_face(x.halo, 1, 0) != NULL, fh1 = halo_face(x.halo, 1, 1) != NULL;
+    const int fw = halo_face(x.halo, 2, 0) || halo_face(x.halo, 2, 1);
 #pragma omp parallel for schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
         const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
         const int nr = imin(hb, g->OH - oh0), tid = thread_id();
+        if (part != TS_CONV_ALL) {
+            const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
+                               (fh1 && oh0 + nr == g->OH);
+            if (border != (part == TS_CONV_BORDER)) continue;
+        }
         float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
         fill_slab(g, x, n, od, oh0, R, CS, slab);
         gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
@@ -218,6 +281,7 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
                 }
             }
         }
+        if (tid == 0) run_hooks(sch);
     }
 cleanup:
     return err;
@@ -283,10 +347,10 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
  * hold the others up). */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
-    return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C}, gy, dwp);
+    return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL);
 }
 
-int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp)
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
@@ -358,6 +422,7 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
                             oc0 += 16 * nv;
                         }
                 }
+                if (tid == 0) run_hooks(sch);
             }
         }
     }

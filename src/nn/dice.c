@@ -1,60 +1,84 @@
 /* Soft Dice loss on softmax probabilities, per sample and class, averaged
  * (MONAI DiceLoss(softmax=True, to_onehot_y=True), smooth in numerator and
- * denominator). */
+ * denominator). With o->sync (samples split over the ranks of a group) the
+ * per-sample per-class sums are summed over the group, with error flags in
+ * the same sums so that every rank of the group fails together. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/loss_impl.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CHUNK 4096
 
-/* s[n][k][0..2] = sum p g, sum p, sum g over the sample's kept voxels */
+/* s[n][k][0..2] = sum p g, sum p, sum g over the sample's kept voxels (over
+ * the group's voxels with o->sync). Errors after the shape check are agreed
+ * through the sums: a label that is not a class on any rank fails every
+ * rank with TS_ERR_ARG, any other failure with TS_ERR_REMOTE elsewhere. */
 static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double **out)
 {
     int64_t V = 0, N = 1;
-    int K = 1;
+    int K = 1, err = 0, label_err = 0;
     TS_TRY(ts_nn_loss_shapes(logits, labels, "dice", &V, &K, &N));
     const int64_t S = V / N, nch = (S + CHUNK - 1) / CHUNK;
+    const size_t ns = (size_t)N * 3 * K; /* the sums; with sync two error flags follow */
+    const int sync = o && o->sync;
+    if (sync && ns + 2 > INT_MAX) return TS_ERR(TS_ERR_UNSUPPORTED, "dice: %zu sums to synchronise", ns);
     const float *l = logits->data;
     const uint8_t *y = labels->data;
     const int ign = o ? o->ignore_index : -1;
+    double *s = TS_CALLOC(ns + (sync ? 2 : 0), sizeof(double));
+    if (!s) return TS_ERR(TS_ERR_NOMEM, "dice sums");
     double *part = TS_CALLOC((size_t)(N * nch) * 3 * K, sizeof(double));
-    double *s = TS_CALLOC((size_t)N * 3 * K, sizeof(double));
-    if (!part || !s) {
-        free(part);
-        free(s);
-        return TS_ERR_NOMEM;
-    }
     int64_t bad = -1;
+    if (!part) {
+        err = TS_ERR(TS_ERR_NOMEM, "dice sums");
+    } else {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t it = 0; it < N * nch; it++) {
-        const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
-        double *ps = part + (size_t)it * 3 * K;
-        float p[256];
-        for (int64_t v = v0; v < v1; v++) {
-            const int t = y[v];
-            if (ts_nn_ignored(t, ign)) continue;
-            if (t >= K) {
+        for (int64_t it = 0; it < N * nch; it++) {
+            const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
+            double *ps = part + (size_t)it * 3 * K;
+            float p[256];
+            for (int64_t v = v0; v < v1; v++) {
+                const int t = y[v];
+                if (ts_nn_ignored(t, ign)) continue;
+                if (t >= K) {
 #pragma omp critical(ts_dice_bad)
-                if (bad < 0 || v < bad) bad = v;
-                continue;
+                    if (bad < 0 || v < bad) bad = v;
+                    continue;
+                }
+                ts_nn_softmax(l + v * K, K, p);
+                for (int k = 0; k < K; k++) ps[3 * k + 1] += p[k];
+                ps[3 * t] += p[t];
+                ps[3 * t + 2] += 1.0;
             }
-            ts_nn_softmax(l + v * K, K, p);
-            for (int k = 0; k < K; k++) ps[3 * k + 1] += p[k];
-            ps[3 * t] += p[t];
-            ps[3 * t + 2] += 1.0;
         }
+        for (int64_t it = 0; it < N * nch; it++)
+            for (int i = 0; i < 3 * K; i++) s[(it / nch) * 3 * K + i] += part[(size_t)it * 3 * K + i];
+        free(part);
     }
-    for (int64_t it = 0; it < N * nch; it++)
-        for (int i = 0; i < 3 * K; i++) s[(it / nch) * 3 * K + i] += part[(size_t)it * 3 * K + i];
-    free(part);
-    if (bad >= 0) {
+    if (!err && bad >= 0) {
+        label_err = 1;
+        err = TS_ERR(TS_ERR_ARG, "dice: label %d at voxel %lld is not a class (0..%d) nor the ignore index", y[bad],
+                     (long long)bad, K - 1);
+    }
+    if (sync) {
+        s[ns] = label_err ? 1.0 : 0.0;
+        s[ns + 1] = err && !label_err ? 1.0 : 0.0;
+        const int e = o->sync(o->sync_ctx, s, (int)(ns + 2));
+        if (!err && e) err = e;
+        else if (!err && s[ns] > 0)
+            err = TS_ERR(TS_ERR_ARG, "dice: a label on another rank of the group is not a class (0..%d) nor the ignore index",
+                         K - 1);
+        else if (!err && s[ns + 1] > 0)
+            err = TS_ERR(TS_ERR_REMOTE, "dice: another rank of the group failed");
+    }
+    if (err) {
         free(s);
-        return TS_ERR(TS_ERR_ARG, "dice: label %d at voxel %lld is not a class (0..%d) nor the ignore index", y[bad],
-                      (long long)bad, K - 1);
+        return err;
     }
     *out = s;
     return 0;

@@ -1,11 +1,15 @@
 /* Group norm and instance norm (PyTorch GroupNorm; InstanceNorm3d with
  * affine=True) on channels-last activations: statistics per sample and group
- * over the voxels and the group's channels, affine per channel. */
+ * over the voxels and the group's channels, affine per channel. With
+ * o->sync the voxels of a sample are spread over the ranks of a group
+ * (spatial parallelism): as synchronised batch norm, the ranks agree on a
+ * common shift, then sum the shifted moments and the voxel counts. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/norm_impl.h"
 #include "src/core/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +55,26 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     }
     if (d.S * d.cg < 1) TS_FAIL(TS_ERR_ARG, "groupnorm: empty groups");
     const size_t nc = (size_t)d.N * d.C;
-    s = TS_CALLOC(2 * nc, sizeof(double));
+    if (o->sync && 2 * nc + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "groupnorm: %zu statistics to synchronise", nc);
+    s = TS_CALLOC(2 * nc + 1, sizeof(double));
     t = TS_ALIGNED_ALLOC(3 * nc * sizeof(float));
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
     float *K = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
     const float *g = gamma->data, *b = beta->data, *px = x->data;
     for (int n = 0; n < d.N; n++) ts_nn_shift(px + (size_t)n * d.S * d.C, d.S, d.C, K + (size_t)n * d.C);
+    double St = (double)d.S; /* voxels per sample over the ranks that share the statistics */
+    if (o->sync) { /* one shift per sample and channel for all ranks: the average of theirs */
+        for (size_t i = 0; i < nc; i++) s[i] = K[i];
+        s[nc] = 1;
+        TS_CHECK(o->sync(o->sync_ctx, s, (int)nc + 1));
+        for (size_t i = 0; i < nc; i++) K[i] = (float)(s[i] / s[nc]);
+    }
     TS_CHECK(ts_nn_channel_moments(x->data, K, d.N, d.S, d.C, s, s + nc));
+    if (o->sync) { /* shifted sums and voxel counts over the group */
+        s[2 * nc] = (double)d.S;
+        TS_CHECK(o->sync(o->sync_ctx, s, (int)(2 * nc + 1)));
+        St = s[2 * nc];
+    }
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
             /* group mean and variance from the channels' (equal-count) means and variances */
@@ -65,7 +82,7 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
             for (int j = 0; j < d.cg; j++) {
                 const size_t i = (size_t)n * d.C + gi * d.cg + j;
                 double v;
-                ts_nn_mean_var(s[i], s[nc + i], K[i], (double)d.S, &mu_c[j], &v);
+                ts_nn_mean_var(s[i], s[nc + i], K[i], St, &mu_c[j], &v);
                 v_sum += v;
                 mu += mu_c[j];
             }
@@ -107,7 +124,8 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
         if (dbeta) TS_CHECK(ts_tensor_check_shape(dbeta, "groupnorm bias gradient", 1, &c));
     }
     const size_t nc = (size_t)d.N * d.C;
-    s = TS_CALLOC(2 * nc, sizeof(double));
+    if (o->sync && 2 * nc + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "groupnorm: %zu statistics to synchronise", nc);
+    s = TS_CALLOC(2 * nc + 1, sizeof(double));
     t = TS_ALIGNED_ALLOC(4 * nc * sizeof(float));
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm backward");
     float *ctr = t, *a = t + nc, *b = t + 2 * nc, *k = t + 3 * nc;
@@ -115,7 +133,22 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     for (int n = 0; n < d.N; n++)
         for (int c = 0; c < d.C; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + c / d.cg];
     TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, ctr, d.N, d.S, d.C, s, s + nc));
-    const double m = (double)d.S * d.cg;
+    /* the weight and bias gradients from this rank's sums (its share) */
+    for (int n = 0; n < d.N; n++)
+        for (int c = 0; c < d.C; c++) {
+            const size_t i = (size_t)n * d.C + c;
+            const double iv = inv[n * d.G + c / d.cg];
+            if (dgamma) ((float *)dgamma->data)[c] += (float)(s[nc + i] * iv);
+            if (dbeta) ((float *)dbeta->data)[c] += (float)s[i];
+        }
+    if (!dx) goto cleanup;
+    double St = (double)d.S;
+    if (o->sync) { /* the input gradient from the group's sums over the group's count */
+        s[2 * nc] = (double)d.S;
+        TS_CHECK(o->sync(o->sync_ctx, s, (int)(2 * nc + 1)));
+        St = s[2 * nc];
+    }
+    const double m = St * d.cg;
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
             const double iv = inv[n * d.G + gi];
@@ -124,8 +157,6 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 const size_t i = (size_t)n * d.C + c;
                 A += (double)g[c] * s[i];
                 B += (double)g[c] * s[nc + i] * iv;
-                if (dgamma) ((float *)dgamma->data)[c] += (float)(s[nc + i] * iv);
-                if (dbeta) ((float *)dbeta->data)[c] += (float)s[i];
             }
             for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
                 const size_t i = (size_t)n * d.C + c;
@@ -134,7 +165,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 k[i] = (float)(-iv * A / m);
             }
         }
-    if (dx) ts_nn_norm_dx(x->data, dy->data, mask, ctr, a, b, k, d.N, d.S, d.C, dx->data);
+    ts_nn_norm_dx(x->data, dy->data, mask, ctr, a, b, k, d.N, d.S, d.C, dx->data);
 cleanup:
     free(s);
     free(t);

@@ -1,7 +1,10 @@
 /* Softmax cross-entropy over the class dimension (last) of channels-last
  * logits, with ignore-index and class weights, PyTorch's mean reduction.
  * Two passes: the weight sum over the labels (no softmax), then one softmax
- * per voxel giving the loss and, when asked, the gradient. */
+ * per voxel giving the loss and, when asked, the gradient. With o->sync
+ * (samples split over the ranks of a group) the weight sum is summed over
+ * the group before the gradient pass and the numerator after it; errors
+ * travel in the same sums, so that every rank of the group fails together. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
@@ -73,17 +76,39 @@ static int ce(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_op
               double *loss)
 {
     int64_t V = 0, N = 1;
-    int K = 1;
-    double den, num;
-    TS_TRY(ts_nn_loss_shapes(logits, labels, "cross-entropy", &V, &K, &N));
-    if (dlogits && (!ts_tensor_f32(dlogits) || !ts_tensor_same_shape(dlogits, logits)))
-        return TS_ERR(TS_ERR_ARG, "cross-entropy: the logit gradient must be float32 shaped like the logits");
-    TS_TRY(ce_den(labels, K, o, &den));
+    int K = 1, err = 0;
+    double den = 0, num = 0;
+    /* errors before the first sum: a label that is not a class (agreed as
+     * such), or anything else (agreed as another rank's failure) */
+    int label_err = 0;
+    err = ts_nn_loss_shapes(logits, labels, "cross-entropy", &V, &K, &N);
+    if (!err && dlogits && (!ts_tensor_f32(dlogits) || !ts_tensor_same_shape(dlogits, logits)))
+        err = TS_ERR(TS_ERR_ARG, "cross-entropy: the logit gradient must be float32 shaped like the logits");
+    if (!err) label_err = (err = ce_den(labels, K, o, &den)) != 0;
+    if (o && o->sync) {
+        double t[3] = {err ? 0.0 : den, label_err ? 1.0 : 0.0, err && !label_err ? 1.0 : 0.0};
+        TS_TRY(o->sync(o->sync_ctx, t, 3));
+        if (err) return err; /* this rank's own message */
+        if (t[1] > 0)
+            return TS_ERR(TS_ERR_ARG, "cross-entropy: a label on another rank of the group is not a class (0..%d) nor the "
+                                      "ignore index", K - 1);
+        if (t[2] > 0) return TS_ERR(TS_ERR_REMOTE, "cross-entropy: another rank of the group failed");
+        den = t[0];
+    }
+    if (err) return err;
     if (den <= 0) { /* every voxel ignored: loss 0, no gradient (PyTorch gives NaN) */
         if (loss) *loss = 0;
         return 0;
     }
-    TS_TRY(ce_pass(logits, labels, o, (float)(scale / den), dlogits ? dlogits->data : NULL, &num));
+    err = ce_pass(logits, labels, o, (float)(scale / den), dlogits ? dlogits->data : NULL, &num);
+    if (o && o->sync && loss) { /* the numerator over the group (with a failure flag) */
+        double t[2] = {err ? 0.0 : num, err ? 1.0 : 0.0};
+        TS_TRY(o->sync(o->sync_ctx, t, 2));
+        if (err) return err;
+        if (t[1] > 0) return TS_ERR(TS_ERR_REMOTE, "cross-entropy: another rank of the group failed");
+        num = t[0];
+    }
+    if (err) return err;
     if (loss) *loss = num / den;
     return 0;
 }
