@@ -1,12 +1,17 @@
 /* Prefetching loader; see loader.h. One producer thread fills a ring of
  * batch slots in order; the consumer takes them in the same order and hands
  * each back on its next call. A mutex and one condition variable guard the
- * slot states; errors raised on the producer travel in the slot. */
+ * slot states; errors raised on the producer travel in the slot. With a
+ * spatial group the producer fills this rank's box and leaves the intensity
+ * augmentation pending; the consumer reduces the boxes' ranges and the
+ * error flags over the group (the producer never calls MPI collectives) and
+ * finishes the batch. */
 #include "tsbuild.h"
 #include "io/loader.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +64,7 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
     TS_TRY(ts_config_get_int(cfg, "data.prefetch", &v));
     o->prefetch = (int)v;
     o->batch = 1;
+    o->group = MPI_COMM_NULL;
     return 0;
 }
 
@@ -85,6 +91,7 @@ typedef struct {
     int state;
     int err;
     char msg[2048];
+    ts_patch_pending *pend; /* [batch]: intensity augmentation left to the consumer (group only) */
 } slot;
 
 struct ts_loader {
@@ -101,7 +108,18 @@ struct ts_loader {
     float *scratch;
     int64_t step, pos_consumed;
     double wait_s;
+    /* spatial parallelism */
+    int64_t lo[3], sz[3], nv; /* this rank's box of every patch (the whole patch without a group) */
+    MPI_Comm comm;            /* the group, duplicated, or MPI_COMM_NULL */
+    int grank, gsize;
+    double *red;              /* reduction buffer: RED_HEAD + 2 * batch * C doubles */
+    int failed;               /* an agreed error: returned again by every later next() */
+    char failed_msg[2048];
+    int64_t taken;            /* batches returned since create or seek: the next one's step */
 };
+
+/* the reduction buffer's head (all reduced with MAX) */
+enum { RED_FAIL = 0, RED_END, RED_NOT_END, RED_POS, RED_NEG_POS, RED_HEAD };
 
 /* Fills one batch (producer side): 0, 1 at the end of an eval pass, or an error. */
 static int fill(ts_loader *l, slot *s)
@@ -113,7 +131,8 @@ static int fill(ts_loader *l, slot *s)
     if (rc) return rc;
     s->b.next_position = ts_sampler_position(l->smp);
     s->b.step = l->step++;
-    const int64_t C = s->b.image.shape[1], nv = l->o.patch.patch[0] * l->o.patch.patch[1] * l->o.patch.patch[2];
+    const int64_t C = s->b.image.shape[1], nv = l->nv;
+    const int train = l->o.mode == TS_SAMPLER_TRAIN;
     for (int b = 0; b < B; b++) {
         float *img = (float *)s->b.image.data + (int64_t)b * C * nv;
         uint8_t *lab = (uint8_t *)s->b.label.data + (int64_t)b * nv;
@@ -121,11 +140,16 @@ static int fill(ts_loader *l, slot *s)
         if (idx[b] < 0) {
             memset(img, 0, (size_t)(C * nv) * sizeof(float));
             memset(lab, 0, (size_t)nv);
+            if (s->pend) s->pend[b].augment = 0;
             continue;
         }
         ts_rng r;
         ts_rng_init(&r, l->o.seed, (uint32_t)pos[b], STREAM_AUG + (uint32_t)((uint64_t)pos[b] >> 32));
-        TS_TRY(ts_patch_draw(l->ds, idx[b], &l->o.patch, &r, l->o.mode == TS_SAMPLER_TRAIN, img, lab, l->scratch));
+        if (l->comm == MPI_COMM_NULL)
+            TS_TRY(ts_patch_draw(l->ds, idx[b], &l->o.patch, &r, train, img, lab, l->scratch));
+        else
+            TS_TRY(ts_patch_draw_box(l->ds, idx[b], &l->o.patch, &r, train, l->lo, l->sz, img, lab, l->scratch,
+                                     &s->pend[b]));
     }
     return 0;
 }
@@ -184,7 +208,39 @@ static void stop(ts_loader *l)
     l->running = 0;
 }
 
-int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o, ts_loader **out)
+/* A zero handle (memset opts) counts as MPI_COMM_NULL: no MPI uses 0 for a
+ * valid communicator. */
+static MPI_Comm group_of(const ts_loader_opts *o)
+{
+    MPI_Comm zero;
+    memset(&zero, 0, sizeof zero);
+    if (!memcmp(&o->group, &zero, sizeof zero)) return MPI_COMM_NULL;
+    return o->group;
+}
+
+/* FNV-1a over what every rank of a spatial group must share */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t k = 0; k < n; k++) h = (h ^ c[k]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_loader_opts *o)
+{
+    const ts_patch_opts *p = &o->patch;
+    int64_t iv[] = {rank, size, o->batch, (int64_t)o->seed, o->mode, o->subset ? o->nsubset : -1,
+                    ts_dataset_count(ds), ts_dataset_channels(ds), p->patch[0], p->patch[1], p->patch[2],
+                    p->augment, p->flip, p->rot90, p->norm, p->clip_lo, p->clip_hi};
+    double dv[] = {p->fg_fraction, p->scale, p->shift, p->gamma};
+    uint64_t h = fnv(1469598103934665603ull, iv, sizeof iv);
+    h = fnv(h, dv, sizeof dv);
+    if (o->subset) h = fnv(h, o->subset, (size_t)o->nsubset * sizeof *o->subset);
+    return h;
+}
+
+/* Everything local of create: checks, sampler, buffers; no thread yet. */
+static int create_local(ts_dataset *ds, int rank, int size, const ts_loader_opts *o, int grouped, ts_loader **out)
 {
     int err = 0;
     *out = NULL;
@@ -194,6 +250,27 @@ int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o
         if (o->patch.patch[k] < 1) return TS_ERR(TS_ERR_ARG, "loader: patch size %lld", (long long)o->patch.patch[k]);
     if (o->patch.clip_lo >= TS_IO_NPCT || o->patch.clip_hi >= TS_IO_NPCT || (o->patch.clip_lo >= 0) != (o->patch.clip_hi >= 0))
         return TS_ERR(TS_ERR_ARG, "loader: bad clipping percentiles");
+    /* the box: all 0 = the whole patch; otherwise inside the patch */
+    const int64_t *p = o->patch.patch;
+    int64_t lo[3] = {0, 0, 0}, sz[3] = {p[0], p[1], p[2]};
+    if (o->sub_size[0] || o->sub_size[1] || o->sub_size[2]) {
+        int whole = 1;
+        for (int k = 0; k < 3; k++) {
+            if (o->sub_lo[k] < 0 || o->sub_size[k] < 1 || o->sub_lo[k] + o->sub_size[k] > p[k])
+                return TS_ERR(TS_ERR_ARG, "loader: box [%lld, %lld) x [%lld, %lld) x [%lld, %lld) does not lie inside "
+                              "the %lldx%lldx%lld patch (sizes >= 1, or all 0 for the whole patch)",
+                              (long long)o->sub_lo[0], (long long)(o->sub_lo[0] + o->sub_size[0]),
+                              (long long)o->sub_lo[1], (long long)(o->sub_lo[1] + o->sub_size[1]),
+                              (long long)o->sub_lo[2], (long long)(o->sub_lo[2] + o->sub_size[2]), (long long)p[0],
+                              (long long)p[1], (long long)p[2]);
+            lo[k] = o->sub_lo[k];
+            sz[k] = o->sub_size[k];
+            whole &= lo[k] == 0 && sz[k] == p[k];
+        }
+        if (!whole && !grouped)
+            return TS_ERR(TS_ERR_ARG, "loader: a box smaller than the patch needs the group of ranks holding the "
+                          "other boxes (ts_loader_opts.group with more than one rank)");
+    }
     int inited = 0, level = MPI_THREAD_MULTIPLE;
     MPI_Initialized(&inited);
     if (inited) MPI_Query_thread(&level);
@@ -207,6 +284,13 @@ int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o
     l->ds = ds;
     l->o = *o;
     l->held = -1;
+    l->comm = MPI_COMM_NULL;
+    l->gsize = 1;
+    for (int k = 0; k < 3; k++) {
+        l->lo[k] = lo[k];
+        l->sz[k] = sz[k];
+    }
+    l->nv = sz[0] * sz[1] * sz[2];
     int64_t n = o->subset ? o->nsubset : ts_dataset_count(ds);
     if (o->subset) {
         for (int64_t t = 0; t < n; t++)
@@ -218,14 +302,21 @@ int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o
     l->nslots = (o->prefetch > 0 ? o->prefetch : 0) + 1;
     l->slots = TS_CALLOC((size_t)l->nslots, sizeof *l->slots);
     if (!l->slots) TS_FAIL(TS_ERR_NOMEM, "loader");
-    const int64_t C = ts_dataset_channels(ds), *p = o->patch.patch;
+    const int64_t C = ts_dataset_channels(ds);
     for (int k = 0; k < l->nslots; k++) {
-        TS_CHECK(ts_tensor_alloc(&l->slots[k].b.image, TS_FLOAT32, 5, (const int64_t[]){o->batch, C, p[0], p[1], p[2]}));
-        TS_CHECK(ts_tensor_alloc(&l->slots[k].b.label, TS_UINT8, 4, (const int64_t[]){o->batch, p[0], p[1], p[2]}));
+        TS_CHECK(ts_tensor_alloc(&l->slots[k].b.image, TS_FLOAT32, 5, (const int64_t[]){o->batch, C, sz[0], sz[1], sz[2]}));
+        TS_CHECK(ts_tensor_alloc(&l->slots[k].b.label, TS_UINT8, 4, (const int64_t[]){o->batch, sz[0], sz[1], sz[2]}));
+        if (grouped) {
+            l->slots[k].pend = TS_CALLOC((size_t)o->batch, sizeof *l->slots[k].pend);
+            if (!l->slots[k].pend) TS_FAIL(TS_ERR_NOMEM, "loader");
+        }
     }
-    l->scratch = TS_ALIGNED_ALLOC(ts_patch_scratch_floats(ds, &o->patch) * sizeof(float));
+    if (grouped) {
+        l->red = TS_MALLOC((size_t)(RED_HEAD + 2 * o->batch * C) * 2 * sizeof(double));
+        if (!l->red) TS_FAIL(TS_ERR_NOMEM, "loader");
+    }
+    l->scratch = TS_ALIGNED_ALLOC(ts_patch_scratch_floats_box(ds, sz) * sizeof(float));
     if (!l->scratch) TS_FAIL(TS_ERR_NOMEM, "loader scratch");
-    TS_CHECK(start(l));
     *out = l;
     return 0;
 cleanup:
@@ -233,9 +324,145 @@ cleanup:
     return err;
 }
 
+/* Collective on comm: the boxes of all ranks tile the patch and the ranks
+ * share rank, size, batch, seed, sampler and patch options. Every rank
+ * decides from the same gathered table, so the verdict needs no agreement. */
+static int check_group(ts_loader *l, uint64_t fp)
+{
+    int err = 0;
+    const int G = l->gsize;
+    int64_t mine[7] = {l->lo[0], l->lo[1], l->lo[2], l->sz[0], l->sz[1], l->sz[2], (int64_t)fp};
+    int64_t *all = TS_MALLOC((size_t)G * sizeof mine);
+    TS_CHECK(ts_err_agree(l->comm, all ? 0 : TS_ERR_NOMEM));
+    TS_MPI(MPI_Allgather(mine, 7, MPI_INT64_T, all, 7, MPI_INT64_T, l->comm));
+    const int64_t *p = l->o.patch.patch;
+    int64_t vol = 0;
+    for (int g = 0; g < G; g++) {
+        const int64_t *a = all + 7 * g;
+        if (a[6] != all[6])
+            TS_FAIL(TS_ERR_MISMATCH, "loader: rank %d of the spatial group uses another data-parallel rank/size, "
+                    "batch, seed, mode, subset or patch options than rank 0 (every rank of a group loads the same "
+                    "patches)", g);
+        vol += a[3] * a[4] * a[5];
+        for (int h = 0; h < g; h++) {
+            const int64_t *b = all + 7 * h;
+            int overlap = 1;
+            for (int k = 0; k < 3; k++) overlap &= a[k] < b[k] + b[k + 3] && b[k] < a[k] + a[k + 3];
+            if (overlap)
+                TS_FAIL(TS_ERR_ARG, "loader: the boxes of ranks %d and %d of the spatial group overlap "
+                        "([%lld, %lld, %lld] + [%lld, %lld, %lld] and [%lld, %lld, %lld] + [%lld, %lld, %lld])", h, g,
+                        (long long)b[0], (long long)b[1], (long long)b[2], (long long)b[3], (long long)b[4],
+                        (long long)b[5], (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3],
+                        (long long)a[4], (long long)a[5]);
+        }
+    }
+    if (vol != p[0] * p[1] * p[2])
+        TS_FAIL(TS_ERR_ARG, "loader: the boxes of the spatial group's %d ranks cover %lld of the patch's %lld voxels "
+                "(they must tile the %lldx%lldx%lld patch)", G, (long long)vol, (long long)(p[0] * p[1] * p[2]),
+                (long long)p[0], (long long)p[1], (long long)p[2]);
+cleanup:
+    free(all);
+    return err;
+}
+
+int ts_loader_create(ts_dataset *ds, int rank, int size, const ts_loader_opts *o, ts_loader **out)
+{
+    int err = 0, gsize = 1;
+    *out = NULL;
+    MPI_Comm grp = group_of(o), comm = MPI_COMM_NULL;
+    if (grp != MPI_COMM_NULL) TS_MPI_TRY(MPI_Comm_size(grp, &gsize));
+    ts_loader *l = NULL;
+    if (gsize <= 1) {
+        TS_TRY(create_local(ds, rank, size, o, 0, &l));
+        TS_CHECK(start(l));
+        *out = l;
+        return 0;
+    }
+    /* collective from here on: every rank makes the same MPI calls */
+    TS_MPI_TRY(MPI_Comm_dup(grp, &comm));
+    TS_CHECK(ts_err_agree(comm, create_local(ds, rank, size, o, 1, &l)));
+    l->comm = comm;
+    comm = MPI_COMM_NULL;
+    l->gsize = gsize;
+    TS_MPI(MPI_Comm_rank(l->comm, &l->grank));
+    TS_CHECK(check_group(l, fingerprint(ds, rank, size, o)));
+    TS_CHECK(ts_err_agree(l->comm, start(l)));
+    *out = l;
+    return 0;
+cleanup:
+    ts_loader_destroy(&l);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    return err;
+}
+
+/* With a group: the collective half of next(). s is the slot at the tail,
+ * READY (s->err: this rank's part failed) or END. Reduces the error flags,
+ * end marks, sampler positions and the boxes' per-channel min/max over the
+ * group (one MPI_Allreduce, MAX, mins negated), then finishes the batch's
+ * intensity augmentation. Returns 0 (batch ready), 1 (end), or an error that
+ * every rank of the group returns too. Caller holds no lock. */
+static int group_finish(ts_loader *l, slot *s)
+{
+    const int B = l->o.batch;
+    const int64_t C = s->b.image.shape[1], nred = RED_HEAD + 2 * B * C;
+    const int end = s->state == SLOT_END, ok = !end && !s->err;
+    double *in = l->red, *red = l->red + nred;
+    for (int64_t t = 0; t < nred; t++) in[t] = -INFINITY;
+    in[RED_FAIL] = ok || end ? 0 : l->grank + 1;
+    in[RED_END] = end;
+    in[RED_NOT_END] = ok;
+    if (ok) {
+        in[RED_POS] = (double)s->b.position;
+        in[RED_NEG_POS] = -(double)s->b.position;
+        for (int b = 0; b < B; b++)
+            for (int64_t c = 0; c < C && s->b.sample[b] >= 0; c++) {
+                in[RED_HEAD + 2 * (b * C + c)] = -(double)s->pend[b].mn[c];
+                in[RED_HEAD + 2 * (b * C + c) + 1] = (double)s->pend[b].mx[c];
+            }
+    }
+    int rc = MPI_Allreduce(in, red, (int)nred, MPI_DOUBLE, MPI_MAX, l->comm);
+    if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce(loader batch ranges)");
+    const long long step = (long long)l->taken;
+    int err = 0;
+    if (red[RED_FAIL] > 0) {
+        if (!ok && !end) err = TS_ERR(s->err, "%s", s->msg);
+        else err = TS_ERR(TS_ERR_REMOTE, "rank %d of the spatial group failed to prepare its part of batch %lld",
+                          (int)red[RED_FAIL] - 1, step);
+    } else if (red[RED_END] > 0 && red[RED_NOT_END] > 0) {
+        err = TS_ERR(TS_ERR_MISMATCH, "loader: at batch %lld some ranks of the spatial group reached the end of the "
+                     "evaluation pass and others did not (same sampler and seek positions needed)", step);
+    } else if (red[RED_END] > 0) {
+        return 1;
+    } else if (red[RED_POS] != -red[RED_NEG_POS]) {
+        err = TS_ERR(TS_ERR_MISMATCH, "loader: at batch %lld the ranks of the spatial group hold different batches "
+                     "(sampler positions %.0f to %.0f; every rank must seek to the same position)", step,
+                     -red[RED_NEG_POS], red[RED_POS]);
+    }
+    if (err) {
+        l->failed = err;
+        snprintf(l->failed_msg, sizeof l->failed_msg, "%s", ts_err_message());
+        return err;
+    }
+    /* the whole patch's range, exactly: min and max are exact in any order,
+     * and float -> double -> float round-trips. (MAX may return either of
+     * +0 and -0 where one sequential scan kept the first it met; gamma's
+     * formula gives the same bits for both as powf(+-0, g) = +0, g > 0.) */
+    for (int b = 0; b < B; b++) {
+        if (s->b.sample[b] < 0) continue;
+        ts_patch_pending p = s->pend[b];
+        for (int64_t c = 0; c < C; c++) {
+            p.mn[c] = (float)-red[RED_HEAD + 2 * (b * C + c)];
+            p.mx[c] = (float)red[RED_HEAD + 2 * (b * C + c) + 1];
+        }
+        ts_patch_finish((float *)s->b.image.data + (int64_t)b * C * l->nv, l->nv, &p);
+    }
+    return 0;
+}
+
 int ts_loader_next(ts_loader *l, const ts_batch **out)
 {
     *out = NULL;
+    if (l->failed) return TS_ERR(l->failed, "%s", l->failed_msg);
     double t0 = ts_time_now();
     pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {
@@ -253,19 +480,26 @@ int ts_loader_next(ts_loader *l, const ts_batch **out)
         finish_slot(s, rc);
     }
     while (s->state != SLOT_READY && s->state != SLOT_END) pthread_cond_wait(&l->cv, &l->mu);
-    l->wait_s += ts_time_now() - t0;
     int rc = 0;
-    if (s->state == SLOT_END) {
+    if (l->comm != MPI_COMM_NULL) {
+        /* the producer leaves a READY or END slot alone: reduce without the lock */
+        pthread_mutex_unlock(&l->mu);
+        rc = group_finish(l, s);
+        pthread_mutex_lock(&l->mu);
+    } else if (s->state == SLOT_END) {
         rc = 1;
     } else if (s->err) {
         rc = TS_ERR(s->err, "%s", s->msg);
-    } else {
+    }
+    if (rc == 0) {
         s->state = SLOT_HELD;
         l->held = l->tail;
         l->tail = (l->tail + 1) % l->nslots;
         l->pos_consumed = s->b.next_position;
+        l->taken++;
         *out = &s->b;
     }
+    l->wait_s += ts_time_now() - t0;
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -283,6 +517,8 @@ int ts_loader_seek(ts_loader *l, int64_t position)
     l->head = l->tail = 0;
     l->held = -1;
     l->step = 0;
+    l->taken = 0;
+    l->failed = 0;
     TS_TRY(ts_sampler_seek(l->smp, position));
     l->pos_consumed = position;
     return start(l);
@@ -296,10 +532,13 @@ void ts_loader_destroy(ts_loader **lp)
     for (int k = 0; l->slots && k < l->nslots; k++) {
         ts_tensor_free(&l->slots[k].b.image);
         ts_tensor_free(&l->slots[k].b.label);
+        free(l->slots[k].pend);
     }
     free(l->slots);
     free(l->scratch);
+    free(l->red);
     ts_sampler_destroy(&l->smp);
+    if (l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     free(l);

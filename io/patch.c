@@ -1,6 +1,8 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
  * draws happen in a fixed order (box, flips, rotation, then per channel
- * gamma, scale, shift) so a stream position always gives the same patch. */
+ * gamma, scale, shift) so a stream position always gives the same patch.
+ * A box of a patch (spatial parallelism) makes the same draws, reads only
+ * its preimage and leaves the intensity augmentation for ts_patch_finish. */
 #include "tsbuild.h"
 #include "io/patch.h"
 #include "src/core/error.h"
@@ -24,50 +26,89 @@ int ts_patch_parse_clip(const char *s, int *lo, int *hi)
     return 1;
 }
 
-size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o)
+size_t ts_patch_scratch_floats_box(const ts_dataset *ds, const int64_t sub_size[3])
 {
-    size_t nv = (size_t)(o->patch[0] * o->patch[1] * o->patch[2]);
+    size_t nv = (size_t)(sub_size[0] * sub_size[1] * sub_size[2]);
     /* image box, plus the label box stored as bytes at the end */
     return nv * (size_t)ts_dataset_channels(ds) + (nv + sizeof(float) - 1) / sizeof(float);
 }
 
-void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
-                        float *out, uint8_t *lout)
+size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o)
 {
-    const int64_t D = size[0], H = size[1], W = size[2];
-    const int64_t rh = (k & 1) ? W : H, rw = (k & 1) ? H : W;
-    int64_t *tab = malloc((size_t)(H * W) * sizeof(int64_t));
-    int64_t zmap[4096], *zm = D <= 4096 ? zmap : malloc((size_t)D * sizeof(int64_t));
-    for (int64_t z = 0; z < D; z++) zm[z] = ((flips & 1) ? D - 1 - z : z) * rh * rw;
-    for (int64_t y = 0; y < H; y++)
-        for (int64_t x = 0; x < W; x++) {
-            int64_t fy = (flips & 2) ? H - 1 - y : y, fx = (flips & 4) ? W - 1 - x : x, sy, sx;
+    return ts_patch_scratch_floats_box(ds, o->patch);
+}
+
+void ts_patch_preimage(const int64_t patch[3], const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips,
+                       int64_t pre_lo[3], int64_t pre_size[3])
+{
+    const int64_t D = patch[0], H = patch[1], W = patch[2], ys = sub_size[1], xs = sub_size[2];
+    /* flipped extents, still in patch orientation */
+    const int64_t fylo = (flips & 2) ? H - sub_lo[1] - ys : sub_lo[1], fxlo = (flips & 4) ? W - sub_lo[2] - xs : sub_lo[2];
+    pre_lo[0] = (flips & 1) ? D - sub_lo[0] - sub_size[0] : sub_lo[0];
+    pre_size[0] = sub_size[0];
+    /* then the rotation as in ts_patch_transform: (fy, fx) -> (sy, sx) */
+    switch (k & 3) {
+    case 0: pre_lo[1] = fylo; pre_lo[2] = fxlo; break;               /* sy = fy, sx = fx */
+    case 1: pre_lo[1] = fxlo; pre_lo[2] = H - fylo - ys; break;      /* sy = fx, sx = H-1-fy */
+    case 2: pre_lo[1] = H - fylo - ys; pre_lo[2] = W - fxlo - xs; break;
+    default: pre_lo[1] = W - fxlo - xs; pre_lo[2] = fylo; break;     /* sy = W-1-fx, sx = fy */
+    }
+    pre_size[1] = (k & 1) ? xs : ys;
+    pre_size[2] = (k & 1) ? ys : xs;
+}
+
+void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
+                            const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
+                            uint8_t *lout)
+{
+    const int64_t D = patch[0], H = patch[1], W = patch[2];
+    const int64_t sd = sub_size[0], sh = sub_size[1], sw = sub_size[2];
+    int64_t pre_lo[3], pre_size[3];
+    ts_patch_preimage(patch, sub_lo, sub_size, k, flips, pre_lo, pre_size);
+    const int64_t rh = pre_size[1], rw = pre_size[2];
+    int64_t *tab = malloc((size_t)(sh * sw) * sizeof(int64_t));
+    int64_t zmap[4096], *zm = sd <= 4096 ? zmap : malloc((size_t)sd * sizeof(int64_t));
+    for (int64_t z = 0; z < sd; z++) {
+        const int64_t gz = sub_lo[0] + z;
+        zm[z] = (((flips & 1) ? D - 1 - gz : gz) - pre_lo[0]) * rh * rw;
+    }
+    for (int64_t y = 0; y < sh; y++)
+        for (int64_t x = 0; x < sw; x++) {
+            const int64_t gy = sub_lo[1] + y, gx = sub_lo[2] + x;
+            int64_t fy = (flips & 2) ? H - 1 - gy : gy, fx = (flips & 4) ? W - 1 - gx : gx, sy, sx;
             switch (k & 3) {
             case 0: sy = fy; sx = fx; break;
             case 1: sy = fx; sx = H - 1 - fy; break;
             case 2: sy = H - 1 - fy; sx = W - 1 - fx; break;
             default: sy = W - 1 - fx; sx = fy; break;
             }
-            tab[y * W + x] = sy * rw + sx;
+            tab[y * sw + x] = (sy - pre_lo[1]) * rw + (sx - pre_lo[2]);
         }
-    const int64_t plane = H * W, nv = D * plane;
+    const int64_t plane = sh * sw, nv = sd * plane, nin = pre_size[0] * rh * rw;
     for (int64_t c = 0; c < C; c++) {
-        const float *src = in + c * nv;
+        const float *src = in + c * nin;
         float *dst = out + c * nv;
-        for (int64_t z = 0; z < D; z++) {
+        for (int64_t z = 0; z < sd; z++) {
             const float *s = src + zm[z];
             float *d = dst + z * plane;
             for (int64_t t = 0; t < plane; t++) d[t] = s[tab[t]];
         }
     }
     if (lin && lout)
-        for (int64_t z = 0; z < D; z++) {
+        for (int64_t z = 0; z < sd; z++) {
             const uint8_t *s = lin + zm[z];
             uint8_t *d = lout + z * plane;
             for (int64_t t = 0; t < plane; t++) d[t] = s[tab[t]];
         }
     free(tab);
     if (zm != zmap) free(zm);
+}
+
+void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
+                        float *out, uint8_t *lout)
+{
+    static const int64_t zero[3] = {0, 0, 0};
+    ts_patch_transform_box(in, lin, C, size, zero, size, k, flips, out, lout);
 }
 
 /* lower corner along one axis: uniform so that the box lies inside the
@@ -141,12 +182,18 @@ int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, floa
     return 0;
 }
 
-int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train, float *image,
-                  uint8_t *label, float *scratch)
+int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
+                      const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,
+                      float *scratch, ts_patch_pending *pend)
 {
     ts_sample_info in;
     TS_TRY(ts_dataset_info(ds, i, &in));
-    const int64_t C = in.shape[0], nv = o->patch[0] * o->patch[1] * o->patch[2];
+    const int64_t C = in.shape[0], nv = sub_size[0] * sub_size[1] * sub_size[2];
+    if (C > TS_IO_MAX_CHANNELS) return TS_ERR(TS_ERR_ARG, "patch: %lld channels (at most %d)", (long long)C, TS_IO_MAX_CHANNELS);
+    for (int d = 0; d < 3; d++)
+        if (sub_lo[d] < 0 || sub_size[d] < 1 || sub_lo[d] + sub_size[d] > o->patch[d])
+            return TS_ERR(TS_ERR_ARG, "patch: box [%lld, %lld) along axis %d lies outside the patch (0..%lld)",
+                          (long long)sub_lo[d], (long long)(sub_lo[d] + sub_size[d]), d, (long long)o->patch[d]);
     const int aug = train && o->augment;
     /* the box: rotated by an odd k, (H, W) are read swapped */
     int fg = 0, k = 0, flips = 0;
@@ -167,28 +214,50 @@ int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, 
         else if (fg) lo[d] = clamp_lo(fgc[d] - box[d] / 2, dim, box[d]);
         else lo[d] = uniform_lo(r, dim, box[d]);
     }
+    /* read only the preimage of our box inside the read box */
+    int64_t pre_lo[3], pre_size[3], rlo[3];
+    ts_patch_preimage(o->patch, sub_lo, sub_size, k, flips, pre_lo, pre_size);
+    for (int d = 0; d < 3; d++) rlo[d] = lo[d] + pre_lo[d];
     const int direct = !k && !flips;
     float *bimg = direct ? image : scratch;
     uint8_t *blab = direct ? label : (uint8_t *)(scratch + nv * C);
-    TS_TRY(ts_dataset_read_box(ds, i, lo, box, bimg, blab, NAN));
-    if (!direct) ts_patch_transform(bimg, blab, C, o->patch, k, flips, image, label);
+    TS_TRY(ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN));
+    if (!direct) ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label);
 
-    /* normalisation (padding, NaN here, becomes 0), then intensity augmentation */
+    /* normalisation (padding, NaN here, becomes 0); the intensity
+     * augmentation's numbers are drawn per channel (gamma, scale, shift) */
+    pend->augment = aug;
+    pend->channels = C;
     for (int64_t c = 0; c < C; c++) {
-        float *x = image + c * nv;
-        float mn, mx;
-        normalize_channel(x, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT, ts_dataset_mean(ds)[c],
-                          ts_dataset_std(ds)[c], &mn, &mx);
-        if (!aug) continue;
+        normalize_channel(image + c * nv, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT,
+                          ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
         double g = 1, sc = 1, sh = 0;
-        int do_gamma = o->gamma > 0 && ts_rng_uniform(r) < 0.5;
-        double u = ts_rng_uniform(r);
-        if (do_gamma) g = exp((2 * u - 1) * log1p(o->gamma));
-        u = ts_rng_uniform(r);
-        if (o->scale > 0) sc = 1 + o->scale * (2 * u - 1);
-        u = ts_rng_uniform(r);
-        if (o->shift > 0) sh = o->shift * (2 * u - 1);
-        if (do_gamma && mx > mn) {
+        int do_gamma = 0;
+        if (aug) {
+            do_gamma = o->gamma > 0 && ts_rng_uniform(r) < 0.5;
+            double u = ts_rng_uniform(r);
+            if (do_gamma) g = exp((2 * u - 1) * log1p(o->gamma));
+            u = ts_rng_uniform(r);
+            if (o->scale > 0) sc = 1 + o->scale * (2 * u - 1);
+            u = ts_rng_uniform(r);
+            if (o->shift > 0) sh = o->shift * (2 * u - 1);
+        }
+        pend->do_gamma[c] = do_gamma;
+        pend->g[c] = g;
+        pend->scale[c] = sc;
+        pend->shift[c] = sh;
+    }
+    return 0;
+}
+
+void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p)
+{
+    if (!p->augment) return;
+    for (int64_t c = 0; c < p->channels; c++) {
+        float *x = image + c * nv;
+        const float mn = p->mn[c], mx = p->mx[c];
+        const double g = p->g[c], sc = p->scale[c], sh = p->shift[c];
+        if (p->do_gamma[c] && mx > mn) {
             const float fmn = mn, rng_ = mx - mn, fg_ = (float)g;
             for (int64_t t = 0; t < nv; t++) x[t] = fmn + rng_ * powf((x[t] - fmn) / rng_, fg_);
         }
@@ -197,5 +266,14 @@ int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, 
             for (int64_t t = 0; t < nv; t++) x[t] = x[t] * a + b;
         }
     }
+}
+
+int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train, float *image,
+                  uint8_t *label, float *scratch)
+{
+    static const int64_t zero[3] = {0, 0, 0};
+    ts_patch_pending p;
+    TS_TRY(ts_patch_draw_box(ds, i, o, r, train, zero, o->patch, image, label, scratch, &p));
+    ts_patch_finish(image, o->patch[0] * o->patch[1] * o->patch[2], &p);
     return 0;
 }

@@ -6,7 +6,9 @@
  * per dataset, optional percentile clipping). Padding is 0 after
  * normalisation, label 0. All randomness comes from the caller's stream, so
  * a patch depends only on (seed, stream position), never on thread timing or
- * the number of ranks. */
+ * the number of ranks. A patch split over ranks (spatial parallelism) is
+ * drawn box by box (ts_patch_draw_box, ts_patch_finish), each rank reading
+ * only the file region that lands in its box. */
 #ifndef TS_IO_PATCH_H
 #define TS_IO_PATCH_H
 
@@ -33,10 +35,48 @@ typedef struct ts_patch_opts {
 /* Local. Fills image [C, D, H, W] and label [D, H, W] (the patch size of o)
  * with a patch of sample i. train: random box and augmentation drawn from r;
  * otherwise the centred box, no augmentation. scratch must hold
- * ts_patch_scratch_floats(ds, o) floats (for rotated or flipped reads). */
+ * ts_patch_scratch_floats(ds, o) floats (for rotated or flipped reads).
+ * Equals ts_patch_draw_box on the whole patch followed by ts_patch_finish
+ * with the box's own min and max (it is written that way). */
 int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train, float *image,
                   uint8_t *label, float *scratch);
 size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o);
+/* Local. Scratch floats ts_patch_draw_box needs for a sub-box of this size. */
+size_t ts_patch_scratch_floats_box(const ts_dataset *ds, const int64_t sub_size[3]);
+
+/* The intensity augmentation of one patch still to be applied after
+ * ts_patch_draw_box: the parameters drawn for it and, per channel, the min
+ * and max of the normalised box (padding, 0, included). Gamma needs the min
+ * and max of the whole patch: a caller holding one box of a patch split
+ * over ranks replaces mn/mx by the reduction over all boxes (MIN, MAX)
+ * before ts_patch_finish. */
+typedef struct ts_patch_pending {
+    int augment;                                  /* 0: nothing to apply (eval, or augmentation off) */
+    int64_t channels;
+    float mn[TS_IO_MAX_CHANNELS], mx[TS_IO_MAX_CHANNELS];
+    int do_gamma[TS_IO_MAX_CHANNELS];
+    double g[TS_IO_MAX_CHANNELS], scale[TS_IO_MAX_CHANNELS], shift[TS_IO_MAX_CHANNELS];
+} ts_patch_pending;
+
+/* Local. One box of the patch ts_patch_draw would return for the same
+ * (ds, i, o, r state, train): image [C, sub_size] and label [sub_size]
+ * receive patch voxels [sub_lo, sub_lo + sub_size) (patch coordinates D, H,
+ * W; the box must lie inside the patch), bit for bit those of the whole
+ * patch before its intensity augmentation, which is recorded in *pend
+ * instead of applied. Every random number ts_patch_draw draws is drawn here,
+ * in the same order, whatever the box, so ranks holding different boxes of
+ * one patch with equal streams agree on every choice. Only the preimage of
+ * the box (after flips and rotation) is read from the file. scratch: at
+ * least ts_patch_scratch_floats_box(ds, sub_size) floats. */
+int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
+                      const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,
+                      float *scratch, ts_patch_pending *pend);
+/* Local. Applies the intensity augmentation recorded in p (gamma with p's
+ * mn/mx per channel, then scale and shift) to image [p->channels, nv] in
+ * place; the float operations are those of ts_patch_draw, so boxes finished
+ * with the whole patch's mn/mx are bit for bit boxes of ts_patch_draw's
+ * output. Nothing to do when p->augment is 0. */
+void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p);
 
 /* Local. The spatial transform on its own: in [C, D, rh, rw] (rh, rw =
  * (H, W), or (W, H) when k is odd) to out [C, D, H, W]: out(z, y, x) =
@@ -45,6 +85,20 @@ size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o);
  * (labels) may be NULL. */
 void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
                         float *out, uint8_t *lout);
+/* Local. Where a box of the transformed patch comes from: the box
+ * [pre_lo, pre_lo + pre_size) of the untransformed box [D, rh, rw] (read
+ * orientation: (H, W) swapped when k is odd) that ts_patch_transform maps
+ * onto patch voxels [sub_lo, sub_lo + sub_size) of a patch of size
+ * `patch`. A flip maps [a, b) to [n - b, n - a); an odd k swaps the extents. */
+void ts_patch_preimage(const int64_t patch[3], const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips,
+                       int64_t pre_lo[3], int64_t pre_size[3]);
+/* Local. ts_patch_transform restricted to one box: in holds the preimage
+ * box (ts_patch_preimage) as [C, pre_size], out receives [C, sub_size] =
+ * patch voxels [sub_lo, sub_lo + sub_size) of the transformed patch. With
+ * sub_lo 0 and sub_size = patch it is ts_patch_transform. */
+void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
+                            const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
+                            uint8_t *lout);
 
 /* Local. Normalises image [C, nv] in place as training patches are: z-score
  * with the image's per-channel mean/std (o->norm = image) or the dataset's
