@@ -87,10 +87,11 @@ if [ -n "$TS_PY" ]; then
 import json
 def dice(r): return [json.loads(l)['dice'] for l in open('$d/' + r + '/metrics.jsonl') if 'dice' in json.loads(l)]
 a, b = dice('ev-1'), dice('ev-sp2'); print(a, b); assert len(a) == 1 and a == b"
+    # the scan: a phantom (sample 1 of the dataset, D x H x W -> NIfTI's x, y, z), cropped to 19x20x17
     "$TS_PY" -c "
-import nibabel as nib, numpy as np
-x = np.random.default_rng(2).normal(size=(21, 26, 19)).astype(np.float32)
-nib.save(nib.Nifti1Image(x, np.diag([1.2, 0.9, 1.1, 1])), '$d/scan.nii.gz')"
+import h5py, nibabel as nib, numpy as np
+x = np.asarray(h5py.File('$d/syn.h5', 'r')['samples/000001/image'])[0, 1:18, :20, :19].transpose(2, 1, 0)
+nib.save(nib.Nifti1Image(x.astype(np.float32), np.diag([1.2, 0.9, 1.1, 1])), '$d/scan.nii.gz')"
     ts_step "infer, 1 rank" ts_mpirun 1 "$TESSERA" infer "$d/s.ini" checkpoint="$d/ev-1" input="$d/scan.nii.gz" \
         output="$d/m1.nii.gz"
     ts_step "infer, sp = 2" ts_mpirun 2 "$TESSERA" infer "$d/s.ini" checkpoint="$d/ev-1" input="$d/scan.nii.gz" \
@@ -154,7 +155,7 @@ fi
 
 # bad grids: an error on every rank before any work
 ts_fails_on_all "a patch that does not split evenly at every level" "does not split evenly at every level" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/s.ini" run.dir="$d/e1" parallel.sp=2 data.patch=12,16,16
+    ts_mpirun 2 "$TESSERA" train "$d/s.ini" run.dir="$d/e1" parallel.sp=2 parallel.sp_dims=2,1,1 data.patch=12,16,16
 ts_fails_on_all "sp x dp not the number of ranks" "but the job has 4 ranks" 4 \
     ts_mpirun 4 "$TESSERA" train "$d/s.ini" run.dir="$d/e2" parallel.sp=2 parallel.dp=3
 ts_fails_on_all "sp_dims whose product is not sp" "but parallel.sp = 2" 2 \
