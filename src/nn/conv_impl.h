@@ -59,8 +59,9 @@ typedef struct ts_conv_dst {
  * only): the work items (sample, output plane, block of rows) computed:
  * TS_CONV_BORDER those that read a non-NULL face of x.halo, INTERIOR the
  * others, ALL both. progress[i] (NULL: none) is called with ctx[i] by one
- * thread (OpenMP thread 0 of the kernel's team, never two at once) after
- * each work item it completes. */
+ * thread (OpenMP thread 0 of the kernel's team, i.e. the calling thread;
+ * never two at once) on entering the parallel loop and after each work
+ * item it completes. */
 typedef struct ts_conv_sched {
     ts_conv_part part;
     void (*progress[2])(void *ctx);

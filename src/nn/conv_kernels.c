@@ -252,36 +252,42 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
     const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
     const int fh0 = halo_face(x.halo, 1, 0) != NULL, fh1 = halo_face(x.halo, 1, 1) != NULL;
     const int fw = halo_face(x.halo, 2, 0) || halo_face(x.halo, 2, 1);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long it = 0; it < items; it++) {
-        const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
-        const int nr = imin(hb, g->OH - oh0), tid = thread_id();
-        if (part != TS_CONV_ALL) {
-            const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
-                               (fh1 && oh0 + nr == g->OH);
-            if (border != (part == TS_CONV_BORDER)) continue;
-        }
-        float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
-        fill_slab(g, x, n, od, oh0, R, CS, slab);
-        gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
-        for (int r = 0; r < nr; r++) {
-            const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0 + r; /* output row index */
-            if (!split) {
-                gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, y.a + row * g->OW * g->OC, 0, g->OC);
-            } else if (direct) {
-                const int cb = g->OC - y.ca;
-                gather_row(&a, k3s1, r, g->OW, 0, y.ca, g->OC, y.a + row * g->OW * y.ca, 0, y.ca);
-                gather_row(&a, k3s1, r, g->OW, y.ca, g->OC, g->OC, y.b + row * g->OW * cb, 0, cb);
-            } else {
-                const int cb = g->OC - y.ca;
-                gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, rowbuf, 0, g->OC);
-                for (int w = 0; w < g->OW; w++) {
-                    memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
-                    memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
+    /* thread 0 runs the hooks on entry (it may find no item left: the other
+     * threads can take them all) and after each item it completes */
+#pragma omp parallel
+    {
+        if (thread_id() == 0) run_hooks(sch);
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
+            const int nr = imin(hb, g->OH - oh0), tid = thread_id();
+            if (part != TS_CONV_ALL) {
+                const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
+                                   (fh1 && oh0 + nr == g->OH);
+                if (border != (part == TS_CONV_BORDER)) continue;
+            }
+            float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
+            fill_slab(g, x, n, od, oh0, R, CS, slab);
+            gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
+            for (int r = 0; r < nr; r++) {
+                const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0 + r; /* output row index */
+                if (!split) {
+                    gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, y.a + row * g->OW * g->OC, 0, g->OC);
+                } else if (direct) {
+                    const int cb = g->OC - y.ca;
+                    gather_row(&a, k3s1, r, g->OW, 0, y.ca, g->OC, y.a + row * g->OW * y.ca, 0, y.ca);
+                    gather_row(&a, k3s1, r, g->OW, y.ca, g->OC, g->OC, y.b + row * g->OW * cb, 0, cb);
+                } else {
+                    const int cb = g->OC - y.ca;
+                    gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, rowbuf, 0, g->OC);
+                    for (int w = 0; w < g->OW; w++) {
+                        memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
+                        memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
+                    }
                 }
             }
+            if (tid == 0) run_hooks(sch);
         }
-        if (tid == 0) run_hooks(sch);
     }
 cleanup:
     return err;
@@ -385,6 +391,7 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
     {
         const int tid = thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
+        if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
             const long ch = u / G;

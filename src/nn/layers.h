@@ -87,6 +87,11 @@ typedef struct ts_conv_split {
                                   * (to progress messages in flight: MPI_Testall) */
     void *progress_ctx;
 } ts_conv_split;
+/* (progress runs on the calling thread, OpenMP thread 0 of the kernel's
+ * team, on entering its parallel loop and after each item that thread
+ * completes: MPI_THREAD_FUNNELED is enough; do not call these functions from
+ * inside a parallel region. With halo NULL there are no faces: INTERIOR
+ * computes every voxel and BORDER none.) */
 
 /* 3x3x3, stride 1, padding 1 on a box with halo (s may be NULL: no halo).
  * Same results as ts_conv3d_forward on the whole volume, restricted to the

@@ -3,6 +3,11 @@ check_PROGRAMS += tests/nn/test_layers
 tests_nn_test_layers_SOURCES = tests/nn/test_layers.c
 tests_nn_test_layers_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_layers
+# split-volume layers (halo convolutions, norms and losses with sync) against the whole volume
+check_PROGRAMS += tests/nn/test_split
+tests_nn_test_split_SOURCES = tests/nn/test_split.c
+tests_nn_test_split_LDADD = $(TS_LIBS)
+TESTS += tests/nn/test_split
 # a kernel benchmark, built on request: make tests/nn/bench_conv
 EXTRA_PROGRAMS = tests/nn/bench_conv
 tests_nn_bench_conv_SOURCES = tests/nn/bench_conv.c

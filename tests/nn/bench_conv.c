@@ -5,6 +5,9 @@
  * planes spread over the OpenMP threads, OpenBLAS single-threaded inside.
  * Prints GFLOP/s by wall time and by process CPU time (the latter is what
  * to compare on a shared machine). docs/performance-engine.md uses it.
+ * The split rows run the same shapes as one box of a split volume with a
+ * halo on all six sides (ts_conv3d_*_split; forward all, and interior then
+ * border).
  * usage: bench_conv D CIN COUT [REPS] */
 #include "tsbuild.h"
 #include "src/core/timer.h"
@@ -90,27 +93,57 @@ int main(int argc, char **argv)
     fill(&w);
     fill(&y);
     for (int i = 0; i < 27 * C * OC; i++) wm[i] = (float)(i % 13) * 0.01f;
+    /* halos of x (C channels) and of dy (OC channels) on all six sides */
+    ts_halo hx = {{1, 1, 1}, {NULL}, {NULL}}, hy = hx;
+    const int64_t dhw[3] = {D, D, D};
+    for (int d = 0; d < 3; d++) {
+        const int64_t fx = ts_halo_face_floats(dhw, hx.on, d, N, C), fy = ts_halo_face_floats(dhw, hy.on, d, N, OC);
+        float *f[4] = {malloc(sizeof(float) * fx), malloc(sizeof(float) * fx), malloc(sizeof(float) * fy),
+                       malloc(sizeof(float) * fy)};
+        for (int i = 0; i < 4; i++) {
+            if (!f[i]) return 1;
+            for (int64_t j = 0; j < (i < 2 ? fx : fy); j++) f[i][j] = (float)((j * 31) % 1000) / 1000.0f - 0.5f;
+        }
+        hx.lo[d] = f[0];
+        hx.hi[d] = f[1];
+        hy.lo[d] = f[2];
+        hy.hi[d] = f[3];
+    }
+    const ts_conv_split sall = {&hx, TS_CONV_ALL, NULL, NULL}, sint = {&hx, TS_CONV_INTERIOR, NULL, NULL},
+                        sbor = {&hx, TS_CONV_BORDER, NULL, NULL}, sdy = {&hy, TS_CONV_ALL, NULL, NULL};
+    enum { ROWS = 8 };
     const double fl = 2.0 * N * D * D * D * (double)C * OC * 27;
-    double best[4][2];
-    for (int k = 0; k < 4; k++) best[k][0] = best[k][1] = 1e30;
+    double best[ROWS][2];
+    for (int k = 0; k < ROWS; k++) best[k][0] = best[k][1] = 1e30;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < ROWS; k++) {
             const double t0 = ts_time_now(), c0 = cpu_now();
             if (k == 0) rc |= ts_conv3d_forward(&x, &w, &b, 1, 1, &y);
             else if (k == 1) rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, NULL, &dw, NULL);
             else if (k == 2) rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, &dx, NULL, NULL);
-            else im2col_forward(x.data, wm, y.data, N, D, C, OC, cols);
+            else if (k == 3) im2col_forward(x.data, wm, y.data, N, D, C, OC, cols);
+            else if (k == 4) rc |= ts_conv3d_forward_split(&x, &w, &b, &sall, &y);
+            else if (k == 5) rc |= ts_conv3d_forward_split(&x, &w, &b, &sint, &y) | ts_conv3d_forward_split(&x, &w, &b, &sbor, &y);
+            else if (k == 6) rc |= ts_conv3d_backward_split(&x, &w, &sall, &sdy, &y, NULL, &dw, NULL);
+            else rc |= ts_conv3d_backward_split(&x, &w, &sall, &sdy, &y, &dx, NULL, NULL);
             const double t = ts_time_now() - t0, c = cpu_now() - c0;
             if (t < best[k][0]) best[k][0] = t;
             if (c < best[k][1]) best[k][1] = c;
         }
-    static const char *const name[4] = {"tessera forward", "tessera weight grad", "tessera input grad",
-                                        "im2col+sgemm forward"};
+    static const char *const name[ROWS] = {"tessera forward", "tessera weight grad", "tessera input grad",
+                                           "im2col+sgemm forward", "split forward (halo)", "split fwd int.+border",
+                                           "split weight grad", "split input grad"};
     printf("conv3d 3x3x3 [2, %d^3, %d] -> %d, %d thread%s, best of %d:\n", D, C, OC, nt, nt > 1 ? "s" : "", reps);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < ROWS; k++)
         printf("  %-22s %8.2f ms  %7.1f GFLOP/s wall  %7.1f GFLOP/s per CPU-second\n", name[k], best[k][0] * 1e3,
                fl / best[k][0] / 1e9, fl / best[k][1] / 1e9);
     free(wm);
     free(cols);
+    for (int d = 0; d < 3; d++) {
+        free(hx.lo[d]);
+        free(hx.hi[d]);
+        free(hy.lo[d]);
+        free(hy.hi[d]);
+    }
     return rc ? 1 : 0;
 }
