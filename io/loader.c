@@ -112,7 +112,7 @@ struct ts_loader {
     int64_t lo[3], sz[3], nv; /* this rank's box of every patch (the whole patch without a group) */
     MPI_Comm comm;            /* the group, duplicated, or MPI_COMM_NULL */
     int grank, gsize;
-    double *red;              /* reduction buffer: RED_HEAD + 2 * batch * C doubles */
+    double *red;              /* reduction buffers, in and out: 2 x (RED_HEAD + 2 * batch * C) doubles */
     int failed;               /* an agreed error: returned again by every later next() */
     char failed_msg[2048];
     int64_t taken;            /* batches returned since create or seek: the next one's step */

@@ -37,9 +37,9 @@ typedef struct ts_loader_opts {
                                      * coordinates (D, H, W); sub_size all 0 = the whole patch (as today) */
     MPI_Comm group;            /* the ranks holding the other boxes of the same patches (they use the same
                                 * data-parallel rank/size, seed, sampler and patch options; their boxes tile the
-                                * patch); MPI_COMM_NULL (or a zero handle, as in memset opts) or a group of 1:
-                                * no communication, and the box must be the whole patch.
-                                * ts_loader_opts_from_config sets MPI_COMM_NULL. */
+                                * patch, so in a group of > 1 no rank may leave sub_size all 0); MPI_COMM_NULL
+                                * (or a zero handle, as in memset opts) or a group of 1: no communication, and
+                                * the box must be the whole patch. ts_loader_opts_from_config sets MPI_COMM_NULL. */
 } ts_loader_opts;
 
 typedef struct ts_batch {
@@ -98,8 +98,9 @@ int ts_loader_seek(ts_loader *l, int64_t position);
  * intensity augmentation done there). */
 double ts_loader_wait_seconds(const ts_loader *l);
 /* Stops the thread and frees the buffers; accepts NULL. With a group it
- * frees the duplicated communicator (MPI_Comm_free, which does not wait for
- * the other ranks): call it on every rank of the group, before MPI_Finalize. */
+ * also frees the duplicated communicator (MPI_Comm_free: collective in the
+ * standard, without synchronisation in MPICH), so call it on every rank of
+ * the group, before MPI_Finalize. */
 void ts_loader_destroy(ts_loader **l);
 
 #endif
