@@ -427,6 +427,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         double valf;
         TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_dataset_opts_from_config(cfg, &dso));
+        if (t->grid->sp > 1) memcpy(dso.box_hint, t->box, sizeof dso.box_hint); /* the chunk cache for a box */
         TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->ds));
         dso.check = 0; /* checked once above */
         TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->eval_ds));
