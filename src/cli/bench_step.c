@@ -95,6 +95,7 @@ int ts_cli_bench_step(int argc, char **argv)
         else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
     }
     if (!cfgpath) TS_FAIL(TS_ERR_ARG, "bench step: no CONFIG given");
+    const double rss0 = ts_train_rss_mb();
     TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
     const int nranks = ts_cli_size(), rank = ts_cli_rank();
     ts_unet_cfg u;
@@ -133,17 +134,27 @@ int ts_cli_bench_step(int argc, char **argv)
         TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, sp, &stepper));
     }
     TS_CHECK(ts_unet_init(m, (uint64_t)seed));
-    TS_CHECK(ts_train_memory_plan(m, &u, (int)batch, u.in_channels, 0, box, &plan));
-    if (memlim > 0 && plan.total_mb > (double)memlim)
-        TS_FAIL(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations "
-                "and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` names a parallel.sp that fits",
-                (long long)memlim, plan.total_mb, plan.activations_mb, (long long)box[0], (long long)box[1],
-                (long long)box[2]);
+    {
+        /* every rank's plan against the limit: the largest decides, so that all stop together */
+        ts_unet_split own;
+        memset(&own, 0, sizeof own);
+        ts_spatial_split_dims(sp, own.on);
+        for (int d = 0; d < 3; d++)
+            for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(sp, d, side);
+        TS_CHECK(ts_train_memory_plan(m, spn > 1 ? &own : NULL, &u, (int)batch, u.in_channels, 0, box, dims, rss0, &plan));
+        double most = plan.total_mb;
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        if (memlim > 0 && most > (double)memlim)
+            TS_FAIL(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB on some rank "
+                    "(this rank: activations and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` "
+                    "names a parallel.sp that fits", (long long)memlim, most, plan.activations_mb, (long long)box[0],
+                    (long long)box[1], (long long)box[2]);
+    }
     TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, box[0], box[1], box[2]}));
     TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]}));
     ts_synthetic_batch((uint64_t)seed, grid->d, 0, (int)batch, u.in_channels, u.classes, u.patch, box_lo, box,
                        image.data, label.data);
-    TS_CHECK(ts_unet_setup(m, (int)batch, (int)box[0], (int)box[1], (int)box[2]));
+    TS_CHECK(ts_err_agree(MPI_COMM_WORLD, ts_unet_setup(m, (int)batch, (int)box[0], (int)box[1], (int)box[2])));
     ts_timer tf, tb, to, ts;
     ts_timer_reset(&tf);
     ts_timer_reset(&tb);

@@ -66,8 +66,17 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
 
 static void free_acts(ts_unet *m);
 
+static int same_split(const ts_unet_split *a, const ts_unet_split *b)
+{
+    for (int d = 0; d < 3; d++)
+        if (a->on[d] != b->on[d] || a->nbr[d][0] != b->nbr[d][0] || a->nbr[d][1] != b->nbr[d][1]) return 0;
+    return a->halo_start == b->halo_start && a->halo_progress == b->halo_progress && a->halo_wait == b->halo_wait &&
+           a->sum == b->sum && a->ctx == b->ctx;
+}
+
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s)
 {
+    if ((s != NULL) == m->split_on && (!s || same_split(s, &m->split))) return; /* unchanged: keep the buffers */
     free_acts(m);
     m->split_on = s != NULL;
     if (s) m->split = *s;
@@ -359,6 +368,19 @@ int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes)
     int err = ts_unet_setup(m, n, d, h, w);
     m->dry = 0;
     *bytes = m->dry_bytes;
+    return err;
+}
+
+int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int d, int h, int w, size_t *bytes)
+{
+    /* the dry run reads only the split's dims and neighbours: swap them in, not the buffers */
+    const ts_unet_split keep = m->split;
+    const int keep_on = m->split_on;
+    m->split_on = split != NULL;
+    if (split) m->split = *split;
+    int err = ts_unet_plan_bytes(m, n, d, h, w, bytes);
+    m->split = keep;
+    m->split_on = keep_on;
     return err;
 }
 

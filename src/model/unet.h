@@ -50,6 +50,7 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what);
 
 typedef struct ts_unet ts_unet;
+typedef struct ts_unet_split ts_unet_split; /* below */
 
 /* Local. Builds the parameter table and allocates the arena with nstate
  * optimizer state regions (ts_optim_state_count). Parameters start at zero:
@@ -74,15 +75,23 @@ size_t ts_unet_activation_bytes(const ts_unet *m);
  * split set now), without allocating: the memory plan checked against
  * run.mem_limit_mb before any work. */
 int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes);
+/* Local. The same for another split (NULL: none), e.g. to find the
+ * parallel.sp that fits a memory limit; the model's own split and buffers
+ * are untouched. */
+int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int d, int h, int w, size_t *bytes);
 
-/* Local. Forward pass on image [N, C, D, H, W] (float32, PyTorch layout);
- * train = 1 uses batch statistics (and updates running statistics),
- * train = 0 the running statistics. */
+/* Local (with a split or a norm sync hook: collective over the group
+ * through the hooks, every rank making the same calls in the same order; a
+ * rank that fails alone leaves the others waiting in the hooks). Forward
+ * pass on image [N, C, D, H, W] (float32, PyTorch layout); train = 1 uses
+ * batch statistics (and updates running statistics), train = 0 the running
+ * statistics. */
 int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train);
 /* The logits of the last forward, channels-last [N, D, H, W, K]. */
 const ts_tensor *ts_unet_logits(const ts_unet *m);
-/* Local. Loss of the last forward against labels [N, D, H, W] (uint8);
- * with_grad = 1 also stores dloss/dlogits for ts_unet_backward. */
+/* Local (collective through the split's sums, as forward). Loss of the
+ * last forward against labels [N, D, H, W] (uint8); with_grad = 1 also
+ * stores dloss/dlogits for ts_unet_backward. */
 int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
  * (forward and backward; for profiles such as `bench step --profile`). */
@@ -112,7 +121,7 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
  * batch norm uses the ts_unet_set_norm_sync hook if set (which must span at
  * least the group), else the group's sums. The hooks reach the other ranks
  * (src/parallel's ts_spatial, wired by the caller: the model has no MPI). */
-typedef struct ts_unet_split {
+struct ts_unet_split {
     int on[3];     /* dims split over the group (halos along them) */
     int nbr[3][2]; /* 1 where a neighbour holds the next box along dim d, lower (0) / upper (1) side */
     int (*halo_start)(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
@@ -121,7 +130,7 @@ typedef struct ts_unet_split {
     int (*halo_wait)(void *ctx);
     int (*sum)(void *ctx, double *buf, int n); /* over the group, same order on every rank */
     void *ctx;
-} ts_unet_split;
+};
 /* Local. Sets the split (NULL: none); frees the activations, so call it
  * before ts_unet_setup, whose shape is then the box's. */
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
@@ -132,7 +141,8 @@ void ts_unet_set_loss_scale(ts_unet *m, float f);
 /* Bytes of halo face buffers held (included in ts_unet_activation_bytes). */
 size_t ts_unet_halo_bytes(const ts_unet *m);
 
-/* Local. Backward from the stored logit gradient, accumulating parameter
+/* Local (collective through the hooks, as forward). Backward from the
+ * stored logit gradient, accumulating parameter
  * gradients into the arena (call ts_arena_zero_grad first). Needs a train-mode
  * forward and ts_unet_loss(with_grad = 1) on the same input. */
 int ts_unet_backward(ts_unet *m);

@@ -19,8 +19,9 @@ typedef struct ts_eval_split {
     ts_coll *all;
 } ts_eval_split;
 
-/* Collective on coll (the replicas, which share the windows) and, with sp,
- * on sp->all. image [C, D, H, W] normalised, identical on every rank; the
+/* Collective on coll (the replicas, which share the windows; with sp only
+ * its rank and size are used) or, with sp, on sp->all and the model's split
+ * hooks. image [C, D, H, W] normalised, identical on every rank; the
  * window is data.patch (the model's config); batch windows per forward.
  * pred [D, H, W] receives the class with the highest summed probability
  * (the same on every rank); prob (may be NULL) receives the normalised

@@ -83,6 +83,7 @@ typedef struct trainer {
     uint8_t *syn_lab;
     double phase[TS_PH_COUNT];
     ts_mem_plan mem_plan;
+    double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
 } trainer;
 
@@ -259,8 +260,8 @@ static int evaluate(trainer *t, double *dice_out)
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
     }
     for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
-    ts_spatial_set_stats(t->spatial, &halo_before);
 cleanup:
+    ts_spatial_set_stats(t->spatial, &halo_before);
     t->phase[TS_PH_EVAL] += ts_time_now() - t0;
     free(tp);
     free(img);
@@ -307,13 +308,16 @@ double ts_train_peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channels, int prefetch, const int64_t box[3],
-                         ts_mem_plan *mp)
+double ts_train_rss_mb(void) { return rss_now_mb(); }
+
+int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double process_mb, ts_mem_plan *mp)
 {
     const ts_arena *a = ts_unet_arena(m);
     size_t act;
-    TS_TRY(ts_unet_plan_bytes(m, batch, (int)box[0], (int)box[1], (int)box[2], &act));
+    TS_TRY(ts_unet_plan_bytes_split(m, split, batch, (int)box[0], (int)box[1], (int)box[2], &act));
     const double nv = (double)box[0] * (double)box[1] * (double)box[2], MiB = 1048576.0;
+    memset(mp, 0, sizeof *mp);
     mp->activations_mb = (double)act / MiB;
     mp->params_mb = (double)(a->nparam * (size_t)(2 + a->nstate) + a->nbuf) * 4 / MiB;
     /* batch slots (the loader's ring, or the synthetic batch) and a patch of reading scratch */
@@ -321,8 +325,12 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channe
     /* the convolution kernels' per-thread slabs, packed weights and partial sums */
     const int cmax = u->channels[u->levels - 1];
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
-    mp->process_mb = rss_now_mb();
-    mp->total_mb = mp->activations_mb + mp->params_mb + mp->data_mb + mp->scratch_mb + mp->process_mb;
+    /* the halo exchange's send and receive buffers: two per neighbour, as large as the largest
+     * exchange (level 0's decoder conv on [up, skip], 2 c0 channels) */
+    for (int d = 0; d < 3; d++)
+        if (sp_dims && sp_dims[d] > 1) mp->halo_mb += 2.0 * 2.0 * batch * (nv / (double)box[d]) * 2.0 * u->channels[0] * 4 / MiB;
+    mp->process_mb = process_mb;
+    mp->total_mb = mp->activations_mb + mp->params_mb + mp->data_mb + mp->scratch_mb + mp->halo_mb + mp->process_mb;
     return 0;
 }
 
@@ -332,7 +340,13 @@ static int check_memory(trainer *t, int prefetch)
 {
     ts_mem_plan mp;
     const ts_unet_cfg *u = &t->ucfg;
-    TS_TRY(ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, t->box, &mp));
+    ts_unet_split own;
+    memset(&own, 0, sizeof own);
+    ts_spatial_split_dims(t->spatial, own.on);
+    for (int d = 0; d < 3; d++)
+        for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
+    TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
+                                t->sp_dims, t->rss0_mb, &mp));
     t->mem_plan = mp;
     if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
     char hint[256] = "";
@@ -352,10 +366,7 @@ static int check_memory(trainer *t, int prefetch)
             box[d] = u->patch[d] / dims[d];
         }
         ts_mem_plan q;
-        ts_unet_set_split(t->model, &fake);
-        int e = ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, box, &q);
-        ts_stepper_split_model(t->model, t->spatial); /* back to this run's split */
-        TS_TRY(e);
+        TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims, t->rss0_mb, &q));
         if (q.total_mb <= (double)t->mem_limit_mb) {
             snprintf(hint, sizeof hint, "; parallel.sp = %d (sp_dims %d,%d,%d) would need about %.0f MiB per rank", sp,
                      dims[0], dims[1], dims[2], q.total_mb);
@@ -365,10 +376,38 @@ static int check_memory(trainer *t, int prefetch)
     return TS_ERR(TS_ERR_CONFIG,
                   "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations and "
                   "gradients %.0f MiB for a box of %lldx%lldx%lld x batch %d, parameters and optimizer state %.0f MiB, "
-                  "data %.0f MiB, kernel scratch %.0f MiB, process so far %.0f MiB)%s",
+                  "data %.0f MiB, halo buffers %.0f MiB, kernel scratch %.0f MiB, process at start %.0f MiB)%s",
                   (long long)t->mem_limit_mb, mp.total_mb, mp.activations_mb, (long long)t->box[0], (long long)t->box[1],
-                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.scratch_mb, mp.process_mb,
+                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.halo_mb, mp.scratch_mb, mp.process_mb,
                   hint[0] ? hint : "; no parallel.sp up to 4096 brings it under the limit: reduce data.patch or train.batch");
+}
+
+/* run.mem_limit_mb and evaluation: every rank holds a whole validation
+ * volume with its class sums (K + 1 floats per voxel) while it evaluates */
+static int check_eval_memory(trainer *t)
+{
+    int64_t every;
+    int fin;
+    TS_TRY(ts_config_get_int(t->cfg, "eval.every", &every));
+    TS_TRY(ts_config_get_bool(t->cfg, "eval.final", &fin));
+    if (!t->have_data || (every <= 0 && !fin)) return 0;
+    const int64_t *vol = t->nval ? t->val : t->trn, nvol = t->nval ? t->nval : t->ntrn;
+    double most = 0;
+    for (int64_t v = 0; v < nvol; v++) {
+        ts_sample_info in;
+        TS_TRY(ts_dataset_info(t->eval_ds, vol[v], &in));
+        const double nv = (double)in.shape[1] * (double)in.shape[2] * (double)in.shape[3];
+        const double mb = nv * (4.0 * (t->ucfg.classes + 1) + 4.0 * (double)in.shape[0] + 2.0) / 1048576.0;
+        if (mb > most) most = mb;
+    }
+    t->mem_plan.eval_mb = most;
+    t->mem_plan.total_mb += most;
+    if (t->mem_limit_mb > 0 && t->mem_plan.total_mb > (double)t->mem_limit_mb)
+        return TS_ERR(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: training needs about %.0f MiB per rank and evaluating the "
+                      "largest validation volume of %s adds %.0f MiB (the volume and its class sums, held whole on every "
+                      "rank); raise the limit, or set eval.final = false and eval.every = 0",
+                      (long long)t->mem_limit_mb, t->mem_plan.total_mb - most, ts_dataset_path(t->eval_ds), most);
+    return 0;
 }
 
 /* ---- setup ---- */
@@ -378,6 +417,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int64_t dp, pp, sp, v;
     const char *spdims;
     t->cfg = cfg;
+    t->rss0_mb = rss_now_mb();
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
@@ -411,13 +451,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int64_t seed;
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
-    ts_stepper_split_model(t->model, t->spatial);
     {
         ts_loader_opts lo0;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
         TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
     }
-    TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2]));
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
@@ -468,6 +506,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
         TS_CHECK(ts_err_agree(t->grid->world, lerr));
         t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->accum - 1) / ((int64_t)t->batch * t->nranks * t->accum);
+        TS_CHECK(ts_err_agree(t->grid->world, check_eval_memory(t)));
     } else {
         const ts_unet_cfg *u = &t->ucfg;
         int64_t nv = t->box[0] * t->box[1] * t->box[2];
@@ -513,8 +552,9 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                    t->sp_dims[0], t->sp_dims[1], t->sp_dims[2], (long long)t->box[0], (long long)t->box[1],
                    (long long)t->box[2], dir);
     ts_run_say(&t->run, "memory plan per rank: about %.0f MiB (activations and gradients %.0f, parameters and optimizer "
-               "%.0f, data %.0f, scratch %.0f, process %.0f)%s", t->mem_plan.total_mb, t->mem_plan.activations_mb,
-               t->mem_plan.params_mb, t->mem_plan.data_mb, t->mem_plan.scratch_mb, t->mem_plan.process_mb,
+               "%.0f, data %.0f, halo buffers %.0f, scratch %.0f, evaluation %.0f, process at start %.0f)%s",
+               t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
+               t->mem_plan.halo_mb, t->mem_plan.scratch_mb, t->mem_plan.eval_mb, t->mem_plan.process_mb,
                t->mem_limit_mb > 0 ? " within run.mem_limit_mb" : "");
     {
         int coords[3];
@@ -535,6 +575,8 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
+    TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
     TS_CHECK(resume(t));
 cleanup:
     return err;
