@@ -10,6 +10,7 @@
 #ifndef TS_MODEL_UNET_H
 #define TS_MODEL_UNET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "src/core/config.h"
@@ -93,6 +94,50 @@ const ts_tensor *ts_unet_logits(const ts_unet *m);
  * last forward against labels [N, D, H, W] (uint8); with_grad = 1 also
  * stores dloss/dlogits for ts_unet_backward. */
 int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
+/* ---- pipeline stages ----
+ * The network is a sequence of 2L layer units: enc0 .. enc{L-1} (each with
+ * the max-pool before it), dec{L-2} .. dec0 (each with its transposed conv
+ * up{l}), head (with the loss). A stage holds the units [u0, u1) and
+ * activations for `slots` micro-batches in flight; its parameters are the
+ * arena entries of its units (ts_unet_unit_params: contiguous, in unit
+ * order). Tensors cross between units along edges: enc l's output to enc
+ * l+1 (pooled) and to dec l (the skip), dec l+1's (or enc{L-1}'s) output to
+ * up{l}, dec0's (or enc0's when L = 1) to the head. For an edge crossing
+ * the stage's border the caller moves the activation from the producer's
+ * stage into the consumer's receive buffer before the consumer's forward,
+ * and the gradient back from the consumer's buffer into the producer's
+ * before the producer's backward (ts_unet_edge_tensors). */
+typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD } ts_edge_kind;
+typedef struct ts_unet_edge {
+    int tensor;             /* TE(l) = l: enc l's output; TD(l) = L + l: dec l's output */
+    int producer, consumer; /* units */
+    ts_edge_kind kind;
+} ts_unet_edge;
+/* Local. Number of units (2L), their names ("enc0", "dec1", "head"), the
+ * arena entries [first, end) of unit u. */
+int ts_unet_units(const ts_unet *m);
+const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n);
+void ts_unet_unit_params(const ts_unet *m, int u, int *first, int *end);
+/* Local. Every edge of the network into e (room for 4 L); returns the count. */
+int ts_unet_edges(const ts_unet *m, ts_unet_edge *e);
+/* Local. Makes this model the stage [u0, u1) with `slots` activation slots
+ * (frees the activations; the default is every unit, 1 slot). */
+int ts_unet_set_stage(ts_unet *m, int u0, int u1, int slots);
+void ts_unet_stage(const ts_unet *m, int *u0, int *u1, int *slots);
+/* Local. For an edge touching this stage: *act the tensor's activation in
+ * slot k (the producer's output, or the consumer's receive buffer), *grad
+ * the consumer's gradient with respect to it (written by the consumer's
+ * backward, read by the producer's; shared by the slots). Needs setup. */
+int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **act, ts_tensor **grad);
+/* Forward, loss and backward of the stage's units on slot k (the calls
+ * above work on slot 0). image is used by the stage holding enc0 (and sets
+ * up the activations for its shape; other stages call ts_unet_setup);
+ * loss belongs to the stage holding the head. */
+int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train);
+int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad, double *loss);
+int ts_unet_backward_slot(ts_unet *m, int k);
+const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int k);
+
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
  * (forward and backward; for profiles such as `bench step --profile`). */
 typedef enum {

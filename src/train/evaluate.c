@@ -63,8 +63,14 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         }
         int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
         ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
-        TS_CHECK(ts_unet_forward(m, &x, 0));
-        const float *lg = ts_unet_logits(m)->data; /* [B, box..., K] */
+        const ts_tensor *lt = NULL;
+        if (sp && sp->forward) TS_CHECK(sp->forward(sp->forward_ctx, &x, &lt));
+        else {
+            TS_CHECK(ts_unet_forward(m, &x, 0));
+            lt = ts_unet_logits(m);
+        }
+        if (!lt) continue; /* a stage before the head */
+        const float *lg = lt->data; /* [B, box..., K] */
         for (int s = 0; s < used; s++)
             ts_window_accumulate_box(&plan, origin[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
     }

@@ -1,9 +1,10 @@
-/* One data-parallel step; see step.h. */
+/* One training step (data parallel, spatially split, pipelined); see step.h. */
 #include "tsbuild.h"
 #include "src/train/step.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,8 +15,13 @@ struct ts_stepper {
     ts_coll *coll;
     ts_dp *dp;
     unsigned char *final; /* per arena entry: gradient final in this backward */
-    int frontier;         /* entries [frontier, n) are final (or buffers) */
+    int frontier;         /* entries [frontier, e1) are final (or buffers) */
     int hook_err;
+    int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
+    size_t off0, off1;    /* their floats in the parameter region */
+    double bucket_mb;
+    ts_pipeline *pipe;    /* NULL: no pipeline */
+    MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
 };
 
@@ -27,15 +33,15 @@ static void grad_ready(void *ctx, int i)
     s->final[i] = 1;
     const ts_arena *a = s->arena;
     int f = s->frontier;
-    while (f > 0 && (s->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
+    while (f > s->e0 && (s->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
     if (f == s->frontier) return;
     s->frontier = f;
     /* the lowest offset among the (final) parameters at or after the
      * frontier; buffers have offsets in another region and do not count */
-    size_t lo = a->nparam;
-    for (int j = f; j < a->n; j++)
+    size_t lo = s->off1;
+    for (int j = f; j < s->e1; j++)
         if (a->p[j].kind == TS_PARAM && a->p[j].offset < lo) lo = a->p[j].offset;
-    s->hook_err = ts_dp_ready(s->dp, lo);
+    s->hook_err = ts_dp_ready(s->dp, lo - s->off0);
 }
 
 static int norm_sync(void *ctx, double *buf, int n)
@@ -86,6 +92,12 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     s->coll = coll;
     s->final = TS_CALLOC((size_t)s->arena->n + 1, 1);
     if (!s->final) TS_FAIL(TS_ERR_NOMEM, "gradient flags");
+    s->e0 = 0;
+    s->e1 = s->arena->n;
+    s->off0 = 0;
+    s->off1 = s->arena->nparam;
+    s->bucket_mb = bucket_mb;
+    s->pp_comm = MPI_COMM_NULL;
     size_t bf = (size_t)(bucket_mb * 1e6 / sizeof(float));
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
@@ -113,6 +125,49 @@ void ts_stepper_destroy(ts_stepper **sp)
     *sp = NULL;
 }
 
+int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
+{
+    int u0, u1, slots, f, e;
+    ts_unet_stage(s->model, &u0, &u1, &slots);
+    ts_unet_unit_params(s->model, u0, &s->e0, &e);
+    ts_unet_unit_params(s->model, u1 - 1, &f, &s->e1);
+    /* the stage's parameters: from its first parameter to the next stage's first (tensors are padded) */
+    const ts_arena *a = s->arena;
+    s->off0 = a->nparam;
+    for (int j = s->e0; j < s->e1 && s->off0 == a->nparam; j++)
+        if (a->p[j].kind == TS_PARAM) s->off0 = a->p[j].offset;
+    s->off1 = a->nparam;
+    for (int j = s->e1; j < a->n && s->off1 == a->nparam; j++)
+        if (a->p[j].kind == TS_PARAM) s->off1 = a->p[j].offset;
+    if (s->off0 > s->off1) s->off0 = s->off1;
+    ts_dp_destroy(&s->dp);
+    size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
+    TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
+    s->pipe = pl;
+    s->pp_comm = pp_comm;
+    return 0;
+}
+
+/* before the last micro-batch's backward: no bucket is in flight */
+static void begin_buckets(void *ctx)
+{
+    ts_stepper *s = ctx;
+    ts_dp_begin(s->dp);
+    memset(s->final, 0, (size_t)s->arena->n);
+    s->frontier = s->e1;
+    s->hook_err = 0;
+}
+
+int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
+{
+    if (!s->pipe) return TS_ERR(TS_ERR_INTERNAL, "stepper: no pipeline");
+    const double t0 = ts_time_now();
+    TS_TRY(ts_pipeline_step(s->pipe, next, ctx, grad_ready, s, begin_buckets, loss));
+    TS_TRY(s->hook_err);
+    s->t.backward += ts_time_now() - t0; /* the pipelined forwards and backwards */
+    return 0;
+}
+
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss)
 {
     if (first) ts_arena_zero_grad(s->arena);
@@ -121,12 +176,7 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
     TS_TRY(ts_unet_loss(s->model, label, 1, loss));
     double t1 = ts_time_now();
     s->t.forward += t1 - t0;
-    if (last) { /* buckets go out as backward finishes them */
-        ts_dp_begin(s->dp);
-        memset(s->final, 0, (size_t)s->arena->n);
-        s->frontier = s->arena->n;
-        s->hook_err = 0;
-    }
+    if (last) begin_buckets(s); /* buckets go out as backward finishes them */
     ts_unet_set_grad_hook(s->model, last ? grad_ready : NULL, s);
     TS_TRY(ts_unet_backward(s->model));
     TS_TRY(s->hook_err);
@@ -142,10 +192,15 @@ int ts_stepper_update(ts_stepper *s, int accum)
     s->t.comm_total += st.comm_s;
     if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
         float f = 1.0f / (float)accum, *g = s->arena->grads;
-        for (size_t i = 0; i < s->arena->nparam; i++) g[i] *= f;
+        for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
-    double t = ts_time_now();
-    TS_TRY(ts_optim_step(s->opt, s->arena, NULL, NULL));
+    double t = ts_time_now(), norm = -1;
+    if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
+        norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
+        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
+        norm = sqrt(norm);
+    }
+    TS_TRY(ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL));
     s->t.optimizer += ts_time_now() - t;
     return 0;
 }

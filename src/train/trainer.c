@@ -20,6 +20,7 @@
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
+#include "src/train/pipeline.h"
 #include "src/train/step.h"
 #include "src/train/synthetic.h"
 
@@ -38,11 +39,12 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.log_every", TS_CFG_INT, "10", "1:", "steps between metrics.jsonl lines"},
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
-    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (only 1 is available in this version)"},
+    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
+    {"parallel.pp_cut", TS_CFG_STRING, "auto", NULL, "first units of stages 1..pp-1, e.g. enc2,dec1; auto: balanced by a timing pass"},
     {"parallel.sp", TS_CFG_INT, "1", "1:", "ranks sharing each sample's volume (spatial parallelism)"},
     {"parallel.sp_dims", TS_CFG_STRING, "auto", NULL, "split of the patch over parallel.sp ranks: D,H,W counts, or auto (depth first)"},
-    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "pipeline micro-batches (pipeline not available yet)"},
-    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule (pipeline not available yet)"},
+    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
+    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
@@ -61,7 +63,12 @@ typedef struct trainer {
     const ts_config *cfg;
     ts_grid *grid;
     ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
-    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 */
+    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
+    ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
+    ts_pipeline *pipe; /* pp > 1 */
+    int stage_first[TS_UNET_MAX_LEVELS * 2 + 1];
+    double unit_cost[TS_UNET_MAX_LEVELS * 2];
+    int micro;       /* micro-batches per step: train.accum, or parallel.microbatches with a pipeline */
     ts_spatial *spatial;
     int sp_dims[3];
     int64_t box_lo[3], box[3]; /* this rank's box of every patch */
@@ -129,6 +136,44 @@ static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
     return 0;
 }
 
+/* Pipeline: every stage holds valid values only for its own units; before
+ * a checkpoint every rank gets all of them. The entries of other stages are
+ * zeroed and the regions combined with a bitwise OR over the pipeline
+ * group (exactly one stage holds each entry, so OR copies it, whatever its
+ * type). */
+static int gather_stages(trainer *t)
+{
+    if (!t->pipe) return 0;
+    ts_arena *a = t->arena;
+    int u0, u1, slots, e0, e1, x;
+    ts_unet_stage(t->model, &u0, &u1, &slots);
+    ts_unet_unit_params(t->model, u0, &e0, &x);
+    ts_unet_unit_params(t->model, u1 - 1, &x, &e1);
+    for (int i = 0; i < a->n; i++) {
+        if (i >= e0 && i < e1) continue;
+        ts_tensor v = ts_arena_value(a, i);
+        memset(v.data, 0, ts_tensor_bytes(&v));
+        if (a->p[i].kind != TS_PARAM) continue;
+        for (int k = 0; k < a->nstate; k++) {
+            ts_tensor st = ts_arena_state(a, k, i);
+            memset(st.data, 0, ts_tensor_bytes(&st));
+        }
+    }
+    float *regions[2 + TS_ARENA_MAX_STATE] = {a->params, a->buffers};
+    size_t sizes[2 + TS_ARENA_MAX_STATE] = {a->nparam, a->nbuf};
+    int nr = 2;
+    for (int k = 0; k < a->nstate; k++) {
+        regions[nr] = a->state[k];
+        sizes[nr++] = a->nparam;
+    }
+    for (int r = 0; r < nr; r++)
+        for (size_t off = 0; off < sizes[r]; off += (size_t)1 << 28) { /* pieces below INT_MAX ints */
+            const size_t n = sizes[r] - off < ((size_t)1 << 28) ? sizes[r] - off : ((size_t)1 << 28);
+            TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->grid->pp_comm));
+        }
+    return 0;
+}
+
 static int save_ckpt(trainer *t)
 {
     int err = 0, n = 0;
@@ -138,6 +183,7 @@ static int save_ckpt(trainer *t)
     int64_t keep;
     double t0 = ts_time_now();
     TS_CHECK(sync_buffers(t));
+    TS_CHECK(gather_stages(t));
     TS_CHECK(ckpt_items(t, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
@@ -220,6 +266,11 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
 }
 
 /* ---- evaluation over validation volumes ---- */
+static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
+{
+    return ts_pipeline_forward(ctx, x, logits);
+}
+
 static int evaluate(trainer *t, double *dice_out)
 {
     int err = 0;
@@ -255,8 +306,11 @@ static int evaluate(trainer *t, double *dice_out)
         ts_eval_split es;
         memcpy(es.box_lo, t->box_lo, sizeof es.box_lo);
         memcpy(es.box_size, t->box, sizeof es.box_size);
-        es.all = t->coll;
-        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 ? &es : NULL, img, dhw, overlap, t->batch, pred, NULL));
+        es.all = t->acoll;
+        es.forward = t->pipe ? pipe_forward : NULL;
+        es.forward_ctx = t->pipe;
+        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw, overlap,
+                                 t->batch, pred, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
     }
     for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
@@ -410,6 +464,53 @@ static int check_eval_memory(trainer *t)
     return 0;
 }
 
+/* the pipeline's cut: printed, and written to the run directory as pipeline.json */
+static int report_cut(trainer *t, const char *dir)
+{
+    const int P = t->grid->pp, U = ts_unet_units(t->model);
+    const char *cut, *sched;
+    char name[32], line[1024], path[1100];
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.pp_cut", &cut));
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
+    const int measured = !strcmp(cut, "auto");
+    FILE *f = NULL;
+    if (t->grid->rank == 0) {
+        snprintf(path, sizeof path, "%s/pipeline.json", dir);
+        f = fopen(path, "w");
+    }
+    int bad = t->grid->rank == 0 && !f;
+    TS_TRY(ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: cannot write the pipeline's cut", path) : 0));
+    if (f)
+        fprintf(f, "{\n  \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cut\": \"%s\",\n"
+                   "  \"bubble_formula\": %.6f,\n  \"stage\": [\n", P, t->micro, sched, measured ? "auto (timing pass)" : cut,
+                ts_pipe_bubble(P, t->micro));
+    double total = 0;
+    for (int u = 0; u < U; u++) total += t->unit_cost[u];
+    for (int k = 0; k < P; k++) {
+        size_t l = 0;
+        double c = 0;
+        for (int u = t->stage_first[k]; u < t->stage_first[k + 1]; u++) {
+            l += (size_t)snprintf(line + l, sizeof line - l, "%s%s", u > t->stage_first[k] ? "," : "",
+                                  ts_unet_unit_name(t->model, u, name, sizeof name));
+            c += t->unit_cost[u];
+        }
+        if (measured)
+            ts_run_say(&t->run, "pipeline stage %d: %s, estimated %.1f ms per micro-batch (forward + backward, %.0f%%)", k,
+                       line, c * 1e3, total > 0 ? 100 * c / total : 0);
+        else
+            ts_run_say(&t->run, "pipeline stage %d: %s (parallel.pp_cut)", k, line);
+        if (f && measured) fprintf(f, "    {\"units\": \"%s\", \"estimated_ms\": %.3f}%s\n", line, c * 1e3, k + 1 < P ? "," : "");
+        else if (f) fprintf(f, "    {\"units\": \"%s\", \"estimated_ms\": null}%s\n", line, k + 1 < P ? "," : "");
+    }
+    if (f) {
+        fprintf(f, "  ]\n}\n");
+        bad = fclose(f) != 0;
+    }
+    ts_run_say(&t->run, "pipeline: %d stages, %d micro-batches of %d per step, %s; ideal bubble (P-1)/(M+P-1) = %.3f", P,
+               t->micro, t->batch, sched, ts_pipe_bubble(P, t->micro));
+    return ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: write failed", path) : 0);
+}
+
 /* ---- setup ---- */
 static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
 {
@@ -423,10 +524,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
     TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
     TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &t->mem_limit_mb));
-    if (pp > 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet in this version "
-                                    "(use parallel.pp = 1)", (long long)pp);
-    TS_CHECK(ts_grid_create(world, (int)dp, 1, (int)sp, &t->grid));
+    TS_CHECK(ts_grid_create(world, (int)dp, (int)pp, (int)sp, &t->grid));
     t->rank = t->grid->d;
     t->nranks = t->grid->dp;
     /* model config and the spatial split of its patch (checked before any work) */
@@ -437,20 +535,51 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     ts_coll_opts co;
     TS_CHECK(ts_coll_opts_from_config(cfg, &co));
     TS_CHECK(ts_coll_create(t->grid->stage_comm, &co, &t->coll));
-    if (t->grid->sp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
+    if (t->grid->sp > 1 || t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
     else t->rcoll = t->coll;
+    if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
+    else t->acoll = t->coll;
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
+    ts_pipe_kind kind = TS_PIPE_1F1B;
+    if (t->grid->pp > 1) { /* checked before any work */
+        const char *sched;
+        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
+        TS_CHECK(ts_config_get_str(cfg, "parallel.schedule", &sched));
+        TS_CHECK(ts_pipe_kind_parse(sched, &kind));
+        if (t->accum > 1)
+            TS_FAIL(TS_ERR_CONFIG, "train.accum = %d with parallel.pp = %d: a pipeline accumulates its micro-batches; "
+                    "set parallel.microbatches = %d instead", t->accum, t->grid->pp, t->accum);
+        if (kind == TS_PIPE_1F1B && v < t->grid->pp)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %lld < %d "
+                    "(use more micro-batches, or parallel.schedule = gpipe)", (long long)v, t->grid->pp);
+        t->micro = (int)v;
+        if (t->grid->pp > 2 * t->ucfg.levels)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.pp = %d stages, but the model has only %d layer units to cut between (%d "
+                    "cut points; model.channels has %d levels): use parallel.pp <= %d", t->grid->pp, 2 * t->ucfg.levels,
+                    2 * t->ucfg.levels - 1, t->ucfg.levels, 2 * t->ucfg.levels);
+    } else {
+        t->micro = t->accum;
+    }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
     TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
     int64_t seed;
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
+    ts_stepper_split_model(t->model, t->spatial);
+    if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
+        const char *cut;
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        if (!strcmp(cut, "auto"))
+            TS_CHECK(ts_pipeline_measure(t->model, t->grid->world, t->batch, t->box, t->unit_cost));
+        TS_CHECK(ts_pipeline_cut(t->model, t->grid->pp, cut, t->unit_cost, t->stage_first));
+        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, kind, t->micro, &t->pipe));
+    }
     {
         ts_loader_opts lo0;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
@@ -503,9 +632,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
             memcpy(lo.sub_size, t->box, sizeof lo.sub_size);
             lo.group = ts_spatial_comm(t->spatial);
         }
-        lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
+        /* the stages that take data: the first (images) and the last (labels) */
+        if (!t->pipe || ts_pipeline_first(t->pipe) || ts_pipeline_last(t->pipe))
+            lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
         TS_CHECK(ts_err_agree(t->grid->world, lerr));
-        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->accum - 1) / ((int64_t)t->batch * t->nranks * t->accum);
+        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->micro - 1) / ((int64_t)t->batch * t->nranks * t->micro);
         TS_CHECK(ts_err_agree(t->grid->world, check_eval_memory(t)));
     } else {
         const ts_unet_cfg *u = &t->ucfg;
@@ -526,8 +657,8 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     t->opt.cfg.total_steps = t->total_steps;
     TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &base));
     TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &scaling));
-    int64_t global = (int64_t)t->batch * t->accum * t->nranks;
-    if (base == 0) base = (int64_t)t->batch * t->accum;
+    int64_t global = (int64_t)t->batch * t->micro * t->nranks;
+    if (base == 0) base = (int64_t)t->batch * t->micro;
     double base_lr = t->opt.cfg.lr;
     if (!strcmp(scaling, "linear")) t->opt.cfg.lr = base_lr * (double)global / (double)base;
     /* run directory */
@@ -562,9 +693,9 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         snprintf(path, sizeof path, "%s/grid.json", dir);
         TS_CHECK(ts_grid_write_layout(t->grid, path, t->sp_dims, coords, t->box_lo, t->box));
     }
-    ts_run_say(&t->run, "global batch %lld = train.batch %d x train.accum %d x dp %d; lr %.6g (train.lr %.6g, %s scaling "
+    ts_run_say(&t->run, "global batch %lld = train.batch %d x %d micro-batches x dp %d; lr %.6g (train.lr %.6g, %s scaling "
                "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
-               (long long)global, t->batch, t->accum, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
+               (long long)global, t->batch, t->micro, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
                (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, dir);
     if (t->have_data)
         ts_run_say(&t->run, "data: %lld training and %lld validation samples%s", (long long)t->ntrn, (long long)t->nval,
@@ -575,6 +706,10 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    if (t->pipe) {
+        TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
+        TS_CHECK(report_cut(t, dir));
+    }
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
     TS_CHECK(resume(t));
@@ -586,11 +721,13 @@ static void teardown(trainer *t)
 {
     ts_run_close(&t->run);
     ts_stepper_destroy(&t->stepper);
+    ts_pipeline_destroy(&t->pipe);
     ts_loader_destroy(&t->loader);
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
+    if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
@@ -601,25 +738,84 @@ static void teardown(trainer *t)
 }
 
 /* ---- one optimizer step ---- */
+/* the pipeline's data: each micro-batch in order, on the first and last stages */
+static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
+{
+    return next_batch(ctx, img, lab);
+}
+
 static int train_step(trainer *t, double *loss_out)
 {
     double loss_sum = 0;
     const ts_step_times *st = ts_stepper_times(t->stepper);
     double f0 = st->forward, b0 = st->backward, e0 = st->comm_exposed, c0 = st->comm_total, o0 = st->optimizer;
-    for (int a = 0; a < t->accum; a++) {
-        ts_tensor img, lab;
-        double loss;
-        TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
-        TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
-        loss_sum += loss;
+    if (t->pipe) {
+        /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
+        double loss = 0;
+        TS_TRY(ts_stepper_pipe_step(t->stepper, pipe_next, t, &loss));
+        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->pp_comm)); /* the last stage's */
+        loss_sum = loss * t->micro;
+    } else {
+        for (int a = 0; a < t->accum; a++) {
+            ts_tensor img, lab;
+            double loss;
+            TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
+            TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
+            loss_sum += loss;
+        }
     }
-    TS_TRY(ts_stepper_update(t->stepper, t->accum));
+    TS_TRY(ts_stepper_update(t->stepper, t->micro));
     t->phase[TS_PH_FORWARD] += st->forward - f0;
     t->phase[TS_PH_BACKWARD] += st->backward - b0;
     t->phase[TS_PH_COMM_EXPOSED] += st->comm_exposed - e0;
     t->phase[TS_PH_COMM_TOTAL] += st->comm_total - c0;
     t->phase[TS_PH_OPTIM] += st->optimizer - o0;
-    *loss_out = loss_sum / t->accum;
+    *loss_out = loss_sum / t->micro;
+    return 0;
+}
+
+/* perf.json's "pipeline": per stage (the largest over the stage's ranks)
+ * busy, span, idle and message time, the bubble fraction idle / span
+ * next to (P - 1) / (M + P - 1); appended to extra. Collective on world. */
+static int pipeline_perf(trainer *t, char *extra, size_t n)
+{
+    if (!t->pipe) return 0;
+    enum { NV = 5 };
+    const int P = t->grid->pp;
+    const ts_pipeline_stats *ps = ts_pipeline_get_stats(t->pipe);
+    double *v = TS_CALLOC((size_t)P * NV, sizeof *v);
+    if (!v) return TS_ERR(TS_ERR_NOMEM, "pipeline figures");
+    const int s = t->grid->p;
+    v[s * NV + 0] = ps->busy_s;
+    v[s * NV + 1] = ps->span_s;
+    v[s * NV + 2] = ps->p2p_s;
+    v[s * NV + 3] = ps->wait_s;
+    v[s * NV + 4] = ps->bytes;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, P * NV, MPI_DOUBLE, MPI_MAX, t->grid->world);
+    if (rc != MPI_SUCCESS) {
+        free(v);
+        return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce (pipeline figures)");
+    }
+    const char *sched;
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
+    size_t l = strlen(extra);
+    l += (size_t)snprintf(extra + l, n - l,
+                          ",\n  \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
+                          "\"bubble_formula\": %.6f, \"stage\": [", P, t->micro, sched, ts_pipe_bubble(P, t->micro));
+    char units[512], name[32];
+    for (int k = 0; k < P && l < n; k++) {
+        size_t u = 0;
+        for (int x = t->stage_first[k]; x < t->stage_first[k + 1]; x++)
+            u += (size_t)snprintf(units + u, sizeof units - u, "%s%s", x > t->stage_first[k] ? "," : "",
+                                  ts_unet_unit_name(t->model, x, name, sizeof name));
+        const double *w = v + k * NV, idle = w[1] - w[0] > 0 ? w[1] - w[0] : 0;
+        l += (size_t)snprintf(extra + l, n - l,
+                              "%s\n    {\"units\": \"%s\", \"busy_s\": %.6f, \"span_s\": %.6f, \"idle_s\": %.6f, "
+                              "\"p2p_s\": %.6f, \"wait_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %.0f}",
+                              k ? "," : "", units, w[0], w[1], idle, w[2], w[3], w[1] > 0 ? idle / w[1] : 0, w[4]);
+    }
+    if (l < n) snprintf(extra + l, n - l, "]}");
+    free(v);
     return 0;
 }
 
@@ -640,12 +836,12 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
     t.run.first_step = t.step;
     t.run.total_steps = t.total_steps;
-    const int64_t per_step = (int64_t)t.batch * t.accum * t.nranks;
+    const int64_t per_step = (int64_t)t.batch * t.micro * t.nranks;
     double t_window = ts_time_now(), loss_window = 0;
     int64_t steps_window = 0, first = t.step;
     double t_train0 = ts_time_now(), train_s = 0;
     while (t.step < t.total_steps) {
-        double ts0 = ts_time_now(), loss;
+        double ts0 = ts_time_now(), loss = 0;
         TS_CHECK(train_step(&t, &loss));
         t.step++;
         t.phase[TS_PH_STEP] += ts_time_now() - ts0;
@@ -695,7 +891,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         double slow = t.phase[TS_PH_STEP];
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
         if (slow > 0) sps = (double)(steps * per_step) / slow;
-        char extra[2048];
+        char extra[8192];
         /* halo exchange and spatial sums (max over ranks), peak memory (max over ranks) */
         const ts_spatial_stats *hs = ts_spatial_get_stats(t.spatial);
         double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
@@ -717,6 +913,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
                        "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
+        TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
         TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.phase, steps, sps, NULL, NULL, 0, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);

@@ -1,0 +1,343 @@
+/* Pipeline stages of the UNet3D; see pipeline.h. Per micro-batch on stage s:
+ * forward = receive the activations of the edges entering the stage (one
+ * message per tensor and producing stage), run the units, send the edges
+ * leaving it (one message per tensor and consuming stage); backward =
+ * receive the gradients of the edges leaving the stage (one per edge),
+ * run the units in reverse, send the gradients of the edges entering it.
+ * Sends complete in the background: an activation's before its slot is
+ * reused, a gradient's before the next backward (the gradient buffers are
+ * shared by the slots). */
+#include "tsbuild.h"
+#include "src/train/pipeline.h"
+#include "src/core/error.h"
+#include "src/core/rng.h"
+#include "src/core/timer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_EDGES (4 * TS_UNET_MAX_LEVELS)
+
+typedef struct pedge {
+    ts_unet_edge e;
+    int peer;     /* the stage at the other end */
+    int incoming; /* 1: produced elsewhere, consumed here */
+    int act_msg;  /* 1: this edge carries the activation (the first edge of its tensor and stage pair) */
+    int tag;
+} pedge;
+
+struct ts_pipeline {
+    ts_unet *m;
+    MPI_Comm comm;
+    int P, s, M, slots;
+    ts_pipe_kind kind;
+    int *first;
+    pedge pe[MAX_EDGES];
+    int npe;
+    ts_pipe_msgs *act_sends; /* per slot */
+    ts_pipe_msgs grad_sends, recvs;
+    ts_pipeline_stats st;
+};
+
+static int stage_of(const ts_pipeline *p, int u)
+{
+    int s = 0;
+    while (s + 1 < p->P && p->first[s + 1] <= u) s++;
+    return s;
+}
+
+int ts_pipeline_create(ts_unet *m, MPI_Comm comm, const int *first, ts_pipe_kind kind, int M, ts_pipeline **out)
+{
+    int err = 0, P, s;
+    ts_pipeline *p = NULL;
+    *out = NULL;
+    TS_MPI(MPI_Comm_size(comm, &P));
+    TS_MPI(MPI_Comm_rank(comm, &s));
+    if (first[0] != 0 || first[P] != ts_unet_units(m))
+        return TS_ERR(TS_ERR_ARG, "pipeline: the cut must cover units 0 .. %d", ts_unet_units(m));
+    for (int k = 0; k < P; k++)
+        if (first[k] >= first[k + 1]) return TS_ERR(TS_ERR_ARG, "pipeline: stage %d is empty", k);
+    if (kind == TS_PIPE_1F1B && M < P)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %d < %d "
+                                     "(use more micro-batches, or parallel.schedule = gpipe)", M, P);
+    p = TS_CALLOC(1, sizeof *p);
+    if (!p) return TS_ERR_NOMEM;
+    p->m = m;
+    p->P = P;
+    p->s = s;
+    p->M = M;
+    p->kind = kind;
+    p->comm = MPI_COMM_NULL;
+    p->first = TS_CALLOC((size_t)P + 1, sizeof *p->first);
+    if (!p->first) TS_FAIL(TS_ERR_NOMEM, "pipeline");
+    memcpy(p->first, first, sizeof *first * (size_t)(P + 1));
+    p->slots = ts_pipe_in_flight(kind, P, s, M);
+    p->act_sends = TS_CALLOC((size_t)p->slots, sizeof *p->act_sends);
+    if (!p->act_sends) TS_FAIL(TS_ERR_NOMEM, "pipeline");
+    TS_MPI(MPI_Comm_dup(comm, &p->comm));
+    TS_CHECK(ts_unet_set_stage(m, first[s], first[s + 1], p->slots));
+    /* the edges crossing this stage's border, in the model's order (the same on every stage) */
+    ts_unet_edge e[MAX_EDGES];
+    const int ne = ts_unet_edges(m, e);
+    for (int i = 0; i < ne; i++) {
+        const int ps = stage_of(p, e[i].producer), cs = stage_of(p, e[i].consumer);
+        if (ps == cs || (ps != s && cs != s)) continue;
+        pedge *q = &p->pe[p->npe++];
+        q->e = e[i];
+        q->incoming = cs == s;
+        q->peer = q->incoming ? ps : cs;
+        q->tag = i;
+        q->act_msg = 1;
+        for (int j = 0; j < i; j++) /* the tensor already travels to that stage */
+            if (e[j].tensor == e[i].tensor && stage_of(p, e[j].consumer) == cs) q->act_msg = 0;
+    }
+    *out = p;
+    return 0;
+cleanup:
+    ts_pipeline_destroy(&p);
+    return err;
+}
+
+void ts_pipeline_destroy(ts_pipeline **pp)
+{
+    if (!pp || !*pp) return;
+    ts_pipeline *p = *pp;
+    for (int k = 0; p->act_sends && k < p->slots; k++) ts_pipe_wait(&p->act_sends[k]);
+    ts_pipe_wait(&p->grad_sends);
+    ts_pipe_wait(&p->recvs);
+    if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
+    free(p->act_sends);
+    free(p->first);
+    free(p);
+    *pp = NULL;
+}
+
+int ts_pipeline_stage(const ts_pipeline *p) { return p->s; }
+int ts_pipeline_stages(const ts_pipeline *p) { return p->P; }
+int ts_pipeline_first(const ts_pipeline *p) { return p->s == 0; }
+int ts_pipeline_last(const ts_pipeline *p) { return p->s == p->P - 1; }
+const ts_pipeline_stats *ts_pipeline_get_stats(const ts_pipeline *p) { return &p->st; }
+
+static size_t floats(const ts_tensor *t) { return (size_t)ts_tensor_numel(t); }
+
+/* receives the activations entering the stage for slot k, runs its units */
+static int forward_one(ts_pipeline *p, int k, const ts_tensor *image, const ts_tensor *labels, int train, double *loss)
+{
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (!q->incoming || !q->act_msg) continue;
+        ts_tensor *a, *g;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        TS_TRY(ts_pipe_irecv(&p->recvs, a->data, floats(a), q->peer, 2 * q->tag, p->comm));
+    }
+    const double w0 = p->recvs.wait_s;
+    TS_TRY(ts_pipe_wait(&p->recvs));
+    p->st.wait_s += p->recvs.wait_s - w0;
+    const double t0 = ts_time_now();
+    TS_TRY(ts_unet_forward_slot(p->m, k, image, train));
+    if (labels) TS_TRY(ts_unet_loss_slot(p->m, k, labels, train, loss));
+    p->st.busy_s += ts_time_now() - t0;
+    /* what leaves: the slot's buffers stay untouched until its next use */
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (q->incoming || !q->act_msg) continue;
+        ts_tensor *a, *g;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        TS_TRY(ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm));
+    }
+    return 0;
+}
+
+/* receives the gradients of the edges leaving the stage, runs its units backward, sends those entering */
+static int backward_one(ts_pipeline *p, int k)
+{
+    TS_TRY(ts_pipe_wait(&p->grad_sends)); /* the shared gradient buffers are free again */
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (q->incoming) continue;
+        ts_tensor *a, *g;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        TS_TRY(ts_pipe_irecv(&p->recvs, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm));
+    }
+    const double w0 = p->recvs.wait_s;
+    TS_TRY(ts_pipe_wait(&p->recvs));
+    p->st.wait_s += p->recvs.wait_s - w0;
+    const double t0 = ts_time_now();
+    TS_TRY(ts_unet_backward_slot(p->m, k));
+    p->st.busy_s += ts_time_now() - t0;
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (!q->incoming) continue;
+        ts_tensor *a, *g;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        TS_TRY(ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm));
+    }
+    return 0;
+}
+
+static double msg_s(const ts_pipeline *p)
+{
+    double s = p->grad_sends.wait_s + p->grad_sends.post_s + p->recvs.wait_s + p->recvs.post_s;
+    for (int k = 0; k < p->slots; k++) s += p->act_sends[k].wait_s + p->act_sends[k].post_s;
+    return s;
+}
+
+static double sent_bytes(const ts_pipeline *p)
+{
+    double b = (double)p->grad_sends.bytes;
+    for (int k = 0; k < p->slots; k++) b += (double)p->act_sends[k].bytes;
+    return b;
+}
+
+int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*hook)(void *, int), void *hook_ctx,
+                     void (*before_last)(void *), double *loss)
+{
+    int err = 0;
+    ts_pipe_op *ops = TS_CALLOC((size_t)(2 * p->M), sizeof *ops);
+    if (!ops) return TS_ERR_NOMEM;
+    const double t0 = ts_time_now(), m0 = msg_s(p);
+    double sum = 0;
+    TS_CHECK(ts_pipe_schedule(p->kind, p->P, p->s, p->M, ops));
+    ts_arena_zero_grad(ts_unet_arena(p->m));
+    for (int i = 0; i < 2 * p->M; i++) {
+        const int mb = ops[i].mb, k = mb % p->slots;
+        if (!ops[i].backward) {
+            ts_tensor img = {0}, lab = {0};
+            if (p->s == 0 || p->s == p->P - 1) TS_CHECK(next(ctx, &img, &lab));
+            TS_CHECK(ts_pipe_wait(&p->act_sends[k])); /* the slot's last use has left */
+            double l = 0;
+            TS_CHECK(forward_one(p, k, p->s == 0 ? &img : NULL, p->s == p->P - 1 ? &lab : NULL, 1, &l));
+            sum += l;
+        } else {
+            const int last = mb == p->M - 1;
+            if (last && before_last) before_last(hook_ctx);
+            ts_unet_set_grad_hook(p->m, last ? hook : NULL, hook_ctx);
+            err = backward_one(p, k);
+            ts_unet_set_grad_hook(p->m, NULL, NULL);
+            TS_CHECK(err);
+        }
+    }
+    for (int k = 0; k < p->slots; k++) TS_CHECK(ts_pipe_wait(&p->act_sends[k]));
+    TS_CHECK(ts_pipe_wait(&p->grad_sends));
+    p->st.span_s += ts_time_now() - t0;
+    p->st.p2p_s += msg_s(p) - m0;
+    p->st.bytes = sent_bytes(p);
+    p->st.steps++;
+    *loss = p->s == p->P - 1 ? sum / p->M : 0;
+cleanup:
+    free(ops);
+    return err;
+}
+
+int ts_pipeline_forward(ts_pipeline *p, const ts_tensor *x, const ts_tensor **logits)
+{
+    *logits = NULL;
+    TS_TRY(ts_pipe_wait(&p->act_sends[0]));
+    double l;
+    TS_TRY(forward_one(p, 0, p->s == 0 ? x : NULL, NULL, 0, &l));
+    TS_TRY(ts_pipe_wait(&p->act_sends[0]));
+    if (p->s == p->P - 1) *logits = ts_unet_logits_slot(p->m, 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ the cut */
+
+static void fill_random(ts_tensor *t, ts_rng *r)
+{
+    if (!t || !t->data) return;
+    if (t->dtype == TS_UINT8) return;
+    float *x = t->data;
+    for (int64_t i = 0; i < ts_tensor_numel(t); i++) x[i] = (float)ts_rng_normal(r);
+}
+
+int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box[3], double *cost)
+{
+    int err = 0, size;
+    const ts_unet_cfg *c = ts_unet_config(m);
+    const int U = ts_unet_units(m);
+    ts_tensor img = {0}, lab = {0};
+    ts_unet_edge e[MAX_EDGES];
+    const int ne = ts_unet_edges(m, e);
+    ts_rng r;
+    ts_rng_init(&r, 12345, 0, 99);
+    ts_arena *ar = ts_unet_arena(m);
+    float *keep = NULL; /* the batch-norm running statistics, which the timed forwards would move */
+    TS_MPI(MPI_Comm_size(world, &size));
+    keep = TS_MALLOC(sizeof(float) * (ar->nbuf ? ar->nbuf : 1));
+    if (!keep) TS_FAIL(TS_ERR_NOMEM, "pipeline timing pass");
+    memcpy(keep, ar->buffers, sizeof(float) * ar->nbuf);
+    TS_CHECK(ts_tensor_alloc(&img, TS_FLOAT32, 5, (const int64_t[]){batch, c->in_channels, box[0], box[1], box[2]}));
+    TS_CHECK(ts_tensor_alloc(&lab, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]}));
+    fill_random(&img, &r);
+    for (int64_t i = 0; i < ts_tensor_numel(&lab); i++) ((uint8_t *)lab.data)[i] = (uint8_t)ts_rng_below(&r, (uint64_t)c->classes);
+    for (int u = 0; u < U; u++) {
+        TS_CHECK(ts_unet_set_stage(m, u, u + 1, 1));
+        TS_CHECK(ts_unet_setup(m, batch, (int)box[0], (int)box[1], (int)box[2]));
+        double t = 0;
+        for (int rep = 0; rep < 2; rep++) {
+            for (int i = 0; i < ne; i++) { /* what arrives: activations in, gradients of what leaves */
+                ts_tensor *a, *g;
+                if (e[i].consumer == u && e[i].producer != u) {
+                    TS_CHECK(ts_unet_edge_tensors(m, 0, &e[i], &a, &g));
+                    fill_random(a, &r);
+                }
+                if (e[i].producer == u && e[i].consumer != u) {
+                    TS_CHECK(ts_unet_edge_tensors(m, 0, &e[i], &a, &g));
+                    fill_random(g, &r);
+                }
+            }
+            const double t0 = ts_time_now();
+            TS_CHECK(ts_unet_forward_slot(m, 0, &img, 1));
+            if (u == U - 1) {
+                double l;
+                TS_CHECK(ts_unet_loss_slot(m, 0, &lab, 1, &l));
+            }
+            TS_CHECK(ts_unet_backward_slot(m, 0));
+            t = ts_time_now() - t0;
+        }
+        cost[u] = t;
+    }
+    ts_arena_zero_grad(ar); /* the measurement's gradients and statistics are not a step's */
+    memcpy(ar->buffers, keep, sizeof(float) * ar->nbuf);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, cost, U, MPI_DOUBLE, MPI_SUM, world));
+    for (int u = 0; u < U; u++) cost[u] /= size;
+    TS_CHECK(ts_unet_set_stage(m, 0, U, 1));
+cleanup:
+    free(keep);
+    ts_tensor_free(&img);
+    ts_tensor_free(&lab);
+    return err;
+}
+
+int ts_pipeline_cut(const ts_unet *m, int P, const char *spec, const double *cost, int *first)
+{
+    const int U = ts_unet_units(m);
+    char name[32];
+    if (P > U)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.pp = %d stages, but the model has only %d layer units to cut between "
+                                     "(%d cut points; model.channels has %d levels): use parallel.pp <= %d", P, U, U - 1,
+                      U / 2, U);
+    if (!spec || !strcmp(spec, "auto")) return ts_pipe_partition(cost, U, P, first);
+    /* a list of the units that start stages 1 .. P-1 */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    int n = 0;
+    first[0] = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        int u = -1;
+        for (int k = 0; k < U; k++)
+            if (!strcmp(tok, ts_unet_unit_name(m, k, name, sizeof name))) u = k;
+        if (u < 0) return TS_ERR(TS_ERR_CONFIG, "parallel.pp_cut = '%s': '%s' is not a unit of the model (enc0 .. dec0, head)", spec, tok);
+        if (++n >= P) return TS_ERR(TS_ERR_CONFIG, "parallel.pp_cut = '%s': more cuts than parallel.pp - 1 = %d", spec, P - 1);
+        if (u <= first[n - 1])
+            return TS_ERR(TS_ERR_CONFIG, "parallel.pp_cut = '%s': '%s' does not come after the previous stage's first unit "
+                                         "(units run enc0 .. enc%d, dec%d .. dec0, head)", spec, tok, U / 2 - 1, U / 2 - 2);
+        first[n] = u;
+    }
+    if (n != P - 1)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.pp_cut = '%s': %d cuts, parallel.pp = %d stages need %d", spec, n, P, P - 1);
+    first[P] = U;
+    return 0;
+}
