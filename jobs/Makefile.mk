@@ -1,2 +1,2 @@
 # jobs/: batch scripts, the demo and check scripts the README names
-EXTRA_DIST += jobs/check.sh jobs/demo.sh jobs/demo_plot.py jobs/bench/coll_vs_mpi.sh jobs/bench/dp_scaling.sh jobs/bench/sp_scaling.sh jobs/bench/compare_pytorch.sh jobs/bench/pytorch_step.py
+EXTRA_DIST += jobs/check.sh jobs/demo.sh jobs/demo_plot.py jobs/bench/coll_vs_mpi.sh jobs/bench/dp_scaling.sh jobs/bench/sp_scaling.sh jobs/bench/pp_bubble.sh jobs/bench/compare_pytorch.sh jobs/bench/pytorch_step.py

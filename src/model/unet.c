@@ -32,11 +32,12 @@ typedef struct bacts { /* a conv block's activations in one slot */
 } bacts;
 
 /* One micro-batch's activations of the stage's units (a slot). Tensors a
- * unit of another stage produces (enc l's or dec l's output) arrive in rx,
- * indexed by tensor id (TE(l) = l, TD(l) = L + l). */
+ * unit of another stage produces arrive in rx, indexed by tensor id: enc
+ * l's output TE(l) = l, dec l's TD(l) = L + l, the activations between the
+ * two convs of enc l and dec l, TEm(l) = 2L + l and TDm(l) = 3L + l. */
 typedef struct slot {
     ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits;
-    ts_tensor rx[2 * L_MAX];
+    ts_tensor rx[4 * L_MAX];
     bacts enc[L_MAX], dec[L_MAX];
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
@@ -48,7 +49,7 @@ struct ts_unet {
     float *init_bound; /* per arena entry: > 0 uniform bound, 0 zeros, -1 ones */
     block enc[L_MAX], dec[L_MAX];
     int upw[L_MAX], upb[L_MAX], headw, headb;
-    int unit_param[2 * L_MAX + 1]; /* arena entries of unit u: [unit_param[u], unit_param[u + 1]) */
+    int unit_param[4 * L_MAX];     /* arena entries of unit u: [unit_param[u], unit_param[u + 1]) */
     int u0, u1, nslots;            /* this stage's units [u0, u1) and its activation slots */
     slot *slots;
     int n, d, h, w; /* set-up shape (n = 0: none) */
@@ -67,23 +68,32 @@ struct ts_unet {
     size_t dry_bytes;
 };
 
-/* the layer units: enc0 .. enc{L-1}, dec{L-2} .. dec0, head */
-static int U_E(const ts_unet *m, int l) { (void)m; return l; }
-static int U_D(const ts_unet *m, int l) { return 2 * m->cfg.levels - 2 - l; }
-static int U_H(const ts_unet *m) { return 2 * m->cfg.levels - 1; }
+/* The layer units, one per conv (with what precedes it) and the head:
+ * enc0.conv1 (the image), enc0.conv2, enc1.conv1 (max-pool first), ...,
+ * enc{L-1}.conv2, dec{L-2}.conv1 (up{L-2} first, then the concatenation with
+ * the skip), dec{L-2}.conv2, ..., dec0.conv2, head: 4L - 1 units. Half i
+ * (0: conv1, 1: conv2) of enc l is unit 2l + i, of dec l 4L - 4 - 2l + i. */
+static int U_E(const ts_unet *m, int l, int i) { (void)m; return 2 * l + i; }
+static int U_D(const ts_unet *m, int l, int i) { return 4 * m->cfg.levels - 4 - 2 * l + i; }
+static int U_H(const ts_unet *m) { return 4 * m->cfg.levels - 2; }
 static int here(const ts_unet *m, int u) { return u >= m->u0 && u < m->u1; }
-/* producer unit of tensor t (TE(l) = l, TD(l) = L + l) */
-static int producer(const ts_unet *m, int t) { return t < m->cfg.levels ? U_E(m, t) : U_D(m, t - m->cfg.levels); }
+/* producer unit of tensor t */
+static int producer(const ts_unet *m, int t)
+{
+    const int L = m->cfg.levels, l = t % L, kind = t / L; /* TE, TD, TEm, TDm */
+    return kind == 0 ? U_E(m, l, 1) : kind == 1 ? U_D(m, l, 1) : kind == 2 ? U_E(m, l, 0) : U_D(m, l, 0);
+}
 /* a tensor's activation in slot s: the producer's output here, or what arrived */
 static ts_tensor *act(ts_unet *m, slot *s, int t)
 {
-    const int L = m->cfg.levels;
+    const int L = m->cfg.levels, l = t % L, kind = t / L;
     if (!here(m, producer(m, t))) return &s->rx[t];
-    return t < L ? &s->enc[t].a[1] : &s->dec[t - L].a[1];
+    return kind == 0 ? &s->enc[l].a[1] : kind == 1 ? &s->dec[l].a[1] : kind == 2 ? &s->enc[l].a[0] : &s->dec[l].a[0];
 }
 /* the input of up{l} (the decoder path's tensor one level down) and of the head */
 static int up_input(const ts_unet *m, int l) { return l == m->cfg.levels - 2 ? l + 1 : m->cfg.levels + l + 1; }
 static int head_input(const ts_unet *m) { return m->cfg.levels == 1 ? 0 : m->cfg.levels; }
+static int mid_tensor(const ts_unet *m, int enc, int l) { return (enc ? 2 : 3) * m->cfg.levels + l; }
 
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
 {
@@ -156,13 +166,15 @@ static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, in
     return 0;
 }
 
-static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level)
+/* unit_first[i]: the unit of conv i, whose parameters start here (-1: already started, e.g. by up{l}) */
+static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level, const int unit_first[2])
 {
     char name[TS_PARAM_NAME_MAX];
     b->cin = cin;
     b->cout = cout;
     b->level = level;
     for (int i = 0; i < 2; i++) {
+        if (unit_first[i] >= 0) m->unit_param[unit_first[i]] = m->arena->n;
         const int ci = i ? cout : cin;
         const float bound = (float)(1.0 / sqrt((double)ci * 27));
         snprintf(name, sizeof name, "%s.conv%d.weight", prefix, i + 1);
@@ -199,23 +211,23 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     if (L < 1 || L > L_MAX) TS_FAIL(TS_ERR_ARG, "unet: %d levels (1..%d)", L, L_MAX);
     TS_CHECK(ts_arena_create(&m->arena));
     m->u0 = 0;
-    m->u1 = 2 * L;
+    m->u1 = 4 * L - 1;
     m->nslots = 1;
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "enc%d", l);
-        m->unit_param[U_E(m, l)] = m->arena->n;
-        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l));
+        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l,
+                           (const int[]){U_E(m, l, 0), U_E(m, l, 1)}));
     }
     for (int l = L - 2; l >= 0; l--) {
         const int cin = cfg->channels[l + 1], cout = cfg->channels[l];
-        m->unit_param[U_D(m, l)] = m->arena->n;
+        m->unit_param[U_D(m, l, 0)] = m->arena->n; /* up{l} belongs to dec l's first conv */
         const float bound = (float)(1.0 / sqrt((double)cout * 8)); /* PyTorch: fan_in from weight.size(1) */
         snprintf(name, sizeof name, "up%d.weight", l);
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cin, cout, 2, 2, 2}, bound, &m->upw[l]));
         snprintf(name, sizeof name, "up%d.bias", l);
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &m->upb[l]));
         snprintf(name, sizeof name, "dec%d", l);
-        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l));
+        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l, (const int[]){-1, U_D(m, l, 1)}));
     }
     {
         const float bound = (float)(1.0 / sqrt((double)cfg->channels[0]));
@@ -224,7 +236,7 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
                      bound, &m->headw));
         TS_CHECK(add(m, "head.bias", TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cfg->classes}, bound, &m->headb));
     }
-    m->unit_param[2 * L] = m->arena->n;
+    m->unit_param[4 * L - 1] = m->arena->n;
     TS_CHECK(ts_arena_alloc(m->arena, nstate));
     TS_CHECK(ts_unet_init(m, 0)); /* a defined state; callers re-initialise or load */
     *out = m;
@@ -293,7 +305,7 @@ static void free_acts(ts_unet *m)
             bacts_free(&s->enc[l]);
             bacts_free(&s->dec[l]);
         }
-        for (int t = 0; t < 2 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
+        for (int t = 0; t < 4 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
     }
     free(m->slots);
     m->slots = NULL;
@@ -326,14 +338,14 @@ const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int slot)
     return m->slots && slot >= 0 && slot < m->nslots ? &m->slots[slot].logits : &none;
 }
 
-int ts_unet_units(const ts_unet *m) { return 2 * m->cfg.levels; }
+int ts_unet_units(const ts_unet *m) { return 4 * m->cfg.levels - 1; }
 
 const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n)
 {
     const int L = m->cfg.levels;
-    if (u < 0 || u >= 2 * L) snprintf(buf, n, "?");
-    else if (u < L) snprintf(buf, n, "enc%d", u);
-    else if (u < 2 * L - 1) snprintf(buf, n, "dec%d", 2 * L - 2 - u);
+    if (u < 0 || u > U_H(m)) snprintf(buf, n, "?");
+    else if (u < 2 * L) snprintf(buf, n, "enc%d.conv%d", u / 2, u % 2 + 1);
+    else if (u < U_H(m)) snprintf(buf, n, "dec%d.conv%d", L - 2 - (u - 2 * L) / 2, (u - 2 * L) % 2 + 1);
     else snprintf(buf, n, "head");
     return buf;
 }
@@ -368,17 +380,23 @@ int ts_unet_edges(const ts_unet *m, ts_unet_edge *e)
 {
     const int L = m->cfg.levels;
     int n = 0;
-    for (int l = 0; l + 1 < L; l++) {
-        e[n++] = (ts_unet_edge){l, U_E(m, l), U_E(m, l + 1), TS_EDGE_POOL};
-        e[n++] = (ts_unet_edge){l, U_E(m, l), U_D(m, l), TS_EDGE_SKIP};
+    for (int l = 0; l < L; l++) {
+        e[n++] = (ts_unet_edge){mid_tensor(m, 1, l), U_E(m, l, 0), U_E(m, l, 1), TS_EDGE_BLOCK};
+        if (l + 1 < L) {
+            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_E(m, l + 1, 0), TS_EDGE_POOL};
+            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_D(m, l, 0), TS_EDGE_SKIP};
+        }
     }
-    for (int l = L - 2; l >= 0; l--) e[n++] = (ts_unet_edge){up_input(m, l), producer(m, up_input(m, l)), U_D(m, l), TS_EDGE_UP};
+    for (int l = L - 2; l >= 0; l--) {
+        e[n++] = (ts_unet_edge){up_input(m, l), producer(m, up_input(m, l)), U_D(m, l, 0), TS_EDGE_UP};
+        e[n++] = (ts_unet_edge){mid_tensor(m, 0, l), U_D(m, l, 0), U_D(m, l, 1), TS_EDGE_BLOCK};
+    }
     e[n++] = (ts_unet_edge){head_input(m), producer(m, head_input(m)), U_H(m), TS_EDGE_HEAD};
     return n;
 }
 
 /* the level of tensor t */
-static int tensor_level(const ts_unet *m, int t) { return t < m->cfg.levels ? t : t - m->cfg.levels; }
+static int tensor_level(const ts_unet *m, int t) { return t % m->cfg.levels; }
 
 int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **a, ts_tensor **g)
 {
@@ -425,11 +443,12 @@ static int alloc5(ts_unet *m, ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, i
     return talloc(m, t, dt, 5, (const int64_t[]){n, d, h, w, c});
 }
 
-static int alloc_block(ts_unet *m, const block *b, bacts *x, int64_t n, int64_t d, int64_t h, int64_t w)
+/* the activations of conv i of a block (its output y, the norm's a, the saved statistics, the input's halo) */
+static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? b->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * b->cout;
     const int64_t dhw[3] = {d, h, w};
-    for (int i = 0; i < 2; i++) {
+    {
         TS_TRY(alloc5(m, &x->y[i], TS_FLOAT32, n, d, h, w, b->cout));
         TS_TRY(alloc5(m, &x->a[i], TS_FLOAT32, n, d, h, w, b->cout));
         TS_TRY(talloc(m, &x->smean[i], TS_FLOAT32, 1, &ns));
@@ -446,17 +465,19 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
     const int L = c->levels;
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
-        if (here(m, U_E(m, l))) {
+        if (here(m, U_E(m, l, 0))) {
             if (l == 0) TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
             else {
                 TS_TRY(alloc5(m, &s->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
                 TS_TRY(alloc5(m, &s->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
             }
-            TS_TRY(alloc_block(m, &m->enc[l], &s->enc[l], n, dl, hl, wl));
         }
-        if (l < L - 1 && here(m, U_D(m, l))) {
-            TS_TRY(alloc5(m, &s->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-            TS_TRY(alloc_block(m, &m->dec[l], &s->dec[l], n, dl, hl, wl));
+        for (int i = 0; i < 2; i++)
+            if (here(m, U_E(m, l, i))) TS_TRY(alloc_half(m, &m->enc[l], &s->enc[l], i, n, dl, hl, wl));
+        if (l < L - 1) {
+            if (here(m, U_D(m, l, 0))) TS_TRY(alloc5(m, &s->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            for (int i = 0; i < 2; i++)
+                if (here(m, U_D(m, l, i))) TS_TRY(alloc_half(m, &m->dec[l], &s->dec[l], i, n, dl, hl, wl));
         }
     }
     if (here(m, U_H(m))) {
@@ -464,8 +485,8 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
         TS_TRY(alloc5(m, &s->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
     }
     /* tensors made on another stage and used here (once each, whatever the edges) */
-    ts_unet_edge e[4 * L_MAX];
-    int got[2 * L_MAX] = {0};
+    ts_unet_edge e[6 * L_MAX];
+    int got[4 * L_MAX] = {0};
     for (int i = 0, ne = ts_unet_edges(m, e); i < ne; i++) {
         if (here(m, e[i].producer) || !here(m, e[i].consumer) || got[e[i].tensor]++) continue;
         const int l = tensor_level(m, e[i].tensor);
@@ -498,11 +519,13 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
     /* backward scratch: the gradient buffers of the levels this stage touches */
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
-        const int e = here(m, U_E(m, l)), dd = l < L - 1 && here(m, U_D(m, l));
-        const int gin = e || dd || (l + 1 < L && here(m, U_E(m, l + 1))) || (l > 0 && here(m, U_D(m, l - 1))) ||
+        const int e = here(m, U_E(m, l, 0)) || here(m, U_E(m, l, 1)),
+                  dd = l < L - 1 && (here(m, U_D(m, l, 0)) || here(m, U_D(m, l, 1)));
+        const int gin = e || dd || (l + 1 < L && here(m, U_E(m, l + 1, 0))) || (l > 0 && here(m, U_D(m, l - 1, 0))) ||
                         (l == 0 && here(m, U_H(m)));
         if (gin) TS_CHECK(alloc5(m, &m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-        if (l < L - 1 && (e || dd)) TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        if (l < L - 1 && (here(m, U_E(m, l, 1)) || here(m, U_D(m, l, 0))))
+            TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
     }
     if (m->dry) return 0;
@@ -547,6 +570,18 @@ static size_t bacts_bytes(const bacts *b)
     return s;
 }
 
+size_t ts_unet_slot_bytes(const ts_unet *m)
+{
+    if (!m->slots) return 0;
+    const slot *x = &m->slots[0];
+    size_t s = ts_tensor_bytes(&x->x) + ts_tensor_bytes(&x->logits) + ts_tensor_bytes(&x->dlogits);
+    for (int l = 0; l < L_MAX; l++)
+        s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
+             bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
+    for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
+    return s;
+}
+
 size_t ts_unet_activation_bytes(const ts_unet *m)
 {
     size_t s = m->halo_bytes;
@@ -556,7 +591,7 @@ size_t ts_unet_activation_bytes(const ts_unet *m)
         for (int l = 0; l < L_MAX; l++)
             s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
                  bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
-        for (int t = 0; t < 2 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
+        for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
     }
     for (int l = 0; l < L_MAX; l++) s += ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
     return s;
@@ -629,13 +664,14 @@ static int conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_t
     return 0;
 }
 
-/* in2 (decoder blocks): the block's input is the concatenation [in, in2] */
-static int block_forward(ts_unet *m, const block *b, bacts *x, const ts_tensor *in, const ts_tensor *in2, int train)
+/* conv i of a block, its norm and ReLU: y[i], a[i] from in (or the
+ * concatenation [in, in2], a decoder's conv 0) */
+static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_tensor *in, const ts_tensor *in2, int train)
 {
     const ts_norm_opts o = norm_opts(m);
-    for (int i = 0; i < 2; i++) {
+    {
         ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        TS_TRY(conv3_forward(m, &x->xh[i], i ? &x->a[0] : in, i ? NULL : in2, &w, &bias, &x->y[i]));
+        TS_TRY(conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &x->y[i]));
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
@@ -664,7 +700,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
 {
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
-    if (here(m, U_E(m, 0))) {
+    if (here(m, U_E(m, 0, 0))) {
         TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
         if (image->dtype != TS_FLOAT32) return TS_ERR(TS_ERR_ARG, "input image must be float32");
         TS_TRY(ts_unet_setup(m, (int)image->shape[0], (int)image->shape[2], (int)image->shape[3], (int)image->shape[4]));
@@ -673,16 +709,24 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
     s->have_dlogits = 0;
     for (int u = m->u0; u < m->u1; u++) {
-        if (u < L) { /* enc l: pool the level above (or take the image), two conv blocks */
-            const int l = u;
+        if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
+            const int l = u / 2, i = u % 2;
+            if (i == 1) {
+                TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 1, act(m, s, mid_tensor(m, 1, l)), NULL, train));
+                continue;
+            }
             if (l == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
             else TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(act(m, s, l - 1), 2, &s->pool[l], &s->pidx[l]));
-            TS_TRY(block_forward(m, &m->enc[l], &s->enc[l], l ? &s->pool[l] : &s->x, NULL, train));
-        } else if (u < U_H(m)) { /* dec l: up{l} from one level down, two conv blocks on [up, skip] */
-            const int l = 2 * L - 2 - u;
+            TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 0, l ? &s->pool[l] : &s->x, NULL, train));
+        } else if (u < U_H(m)) { /* dec l: up{l} from one level down and conv 1 on [up, skip], or conv 2 */
+            const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
+            if (i == 1) {
+                TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 1, act(m, s, mid_tensor(m, 0, l)), NULL, train));
+                continue;
+            }
             ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
             TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(act(m, s, up_input(m, l)), &w, &b, 2, &s->up[l]));
-            TS_TRY(block_forward(m, &m->dec[l], &s->dec[l], &s->up[l], act(m, s, l), train));
+            TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 0, &s->up[l], act(m, s, l), train));
         } else {
             ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
             TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(act(m, s, head_input(m)), &hw, &hb, 1, 0, &s->logits));
@@ -753,13 +797,14 @@ static int conv3_backward_split(ts_unet *m, const block *b, bacts *xa, int i, ts
     return 0;
 }
 
-/* g holds d(a[1]) on entry and is used as scratch; the input gradient goes to dx (may be in, or NULL). */
-/* in2, dx2: a decoder block's second input [in, in2] and its gradient */
-static int block_backward(ts_unet *m, const block *b, bacts *xa, int train, ts_tensor *in, ts_tensor *in2,
-                          ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
+/* Backward of conv i of a block with its norm and ReLU: g holds d(a[i]) on
+ * entry; the input gradient goes to dx (may be in itself; NULL: not
+ * needed) and, for the concatenation [in, in2], dx2. */
+static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train, ts_tensor *in, ts_tensor *in2,
+                         ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
 {
     const ts_norm_opts o = norm_opts(m);
-    for (int i = 1; i >= 0; i--) {
+    {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
         switch (m->cfg.norm) {
@@ -778,21 +823,17 @@ static int block_backward(ts_unet *m, const block *b, bacts *xa, int train, ts_t
         }
         ready2(m, b->nw[i], b->nb[i]);
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
-        ts_tensor *x = i ? &xa->a[0] : in, *dxi = i ? g : dx;
-        if (m->split_on) {
-            TS_TRY(conv3_backward_split(m, b, xa, i, x, i ? NULL : in2, &w, dxi, i ? NULL : dx2, &dw, &db));
-            continue;
+        if (m->split_on) return conv3_backward_split(m, b, xa, i, in, in2, &w, dx, dx2, &dw, &db);
+        /* weight gradient first: dx may overwrite the input */
+        if (in2) {
+            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], NULL, NULL, &dw, &db));
+            ready2(m, b->cw[i], b->cb[i]);
+            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], dx, dx2, NULL, NULL));
+            return 0;
         }
-        /* weight gradient first: dx may overwrite x */
-        if (i == 0 && in2) {
-            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[0], NULL, NULL, &dw, &db));
-            ready2(m, b->cw[0], b->cb[0]);
-            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[0], dx, dx2, NULL, NULL));
-            continue;
-        }
-        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(x, &w, 1, 1, &xa->y[i], NULL, &dw, &db));
+        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], NULL, &dw, &db));
         ready2(m, b->cw[i], b->cb[i]);
-        if (dxi) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(x, &w, 1, 1, &xa->y[i], dxi, NULL, NULL));
+        if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], dx, NULL, NULL));
     }
     return 0;
 }
@@ -819,27 +860,37 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, NULL, &dhw, &dhb));
             ready2(m, m->headw, m->headb);
             TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, &m->gin[0], NULL, NULL));
-        } else if (u >= L) { /* dec l: the gradient of [up, skip], the up part over up[l] itself */
-            const int l = 2 * L - 2 - u;
-            TS_TRY(block_backward(m, &m->dec[l], &s->dec[l], train, &s->up[l], act(m, s, l), &m->gin[l], &s->up[l],
-                                  &m->dskip[l]));
+        } else if (u >= 2 * L) { /* dec l: conv 2, or conv 1 on [up, skip] (the up part over up[l] itself) and up{l} */
+            const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
+            if (i == 1) { /* d(a[1]) in gin[l]; d(a[0]) goes to gin[l] too */
+                TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 1, train, act(m, s, mid_tensor(m, 0, l)), NULL,
+                                     &m->gin[l], &m->gin[l], NULL));
+                continue;
+            }
+            TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 0, train, &s->up[l], act(m, s, l), &m->gin[l], &s->up[l],
+                                 &m->dskip[l]));
             ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
             TIMED(m, TS_PROF_CONVT,
                   ts_convt3d_backward(act(m, s, up_input(m, l)), &w, 2, &s->up[l], &m->gin[l + 1], &dw, &db));
             ready2(m, m->upw[l], m->upb[l]);
-        } else { /* enc l: its output's gradient is the pool's plus the skip's */
-            const int l = u;
-            if (l < L - 1) {
-                const double t0 = ts_time_now();
-                float *g = m->gin[l].data;
-                const float *d = m->dskip[l].data;
-                const int64_t n = ts_tensor_numel(&m->gin[l]);
+        } else { /* enc l: conv 2 (its output's gradient is the pool's plus the skip's), or conv 1 and the pool */
+            const int l = u / 2, i = u % 2;
+            if (i == 1) {
+                if (l < L - 1) {
+                    const double t0 = ts_time_now();
+                    float *g = m->gin[l].data;
+                    const float *d = m->dskip[l].data;
+                    const int64_t n = ts_tensor_numel(&m->gin[l]);
 #pragma omp parallel for schedule(dynamic, 16384)
-                for (int64_t i = 0; i < n; i++) g[i] += d[i];
-                m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+                    for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
+                    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+                }
+                TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 1, train, act(m, s, mid_tensor(m, 1, l)), NULL,
+                                     &m->gin[l], &m->gin[l], NULL));
+                continue;
             }
-            TS_TRY(block_backward(m, &m->enc[l], &s->enc[l], train, l ? &s->pool[l] : &s->x, NULL, &m->gin[l],
-                                  l ? &s->pool[l] : NULL, NULL));
+            TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 0, train, l ? &s->pool[l] : &s->x, NULL, &m->gin[l],
+                                 l ? &s->pool[l] : NULL, NULL));
             if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&s->pool[l], &s->pidx[l], 2, &m->gin[l - 1]));
         }
     }

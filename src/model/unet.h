@@ -70,8 +70,12 @@ int ts_unet_init(ts_unet *m, uint64_t seed);
 /* Local. Allocates activations and gradient buffers for inputs of n samples
  * of d x h x w (no-op if already set up for that shape). */
 int ts_unet_setup(ts_unet *m, int n, int d, int h, int w);
-/* Bytes of activation and gradient buffers held by the model. */
+/* Bytes of activation and gradient buffers held by the model (every slot,
+ * the shared backward buffers and the halo faces). */
 size_t ts_unet_activation_bytes(const ts_unet *m);
+/* Bytes of one slot: one micro-batch's activations kept for backward (no
+ * halo faces, no shared backward buffers). */
+size_t ts_unet_slot_bytes(const ts_unet *m);
 /* Local. The bytes ts_unet_setup(m, n, d, h, w) would allocate (with the
  * split set now), without allocating: the memory plan checked against
  * run.mem_limit_mb before any work. */
@@ -95,30 +99,33 @@ const ts_tensor *ts_unet_logits(const ts_unet *m);
  * stores dloss/dlogits for ts_unet_backward. */
 int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
 /* ---- pipeline stages ----
- * The network is a sequence of 2L layer units: enc0 .. enc{L-1} (each with
- * the max-pool before it), dec{L-2} .. dec0 (each with its transposed conv
- * up{l}), head (with the loss). A stage holds the units [u0, u1) and
- * activations for `slots` micro-batches in flight; its parameters are the
- * arena entries of its units (ts_unet_unit_params: contiguous, in unit
- * order). Tensors cross between units along edges: enc l's output to enc
+ * The network is a sequence of 4L - 1 layer units, one per convolution
+ * with what comes before it, and the head: enc0.conv1, enc0.conv2,
+ * enc1.conv1 (with the max-pool before it), ..., enc{L-1}.conv2,
+ * dec{L-2}.conv1 (with up{L-2} and the concatenation with the skip),
+ * dec{L-2}.conv2, ..., dec0.conv2, head (with the loss). A stage holds the
+ * units [u0, u1) and activations for `slots` micro-batches in flight; its
+ * parameters are the arena entries of its units (ts_unet_unit_params:
+ * contiguous, in unit order). Tensors cross between units along edges: a
+ * block's first conv's output to its second (BLOCK), enc l's output to enc
  * l+1 (pooled) and to dec l (the skip), dec l+1's (or enc{L-1}'s) output to
- * up{l}, dec0's (or enc0's when L = 1) to the head. For an edge crossing
- * the stage's border the caller moves the activation from the producer's
- * stage into the consumer's receive buffer before the consumer's forward,
- * and the gradient back from the consumer's buffer into the producer's
- * before the producer's backward (ts_unet_edge_tensors). */
-typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD } ts_edge_kind;
+ * up{l}, dec0's (or enc0's when L = 1) to the head. For an edge crossing the
+ * stage's border the caller moves the activation from the producer's stage
+ * into the consumer's receive buffer before the consumer's forward, and
+ * the gradient back from the consumer's buffer into the producer's before
+ * the producer's backward (ts_unet_edge_tensors). */
+typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD, TS_EDGE_BLOCK } ts_edge_kind;
 typedef struct ts_unet_edge {
-    int tensor;             /* TE(l) = l: enc l's output; TD(l) = L + l: dec l's output */
+    int tensor;             /* enc l's output l, dec l's L + l; between their convs 2L + l, 3L + l */
     int producer, consumer; /* units */
     ts_edge_kind kind;
 } ts_unet_edge;
-/* Local. Number of units (2L), their names ("enc0", "dec1", "head"), the
- * arena entries [first, end) of unit u. */
+/* Local. Number of units (4L - 1), their names ("enc0.conv1", "dec1.conv2",
+ * "head"), the arena entries [first, end) of unit u. */
 int ts_unet_units(const ts_unet *m);
 const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n);
 void ts_unet_unit_params(const ts_unet *m, int u, int *first, int *end);
-/* Local. Every edge of the network into e (room for 4 L); returns the count. */
+/* Local. Every edge of the network into e (room for 6 L); returns the count. */
 int ts_unet_edges(const ts_unet *m, ts_unet_edge *e);
 /* Local. Makes this model the stage [u0, u1) with `slots` activation slots
  * (frees the activations; the default is every unit, 1 slot). */

@@ -65,7 +65,8 @@ const ts_pipeline_stats *ts_pipeline_get_stats(const ts_pipeline *p);
 
 /* Collective on world (every rank runs it, whatever its stage): times each
  * of m's units (forward, loss at the head, backward) on a batch of `batch`
- * boxes of box voxels, twice, keeping the second; cost[u] = the mean over
+ * boxes of box voxels, three times, keeping the fastest of the last two
+ * (robust to a busy machine); cost[u] = the mean over
  * world's ranks of the time, so every rank gets the same costs. m's stage
  * is left at the whole network with one slot; its parameters, gradients
  * (zero) and batch-norm statistics are as before. */

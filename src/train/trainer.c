@@ -66,8 +66,8 @@ typedef struct trainer {
     ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
     ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
     ts_pipeline *pipe; /* pp > 1 */
-    int stage_first[TS_UNET_MAX_LEVELS * 2 + 1];
-    double unit_cost[TS_UNET_MAX_LEVELS * 2];
+    int stage_first[TS_UNET_MAX_LEVELS * 4];
+    double unit_cost[TS_UNET_MAX_LEVELS * 4];
     int micro;       /* micro-batches per step: train.accum, or parallel.microbatches with a pipeline */
     ts_spatial *spatial;
     int sp_dims[3];
@@ -558,10 +558,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
             TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %lld < %d "
                     "(use more micro-batches, or parallel.schedule = gpipe)", (long long)v, t->grid->pp);
         t->micro = (int)v;
-        if (t->grid->pp > 2 * t->ucfg.levels)
+        const int U = 4 * t->ucfg.levels - 1; /* the model's layer units (ts_unet_units) */
+        if (t->grid->pp > U)
             TS_FAIL(TS_ERR_CONFIG, "parallel.pp = %d stages, but the model has only %d layer units to cut between (%d "
-                    "cut points; model.channels has %d levels): use parallel.pp <= %d", t->grid->pp, 2 * t->ucfg.levels,
-                    2 * t->ucfg.levels - 1, t->ucfg.levels, 2 * t->ucfg.levels);
+                    "cut points; model.channels has %d levels): use parallel.pp <= %d", t->grid->pp, U, U - 1,
+                    t->ucfg.levels, U);
     } else {
         t->micro = t->accum;
     }

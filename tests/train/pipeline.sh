@@ -40,18 +40,21 @@ run() { # run NP NAME ARGS...: trains into $d/NAME
     ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/p.ini" data.path="$d/syn.h5" \
         run.dir="$d/$_name" "$@"
 }
-same() { # same REF RUN [STEPS]
+same() { # same REF RUN [STEPS [INIT]]
     if [ -n "$TS_PY" ]; then
         ts_step "$2 = $1: losses at every step within 1e-5, weights within 1e-4 (and they moved)" \
-            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/init.h5" "${3:-3}"
+            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/${4:-init.h5}" "${3:-3}"
     else
         ts_skip "$2 = $1" "no python3 with h5py"
     fi
 }
 ts_step "initial weights" "$TESSERA" model init "$d/p.ini" --out "$d/init.h5" --seed 0
+ts_step "initial weights (group norm)" "$TESSERA" model init "$d/p.ini" model.norm=group model.groups=2 --out "$d/init-gn.h5" \
+    --seed 0
 # one rank accumulating M micro-batches of 2 samples (batch norm per micro-batch)
 run 1 one-m2 train.accum=2
 run 1 one-m4 train.accum=4
+run 1 one-m4-gn train.accum=4 model.norm=group model.groups=2
 run 2 pp2-1f1b-m2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=1f1b
 pp2out=$ts_out
 same one-m2 pp2-1f1b-m2
@@ -59,12 +62,14 @@ run 2 pp2-gpipe-m2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=gpipe
 same one-m2 pp2-gpipe-m2
 run 2 pp2-1f1b-m4 parallel.pp=2 parallel.microbatches=4 parallel.schedule=1f1b parallel.pp_cut=enc2
 same one-m4 pp2-1f1b-m4
-run 2 pp2-gpipe-m4 parallel.pp=2 parallel.microbatches=4 parallel.schedule=gpipe parallel.pp_cut=dec0
+run 2 pp2-gpipe-m4 parallel.pp=2 parallel.microbatches=4 parallel.schedule=gpipe parallel.pp_cut=dec0.conv2
 same one-m4 pp2-gpipe-m4
 run 3 pp3-m4 parallel.pp=3 parallel.microbatches=4
 same one-m4 pp3-m4
 run 3 pp3-skip parallel.pp=3 parallel.microbatches=4 parallel.pp_cut=enc1,dec1
 same one-m4 pp3-skip
+run 3 pp3-halves parallel.pp=3 parallel.microbatches=4 parallel.pp_cut=enc0.conv2,enc2.conv2 model.norm=group model.groups=2
+same one-m4-gn pp3-halves 3 init-gn.h5
 export TESSERA_RANKS_PER_NODE=2
 run 4 dp2pp2 parallel.pp=2 parallel.microbatches=2 train.batch=1
 same one-m2 dp2pp2
@@ -81,10 +86,10 @@ if [ -n "$TS_PY" ]; then
 import json
 c = json.load(open('$d/pp3-skip/pipeline.json')); p = json.load(open('$d/pp3-skip/perf.json'))
 print(c); print(p['pipeline'])
-assert [s['units'] for s in c['stage']] == ['enc0', 'enc1,enc2', 'dec1,dec0,head'] and c['bubble_formula'] == 2 / 6
+assert [s['units'] for s in c['stage']] == ['enc0.conv1,enc0.conv2', 'enc1.conv1,enc1.conv2,enc2.conv1,enc2.conv2', 'dec1.conv1,dec1.conv2,dec0.conv1,dec0.conv2,head'] and abs(c['bubble_formula'] - 2 / 6) < 1e-5
 st = p['pipeline']['stage']
 assert len(st) == 3 and all(s['busy_s'] > 0 and s['span_s'] >= s['busy_s'] and 0 <= s['bubble'] < 1 for s in st)
-assert abs(p['pipeline']['bubble_formula'] - 2 / 6) < 1e-9 and p['grid'] == {'dp': 1, 'pp': 3, 'sp': 1}"
+assert abs(p['pipeline']['bubble_formula'] - 2 / 6) < 1e-5 and p['grid'] == {'dp': 1, 'pp': 3, 'sp': 1}"
 fi
 
 # resharding: dp 2 x pp 2 for 2 steps, resumed elsewhere for 2 more, against 4 uninterrupted steps
@@ -98,8 +103,8 @@ run 4 rs-pp2sp2 parallel.pp=2 parallel.sp=2 parallel.microbatches=2 train.steps=
 same rs-full rs-pp2sp2 4
 
 # bad pipelines: an error on every rank before any work
-ts_fails_on_all "more stages than cut points" "layer units to cut between" 7 \
-    ts_mpirun 7 "$TESSERA" train "$d/p.ini" run.dir="$d/e1" parallel.pp=7 parallel.microbatches=8
+ts_fails_on_all "more stages than cut points" "layer units to cut between" 4 \
+    ts_mpirun 4 "$TESSERA" train "$d/p.ini" run.dir="$d/e1" parallel.pp=4 parallel.microbatches=4 model.channels=4
 ts_fails_on_all "fewer micro-batches than stages with 1f1b" "needs parallel.microbatches >= parallel.pp" 3 \
     ts_mpirun 3 "$TESSERA" train "$d/p.ini" run.dir="$d/e2" parallel.pp=3 parallel.microbatches=2
 ts_fails_on_all "a grid that does not match the ranks" "does not divide the 4 ranks" 4 \
