@@ -37,13 +37,19 @@ static void help(void)
            "folder (the newest complete one is used) or a run directory. The scan is normalised as training\n"
            "patches are (data.norm, data.clip), cut into windows of data.patch with eval.overlap, predicted\n"
            "with Gaussian weighting and written as uint8 NIfTI with the input's dimensions, voxel sizes and\n"
-           "sform/qform. The windows are split over the data-parallel replicas; parallel.sp (taken from\n"
-           "CONFIG, override it on the command line, e.g. parallel.sp=1 on one rank) splits each window's\n"
-           "volume over a spatial group as in training. label= adds per-class Dice against a reference\n"
+           "sform/qform. The windows are split over the data-parallel replicas; parallel.sp splits each\n"
+           "window's volume over a spatial group and parallel.pp passes it through pipeline stages, as in\n"
+           "training (both taken from CONFIG: override them on the command line, e.g. parallel.sp=1 on one\n"
+           "rank). label= adds per-class Dice against a reference\n"
            "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
            "data) and writes the labels back on the scan's own grid. probabilities= also writes the\n"
            "Gaussian-weighted class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n");
+}
+
+static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
+{
+    return ts_pipeline_forward(ctx, x, logits);
 }
 
 /* checkpoint=: a step directory, a ckpt folder, or a run directory */
@@ -78,6 +84,7 @@ int ts_cli_infer(int argc, char **argv)
     ts_coll *coll = NULL, *all = NULL;
     ts_grid *grid = NULL;
     ts_spatial *sp = NULL;
+    ts_pipeline *pipe = NULL;
     ts_nifti *img = NULL, *ref = NULL;
     ts_labelmap *map = NULL;
     ts_dataset *ds = NULL;
@@ -202,20 +209,34 @@ int ts_cli_infer(int argc, char **argv)
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &spn));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
-    if (pp > 1) TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet", (long long)pp);
-    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, 0, 1, (int)spn, &grid));
+    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, 0, (int)pp, (int)spn, &grid));
     TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
     TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
     TS_CHECK(ts_spatial_box(sp, u.patch, es.box_lo, es.box_size));
     TS_CHECK(ts_coll_create(grid->dp_comm, NULL, &coll));
     TS_CHECK(ts_coll_create(grid->world, NULL, &all));
     es.all = all;
+    es.forward = NULL;
+    es.forward_ctx = NULL;
     ts_stepper_split_model(m, sp);
+    if (pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
+        const char *cut;
+        int first[4 * TS_UNET_MAX_LEVELS];
+        double cost[4 * TS_UNET_MAX_LEVELS] = {0};
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        if (!strcmp(cut, "auto")) TS_CHECK(ts_pipeline_measure(m, grid->world, (int)batch, es.box_size, cost));
+        TS_CHECK(ts_pipeline_cut(m, (int)pp, cut, cost, first));
+        TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, TS_PIPE_GPIPE, 1, &pipe));
+        TS_CHECK(ts_err_agree(grid->world, ts_unet_setup(m, (int)batch, (int)es.box_size[0], (int)es.box_size[1],
+                                                          (int)es.box_size[2])));
+        es.forward = pipe_forward;
+        es.forward_ctx = pipe;
+    }
     if (probpath) {
         prob = malloc(sizeof *prob * (size_t)(nv * u.classes));
         TS_CHECK(ts_err_agree(MPI_COMM_WORLD, prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", input)));
     }
-    TS_CHECK(ts_eval_predict(m, coll, spn > 1 ? &es : NULL, vol, dhw, overlap, (int)batch, pred, prob));
+    TS_CHECK(ts_eval_predict(m, coll, spn > 1 || pp > 1 ? &es : NULL, vol, dhw, overlap, (int)batch, pred, prob));
     if (f > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(pred, fine, f, full);
         uint8_t *t = pred;
@@ -291,6 +312,7 @@ int ts_cli_infer(int argc, char **argv)
 cleanup:
     ts_dataset_close(&ds);
     ts_coll_destroy(&coll);
+    ts_pipeline_destroy(&pipe);
     ts_coll_destroy(&all);
     ts_spatial_destroy(&sp);
     ts_grid_destroy(&grid);

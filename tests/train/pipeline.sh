@@ -92,6 +92,28 @@ assert len(st) == 3 and all(s['busy_s'] > 0 and s['span_s'] >= s['busy_s'] and 0
 assert abs(p['pipeline']['bubble_formula'] - 2 / 6) < 1e-5 and p['grid'] == {'dp': 1, 'pp': 3, 'sp': 1}"
 fi
 
+# evaluation and inference through the stages
+run 1 ev-1 eval.final=true eval.max_volumes=2
+run 2 ev-pp2 eval.final=true eval.max_volumes=2 parallel.pp=2 parallel.microbatches=1 parallel.schedule=gpipe
+if [ -n "$TS_PY" ]; then
+    ts_step "evaluation through 2 stages: the Dice of 1 rank" "$TS_PY" -c "
+import json
+def dice(r): return [json.loads(l)['dice'] for l in open('$d/' + r + '/metrics.jsonl') if 'dice' in json.loads(l)]
+a, b = dice('ev-1'), dice('ev-pp2'); print(a, b); assert len(a) == 1 and a == b"
+    "$TS_PY" -c "
+import h5py, nibabel as nib, numpy as np
+x = np.asarray(h5py.File('$d/syn.h5', 'r')['samples/000002/image'])[0, 1:18, :20, :19].transpose(2, 1, 0)
+nib.save(nib.Nifti1Image(x.astype(np.float32), np.diag([1.2, 0.9, 1.1, 1])), '$d/scan.nii.gz')"
+    ts_step "infer, 1 rank" ts_mpirun 1 "$TESSERA" infer "$d/p.ini" checkpoint="$d/ev-1" input="$d/scan.nii.gz" \
+        output="$d/m1.nii.gz"
+    ts_step "infer through pp 2 x sp 2" ts_mpirun 4 "$TESSERA" infer "$d/p.ini" checkpoint="$d/ev-1" \
+        input="$d/scan.nii.gz" output="$d/m4.nii.gz" parallel.pp=2 parallel.sp=2
+    ts_step "the same mask" "$TS_PY" -c "
+import nibabel as nib, numpy as np
+a, b = (np.asarray(nib.load('$d/m%d.nii.gz' % k).dataobj) for k in (1, 4))
+print(int((a != b).sum()), 'voxels differ; classes', np.unique(a)); assert (a == b).all() and len(np.unique(a)) > 1"
+fi
+
 # resharding: dp 2 x pp 2 for 2 steps, resumed elsewhere for 2 more, against 4 uninterrupted steps
 run 4 rs-full parallel.pp=2 parallel.microbatches=2 train.batch=1 train.steps=4
 run 4 rs-a parallel.pp=2 parallel.microbatches=2 train.batch=1 train.steps=2
