@@ -167,8 +167,7 @@ int ts_cli_bench_step(int argc, char **argv)
     if (pp > 1) { /* the cut of `tessera train` */
         const char *cut;
         TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        if (!strcmp(cut, "auto")) TS_CHECK(ts_pipeline_measure(m, MPI_COMM_WORLD, (int)batch, box, ucost));
-        TS_CHECK(ts_pipeline_cut(m, (int)pp, cut, ucost, first));
+        TS_CHECK(ts_pipeline_plan(m, MPI_COMM_WORLD, (int)pp, cut, (int)batch, box, first, ucost));
         TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, kind, M, &pipe));
         TS_CHECK(ts_stepper_set_pipeline(stepper, pipe, grid->pp_comm));
     }
@@ -236,10 +235,10 @@ int ts_cli_bench_step(int argc, char **argv)
             if (t3 - t0 < best) best = t3 - t0;
         }
     }
-    if (pipe) MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid->pp_comm); /* the last stage's */
+    if (pipe) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid->pp_comm)); /* the last stage's */
     /* all replicas' samples over the slowest rank's time (a spatial group shares its samples) */
     double slowest = ts.total;
-    MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const double step_s = slowest / steps, sps = (double)batch * M * grid->dp / step_s;
     /* per stage (the largest over its ranks): busy, span, in-flight activations */
     enum { NV = 6 };
@@ -256,13 +255,13 @@ int ts_cli_bench_step(int argc, char **argv)
         v[3] = slots;
         v[4] = (double)ts_unet_slot_bytes(m);
         v[5] = (double)ts_unet_activation_bytes(m);
-        MPI_Allreduce(MPI_IN_PLACE, sv, grid->pp * NV, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, sv, grid->pp * NV, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     }
     double rss_all = peak_rss_mb();
-    MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const ts_spatial_stats *hs = ts_spatial_get_stats(sp);
     double hv[4] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)ts_unet_activation_bytes(m)};
-    MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     if (rank != 0) goto cleanup;
     const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
     int threads = 1;
@@ -281,13 +280,13 @@ int ts_cli_bench_step(int argc, char **argv)
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
     if (pipe) {
-        char units[256], name[32];
+        char units[1024], name[32];
         printf("  pipeline: %d stages, %d micro-batches, %s; bubble formula (P-1)/(M+P-1) = %.3f\n", grid->pp, M,
                kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b", ts_pipe_bubble(grid->pp, M));
         for (int k = 0; k < grid->pp; k++) {
             const double *v = sv + k * NV, idle = v[1] - v[0];
             size_t l = 0;
-            for (int x = first[k]; x < first[k + 1]; x++)
+            for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
                 l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
                                       ts_unet_unit_name(m, x, name, sizeof name));
             printf("  stage %d (%s): busy %.1f ms, span %.1f ms, idle %.1f ms, bubble %.3f; %d slot%s x %.1f MiB in "
@@ -341,14 +340,14 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "spatial_sums_ms", hv[2] / steps * 1e3);
         cJSON_AddNumberToObject(o, "microbatches", M);
         if (pipe) {
-            char units[256], name[32];
+            char units[1024], name[32];
             cJSON_AddNumberToObject(o, "bubble_formula", ts_pipe_bubble(grid->pp, M));
             cJSON_AddStringToObject(o, "schedule", kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b");
             cJSON *st = cJSON_AddArrayToObject(o, "stages");
             for (int k = 0; k < grid->pp; k++) {
                 const double *v = sv + k * NV;
                 size_t l = 0;
-                for (int x = first[k]; x < first[k + 1]; x++)
+                for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
                     l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
                                           ts_unet_unit_name(m, x, name, sizeof name));
                 cJSON *e = cJSON_CreateObject();

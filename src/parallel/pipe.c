@@ -107,6 +107,16 @@ int ts_pipe_isend(ts_pipe_msgs *m, const float *buf, size_t n, int peer, int tag
     return post(m, (float *)buf, n, peer, tag, comm, 1);
 }
 
+void ts_pipe_test(ts_pipe_msgs *m)
+{
+    if (m->n == 0) return;
+    MPI_Status st[64];
+    int flag = 0;
+    const double t0 = ts_time_now();
+    if (MPI_Testall(m->n, m->req, &flag, st) == MPI_SUCCESS && flag) m->n = 0; /* all done (requests freed) */
+    m->post_s += ts_time_now() - t0;
+}
+
 int ts_pipe_wait(ts_pipe_msgs *m)
 {
     if (m->n == 0) return 0;

@@ -86,6 +86,7 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     ts_stepper *s = TS_CALLOC(1, sizeof *s);
     *out = NULL;
     if (!s) return TS_ERR_NOMEM;
+    s->pp_comm = MPI_COMM_NULL;
     s->model = m;
     s->arena = ts_unet_arena(m);
     s->opt = opt;
@@ -120,6 +121,7 @@ void ts_stepper_destroy(ts_stepper **sp)
         ts_unet_set_loss_scale(s->model, 1.0f);
     }
     ts_dp_destroy(&s->dp);
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     free(s->final);
     free(s);
     *sp = NULL;
@@ -144,7 +146,8 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
     size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
     TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
     s->pipe = pl;
-    s->pp_comm = pp_comm;
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
+    TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
     return 0;
 }
 
@@ -161,10 +164,13 @@ static void begin_buckets(void *ctx)
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
 {
     if (!s->pipe) return TS_ERR(TS_ERR_INTERNAL, "stepper: no pipeline");
-    const double t0 = ts_time_now();
+    const ts_pipeline_stats *ps = ts_pipeline_get_stats(s->pipe);
+    const double f0 = ps->forward_s, b0 = ps->backward_s;
     TS_TRY(ts_pipeline_step(s->pipe, next, ctx, grad_ready, s, begin_buckets, loss));
     TS_TRY(s->hook_err);
-    s->t.backward += ts_time_now() - t0; /* the pipelined forwards and backwards */
+    /* the stage's own compute; its idle time is in the pipeline's figures */
+    s->t.forward += ps->forward_s - f0;
+    s->t.backward += ps->backward_s - b0;
     return 0;
 }
 

@@ -38,10 +38,10 @@ void ts_stepper_split_model(ts_unet *m, ts_spatial *sp);
  * backward of one micro-batch; when last, the gradient buckets go out during
  * backward. *loss: this rank's loss. */
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss);
-/* Local. Makes the stepper a pipeline stage's (pl borrowed; the model is
- * pl's stage): buckets and the optimizer cover the stage's parameters only
- * (coll: the stage's dp x sp group); pp_comm adds the stages' gradient
- * norms for clipping. */
+/* Collective on pp_comm (duplicated). Makes the stepper a pipeline stage's
+ * (pl borrowed; the model is pl's stage): buckets and the optimizer cover
+ * the stage's parameters only (coll: the stage's dp x sp group); pp_comm
+ * adds the stages' gradient norms for clipping. */
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
 /* Collective on the pipeline, spatial and data-parallel groups. One step's
  * micro-batches through the pipeline (ts_pipeline_step), the buckets going

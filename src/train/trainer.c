@@ -34,7 +34,7 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.epochs", TS_CFG_INT, "0", "0:", "epochs to train (0: train.steps decides)"},
     {"train.accum", TS_CFG_INT, "1", "1:4096", "micro-batches accumulated per optimizer step"},
     {"train.lr_scaling", TS_CFG_ENUM, "none", "none|linear", "linear: lr x global batch / train.base_batch"},
-    {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x train.accum)"},
+    {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x micro-batches per step)"},
     {"train.deterministic", TS_CFG_BOOL, "false", NULL, "bit-identical reruns (fixed reduction orders)"},
     {"train.log_every", TS_CFG_INT, "10", "1:", "steps between metrics.jsonl lines"},
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
@@ -565,6 +565,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                     t->ucfg.levels, U);
     } else {
         t->micro = t->accum;
+        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
+        if (v != 1) /* said once, on rank 0 (the run directory is not open yet) */
+            if (t->grid->rank == 0)
+                fprintf(stderr, "tessera train: note: parallel.microbatches = %lld has no effect without a pipeline "
+                                "(parallel.pp = 1); micro-batches are train.accum\n", (long long)v);
     }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
     TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
@@ -573,25 +578,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
     ts_stepper_split_model(t->model, t->spatial);
-    if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
-        const char *cut;
-        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        if (!strcmp(cut, "auto"))
-            TS_CHECK(ts_pipeline_measure(t->model, t->grid->world, t->batch, t->box, t->unit_cost));
-        TS_CHECK(ts_pipeline_cut(t->model, t->grid->pp, cut, t->unit_cost, t->stage_first));
-        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, kind, t->micro, &t->pipe));
-    }
-    {
-        ts_loader_opts lo0;
-        TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
-        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
-    }
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
         const char *path;
         ts_dataset_opts dso;
-        ts_loader_opts lo;
         double valf;
         TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_dataset_opts_from_config(cfg, &dso));
@@ -622,6 +613,26 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                     "train.deterministic: the global micro-batch (train.batch %d x %d replicas) is larger than the %lld "
                     "training samples of %s; every step would repeat samples within a batch",
                     t->batch, t->nranks, (long long)t->ntrn, path);
+    }
+    if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
+        const char *cut;
+        const ts_spatial_stats halo0 = *ts_spatial_get_stats(t->spatial); /* the pass's exchanges are not training's */
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        TS_CHECK(ts_pipeline_plan(t->model, t->grid->world, t->grid->pp, cut, t->batch, t->box, t->stage_first,
+                                  t->unit_cost));
+        ts_spatial_set_stats(t->spatial, &halo0);
+        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, kind, t->micro, &t->pipe));
+    }
+    {
+        ts_loader_opts lo0;
+        TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
+        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
+    }
+    /* data, part 2: the loader (on the stages that take data), or synthetic buffers */
+    if (t->have_data) {
+        const char *path;
+        ts_loader_opts lo;
+        TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
         lo.batch = t->batch;
         lo.seed = (uint64_t)seed;
