@@ -39,6 +39,8 @@ struct ts_pipeline {
     ts_pipe_msgs *act_recvs; /* per slot: the activations of its next forward, posted early */
     int *recv_mb;            /* per slot: the micro-batch act_recvs are for (-1: none) */
     ts_pipe_msgs grad_sends, recvs;
+    int cur;        /* the slot of the forward or backward running (for the unit hook) */
+    int hook_err;   /* a send the unit hook could not post */
     ts_pipeline_stats st;
 };
 
@@ -145,19 +147,36 @@ static int post_act_recvs(ts_pipeline *p, int mb)
     return 0;
 }
 
-/* between units: lets the messages in flight move (MPI progresses only inside MPI calls) */
-static void progress(void *ctx)
+/* after each unit: what it produced that leaves the stage goes now (the
+ * activation of a forward, the gradient contribution of a backward), so
+ * that it travels while the stage computes on; then the messages in flight
+ * are progressed (MPI moves large messages only inside MPI calls) */
+static void unit_done(void *ctx, int unit, int backward)
 {
     ts_pipeline *p = ctx;
-    for (int k = 0; k < p->slots; k++) {
-        ts_pipe_test(&p->act_sends[k]);
-        ts_pipe_test(&p->act_recvs[k]);
+    const int k = p->cur;
+    for (int i = 0; i < p->npe && !p->hook_err; i++) {
+        const pedge *q = &p->pe[i];
+        ts_tensor *a, *g;
+        if (!backward && !q->incoming && q->act_msg && q->e.producer == unit) {
+            p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
+            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm);
+        }
+        if (backward && q->incoming && q->e.consumer == unit) {
+            p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
+            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm);
+        }
+    }
+    for (int s = 0; s < p->slots; s++) {
+        ts_pipe_test(&p->act_sends[s]);
+        ts_pipe_test(&p->act_recvs[s]);
     }
     ts_pipe_test(&p->grad_sends);
 }
 
 /* receives the activations entering the stage for micro-batch mb (slot k;
- * posted already or now), runs its units, starts sending what leaves */
+ * posted already or now), runs its units (each sends what leaves as it
+ * finishes: unit_done) */
 static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_tensor *labels, int train, double *loss)
 {
     const int k = mb % p->slots;
@@ -167,21 +186,19 @@ static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_
     p->recv_mb[k] = -1;
     p->st.wait_s += p->act_recvs[k].wait_s - w0;
     const double t0 = ts_time_now();
-    TS_TRY(ts_unet_forward_slot(p->m, k, image, train));
-    if (labels) TS_TRY(ts_unet_loss_slot(p->m, k, labels, train, loss));
+    p->cur = k;
+    p->hook_err = 0;
+    ts_unet_set_unit_hook(p->m, unit_done, p);
+    int err = ts_unet_forward_slot(p->m, k, image, train);
+    if (!err && labels) err = ts_unet_loss_slot(p->m, k, labels, train, loss);
+    ts_unet_set_unit_hook(p->m, NULL, NULL);
     p->st.forward_s += ts_time_now() - t0;
-    /* what leaves: the slot's buffers stay untouched until its next use */
-    for (int i = 0; i < p->npe; i++) {
-        const pedge *q = &p->pe[i];
-        if (q->incoming || !q->act_msg) continue;
-        ts_tensor *a, *g;
-        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm));
-    }
-    return 0;
+    TS_TRY(err);
+    return p->hook_err;
 }
 
-/* receives the gradients of the edges leaving the stage, runs its units backward, sends those entering */
+/* receives the gradients of the edges leaving the stage, runs its units backward (each sends the gradients
+ * of the edges it consumed as it finishes) */
 static int backward_one(ts_pipeline *p, int k)
 {
     TS_TRY(ts_pipe_wait(&p->grad_sends)); /* the shared gradient buffers are free again */
@@ -196,16 +213,14 @@ static int backward_one(ts_pipeline *p, int k)
     TS_TRY(ts_pipe_wait(&p->recvs));
     p->st.wait_s += p->recvs.wait_s - w0;
     const double t0 = ts_time_now();
-    TS_TRY(ts_unet_backward_slot(p->m, k));
+    p->cur = k;
+    p->hook_err = 0;
+    ts_unet_set_unit_hook(p->m, unit_done, p);
+    int err = ts_unet_backward_slot(p->m, k);
+    ts_unet_set_unit_hook(p->m, NULL, NULL);
     p->st.backward_s += ts_time_now() - t0;
-    for (int i = 0; i < p->npe; i++) {
-        const pedge *q = &p->pe[i];
-        if (!q->incoming) continue;
-        ts_tensor *a, *g;
-        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm));
-    }
-    return 0;
+    TS_TRY(err);
+    return p->hook_err; /* the gradients entering the stage went out as their units finished (unit_done) */
 }
 
 static double msg_s(const ts_pipeline *p)
@@ -233,7 +248,6 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
     double sum = 0;
     TS_CHECK(ts_pipe_schedule(p->kind, p->P, p->s, p->M, ops));
     ts_arena_zero_grad(ts_unet_arena(p->m));
-    ts_unet_set_unit_hook(p->m, progress, p);
     int bdone = 0; /* backwards completed (in micro-batch order) */
     for (int i = 0; i < 2 * p->M; i++) {
         const int mb = ops[i].mb, k = mb % p->slots;
@@ -270,7 +284,6 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
     p->st.steps++;
     *loss = p->s == p->P - 1 ? sum / p->M : 0;
 cleanup:
-    ts_unet_set_unit_hook(p->m, NULL, NULL);
     free(ops);
     return err;
 }
