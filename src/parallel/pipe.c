@@ -7,7 +7,9 @@
 #include "tsbuild.h"
 #include "src/parallel/pipe.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/timer.h"
+#include "src/core/watchdog.h"
 
 #include <string.h>
 
@@ -122,7 +124,10 @@ int ts_pipe_wait(ts_pipe_msgs *m)
     if (m->n == 0) return 0;
     MPI_Status st[64];
     const double t0 = ts_time_now();
+    ts_watch_enter("pipeline messages", "pipeline", 0);
+    ts_fault_point("pipeline");
     int rc = MPI_Waitall(m->n, m->req, st);
+    ts_watch_leave();
     m->wait_s += ts_time_now() - t0;
     m->n = 0;
     if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (pipeline)");
