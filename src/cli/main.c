@@ -5,6 +5,7 @@
 #include "src/cli/cli.h"
 #include "src/cli/engine.h"
 #include "src/core/error.h"
+#include "src/core/launch.h"
 #include "src/core/log.h"
 
 #include <stdlib.h>
@@ -71,12 +72,18 @@ static void usage(FILE *f)
                "TESSERA_COLL_ALLREDUCE=<algorithm>, TESSERA_COLL_TUNING=<file>, TESSERA_RANKS_PER_NODE=k.\n");
 }
 
+/* Exit status of a command stopped on request (a signal before a time
+ * limit) after writing the checkpoint that resumes it: EX_TEMPFAIL, which
+ * the job scripts turn into a requeue (jobs/slurm/train.sbatch). */
+#define TS_EXIT_STOPPED 75
+
 /* Every rank reports its status; if all get here, all exit together with
- * the worst status; if some rank never arrives (it is stuck or gone), the
- * others abort the job after a grace period. */
+ * the worst status (an error over a stop over success); if some rank never
+ * arrives (it is stuck or gone), the others abort the job after a grace
+ * period. */
 static int finish(int err)
 {
-    int worst = err ? 1 : 0, done = 0;
+    int worst = err == TS_ERR_STOPPED ? 1 : err ? 2 : 0, done = 0;
     MPI_Request rq;
     if (MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq) != MPI_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -97,7 +104,7 @@ static int finish(int err)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Finalize();
-    return worst;
+    return worst == 2 ? 1 : worst == 1 ? TS_EXIT_STOPPED : 0;
 }
 
 int main(int argc, char **argv)
@@ -116,7 +123,19 @@ int main(int argc, char **argv)
         ts_log_root(TS_LOG_WARN, "MPI provides thread level %d, not MPI_THREAD_MULTIPLE: nonblocking collectives "
                                  "are unavailable", provided);
 
-    int err = 0;
+    /* launch conventions: a world that does not match what the launcher
+     * started is refused before any work (each such world is alone) */
+    ts_launch launch;
+    char warning[512];
+    int err = ts_launch_detect(MPI_COMM_WORLD, &launch, warning, sizeof warning);
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d of %d, %s task %s): %s\n", world_rank, world_size, launch.launcher,
+                getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?", ts_err_message());
+        fflush(stderr);
+        MPI_Finalize();
+        return 1;
+    }
+    if (warning[0] && world_rank == 0) fprintf(stderr, "tessera: warning: %s\n", warning);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (world_rank == 0) usage(stdout);
         if (argc < 2) err = TS_ERR(TS_ERR_ARG, "no command given");

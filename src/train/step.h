@@ -11,6 +11,7 @@
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/spatial.h"
+#include "src/core/perf.h"
 
 typedef struct ts_stepper ts_stepper;
 
@@ -40,6 +41,11 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
 /* Collective. Waits for the buckets (gradients averaged over the group),
  * divides by accum micro-batches, steps the optimizer. */
 int ts_stepper_update(ts_stepper *s, int accum);
+/* Local. Phases of every later step also go to p (may be NULL; borrowed):
+ * forward, backward, comm_exposed and optimizer bracketed on the calling
+ * thread (TS_PH_* of src/train/run.h), comm_total added from the progress
+ * thread's figures. */
+void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
 /* Local. Accumulated phase times; number of buckets. */
 const ts_step_times *ts_stepper_times(const ts_stepper *s);
 int ts_stepper_buckets(const ts_stepper *s);
