@@ -434,8 +434,18 @@ void ts_perf_describe(const ts_perf *p, char *buf, size_t n)
                                   ts_perf_source_name(p->ev[i].source), p->ev[i].fallback ? ", fallback" : "");
         }
     if (!any && l < n) l += (size_t)snprintf(buf + l, n - l, "no counters (timers only)");
-    for (int i = 0; i < p->nev && l < n; i++)
-        if (!p->ev[i].all_ranks)
-            l += (size_t)snprintf(buf + l, n - l, "; %s unavailable (rank %d: %s)", p->ev[i].name, p->ev[i].reason_rank,
-                                  p->ev[i].reason);
+    /* unavailable events, those with the same reason together */
+    int done[TS_PERF_MAX_EVENTS] = {0};
+    for (int i = 0; i < p->nev && l < n; i++) {
+        if (p->ev[i].all_ranks || done[i]) continue;
+        l += (size_t)snprintf(buf + l, n - l, "; %s", p->ev[i].name);
+        for (int j = i + 1; j < p->nev && l < n; j++)
+            if (!p->ev[j].all_ranks && !done[j] && p->ev[j].reason_rank == p->ev[i].reason_rank &&
+                !strcmp(p->ev[j].reason, p->ev[i].reason)) {
+                l += (size_t)snprintf(buf + l, n - l, ", %s", p->ev[j].name);
+                done[j] = 1;
+            }
+        if (l < n)
+            l += (size_t)snprintf(buf + l, n - l, " unavailable (rank %d: %s)", p->ev[i].reason_rank, p->ev[i].reason);
+    }
 }
