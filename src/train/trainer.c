@@ -61,6 +61,7 @@ const ts_cfg_key ts_train_config_keys[] = {
      "counters per phase: comma list of PAPI events and perf::TASK-CLOCK, perf::PAGE-FAULTS, perf::CONTEXT-SWITCHES; "
      "auto, or none"},
     {"perf.timers", TS_CFG_BOOL, "true", NULL, "per-phase timers and counters (false: off, to measure their cost)"},
+    {"perf.warmup_steps", TS_CFG_INT, "0", "0:", "first steps of this start left out of perf.json (warm-up)"},
     {NULL, 0, NULL, NULL, NULL},
 };
 
@@ -602,11 +603,12 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     memset(&t, 0, sizeof t);
     double *dice = NULL;
     TS_CHECK(setup(&t, cfg, world, name));
-    int64_t log_every, eval_every, ckpt_every;
+    int64_t log_every, eval_every, ckpt_every, warmup;
     int final_eval;
     TS_CHECK(ts_config_get_int(cfg, "train.log_every", &log_every));
     TS_CHECK(ts_config_get_int(cfg, "eval.every", &eval_every));
     TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &ckpt_every));
+    TS_CHECK(ts_config_get_int(cfg, "perf.warmup_steps", &warmup));
     TS_CHECK(ts_config_get_bool(cfg, "eval.final", &final_eval));
     dice = calloc((size_t)t.ucfg.classes, sizeof *dice);
     if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
@@ -625,6 +627,14 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         TS_CHECK(err);
         t.step++;
         t.step_s += ts_time_now() - ts0;
+        if (warmup > 0 && t.step - first == warmup && t.step < t.total_steps) { /* perf.json from here on */
+            const ts_spatial_stats zero = {0};
+            ts_perf_reset(t.perf);
+            ts_spatial_set_stats(t.spatial, &zero);
+            t.step_s = 0;
+            first = t.step;
+            warmup = 0;
+        }
         /* the loss people see: the mean over replicas */
         double lsum = loss;
         TS_CHECK(ts_coll_allreduce(t.coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
