@@ -65,6 +65,10 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
                 if (!err && rename(tmp, p)) err = TS_ERR(TS_ERR_IO, "%s: cannot rename: %s", p, strerror(errno));
             }
         }
+        if (!err) { /* a new start: no longer stopped */
+            snprintf(p, sizeof p, "%s/stopped", dir);
+            remove(p);
+        }
         if (!err) {
             snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
             r->metrics = fopen(p, "a");
@@ -401,5 +405,18 @@ int ts_run_record_launch(ts_run *r, int64_t first_step, int64_t total_steps)
     fprintf(f, "{\"time\": \"%s\", \"first_step\": %lld, \"total_steps\": %lld, \"launch\": %s}\n", when,
             (long long)first_step, (long long)total_steps, lj);
     if (fclose(f)) return TS_ERR(TS_ERR_IO, "%s: write failed", p);
+    return 0;
+}
+
+int ts_run_mark_stopped(ts_run *r, int64_t step, int64_t total_steps)
+{
+    if (r->rank != 0) return 0;
+    char p[1100], tmp[1200];
+    snprintf(p, sizeof p, "%s/stopped", r->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    fprintf(f, "step %lld of %lld\n", (long long)step, (long long)total_steps);
+    if (fclose(f) || rename(tmp, p)) return TS_ERR(TS_ERR_IO, "%s: write failed", p);
     return 0;
 }

@@ -94,5 +94,10 @@ int ts_run_perf(ts_run *r, MPI_Comm comm, const ts_perf *perf, int64_t steps, do
  * directory: time, the launch (job ID, requeues, ranks, nodes) and the step
  * this start begins at, so a requeued job's history is on record. */
 int ts_run_record_launch(ts_run *r, int64_t first_step, int64_t total_steps);
+/* Local (rank 0 writes). Marks the run as stopped on request at step of
+ * total: the file `stopped` in the run directory (ts_run_open removes it),
+ * which the job scripts check besides the exit status (a launcher may lose
+ * the status of a signalled job). */
+int ts_run_mark_stopped(ts_run *r, int64_t step, int64_t total_steps);
 
 #endif

@@ -666,6 +666,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         if (stop) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &stopping, 1, MPI_INT, MPI_MAX, t.grid->world));
         if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping) TS_CHECK(save_ckpt(&t));
         if (stopping && t.step < t.total_steps) {
+            TS_CHECK(ts_err_agree(t.grid->world, ts_run_mark_stopped(&t.run, t.step, t.total_steps)));
             ts_run_say(&t.run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
                        "again to continue", (long long)t.step, (long long)t.total_steps);
             TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "

@@ -86,7 +86,11 @@ while [ ! -s "$d/sig/metrics.jsonl" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 
 kill -USR1 "$(pgrep -f "run.dir=$d/sig" | tail -1)" 2>/dev/null
 n=0
 while ! grep -q "^exit" "$d/sig.log" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
-ts_check "a signal: checkpoint, then exit status 75 (requeue me)" grep -q "^exit 75" "$d/sig.log"
+ts_check "a signal: checkpoint, then exit status 75 (requeue me) and the run directory marked stopped" \
+    sh -c "grep -q '^exit 75' '$d/sig.log' && grep -q '^step [1-9][0-9]* of 1000000' '$d/sig/stopped'"
+ts_step "the next start resumes and clears the mark" ts_mpirun 2 "$TESSERA" train "$d/t.ini" run.dir="$d/sig" \
+    train.steps=$(( $(sed -n 's/^step \([0-9]*\) .*/\1/p' "$d/sig/stopped" 2>/dev/null || echo 0) + 1 ))
+ts_check "... no stopped file after it completed" [ ! -e "$d/sig/stopped" ]
 # launch conventions: srun --mpi=none -n 2 gives each task a world of 1 (simulated: its variables on a singleton)
 ts_step_fails "srun's 2 tasks but a world of 1 rank: refused" env SLURM_JOB_ID=7 SLURM_STEP_ID=0 \
     SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 timeout 60 "$TESSERA" info
