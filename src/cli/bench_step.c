@@ -45,14 +45,17 @@ static void help(void)
            "steps with the per-phase timers and counters of `tessera train` (perf.papi_events, default the\n"
            "software counters) and steps without, and reports both medians and their ratio.\n"
            "On N ranks (mpiexec -n N) the steps run on the grid `tessera train` would use: parallel.dp\n"
-           "replicas x parallel.sp spatial pieces (parallel.sp_dims; pipeline stages, parallel.pp > 1, are\n"
-           "not available yet and are refused). Each replica trains its own batch, each spatial group splits\n"
-           "every sample's volume (halo exchange); gradient buckets are reduced while backward runs\n"
+           "replicas x parallel.pp pipeline stages x parallel.sp spatial pieces (parallel.sp_dims,\n"
+           "parallel.microbatches, parallel.schedule, parallel.pp_cut). Each replica trains its own batch\n"
+           "(parallel.microbatches micro-batches of train.batch through the pipeline), each spatial group\n"
+           "splits every sample's volume (halo exchange); gradient buckets are reduced while backward runs\n"
            "(parallel.bucket_mb, model.sync_bn). samples/s counts all replicas' samples over the slowest\n"
            "rank's time; comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in\n"
            "total, halo_exposed_ms / halo_hidden_ms the halo exchange. The JSON also has grid {dp, pp, sp},\n"
            "sp_dims, box, act_bytes (the model's activations, gradients and halo faces per rank, largest\n"
-           "over ranks), plan_mb (the memory plan of run.mem_limit_mb) and peak_rss_mb.\n");
+           "over ranks), plan_mb (the memory plan of run.mem_limit_mb), peak_rss_mb and, with a pipeline,\n"
+           "stages: per stage its units, busy, span and idle ms per step, bubble = idle / span next to\n"
+           "bubble_formula = (P-1)/(M+P-1), slots (micro-batches in flight), slot_bytes and act_bytes.\n");
 }
 
 static int cmp_d(const void *x, const void *y)
@@ -75,6 +78,18 @@ static double peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
+/* the pipeline's data: the same synthetic batch every micro-batch */
+struct batch_pair {
+    ts_tensor *image, *label;
+};
+static int same_batch(void *ctx, ts_tensor *img, ts_tensor *lab)
+{
+    const struct batch_pair *b = ctx;
+    *img = *b->image;
+    *lab = *b->label;
+    return 0;
+}
+
 int ts_cli_bench_step(int argc, char **argv)
 {
     int err = 0, nover = 0, steps = 5, warmup = 2, profile = 0, overhead = 0;
@@ -88,6 +103,9 @@ int ts_cli_bench_step(int argc, char **argv)
     ts_coll *coll = NULL;
     ts_grid *grid = NULL;
     ts_spatial *sp = NULL;
+    ts_pipeline *pipe = NULL;
+    int first[4 * TS_UNET_MAX_LEVELS], M = 1;
+    double ucost[4 * TS_UNET_MAX_LEVELS] = {0}, *sv = NULL;
     ts_stepper *stepper = NULL;
     ts_tensor image = {0}, label = {0};
     cJSON *o = NULL;
@@ -113,6 +131,7 @@ int ts_cli_bench_step(int argc, char **argv)
         else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
     }
     if (!cfgpath) TS_FAIL(TS_ERR_ARG, "bench step: no CONFIG given");
+    const double rss0 = ts_train_rss_mb();
     TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
     const int nranks = ts_cli_size(), rank = ts_cli_rank();
     ts_unet_cfg u;
@@ -132,10 +151,22 @@ int ts_cli_bench_step(int argc, char **argv)
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &spn));
     TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
     TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &memlim));
-    if (pp > 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet in this version "
-                                    "(use parallel.pp = 1)", (long long)pp);
-    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, (int)dp, 1, (int)spn, &grid));
+    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, (int)dp, (int)pp, (int)spn, &grid));
+    ts_pipe_kind kind = TS_PIPE_1F1B;
+    if (pp > 1) {
+        const char *sched;
+        int64_t mb;
+        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &mb));
+        TS_CHECK(ts_config_get_str(cfg, "parallel.schedule", &sched));
+        TS_CHECK(ts_pipe_kind_parse(sched, &kind));
+        M = (int)mb;
+        if (kind == TS_PIPE_1F1B && M < pp)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %d < %lld "
+                    "(use more micro-batches, or parallel.schedule = gpipe)", M, (long long)pp);
+        if (pp > 4 * u.levels - 1)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.pp = %lld stages, but the model has only %d layer units to cut between",
+                    (long long)pp, 4 * u.levels - 1);
+    }
     TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
     TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
     TS_CHECK(ts_spatial_box(sp, u.patch, box_lo, box));
@@ -159,17 +190,34 @@ int ts_cli_bench_step(int argc, char **argv)
         if (!t_on || !t_off) TS_FAIL(TS_ERR_NOMEM, "bench step");
     }
     TS_CHECK(ts_unet_init(m, (uint64_t)seed));
-    TS_CHECK(ts_train_memory_plan(m, &u, (int)batch, u.in_channels, 0, box, &plan));
-    if (memlim > 0 && plan.total_mb > (double)memlim)
-        TS_FAIL(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations "
-                "and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` names a parallel.sp that fits",
-                (long long)memlim, plan.total_mb, plan.activations_mb, (long long)box[0], (long long)box[1],
-                (long long)box[2]);
+    if (pp > 1) { /* the cut of `tessera train` */
+        const char *cut;
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        TS_CHECK(ts_pipeline_plan(m, MPI_COMM_WORLD, (int)pp, cut, (int)batch, box, first, ucost));
+        TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, kind, M, &pipe));
+        TS_CHECK(ts_stepper_set_pipeline(stepper, pipe, grid->pp_comm));
+    }
+    {
+        /* every rank's plan against the limit: the largest decides, so that all stop together */
+        ts_unet_split own;
+        memset(&own, 0, sizeof own);
+        ts_spatial_split_dims(sp, own.on);
+        for (int d = 0; d < 3; d++)
+            for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(sp, d, side);
+        TS_CHECK(ts_train_memory_plan(m, spn > 1 ? &own : NULL, &u, (int)batch, u.in_channels, 0, box, dims, rss0, &plan));
+        double most = plan.total_mb;
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        if (memlim > 0 && most > (double)memlim)
+            TS_FAIL(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB on some rank "
+                    "(this rank: activations and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` "
+                    "names a parallel.sp that fits", (long long)memlim, most, plan.activations_mb, (long long)box[0],
+                    (long long)box[1], (long long)box[2]);
+    }
     TS_CHECK(ts_tensor_alloc(&image, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, box[0], box[1], box[2]}));
     TS_CHECK(ts_tensor_alloc(&label, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]}));
     ts_synthetic_batch((uint64_t)seed, grid->d, 0, (int)batch, u.in_channels, u.classes, u.patch, box_lo, box,
                        image.data, label.data);
-    TS_CHECK(ts_unet_setup(m, (int)batch, (int)box[0], (int)box[1], (int)box[2]));
+    TS_CHECK(ts_err_agree(MPI_COMM_WORLD, ts_unet_setup(m, (int)batch, (int)box[0], (int)box[1], (int)box[2])));
     ts_timer tf, tb, to, ts;
     ts_timer_reset(&tf);
     ts_timer_reset(&tb);
@@ -178,11 +226,14 @@ int ts_cli_bench_step(int argc, char **argv)
     double loss = 0, best = 1e30, cpu = 0, ce = 0, ct = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     ts_spatial_stats halo0 = {0};
+    struct batch_pair bb = {&image, &label};
+    ts_pipeline_stats pst0 = {0};
     for (int s = 0; s < warmup + steps; s++) {
         const int timed = s >= warmup;
         if (s == warmup) {
             ts_unet_profile_reset(m);
             ts_spatial_set_stats(sp, &halo0);
+            if (pipe) pst0 = *ts_pipeline_get_stats(pipe);
         }
         const int with_perf = overhead && (s % 2 == 0);
         ts_stepper_set_perf(stepper, with_perf ? perf : NULL);
@@ -191,8 +242,13 @@ int ts_cli_bench_step(int argc, char **argv)
         if (with_perf) ts_perf_begin(perf, TS_PH_STEP);
         const ts_step_times *pt = ts_stepper_times(stepper);
         const double f0 = pt->forward, b0 = pt->backward, e0 = pt->comm_exposed, g0 = pt->comm_total, o0 = pt->optimizer;
-        TS_CHECK(ts_stepper_micro(stepper, &image, &label, 1, 1, &loss));
-        TS_CHECK(ts_stepper_update(stepper, 1));
+        if (pipe) {
+            TS_CHECK(ts_stepper_pipe_step(stepper, same_batch, &bb, &loss));
+            TS_CHECK(ts_stepper_update(stepper, M));
+        } else {
+            TS_CHECK(ts_stepper_micro(stepper, &image, &label, 1, 1, &loss));
+            TS_CHECK(ts_stepper_update(stepper, 1));
+        }
         if (with_perf) ts_perf_end(perf, TS_PH_STEP);
         const double t3 = ts_time_now();
         if (overhead && timed) {
@@ -216,15 +272,33 @@ int ts_cli_bench_step(int argc, char **argv)
             if (t3 - t0 < best) best = t3 - t0;
         }
     }
+    if (pipe) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid->pp_comm)); /* the last stage's */
     /* all replicas' samples over the slowest rank's time (a spatial group shares its samples) */
     double slowest = ts.total;
-    MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    const double step_s = slowest / steps, sps = (double)batch * grid->dp / step_s;
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    const double step_s = slowest / steps, sps = (double)batch * M * grid->dp / step_s;
+    /* per stage (the largest over its ranks): busy, span, in-flight activations */
+    enum { NV = 6 };
+    sv = TS_CALLOC((size_t)grid->pp * NV, sizeof *sv);
+    if (!sv) TS_FAIL(TS_ERR_NOMEM, "stage figures");
+    if (pipe) {
+        const ts_pipeline_stats *ps = ts_pipeline_get_stats(pipe);
+        int u0, u1, slots;
+        ts_unet_stage(m, &u0, &u1, &slots);
+        double *v = sv + grid->p * NV;
+        v[0] = (ps->busy_s - pst0.busy_s) / steps;
+        v[1] = (ps->span_s - pst0.span_s) / steps;
+        v[2] = (ps->wait_s - pst0.wait_s) / steps;
+        v[3] = slots;
+        v[4] = (double)ts_unet_slot_bytes(m);
+        v[5] = (double)ts_unet_activation_bytes(m);
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, sv, grid->pp * NV, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    }
     double rss_all = peak_rss_mb();
-    MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const ts_spatial_stats *hs = ts_spatial_get_stats(sp);
     double hv[4] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)ts_unet_activation_bytes(m)};
-    MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     if (rank != 0) goto cleanup;
     const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
     int threads = 1;
@@ -232,16 +306,31 @@ int ts_cli_bench_step(int argc, char **argv)
     threads = omp_get_max_threads();
 #endif
     const double rss = rss_all; /* the largest over ranks */
-    printf("bench step: %s, %d rank%s = dp %d x pp 1 x sp %d (sp_dims %dx%dx%d, box %lldx%lldx%lld), batch %lld per "
-           "replica, patch %lldx%lldx%lld, %d thread%s per rank, %d steps after %d warm-up\n",
-           cfgpath, nranks, nranks > 1 ? "s" : "", grid->dp, grid->sp, dims[0], dims[1], dims[2], (long long)box[0],
-           (long long)box[1], (long long)box[2], (long long)batch, (long long)u.patch[0], (long long)u.patch[1],
+    printf("bench step: %s, %d rank%s = dp %d x pp %d x sp %d (sp_dims %dx%dx%d, box %lldx%lldx%lld), batch %lld x %d "
+           "micro-batch%s per replica, patch %lldx%lldx%lld, %d thread%s per rank, %d steps after %d warm-up\n",
+           cfgpath, nranks, nranks > 1 ? "s" : "", grid->dp, grid->pp, grid->sp, dims[0], dims[1], dims[2], (long long)box[0],
+           (long long)box[1], (long long)box[2], (long long)batch, M, M > 1 ? "es" : "", (long long)u.patch[0], (long long)u.patch[1],
            (long long)u.patch[2], threads, threads > 1 ? "s" : "", steps, warmup);
     printf("  samples/s %.3f   voxels/s %.4g   step %.1f ms (best %.1f)   forward+loss %.1f  backward %.1f  "
            "optimizer %.1f ms\n",
            sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
+    if (pipe) {
+        char units[1024], name[32];
+        printf("  pipeline: %d stages, %d micro-batches, %s; bubble formula (P-1)/(M+P-1) = %.3f\n", grid->pp, M,
+               kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b", ts_pipe_bubble(grid->pp, M));
+        for (int k = 0; k < grid->pp; k++) {
+            const double *v = sv + k * NV, idle = v[1] - v[0];
+            size_t l = 0;
+            for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
+                l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
+                                      ts_unet_unit_name(m, x, name, sizeof name));
+            printf("  stage %d (%s): busy %.1f ms, span %.1f ms, idle %.1f ms, bubble %.3f; %d slot%s x %.1f MiB in "
+                   "flight, activations %.1f MiB\n", k, units, v[0] * 1e3, v[1] * 1e3, idle * 1e3, v[1] > 0 ? idle / v[1] : 0,
+                   (int)v[3], v[3] > 1 ? "s" : "", v[4] / 1048576.0, v[5] / 1048576.0);
+        }
+    }
     if (grid->sp > 1)
         printf("  halo exchange per step: %.1f ms exposed, %.1f ms hidden by compute; spatial sums %.1f ms (largest "
                "over ranks)\n", hv[0] / steps * 1e3, hv[1] / steps * 1e3, hv[2] / steps * 1e3);
@@ -329,6 +418,34 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "halo_exposed_ms", hv[0] / steps * 1e3);
         cJSON_AddNumberToObject(o, "halo_hidden_ms", hv[1] / steps * 1e3);
         cJSON_AddNumberToObject(o, "spatial_sums_ms", hv[2] / steps * 1e3);
+        cJSON_AddNumberToObject(o, "microbatches", M);
+        if (pipe) {
+            char units[1024], name[32];
+            cJSON_AddNumberToObject(o, "bubble_formula", ts_pipe_bubble(grid->pp, M));
+            cJSON_AddStringToObject(o, "schedule", kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b");
+            cJSON *st = cJSON_AddArrayToObject(o, "stages");
+            for (int k = 0; k < grid->pp; k++) {
+                const double *v = sv + k * NV;
+                size_t l = 0;
+                for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
+                    l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
+                                          ts_unet_unit_name(m, x, name, sizeof name));
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "units", units);
+                double est = 0;
+                for (int x = first[k]; x < first[k + 1]; x++) est += ucost[x];
+                cJSON_AddNumberToObject(e, "estimated_ms", est * 1e3); /* 0 with parallel.pp_cut given */
+                cJSON_AddNumberToObject(e, "busy_ms", v[0] * 1e3);
+                cJSON_AddNumberToObject(e, "span_ms", v[1] * 1e3);
+                cJSON_AddNumberToObject(e, "idle_ms", (v[1] - v[0]) * 1e3);
+                cJSON_AddNumberToObject(e, "wait_ms", v[2] * 1e3);
+                cJSON_AddNumberToObject(e, "bubble", v[1] > 0 ? (v[1] - v[0]) / v[1] : 0);
+                cJSON_AddNumberToObject(e, "slots", v[3]);
+                cJSON_AddNumberToObject(e, "slot_bytes", v[4]);
+                cJSON_AddNumberToObject(e, "act_bytes", v[5]);
+                cJSON_AddItemToArray(st, e);
+            }
+        }
         cJSON_AddNumberToObject(o, "threads", threads);
         cJSON_AddStringToObject(o, "config", cfgpath);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
@@ -348,8 +465,10 @@ int ts_cli_bench_step(int argc, char **argv)
         if (fclose(f)) TS_FAIL(TS_ERR_IO, "%s: write failed", json);
     }
 cleanup:
+    free(sv);
     cJSON_Delete(o);
     ts_stepper_destroy(&stepper);
+    ts_pipeline_destroy(&pipe);
     ts_perf_destroy(&perf);
     free(t_on);
     free(t_off);

@@ -30,18 +30,26 @@ static void help(void)
 {
     printf("usage: [mpiexec.mpich -n N] tessera infer CONFIG checkpoint=DIR input=SCAN.nii.gz output=MASK.nii.gz\n"
            "                                  [label=SEG.nii.gz [label_map=MAP.txt]] [downsample=F]\n"
+           "                                  [probabilities=PROB.nii.gz]\n"
            "                                  [section.key=value ...]\n\n"
            "Predicts a label volume for a NIfTI scan (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint: DIR is a checkpoint (ckpt/step-<N>), a checkpoint\n"
            "folder (the newest complete one is used) or a run directory. The scan is normalised as training\n"
            "patches are (data.norm, data.clip), cut into windows of data.patch with eval.overlap, predicted\n"
-           "with Gaussian weighting (windows split over the data-parallel replicas; with parallel.sp > 1\n"
-           "each window's volume split over a spatial group, parallel.sp_dims, as in training) and written\n"
-           "as uint8 NIfTI with the\n"
-           "input's dimensions, voxel sizes and sform/qform. label= adds per-class Dice against a reference\n"
+           "with Gaussian weighting and written as uint8 NIfTI with the input's dimensions, voxel sizes and\n"
+           "sform/qform. The windows are split over the data-parallel replicas; parallel.sp splits each\n"
+           "window's volume over a spatial group and parallel.pp passes it through pipeline stages, as in\n"
+           "training (both taken from CONFIG: override them on the command line, e.g. parallel.sp=1 on one\n"
+           "rank). label= adds per-class Dice against a reference\n"
            "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
-           "data) and writes the labels back on the scan's own grid.\n");
+           "data) and writes the labels back on the scan's own grid. probabilities= also writes the\n"
+           "Gaussian-weighted class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n");
+}
+
+static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
+{
+    return ts_pipeline_forward(ctx, x, logits);
 }
 
 /* checkpoint=: a step directory, a ckpt folder, or a run directory */
@@ -65,7 +73,9 @@ static int find_checkpoint(const char *arg, char *path, size_t n)
 int ts_cli_infer(int argc, char **argv)
 {
     int err = 0, lerr = 0, nover = 0, rank = ts_cli_rank();
-    const char *cfgpath = NULL, *ckpt = NULL, *input = NULL, *output = NULL, *label = NULL, *lmap = NULL;
+    const char *cfgpath = NULL, *ckpt = NULL, *input = NULL, *output = NULL, *label = NULL, *lmap = NULL,
+               *probpath = NULL;
+    float *prob = NULL;
     int f = 1;
     uint8_t *full = NULL;
     char **over = NULL, ck[4096] = "", state[4200];
@@ -74,6 +84,7 @@ int ts_cli_infer(int argc, char **argv)
     ts_coll *coll = NULL, *all = NULL;
     ts_grid *grid = NULL;
     ts_spatial *sp = NULL;
+    ts_pipeline *pipe = NULL;
     ts_nifti *img = NULL, *ref = NULL;
     ts_labelmap *map = NULL;
     ts_dataset *ds = NULL;
@@ -92,6 +103,7 @@ int ts_cli_infer(int argc, char **argv)
         else if (!strncmp(a, "output=", 7)) output = a + 7;
         else if (!strncmp(a, "label=", 6)) label = a + 6;
         else if (!strncmp(a, "label_map=", 10)) lmap = a + 10;
+        else if (!strncmp(a, "probabilities=", 14)) probpath = a + 14;
         else if (!strncmp(a, "downsample=", 11)) {
             f = atoi(a + 11);
             if (f < 1 || f > 8) lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%s must be 1..8", a + 11);
@@ -102,6 +114,9 @@ int ts_cli_infer(int argc, char **argv)
     }
     if (!lerr && (!cfgpath || !ckpt || !input || !output))
         lerr = TS_ERR(TS_ERR_ARG, "infer: CONFIG, checkpoint=, input= and output= are required (see --help)");
+    if (!lerr && probpath && f > 1)
+        lerr = TS_ERR(TS_ERR_ARG, "infer: probabilities= is not available with downsample= (the probabilities live on the "
+                                  "coarse grid)");
     if (!lerr) lerr = find_checkpoint(ckpt, ck, sizeof ck);
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
@@ -194,16 +209,33 @@ int ts_cli_infer(int argc, char **argv)
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &spn));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
-    if (pp > 1) TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet", (long long)pp);
-    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, 0, 1, (int)spn, &grid));
+    TS_CHECK(ts_grid_create(MPI_COMM_WORLD, 0, (int)pp, (int)spn, &grid));
     TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
     TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
     TS_CHECK(ts_spatial_box(sp, u.patch, es.box_lo, es.box_size));
     TS_CHECK(ts_coll_create(grid->dp_comm, NULL, &coll));
     TS_CHECK(ts_coll_create(grid->world, NULL, &all));
     es.all = all;
+    es.forward = NULL;
+    es.forward_ctx = NULL;
     ts_stepper_split_model(m, sp);
-    TS_CHECK(ts_eval_predict(m, coll, spn > 1 ? &es : NULL, vol, dhw, overlap, (int)batch, pred, NULL));
+    if (pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
+        const char *cut;
+        int first[4 * TS_UNET_MAX_LEVELS];
+        double cost[4 * TS_UNET_MAX_LEVELS] = {0};
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        TS_CHECK(ts_pipeline_plan(m, grid->world, (int)pp, cut, (int)batch, es.box_size, first, cost));
+        TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, TS_PIPE_GPIPE, 1, &pipe));
+        TS_CHECK(ts_err_agree(grid->world, ts_unet_setup(m, (int)batch, (int)es.box_size[0], (int)es.box_size[1],
+                                                          (int)es.box_size[2])));
+        es.forward = pipe_forward;
+        es.forward_ctx = pipe;
+    }
+    if (probpath) {
+        prob = malloc(sizeof *prob * (size_t)(nv * u.classes));
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", input)));
+    }
+    TS_CHECK(ts_eval_predict(m, coll, spn > 1 || pp > 1 ? &es : NULL, vol, dhw, overlap, (int)batch, pred, prob));
     if (f > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(pred, fine, f, full);
         uint8_t *t = pred;
@@ -226,6 +258,10 @@ int ts_cli_infer(int argc, char **argv)
         g.sform_code = img->sform_code;
         g.qform_code = img->qform_code;
         lerr = ts_nifti_write(output, &g, NIFTI_TYPE_UINT8, img->version, pred);
+        if (!lerr && probpath) { /* [K][D][H][W]: NIfTI x (W) fastest, classes along the 4th dimension */
+            g.dim[3] = u.classes;
+            lerr = ts_nifti_write(probpath, &g, NIFTI_TYPE_FLOAT32, img->version, prob);
+        }
     }
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     if (rank == 0) printf("infer: %s (%lldx%lldx%lld) -> %s with %s\n", input, (long long)img->dim[0],
@@ -275,6 +311,7 @@ int ts_cli_infer(int argc, char **argv)
 cleanup:
     ts_dataset_close(&ds);
     ts_coll_destroy(&coll);
+    ts_pipeline_destroy(&pipe);
     ts_coll_destroy(&all);
     ts_spatial_destroy(&sp);
     ts_grid_destroy(&grid);
@@ -284,6 +321,7 @@ cleanup:
     ts_labelmap_destroy(&map);
     ts_config_destroy(&cfg);
     free(vol);
+    free(prob);
     free(pred);
     free(full);
     free(lab);

@@ -22,14 +22,13 @@ static const ts_cli_cmd commands[] = {
     {"model", "model init / model run: fresh weights; one forward (and optimizer step) on HDF5 files", ts_cli_model},
     {"convert", "NIfTI volumes or an MSD task folder to a (sharded) HDF5 dataset, in parallel", ts_cli_convert},
     {"synth", "synthetic 3D phantoms (shapes + smooth fields + noise) as a dataset", ts_cli_synth},
-    {"train", "training of a 3D U-Net from a config on a dp x sp grid (under mpiexec or srun)", ts_cli_train},
+    {"train", "training of a 3D U-Net from a config on a dp x pp x sp grid (under mpiexec or srun)", ts_cli_train},
     {"infer", "sliding-window prediction of a NIfTI scan with a checkpoint; NIfTI mask out, Dice", ts_cli_infer},
     {"plan", "predicted step time, communication, memory and efficiency of dp/pp/sp layouts on N nodes", ts_cli_plan},
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "pipeline parallelism (parallel.pp > 1; `tessera plan` predicts it); mixed precision; the GPU\n"
-    "  engine (the CUDA code builds, the layers run on the CPU)";
+    "mixed precision; the GPU engine (the CUDA code builds, the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

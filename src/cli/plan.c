@@ -35,13 +35,13 @@ static void help(void)
         "the alpha-beta fits of `tessera bench coll --tune FILE` inside a node (--tuning, default coll.tuning\n"
         "or TESSERA_COLL_TUNING; else shared-memory defaults) and a hierarchical allreduce over a network of\n"
         "--net GB/s per node and latency in us between nodes (default 12.5,2: 100 Gb/s InfiniBand); the\n"
-        "pipeline bubble (m + pp - 1) / m with m = parallel.microbatches (default: a sample each); 90%% of\n"
+        "pipeline bubble (pp - 1) / m of a stage's work for m micro-batches of train.batch samples per\n"
+        "replica (parallel.pp, as tessera train runs them); 90%% of\n"
         "halo transfers hidden behind compute. GPUs: --gpus-per-node G puts a rank on each GPU, convolutions\n"
         "at --gpu-tflops (default 50), other layers 20x one CPU rank, NVLink at --link-GBps (default 200),\n"
         "--gpu-mem-gb (default 80). The global batch (--global-batch, default train.batch x N x R) is the\n"
         "same for every layout: batch per replica = B / dp. Efficiency = (one rank's time for the global\n"
-        "batch / ranks) / step time. Pipeline layouts (pp > 1) are predicted but not yet trainable in this\n"
-        "version (marked). --layout predicts one layout; --curve adds the best layout at 1, 2, 4, ... N\n"
+        "batch / ranks) / step time. --layout predicts one layout; --curve adds the best layout at 1, 2, 4, ... N\n"
         "nodes; --json FILE writes {\"layouts\": [{\"layout\", \"dp\", \"pp\", \"sp\", \"step_ms\", \"comm_ms\",\n"
         "\"mem_per_rank_mb\", \"efficiency\", \"bottleneck\", ...}, ...], \"best\", \"curve\", \"machine\", \"assumptions\"},\n"
         "layouts best first (feasible before infeasible).\n");
@@ -78,7 +78,7 @@ static void print_layout(const ts_plan_layout *l)
         return;
     }
     printf("  %-22s %10.1f %9.1f %9.1f %10.0f %7.1f%%  %s%s\n", name, l->step_s * 1e3, l->compute_s * 1e3,
-           l->comm_s * 1e3, l->mem_mb, l->efficiency * 100, l->bottleneck, l->runnable ? "" : " [pp: not yet trainable]");
+           l->comm_s * 1e3, l->mem_mb, l->efficiency * 100, l->bottleneck, l->runnable ? "" : " [not trainable in this version]");
 }
 
 static cJSON *layout_json(const ts_plan_layout *l)
@@ -192,7 +192,8 @@ int ts_cli_plan(int argc, char **argv)
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &accum));
     TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &micro));
     job.nstate = ts_optim_state_count(&oc);
-    job.microbatches = micro > 1 ? (int)micro : 0;
+    job.micro_batch = (int)batch;
+    (void)micro;
     job.prefetch = ts_config_isset(cfg, "data.path") ? 2 : 0;
     /* the machine */
     ts_plan_machine m;
@@ -256,7 +257,7 @@ int ts_cli_plan(int argc, char **argv)
     for (int i = 0; i < nl && !best; i++)
         if (ls[i].feasible && ls[i].runnable) best = &ls[i];
     if (nfeas && ls[0].feasible && !ls[0].runnable && best)
-        printf("\n  fastest: dp=%d pp=%d sp=%d (%.1f ms; pipeline parallelism is not yet trainable in this version)",
+        printf("\n  fastest: dp=%d pp=%d sp=%d (%.1f ms; not trainable in this version)",
                ls[0].dp, ls[0].pp, ls[0].sp, ls[0].step_s * 1e3);
     if (best)
         printf("\nrecommended: parallel.dp=%d parallel.pp=%d parallel.sp=%d: %.1f ms per step, %.1f samples/s, "

@@ -39,12 +39,15 @@ static void help(void)
 {
     printf("usage: mpiexec.mpich -n N tessera train CONFIG [section.key=value ...]\n"
            "       srun tessera train CONFIG [section.key=value ...]\n\n"
-           "Trains the config's 3D U-Net on a grid of parallel.dp data-parallel replicas x parallel.sp\n"
-           "spatial pieces (= ranks): every replica trains its own samples, every spatial group splits each\n"
-           "sample's volume into boxes (parallel.sp_dims, auto: depth first) and exchanges halos; gradient\n"
-           "buckets are averaged by a communication thread while backward runs; global batch = train.batch x\n"
-           "train.accum x dp. The layout is printed and written to grid.json; run.mem_limit_mb checks the\n"
-           "memory plan per rank at start (docs/parallelism.md).\n"
+           "Trains the config's 3D U-Net on a grid of parallel.dp data-parallel replicas x parallel.pp\n"
+           "pipeline stages x parallel.sp spatial pieces (= ranks): every replica trains its own samples;\n"
+           "the network's layer units are cut into pp stages (parallel.pp_cut, auto: balanced by a timing\n"
+           "pass) that pass parallel.microbatches micro-batches along with parallel.schedule = gpipe or\n"
+           "1f1b; every spatial group splits each sample's volume into boxes (parallel.sp_dims, auto: depth\n"
+           "first) and exchanges halos; gradient buckets are averaged by a communication thread while\n"
+           "backward runs; global batch = train.batch x micro-batches (train.accum, or parallel.microbatches\n"
+           "with a pipeline) x dp. The layout is printed and written to grid.json (and the cut to\n"
+           "pipeline.json); run.mem_limit_mb checks the memory plan per rank at start (docs/parallelism.md).\n"
            "Writes the run directory (run.dir, default runs/<config name>): config.ini, metrics.jsonl,\n"
            "perf.json and ckpt/step-<N>/; ckpt.resume=auto continues from the newest checkpoint there.\n"
            "Without data.path the model trains on random data of the configured patch (for timing).\n"
@@ -54,7 +57,7 @@ static void help(void)
            "perf.json: every phase's time and counters (perf.papi_events) on every rank, min/mean/max/imbalance,\n"
            "IPC and GFLOP/s where they can be derived, the job ID; launches.jsonl: one line per start\n"
            "(docs/scaling.md). A world of 1 rank where srun or mpiexec started N tasks is refused.\n"
-           "Not available yet in this version: pipeline parallelism (parallel.pp > 1).\n\nconfig keys:\n");
+           "\nconfig keys:\n");
     ts_config *c = NULL;
     if (!ts_config_create(ts_cli_all_keys, &c)) ts_config_print_help(c, stdout);
     ts_config_destroy(&c);

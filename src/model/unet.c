@@ -21,12 +21,27 @@
 
 #define L_MAX TS_UNET_MAX_LEVELS
 
-typedef struct block {
+typedef struct block { /* a conv block's parameters */
     int cw[2], cb[2], nw[2], nb[2], rm[2], rv[2], nbt[2]; /* arena indices, -1 if absent */
     int cin, cout, level;
+} block;
+
+typedef struct bacts { /* a conv block's activations in one slot */
     ts_tensor y[2], a[2], smean[2], sinv[2];
     ts_halo xh[2]; /* split: conv i's input halo (kept for its weight gradient) */
-} block;
+} bacts;
+
+/* One micro-batch's activations of the stage's units (a slot). Tensors a
+ * unit of another stage produces arrive in rx, indexed by tensor id: enc
+ * l's output TE(l) = l, dec l's TD(l) = L + l, the activations between the
+ * two convs of enc l and dec l, TEm(l) = 2L + l and TDm(l) = 3L + l. */
+typedef struct slot {
+    ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits;
+    ts_tensor rx[4 * L_MAX];
+    bacts enc[L_MAX], dec[L_MAX];
+    int train_forward; /* last forward was in train mode */
+    int have_dlogits;
+} slot;
 
 struct ts_unet {
     ts_unet_cfg cfg;
@@ -34,13 +49,16 @@ struct ts_unet {
     float *init_bound; /* per arena entry: > 0 uniform bound, 0 zeros, -1 ones */
     block enc[L_MAX], dec[L_MAX];
     int upw[L_MAX], upb[L_MAX], headw, headb;
+    int unit_param[4 * L_MAX];     /* arena entries of unit u: [unit_param[u], unit_param[u + 1]) */
+    int u0, u1, nslots;            /* this stage's units [u0, u1) and its activation slots */
+    slot *slots;
     int n, d, h, w; /* set-up shape (n = 0: none) */
-    ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits, gin[L_MAX], dskip[L_MAX];
-    int train_forward; /* last forward was in train mode */
-    int have_dlogits;
+    ts_tensor gin[L_MAX], dskip[L_MAX]; /* backward scratch shared by the slots (one backward at a time) */
     double prof[TS_PROF_COUNT];
     void (*grad_hook)(void *ctx, int param); /* told when a parameter's gradient is final */
     void *grad_ctx;
+    void (*unit_hook)(void *ctx, int unit, int backward); /* called after each unit's forward or backward */
+    void *unit_ctx;
     int (*norm_sync)(void *ctx, double *buf, int n); /* synchronised batch norm */
     void *norm_ctx;
     int split_on;        /* a spatial split is set */
@@ -52,10 +70,43 @@ struct ts_unet {
     size_t dry_bytes;
 };
 
+/* The layer units, one per conv (with what precedes it) and the head:
+ * enc0.conv1 (the image), enc0.conv2, enc1.conv1 (max-pool first), ...,
+ * enc{L-1}.conv2, dec{L-2}.conv1 (up{L-2} first, then the concatenation with
+ * the skip), dec{L-2}.conv2, ..., dec0.conv2, head: 4L - 1 units. Half i
+ * (0: conv1, 1: conv2) of enc l is unit 2l + i, of dec l 4L - 4 - 2l + i. */
+static int U_E(const ts_unet *m, int l, int i) { (void)m; return 2 * l + i; }
+static int U_D(const ts_unet *m, int l, int i) { return 4 * m->cfg.levels - 4 - 2 * l + i; }
+static int U_H(const ts_unet *m) { return 4 * m->cfg.levels - 2; }
+static int here(const ts_unet *m, int u) { return u >= m->u0 && u < m->u1; }
+/* producer unit of tensor t */
+static int producer(const ts_unet *m, int t)
+{
+    const int L = m->cfg.levels, l = t % L, kind = t / L; /* TE, TD, TEm, TDm */
+    return kind == 0 ? U_E(m, l, 1) : kind == 1 ? U_D(m, l, 1) : kind == 2 ? U_E(m, l, 0) : U_D(m, l, 0);
+}
+/* a tensor's activation in slot s: the producer's output here, or what arrived */
+static ts_tensor *act(ts_unet *m, slot *s, int t)
+{
+    const int L = m->cfg.levels, l = t % L, kind = t / L;
+    if (!here(m, producer(m, t))) return &s->rx[t];
+    return kind == 0 ? &s->enc[l].a[1] : kind == 1 ? &s->dec[l].a[1] : kind == 2 ? &s->enc[l].a[0] : &s->dec[l].a[0];
+}
+/* the input of up{l} (the decoder path's tensor one level down) and of the head */
+static int up_input(const ts_unet *m, int l) { return l == m->cfg.levels - 2 ? l + 1 : m->cfg.levels + l + 1; }
+static int head_input(const ts_unet *m) { return m->cfg.levels == 1 ? 0 : m->cfg.levels; }
+static int mid_tensor(const ts_unet *m, int enc, int l) { return (enc ? 2 : 3) * m->cfg.levels + l; }
+
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
 {
     m->grad_hook = fn;
     m->grad_ctx = ctx;
+}
+
+void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backward), void *ctx)
+{
+    m->unit_hook = fn;
+    m->unit_ctx = ctx;
 }
 
 void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx)
@@ -66,8 +117,17 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
 
 static void free_acts(ts_unet *m);
 
+static int same_split(const ts_unet_split *a, const ts_unet_split *b)
+{
+    for (int d = 0; d < 3; d++)
+        if (a->on[d] != b->on[d] || a->nbr[d][0] != b->nbr[d][0] || a->nbr[d][1] != b->nbr[d][1]) return 0;
+    return a->halo_start == b->halo_start && a->halo_progress == b->halo_progress && a->halo_wait == b->halo_wait &&
+           a->sum == b->sum && a->ctx == b->ctx;
+}
+
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s)
 {
+    if ((s != NULL) == m->split_on && (!s || same_split(s, &m->split))) return; /* unchanged: keep the buffers */
     free_acts(m);
     m->split_on = s != NULL;
     if (s) m->split = *s;
@@ -114,13 +174,15 @@ static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, in
     return 0;
 }
 
-static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level)
+/* unit_first[i]: the unit of conv i, whose parameters start here (-1: already started, e.g. by up{l}) */
+static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level, const int unit_first[2])
 {
     char name[TS_PARAM_NAME_MAX];
     b->cin = cin;
     b->cout = cout;
     b->level = level;
     for (int i = 0; i < 2; i++) {
+        if (unit_first[i] >= 0) m->unit_param[unit_first[i]] = m->arena->n;
         const int ci = i ? cout : cin;
         const float bound = (float)(1.0 / sqrt((double)ci * 27));
         snprintf(name, sizeof name, "%s.conv%d.weight", prefix, i + 1);
@@ -156,26 +218,33 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     char name[TS_PARAM_NAME_MAX];
     if (L < 1 || L > L_MAX) TS_FAIL(TS_ERR_ARG, "unet: %d levels (1..%d)", L, L_MAX);
     TS_CHECK(ts_arena_create(&m->arena));
+    m->u0 = 0;
+    m->u1 = 4 * L - 1;
+    m->nslots = 1;
     for (int l = 0; l < L; l++) {
         snprintf(name, sizeof name, "enc%d", l);
-        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l));
+        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l,
+                           (const int[]){U_E(m, l, 0), U_E(m, l, 1)}));
     }
     for (int l = L - 2; l >= 0; l--) {
         const int cin = cfg->channels[l + 1], cout = cfg->channels[l];
+        m->unit_param[U_D(m, l, 0)] = m->arena->n; /* up{l} belongs to dec l's first conv */
         const float bound = (float)(1.0 / sqrt((double)cout * 8)); /* PyTorch: fan_in from weight.size(1) */
         snprintf(name, sizeof name, "up%d.weight", l);
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cin, cout, 2, 2, 2}, bound, &m->upw[l]));
         snprintf(name, sizeof name, "up%d.bias", l);
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &m->upb[l]));
         snprintf(name, sizeof name, "dec%d", l);
-        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l));
+        TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l, (const int[]){-1, U_D(m, l, 1)}));
     }
     {
         const float bound = (float)(1.0 / sqrt((double)cfg->channels[0]));
+        m->unit_param[U_H(m)] = m->arena->n;
         TS_CHECK(add(m, "head.weight", TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cfg->classes, cfg->channels[0], 1, 1, 1},
                      bound, &m->headw));
         TS_CHECK(add(m, "head.bias", TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cfg->classes}, bound, &m->headb));
     }
+    m->unit_param[4 * L - 1] = m->arena->n;
     TS_CHECK(ts_arena_alloc(m->arena, nstate));
     TS_CHECK(ts_unet_init(m, 0)); /* a defined state; callers re-initialise or load */
     *out = m;
@@ -219,34 +288,42 @@ static int halo_alloc(ts_unet *m, ts_halo *h, int64_t n, const int64_t dhw[3], i
     return 0;
 }
 
+static void bacts_free(bacts *b)
+{
+    for (int i = 0; i < 2; i++) {
+        ts_tensor_free(&b->y[i]);
+        ts_tensor_free(&b->a[i]);
+        ts_tensor_free(&b->smean[i]);
+        ts_tensor_free(&b->sinv[i]);
+        halo_free(&b->xh[i]);
+    }
+}
+
 static void free_acts(ts_unet *m)
 {
-    ts_tensor_free(&m->x);
+    for (int k = 0; m->slots && k < m->nslots; k++) {
+        slot *s = &m->slots[k];
+        ts_tensor_free(&s->x);
+        ts_tensor_free(&s->logits);
+        ts_tensor_free(&s->dlogits);
+        for (int l = 0; l < L_MAX; l++) {
+            ts_tensor_free(&s->pool[l]);
+            ts_tensor_free(&s->pidx[l]);
+            ts_tensor_free(&s->up[l]);
+            bacts_free(&s->enc[l]);
+            bacts_free(&s->dec[l]);
+        }
+        for (int t = 0; t < 4 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
+    }
+    free(m->slots);
+    m->slots = NULL;
     for (int l = 0; l < L_MAX; l++) {
         halo_free(&m->gh[l]);
-        for (int i = 0; i < 2; i++) {
-            halo_free(&m->enc[l].xh[i]);
-            halo_free(&m->dec[l].xh[i]);
-        }
+        ts_tensor_free(&m->gin[l]);
+        ts_tensor_free(&m->dskip[l]);
     }
     m->halo_bytes = 0;
-    ts_tensor_free(&m->logits);
-    ts_tensor_free(&m->dlogits);
-    for (int l = 0; l < L_MAX; l++) {
-        ts_tensor *t[] = {&m->pool[l], &m->pidx[l], &m->up[l], &m->gin[l], &m->dskip[l]};
-        for (size_t i = 0; i < sizeof t / sizeof *t; i++) ts_tensor_free(t[i]);
-        for (int i = 0; i < 2; i++) {
-            block *bs[] = {&m->enc[l], &m->dec[l]};
-            for (int j = 0; j < 2; j++) {
-                ts_tensor_free(&bs[j]->y[i]);
-                ts_tensor_free(&bs[j]->a[i]);
-                ts_tensor_free(&bs[j]->smean[i]);
-                ts_tensor_free(&bs[j]->sinv[i]);
-            }
-        }
-    }
     m->n = 0;
-    m->have_dlogits = 0;
 }
 
 void ts_unet_destroy(ts_unet **m)
@@ -262,7 +339,84 @@ void ts_unet_destroy(ts_unet **m)
 
 ts_arena *ts_unet_arena(ts_unet *m) { return m->arena; }
 const ts_unet_cfg *ts_unet_config(const ts_unet *m) { return &m->cfg; }
-const ts_tensor *ts_unet_logits(const ts_unet *m) { return &m->logits; }
+const ts_tensor *ts_unet_logits(const ts_unet *m) { return ts_unet_logits_slot(m, 0); }
+const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int slot)
+{
+    static const ts_tensor none = {0};
+    return m->slots && slot >= 0 && slot < m->nslots ? &m->slots[slot].logits : &none;
+}
+
+int ts_unet_units(const ts_unet *m) { return 4 * m->cfg.levels - 1; }
+
+const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n)
+{
+    const int L = m->cfg.levels;
+    if (u < 0 || u > U_H(m)) snprintf(buf, n, "?");
+    else if (u < 2 * L) snprintf(buf, n, "enc%d.conv%d", u / 2, u % 2 + 1);
+    else if (u < U_H(m)) snprintf(buf, n, "dec%d.conv%d", L - 2 - (u - 2 * L) / 2, (u - 2 * L) % 2 + 1);
+    else snprintf(buf, n, "head");
+    return buf;
+}
+
+void ts_unet_unit_params(const ts_unet *m, int u, int *first, int *end)
+{
+    *first = m->unit_param[u];
+    *end = m->unit_param[u + 1];
+}
+
+int ts_unet_set_stage(ts_unet *m, int u0, int u1, int slots)
+{
+    const int U = ts_unet_units(m);
+    if (u0 < 0 || u1 > U || u0 >= u1 || slots < 1)
+        return TS_ERR(TS_ERR_ARG, "unet: stage of units [%d, %d) of %d with %d slots", u0, u1, U, slots);
+    if (m->u0 == u0 && m->u1 == u1 && m->nslots == slots) return 0;
+    free_acts(m);
+    m->u0 = u0;
+    m->u1 = u1;
+    m->nslots = slots;
+    return 0;
+}
+
+void ts_unet_stage(const ts_unet *m, int *u0, int *u1, int *slots)
+{
+    *u0 = m->u0;
+    *u1 = m->u1;
+    *slots = m->nslots;
+}
+
+int ts_unet_edges(const ts_unet *m, ts_unet_edge *e)
+{
+    const int L = m->cfg.levels;
+    int n = 0;
+    for (int l = 0; l < L; l++) {
+        e[n++] = (ts_unet_edge){mid_tensor(m, 1, l), U_E(m, l, 0), U_E(m, l, 1), TS_EDGE_BLOCK};
+        if (l + 1 < L) {
+            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_E(m, l + 1, 0), TS_EDGE_POOL};
+            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_D(m, l, 0), TS_EDGE_SKIP};
+        }
+    }
+    for (int l = L - 2; l >= 0; l--) {
+        e[n++] = (ts_unet_edge){up_input(m, l), producer(m, up_input(m, l)), U_D(m, l, 0), TS_EDGE_UP};
+        e[n++] = (ts_unet_edge){mid_tensor(m, 0, l), U_D(m, l, 0), U_D(m, l, 1), TS_EDGE_BLOCK};
+    }
+    e[n++] = (ts_unet_edge){head_input(m), producer(m, head_input(m)), U_H(m), TS_EDGE_HEAD};
+    return n;
+}
+
+/* the level of tensor t */
+static int tensor_level(const ts_unet *m, int t) { return t % m->cfg.levels; }
+
+int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **a, ts_tensor **g)
+{
+    if (!m->slots || k < 0 || k >= m->nslots) return TS_ERR(TS_ERR_ARG, "unet: slot %d (set up %d)", k, m->slots ? m->nslots : 0);
+    if (!here(m, e->producer) && !here(m, e->consumer)) return TS_ERR(TS_ERR_ARG, "unet: edge does not touch this stage");
+    *a = act(m, &m->slots[k], e->tensor);
+    const int l = tensor_level(m, e->tensor);
+    /* the gradient of the edge's consumer with respect to the tensor: where the backward writes (consumer side)
+     * or reads it (producer side) */
+    *g = e->kind == TS_EDGE_SKIP ? &m->dskip[l] : &m->gin[l];
+    return 0;
+}
 
 int ts_unet_init(ts_unet *m, uint64_t seed)
 {
@@ -297,16 +451,54 @@ static int alloc5(ts_unet *m, ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, i
     return talloc(m, t, dt, 5, (const int64_t[]){n, d, h, w, c});
 }
 
-static int alloc_block(ts_unet *m, block *b, int64_t n, int64_t d, int64_t h, int64_t w)
+/* the activations of conv i of a block (its output y, the norm's a, the saved statistics, the input's halo) */
+static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? b->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * b->cout;
     const int64_t dhw[3] = {d, h, w};
-    for (int i = 0; i < 2; i++) {
-        TS_TRY(alloc5(m, &b->y[i], TS_FLOAT32, n, d, h, w, b->cout));
-        TS_TRY(alloc5(m, &b->a[i], TS_FLOAT32, n, d, h, w, b->cout));
-        TS_TRY(talloc(m, &b->smean[i], TS_FLOAT32, 1, &ns));
-        TS_TRY(talloc(m, &b->sinv[i], TS_FLOAT32, 1, &ns));
-        TS_TRY(halo_alloc(m, &b->xh[i], n, dhw, i ? b->cout : b->cin));
+    {
+        TS_TRY(alloc5(m, &x->y[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(alloc5(m, &x->a[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(talloc(m, &x->smean[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(talloc(m, &x->sinv[i], TS_FLOAT32, 1, &ns));
+        TS_TRY(halo_alloc(m, &x->xh[i], n, dhw, i ? b->cout : b->cin));
+    }
+    return 0;
+}
+
+/* one slot: the activations of the stage's units and the tensors it receives */
+static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    const ts_unet_cfg *c = &m->cfg;
+    const int L = c->levels;
+    for (int l = 0; l < L; l++) {
+        const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
+        if (here(m, U_E(m, l, 0))) {
+            if (l == 0) TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+            else {
+                TS_TRY(alloc5(m, &s->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
+                TS_TRY(alloc5(m, &s->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
+            }
+        }
+        for (int i = 0; i < 2; i++)
+            if (here(m, U_E(m, l, i))) TS_TRY(alloc_half(m, &m->enc[l], &s->enc[l], i, n, dl, hl, wl));
+        if (l < L - 1) {
+            if (here(m, U_D(m, l, 0))) TS_TRY(alloc5(m, &s->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            for (int i = 0; i < 2; i++)
+                if (here(m, U_D(m, l, i))) TS_TRY(alloc_half(m, &m->dec[l], &s->dec[l], i, n, dl, hl, wl));
+        }
+    }
+    if (here(m, U_H(m))) {
+        TS_TRY(alloc5(m, &s->logits, TS_FLOAT32, n, d, h, w, c->classes));
+        TS_TRY(alloc5(m, &s->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
+    }
+    /* tensors made on another stage and used here (once each, whatever the edges) */
+    ts_unet_edge e[6 * L_MAX];
+    int got[4 * L_MAX] = {0};
+    for (int i = 0, ne = ts_unet_edges(m, e); i < ne; i++) {
+        if (here(m, e[i].producer) || !here(m, e[i].consumer) || got[e[i].tensor]++) continue;
+        const int l = tensor_level(m, e[i].tensor);
+        TS_TRY(alloc5(m, &s->rx[e[i].tensor], TS_FLOAT32, n, d >> l, h >> l, w >> l, c->channels[l]));
     }
     return 0;
 }
@@ -317,31 +509,33 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
     if (m->dry) {
         m->dry_bytes = 0;
     } else {
-        if (m->n == n && m->d == d && m->h == h && m->w == w) return 0;
+        if (m->slots && m->n == n && m->d == d && m->h == h && m->w == w) return 0;
         free_acts(m);
     }
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
     TS_CHECK(ts_unet_check_input(c, (const int64_t[]){d, h, w}, "input"));
     if (n < 1) TS_FAIL(TS_ERR_ARG, "unet: batch of %d samples", n);
-    TS_CHECK(alloc5(m, &m->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+    if (!m->dry) {
+        m->slots = TS_CALLOC((size_t)m->nslots, sizeof *m->slots);
+        if (!m->slots) TS_FAIL(TS_ERR_NOMEM, "unet slots");
+    }
+    for (int k = 0; k < m->nslots; k++) {
+        slot dummy;
+        TS_CHECK(alloc_slot(m, m->dry ? &dummy : &m->slots[k], n, d, h, w));
+    }
+    /* backward scratch: the gradient buffers of the levels this stage touches */
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
-        TS_CHECK(alloc_block(m, &m->enc[l], n, dl, hl, wl));
-        TS_CHECK(alloc5(m, &m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-        if (l > 0) {
-            TS_CHECK(alloc5(m, &m->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
-            TS_CHECK(alloc5(m, &m->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
-        }
-        TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
-        if (l < L - 1) {
-            TS_CHECK(alloc_block(m, &m->dec[l], n, dl, hl, wl));
-            TS_CHECK(alloc5(m, &m->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        const int e = here(m, U_E(m, l, 0)) || here(m, U_E(m, l, 1)),
+                  dd = l < L - 1 && (here(m, U_D(m, l, 0)) || here(m, U_D(m, l, 1)));
+        const int gin = e || dd || (l + 1 < L && here(m, U_E(m, l + 1, 0))) || (l > 0 && here(m, U_D(m, l - 1, 0))) ||
+                        (l == 0 && here(m, U_H(m)));
+        if (gin) TS_CHECK(alloc5(m, &m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        if (l < L - 1 && (here(m, U_E(m, l, 1)) || here(m, U_D(m, l, 0))))
             TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-        }
+        if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
     }
-    TS_CHECK(alloc5(m, &m->logits, TS_FLOAT32, n, d, h, w, c->classes));
-    TS_CHECK(alloc5(m, &m->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
     if (m->dry) return 0;
     m->n = n;
     m->d = d;
@@ -362,19 +556,52 @@ int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes)
     return err;
 }
 
+int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int d, int h, int w, size_t *bytes)
+{
+    /* the dry run reads only the split's dims and neighbours: swap them in, not the buffers */
+    const ts_unet_split keep = m->split;
+    const int keep_on = m->split_on;
+    m->split_on = split != NULL;
+    if (split) m->split = *split;
+    int err = ts_unet_plan_bytes(m, n, d, h, w, bytes);
+    m->split = keep;
+    m->split_on = keep_on;
+    return err;
+}
+
+static size_t bacts_bytes(const bacts *b)
+{
+    size_t s = 0;
+    for (int i = 0; i < 2; i++)
+        s += ts_tensor_bytes(&b->y[i]) + ts_tensor_bytes(&b->a[i]) + ts_tensor_bytes(&b->smean[i]) +
+             ts_tensor_bytes(&b->sinv[i]);
+    return s;
+}
+
+size_t ts_unet_slot_bytes(const ts_unet *m)
+{
+    if (!m->slots) return 0;
+    const slot *x = &m->slots[0];
+    size_t s = ts_tensor_bytes(&x->x) + ts_tensor_bytes(&x->logits) + ts_tensor_bytes(&x->dlogits);
+    for (int l = 0; l < L_MAX; l++)
+        s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
+             bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
+    for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
+    return s;
+}
+
 size_t ts_unet_activation_bytes(const ts_unet *m)
 {
-    size_t s = m->halo_bytes + ts_tensor_bytes(&m->x) + ts_tensor_bytes(&m->logits) + ts_tensor_bytes(&m->dlogits);
-    for (int l = 0; l < L_MAX; l++) {
-        s += ts_tensor_bytes(&m->pool[l]) + ts_tensor_bytes(&m->pidx[l]) + ts_tensor_bytes(&m->up[l]) +
-             ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
-        for (int i = 0; i < 2; i++) {
-            const block *bs[] = {&m->enc[l], &m->dec[l]};
-            for (int j = 0; j < 2; j++)
-                s += ts_tensor_bytes(&bs[j]->y[i]) + ts_tensor_bytes(&bs[j]->a[i]) + ts_tensor_bytes(&bs[j]->smean[i]) +
-                     ts_tensor_bytes(&bs[j]->sinv[i]);
-        }
+    size_t s = m->halo_bytes;
+    for (int k = 0; m->slots && k < m->nslots; k++) {
+        const slot *x = &m->slots[k];
+        s += ts_tensor_bytes(&x->x) + ts_tensor_bytes(&x->logits) + ts_tensor_bytes(&x->dlogits);
+        for (int l = 0; l < L_MAX; l++)
+            s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
+                 bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
+        for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
     }
+    for (int l = 0; l < L_MAX; l++) s += ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
     return s;
 }
 
@@ -445,63 +672,88 @@ static int conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_t
     return 0;
 }
 
-/* in2 (decoder blocks): the block's input is the concatenation [in, in2] */
-static int block_forward(ts_unet *m, block *b, const ts_tensor *in, const ts_tensor *in2, int train)
+/* conv i of a block, its norm and ReLU: y[i], a[i] from in (or the
+ * concatenation [in, in2], a decoder's conv 0) */
+static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_tensor *in, const ts_tensor *in2, int train)
 {
     const ts_norm_opts o = norm_opts(m);
-    for (int i = 0; i < 2; i++) {
+    {
         ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        TS_TRY(conv3_forward(m, &b->xh[i], i ? &b->a[0] : in, i ? NULL : in2, &w, &bias, &b->y[i]));
+        TS_TRY(conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &x->y[i]));
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
             TIMED(m, TS_PROF_NORM,
-                  ts_batchnorm_forward(&b->y[i], &g, &be, &rm, &rv, train, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+                  ts_batchnorm_forward(&x->y[i], &g, &be, &rm, &rv, train, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             if (train) (*(int64_t *)nbt.data)++;
             break;
         }
         case TS_NORM_GROUP:
-            TIMED(m, TS_PROF_NORM, ts_groupnorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            TIMED(m, TS_PROF_NORM, ts_groupnorm_forward(&x->y[i], &g, &be, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             break;
         case TS_NORM_INSTANCE:
-            TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&b->y[i], &g, &be, &o, &b->a[i], &b->smean[i], &b->sinv[i]));
+            TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y[i], &g, &be, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             break;
         }
     }
     return 0;
 }
 
-/* the top activation of level l of the decoder path (input of up{l-1} or the head) */
-static ts_tensor *top(ts_unet *m, int l) { return l == m->cfg.levels - 1 ? &m->enc[l].a[1] : &m->dec[l].a[1]; }
+static slot *get_slot(ts_unet *m, int k)
+{
+    return m->slots && k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
+}
 
-int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train)
+int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
 {
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
-    TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
-    if (image->dtype != TS_FLOAT32) return TS_ERR(TS_ERR_ARG, "input image must be float32");
-    TS_TRY(ts_unet_setup(m, (int)image->shape[0], (int)image->shape[2], (int)image->shape[3], (int)image->shape[4]));
-    m->have_dlogits = 0;
-    TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &m->x));
-    for (int l = 0; l < L; l++) {
-        if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(&m->enc[l - 1].a[1], 2, &m->pool[l], &m->pidx[l]));
-        TS_TRY(block_forward(m, &m->enc[l], l ? &m->pool[l] : &m->x, NULL, train));
+    if (here(m, U_E(m, 0, 0))) {
+        TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
+        if (image->dtype != TS_FLOAT32) return TS_ERR(TS_ERR_ARG, "input image must be float32");
+        TS_TRY(ts_unet_setup(m, (int)image->shape[0], (int)image->shape[2], (int)image->shape[3], (int)image->shape[4]));
     }
-    for (int l = L - 2; l >= 0; l--) {
-        ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
-        TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(top(m, l + 1), &w, &b, 2, &m->up[l]));
-        TS_TRY(block_forward(m, &m->dec[l], &m->up[l], &m->enc[l].a[1], train)); /* on [up, skip] */
+    slot *s = get_slot(m, k);
+    if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
+    s->have_dlogits = 0;
+    for (int u = m->u0; u < m->u1; u++) {
+        if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
+        if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
+            const int l = u / 2, i = u % 2;
+            if (i == 1) {
+                TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 1, act(m, s, mid_tensor(m, 1, l)), NULL, train));
+                continue;
+            }
+            if (l == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
+            else TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(act(m, s, l - 1), 2, &s->pool[l], &s->pidx[l]));
+            TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 0, l ? &s->pool[l] : &s->x, NULL, train));
+        } else if (u < U_H(m)) { /* dec l: up{l} from one level down and conv 1 on [up, skip], or conv 2 */
+            const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
+            if (i == 1) {
+                TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 1, act(m, s, mid_tensor(m, 0, l)), NULL, train));
+                continue;
+            }
+            ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
+            TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(act(m, s, up_input(m, l)), &w, &b, 2, &s->up[l]));
+            TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 0, &s->up[l], act(m, s, l), train));
+        } else {
+            ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
+            TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(act(m, s, head_input(m)), &hw, &hb, 1, 0, &s->logits));
+        }
     }
-    ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
-    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(top(m, 0), &hw, &hb, 1, 0, &m->logits));
-    m->train_forward = train;
+    s->train_forward = train;
+    if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u1 - 1, 0);
     return 0;
 }
 
-int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss)
+int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train) { return ts_unet_forward_slot(m, 0, image, train); }
+
+int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad, double *loss)
 {
     const ts_unet_cfg *c = &m->cfg;
-    if (!m->n) return TS_ERR(TS_ERR_ARG, "unet: loss before forward");
+    slot *s = get_slot(m, k);
+    if (!m->n || !s) return TS_ERR(TS_ERR_ARG, "unet: loss before forward");
+    if (!here(m, U_H(m))) return TS_ERR(TS_ERR_ARG, "unet: the loss belongs to the stage holding the head");
     TS_TRY(ts_tensor_check_shape(labels, "labels", 4, (const int64_t[]){m->n, m->d, m->h, m->w}));
     if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
     ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f, NULL, NULL};
@@ -511,21 +763,26 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
     }
     const float f = m->loss_scale;
     double total = 0, l, t0 = ts_time_now();
-    if (with_grad) ts_tensor_zero(&m->dlogits);
+    if (with_grad) ts_tensor_zero(&s->dlogits);
     if (c->loss & TS_LOSS_CE) {
-        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&m->logits, labels, &o, f, &l, &m->dlogits));
-        else TS_TRY(ts_softmax_ce_forward(&m->logits, labels, &o, &l));
+        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&s->logits, labels, &o, f, &l, &s->dlogits));
+        else TS_TRY(ts_softmax_ce_forward(&s->logits, labels, &o, &l));
         total += l;
     }
     if (c->loss & TS_LOSS_DICE) {
-        if (with_grad) TS_TRY(ts_dice_forward_backward(&m->logits, labels, &o, f, &l, &m->dlogits));
-        else TS_TRY(ts_dice_forward(&m->logits, labels, &o, &l));
+        if (with_grad) TS_TRY(ts_dice_forward_backward(&s->logits, labels, &o, f, &l, &s->dlogits));
+        else TS_TRY(ts_dice_forward(&s->logits, labels, &o, &l));
         total += l;
     }
-    m->have_dlogits = with_grad;
+    s->have_dlogits = with_grad;
     m->prof[TS_PROF_LOSS] += ts_time_now() - t0;
     *loss = total;
     return 0;
+}
+
+int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss)
+{
+    return ts_unet_loss_slot(m, 0, labels, with_grad, loss);
 }
 
 /* ----------------------------------------------------------- backward */
@@ -534,94 +791,122 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
  * exchange, the weight gradient is taken while it travels (it reads the
  * input's halo kept from forward), then the input gradient (to dx, and dx2
  * for the second part of a concatenated input; dx NULL: not needed). */
-static int conv3_backward_split(ts_unet *m, block *b, int i, ts_tensor *x, ts_tensor *x2, const ts_tensor *w,
-                                ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw, ts_tensor *db)
+static int conv3_backward_split(ts_unet *m, const block *b, bacts *xa, int i, ts_tensor *x, ts_tensor *x2,
+                                const ts_tensor *w, ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw, ts_tensor *db)
 {
     ts_halo *gh = &m->gh[b->level];
-    const ts_conv_split xs = {&b->xh[i], TS_CONV_ALL, halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
-    if (dx) TS_TRY(halo_start(m, &b->y[i], NULL, gh));
-    if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &b->y[i], NULL, NULL, dw, db));
-    else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &b->y[i], NULL, dw, db));
+    const ts_conv_split xs = {&xa->xh[i], TS_CONV_ALL, halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
+    if (dx) TS_TRY(halo_start(m, &xa->y[i], NULL, gh));
+    if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &xa->y[i], NULL, NULL, dw, db));
+    else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &xa->y[i], NULL, dw, db));
     ready2(m, b->cw[i], b->cb[i]);
     if (!dx) return 0;
     TS_TRY(halo_wait(m));
-    if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &b->y[i], dx, dx2, NULL, NULL));
-    else TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &b->y[i], dx, NULL, NULL));
+    if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &xa->y[i], dx, dx2, NULL, NULL));
+    else TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &xa->y[i], dx, NULL, NULL));
     return 0;
 }
 
-/* g holds d(a[1]) on entry and is used as scratch; the input gradient goes to dx (may be in, or NULL). */
-/* in2, dx2: a decoder block's second input [in, in2] and its gradient */
-static int block_backward(ts_unet *m, block *b, ts_tensor *in, ts_tensor *in2, ts_tensor *g, ts_tensor *dx,
-                          ts_tensor *dx2)
+/* Backward of conv i of a block with its norm and ReLU: g holds d(a[i]) on
+ * entry; the input gradient goes to dx (may be in itself; NULL: not
+ * needed) and, for the concatenation [in, in2], dx2. */
+static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train, ts_tensor *in, ts_tensor *in2,
+                         ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
 {
     const ts_norm_opts o = norm_opts(m);
-    for (int i = 1; i >= 0; i--) {
+    {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
         switch (m->cfg.norm) {
         case TS_NORM_BATCH:
-            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i],
-                                                         m->train_forward, &o, g, &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], train,
+                                                         &o, g, &xa->y[i], &dgm, &dbe));
             break;
         case TS_NORM_GROUP:
-            TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i], &o, g,
-                                                         &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], &o, g,
+                                                         &xa->y[i], &dgm, &dbe));
             break;
         case TS_NORM_INSTANCE:
-            TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&b->y[i], &b->a[i], &gm, &b->smean[i], &b->sinv[i], &o, g,
-                                                            &b->y[i], &dgm, &dbe));
+            TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], &o, g,
+                                                            &xa->y[i], &dgm, &dbe));
             break;
         }
         ready2(m, b->nw[i], b->nb[i]);
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
-        ts_tensor *x = i ? &b->a[0] : in, *dxi = i ? g : dx;
-        if (m->split_on) {
-            TS_TRY(conv3_backward_split(m, b, i, x, i ? NULL : in2, &w, dxi, i ? NULL : dx2, &dw, &db));
-            continue;
+        if (m->split_on) return conv3_backward_split(m, b, xa, i, in, in2, &w, dx, dx2, &dw, &db);
+        /* weight gradient first: dx may overwrite the input */
+        if (in2) {
+            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], NULL, NULL, &dw, &db));
+            ready2(m, b->cw[i], b->cb[i]);
+            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], dx, dx2, NULL, NULL));
+            return 0;
         }
-        /* weight gradient first: dx may overwrite x */
-        if (i == 0 && in2) {
-            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &b->y[0], NULL, NULL, &dw, &db));
-            ready2(m, b->cw[0], b->cb[0]);
-            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &b->y[0], dx, dx2, NULL, NULL));
-            continue;
-        }
-        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], NULL, &dw, &db));
+        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], NULL, &dw, &db));
         ready2(m, b->cw[i], b->cb[i]);
-        if (dxi) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(x, &w, 1, 1, &b->y[i], dxi, NULL, NULL));
+        if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], dx, NULL, NULL));
     }
     return 0;
 }
 
-int ts_unet_backward(ts_unet *m)
+/* The stage's units in reverse. Gradient buffers (shared by the slots):
+ * gin[l] receives the gradient of the level-l tensor a unit consumed (the
+ * head's and up{l-1}'s input, the pooled enc l's output), dskip[l] that of
+ * the skip dec l concatenated; enc l adds the two before its own backward.
+ * Where the consumer is on another stage its contribution has arrived in
+ * the same buffer (ts_unet_edge_tensors). */
+int ts_unet_backward_slot(ts_unet *m, int k)
 {
     const int L = m->cfg.levels;
-    if (!m->have_dlogits) return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
-    m->have_dlogits = 0; /* the forward buffers are consumed */
-    ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
-    TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, NULL, &dhw, &dhb));
-    ready2(m, m->headw, m->headb);
-    TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(top(m, 0), &hw, 1, 0, &m->dlogits, &m->gin[0], NULL, NULL));
-    for (int l = 0; l <= L - 2; l++) {
-        /* the gradient of [up, skip]: the up part over up[l] itself, the skip part to dskip[l] */
-        TS_TRY(block_backward(m, &m->dec[l], &m->up[l], &m->enc[l].a[1], &m->gin[l], &m->up[l], &m->dskip[l]));
-        ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
-        TIMED(m, TS_PROF_CONVT, ts_convt3d_backward(top(m, l + 1), &w, 2, &m->up[l], &m->gin[l + 1], &dw, &db));
-        ready2(m, m->upw[l], m->upb[l]);
-    }
-    for (int l = L - 1; l >= 0; l--) {
-        TS_TRY(block_backward(m, &m->enc[l], l ? &m->pool[l] : &m->x, NULL, &m->gin[l], l ? &m->pool[l] : NULL, NULL));
-        if (l > 0) {
-            TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&m->pool[l], &m->pidx[l], 2, &m->gin[l - 1]));
-            const double t0 = ts_time_now();
-            float *g = m->gin[l - 1].data;
-            const float *s = m->dskip[l - 1].data;
-            const int64_t n = ts_tensor_numel(&m->gin[l - 1]);
+    slot *s = get_slot(m, k);
+    if (!s) return TS_ERR(TS_ERR_ARG, "unet: backward on slot %d before forward", k);
+    if (here(m, U_H(m)) && !s->have_dlogits)
+        return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
+    s->have_dlogits = 0; /* the forward buffers are consumed */
+    const int train = s->train_forward;
+    for (int u = m->u1 - 1; u >= m->u0; u--) {
+        if (u < m->u1 - 1 && m->unit_hook) m->unit_hook(m->unit_ctx, u + 1, 1);
+        if (u == U_H(m)) {
+            ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
+            ts_tensor *in = act(m, s, head_input(m));
+            TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, NULL, &dhw, &dhb));
+            ready2(m, m->headw, m->headb);
+            TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, &m->gin[0], NULL, NULL));
+        } else if (u >= 2 * L) { /* dec l: conv 2, or conv 1 on [up, skip] (the up part over up[l] itself) and up{l} */
+            const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
+            if (i == 1) { /* d(a[1]) in gin[l]; d(a[0]) goes to gin[l] too */
+                TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 1, train, act(m, s, mid_tensor(m, 0, l)), NULL,
+                                     &m->gin[l], &m->gin[l], NULL));
+                continue;
+            }
+            TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 0, train, &s->up[l], act(m, s, l), &m->gin[l], &s->up[l],
+                                 &m->dskip[l]));
+            ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
+            TIMED(m, TS_PROF_CONVT,
+                  ts_convt3d_backward(act(m, s, up_input(m, l)), &w, 2, &s->up[l], &m->gin[l + 1], &dw, &db));
+            ready2(m, m->upw[l], m->upb[l]);
+        } else { /* enc l: conv 2 (its output's gradient is the pool's plus the skip's), or conv 1 and the pool */
+            const int l = u / 2, i = u % 2;
+            if (i == 1) {
+                if (l < L - 1) {
+                    const double t0 = ts_time_now();
+                    float *g = m->gin[l].data;
+                    const float *d = m->dskip[l].data;
+                    const int64_t n = ts_tensor_numel(&m->gin[l]);
 #pragma omp parallel for schedule(dynamic, 16384)
-            for (int64_t i = 0; i < n; i++) g[i] += s[i];
-            m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+                    for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
+                    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+                }
+                TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 1, train, act(m, s, mid_tensor(m, 1, l)), NULL,
+                                     &m->gin[l], &m->gin[l], NULL));
+                continue;
+            }
+            TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 0, train, l ? &s->pool[l] : &s->x, NULL, &m->gin[l],
+                                 l ? &s->pool[l] : NULL, NULL));
+            if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&s->pool[l], &s->pidx[l], 2, &m->gin[l - 1]));
         }
     }
+    if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u0, 1);
     return 0;
 }
+
+int ts_unet_backward(ts_unet *m) { return ts_unet_backward_slot(m, 0); }

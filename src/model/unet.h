@@ -10,6 +10,7 @@
 #ifndef TS_MODEL_UNET_H
 #define TS_MODEL_UNET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "src/core/config.h"
@@ -50,6 +51,7 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what);
 
 typedef struct ts_unet ts_unet;
+typedef struct ts_unet_split ts_unet_split; /* below */
 
 /* Local. Builds the parameter table and allocates the arena with nstate
  * optimizer state regions (ts_optim_state_count). Parameters start at zero:
@@ -68,22 +70,81 @@ int ts_unet_init(ts_unet *m, uint64_t seed);
 /* Local. Allocates activations and gradient buffers for inputs of n samples
  * of d x h x w (no-op if already set up for that shape). */
 int ts_unet_setup(ts_unet *m, int n, int d, int h, int w);
-/* Bytes of activation and gradient buffers held by the model. */
+/* Bytes of activation and gradient buffers held by the model (every slot,
+ * the shared backward buffers and the halo faces). */
 size_t ts_unet_activation_bytes(const ts_unet *m);
+/* Bytes of one slot: one micro-batch's activations kept for backward (no
+ * halo faces, no shared backward buffers). */
+size_t ts_unet_slot_bytes(const ts_unet *m);
 /* Local. The bytes ts_unet_setup(m, n, d, h, w) would allocate (with the
  * split set now), without allocating: the memory plan checked against
  * run.mem_limit_mb before any work. */
 int ts_unet_plan_bytes(ts_unet *m, int n, int d, int h, int w, size_t *bytes);
+/* Local. The same for another split (NULL: none), e.g. to find the
+ * parallel.sp that fits a memory limit; the model's own split and buffers
+ * are untouched. */
+int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int d, int h, int w, size_t *bytes);
 
-/* Local. Forward pass on image [N, C, D, H, W] (float32, PyTorch layout);
- * train = 1 uses batch statistics (and updates running statistics),
- * train = 0 the running statistics. */
+/* Local (with a split or a norm sync hook: collective over the group
+ * through the hooks, every rank making the same calls in the same order; a
+ * rank that fails alone leaves the others waiting in the hooks). Forward
+ * pass on image [N, C, D, H, W] (float32, PyTorch layout); train = 1 uses
+ * batch statistics (and updates running statistics), train = 0 the running
+ * statistics. */
 int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train);
 /* The logits of the last forward, channels-last [N, D, H, W, K]. */
 const ts_tensor *ts_unet_logits(const ts_unet *m);
-/* Local. Loss of the last forward against labels [N, D, H, W] (uint8);
- * with_grad = 1 also stores dloss/dlogits for ts_unet_backward. */
+/* Local (collective through the split's sums, as forward). Loss of the
+ * last forward against labels [N, D, H, W] (uint8); with_grad = 1 also
+ * stores dloss/dlogits for ts_unet_backward. */
 int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *loss);
+/* ---- pipeline stages ----
+ * The network is a sequence of 4L - 1 layer units, one per convolution
+ * with what comes before it, and the head: enc0.conv1, enc0.conv2,
+ * enc1.conv1 (with the max-pool before it), ..., enc{L-1}.conv2,
+ * dec{L-2}.conv1 (with up{L-2} and the concatenation with the skip),
+ * dec{L-2}.conv2, ..., dec0.conv2, head (with the loss). A stage holds the
+ * units [u0, u1) and activations for `slots` micro-batches in flight; its
+ * parameters are the arena entries of its units (ts_unet_unit_params:
+ * contiguous, in unit order). Tensors cross between units along edges: a
+ * block's first conv's output to its second (BLOCK), enc l's output to enc
+ * l+1 (pooled) and to dec l (the skip), dec l+1's (or enc{L-1}'s) output to
+ * up{l}, dec0's (or enc0's when L = 1) to the head. For an edge crossing the
+ * stage's border the caller moves the activation from the producer's stage
+ * into the consumer's receive buffer before the consumer's forward, and
+ * the gradient back from the consumer's buffer into the producer's before
+ * the producer's backward (ts_unet_edge_tensors). */
+typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD, TS_EDGE_BLOCK } ts_edge_kind;
+typedef struct ts_unet_edge {
+    int tensor;             /* enc l's output l, dec l's L + l; between their convs 2L + l, 3L + l */
+    int producer, consumer; /* units */
+    ts_edge_kind kind;
+} ts_unet_edge;
+/* Local. Number of units (4L - 1), their names ("enc0.conv1", "dec1.conv2",
+ * "head"), the arena entries [first, end) of unit u. */
+int ts_unet_units(const ts_unet *m);
+const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n);
+void ts_unet_unit_params(const ts_unet *m, int u, int *first, int *end);
+/* Local. Every edge of the network into e (room for 6 L); returns the count. */
+int ts_unet_edges(const ts_unet *m, ts_unet_edge *e);
+/* Local. Makes this model the stage [u0, u1) with `slots` activation slots
+ * (frees the activations; the default is every unit, 1 slot). */
+int ts_unet_set_stage(ts_unet *m, int u0, int u1, int slots);
+void ts_unet_stage(const ts_unet *m, int *u0, int *u1, int *slots);
+/* Local. For an edge touching this stage: *act the tensor's activation in
+ * slot k (the producer's output, or the consumer's receive buffer), *grad
+ * the consumer's gradient with respect to it (written by the consumer's
+ * backward, read by the producer's; shared by the slots). Needs setup. */
+int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **act, ts_tensor **grad);
+/* Forward, loss and backward of the stage's units on slot k (the calls
+ * above work on slot 0). image is used by the stage holding enc0 (and sets
+ * up the activations for its shape; other stages call ts_unet_setup);
+ * loss belongs to the stage holding the head. */
+int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train);
+int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad, double *loss);
+int ts_unet_backward_slot(ts_unet *m, int k);
+const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int k);
+
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
  * (forward and backward; for profiles such as `bench step --profile`). */
 typedef enum {
@@ -94,10 +155,14 @@ const char *ts_unet_prof_name(int kind);
 const double *ts_unet_profile(const ts_unet *m);
 void ts_unet_profile_reset(ts_unet *m);
 
-/* Local. fn (may be NULL) is called during ts_unet_backward with the arena
+/* Local. fn (may be NULL) is called during ts_unet_backward(_slot) with the arena
  * index of each parameter as soon as its gradient is final, so a
  * data-parallel caller can reduce gradient buckets while backward goes on. */
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx);
+/* Local. fn (may be NULL) is called after each unit of a forward or
+ * backward (backward = 1) has finished (to send what it produced at once,
+ * and to progress messages in flight). */
+void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backward), void *ctx);
 /* Local. fn (may be NULL) makes batch norm synchronised: it must sum n
  * doubles over the ranks sharing the statistics (in the same order on every
  * rank); forward uses the group's statistics, backward the group's sums for
@@ -112,7 +177,7 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
  * batch norm uses the ts_unet_set_norm_sync hook if set (which must span at
  * least the group), else the group's sums. The hooks reach the other ranks
  * (src/parallel's ts_spatial, wired by the caller: the model has no MPI). */
-typedef struct ts_unet_split {
+struct ts_unet_split {
     int on[3];     /* dims split over the group (halos along them) */
     int nbr[3][2]; /* 1 where a neighbour holds the next box along dim d, lower (0) / upper (1) side */
     int (*halo_start)(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
@@ -121,7 +186,7 @@ typedef struct ts_unet_split {
     int (*halo_wait)(void *ctx);
     int (*sum)(void *ctx, double *buf, int n); /* over the group, same order on every rank */
     void *ctx;
-} ts_unet_split;
+};
 /* Local. Sets the split (NULL: none); frees the activations, so call it
  * before ts_unet_setup, whose shape is then the box's. */
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
@@ -132,7 +197,8 @@ void ts_unet_set_loss_scale(ts_unet *m, float f);
 /* Bytes of halo face buffers held (included in ts_unet_activation_bytes). */
 size_t ts_unet_halo_bytes(const ts_unet *m);
 
-/* Local. Backward from the stored logit gradient, accumulating parameter
+/* Local (collective through the hooks, as forward). Backward from the
+ * stored logit gradient, accumulating parameter
  * gradients into the arena (call ts_arena_zero_grad first). Needs a train-mode
  * forward and ts_unet_loss(with_grad = 1) on the same input. */
 int ts_unet_backward(ts_unet *m);

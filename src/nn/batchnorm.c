@@ -45,7 +45,8 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     TS_CHECK(vec_ok(save_invstd, C, "batchnorm saved invstd"));
     if (!gamma || !beta || !save_mean || !save_invstd) TS_FAIL(TS_ERR_ARG, "batchnorm: weight, bias and saved statistics are required");
     if (!train && (!running_mean || !running_var)) TS_FAIL(TS_ERR_ARG, "batchnorm: eval mode needs the running statistics");
-    if (train && M < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel");
+    /* with sync the count that matters is the group's (checked after the sums, on every rank alike) */
+    if (train && !o->sync && M < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel");
     s = TS_CALLOC((size_t)2 * C, sizeof(double));
     sc = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
     if (!s || !sc) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
@@ -71,6 +72,7 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
             Mt = t[2 * C];
             free(t);
             TS_CHECK(e);
+            if (Mt < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel (the group has %.0f)", Mt);
         }
         for (int c = 0; c < C; c++) {
             double mu, var;

@@ -64,10 +64,10 @@ int ts_optim_state_count(const ts_optim_cfg *o)
     return o->kind == TS_OPT_ADAMW ? 2 : o->momentum > 0 ? 1 : 0;
 }
 
-int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
+double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi)
 {
-    const float *g = a->grads;
-    const size_t n = a->nparam, chunk = 1 << 14, nch = (n + chunk - 1) / chunk;
+    const float *g = a->grads + lo;
+    const size_t n = hi - lo, chunk = 1 << 14, nch = (n + chunk - 1) / chunk;
     double total = 0;
     /* fixed-order sum over chunks */
     double part[256];
@@ -81,38 +81,57 @@ int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
         }
         for (size_t c = c0; c < c1; c++) total += part[c - c0];
     }
-    const double nrm = sqrt(total);
-    if (norm) *norm = nrm;
+    return total;
+}
+
+/* scales grads [lo, hi) to max_norm when the norm nrm exceeds it */
+static int clip_range(ts_arena *a, size_t lo, size_t hi, double max_norm, double nrm)
+{
     if (!isfinite(nrm)) return TS_ERR(TS_ERR_NUMERIC, "gradient norm is %g (NaN or Inf in the gradients)", nrm);
     if (max_norm > 0) {
         const double coef = max_norm / (nrm + 1e-6);
         if (coef < 1) {
             float *gw = a->grads, cf = (float)coef;
 #pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < n; i++) gw[i] *= cf;
+            for (size_t i = lo; i < hi; i++) gw[i] *= cf;
         }
     }
     return 0;
 }
 
-int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out)
+int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
+{
+    const double nrm = sqrt(ts_optim_sumsq(a, 0, a->nparam));
+    if (norm) *norm = nrm;
+    return clip_range(a, 0, a->nparam, max_norm, nrm);
+}
+
+int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double global_norm, double *lr_out,
+                        double *norm_out)
 {
     const ts_optim_cfg *c = &opt->cfg;
     const double lr = ts_optim_lr(c, opt->step);
     if (a->nstate < ts_optim_state_count(c))
         return TS_ERR(TS_ERR_INTERNAL, "optimizer needs %d state regions, the arena has %d", ts_optim_state_count(c), a->nstate);
+    if (lo > hi || hi > a->nparam) return TS_ERR(TS_ERR_ARG, "optimizer range [%zu, %zu) of %zu", lo, hi, a->nparam);
     if (c->clip_norm > 0 || norm_out) {
-        double nrm;
-        TS_TRY(ts_optim_clip(a, c->clip_norm, &nrm));
+        const double nrm = global_norm >= 0 ? global_norm : sqrt(ts_optim_sumsq(a, lo, hi));
+        TS_TRY(clip_range(a, lo, hi, c->clip_norm, nrm));
         if (norm_out) *norm_out = nrm;
     }
+    const size_t n = hi - lo;
     if (c->kind == TS_OPT_SGD)
-        ts_sgd_update(a->params, a->grads, c->momentum > 0 ? a->state[0] : NULL, a->nparam, lr, c->momentum,
+        ts_sgd_update(a->params + lo, a->grads + lo, c->momentum > 0 ? a->state[0] + lo : NULL, n, lr, c->momentum,
                       c->weight_decay, c->nesterov);
     else
-        ts_adamw_update(a->params, a->grads, a->state[0], a->state[1], a->nparam, lr, c->beta1, c->beta2, c->eps,
-                        c->weight_decay, opt->step + 1);
+        ts_adamw_update(a->params + lo, a->grads + lo, a->state[0] + lo, a->state[1] + lo, n, lr, c->beta1, c->beta2,
+                        c->eps, c->weight_decay, opt->step + 1);
     opt->step++;
     if (lr_out) *lr_out = lr;
     return 0;
+}
+
+int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out)
+{
+    return ts_optim_step_range(opt, a, 0, a->nparam, -1, lr_out, norm_out);
 }

@@ -7,6 +7,7 @@
 #ifndef TS_OPTIM_OPTIM_H
 #define TS_OPTIM_OPTIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "src/core/config.h"
@@ -48,6 +49,14 @@ typedef struct ts_optim {
  * clips (if configured), applies the schedule's learning rate. lr_out and
  * norm_out (the gradient norm before clipping) may be NULL. */
 int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out);
+
+/* Local. The same on the floats [lo, hi) of the regions only (a pipeline
+ * stage's parameters); global_norm >= 0 is the gradient norm to clip with
+ * (the stages' sums of squares added), < 0: the range's own norm. */
+int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double global_norm, double *lr_out,
+                        double *norm_out);
+/* Local. Sum of squares of the gradients [lo, hi) (fixed order). */
+double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi);
 
 /* Local. Global L2 norm of the arena's gradients; scales them by
  * max_norm / (norm + 1e-6) when the norm exceeds max_norm (PyTorch

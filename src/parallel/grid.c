@@ -33,6 +33,7 @@ int ts_grid_create(MPI_Comm world, int dp, int pp, int sp, ts_grid **out)
     g->sp = sp;
     g->node = node;
     g->nnodes = nnodes;
+    g->given_rank = rank;
     /* node by node (nodes are numbered by their lowest rank, so rank 0 stays first) */
     TS_MPI(MPI_Comm_split(world, 0, node * size + lrank, &g->world));
     TS_MPI(MPI_Comm_rank(g->world, &g->rank));
@@ -81,10 +82,9 @@ int ts_grid_write_layout(const ts_grid *g, const char *path, const int sp_dims[3
                          const int64_t box_lo[3], const int64_t box_size[3])
 {
     enum { NV = 14 };
-    int err = 0, wrank = 0;
+    int err = 0;
     long long mine[NV], *all = NULL;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-    mine[0] = wrank;
+    mine[0] = g->given_rank;
     mine[1] = g->node;
     mine[2] = g->d;
     mine[3] = g->p;

@@ -16,6 +16,7 @@ typedef struct ts_grid {
     int dp, pp, sp;          /* sizes */
     int d, p, s;             /* this rank's coordinates */
     int rank, size;          /* in world (node-ordered) */
+    int given_rank;          /* rank in the communicator given to ts_grid_create */
     int node, nnodes;        /* this rank's node, number of nodes */
     int sp_one_node;         /* 1 when every spatial group lies within one node */
     MPI_Comm world;          /* the communicator given, ranks ordered node by node */
@@ -34,8 +35,8 @@ void ts_grid_destroy(ts_grid **g);
 /* Local. "4 ranks = dp 2 x pp 1 x sp 2 on 2 nodes (...)". */
 void ts_grid_describe(const ts_grid *g, char *buf, size_t n);
 /* Collective on world: rank 0 writes path (JSON) with the grid's sizes and,
- * per rank, its world rank (as MPI_COMM_WORLD numbers it when world is
- * MPI_COMM_WORLD), node, (d, p, s), spatial coordinates sp_coords and box
+ * per rank, its rank in the communicator given to ts_grid_create
+ * ("world_rank"), node, (d, p, s), spatial coordinates sp_coords and box
  * [box_lo, box_lo + box_size) of the patch (may be NULL: omitted). Errors
  * are agreed. */
 int ts_grid_write_layout(const ts_grid *g, const char *path, const int sp_dims[3], const int sp_coords[3],

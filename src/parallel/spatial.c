@@ -96,9 +96,10 @@ int ts_spatial_plan(int sp, const char *spec, const int64_t patch[3], int levels
             while (d < 3 && edge_ok(patch[d], dims[d] * f[i], levels, d, why, sizeof why)) d++;
             if (d == 3)
                 return TS_ERR(TS_ERR_CONFIG,
-                              "parallel.sp = %d (parallel.sp_dims = auto): data.patch %lldx%lldx%lld cannot be split "
-                              "over %d ranks so that every rank's box is even at all %d levels (each edge per rank a "
-                              "multiple of %d); choose parallel.sp_dims, another parallel.sp or another data.patch",
+                              "parallel.sp = %d (parallel.sp_dims = auto): the automatic split (prime factors of sp, largest "
+                              "first, to depth, then height, then width) found no way to cut data.patch %lldx%lldx%lld "
+                              "over %d ranks with every rank's box even at all %d levels (each edge per rank a multiple "
+                              "of %d); give parallel.sp_dims, another parallel.sp or another data.patch",
                               sp, (long long)patch[0], (long long)patch[1], (long long)patch[2], sp, levels,
                               1 << (levels - 1));
             dims[d] *= f[i];
@@ -301,7 +302,7 @@ int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b,
             if (f) memset(f, 0, sizeof(float) * (size_t)ts_halo_face_floats(dhw, h->on, d, N, C));
         }
     }
-    s->nreq = 0;
+    /* every buffer first, so that a failure posts nothing */
     for (int i = 0; i < NOFF; i++) {
         if (s->nbr[i] == MPI_PROC_NULL) continue;
         int o[3];
@@ -310,29 +311,39 @@ int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b,
         if (n > (size_t)0x7fffffff) return TS_ERR(TS_ERR_UNSUPPORTED, "halo message of %zu floats (above INT_MAX)", n);
         TS_TRY(ensure(&s->rbuf[i], &s->rcap[i], n));
         TS_TRY(ensure(&s->sbuf[i], &s->scap[i], n));
-        /* what the neighbour at offset o sends me it tags with its own offset to me, -o */
-        int rc = MPI_Irecv(s->rbuf[i], (int)n, MPI_FLOAT, s->nbr[i], off_index(-o[0], -o[1], -o[2]), s->cart,
-                           &s->req[s->nreq]);
-        if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Irecv (halo)");
-        s->nreq++;
+        pack(a, ca, b, b ? cb : 0, N, dhw, o, s->sbuf[i]);
     }
-    for (int i = 0; i < NOFF; i++) {
+    /* then the messages; from the first one on, the exchange counts as in
+     * flight, so that wait (or destroy) completes whatever was posted */
+    s->nreq = 0;
+    s->active = 1;
+    s->done = 0;
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < NOFF && rc == MPI_SUCCESS; i++) {
         if (s->nbr[i] == MPI_PROC_NULL) continue;
         int o[3];
         off_of(i, o);
-        const size_t n = (size_t)(N * region_voxels(o, dhw) * C);
-        pack(a, ca, b, b ? cb : 0, N, dhw, o, s->sbuf[i]);
-        int rc = MPI_Isend(s->sbuf[i], (int)n, MPI_FLOAT, s->nbr[i], i, s->cart, &s->req[s->nreq]);
-        if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Isend (halo)");
-        s->nreq++;
-        s->st.bytes += n * sizeof(float);
+        const int n = (int)(N * region_voxels(o, dhw) * C);
+        /* what the neighbour at offset o sends me it tags with its own offset to me, -o */
+        rc = MPI_Irecv(s->rbuf[i], n, MPI_FLOAT, s->nbr[i], off_index(-o[0], -o[1], -o[2]), s->cart, &s->req[s->nreq]);
+        if (rc == MPI_SUCCESS) s->nreq++;
     }
+    for (int i = 0; i < NOFF && rc == MPI_SUCCESS; i++) {
+        if (s->nbr[i] == MPI_PROC_NULL) continue;
+        int o[3];
+        off_of(i, o);
+        const int n = (int)(N * region_voxels(o, dhw) * C);
+        rc = MPI_Isend(s->sbuf[i], n, MPI_FLOAT, s->nbr[i], i, s->cart, &s->req[s->nreq]);
+        if (rc == MPI_SUCCESS) {
+            s->nreq++;
+            s->st.bytes += (uint64_t)n * sizeof(float);
+        }
+    }
+    if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Irecv/MPI_Isend (halo)");
     s->h = *h;
     s->N = N;
     s->C = C;
     memcpy(s->dhw, dhw, sizeof s->dhw);
-    s->active = 1;
-    s->done = 0;
     s->st.exchanges++;
     s->t_start = ts_time_now();
     s->st.exposed_s += s->t_start - t0; /* packing is on the caller's path */
@@ -354,12 +365,12 @@ int ts_spatial_halo_wait(ts_spatial *s)
 {
     if (!s->active) return TS_ERR(TS_ERR_INTERNAL, "halo wait without an exchange in flight");
     const double t0 = ts_time_now();
-    s->active = 0;
     s->st.hidden_s += (s->done ? s->t_done : t0) - s->t_start;
     if (!s->done && s->nreq > 0) {
         int rc = MPI_Waitall(s->nreq, s->req, s->sts);
         if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (halo)");
     }
+    s->active = 0; /* every request completed */
     for (int i = 0; i < NOFF; i++) {
         if (s->nbr[i] == MPI_PROC_NULL) continue;
         int o[3];

@@ -21,16 +21,30 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     ts_window_plan plan;
     float *acc = NULL, *wsum = NULL, *gw = NULL, *in = NULL;
     int64_t (*og)[3] = NULL;
-    TS_CHECK(ts_window_plan_make(dhw, win, overlap, &plan));
-    acc = calloc((size_t)(nv * (K + 1)), sizeof *acc); /* K planes of probability, then the weight sum */
-    gw = malloc(sizeof *gw * (size_t)wv);
-    in = calloc((size_t)(batch * C * bv), sizeof *in);
-    og = calloc((size_t)batch, sizeof *og);
-    if (!acc || !gw || !in || !og) TS_FAIL(TS_ERR_NOMEM, "evaluation buffers for a %lldx%lldx%lld volume", (long long)dhw[0],
-                                    (long long)dhw[1], (long long)dhw[2]);
+    /* buffers and the model's activations for a batch of boxes; a rank that
+     * cannot have them fails with every rank, before any collective */
+    {
+        int lerr = ts_window_plan_make(dhw, win, overlap, &plan);
+        if (!lerr) {
+            acc = calloc((size_t)(nv * (K + 1)), sizeof *acc); /* K planes of probability, then the weight sum */
+            gw = malloc(sizeof *gw * (size_t)wv);
+            in = calloc((size_t)(batch * C * bv), sizeof *in);
+            og = calloc((size_t)batch, sizeof *og);
+            if (!acc || !gw || !in || !og)
+                lerr = TS_ERR(TS_ERR_NOMEM, "evaluation buffers for a %lldx%lldx%lld volume", (long long)dhw[0],
+                              (long long)dhw[1], (long long)dhw[2]);
+        }
+        if (!lerr) lerr = ts_unet_setup(m, batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]);
+        int32_t bad = lerr != 0;
+        TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
+        if (lerr) {
+            err = lerr; /* its own message stands */
+            goto cleanup;
+        }
+        if (bad) TS_FAIL(TS_ERR_REMOTE, "evaluation: another rank could not set up its buffers (see its message)");
+    }
     wsum = acc + nv * K;
     ts_window_gaussian(win, gw);
-    TS_CHECK(ts_unet_setup(m, batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]));
     /* this rank's windows: r, r + P, r + 2P, ... in batches */
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
@@ -49,8 +63,14 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         }
         int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
         ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
-        TS_CHECK(ts_unet_forward(m, &x, 0));
-        const float *lg = ts_unet_logits(m)->data; /* [B, box..., K] */
+        const ts_tensor *lt = NULL;
+        if (sp && sp->forward) TS_CHECK(sp->forward(sp->forward_ctx, &x, &lt));
+        else {
+            TS_CHECK(ts_unet_forward(m, &x, 0));
+            lt = ts_unet_logits(m);
+        }
+        if (!lt) continue; /* a stage before the head */
+        const float *lg = lt->data; /* [B, box..., K] */
         for (int s = 0; s < used; s++)
             ts_window_accumulate_box(&plan, origin[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
     }

@@ -10,17 +10,24 @@
 #include "collectives/coll.h"
 #include "src/model/unet.h"
 
-/* Spatial parallelism: this rank predicts the box [box_lo, box_lo +
- * box_size) of every window (the model split accordingly, see
- * ts_unet_set_split); the ranks of all replicas and spatial groups add
- * their predictions over `all`. */
+/* Spatial and pipeline parallelism: this rank predicts the box [box_lo,
+ * box_lo + box_size) of every window (the model split accordingly, see
+ * ts_unet_set_split; the whole window without a split), through the
+ * pipeline's stages when forward is set; the ranks of all replicas, spatial
+ * groups and stages add their predictions over `all`. */
 typedef struct ts_eval_split {
     int64_t box_lo[3], box_size[3];
     ts_coll *all;
+    /* pipeline stages: the forward of a batch through every stage (NULL:
+     * the model's own forward); *logits the head's output on the last
+     * stage, NULL on the others (which then add nothing) */
+    int (*forward)(void *ctx, const ts_tensor *x, const ts_tensor **logits);
+    void *forward_ctx;
 } ts_eval_split;
 
-/* Collective on coll (the replicas, which share the windows) and, with sp,
- * on sp->all. image [C, D, H, W] normalised, identical on every rank; the
+/* Collective on coll (the replicas, which share the windows; with sp only
+ * its rank and size are used) or, with sp, on sp->all and the model's split
+ * hooks. image [C, D, H, W] normalised, identical on every rank; the
  * window is data.patch (the model's config); batch windows per forward.
  * pred [D, H, W] receives the class with the highest summed probability
  * (the same on every rank); prob (may be NULL) receives the normalised

@@ -235,7 +235,7 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
     L->dp = dp;
     L->pp = pp;
     L->sp = sp;
-    L->runnable = pp == 1;
+    L->runnable = 1; /* every layout here can be trained (kept for layouts a version cannot run) */
     const ts_unet_cfg *u = &j->u;
     const int R = m->ranks_per_node, P = m->nodes * R;
     if (dp * pp * sp != P) {
@@ -247,11 +247,13 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
         return;
     }
     L->batch = j->global_batch / dp;
-    L->micro = pp > 1 ? (j->microbatches > 0 ? j->microbatches : L->batch) : 1;
-    if (L->batch % L->micro) {
-        snprintf(L->why, sizeof L->why, "%d samples per replica not divisible into %d micro-batches", L->batch, L->micro);
+    /* a pipeline runs micro-batches of train.batch samples, as tessera train does */
+    const int msize = j->micro_batch > 0 ? j->micro_batch : 1;
+    if (pp > 1 && L->batch % msize) {
+        snprintf(L->why, sizeof L->why, "%d samples per replica not divisible into micro-batches of %d", L->batch, msize);
         return;
     }
+    L->micro = pp > 1 ? L->batch / msize : 1;
     if (pp > 2 * u->levels) {
         snprintf(L->why, sizeof L->why, "pp %d: more stages than the %d layer groups", pp, 2 * u->levels);
         return;

@@ -8,7 +8,8 @@
  *   - the α-β models of the collectives (collectives/model.h, fitted by
  *     `tessera bench coll --tune`) inside a node, and a network of given
  *     bandwidth and latency between nodes (hierarchical allreduce);
- *   - the pipeline schedule's bubble, (m + pp - 1) / m, and the halo
+ *   - the pipeline schedule's bubble, (m + pp - 1) / m for m micro-batches
+ *     of train.batch samples per replica, and the halo
  *     exchange's hidden share measured here (docs/scaling.md states every
  *     assumption).
  * All calls are local. */
@@ -52,7 +53,7 @@ typedef struct ts_plan_job {
     ts_unet_cfg u;
     int nstate;        /* optimizer state regions */
     int global_batch;  /* samples per step over all replicas */
-    int microbatches;  /* pipeline micro-batches (0: one per sample) */
+    int micro_batch;   /* samples per pipeline micro-batch (train.batch) */
     int prefetch;      /* loader batches ahead (memory) */
 } ts_plan_job;
 
@@ -67,7 +68,7 @@ typedef struct ts_plan_layout {
     double mem_mb;           /* per rank */
     double efficiency;       /* ideal time (one rank's work / ranks) over step_s */
     double samples_per_s;
-    int feasible, runnable;  /* runnable: this version of tessera can train it (pp = 1) */
+    int feasible, runnable;  /* runnable: this version of tessera can train it */
     char why[200];           /* why not feasible */
     char bottleneck[200];    /* the largest part of the step and its share */
 } ts_plan_layout;

@@ -1,10 +1,11 @@
-/* One data-parallel step; see step.h. */
+/* One training step (data parallel, spatially split, pipelined); see step.h. */
 #include "tsbuild.h"
 #include "src/train/step.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
 #include "src/train/run.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,13 @@ struct ts_stepper {
     ts_coll *coll;
     ts_dp *dp;
     unsigned char *final; /* per arena entry: gradient final in this backward */
-    int frontier;         /* entries [frontier, n) are final (or buffers) */
+    int frontier;         /* entries [frontier, e1) are final (or buffers) */
     int hook_err;
+    int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
+    size_t off0, off1;    /* their floats in the parameter region */
+    double bucket_mb;
+    ts_pipeline *pipe;    /* NULL: no pipeline */
+    MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
     ts_perf *perf; /* may be NULL */
 };
@@ -29,15 +35,15 @@ static void grad_ready(void *ctx, int i)
     s->final[i] = 1;
     const ts_arena *a = s->arena;
     int f = s->frontier;
-    while (f > 0 && (s->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
+    while (f > s->e0 && (s->final[f - 1] || a->p[f - 1].kind != TS_PARAM)) f--;
     if (f == s->frontier) return;
     s->frontier = f;
     /* the lowest offset among the (final) parameters at or after the
      * frontier; buffers have offsets in another region and do not count */
-    size_t lo = a->nparam;
-    for (int j = f; j < a->n; j++)
+    size_t lo = s->off1;
+    for (int j = f; j < s->e1; j++)
         if (a->p[j].kind == TS_PARAM && a->p[j].offset < lo) lo = a->p[j].offset;
-    s->hook_err = ts_dp_ready(s->dp, lo);
+    s->hook_err = ts_dp_ready(s->dp, lo - s->off0);
 }
 
 static int norm_sync(void *ctx, double *buf, int n)
@@ -82,12 +88,19 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     ts_stepper *s = TS_CALLOC(1, sizeof *s);
     *out = NULL;
     if (!s) return TS_ERR_NOMEM;
+    s->pp_comm = MPI_COMM_NULL;
     s->model = m;
     s->arena = ts_unet_arena(m);
     s->opt = opt;
     s->coll = coll;
     s->final = TS_CALLOC((size_t)s->arena->n + 1, 1);
     if (!s->final) TS_FAIL(TS_ERR_NOMEM, "gradient flags");
+    s->e0 = 0;
+    s->e1 = s->arena->n;
+    s->off0 = 0;
+    s->off1 = s->arena->nparam;
+    s->bucket_mb = bucket_mb;
+    s->pp_comm = MPI_COMM_NULL;
     size_t bf = (size_t)(bucket_mb * 1e6 / sizeof(float));
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
@@ -110,9 +123,59 @@ void ts_stepper_destroy(ts_stepper **sp)
         ts_unet_set_loss_scale(s->model, 1.0f);
     }
     ts_dp_destroy(&s->dp);
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     free(s->final);
     free(s);
     *sp = NULL;
+}
+
+int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
+{
+    int u0, u1, slots, f, e;
+    ts_unet_stage(s->model, &u0, &u1, &slots);
+    ts_unet_unit_params(s->model, u0, &s->e0, &e);
+    ts_unet_unit_params(s->model, u1 - 1, &f, &s->e1);
+    /* the stage's parameters: from its first parameter to the next stage's first (tensors are padded) */
+    const ts_arena *a = s->arena;
+    s->off0 = a->nparam;
+    for (int j = s->e0; j < s->e1 && s->off0 == a->nparam; j++)
+        if (a->p[j].kind == TS_PARAM) s->off0 = a->p[j].offset;
+    s->off1 = a->nparam;
+    for (int j = s->e1; j < a->n && s->off1 == a->nparam; j++)
+        if (a->p[j].kind == TS_PARAM) s->off1 = a->p[j].offset;
+    if (s->off0 > s->off1) s->off0 = s->off1;
+    ts_dp_destroy(&s->dp);
+    size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
+    TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
+    s->pipe = pl;
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
+    TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
+    return 0;
+}
+
+/* before the last micro-batch's backward: no bucket is in flight */
+static void begin_buckets(void *ctx)
+{
+    ts_stepper *s = ctx;
+    ts_dp_begin(s->dp);
+    memset(s->final, 0, (size_t)s->arena->n);
+    s->frontier = s->e1;
+    s->hook_err = 0;
+}
+
+int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
+{
+    if (!s->pipe) return TS_ERR(TS_ERR_INTERNAL, "stepper: no pipeline");
+    const ts_pipeline_stats *ps = ts_pipeline_get_stats(s->pipe);
+    const double f0 = ps->forward_s, b0 = ps->backward_s;
+    TS_TRY(ts_pipeline_step(s->pipe, next, ctx, grad_ready, s, begin_buckets, loss));
+    TS_TRY(s->hook_err);
+    /* the stage's own compute; its idle time is in the pipeline's figures */
+    s->t.forward += ps->forward_s - f0;
+    s->t.backward += ps->backward_s - b0;
+    ts_perf_add(s->perf, TS_PH_FORWARD, ps->forward_s - f0); /* time only: units interleave with messages */
+    ts_perf_add(s->perf, TS_PH_BACKWARD, ps->backward_s - b0);
+    return 0;
 }
 
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss)
@@ -126,12 +189,7 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
     ts_perf_end(s->perf, TS_PH_FORWARD);
     TS_TRY(err);
     s->t.forward += t1 - t0;
-    if (last) { /* buckets go out as backward finishes them */
-        ts_dp_begin(s->dp);
-        memset(s->final, 0, (size_t)s->arena->n);
-        s->frontier = s->arena->n;
-        s->hook_err = 0;
-    }
+    if (last) begin_buckets(s); /* buckets go out as backward finishes them */
     ts_unet_set_grad_hook(s->model, last ? grad_ready : NULL, s);
     ts_perf_begin(s->perf, TS_PH_BACKWARD);
     err = ts_unet_backward(s->model);
@@ -154,11 +212,20 @@ int ts_stepper_update(ts_stepper *s, int accum)
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
         float f = 1.0f / (float)accum, *g = s->arena->grads;
-        for (size_t i = 0; i < s->arena->nparam; i++) g[i] *= f;
+        for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
     ts_perf_begin(s->perf, TS_PH_OPTIM);
-    double t = ts_time_now();
-    err = ts_optim_step(s->opt, s->arena, NULL, NULL);
+    double t = ts_time_now(), norm = -1;
+    if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
+        norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
+        int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
+        if (mrc != MPI_SUCCESS) {
+            ts_perf_end(s->perf, TS_PH_OPTIM);
+            return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Allreduce");
+        }
+        norm = sqrt(norm);
+    }
+    err = ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL);
     s->t.optimizer += ts_time_now() - t;
     ts_perf_end(s->perf, TS_PH_OPTIM);
     return err;

@@ -12,6 +12,7 @@
 #include "src/parallel/dp.h"
 #include "src/parallel/spatial.h"
 #include "src/core/perf.h"
+#include "src/train/pipeline.h"
 
 typedef struct ts_stepper ts_stepper;
 
@@ -38,8 +39,19 @@ void ts_stepper_split_model(ts_unet *m, ts_spatial *sp);
  * backward of one micro-batch; when last, the gradient buckets go out during
  * backward. *loss: this rank's loss. */
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss);
+/* Collective on pp_comm (duplicated). Makes the stepper a pipeline stage's
+ * (pl borrowed; the model is pl's stage): buckets and the optimizer cover
+ * the stage's parameters only (coll: the stage's dp x sp group); pp_comm
+ * adds the stages' gradient norms for clipping. */
+int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
+/* Collective on the pipeline, spatial and data-parallel groups. One step's
+ * micro-batches through the pipeline (ts_pipeline_step), the buckets going
+ * out during the last backward; then call ts_stepper_update(s, M). *loss:
+ * the mean micro-batch loss on the last stage, 0 elsewhere. */
+int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss);
 /* Collective. Waits for the buckets (gradients averaged over the group),
- * divides by accum micro-batches, steps the optimizer. */
+ * divides by accum micro-batches, steps the optimizer (over the stage's
+ * parameters with a pipeline). */
 int ts_stepper_update(ts_stepper *s, int accum);
 /* Local. Phases of every later step also go to p (may be NULL; borrowed):
  * forward, backward, comm_exposed and optimizer bracketed on the calling

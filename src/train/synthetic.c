@@ -8,7 +8,8 @@ void ts_synthetic_batch(uint64_t seed, int replica, int64_t step, int batch, int
 {
     const int64_t nv = size[0] * size[1] * size[2];
     for (int b = 0; b < batch; b++) {
-        const uint32_t slot = (uint32_t)((int64_t)replica * batch + b);
+        /* the top bit keeps these streams apart from the parameter initialisation's (rank 0) */
+        const uint32_t slot = (uint32_t)((int64_t)replica * batch + b) | 0x80000000u;
         for (int64_t z = 0; z < size[0]; z++)
             for (int c = 0; c <= C; c++) { /* C image channels, then the labels */
                 ts_rng r;

@@ -2,7 +2,9 @@
  * unset, `tessera bench step`): normal images and uniform labels. Each
  * plane of each sample slot and step comes from its own Philox stream, so
  * a rank holding one box of the patch (spatial parallelism) generates
- * exactly the voxels a single rank would have at those positions. */
+ * exactly the voxels a single rank would have at those positions. Streams
+ * are keyed (seed, slot | 2^31, (step x D + plane) x (C + 1) + channel),
+ * the last taken modulo 2^32 (it repeats after 2^32 / (D (C + 1)) steps). */
 #ifndef TS_TRAIN_SYNTHETIC_H
 #define TS_TRAIN_SYNTHETIC_H
 

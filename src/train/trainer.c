@@ -23,6 +23,7 @@
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
+#include "src/train/pipeline.h"
 #include "src/train/step.h"
 #include "src/train/synthetic.h"
 
@@ -36,16 +37,17 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.epochs", TS_CFG_INT, "0", "0:", "epochs to train (0: train.steps decides)"},
     {"train.accum", TS_CFG_INT, "1", "1:4096", "micro-batches accumulated per optimizer step"},
     {"train.lr_scaling", TS_CFG_ENUM, "none", "none|linear", "linear: lr x global batch / train.base_batch"},
-    {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x train.accum)"},
+    {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x micro-batches per step)"},
     {"train.deterministic", TS_CFG_BOOL, "false", NULL, "bit-identical reruns (fixed reduction orders)"},
     {"train.log_every", TS_CFG_INT, "10", "1:", "steps between metrics.jsonl lines"},
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
-    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (only 1 is available in this version)"},
+    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
+    {"parallel.pp_cut", TS_CFG_STRING, "auto", NULL, "first units of stages 1..pp-1, e.g. enc2,dec1; auto: balanced by a timing pass"},
     {"parallel.sp", TS_CFG_INT, "1", "1:", "ranks sharing each sample's volume (spatial parallelism)"},
     {"parallel.sp_dims", TS_CFG_STRING, "auto", NULL, "split of the patch over parallel.sp ranks: D,H,W counts, or auto (depth first)"},
-    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "pipeline micro-batches (pipeline not available yet)"},
-    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule (pipeline not available yet)"},
+    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
+    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
@@ -69,7 +71,12 @@ typedef struct trainer {
     const ts_config *cfg;
     ts_grid *grid;
     ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
-    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 */
+    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
+    ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
+    ts_pipeline *pipe; /* pp > 1 */
+    int stage_first[TS_UNET_MAX_LEVELS * 4];
+    double unit_cost[TS_UNET_MAX_LEVELS * 4];
+    int micro;       /* micro-batches per step: train.accum, or parallel.microbatches with a pipeline */
     ts_spatial *spatial;
     int sp_dims[3];
     int64_t box_lo[3], box[3]; /* this rank's box of every patch */
@@ -91,7 +98,9 @@ typedef struct trainer {
     uint8_t *syn_lab;
     ts_perf *perf;      /* per-phase timers and counters (perf.json) */
     double step_s;      /* wall time of the training steps, with or without perf.timers */
+    ts_pipeline_stats pp0; /* the pipeline's figures when perf.warmup_steps ended */
     ts_mem_plan mem_plan;
+    double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
 } trainer;
 
@@ -137,6 +146,44 @@ static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
     return 0;
 }
 
+/* Pipeline: every stage holds valid values only for its own units; before
+ * a checkpoint every rank gets all of them. The entries of other stages are
+ * zeroed and the regions combined with a bitwise OR over the pipeline
+ * group (exactly one stage holds each entry, so OR copies it, whatever its
+ * type). */
+static int gather_stages(trainer *t)
+{
+    if (!t->pipe) return 0;
+    ts_arena *a = t->arena;
+    int u0, u1, slots, e0, e1, x;
+    ts_unet_stage(t->model, &u0, &u1, &slots);
+    ts_unet_unit_params(t->model, u0, &e0, &x);
+    ts_unet_unit_params(t->model, u1 - 1, &x, &e1);
+    for (int i = 0; i < a->n; i++) {
+        if (i >= e0 && i < e1) continue;
+        ts_tensor v = ts_arena_value(a, i);
+        memset(v.data, 0, ts_tensor_bytes(&v));
+        if (a->p[i].kind != TS_PARAM) continue;
+        for (int k = 0; k < a->nstate; k++) {
+            ts_tensor st = ts_arena_state(a, k, i);
+            memset(st.data, 0, ts_tensor_bytes(&st));
+        }
+    }
+    float *regions[2 + TS_ARENA_MAX_STATE] = {a->params, a->buffers};
+    size_t sizes[2 + TS_ARENA_MAX_STATE] = {a->nparam, a->nbuf};
+    int nr = 2;
+    for (int k = 0; k < a->nstate; k++) {
+        regions[nr] = a->state[k];
+        sizes[nr++] = a->nparam;
+    }
+    for (int r = 0; r < nr; r++)
+        for (size_t off = 0; off < sizes[r]; off += (size_t)1 << 28) { /* pieces below INT_MAX ints */
+            const size_t n = sizes[r] - off < ((size_t)1 << 28) ? sizes[r] - off : ((size_t)1 << 28);
+            TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->grid->pp_comm));
+        }
+    return 0;
+}
+
 static int save_ckpt(trainer *t)
 {
     int err = 0, n = 0;
@@ -146,6 +193,7 @@ static int save_ckpt(trainer *t)
     int64_t keep;
     ts_perf_begin(t->perf, TS_PH_CKPT);
     TS_CHECK(sync_buffers(t));
+    TS_CHECK(gather_stages(t));
     TS_CHECK(ckpt_items(t, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
@@ -228,6 +276,11 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
 }
 
 /* ---- evaluation over validation volumes ---- */
+static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
+{
+    return ts_pipeline_forward(ctx, x, logits);
+}
+
 static int evaluate(trainer *t, double *dice_out)
 {
     int err = 0;
@@ -264,13 +317,16 @@ static int evaluate(trainer *t, double *dice_out)
         ts_eval_split es;
         memcpy(es.box_lo, t->box_lo, sizeof es.box_lo);
         memcpy(es.box_size, t->box, sizeof es.box_size);
-        es.all = t->coll;
-        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 ? &es : NULL, img, dhw, overlap, t->batch, pred, NULL));
+        es.all = t->acoll;
+        es.forward = t->pipe ? pipe_forward : NULL;
+        es.forward_ctx = t->pipe;
+        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw, overlap,
+                                 t->batch, pred, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
     }
     for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
-    ts_spatial_set_stats(t->spatial, &halo_before);
 cleanup:
+    ts_spatial_set_stats(t->spatial, &halo_before);
     ts_perf_end(t->perf, TS_PH_EVAL);
     free(tp);
     free(img);
@@ -317,13 +373,16 @@ double ts_train_peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channels, int prefetch, const int64_t box[3],
-                         ts_mem_plan *mp)
+double ts_train_rss_mb(void) { return rss_now_mb(); }
+
+int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double process_mb, ts_mem_plan *mp)
 {
     const ts_arena *a = ts_unet_arena(m);
     size_t act;
-    TS_TRY(ts_unet_plan_bytes(m, batch, (int)box[0], (int)box[1], (int)box[2], &act));
+    TS_TRY(ts_unet_plan_bytes_split(m, split, batch, (int)box[0], (int)box[1], (int)box[2], &act));
     const double nv = (double)box[0] * (double)box[1] * (double)box[2], MiB = 1048576.0;
+    memset(mp, 0, sizeof *mp);
     mp->activations_mb = (double)act / MiB;
     mp->params_mb = (double)(a->nparam * (size_t)(2 + a->nstate) + a->nbuf) * 4 / MiB;
     /* batch slots (the loader's ring, or the synthetic batch) and a patch of reading scratch */
@@ -331,8 +390,12 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channe
     /* the convolution kernels' per-thread slabs, packed weights and partial sums */
     const int cmax = u->channels[u->levels - 1];
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
-    mp->process_mb = rss_now_mb();
-    mp->total_mb = mp->activations_mb + mp->params_mb + mp->data_mb + mp->scratch_mb + mp->process_mb;
+    /* the halo exchange's send and receive buffers: two per neighbour, as large as the largest
+     * exchange (level 0's decoder conv on [up, skip], 2 c0 channels) */
+    for (int d = 0; d < 3; d++)
+        if (sp_dims && sp_dims[d] > 1) mp->halo_mb += 2.0 * 2.0 * batch * (nv / (double)box[d]) * 2.0 * u->channels[0] * 4 / MiB;
+    mp->process_mb = process_mb;
+    mp->total_mb = mp->activations_mb + mp->params_mb + mp->data_mb + mp->scratch_mb + mp->halo_mb + mp->process_mb;
     return 0;
 }
 
@@ -342,7 +405,13 @@ static int check_memory(trainer *t, int prefetch)
 {
     ts_mem_plan mp;
     const ts_unet_cfg *u = &t->ucfg;
-    TS_TRY(ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, t->box, &mp));
+    ts_unet_split own;
+    memset(&own, 0, sizeof own);
+    ts_spatial_split_dims(t->spatial, own.on);
+    for (int d = 0; d < 3; d++)
+        for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
+    TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
+                                t->sp_dims, t->rss0_mb, &mp));
     t->mem_plan = mp;
     if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
     char hint[256] = "";
@@ -362,10 +431,7 @@ static int check_memory(trainer *t, int prefetch)
             box[d] = u->patch[d] / dims[d];
         }
         ts_mem_plan q;
-        ts_unet_set_split(t->model, &fake);
-        int e = ts_train_memory_plan(t->model, u, t->batch, u->in_channels, prefetch, box, &q);
-        ts_stepper_split_model(t->model, t->spatial); /* back to this run's split */
-        TS_TRY(e);
+        TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims, t->rss0_mb, &q));
         if (q.total_mb <= (double)t->mem_limit_mb) {
             snprintf(hint, sizeof hint, "; parallel.sp = %d (sp_dims %d,%d,%d) would need about %.0f MiB per rank", sp,
                      dims[0], dims[1], dims[2], q.total_mb);
@@ -375,10 +441,85 @@ static int check_memory(trainer *t, int prefetch)
     return TS_ERR(TS_ERR_CONFIG,
                   "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations and "
                   "gradients %.0f MiB for a box of %lldx%lldx%lld x batch %d, parameters and optimizer state %.0f MiB, "
-                  "data %.0f MiB, kernel scratch %.0f MiB, process so far %.0f MiB)%s",
+                  "data %.0f MiB, halo buffers %.0f MiB, kernel scratch %.0f MiB, process at start %.0f MiB)%s",
                   (long long)t->mem_limit_mb, mp.total_mb, mp.activations_mb, (long long)t->box[0], (long long)t->box[1],
-                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.scratch_mb, mp.process_mb,
+                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.halo_mb, mp.scratch_mb, mp.process_mb,
                   hint[0] ? hint : "; no parallel.sp up to 4096 brings it under the limit: reduce data.patch or train.batch");
+}
+
+/* run.mem_limit_mb and evaluation: every rank holds a whole validation
+ * volume with its class sums (K + 1 floats per voxel) while it evaluates */
+static int check_eval_memory(trainer *t)
+{
+    int64_t every;
+    int fin;
+    TS_TRY(ts_config_get_int(t->cfg, "eval.every", &every));
+    TS_TRY(ts_config_get_bool(t->cfg, "eval.final", &fin));
+    if (!t->have_data || (every <= 0 && !fin)) return 0;
+    const int64_t *vol = t->nval ? t->val : t->trn, nvol = t->nval ? t->nval : t->ntrn;
+    double most = 0;
+    for (int64_t v = 0; v < nvol; v++) {
+        ts_sample_info in;
+        TS_TRY(ts_dataset_info(t->eval_ds, vol[v], &in));
+        const double nv = (double)in.shape[1] * (double)in.shape[2] * (double)in.shape[3];
+        const double mb = nv * (4.0 * (t->ucfg.classes + 1) + 4.0 * (double)in.shape[0] + 2.0) / 1048576.0;
+        if (mb > most) most = mb;
+    }
+    t->mem_plan.eval_mb = most;
+    t->mem_plan.total_mb += most;
+    if (t->mem_limit_mb > 0 && t->mem_plan.total_mb > (double)t->mem_limit_mb)
+        return TS_ERR(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: training needs about %.0f MiB per rank and evaluating the "
+                      "largest validation volume of %s adds %.0f MiB (the volume and its class sums, held whole on every "
+                      "rank); raise the limit, or set eval.final = false and eval.every = 0",
+                      (long long)t->mem_limit_mb, t->mem_plan.total_mb - most, ts_dataset_path(t->eval_ds), most);
+    return 0;
+}
+
+/* the pipeline's cut: printed, and written to the run directory as pipeline.json */
+static int report_cut(trainer *t, const char *dir)
+{
+    const int P = t->grid->pp, U = ts_unet_units(t->model);
+    const char *cut, *sched;
+    char name[32], line[1024], path[1100];
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.pp_cut", &cut));
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
+    const int measured = !strcmp(cut, "auto");
+    FILE *f = NULL;
+    if (t->grid->rank == 0) {
+        snprintf(path, sizeof path, "%s/pipeline.json", dir);
+        f = fopen(path, "w");
+    }
+    int bad = t->grid->rank == 0 && !f;
+    TS_TRY(ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: cannot write the pipeline's cut", path) : 0));
+    if (f)
+        fprintf(f, "{\n  \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cut\": \"%s\",\n"
+                   "  \"bubble_formula\": %.6f,\n  \"stage\": [\n", P, t->micro, sched, measured ? "auto (timing pass)" : cut,
+                ts_pipe_bubble(P, t->micro));
+    double total = 0;
+    for (int u = 0; u < U; u++) total += t->unit_cost[u];
+    for (int k = 0; k < P; k++) {
+        size_t l = 0;
+        double c = 0;
+        for (int u = t->stage_first[k]; u < t->stage_first[k + 1]; u++) {
+            l += (size_t)snprintf(line + l, sizeof line - l, "%s%s", u > t->stage_first[k] ? "," : "",
+                                  ts_unet_unit_name(t->model, u, name, sizeof name));
+            c += t->unit_cost[u];
+        }
+        if (measured)
+            ts_run_say(&t->run, "pipeline stage %d: %s, estimated %.1f ms per micro-batch (forward + backward, %.0f%%)", k,
+                       line, c * 1e3, total > 0 ? 100 * c / total : 0);
+        else
+            ts_run_say(&t->run, "pipeline stage %d: %s (parallel.pp_cut)", k, line);
+        if (f && measured) fprintf(f, "    {\"units\": \"%s\", \"estimated_ms\": %.3f}%s\n", line, c * 1e3, k + 1 < P ? "," : "");
+        else if (f) fprintf(f, "    {\"units\": \"%s\", \"estimated_ms\": null}%s\n", line, k + 1 < P ? "," : "");
+    }
+    if (f) {
+        fprintf(f, "  ]\n}\n");
+        bad = fclose(f) != 0;
+    }
+    ts_run_say(&t->run, "pipeline: %d stages, %d micro-batches of %d per step, %s; ideal bubble (P-1)/(M+P-1) = %.3f", P,
+               t->micro, t->batch, sched, ts_pipe_bubble(P, t->micro));
+    return ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: write failed", path) : 0);
 }
 
 /* ---- setup ---- */
@@ -388,15 +529,13 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int64_t dp, pp, sp, v;
     const char *spdims;
     t->cfg = cfg;
+    t->rss0_mb = rss_now_mb();
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
     TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
     TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &t->mem_limit_mb));
-    if (pp > 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "parallel.pp = %lld: pipeline parallelism is not available yet in this version "
-                                    "(use parallel.pp = 1)", (long long)pp);
-    TS_CHECK(ts_grid_create(world, (int)dp, 1, (int)sp, &t->grid));
+    TS_CHECK(ts_grid_create(world, (int)dp, (int)pp, (int)sp, &t->grid));
     t->rank = t->grid->d;
     t->nranks = t->grid->dp;
     /* model config and the spatial split of its patch (checked before any work) */
@@ -407,14 +546,42 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     ts_coll_opts co;
     TS_CHECK(ts_coll_opts_from_config(cfg, &co));
     TS_CHECK(ts_coll_create(t->grid->stage_comm, &co, &t->coll));
-    if (t->grid->sp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
+    if (t->grid->sp > 1 || t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
     else t->rcoll = t->coll;
+    if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
+    else t->acoll = t->coll;
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
+    ts_pipe_kind kind = TS_PIPE_1F1B;
+    if (t->grid->pp > 1) { /* checked before any work */
+        const char *sched;
+        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
+        TS_CHECK(ts_config_get_str(cfg, "parallel.schedule", &sched));
+        TS_CHECK(ts_pipe_kind_parse(sched, &kind));
+        if (t->accum > 1)
+            TS_FAIL(TS_ERR_CONFIG, "train.accum = %d with parallel.pp = %d: a pipeline accumulates its micro-batches; "
+                    "set parallel.microbatches = %d instead", t->accum, t->grid->pp, t->accum);
+        if (kind == TS_PIPE_1F1B && v < t->grid->pp)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %lld < %d "
+                    "(use more micro-batches, or parallel.schedule = gpipe)", (long long)v, t->grid->pp);
+        t->micro = (int)v;
+        const int U = 4 * t->ucfg.levels - 1; /* the model's layer units (ts_unet_units) */
+        if (t->grid->pp > U)
+            TS_FAIL(TS_ERR_CONFIG, "parallel.pp = %d stages, but the model has only %d layer units to cut between (%d "
+                    "cut points; model.channels has %d levels): use parallel.pp <= %d", t->grid->pp, U, U - 1,
+                    t->ucfg.levels, U);
+    } else {
+        t->micro = t->accum;
+        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
+        if (v != 1) /* said once, on rank 0 (the run directory is not open yet) */
+            if (t->grid->rank == 0)
+                fprintf(stderr, "tessera train: note: parallel.microbatches = %lld has no effect without a pipeline "
+                                "(parallel.pp = 1); micro-batches are train.accum\n", (long long)v);
+    }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
     TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
@@ -422,18 +589,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
     ts_stepper_split_model(t->model, t->spatial);
-    {
-        ts_loader_opts lo0;
-        TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
-        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
-    }
-    TS_CHECK(ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2]));
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
         const char *path;
         ts_dataset_opts dso;
-        ts_loader_opts lo;
         double valf;
         TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_dataset_opts_from_config(cfg, &dso));
@@ -464,6 +624,26 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                     "train.deterministic: the global micro-batch (train.batch %d x %d replicas) is larger than the %lld "
                     "training samples of %s; every step would repeat samples within a batch",
                     t->batch, t->nranks, (long long)t->ntrn, path);
+    }
+    if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
+        const char *cut;
+        const ts_spatial_stats halo0 = *ts_spatial_get_stats(t->spatial); /* the pass's exchanges are not training's */
+        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
+        TS_CHECK(ts_pipeline_plan(t->model, t->grid->world, t->grid->pp, cut, t->batch, t->box, t->stage_first,
+                                  t->unit_cost));
+        ts_spatial_set_stats(t->spatial, &halo0);
+        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, kind, t->micro, &t->pipe));
+    }
+    {
+        ts_loader_opts lo0;
+        TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
+        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
+    }
+    /* data, part 2: the loader (on the stages that take data), or synthetic buffers */
+    if (t->have_data) {
+        const char *path;
+        ts_loader_opts lo;
+        TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
         lo.batch = t->batch;
         lo.seed = (uint64_t)seed;
@@ -475,9 +655,12 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
             memcpy(lo.sub_size, t->box, sizeof lo.sub_size);
             lo.group = ts_spatial_comm(t->spatial);
         }
-        lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
+        /* the stages that take data: the first (images) and the last (labels) */
+        if (!t->pipe || ts_pipeline_first(t->pipe) || ts_pipeline_last(t->pipe))
+            lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
         TS_CHECK(ts_err_agree(t->grid->world, lerr));
-        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->accum - 1) / ((int64_t)t->batch * t->nranks * t->accum);
+        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->micro - 1) / ((int64_t)t->batch * t->nranks * t->micro);
+        TS_CHECK(ts_err_agree(t->grid->world, check_eval_memory(t)));
     } else {
         const ts_unet_cfg *u = &t->ucfg;
         int64_t nv = t->box[0] * t->box[1] * t->box[2];
@@ -497,8 +680,8 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     t->opt.cfg.total_steps = t->total_steps;
     TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &base));
     TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &scaling));
-    int64_t global = (int64_t)t->batch * t->accum * t->nranks;
-    if (base == 0) base = (int64_t)t->batch * t->accum;
+    int64_t global = (int64_t)t->batch * t->micro * t->nranks;
+    if (base == 0) base = (int64_t)t->batch * t->micro;
     double base_lr = t->opt.cfg.lr;
     if (!strcmp(scaling, "linear")) t->opt.cfg.lr = base_lr * (double)global / (double)base;
     /* run directory */
@@ -523,8 +706,9 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                    t->sp_dims[0], t->sp_dims[1], t->sp_dims[2], (long long)t->box[0], (long long)t->box[1],
                    (long long)t->box[2], dir);
     ts_run_say(&t->run, "memory plan per rank: about %.0f MiB (activations and gradients %.0f, parameters and optimizer "
-               "%.0f, data %.0f, scratch %.0f, process %.0f)%s", t->mem_plan.total_mb, t->mem_plan.activations_mb,
-               t->mem_plan.params_mb, t->mem_plan.data_mb, t->mem_plan.scratch_mb, t->mem_plan.process_mb,
+               "%.0f, data %.0f, halo buffers %.0f, scratch %.0f, evaluation %.0f, process at start %.0f)%s",
+               t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
+               t->mem_plan.halo_mb, t->mem_plan.scratch_mb, t->mem_plan.eval_mb, t->mem_plan.process_mb,
                t->mem_limit_mb > 0 ? " within run.mem_limit_mb" : "");
     {
         int coords[3];
@@ -532,9 +716,9 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         snprintf(path, sizeof path, "%s/grid.json", dir);
         TS_CHECK(ts_grid_write_layout(t->grid, path, t->sp_dims, coords, t->box_lo, t->box));
     }
-    ts_run_say(&t->run, "global batch %lld = train.batch %d x train.accum %d x dp %d; lr %.6g (train.lr %.6g, %s scaling "
+    ts_run_say(&t->run, "global batch %lld = train.batch %d x %d micro-batches x dp %d; lr %.6g (train.lr %.6g, %s scaling "
                "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
-               (long long)global, t->batch, t->accum, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
+               (long long)global, t->batch, t->micro, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
                (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, dir);
     if (t->have_data)
         ts_run_say(&t->run, "data: %lld training and %lld validation samples%s", (long long)t->ntrn, (long long)t->nval,
@@ -545,6 +729,12 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    if (t->pipe) {
+        TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
+        TS_CHECK(report_cut(t, dir));
+    }
+    /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
+    TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
     {
         const char *events;
         int timers;
@@ -565,12 +755,14 @@ static void teardown(trainer *t)
 {
     ts_run_close(&t->run);
     ts_stepper_destroy(&t->stepper);
+    ts_pipeline_destroy(&t->pipe);
     ts_perf_destroy(&t->perf);
     ts_loader_destroy(&t->loader);
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
+    if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
@@ -581,18 +773,77 @@ static void teardown(trainer *t)
 }
 
 /* ---- one optimizer step ---- */
+/* the pipeline's data: each micro-batch in order, on the first and last stages */
+static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
+{
+    return next_batch(ctx, img, lab);
+}
+
 static int train_step(trainer *t, double *loss_out)
 {
     double loss_sum = 0;
-    for (int a = 0; a < t->accum; a++) {
-        ts_tensor img, lab;
-        double loss;
-        TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
-        TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
-        loss_sum += loss;
+    if (t->pipe) {
+        /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
+        double loss = 0;
+        TS_TRY(ts_stepper_pipe_step(t->stepper, pipe_next, t, &loss));
+        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->pp_comm)); /* the last stage's */
+        loss_sum = loss * t->micro;
+    } else {
+        for (int a = 0; a < t->accum; a++) {
+            ts_tensor img, lab;
+            double loss;
+            TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
+            TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
+            loss_sum += loss;
+        }
     }
-    TS_TRY(ts_stepper_update(t->stepper, t->accum));
-    *loss_out = loss_sum / t->accum;
+    TS_TRY(ts_stepper_update(t->stepper, t->micro));
+    *loss_out = loss_sum / t->micro;
+    return 0;
+}
+
+/* perf.json's "pipeline": per stage (the largest over the stage's ranks)
+ * busy, span, idle and message time, the bubble fraction idle / span
+ * next to (P - 1) / (M + P - 1); appended to extra. Collective on world. */
+static int pipeline_perf(trainer *t, char *extra, size_t n)
+{
+    if (!t->pipe) return 0;
+    enum { NV = 5 };
+    const int P = t->grid->pp;
+    const ts_pipeline_stats *ps = ts_pipeline_get_stats(t->pipe);
+    double *v = TS_CALLOC((size_t)P * NV, sizeof *v);
+    if (!v) return TS_ERR(TS_ERR_NOMEM, "pipeline figures");
+    const int s = t->grid->p;
+    v[s * NV + 0] = ps->busy_s;
+    v[s * NV + 1] = ps->span_s;
+    v[s * NV + 2] = ps->p2p_s;
+    v[s * NV + 3] = ps->wait_s;
+    v[s * NV + 4] = ps->bytes;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, P * NV, MPI_DOUBLE, MPI_MAX, t->grid->world);
+    if (rc != MPI_SUCCESS) {
+        free(v);
+        return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce (pipeline figures)");
+    }
+    const char *sched;
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
+    size_t l = strlen(extra);
+    l += (size_t)snprintf(extra + l, n - l,
+                          ",\n  \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
+                          "\"bubble_formula\": %.6f, \"stage\": [", P, t->micro, sched, ts_pipe_bubble(P, t->micro));
+    char units[512], name[32];
+    for (int k = 0; k < P && l < n; k++) {
+        size_t u = 0;
+        for (int x = t->stage_first[k]; x < t->stage_first[k + 1]; x++)
+            u += (size_t)snprintf(units + u, sizeof units - u, "%s%s", x > t->stage_first[k] ? "," : "",
+                                  ts_unet_unit_name(t->model, x, name, sizeof name));
+        const double *w = v + k * NV, idle = w[1] - w[0] > 0 ? w[1] - w[0] : 0;
+        l += (size_t)snprintf(extra + l, n - l,
+                              "%s\n    {\"units\": \"%s\", \"busy_s\": %.6f, \"span_s\": %.6f, \"idle_s\": %.6f, "
+                              "\"p2p_s\": %.6f, \"wait_s\": %.6f, \"bubble\": %.4f, \"bytes_sent\": %.0f}",
+                              k ? "," : "", units, w[0], w[1], idle, w[2], w[3], w[1] > 0 ? idle / w[1] : 0, w[4]);
+    }
+    if (l < n) snprintf(extra + l, n - l, "]}");
+    free(v);
     return 0;
 }
 
@@ -615,12 +866,12 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     t.run.first_step = t.step;
     t.run.total_steps = t.total_steps;
     TS_CHECK(ts_err_agree(t.grid->world, ts_run_record_launch(&t.run, t.step, t.total_steps)));
-    const int64_t per_step = (int64_t)t.batch * t.accum * t.nranks;
+    const int64_t per_step = (int64_t)t.batch * t.micro * t.nranks;
     double t_window = ts_time_now(), loss_window = 0;
     int64_t steps_window = 0, first = t.step;
     double t_train0 = ts_time_now(), train_s = 0;
     while (t.step < t.total_steps) {
-        double ts0 = ts_time_now(), loss;
+        double ts0 = ts_time_now(), loss = 0;
         ts_perf_begin(t.perf, TS_PH_STEP);
         err = train_step(&t, &loss);
         ts_perf_end(t.perf, TS_PH_STEP);
@@ -631,6 +882,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             const ts_spatial_stats zero = {0};
             ts_perf_reset(t.perf);
             ts_spatial_set_stats(t.spatial, &zero);
+            if (t.pipe) t.pp0 = *ts_pipeline_get_stats(t.pipe);
             t.step_s = 0;
             first = t.step;
             warmup = 0;
@@ -681,12 +933,17 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         double slow = t.step_s, sps = 0;
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
         if (slow > 0) sps = (double)(steps * per_step) / slow;
-        char extra[2048];
+        char extra[8192];
         /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
         const ts_spatial_stats *hs = ts_spatial_get_stats(t.spatial);
         ts_perf_add(t.perf, TS_PH_HALO_EXPOSED, hs->exposed_s);
         ts_perf_add(t.perf, TS_PH_HALO_HIDDEN, hs->hidden_s);
         ts_perf_add(t.perf, TS_PH_SPATIAL_SUMS, hs->sum_s);
+        if (t.pipe) { /* pipeline stages: the stage's idle wait and its messages */
+            const ts_pipeline_stats *ps = ts_pipeline_get_stats(t.pipe);
+            ts_perf_add(t.perf, TS_PH_PP_WAIT, ps->wait_s - t.pp0.wait_s);
+            ts_perf_add(t.perf, TS_PH_PP_P2P, ps->p2p_s - t.pp0.p2p_s);
+        }
         double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t.grid->world));
         const double hidden = ts_perf_seconds(t.perf, TS_PH_COMM_TOTAL) - ts_perf_seconds(t.perf, TS_PH_COMM_EXPOSED);
@@ -704,21 +961,23 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
                        "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
-        /* derived figures: the model's FLOPs for this rank's box, bytes the collectives move */
+        /* derived figures: the model's FLOPs for this rank's box (a stage's share with pp > 1, taken as 1/pp),
+         * bytes the collectives move */
         ts_run_derived dv;
         memset(&dv, 0, sizeof dv);
         ts_unet_cost uc;
         int split[3] = {t.sp_dims[0] > 1, t.sp_dims[1] > 1, t.sp_dims[2] > 1};
-        if (ts_unet_cost_of(&t.ucfg, t.batch * t.accum, t.box, split, &uc) == 0) {
-            dv.flops_forward = uc.flops_forward;
-            dv.flops_backward = uc.flops_backward;
+        if (ts_unet_cost_of(&t.ucfg, t.batch * t.micro, t.box, split, &uc) == 0) {
+            dv.flops_forward = uc.flops_forward / t.grid->pp;
+            dv.flops_backward = uc.flops_backward / t.grid->pp;
             dv.spatial_sums = t.grid->sp > 1 ? uc.norms * 2 : 0;
         } else {
             ts_err_clear();
         }
-        dv.grad_bytes = (double)t.arena->nparam * sizeof(float);
+        dv.grad_bytes = (double)t.arena->nparam * sizeof(float) / t.grid->pp;
         dv.grad_ranks = ts_coll_size(t.coll);
         dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
+        TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
         TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.perf, steps, sps, &dv, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);

@@ -32,14 +32,21 @@ typedef struct ts_mem_plan {
     double params_mb;      /* parameter arena: values, gradients, optimizer state, buffers */
     double data_mb;        /* batch slots and reading scratch */
     double scratch_mb;     /* kernel scratch (an allowance) */
-    double process_mb;     /* what the process holds already (libraries, MPI, HDF5) */
+    double halo_mb;        /* the halo exchange's send and receive buffers */
+    double eval_mb;        /* a whole validation volume and its class sums (added when evaluation is on) */
+    double process_mb;     /* what the process held before the model (libraries, MPI, HDF5) */
     double total_mb;
 } ts_mem_plan;
 
-/* Local. The plan for m (its split set) with batches of `batch` boxes of
- * box voxels and `channels` image channels, prefetch batches ahead. */
-int ts_train_memory_plan(ts_unet *m, const ts_unet_cfg *u, int batch, int channels, int prefetch, const int64_t box[3],
-                         ts_mem_plan *mp);
+/* Local. The plan for m with the given split (NULL: none; the model's own
+ * buffers are untouched) and batches of `batch` boxes of box voxels with
+ * `channels` image channels, prefetch batches ahead, sp_dims the spatial
+ * grid (NULL: none); process_mb what the process held before (the
+ * baseline, e.g. ts_train_rss_mb() at start). eval_mb is left 0. */
+int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double process_mb, ts_mem_plan *mp);
+/* Local. Resident memory of this process now, MiB. */
+double ts_train_rss_mb(void);
 /* Local. Peak resident memory of this process so far, MiB. */
 double ts_train_peak_rss_mb(void);
 

@@ -93,6 +93,7 @@ static void test_plan(void)
     for (int d = 0; d < 3; d++) j.u.patch[d] = 32;
     j.nstate = 1;
     j.global_batch = 4;
+    j.micro_batch = 1;
     ts_plan_calib c;
     calib(&c);
     ts_plan_machine m;
@@ -163,8 +164,12 @@ static void test_plan(void)
     j.global_batch = 4;
     ts_plan_layout lp;
     ts_plan_predict(&j, &c, &m, 1, 2, 1, &lp);
-    ts_ok(lp.feasible && !lp.runnable && lp.micro == 4 && near(lp.bubble_s, (lp.compute_s - lp.opt_s) / 5, 1e-9),
-          "pp = 2, 4 micro-batches: bubble = 1/4 of a stage's work (%.4f s), marked not yet trainable", lp.bubble_s);
+    ts_ok(lp.feasible && lp.runnable && lp.micro == 4 && near(lp.bubble_s, (lp.compute_s - lp.opt_s) / 5, 1e-9),
+          "pp = 2, 4 micro-batches of 1 sample: bubble = 1/4 of a stage's work (%.4f s)", lp.bubble_s);
+    j.micro_batch = 3;
+    ts_plan_predict(&j, &c, &m, 1, 2, 1, &lp);
+    ts_ok(!lp.feasible && strstr(lp.why, "micro-batches of 3"), "4 samples in micro-batches of 3: infeasible (%s)", lp.why);
+    j.micro_batch = 1;
     /* spatial: a split patch, halo and sums counted */
     ts_plan_layout ls;
     ts_plan_predict(&j, &c, &m, 1, 1, 2, &ls);

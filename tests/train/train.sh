@@ -138,8 +138,6 @@ ts_fails_on_all "parallel.dp not dividing the ranks" "but the job has 2 ranks" 2
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/e1" parallel.dp=3
 ts_fails_on_all "deterministic with a batch larger than the dataset" "larger than the 4 training samples" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/e2" train.batch=3
-ts_fails_on_all "pipeline parallelism is not available yet" "not available yet" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/e3" parallel.pp=2
 ts_fails_on_all "unknown key" "unknown key 'train.stepz'" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" train.stepz=3
 ts_finish
