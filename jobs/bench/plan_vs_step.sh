@@ -1,7 +1,7 @@
 #!/bin/bash
 # `tessera plan` against `tessera bench step` on this machine (issue [7]
 # acceptance 4: within 25% at 1, 2 and 4 ranks, data parallel, 1 thread per
-# rank; spatial sp = 2 and 4 as well). Calibrates first: the collectives'
+# rank; spatial sp = 2 and 4 and pipeline pp = 2 with 4 micro-batches as well). Calibrates first: the collectives'
 # alpha-beta fits (`bench coll --tune` at 2 and 4 ranks) and the layer rates
 # (`bench step --calibrate` on one rank, in each round: the machine drifts);
 # then per round measures bench step at every rank count and asks plan for
@@ -17,12 +17,15 @@ shift $(( $# >= 3 ? 3 : $# )) || true
 steps=${STEPS:-3}
 warmup=${WARMUP:-1}
 sp=${SP:-2,4}
+pp=${PP:-2}
+micro=${MICRO:-4}
 tmp=${KEEP:-$(mktemp -d)}
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
 export OMP_NUM_THREADS=1
 IFS=, read -r -a rl <<<"$ranks"
 IFS=, read -r -a sl <<<"$sp"
+IFS=, read -r -a pl <<<"$pp"
 for r in "${rl[@]}"; do
     [ "$r" -gt 1 ] && mpiexec.mpich -n "$r" "$tessera" bench coll --tune "$tmp/tuning.json" --max-bytes 64M --repeat 3 \
         --time-ms 20 >"$tmp/coll.$r.txt"
@@ -43,14 +46,22 @@ for k in $(seq 1 "$rounds"); do
         "$tessera" plan "$cfg" "$@" --nodes 1 --ranks-per-node "$s" --layout "1,1,$s" --global-batch "${batch:-2}" \
             --calib "$tmp/calib.$k.json" --tuning "$tmp/tuning.json" --json "$tmp/psp$s.$k.json" >"$tmp/psp$s.$k.txt"
     done
+    for q in "${pl[@]}"; do
+        [ -z "$q" ] && continue
+        mpiexec.mpich -n "$q" "$tessera" bench step "$cfg" parallel.pp="$q" parallel.microbatches="$micro" --steps "$steps" \
+            --warmup "$warmup" --json "$tmp/pp$q.$k.json" "$@" >/dev/null
+        "$tessera" plan "$cfg" "$@" --nodes 1 --ranks-per-node "$q" --layout "1,$q,1" --global-batch $(( ${batch:-2} * micro )) \
+            --calib "$tmp/calib.$k.json" --tuning "$tmp/tuning.json" --json "$tmp/ppp$q.$k.json" >"$tmp/ppp$q.$k.txt"
+    done
     echo "round $k done" >&2
 done
-/usr/bin/python3 - "$tmp" "$rounds" "$ranks" "$sp" <<'PY'
+/usr/bin/python3 - "$tmp" "$rounds" "$ranks" "$sp" "$pp" <<'PY'
 import json, statistics, sys
 d, rounds = sys.argv[1], int(sys.argv[2])
 rl = [int(x) for x in sys.argv[3].split(",") if x]
 sl = [int(x) for x in sys.argv[4].split(",") if x]
-rows = [("dp", r) for r in rl] + [("sp", s) for s in sl]
+pl = [int(x) for x in sys.argv[5].split(",") if x]
+rows = [("dp", r) for r in rl] + [("sp", s) for s in sl] + [("pp", q) for q in pl]
 print("| layout | ranks | round | bench step ms | plan ms | plan / measured | plan's bottleneck |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
 worst = {}
