@@ -3,6 +3,7 @@
 #include "src/train/step.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
+#include "src/train/run.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ struct ts_stepper {
     ts_pipeline *pipe;    /* NULL: no pipeline */
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
+    ts_perf *perf; /* may be NULL */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -171,20 +173,28 @@ int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double
     /* the stage's own compute; its idle time is in the pipeline's figures */
     s->t.forward += ps->forward_s - f0;
     s->t.backward += ps->backward_s - b0;
+    ts_perf_add(s->perf, TS_PH_FORWARD, ps->forward_s - f0); /* time only: units interleave with messages */
+    ts_perf_add(s->perf, TS_PH_BACKWARD, ps->backward_s - b0);
     return 0;
 }
 
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss)
 {
     if (first) ts_arena_zero_grad(s->arena);
+    ts_perf_begin(s->perf, TS_PH_FORWARD);
     double t0 = ts_time_now();
-    TS_TRY(ts_unet_forward(s->model, image, 1));
-    TS_TRY(ts_unet_loss(s->model, label, 1, loss));
+    int err = ts_unet_forward(s->model, image, 1);
+    if (!err) err = ts_unet_loss(s->model, label, 1, loss);
     double t1 = ts_time_now();
+    ts_perf_end(s->perf, TS_PH_FORWARD);
+    TS_TRY(err);
     s->t.forward += t1 - t0;
     if (last) begin_buckets(s); /* buckets go out as backward finishes them */
     ts_unet_set_grad_hook(s->model, last ? grad_ready : NULL, s);
-    TS_TRY(ts_unet_backward(s->model));
+    ts_perf_begin(s->perf, TS_PH_BACKWARD);
+    err = ts_unet_backward(s->model);
+    ts_perf_end(s->perf, TS_PH_BACKWARD);
+    TS_TRY(err);
     TS_TRY(s->hook_err);
     s->t.backward += ts_time_now() - t1;
     return 0;
@@ -193,23 +203,34 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
 int ts_stepper_update(ts_stepper *s, int accum)
 {
     ts_dp_stats st = {0, 0, 0};
-    TS_TRY(ts_dp_finish(s->dp, &st));
+    ts_perf_begin(s->perf, TS_PH_COMM_EXPOSED);
+    int err = ts_dp_finish(s->dp, &st);
+    ts_perf_end(s->perf, TS_PH_COMM_EXPOSED);
+    TS_TRY(err);
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
+    ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
         float f = 1.0f / (float)accum, *g = s->arena->grads;
         for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
+    ts_perf_begin(s->perf, TS_PH_OPTIM);
     double t = ts_time_now(), norm = -1;
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
         norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
-        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
+        int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
+        if (mrc != MPI_SUCCESS) {
+            ts_perf_end(s->perf, TS_PH_OPTIM);
+            return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Allreduce");
+        }
         norm = sqrt(norm);
     }
-    TS_TRY(ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL));
+    err = ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL);
     s->t.optimizer += ts_time_now() - t;
-    return 0;
+    ts_perf_end(s->perf, TS_PH_OPTIM);
+    return err;
 }
 
+void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }

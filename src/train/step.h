@@ -11,6 +11,7 @@
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/spatial.h"
+#include "src/core/perf.h"
 #include "src/train/pipeline.h"
 
 typedef struct ts_stepper ts_stepper;
@@ -52,6 +53,11 @@ int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double
  * divides by accum micro-batches, steps the optimizer (over the stage's
  * parameters with a pipeline). */
 int ts_stepper_update(ts_stepper *s, int accum);
+/* Local. Phases of every later step also go to p (may be NULL; borrowed):
+ * forward, backward, comm_exposed and optimizer bracketed on the calling
+ * thread (TS_PH_* of src/train/run.h), comm_total added from the progress
+ * thread's figures. */
+void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
 /* Local. Accumulated phase times; number of buckets. */
 const ts_step_times *ts_stepper_times(const ts_stepper *s);
 int ts_stepper_buckets(const ts_stepper *s);

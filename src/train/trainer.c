@@ -10,9 +10,12 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "src/core/error.h"
+#include "src/core/launch.h"
 #include "src/core/log.h"
+#include "src/core/perf.h"
 #include "src/core/rng.h"
 #include "src/core/timer.h"
+#include "src/model/cost.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
@@ -56,6 +59,11 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
     {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
+    {"perf.papi_events", TS_CFG_STRING, "auto", NULL,
+     "counters per phase: comma list of PAPI events and perf::TASK-CLOCK, perf::PAGE-FAULTS, perf::CONTEXT-SWITCHES; "
+     "auto, or none"},
+    {"perf.timers", TS_CFG_BOOL, "true", NULL, "per-phase timers and counters (false: off, to measure their cost)"},
+    {"perf.warmup_steps", TS_CFG_INT, "0", "0:", "first steps of this start left out of perf.json (warm-up)"},
     {NULL, 0, NULL, NULL, NULL},
 };
 
@@ -88,7 +96,9 @@ typedef struct trainer {
     /* synthetic data when data.path is unset */
     float *syn_img;
     uint8_t *syn_lab;
-    double phase[TS_PH_COUNT];
+    ts_perf *perf;      /* per-phase timers and counters (perf.json) */
+    double step_s;      /* wall time of the training steps, with or without perf.timers */
+    ts_pipeline_stats pp0; /* the pipeline's figures when perf.warmup_steps ended */
     ts_mem_plan mem_plan;
     double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
@@ -181,7 +191,7 @@ static int save_ckpt(trainer *t)
     char dir[1100], path[4096], *text = NULL;
     size_t tlen = 0;
     int64_t keep;
-    double t0 = ts_time_now();
+    ts_perf_begin(t->perf, TS_PH_CKPT);
     TS_CHECK(sync_buffers(t));
     TS_CHECK(gather_stages(t));
     TS_CHECK(ckpt_items(t, &it, &n));
@@ -204,7 +214,7 @@ static int save_ckpt(trainer *t)
     TS_CHECK(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path));
     ts_run_say(&t->run, "checkpoint: %s", path);
 cleanup:
-    t->phase[TS_PH_CKPT] += ts_time_now() - t0;
+    ts_perf_end(t->perf, TS_PH_CKPT);
     free(text);
     free(it);
     return err;
@@ -243,10 +253,11 @@ cleanup:
 /* ---- data ---- */
 static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
 {
-    double t0 = ts_time_now();
     if (t->have_data) {
         const ts_batch *b;
+        ts_perf_begin(t->perf, TS_PH_DATA);
         int rc = ts_loader_next(t->loader, &b);
+        ts_perf_end(t->perf, TS_PH_DATA);
         if (rc == 1) return TS_ERR(TS_ERR_INTERNAL, "training loader ended");
         if (rc) return rc;
         *img = b->image;
@@ -261,7 +272,6 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
         *img = ts_tensor_view(t->syn_img, TS_FLOAT32, 5, si);
         *lab = ts_tensor_view(t->syn_lab, TS_UINT8, 4, sl);
     }
-    t->phase[TS_PH_DATA] += ts_time_now() - t0;
     return 0;
 }
 
@@ -278,8 +288,9 @@ static int evaluate(trainer *t, double *dice_out)
     int64_t *tp = calloc((size_t)K * 3, sizeof *tp), *fp = tp + K, *fn = tp + 2 * K, maxv;
     float *img = NULL;
     uint8_t *lab = NULL, *pred = NULL;
-    double t0 = ts_time_now(), overlap;
+    double overlap;
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
+    ts_perf_begin(t->perf, TS_PH_EVAL);
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
     const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
@@ -316,7 +327,7 @@ static int evaluate(trainer *t, double *dice_out)
     for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
 cleanup:
     ts_spatial_set_stats(t->spatial, &halo_before);
-    t->phase[TS_PH_EVAL] += ts_time_now() - t0;
+    ts_perf_end(t->perf, TS_PH_EVAL);
     free(tp);
     free(img);
     free(lab);
@@ -724,6 +735,17 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     }
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
+    {
+        const char *events;
+        int timers;
+        char line[2048];
+        TS_CHECK(ts_config_get_str(cfg, "perf.papi_events", &events));
+        TS_CHECK(ts_config_get_bool(cfg, "perf.timers", &timers));
+        TS_CHECK(ts_perf_create(t->grid->world, TS_PH_COUNT, ts_phase_names, events, timers, &t->perf));
+        ts_stepper_set_perf(t->stepper, t->perf);
+        ts_perf_describe(t->perf, line, sizeof line);
+        ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, dir);
+    }
     TS_CHECK(resume(t));
 cleanup:
     return err;
@@ -734,6 +756,7 @@ static void teardown(trainer *t)
     ts_run_close(&t->run);
     ts_stepper_destroy(&t->stepper);
     ts_pipeline_destroy(&t->pipe);
+    ts_perf_destroy(&t->perf);
     ts_loader_destroy(&t->loader);
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
@@ -759,8 +782,6 @@ static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
 static int train_step(trainer *t, double *loss_out)
 {
     double loss_sum = 0;
-    const ts_step_times *st = ts_stepper_times(t->stepper);
-    double f0 = st->forward, b0 = st->backward, e0 = st->comm_exposed, c0 = st->comm_total, o0 = st->optimizer;
     if (t->pipe) {
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
@@ -777,11 +798,6 @@ static int train_step(trainer *t, double *loss_out)
         }
     }
     TS_TRY(ts_stepper_update(t->stepper, t->micro));
-    t->phase[TS_PH_FORWARD] += st->forward - f0;
-    t->phase[TS_PH_BACKWARD] += st->backward - b0;
-    t->phase[TS_PH_COMM_EXPOSED] += st->comm_exposed - e0;
-    t->phase[TS_PH_COMM_TOTAL] += st->comm_total - c0;
-    t->phase[TS_PH_OPTIM] += st->optimizer - o0;
     *loss_out = loss_sum / t->micro;
     return 0;
 }
@@ -838,25 +854,39 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     memset(&t, 0, sizeof t);
     double *dice = NULL;
     TS_CHECK(setup(&t, cfg, world, name));
-    int64_t log_every, eval_every, ckpt_every;
+    int64_t log_every, eval_every, ckpt_every, warmup;
     int final_eval;
     TS_CHECK(ts_config_get_int(cfg, "train.log_every", &log_every));
     TS_CHECK(ts_config_get_int(cfg, "eval.every", &eval_every));
     TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &ckpt_every));
+    TS_CHECK(ts_config_get_int(cfg, "perf.warmup_steps", &warmup));
     TS_CHECK(ts_config_get_bool(cfg, "eval.final", &final_eval));
     dice = calloc((size_t)t.ucfg.classes, sizeof *dice);
     if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
     t.run.first_step = t.step;
     t.run.total_steps = t.total_steps;
+    TS_CHECK(ts_err_agree(t.grid->world, ts_run_record_launch(&t.run, t.step, t.total_steps)));
     const int64_t per_step = (int64_t)t.batch * t.micro * t.nranks;
     double t_window = ts_time_now(), loss_window = 0;
     int64_t steps_window = 0, first = t.step;
     double t_train0 = ts_time_now(), train_s = 0;
     while (t.step < t.total_steps) {
         double ts0 = ts_time_now(), loss = 0;
-        TS_CHECK(train_step(&t, &loss));
+        ts_perf_begin(t.perf, TS_PH_STEP);
+        err = train_step(&t, &loss);
+        ts_perf_end(t.perf, TS_PH_STEP);
+        TS_CHECK(err);
         t.step++;
-        t.phase[TS_PH_STEP] += ts_time_now() - ts0;
+        t.step_s += ts_time_now() - ts0;
+        if (warmup > 0 && t.step - first == warmup && t.step < t.total_steps) { /* perf.json from here on */
+            const ts_spatial_stats zero = {0};
+            ts_perf_reset(t.perf);
+            ts_spatial_set_stats(t.spatial, &zero);
+            if (t.pipe) t.pp0 = *ts_pipeline_get_stats(t.pipe);
+            t.step_s = 0;
+            first = t.step;
+            warmup = 0;
+        }
         /* the loss people see: the mean over replicas */
         double lsum = loss;
         TS_CHECK(ts_coll_allreduce(t.coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
@@ -888,6 +918,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         if (stop) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &stopping, 1, MPI_INT, MPI_MAX, t.grid->world));
         if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping) TS_CHECK(save_ckpt(&t));
         if (stopping && t.step < t.total_steps) {
+            TS_CHECK(ts_err_agree(t.grid->world, ts_run_mark_stopped(&t.run, t.step, t.total_steps)));
             ts_run_say(&t.run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
                        "again to continue", (long long)t.step, (long long)t.total_steps);
             TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "
@@ -898,16 +929,24 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     ts_run_progress(&t.run, t.step, 0, 0, 0);
     {
         int64_t steps = t.step - first;
-        double sps = t.phase[TS_PH_STEP] > 0 ? (double)(steps * per_step) / t.phase[TS_PH_STEP] * 1.0 : 0;
         /* samples/s of the slowest rank */
-        double slow = t.phase[TS_PH_STEP];
+        double slow = t.step_s, sps = 0;
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
         if (slow > 0) sps = (double)(steps * per_step) / slow;
         char extra[8192];
-        /* halo exchange and spatial sums (max over ranks), peak memory (max over ranks) */
+        /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
         const ts_spatial_stats *hs = ts_spatial_get_stats(t.spatial);
+        ts_perf_add(t.perf, TS_PH_HALO_EXPOSED, hs->exposed_s);
+        ts_perf_add(t.perf, TS_PH_HALO_HIDDEN, hs->hidden_s);
+        ts_perf_add(t.perf, TS_PH_SPATIAL_SUMS, hs->sum_s);
+        if (t.pipe) { /* pipeline stages: the stage's idle wait and its messages */
+            const ts_pipeline_stats *ps = ts_pipeline_get_stats(t.pipe);
+            ts_perf_add(t.perf, TS_PH_PP_WAIT, ps->wait_s - t.pp0.wait_s);
+            ts_perf_add(t.perf, TS_PH_PP_P2P, ps->p2p_s - t.pp0.p2p_s);
+        }
         double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t.grid->world));
+        const double hidden = ts_perf_seconds(t.perf, TS_PH_COMM_TOTAL) - ts_perf_seconds(t.perf, TS_PH_COMM_EXPOSED);
         snprintf(extra, sizeof extra,
                  "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
                  "\"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
@@ -915,18 +954,31 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                  "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
                  "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
                  (long long)per_step, t.nranks, ts_stepper_buckets(t.stepper), t.sync_bn ? "true" : "false",
-                 t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED] > 0
-                     ? t.phase[TS_PH_COMM_TOTAL] - t.phase[TS_PH_COMM_EXPOSED]
-                     : 0,
-                 t.grid->dp, t.grid->pp, t.grid->sp, t.sp_dims[0], t.sp_dims[1], t.sp_dims[2], (long long)t.box[0],
-                 (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
+                 hidden > 0 ? hidden : 0, t.grid->dp, t.grid->pp, t.grid->sp, t.sp_dims[0], t.sp_dims[1], t.sp_dims[2],
+                 (long long)t.box[0], (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
                  steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t.mem_plan.total_mb,
                  t.mem_plan.activations_mb, (long long)t.mem_limit_mb);
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
                        "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
+        /* derived figures: the model's FLOPs for this rank's box (a stage's share with pp > 1, taken as 1/pp),
+         * bytes the collectives move */
+        ts_run_derived dv;
+        memset(&dv, 0, sizeof dv);
+        ts_unet_cost uc;
+        int split[3] = {t.sp_dims[0] > 1, t.sp_dims[1] > 1, t.sp_dims[2] > 1};
+        if (ts_unet_cost_of(&t.ucfg, t.batch * t.micro, t.box, split, &uc) == 0) {
+            dv.flops_forward = uc.flops_forward / t.grid->pp;
+            dv.flops_backward = uc.flops_backward / t.grid->pp;
+            dv.spatial_sums = t.grid->sp > 1 ? uc.norms * 2 : 0;
+        } else {
+            ts_err_clear();
+        }
+        dv.grad_bytes = (double)t.arena->nparam * sizeof(float) / t.grid->pp;
+        dv.grad_ranks = ts_coll_size(t.coll);
+        dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
         TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
-        TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.phase, steps, sps, NULL, NULL, 0, extra));
+        TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.perf, steps, sps, &dv, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);
     }
