@@ -10,6 +10,7 @@
 #include "src/core/timer.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,12 @@ static void *watch(void *arg)
                     why = "a rank of this node died";
         if (why && me->depth > 0) {
             report(why, waited);
-            MPI_Abort(w.world, 1);
+            /* MPI_Abort can block behind the stuck wait (MPICH's lock), and a hung peer may ignore
+             * SIGTERM: the node's ranks are ended directly; the launcher then ends the rest of the job
+             * (or, without its clean-up, the other nodes' watchdogs do) */
+            for (int i = 0; i < w.nlocal; i++)
+                if (i != w.me && w.slots[i].pid > 0) kill(w.slots[i].pid, SIGKILL);
+            kill(getpid(), SIGKILL);
             _exit(1);
         }
     }
