@@ -61,7 +61,7 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
     {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
-    {"ckpt.every_minutes", TS_CFG_FLOAT, "0", "0:", "also checkpoint when this many minutes passed since the last one (0: off)"},
+    {"ckpt.every_minutes", TS_CFG_FLOAT, "30", "0:", "also checkpoint when this many minutes passed since the last one (0: off), so a lost rank costs at most that much"},
     {"fault.timeout", TS_CFG_FLOAT, "120", "1:", "watchdog deadline (s) for any single wait; a stuck rank ends the job with a report"},
     {"fault.max_bad_steps", TS_CFG_INT, "5", "1:", "steps in a row with a non-finite loss or gradient before the run stops"},
     {"perf.papi_events", TS_CFG_STRING, "auto", NULL,
