@@ -4,13 +4,17 @@
  * that gradients from offset lo on are final, every bucket inside [lo, n)
  * is queued on the collectives' progress thread (nonblocking allreduce,
  * average over the data-parallel group), so communication overlaps the rest
- * of backward. The optimizer waits only at ts_dp_finish. */
+ * of backward. The optimizer waits only at ts_dp_finish. Optionally the
+ * buckets are compressed (collectives/compress.h: bf16, fp16, top-k, sign,
+ * PowerSGD), still on the progress thread, with per-bucket state that lives
+ * as long as the ts_dp (docs/collectives.md). */
 #ifndef TS_PARALLEL_DP_H
 #define TS_PARALLEL_DP_H
 
 #include <stddef.h>
 
 #include "collectives/coll.h"
+#include "collectives/compress.h"
 
 typedef struct ts_dp ts_dp;
 
@@ -34,5 +38,39 @@ int ts_dp_ready(ts_dp *dp, size_t lo);
 int ts_dp_finish(ts_dp *dp, ts_dp_stats *st);
 /* Local. Number of buckets. */
 int ts_dp_buckets(const ts_dp *dp);
+
+/* ---- gradient compression ---- */
+typedef struct ts_dp_compress {
+    ts_compress_cfg cfg; /* TS_COMPRESS_NONE: plain float32 averages */
+    int64_t warmup;      /* the first steps of this ts_dp are reduced uncompressed (parallel.compress_warmup) */
+} ts_dp_compress;
+
+/* Local. Reads parallel.compress and parallel.compress_warmup (the keys are
+ * declared with the trainer's); a bad value is TS_ERR_CONFIG naming the key,
+ * where it was set and why, alike on every rank. */
+int ts_dp_compress_from_config(const ts_config *cfg, ts_dp_compress *out);
+/* Local. Compresses the buckets from the next step on (fresh state: zero
+ * residuals, PowerSGD's seeded Q); TS_COMPRESS_NONE switches it off. Every
+ * rank of the group must set the same. With a group of one rank nothing is
+ * sent and nothing is compressed. No step may be in flight. */
+int ts_dp_set_compress(ts_dp *dp, const ts_dp_compress *c);
+
+typedef struct ts_dp_compress_stats {
+    ts_dp_compress c;
+    int ranks;                  /* of the group */
+    int buckets, compressed;    /* buckets, and those sent compressed (the others are too small to gain) */
+    int64_t steps, compressed_steps; /* steps reduced since ts_dp_set_compress (or creation); compressed ones */
+    ts_compress_bytes step;     /* one compressed step, per rank (float32 figures without compression) */
+    ts_compress_bytes total;    /* summed over the steps, warm-up included */
+    double compress_s;          /* compressing and decompressing (progress thread) */
+} ts_dp_compress_stats;
+/* Local. */
+void ts_dp_compress_get(const ts_dp *dp, ts_dp_compress_stats *st);
+/* Local. One line for people: the mode, bytes per rank and step, the ratio. */
+void ts_dp_compress_describe(const ts_dp *dp, char *buf, size_t n);
+/* Collective on stages (the pipeline group; MPI_COMM_SELF without one):
+ * the perf.json member `"compress": {...}` into buf, the byte figures
+ * summed over the stages (each reduces its own parameters). */
+int ts_dp_compress_json(const ts_dp *dp, MPI_Comm stages, char *buf, size_t n);
 
 #endif

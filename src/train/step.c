@@ -28,6 +28,7 @@ struct ts_stepper {
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
     ts_perf *perf; /* may be NULL */
+    ts_dp_compress compress; /* gradient compression (parallel.compress), applied to every new dp */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -151,6 +152,7 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
     ts_dp_destroy(&s->dp);
     size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
     TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
+    TS_TRY(ts_dp_set_compress(s->dp, &s->compress));
     s->pipe = pl;
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
@@ -287,5 +289,13 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
     TS_MPI_TRY(MPI_Comm_dup(comm, &s->agree));
     return 0;
 }
+/* ---- gradient compression (parallel.compress): the work is in src/parallel/dp.c ---- */
+int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c)
+{
+    s->compress = *c;
+    return ts_dp_set_compress(s->dp, c);
+}
+const ts_dp *ts_stepper_dp(const ts_stepper *s) { return s->dp; }
+
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }

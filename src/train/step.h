@@ -71,6 +71,11 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
  * thread (TS_PH_* of src/train/run.h), comm_total added from the progress
  * thread's figures. */
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
+/* Local. Gradient compression of the buckets from the next step on
+ * (src/parallel/dp.h; kept across ts_stepper_set_pipeline). */
+int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c);
+/* Local. The bucket reducer (its compression figures). */
+const ts_dp *ts_stepper_dp(const ts_stepper *s);
 /* Local. Accumulated phase times; number of buckets. */
 const ts_step_times *ts_stepper_times(const ts_stepper *s);
 int ts_stepper_buckets(const ts_stepper *s);

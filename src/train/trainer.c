@@ -51,6 +51,9 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
+    /* gradient compression of the buckets: src/parallel/dp.c, collectives/compress.c */
+    {"parallel.compress", TS_CFG_STRING, "none", NULL, "gradient compression: none, bf16, fp16, topk:RATIO, sign or powersgd:RANK"},
+    {"parallel.compress_warmup", TS_CFG_INT, "0", "0:", "first steps of each start with uncompressed gradients (as 1-bit Adam's warm-up)"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
@@ -576,8 +579,10 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int err = 0, lerr = 0;
     int64_t dp, pp, sp, v;
     const char *spdims;
+    ts_dp_compress compress; /* parallel.compress: checked first, applied to the stepper below */
     t->cfg = cfg;
     t->rss0_mb = rss_now_mb();
+    TS_CHECK(ts_dp_compress_from_config(cfg, &compress));
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
@@ -783,6 +788,12 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, dir));
+    }
+    if (compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
+        char line[1024];
+        TS_CHECK(ts_stepper_set_compress(t->stepper, &compress));
+        ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
+        ts_run_say(&t->run, "%s", line);
     }
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
@@ -1090,6 +1101,13 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         dv.grad_ranks = ts_coll_size(t.coll);
         dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
         TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
+        { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
+            size_t l = strlen(extra);
+            if (l + 1024 < sizeof extra) {
+                strcat(extra, ",\n  ");
+                TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t.stepper), t.grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
+            }
+        }
         TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.perf, steps, sps, &dv, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);
