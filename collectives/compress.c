@@ -6,7 +6,8 @@
  *   bf16/fp16  2(p-1)α + 2(p-1)/p·2n·β + nγ           (2× fewer bytes)
  *   topk:R     (p-1)α + (p-1)·8k·β + (n + pk)γ, k = ⌈Rn⌉ (payload 4n/8k;
  *              the allgather's bytes grow with p)
- *   sign       2(p-1)α + 2(p-1)·(n/8p + 64)·β + 4nγ   (~32× fewer bytes)
+ *   sign       2(p-1)α + 2(p-1)·(n/8p + n/64p)·β + 4nγ (1 bit and a
+ *              float32 scale per 256 elements: ~28× fewer bytes)
  *   powersgd:r 4(p-1)α + 2(p-1)/p·4(m+c)r·β + 6nrγ   (M is m × c, m·c ≥ n)
  * References: Seide et al. 2014 and Karimireddy et al. 2019 (error
  * feedback); Tang et al. 2021 (1-bit Adam's compressed allreduce: worker and
@@ -27,7 +28,6 @@
 #include <string.h>
 
 #define SIGN_UNIT 512 /* sign chunks are whole multiples of 512 elements: 64 bytes of bits */
-#define SIGN_HDR 64   /* bytes before a chunk's bits: its scale, padded to a cache line */
 #define TOPK_HIST 65536
 
 typedef struct seg {
@@ -37,7 +37,8 @@ typedef struct seg {
     int plain;     /* sent as float32 (compression would not be smaller) */
     float *e;      /* worker residual, n floats (NULL: no feedback) */
     size_t k, kpad; /* topk: elements sent, and the block's padded length (multiple of 8) */
-    size_t chunk, blk; /* sign: elements per chunk, bytes per chunk message */
+    size_t chunk, blk, hdr; /* sign: elements per chunk, bytes per chunk message, bytes of its scales */
+    size_t group;  /* sign: elements per scale */
     float *es;     /* sign: server residual of this rank's chunk */
     size_t rows, cols; /* powersgd: the matrix */
     int r;
@@ -177,7 +178,9 @@ static size_t plan_segment(ts_compressor *z, seg *s)
         size_t c = (n + p - 1) / p;
         c = (c + SIGN_UNIT - 1) / SIGN_UNIT * SIGN_UNIT;
         s->chunk = c;
-        s->blk = SIGN_HDR + c / 8;
+        s->group = z->cfg.group ? (size_t)z->cfg.group : TS_COMPRESS_SIGN_GROUP;
+        s->hdr = ((c + s->group - 1) / s->group * sizeof(float) + 63) / 64 * 64; /* scales, whole cache lines */
+        s->blk = s->hdr + c / 8;
         if (p * s->blk >= 4 * n) {
             s->plain = 1;
             return 0;
@@ -423,20 +426,6 @@ static int run_topk(ts_compressor *z, ts_chan *ch, seg *s, float *x)
 
 /* ---- sign (1-bit, compressed allreduce with worker and server residuals) ---- */
 
-/* packs the signs of y[0..len) and scale s into a chunk message b (blk bytes);
- * r (may be NULL) gets y - s·sign(y) */
-static void sign_pack(unsigned char *b, size_t blk, const float *y, size_t len, float s, float *r)
-{
-    memset(b, 0, blk);
-    memcpy(b, &s, sizeof s);
-    unsigned char *bits = b + SIGN_HDR;
-    for (size_t i = 0; i < len; i++) {
-        const int pos = y[i] >= 0.0f;
-        bits[i >> 3] |= (unsigned char)(pos << (i & 7));
-        if (r) r[i] = y[i] - (pos ? s : -s);
-    }
-}
-
 static float mean_abs(const float *y, size_t len, int ok)
 {
     if (!ok) return NAN;
@@ -444,6 +433,33 @@ static float mean_abs(const float *y, size_t len, int ok)
     double a = 0;
     for (size_t i = 0; i < len; i++) a += fabsf(y[i]);
     return (float)(a / (double)len);
+}
+
+/* packs y[0..len) into a chunk message b of segment s: per group of
+ * s->group elements its scale mean |y| (NaN when !ok), then one bit per
+ * element (1: y >= 0); r (may be NULL) gets y - decompressed */
+static void sign_pack(const seg *s, unsigned char *b, const float *y, size_t len, int ok, float *r)
+{
+    memset(b, 0, s->blk);
+    float *sc = (float *)b;
+    unsigned char *bits = b + s->hdr;
+    for (size_t g0 = 0, gi = 0; g0 < len; g0 += s->group, gi++) {
+        const size_t g1 = g0 + s->group < len ? g0 + s->group : len;
+        const float a = mean_abs(y + g0, g1 - g0, ok);
+        sc[gi] = a;
+        for (size_t i = g0; i < g1; i++) {
+            const int pos = y[i] >= 0.0f;
+            bits[i >> 3] |= (unsigned char)(pos << (i & 7));
+            if (r) r[i] = y[i] - (pos ? a : -a);
+        }
+    }
+}
+
+/* element i of a chunk message */
+static inline float sign_value(const seg *s, const unsigned char *b, size_t i)
+{
+    const float a = ((const float *)b)[i / s->group];
+    return (b[s->hdr + (i >> 3)] >> (i & 7)) & 1 ? a : -a;
 }
 
 static void chunk_range(const seg *s, int j, size_t *lo, size_t *len)
@@ -486,7 +502,7 @@ static int run_sign(ts_compressor *z, ts_chan *ch, seg *s, float *x)
     for (int j = 0; j < p; j++) {
         size_t lo, len;
         chunk_range(s, j, &lo, &len);
-        sign_pack(A + (size_t)j * blk, blk, x + lo, len, mean_abs(x + lo, len, ok), s->e && ok ? s->e + lo : NULL);
+        sign_pack(s, A + (size_t)j * blk, x + lo, len, ok, s->e && ok ? s->e + lo : NULL);
     }
     z->compute_s += ts_time_now() - t0;
     TS_TRY(alltoall(z, ch, A, B, blk));
@@ -497,25 +513,21 @@ static int run_sign(ts_compressor *z, ts_chan *ch, seg *s, float *x)
     float *y = x + lo; /* this chunk of x was packed already: reuse it */
     memset(y, 0, len * sizeof *y);
     for (int q = 0; q < p; q++) {
-        const unsigned char *b = B + (size_t)q * blk, *bits = b + SIGN_HDR;
-        float sq;
-        memcpy(&sq, b, sizeof sq);
-        for (size_t i = 0; i < len; i++) y[i] += (bits[i >> 3] >> (i & 7)) & 1 ? sq : -sq;
+        const unsigned char *b = B + (size_t)q * blk;
+        for (size_t i = 0; i < len; i++) y[i] += sign_value(s, b, i);
     }
     for (size_t i = 0; i < len; i++) y[i] /= (float)p;
     const int ok2 = add_residual(y, s->es, len);
     if (!ok2 && s->es) memset(s->es, 0, s->chunk * sizeof *s->es);
-    sign_pack(A + (size_t)z->me * blk, blk, y, len, mean_abs(y, len, ok2), ok2 ? s->es : NULL);
+    sign_pack(s, A + (size_t)z->me * blk, y, len, ok2, ok2 ? s->es : NULL);
     z->compute_s += ts_time_now() - t0;
     TS_TRY(chan_run(z, ch, TS_COLL_ALLGATHER, A, (size_t)p * blk / 4, TS_INT32, TS_OP_SUM));
     /* every chunk, decompressed */
     t0 = ts_time_now();
     for (int q = 0; q < p; q++) {
-        const unsigned char *b = A + (size_t)q * blk, *bits = b + SIGN_HDR;
-        float sq;
-        memcpy(&sq, b, sizeof sq);
+        const unsigned char *b = A + (size_t)q * blk;
         chunk_range(s, q, &lo, &len);
-        for (size_t i = 0; i < len; i++) x[lo + i] = (bits[i >> 3] >> (i & 7)) & 1 ? sq : -sq;
+        for (size_t i = 0; i < len; i++) x[lo + i] = sign_value(s, b, i);
     }
     z->compute_s += ts_time_now() - t0;
     return 0;

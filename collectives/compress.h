@@ -16,9 +16,10 @@
  *   topk:R    error feedback; this rank's k = ceil(R n) largest |x| as
  *             (uint32 index, float32 value) pairs, allgathered, summed, / p
  *   sign      error feedback on both sides (1-bit Adam's compressed
- *             allreduce): signs and one scale (mean |x|) per p-th chunk,
- *             all-to-all, each rank averages its chunk and compresses it
- *             again (its own residual), allgather
+ *             allreduce): signs and one scale (mean |x|) per group of 256
+ *             elements of each p-th chunk, all-to-all, each rank averages
+ *             its chunk and compresses it again (its own residual),
+ *             allgather
  *   powersgd:R error feedback; the segment as an m x c matrix M (m =
  *             ceil(sqrt n)): P = M Q, allreduce P, orthogonalise P,
  *             Q = M^T P, allreduce Q, result P Q^T; Q warm-starts the next
@@ -52,7 +53,11 @@ typedef struct ts_compress_cfg {
     int rank;      /* powersgd: the rank r, 1 <= r <= 1024 */
     int feedback;  /* error feedback for topk, sign, powersgd: 1 (what ts_compress_parse sets) or 0 */
     uint64_t seed; /* powersgd: seed of the initial Q (must be the same on every rank) */
+    int group;     /* sign: elements per scale (0: TS_COMPRESS_SIGN_GROUP) */
 } ts_compress_cfg;
+
+/* sign: one scale (mean |x|) per this many elements by default */
+#define TS_COMPRESS_SIGN_GROUP 256
 
 /* Local. Parses "none", "bf16", "fp16", "topk:RATIO", "sign",
  * "powersgd:RANK" into *out (feedback on, seed 0). Returns 0, or
