@@ -48,6 +48,7 @@ typedef struct seg {
 
 struct ts_compressor {
     ts_coll *coll;
+    ts_coll *inner; /* averaged over exactly first (ts_compressor_set_inner); NULL: none */
     ts_compress_cfg cfg;
     int p, me, nseg;
     seg *s;
@@ -288,6 +289,8 @@ void ts_compressor_destroy(ts_compressor **zp)
     free(z);
     *zp = NULL;
 }
+
+void ts_compressor_set_inner(ts_compressor *z, ts_coll *inner) { z->inner = inner; }
 
 void ts_compressor_reset(ts_compressor *z)
 {
@@ -626,6 +629,13 @@ static int run_powersgd(ts_compressor *z, ts_chan *ch, seg *s, float *x)
 
 static int run_segment(ts_compressor *z, ts_chan *ch, seg *s, float *x)
 {
+    if (z->inner && ts_coll_size(z->inner) > 1) { /* the exact level first (float32, on inner's own channel) */
+        ts_coll_args a = {.kind = TS_COLL_ALLREDUCE, .recvbuf = x, .count = s->n, .dt = TS_FLOAT32, .op = TS_OP_AVG};
+        double t = ts_time_now();
+        int rc = ts_coll_dispatch(z->inner, &z->inner->main, &a, -1);
+        z->comm_s += ts_time_now() - t;
+        TS_TRY(rc);
+    }
     if (s->plain) return chan_run(z, ch, TS_COLL_ALLREDUCE, x, s->n, TS_FLOAT32, TS_OP_AVG);
     switch (z->cfg.kind) {
     case TS_COMPRESS_BF16:
@@ -671,9 +681,11 @@ int ts_compress_iallreduce(ts_compressor *z, int i, float *buf, ts_coll_req **re
 static void seg_bytes(const ts_compressor *z, const seg *s, ts_compress_bytes *b)
 {
     const double n = (double)s->n, p = z->p, ring = 2.0 * (p - 1) / p;
+    const double q = z->inner ? ts_coll_size(z->inner) : 1, all = p * q;
     double pay = 4 * n, wire;
     b->fp32 += 4 * n;
-    b->wire_fp32 += ring * 4 * n;
+    b->wire_fp32 += 2.0 * (all - 1) / all * 4 * n;
+    b->wire += 2.0 * (q - 1) / q * 4 * n; /* the exact level */
     if (s->plain) {
         wire = ring * 4 * n;
     } else {

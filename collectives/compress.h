@@ -24,7 +24,7 @@
  *             ceil(sqrt n)): P = M Q, allreduce P, orthogonalise P,
  *             Q = M^T P, allreduce Q, result P Q^T; Q warm-starts the next
  *             call (Vogels et al., NeurIPS 2019)
- * docs/collectives.md gives costs and the bytes formulas. A segment whose
+ * docs/parallelism.md gives costs and the bytes formulas. A segment whose
  * compressed message would not be smaller than its float32 form (tiny
  * segments) is reduced uncompressed. Every rank ends with bit-identical
  * results. A non-finite input on any rank makes the result non-finite on
@@ -90,6 +90,15 @@ int ts_compress_allreduce(ts_compressor *z, int seg, float *buf);
  * flight. */
 int ts_compress_iallreduce(ts_compressor *z, int seg, float *buf, ts_coll_req **req);
 
+/* Local. Two-level groups (data parallelism over replicas whose gradients
+ * are themselves split, e.g. spatial pieces): each call first averages the
+ * segment exactly in float32 over inner's ranks, then runs the compressed
+ * averaging over coll's ranks, so the result is the average over coll x
+ * inner and only the reduction over coll is lossy. inner is borrowed (it
+ * must outlive the compressor) and used only by this compressor, on its
+ * main channel, from whichever thread runs the calls. NULL: none. */
+void ts_compressor_set_inner(ts_compressor *z, ts_coll *inner);
+
 /* Local. Zeroes every residual and restarts Q from its seed. */
 void ts_compressor_reset(ts_compressor *z);
 
@@ -97,9 +106,11 @@ void ts_compressor_reset(ts_compressor *z);
 typedef struct ts_compress_bytes {
     double fp32;      /* the float32 vector this rank would contribute (4 n) */
     double payload;   /* its compressed message (padding included) */
-    double wire_fp32; /* bytes a rank sends for the float32 ring allreduce: 2 (p-1)/p 4n */
+    double wire_fp32; /* bytes a rank sends for the float32 ring allreduce: 2 (P-1)/P 4n over the P
+                         ranks of coll x inner */
     double wire;      /* bytes a rank sends for the compressed exchange (ring-style allreduce or
-                         allgather, pairwise all-to-all); docs/collectives.md has the formulas */
+                         allgather, pairwise all-to-all; plus the float32 ring allreduce over inner's
+                         q ranks, 2 (q-1)/q 4n); docs/parallelism.md has the formulas */
 } ts_compress_bytes;
 /* Local. Adds segment seg's figures (or all segments' when seg < 0) to *b. */
 void ts_compressor_bytes(const ts_compressor *z, int seg, ts_compress_bytes *b);

@@ -164,12 +164,14 @@ int ts_dp_set_compress(ts_dp *dp, const ts_dp_compress *c)
     dp->comp = *c;
     dp->steps = dp->zsteps = 0;
     memset(&dp->total, 0, sizeof dp->total);
-    if (c->cfg.kind == TS_COMPRESS_NONE || ts_coll_size(dp->coll) == 1) return 0;
+    ts_coll *g = c->group ? c->group : dp->coll;
+    if (c->cfg.kind == TS_COMPRESS_NONE || ts_coll_size(g) == 1) return 0; /* no replicas: plain averages */
     size_t *len = TS_CALLOC((size_t)dp->nb + 1, sizeof *len);
     if (!len) return TS_ERR_NOMEM;
     for (int k = 0; k < dp->nb; k++) len[k] = dp->hi[k] - dp->lo[k];
-    int err = ts_compressor_create(dp->coll, &c->cfg, dp->nb, len, &dp->z);
+    int err = ts_compressor_create(g, &c->cfg, dp->nb, len, &dp->z);
     free(len);
+    if (!err && c->group) ts_compressor_set_inner(dp->z, c->inner);
     return err;
 }
 
@@ -177,7 +179,8 @@ void ts_dp_compress_get(const ts_dp *dp, ts_dp_compress_stats *st)
 {
     memset(st, 0, sizeof *st);
     st->c = dp->comp;
-    st->ranks = ts_coll_size(dp->coll);
+    st->ranks = ts_coll_size(dp->comp.group ? dp->comp.group : dp->coll);
+    st->pieces = dp->comp.group && dp->comp.inner ? ts_coll_size(dp->comp.inner) : 1;
     st->buckets = dp->nb;
     for (int k = 0; k < dp->nb; k++) st->compressed += dp->z && ts_compressor_segment(dp->z, k, NULL, NULL, NULL, NULL);
     st->steps = dp->steps;
@@ -196,14 +199,18 @@ void ts_dp_compress_describe(const ts_dp *dp, char *buf, size_t n)
     ts_dp_compress_get(dp, &st);
     ts_compress_name(&st.c.cfg, name, sizeof name);
     if (st.ranks == 1) {
-        snprintf(buf, n, "gradient compression %s: the gradient group has one rank, nothing is sent or compressed", name);
+        snprintf(buf, n, "gradient compression %s: one data-parallel replica, nothing is compressed", name);
         return;
     }
     const int fb = st.c.cfg.feedback && (st.c.cfg.kind == TS_COMPRESS_TOPK || st.c.cfg.kind == TS_COMPRESS_SIGN ||
                                          st.c.cfg.kind == TS_COMPRESS_POWERSGD);
-    snprintf(buf, n, "gradient compression %s over %d ranks: %d of %d buckets compressed, %.0f bytes per rank and step "
-             "instead of %.0f (%.1fx fewer; sent with ring-style exchanges %.1fx)%s; %lld warm-up steps uncompressed "
-             "(parallel.compress_warmup)", name, st.ranks, st.compressed, st.buckets, st.step.payload, st.step.fp32,
+    char pieces[128] = "";
+    if (st.pieces > 1)
+        snprintf(pieces, sizeof pieces, " (after an exact float32 average over each replica's %d spatial pieces)",
+                 st.pieces);
+    snprintf(buf, n, "gradient compression %s over %d replicas%s: %d of %d buckets compressed, %.0f bytes per rank and "
+             "step instead of %.0f (%.1fx fewer; sent with ring-style exchanges %.1fx)%s; %lld warm-up steps "
+             "uncompressed (parallel.compress_warmup)", name, st.ranks, pieces, st.compressed, st.buckets, st.step.payload, st.step.fp32,
              ratio(st.step.fp32, st.step.payload), ratio(st.step.wire_fp32, st.step.wire),
              fb ? "; error feedback: residuals are per rank and not checkpointed (a resume restarts them from zero)" : "",
              (long long)st.c.warmup);
@@ -222,7 +229,7 @@ int ts_dp_compress_json(const ts_dp *dp, MPI_Comm stages, char *buf, size_t n)
     const int fb = st.c.cfg.feedback && (st.c.cfg.kind == TS_COMPRESS_TOPK || st.c.cfg.kind == TS_COMPRESS_SIGN ||
                                          st.c.cfg.kind == TS_COMPRESS_POWERSGD);
     snprintf(buf, n,
-             "\"compress\": {\"mode\": \"%s\", \"ranks\": %d, \"error_feedback\": %s, \"residuals_checkpointed\": false, "
+             "\"compress\": {\"mode\": \"%s\", \"ranks\": %d, \"inner_ranks\": %d, \"error_feedback\": %s, \"residuals_checkpointed\": false, "
              "\"warmup_steps\": %lld, \"steps\": %lld, \"compressed_steps\": %lld, \"buckets\": %d, "
              "\"buckets_compressed\": %d, \"compress_s\": %.6f,\n    \"scope\": \"bytes per rank (summed over pipeline "
              "stages); bytes = the message a rank contributes, wire_bytes = what it sends with ring-style exchanges\",\n"
@@ -230,7 +237,7 @@ int ts_dp_compress_json(const ts_dp *dp, MPI_Comm stages, char *buf, size_t n)
              "\"wire_bytes\": %.0f, \"wire_ratio\": %.4f},\n"
              "    \"total\": {\"fp32_bytes\": %.0f, \"bytes\": %.0f, \"ratio\": %.4f, \"wire_fp32_bytes\": %.0f, "
              "\"wire_bytes\": %.0f, \"wire_ratio\": %.4f}}",
-             name, st.ranks, fb ? "true" : "false", (long long)st.c.warmup, (long long)st.steps,
+             name, st.ranks, st.pieces, fb ? "true" : "false", (long long)st.c.warmup, (long long)st.steps,
              (long long)st.compressed_steps, st.buckets, st.compressed, v[8], v[0], v[1], ratio(v[0], v[1]), v[2], v[3],
              ratio(v[2], v[3]), v[4], v[5], ratio(v[4], v[5]), v[6], v[7], ratio(v[6], v[7]));
     return 0;

@@ -43,6 +43,10 @@ int ts_dp_buckets(const ts_dp *dp);
 typedef struct ts_dp_compress {
     ts_compress_cfg cfg; /* TS_COMPRESS_NONE: plain float32 averages */
     int64_t warmup;      /* the first steps of this ts_dp are reduced uncompressed (parallel.compress_warmup) */
+    /* Two-level groups (borrowed; both NULL: compression over the dp's whole group): the compressed
+     * averaging runs over `group` (the replicas) after an exact float32 average over `inner` (the
+     * replica's spatial pieces); group x inner must be the dp's group (ts_compressor_set_inner). */
+    ts_coll *group, *inner;
 } ts_dp_compress;
 
 /* Local. Reads parallel.compress and parallel.compress_warmup (the keys are
@@ -57,7 +61,8 @@ int ts_dp_set_compress(ts_dp *dp, const ts_dp_compress *c);
 
 typedef struct ts_dp_compress_stats {
     ts_dp_compress c;
-    int ranks;                  /* of the group */
+    int ranks;                  /* replicas compression runs over */
+    int pieces;                 /* ranks averaged exactly first within a replica (1: none) */
     int buckets, compressed;    /* buckets, and those sent compressed (the others are too small to gain) */
     int64_t steps, compressed_steps; /* steps reduced since ts_dp_set_compress (or creation); compressed ones */
     ts_compress_bytes step;     /* one compressed step, per rank (float32 figures without compression) */

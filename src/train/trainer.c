@@ -87,6 +87,7 @@ typedef struct trainer {
     ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
     ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
     ts_coll *gcoll;  /* local SGD: the stepper's gradient group (sp pieces, or a node's replicas x sp); NULL: coll */
+    ts_coll *zcoll, *zin; /* parallel.compress with sp > 1: the replicas (compressed), the pieces (exact); else NULL */
     int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
     int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
     int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
@@ -856,6 +857,12 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     }
     if (compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
         char line[1024];
+        if (t->grid->sp > 1) { /* only the reduction over replicas is compressed: a replica's pieces average exactly */
+            TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->zcoll));
+            TS_CHECK(ts_coll_create(t->grid->sp_comm, &co, &t->zin));
+            compress.group = t->zcoll;
+            compress.inner = t->zin;
+        }
         TS_CHECK(ts_stepper_set_compress(t->stepper, &compress));
         ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
         ts_run_say(&t->run, "%s", line);
@@ -892,6 +899,8 @@ static void teardown(trainer *t)
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
     if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
     ts_coll_destroy(&t->gcoll);
+    ts_coll_destroy(&t->zcoll);
+    ts_coll_destroy(&t->zin);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
