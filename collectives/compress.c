@@ -38,7 +38,8 @@ typedef struct seg {
     float *e;      /* worker residual, n floats (NULL: no feedback) */
     size_t k, kpad; /* topk: elements sent, and the block's padded length (multiple of 8) */
     size_t chunk, blk, hdr; /* sign: elements per chunk, bytes per chunk message, bytes of its scales */
-    size_t group;  /* sign: elements per scale */
+    size_t group;  /* sign: at most this many elements per scale */
+    size_t *gs, *g0; /* sign: chunk j's groups start at gs[g0[j] .. g0[j+1]) (offsets in the chunk) */
     float *es;     /* sign: server residual of this rank's chunk */
     size_t rows, cols; /* powersgd: the matrix */
     int r;
@@ -152,6 +153,59 @@ static void init_q(const ts_compressor *z, seg *s)
     }
 }
 
+static void chunk_range(const seg *s, int j, size_t *lo, size_t *len)
+{
+    size_t a = (size_t)j * s->chunk, b = a + s->chunk;
+    if (a > s->n) a = s->n;
+    if (b > s->n) b = s->n;
+    *lo = a;
+    *len = b - a;
+}
+
+/* sign: the scale groups of every chunk (at most s->group elements, never
+ * across one of the nb ascending bounds), the message layout, and whether it
+ * gains; returns the scratch bytes needed (0: plain) or TS_ERR_NOMEM */
+static int sign_layout(ts_compressor *z, seg *s, const size_t *bounds, size_t nb, size_t *need)
+{
+    const size_t p = (size_t)z->p, G = s->group;
+    size_t total = 0, most = 0;
+    *need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t k = 0, bi = 0;
+        for (int j = 0; j < z->p; j++) {
+            size_t lo, len;
+            chunk_range(s, j, &lo, &len);
+            if (pass) s->g0[j] = k;
+            size_t cnt = 0;
+            for (size_t g = 0; g < len;) {
+                if (pass) s->gs[k] = g;
+                k++;
+                cnt++;
+                size_t end = g + G < len ? g + G : len;
+                while (bi < nb && bounds[bi] <= lo + g) bi++;
+                if (bi < nb && bounds[bi] < lo + end) end = bounds[bi] - lo;
+                g = end;
+            }
+            if (cnt > most) most = cnt;
+        }
+        if (pass) {
+            s->g0[p] = k;
+        } else {
+            total = k;
+            free(s->gs);
+            free(s->g0);
+            s->gs = TS_MALLOC((total + 1) * sizeof *s->gs);
+            s->g0 = TS_MALLOC((p + 1) * sizeof *s->g0);
+            if (!s->gs || !s->g0) return TS_ERR(TS_ERR_NOMEM, "sign groups");
+        }
+    }
+    s->hdr = (most * sizeof(float) + 63) / 64 * 64; /* scales, whole cache lines */
+    s->blk = s->hdr + s->chunk / 8;
+    s->plain = p * s->blk >= 4 * s->n;
+    *need = s->plain ? 0 : 2 * p * s->blk;
+    return 0;
+}
+
 /* sets up segment s's layout and returns the scratch bytes it needs */
 static size_t plan_segment(ts_compressor *z, seg *s)
 {
@@ -180,13 +234,7 @@ static size_t plan_segment(ts_compressor *z, seg *s)
         c = (c + SIGN_UNIT - 1) / SIGN_UNIT * SIGN_UNIT;
         s->chunk = c;
         s->group = z->cfg.group ? (size_t)z->cfg.group : TS_COMPRESS_SIGN_GROUP;
-        s->hdr = ((c + s->group - 1) / s->group * sizeof(float) + 63) / 64 * 64; /* scales, whole cache lines */
-        s->blk = s->hdr + c / 8;
-        if (p * s->blk >= 4 * n) {
-            s->plain = 1;
-            return 0;
-        }
-        return 2 * p * s->blk;
+        return 1; /* the layout (sign_layout) says how much */
     }
     case TS_COMPRESS_POWERSGD: {
         size_t m = (size_t)ceil(sqrt((double)n));
@@ -241,6 +289,7 @@ int ts_compressor_create(ts_coll *coll, const ts_compress_cfg *cfg, int nseg, co
             TS_FAIL(TS_ERR_ARG, "compressor: topk segment %d holds %zu floats; indices are 32-bit (at most 2^32 - 1 "
                     "floats per segment: use smaller buckets)", i, len[i]);
         size_t b = plan_segment(z, s);
+        if (!s->plain && cfg->kind == TS_COMPRESS_SIGN) TS_CHECK(sign_layout(z, s, NULL, 0, &b));
         if (b > need) need = b;
         if (s->plain) continue;
         if (fb) {
@@ -282,6 +331,8 @@ void ts_compressor_destroy(ts_compressor **zp)
         free(z->s[i].e);
         free(z->s[i].es);
         free(z->s[i].q);
+        free(z->s[i].gs);
+        free(z->s[i].g0);
     }
     free(z->s);
     free(z->scratch);
@@ -291,6 +342,27 @@ void ts_compressor_destroy(ts_compressor **zp)
 }
 
 void ts_compressor_set_inner(ts_compressor *z, ts_coll *inner) { z->inner = inner; }
+
+int ts_compressor_set_bounds(ts_compressor *z, int i, const size_t *bounds, size_t nb)
+{
+    if (i < 0 || i >= z->nseg) return TS_ERR(TS_ERR_ARG, "compressor: segment %d of %d", i, z->nseg);
+    seg *s = &z->s[i];
+    for (size_t k = 0; k < nb; k++)
+        if (bounds[k] == 0 || bounds[k] >= s->n || (k && bounds[k] <= bounds[k - 1]))
+            return TS_ERR(TS_ERR_ARG, "compressor: bound %zu (%zu) is not ascending inside segment %d of %zu floats", k,
+                          bounds[k], i, s->n);
+    if (z->cfg.kind != TS_COMPRESS_SIGN || s->plain) return 0;
+    size_t need;
+    TS_TRY(sign_layout(z, s, bounds, nb, &need));
+    if (need > z->scratch_bytes) {
+        unsigned char *b = TS_ALIGNED_ALLOC(need);
+        if (!b) return TS_ERR(TS_ERR_NOMEM, "compression scratch of %zu bytes", need);
+        free(z->scratch);
+        z->scratch = b;
+        z->scratch_bytes = need;
+    }
+    return 0;
+}
 
 void ts_compressor_reset(ts_compressor *z)
 {
@@ -438,19 +510,20 @@ static float mean_abs(const float *y, size_t len, int ok)
     return (float)(a / (double)len);
 }
 
-/* packs y[0..len) into a chunk message b of segment s: per group of
- * s->group elements its scale mean |y| (NaN when !ok), then one bit per
- * element (1: y >= 0); r (may be NULL) gets y - decompressed */
-static void sign_pack(const seg *s, unsigned char *b, const float *y, size_t len, int ok, float *r)
+/* packs y[0..len), chunk j of segment s, into a chunk message b: per
+ * group its scale mean |y| (NaN when !ok), then one bit per element (1:
+ * y >= 0); r (may be NULL) gets y - decompressed */
+static void sign_pack(const seg *s, int j, unsigned char *b, const float *y, size_t len, int ok, float *r)
 {
     memset(b, 0, s->blk);
     float *sc = (float *)b;
     unsigned char *bits = b + s->hdr;
-    for (size_t g0 = 0, gi = 0; g0 < len; g0 += s->group, gi++) {
-        const size_t g1 = g0 + s->group < len ? g0 + s->group : len;
-        const float a = mean_abs(y + g0, g1 - g0, ok);
+    const size_t *gs = s->gs + s->g0[j], ng = s->g0[j + 1] - s->g0[j];
+    for (size_t gi = 0; gi < ng; gi++) {
+        const size_t a0 = gs[gi], a1 = gi + 1 < ng ? gs[gi + 1] : len;
+        const float a = mean_abs(y + a0, a1 - a0, ok);
         sc[gi] = a;
-        for (size_t i = g0; i < g1; i++) {
+        for (size_t i = a0; i < a1; i++) {
             const int pos = y[i] >= 0.0f;
             bits[i >> 3] |= (unsigned char)(pos << (i & 7));
             if (r) r[i] = y[i] - (pos ? a : -a);
@@ -458,20 +531,20 @@ static void sign_pack(const seg *s, unsigned char *b, const float *y, size_t len
     }
 }
 
-/* element i of a chunk message */
-static inline float sign_value(const seg *s, const unsigned char *b, size_t i)
+/* out[0..len) (+)= chunk j's message b decompressed */
+static void sign_unpack(const seg *s, int j, const unsigned char *b, float *out, size_t len, int add)
 {
-    const float a = ((const float *)b)[i / s->group];
-    return (b[s->hdr + (i >> 3)] >> (i & 7)) & 1 ? a : -a;
-}
-
-static void chunk_range(const seg *s, int j, size_t *lo, size_t *len)
-{
-    size_t a = (size_t)j * s->chunk, b = a + s->chunk;
-    if (a > s->n) a = s->n;
-    if (b > s->n) b = s->n;
-    *lo = a;
-    *len = b - a;
+    const float *sc = (const float *)b;
+    const unsigned char *bits = b + s->hdr;
+    const size_t *gs = s->gs + s->g0[j], ng = s->g0[j + 1] - s->g0[j];
+    for (size_t gi = 0; gi < ng; gi++) {
+        const size_t a0 = gs[gi], a1 = gi + 1 < ng ? gs[gi + 1] : len;
+        const float a = sc[gi];
+        for (size_t i = a0; i < a1; i++) {
+            const float v = (bits[i >> 3] >> (i & 7)) & 1 ? a : -a;
+            out[i] = add ? out[i] + v : v;
+        }
+    }
 }
 
 /* chunk q of every rank's message to rank q: pairwise exchange on ch */
@@ -505,7 +578,7 @@ static int run_sign(ts_compressor *z, ts_chan *ch, seg *s, float *x)
     for (int j = 0; j < p; j++) {
         size_t lo, len;
         chunk_range(s, j, &lo, &len);
-        sign_pack(s, A + (size_t)j * blk, x + lo, len, ok, s->e && ok ? s->e + lo : NULL);
+        sign_pack(s, j, A + (size_t)j * blk, x + lo, len, ok, s->e && ok ? s->e + lo : NULL);
     }
     z->compute_s += ts_time_now() - t0;
     TS_TRY(alltoall(z, ch, A, B, blk));
@@ -515,22 +588,18 @@ static int run_sign(ts_compressor *z, ts_chan *ch, seg *s, float *x)
     chunk_range(s, z->me, &lo, &len);
     float *y = x + lo; /* this chunk of x was packed already: reuse it */
     memset(y, 0, len * sizeof *y);
-    for (int q = 0; q < p; q++) {
-        const unsigned char *b = B + (size_t)q * blk;
-        for (size_t i = 0; i < len; i++) y[i] += sign_value(s, b, i);
-    }
+    for (int q = 0; q < p; q++) sign_unpack(s, z->me, B + (size_t)q * blk, y, len, 1);
     for (size_t i = 0; i < len; i++) y[i] /= (float)p;
     const int ok2 = add_residual(y, s->es, len);
     if (!ok2 && s->es) memset(s->es, 0, s->chunk * sizeof *s->es);
-    sign_pack(s, A + (size_t)z->me * blk, y, len, ok2, ok2 ? s->es : NULL);
+    sign_pack(s, z->me, A + (size_t)z->me * blk, y, len, ok2, ok2 ? s->es : NULL);
     z->compute_s += ts_time_now() - t0;
     TS_TRY(chan_run(z, ch, TS_COLL_ALLGATHER, A, (size_t)p * blk / 4, TS_INT32, TS_OP_SUM));
     /* every chunk, decompressed */
     t0 = ts_time_now();
     for (int q = 0; q < p; q++) {
-        const unsigned char *b = A + (size_t)q * blk;
         chunk_range(s, q, &lo, &len);
-        for (size_t i = 0; i < len; i++) x[lo + i] = sign_value(s, b, i);
+        sign_unpack(s, q, A + (size_t)q * blk, x + lo, len, 0);
     }
     z->compute_s += ts_time_now() - t0;
     return 0;

@@ -16,8 +16,9 @@
  *   topk:R    error feedback; this rank's k = ceil(R n) largest |x| as
  *             (uint32 index, float32 value) pairs, allgathered, summed, / p
  *   sign      error feedback on both sides (1-bit Adam's compressed
- *             allreduce): signs and one scale (mean |x|) per group of 256
- *             elements of each p-th chunk, all-to-all, each rank averages
+ *             allreduce): signs and one scale (mean |x|) per group of at
+ *             most 256 elements (cut at tensor starts, see
+ *             ts_compressor_set_bounds) of each p-th chunk, all-to-all, each rank averages
  *             its chunk and compresses it again (its own residual),
  *             allgather
  *   powersgd:R error feedback; the segment as an m x c matrix M (m =
@@ -98,6 +99,13 @@ int ts_compress_iallreduce(ts_compressor *z, int seg, float *buf, ts_coll_req **
  * must outlive the compressor) and used only by this compressor, on its
  * main channel, from whichever thread runs the calls. NULL: none. */
 void ts_compressor_set_inner(ts_compressor *z, ts_coll *inner);
+
+/* Local. Where tensors start inside segment seg (nb ascending offsets in
+ * (0, len)): sign's scale groups (at most 256 elements each) then never
+ * straddle two tensors, whose gradients can differ in scale by orders of
+ * magnitude. Other kinds ignore it. Before the segment's first call, the
+ * same on every rank. Errors: TS_ERR_ARG, TS_ERR_NOMEM. */
+int ts_compressor_set_bounds(ts_compressor *z, int seg, const size_t *bounds, size_t nb);
 
 /* Local. Zeroes every residual and restarts Q from its seed. */
 void ts_compressor_reset(ts_compressor *z);

@@ -7,7 +7,8 @@
 # uncompressed, and perf.json's bytes per rank and step against float32:
 # the message a rank contributes (compress.per_step.ratio) and what it sends
 # with ring-style exchanges (wire_ratio); for PowerSGD also the factor
-# expected from the bucket's matrix shape, n / ((m + c) r).
+# expected from the bucket's matrix shape, n / ((m + c) r). A method may
+# carry more keys after commas (sign,parallel.compress_warmup=60).
 #   jobs/bench/compress.sh [STEPS] [RANKS] [METHODS...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,7 +17,7 @@ steps=${1:-300}
 ranks=${2:-4}
 shift $(( $# < 2 ? $# : 2 ))
 methods=("$@")
-[ ${#methods[@]} -gt 0 ] || methods=(bf16 topk:0.01 sign powersgd:4)
+[ ${#methods[@]} -gt 0 ] || methods=(bf16 topk:0.01 sign powersgd:4 sign,parallel.compress_warmup=60)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
@@ -42,9 +43,12 @@ every_minutes = 0
 [eval]
 final = false
 INI
-run() { # run NAME METHOD
+run() { # run NAME METHOD[,KEY=VALUE...]
+    local IFS=,
+    local spec=($2)
     mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/c.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$1" \
-        parallel.compress="$2" >/dev/null
+        parallel.compress="${spec[0]}" "${spec[@]:1}" >/dev/null
+    echo "$2" >"$tmp/$1/spec"
     echo "$2 done" >&2
 }
 names=(none)
@@ -71,6 +75,9 @@ for r in names:
     s = c['per_step']
     f, first, finite = final(r)
     mode = c['mode']
+    spec = open(f"{d}/{r}/spec").read().strip()
+    if c['warmup_steps']:
+        spec += f" (bytes/step: compressed steps; over all {c['steps']} steps {c['total']['ratio']:.1f}x)"
     if mode == 'bf16':
         exp = '2.0x'
     elif mode.startswith('topk:'):
@@ -85,6 +92,6 @@ for r in names:
         exp = f"{n / ((m + cc) * min(rk, m, cc)):.1f}x (n = {n}, {m} x {cc}, rank {min(rk, m, cc)})"
     else:
         exp = '1.0x'
-    print(f"| {mode} | {f:.4f}{'' if finite else ' (non-finite)'} | {f / base:.3f} | {s['bytes']:.0f} | {s['ratio']:.1f}x | "
+    print(f"| {spec} | {f:.4f}{'' if finite else ' (non-finite)'} | {f / base:.3f} | {s['bytes']:.0f} | {s['ratio']:.1f}x | "
           f"{s['wire_bytes']:.0f} | {s['wire_ratio']:.1f}x | {exp} | {p['samples_per_s']:.1f} |")
 PY

@@ -172,6 +172,19 @@ int ts_dp_set_compress(ts_dp *dp, const ts_dp_compress *c)
     int err = ts_compressor_create(g, &c->cfg, dp->nb, len, &dp->z);
     free(len);
     if (!err && c->group) ts_compressor_set_inner(dp->z, c->inner);
+    for (int k = 0; !err && k < dp->nb && c->bounds; k++) { /* the tensor starts inside each bucket */
+        size_t b0 = 0, b1;
+        while (b0 < c->nbounds && c->bounds[b0] <= dp->lo[k]) b0++;
+        for (b1 = b0; b1 < c->nbounds && c->bounds[b1] < dp->hi[k]; b1++) {}
+        if (b1 > b0) {
+            size_t *rel = TS_MALLOC((b1 - b0) * sizeof *rel);
+            if (!rel) return TS_ERR_NOMEM;
+            for (size_t j = b0; j < b1; j++) rel[j - b0] = c->bounds[j] - dp->lo[k];
+            err = ts_compressor_set_bounds(dp->z, k, rel, b1 - b0);
+            free(rel);
+        }
+    }
+    if (err) ts_compressor_destroy(&dp->z);
     return err;
 }
 

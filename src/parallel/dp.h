@@ -47,6 +47,10 @@ typedef struct ts_dp_compress {
      * averaging runs over `group` (the replicas) after an exact float32 average over `inner` (the
      * replica's spatial pieces); group x inner must be the dp's group (ts_compressor_set_inner). */
     ts_coll *group, *inner;
+    /* Where tensors start, in floats from the ts_dp's first gradient, ascending (borrowed; may be
+     * NULL): sign's scale groups do not straddle them (ts_compressor_set_bounds). */
+    const size_t *bounds;
+    size_t nbounds;
 } ts_dp_compress;
 
 /* Local. Reads parallel.compress and parallel.compress_warmup (the keys are

@@ -29,6 +29,7 @@ struct ts_stepper {
     ts_step_times t;
     ts_perf *perf; /* may be NULL */
     ts_dp_compress compress; /* gradient compression (parallel.compress), applied to every new dp */
+    size_t *zbounds;         /* its tensor starts in [off0, off1), relative to off0 */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -130,8 +131,36 @@ void ts_stepper_destroy(ts_stepper **sp)
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
+    free(s->zbounds);
     free(s);
     *sp = NULL;
+}
+
+static int cmp_size(const void *x, const void *y)
+{
+    const size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* the dp's compression, with the starts of this stepper's parameter tensors
+ * (sign's scale groups do not straddle them) */
+static int apply_compress(ts_stepper *s)
+{
+    const ts_arena *a = s->arena;
+    free(s->zbounds);
+    s->zbounds = TS_MALLOC(((size_t)a->n + 1) * sizeof *s->zbounds);
+    if (!s->zbounds) return TS_ERR_NOMEM;
+    size_t nb = 0, k = 0;
+    for (int j = 0; j < a->n; j++)
+        if (a->p[j].kind == TS_PARAM && a->p[j].offset > s->off0 && a->p[j].offset < s->off1)
+            s->zbounds[nb++] = a->p[j].offset - s->off0;
+    qsort(s->zbounds, nb, sizeof *s->zbounds, cmp_size);
+    for (size_t i = 0; i < nb; i++) /* ascending, no repeats */
+        if (!k || s->zbounds[i] > s->zbounds[k - 1]) s->zbounds[k++] = s->zbounds[i];
+    nb = k;
+    s->compress.bounds = s->zbounds;
+    s->compress.nbounds = nb;
+    return ts_dp_set_compress(s->dp, &s->compress);
 }
 
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
@@ -152,7 +181,7 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
     ts_dp_destroy(&s->dp);
     size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
     TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
-    TS_TRY(ts_dp_set_compress(s->dp, &s->compress));
+    TS_TRY(apply_compress(s));
     s->pipe = pl;
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
@@ -299,7 +328,7 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
 int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c)
 {
     s->compress = *c;
-    return ts_dp_set_compress(s->dp, c);
+    return apply_compress(s);
 }
 const ts_dp *ts_stepper_dp(const ts_stepper *s) { return s->dp; }
 

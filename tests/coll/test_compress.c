@@ -293,6 +293,38 @@ int main(int argc, char **argv)
     conservation(c, "sign", 20000, 6);
     conservation(c, "powersgd:2", 20000, 6);
 
+    /* ---- sign: scale groups cut at tensor starts ---- */
+    {
+        const size_t n = 20000, b[2] = {300, 303}; /* tensors [0, 300) ~1e-3, [300, 303) a bias, [303, n) ~1 */
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        rng_ = 77; /* the same on every rank: averaging changes nothing but the compression */
+        for (size_t i = 0; i < n; i++) x[i] = (i < 300 ? 1e-3f : 1.0f) * (0.5f + (float)urand()) * (i % 3 ? 1 : -1);
+        x[300] = 0.8f;
+        x[301] = -0.1f;
+        x[302] = -0.7f;
+        memcpy(y, x, n * sizeof *x);
+        ts_compressor *z1 = make(c, "sign", n), *z2 = make(c, "sign", n);
+        int e = ts_compressor_set_bounds(z1, 0, b, 2);
+        e |= ts_compress_allreduce(z1, 0, x) | ts_compress_allreduce(z2, 0, y);
+        float small1 = 0, small2 = 0;
+        for (size_t i = 0; i < 300; i++) {
+            small1 = fmaxf(small1, fabsf(x[i]));
+            small2 = fmaxf(small2, fabsf(y[i]));
+        }
+        const float m3 = (0.8f + 0.1f + 0.7f) / 3;
+        ts_ok(all(!e && small1 < 2e-3f && fabsf(x[300] - m3) < 1e-6f && fabsf(x[301] + m3) < 1e-6f &&
+                  fabsf(x[302] + m3) < 1e-6f), "sign with tensor starts: the small tensor keeps its scale (largest "
+              "%.2g), the 3-element bias gets its own mean (%.3f %.3f %.3f)", small1, x[300], x[301], x[302]);
+        ts_ok(all(small2 > 0.1f), "sign without them: a group straddles the start and inflates the small tensor to %.2g",
+              small2);
+        size_t bad[2] = {303, 300};
+        ts_ok(all(ts_compressor_set_bounds(z2, 0, bad, 2) == TS_ERR_ARG), "descending tensor starts are refused");
+        ts_compressor_destroy(&z1);
+        ts_compressor_destroy(&z2);
+        free(x);
+        free(y);
+    }
+
     /* ---- PowerSGD: exact on a rank-r matrix ---- */
     {
         const size_t m = 64, cols = 64, n = m * cols;
