@@ -7,7 +7,7 @@
  * of backward. The optimizer waits only at ts_dp_finish. Optionally the
  * buckets are compressed (collectives/compress.h: bf16, fp16, top-k, sign,
  * PowerSGD), still on the progress thread, with per-bucket state that lives
- * as long as the ts_dp (docs/collectives.md). */
+ * as long as the ts_dp (docs/parallelism.md). */
 #ifndef TS_PARALLEL_DP_H
 #define TS_PARALLEL_DP_H
 
