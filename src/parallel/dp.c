@@ -67,11 +67,14 @@ void ts_dp_destroy(ts_dp **dpp)
 
 int ts_dp_buckets(const ts_dp *dp) { return dp->nb; }
 
+/* the communicator whose progress thread runs this step's buckets */
+static ts_coll *step_coll(const ts_dp *dp) { return dp->zstep && dp->comp.group ? dp->comp.group : dp->coll; }
+
 void ts_dp_begin(ts_dp *dp)
 {
     dp->next = 0;
-    dp->comm0 = ts_coll_async_seconds(dp->coll);
     dp->zstep = dp->z && dp->steps >= dp->comp.warmup;
+    dp->comm0 = ts_coll_async_seconds(step_coll(dp));
 }
 
 int ts_dp_ready(ts_dp *dp, size_t lo)
@@ -125,7 +128,7 @@ int ts_dp_finish(ts_dp *dp, ts_dp_stats *st)
     }
     if (st) {
         st->exposed_s += t;
-        st->comm_s += ts_coll_async_seconds(dp->coll) - dp->comm0;
+        st->comm_s += ts_coll_async_seconds(step_coll(dp)) - dp->comm0;
         st->buckets += dp->nb;
     }
     return err;
