@@ -501,17 +501,21 @@ static int run_topk(ts_compressor *z, ts_chan *ch, seg *s, float *x)
 
 /* ---- sign (1-bit, compressed allreduce with worker and server residuals) ---- */
 
-static float mean_abs(const float *y, size_t len, int ok)
+/* a group's scale: its root mean square, so that scale x signs keeps the
+ * group's l2 norm (DeepSpeed's 1-bit Adam does the same; mean |y|, the
+ * l2-closest scale, converged visibly worse on the synthetic task:
+ * docs/performance.md) */
+static float rms(const float *y, size_t len, int ok)
 {
     if (!ok) return NAN;
     if (!len) return 0.0f;
-    double a = 0;
-    for (size_t i = 0; i < len; i++) a += fabsf(y[i]);
-    return (float)(a / (double)len);
+    double q = 0;
+    for (size_t i = 0; i < len; i++) q += (double)y[i] * y[i];
+    return (float)sqrt(q / (double)len);
 }
 
 /* packs y[0..len), chunk j of segment s, into a chunk message b: per
- * group its scale mean |y| (NaN when !ok), then one bit per element (1:
+ * group its scale (rms, NaN when !ok), then one bit per element (1:
  * y >= 0); r (may be NULL) gets y - decompressed */
 static void sign_pack(const seg *s, int j, unsigned char *b, const float *y, size_t len, int ok, float *r)
 {
@@ -521,7 +525,7 @@ static void sign_pack(const seg *s, int j, unsigned char *b, const float *y, siz
     const size_t *gs = s->gs + s->g0[j], ng = s->g0[j + 1] - s->g0[j];
     for (size_t gi = 0; gi < ng; gi++) {
         const size_t a0 = gs[gi], a1 = gi + 1 < ng ? gs[gi + 1] : len;
-        const float a = mean_abs(y + a0, a1 - a0, ok);
+        const float a = rms(y + a0, a1 - a0, ok);
         sc[gi] = a;
         for (size_t i = a0; i < a1; i++) {
             const int pos = y[i] >= 0.0f;

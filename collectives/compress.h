@@ -16,7 +16,7 @@
  *   topk:R    error feedback; this rank's k = ceil(R n) largest |x| as
  *             (uint32 index, float32 value) pairs, allgathered, summed, / p
  *   sign      error feedback on both sides (1-bit Adam's compressed
- *             allreduce): signs and one scale (mean |x|) per group of at
+ *             allreduce): signs and one scale (root mean square) per group of at
  *             most 256 elements (cut at tensor starts, see
  *             ts_compressor_set_bounds) of each p-th chunk, all-to-all, each rank averages
  *             its chunk and compresses it again (its own residual),
@@ -57,7 +57,7 @@ typedef struct ts_compress_cfg {
     int group;     /* sign: elements per scale (0: TS_COMPRESS_SIGN_GROUP) */
 } ts_compress_cfg;
 
-/* sign: one scale (mean |x|) per this many elements by default */
+/* sign: one scale (root mean square) per this many elements by default */
 #define TS_COMPRESS_SIGN_GROUP 256
 
 /* Local. Parses "none", "bf16", "fp16", "topk:RATIO", "sign",
