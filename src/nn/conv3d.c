@@ -4,7 +4,8 @@
  * volume with its halo (the *_split entry points). Forward and weight
  * gradient use the register-blocked kernels of conv_kernels.c; the input
  * gradient is a gather convolution with flipped taps at stride 1 and a
- * transposed gather otherwise. */
+ * transposed gather otherwise. ts_nn_conv_precision() selects the fp32 or
+ * the bf16 kernels, read once per call. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
@@ -108,6 +109,11 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
                         const ts_conv_sched *sch, ts_tensor *y)
 {
+    if (ts_nn_conv_precision() == TS_PREC_BF16) {
+        const uint32_t *wb = ts_nn_bf16_pack(w->data, g->C, g->OC, g->k * g->k * g->k, 0, 0);
+        if (!wb) return TS_ERR(TS_ERR_NOMEM, "conv3d packed bf16 weights");
+        return ts_nn_gather2_bf16(g, x, wb, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+    }
     float *wp = pack(w->data, g->OC, g->C, g->k * g->k * g->k, 0, 0);
     if (!wp) return TS_ERR(TS_ERR_NOMEM, "conv3d packed weights");
     return ts_nn_gather2(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
@@ -123,12 +129,13 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
                          const ts_halo *hy, const ts_conv_sched *sch, ts_conv_dst dx, ts_tensor *dw, ts_tensor *db)
 {
     int err = 0;
-    const int taps = g->k * g->k * g->k;
+    const int taps = g->k * g->k * g->k, bf = ts_nn_conv_precision() == TS_PREC_BF16;
     if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        TS_CHECK(ts_nn_wgrad2(g, x, dy->data, dwp, sch));
+        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
+        else TS_CHECK(ts_nn_wgrad2(g, x, dy->data, dwp, sch));
         float *d = dw->data;
         const int C = g->C, OC = g->OC;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -140,11 +147,23 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
         if (g->s == 1 && g->p <= g->k - 1) {
             /* dx = conv(dy, flipped w^T) with padding k-1-pad */
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
+            if (bf) {
+                const uint32_t *wb = ts_nn_bf16_pack(w->data, g->OC, g->C, taps, 1, 1);
+                if (!wb) TS_FAIL(TS_ERR_NOMEM, "conv3d backward bf16 weights");
+                TS_CHECK(ts_nn_gather2_bf16(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wb, NULL, dx, NULL));
+                goto cleanup;
+            }
             float *wp = pack(w->data, g->OC, g->C, taps, 1, 1);
             if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
             TS_CHECK(ts_nn_gather2(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wp, NULL, dx, NULL));
         } else {
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, g->s, g->p};
+            if (bf) {
+                const uint32_t *wb = ts_nn_bf16_pack(w->data, g->OC, g->C, taps, 0, 1);
+                if (!wb) TS_FAIL(TS_ERR_NOMEM, "conv3d backward bf16 weights");
+                TS_CHECK(ts_nn_tgather_bf16(&r, dy->data, wb, NULL, dx.a));
+                goto cleanup;
+            }
             float *wp = pack(w->data, g->OC, g->C, taps, 0, 1);
             if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
             TS_CHECK(ts_nn_tgather(&r, dy->data, wp, NULL, dx.a));

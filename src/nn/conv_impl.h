@@ -18,6 +18,8 @@
 #define TS_NN_CONV_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "src/nn/layers.h"
 
@@ -79,5 +81,110 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
+
+/* ---- bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)) ----
+ * The same three kernels, drivers and work items, with both operands
+ * rounded to bf16 (round to nearest even; as VCVTNE2PS2BF16: fp32
+ * denormals become signed zeros, NaNs stay NaN) and products accumulated in
+ * fp32 by bf16 dot products of pairs: acc += a[1] b[1], then acc += a[0] b[0]
+ * (VDPBF16PS, whose two products are exact in fp32 and rounded in that
+ * order). A pair is one 32-bit word: bf16 a[0] in the low half.
+ * Weights are packed as pairs of consecutive gather input channels:
+ * wp[tap][ceil(C/2)][ocp] (ts_nn_bf16_pack), a missing odd channel zero.
+ * The input slabs are converted as they are staged; inputs, outputs, bias
+ * and weight gradients stay fp32 in memory. Two variants run the same
+ * drivers: native (AVX512-BF16, chosen at run time) and emulated (portable
+ * C, two fp32 FMAs per pair in the same order): their results are
+ * bitwise equal for finite data whose partial sums stay normal (the
+ * instruction flushes denormal sums to zero). */
+
+/* fp32 -> bf16 bits as VCVTNE2PS2BF16 does it. */
+static inline uint16_t ts_nn_bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u); /* zero, denormal */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN: quiet */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float ts_nn_bf16_float(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* 1: the native AVX512-BF16 variant runs; 0: the emulated one. The choice:
+ * the CPU (avx512f, bw, vl, bf16), overridden by TESSERA_BF16_ISA=emulated
+ * (or =avx512bf16 / auto) read on first use, or by ts_nn_bf16_select_isa. */
+int ts_nn_bf16_native(void);
+/* Local, for tests: "emulated", "avx512bf16" or "auto"; returns 0, or
+ * TS_ERR_UNSUPPORTED (avx512bf16 on a CPU without it; nothing changes) or
+ * TS_ERR_ARG. Not to be called while convolutions run in other threads. */
+int ts_nn_bf16_select_isa(const char *name);
+
+/* Stages n voxels as columns col0 .. col0+n-1 of a bf16 row dst: voxel v's
+ * channels [0, ca) from a + v ca, [ca, C) from b + v (C - ca) (b NULL:
+ * ca = C). vpair 0: pairs of channels (voxel j at pair j ceil(C/2), an odd
+ * channel's partner set to zero); vpair 1: pairs of columns with stride s
+ * (column j = 2sb + es + r into half e of pairs (bs + r) ld + c; the other
+ * halves are left as they are). Little-endian: half 0 is the low half. */
+void ts_nn_bf16_put(int nat, int vpair, int s, int C, int ld, void *dst, int col0, int n, const float *a, int ca,
+                    const float *b);
+/* The pair-packed weights of ts_nn_gather*_bf16 / ts_nn_tgather_bf16 from
+ * a w laid out [rows][cols][taps] or [cols][rows][taps] (by_row: 1 when
+ * w is [rows]...; rows are the gather's input channels, cols its output
+ * channels): wp[t][ceil(rows/2)][pad16(cols)], tap t read as w's tap
+ * flip ? taps-1-t : t. In scratch slot 1; NULL on failure. */
+uint32_t *ts_nn_bf16_pack(const float *w, int rows, int cols, int taps, int flip, int by_row);
+
+/* gather arguments (see gc_args in conv_kernels.c): slab of bf16 pairs of
+ * consecutive channels, voxel = C pairs (C = ceil(channels/2)) */
+typedef struct ts_bf16_gc_args {
+    const uint32_t *slab;
+    size_t rstride, pstride; /* pairs between slab rows / planes */
+    int k, s, C, ocp;
+    const uint32_t *wp;     /* [k^3][C][ocp] */
+    const float *bias;      /* padded to ocp, 64-byte aligned, or NULL */
+} ts_bf16_gc_args;
+
+/* Weight-gradient arguments. The reduction runs over output voxels, so the
+ * pairs are pairs of output voxels (2m, 2m+1): g0[q][m][oc] = (g[2m],
+ * g[2m+1]), g1[q][m][oc] = (g[2m-1], g[2m]) (zero outside 0 .. OW-1; q =
+ * plane * nr + row of the item, nm entries per row, ocp lanes). The slab
+ * holds pairs of input columns: slab columns j = 2sb + es + r (b a block,
+ * e = 0, 1, r < s) stored at [b][r][c] as (x[2sb + r], x[2sb + s + r]).
+ * Tap kw = 2s·blk + e·s + r then pairs block m + blk, offset r, with g_e[m]
+ * (e = 0: m < nm0 = ceil(OW/2), e = 1: m < nm1 = OW/2 + 1). */
+typedef struct ts_bf16_wg_args {
+    const uint32_t *slab;
+    size_t rstride, pstride; /* pairs between slab rows / planes */
+    int k, s, C;             /* C: input channels */
+    const uint32_t *g0, *g1;
+    int nm, nm0, nm1, nx;    /* nx: blocks of a slab row (k = 3, s = 1 tiles) */
+    int nr, np;
+    float *dw;               /* [k^3][C][ocp] */
+    int ocp;
+} ts_bf16_wg_args;
+
+/* The per-row work of the drivers (conv_bf16.c), nat selecting the variant:
+ * one output row of the gather (as gather_row in conv_kernels.c); one tap of
+ * the transposed gather over output-channel tiles; all kw taps and channel
+ * tiles of the weight gradient for (kd, kh) (k3s1: the 3x3x3 stride-1 form,
+ * ocp == 16). */
+void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
+                           int yo0, int ldy);
+void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,
+                            int OC, float *yr);
+void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1);
+
+/* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 with
+ * pair-packed weights (ts_nn_bf16_pack); the same work items, hooks, halos
+ * and thread-count-independent sums. */
+int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch);
+int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y);
+int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 
 #endif

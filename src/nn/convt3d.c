@@ -2,7 +2,8 @@
  * [Cin, Cout, k, k, k]) on channels-last activations: forward is a
  * transposed gather, the input gradient a strided gather convolution, the
  * weight gradient the wgrad kernel with the roles of input and output
- * gradient exchanged. */
+ * gradient exchanged; fp32 or bf16 kernels by ts_nn_conv_precision(), read
+ * once per call. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
@@ -54,6 +55,11 @@ int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 {
     ts_conv_geom g;
     TS_TRY(convt_shapes(x, w, b, stride, y, "convt3d output", &g));
+    if (ts_nn_conv_precision() == TS_PREC_BF16) {
+        const uint32_t *wb = ts_nn_bf16_pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0, 1);
+        if (!wb) return TS_ERR(TS_ERR_NOMEM, "convt3d packed bf16 weights");
+        return ts_nn_tgather_bf16(&g, x->data, wb, b ? b->data : NULL, y->data);
+    }
     float *wp = pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0);
     if (!wp) return TS_ERR_NOMEM;
     return ts_nn_tgather(&g, x->data, wp, b ? b->data : NULL, y->data);
@@ -65,6 +71,7 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     int err = 0;
     ts_conv_geom g;
     float *wp = NULL, *dwp = NULL;
+    const int bf = ts_nn_conv_precision() == TS_PREC_BF16;
     TS_CHECK(convt_shapes(x, w, db, stride, dy, "convt3d output gradient", &g));
     const int taps = g.k * g.k * g.k;
     /* the big side (dy) as the input of gather / wgrad */
@@ -72,16 +79,24 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     if (dx) {
         if (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x))
             TS_FAIL(TS_ERR_ARG, "convt3d: input gradient must be float32 shaped like the input");
-        wp = pack(w->data, g.C, g.OC, taps, 1);
-        if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
-        TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
+        if (bf) {
+            const uint32_t *wb = ts_nn_bf16_pack(w->data, g.OC, g.C, taps, 0, 0);
+            if (!wb) TS_FAIL(TS_ERR_NOMEM, "convt3d backward bf16 weights");
+            TS_CHECK(ts_nn_gather2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, wb, NULL,
+                                        (ts_conv_dst){dx->data, NULL, r.OC}, NULL));
+        } else {
+            wp = pack(w->data, g.C, g.OC, taps, 1);
+            if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
+            TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
+        }
     }
     if (dw) {
         if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
             TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
         dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
-        TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
+        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
+        else TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
 #pragma omp parallel for schedule(dynamic, 1)
         for (int ci = 0; ci < g.C; ci++)

@@ -5,6 +5,7 @@
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/nn/conv_impl.h" /* ts_nn_bf16_select_isa: the bf16 tests run both variants */
 #include "src/nn/layers.h"
 #include "tests/tap.h"
 
@@ -163,6 +164,227 @@ static void test_convt_vs_ref(int N, int D, int C, int OC, int k, int s)
     ts_tensor_free(&b);
     ts_tensor_free(&y);
     free(ry);
+}
+
+/* ---------------------------------------------------- bf16 convolutions */
+
+/* the test's own round to nearest even (inputs here are normal numbers) */
+static float bf16r(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* a copy of t with every value rounded to bf16 */
+static ts_tensor rounded(const ts_tensor *t)
+{
+    ts_tensor r = mk(t->ndim, t->shape, 0, 0);
+    const float *a = t->data;
+    float *b = r.data;
+    for (int64_t i = 0; i < ts_tensor_numel(t); i++) b[i] = bf16r(a[i]);
+    return r;
+}
+
+/* transposed conv backward reference: dx, dw (db is a plain sum, not checked here) */
+static void ref_convt_bwd(const ts_tensor *x, const ts_tensor *w, int s, const ts_tensor *dy, double *dx, double *dw)
+{
+    const int64_t N = x->shape[0], D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = dy->shape[1], OH = dy->shape[2], OW = dy->shape[3], OC = dy->shape[4], k = w->shape[2];
+    const float *px = x->data, *pw = w->data, *g = dy->data;
+    memset(dx, 0, sizeof(double) * ts_tensor_numel(x));
+    memset(dw, 0, sizeof(double) * ts_tensor_numel(w));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t ww = 0; ww < W; ww++)
+                    for (int64_t kd = 0; kd < k; kd++)
+                        for (int64_t kh = 0; kh < k; kh++)
+                            for (int64_t kw = 0; kw < k; kw++)
+                                for (int64_t ci = 0; ci < C; ci++)
+                                    for (int64_t co = 0; co < OC; co++) {
+                                        const int64_t xi = (((n * D + d) * H + h) * W + ww) * C + ci;
+                                        const int64_t wi = ((ci * OC + co) * k + kd) * k * k + kh * k + kw;
+                                        const double gv = g[(((n * OD + d * s + kd) * OH + h * s + kh) * OW + ww * s + kw) * OC + co];
+                                        dx[xi] += gv * pw[wi];
+                                        dw[wi] += gv * px[xi];
+                                    }
+}
+
+/* max |a - b| / max |b| over floats */
+static double max_rel_f(const float *a, const float *b, int64_t n)
+{
+    double m = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]) / fmax(scale, 1e-30));
+    return m;
+}
+
+/* the bf16 variants to test: emulated always, native where the CPU has it */
+static int bf16_variants(const char *names[2])
+{
+    names[0] = "emulated";
+    if (ts_nn_bf16_select_isa("avx512bf16") == 0) {
+        names[1] = "avx512bf16";
+        return 2;
+    }
+    ts_diag("this CPU has no AVX512-BF16: the native bf16 kernels are not tested");
+    return 1;
+}
+
+/* One conv3d (or, transposed, convt3d) shape in bf16: forward, input
+ * gradient and weight gradient of each variant against double references
+ * on bf16-rounded operands (only fp32 summation differs: < 1e-5); the
+ * variants bitwise equal; and the bf16 results off the fp32 ones by the
+ * bf16 error (1e-4 .. 3e-2: the setting does change the arithmetic). */
+static void test_bf16_shape(int transposed, int N, int D, int H, int W, int C, int OC, int k, int s, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), b = MK(-1, 1, OC);
+    ts_tensor w = transposed ? MK(-0.5f, 0.5f, C, OC, k, k, k) : MK(-0.5f, 0.5f, OC, C, k, k, k);
+    const int64_t OD = transposed ? (D - 1) * s + k : ts_conv_out_size(D, k, s, p);
+    const int64_t OH = transposed ? (H - 1) * s + k : ts_conv_out_size(H, k, s, p);
+    const int64_t OW = transposed ? (W - 1) * s + k : ts_conv_out_size(W, k, s, p);
+    ts_tensor dy = MK(-1, 1, N, OD, OH, OW, OC), xr = rounded(&x), wr = rounded(&w), dyr = rounded(&dy);
+    const int64_t ny = N * OD * OH * OW * OC, nx = ts_tensor_numel(&x), nw = ts_tensor_numel(&w);
+    double *ry = malloc(sizeof(double) * ny), *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw);
+    double *rdb = malloc(sizeof(double) * OC);
+    ts_tensor out[2][4], f32[4]; /* y, dx, dw, db per variant; fp32 */
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+    int rc = 0;
+    for (int v = 0; v <= nvar; v++) { /* v < nvar: bf16 variants; v == nvar: fp32 */
+        ts_tensor *o = v < nvar ? out[v] : f32;
+        o[0] = MK(0, 0, N, OD, OH, OW, OC);
+        o[1] = mk(5, x.shape, 0, 0);
+        o[2] = mk(5, w.shape, 1, 1); /* accumulated into */
+        o[3] = MK(1, 1, OC);
+        if (v < nvar) rc |= ts_nn_bf16_select_isa(names[v]);
+        rc |= ts_nn_set_conv_precision(v < nvar ? TS_PREC_BF16 : TS_PREC_FP32);
+        if (transposed) {
+            rc |= ts_convt3d_forward(&x, &w, bias ? &b : NULL, s, &o[0]);
+            rc |= ts_convt3d_backward(&x, &w, s, &dy, &o[1], &o[2], &o[3]);
+        } else {
+            rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, s, p, &o[0]);
+            rc |= ts_conv3d_backward(&x, &w, s, p, &dy, &o[1], &o[2], &o[3]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_nn_bf16_select_isa("auto");
+    /* references on the rounded operands (bias and its gradient: fp32) */
+    if (transposed) {
+        ref_convt(&xr, &wr, bias ? &b : NULL, s, &out[0][0], ry);
+        ref_convt_bwd(&xr, &wr, s, &dyr, rdx, rdw);
+    } else {
+        ref_conv(&xr, &wr, bias ? &b : NULL, s, p, &out[0][0], ry);
+        ref_conv_bwd(&xr, &wr, s, p, &dyr, rdx, rdw, rdb);
+    }
+    for (int64_t i = 0; i < nw; i++) rdw[i] += 1.0;
+    char what[128];
+    snprintf(what, sizeof what, "%s %dx%dx%dx%dx%d -> %d k%d s%d%s", transposed ? "convt3d" : "conv3d", N, D, H, W, C, OC, k, s,
+             transposed ? "" : (p ? " p1" : " p0"));
+    for (int v = 0; v < nvar; v++) {
+        const double ey = max_rel(out[v][0].data, ry, ny), ex = max_rel(out[v][1].data, rdx, nx),
+                     ew = max_rel(out[v][2].data, rdw, nw);
+        ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5,
+              "bf16 (%s) %s = double on bf16-rounded operands: y %.1e dx %.1e dw %.1e", names[v], what, ey, ex, ew);
+    }
+    if (nvar == 2) {
+        int same = 1;
+        for (int t = 0; t < 4; t++)
+            same &= !memcmp(out[0][t].data, out[1][t].data, (size_t)ts_tensor_numel(&out[0][t]) * 4);
+        ts_ok(rc == 0 && same, "bf16 %s: emulated and avx512bf16 results bitwise equal (y, dx, dw, db)", what);
+    }
+    /* bf16 against fp32: the rounding error of bf16 operands, and db identical (fp32 sum of dy) */
+    double lo = 1, hi = 0;
+    for (int t = 0; t < 3; t++) {
+        const double e = max_rel_f(out[0][t].data, f32[t].data, ts_tensor_numel(&f32[t]));
+        lo = fmin(lo, e);
+        hi = fmax(hi, e);
+    }
+    const int db_same = !memcmp(out[0][3].data, f32[3].data, (size_t)OC * 4);
+    ts_ok(rc == 0 && lo > 1e-4 && hi < 3e-2 && db_same,
+          "bf16 %s differs from fp32 by bf16 rounding: %.1e .. %.1e relative (y, dx, dw); db as fp32", what, lo, hi);
+    for (int v = 0; v <= nvar; v++)
+        for (int t = 0; t < 4; t++) ts_tensor_free(v < nvar ? &out[v][t] : &f32[t]);
+    ts_tensor *all[] = {&x, &w, &b, &dy, &xr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* conv over [a, b] in bf16: against the double reference on the rounded
+ * concatenation, and against concat + bf16 conv3d */
+static void test_bf16_cat(int ca, int cb, int OC)
+{
+    const int64_t N = 2, D = 4, H = 5, W = 19;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), b = MK(-1, 1, N, D, H, W, cb), cat = MK(0, 0, N, D, H, W, ca + cb);
+    ts_tensor w = MK(-0.3f, 0.3f, OC, ca + cb, 3, 3, 3), bias = MK(-1, 1, OC), dy = MK(-1, 1, N, D, H, W, OC);
+    ts_tensor y1 = MK(0, 0, N, D, H, W, OC), y2 = MK(0, 0, N, D, H, W, OC), dcat = MK(0, 0, N, D, H, W, ca + cb);
+    ts_tensor da = MK(0, 0, N, D, H, W, ca), db = MK(0, 0, N, D, H, W, cb), dac = MK(0, 0, N, D, H, W, ca),
+              dbc = MK(0, 0, N, D, H, W, cb);
+    ts_tensor dw1 = MK(0, 0, OC, ca + cb, 3, 3, 3), dw2 = MK(0, 0, OC, ca + cb, 3, 3, 3);
+    int rc = ts_concat_forward(&a, &b, &cat);
+    ts_tensor catr = rounded(&cat), wr = rounded(&w), dyr = rounded(&dy);
+    double *ry = malloc(sizeof(double) * ts_tensor_numel(&y1)), *rdx = malloc(sizeof(double) * ts_tensor_numel(&cat));
+    double *rdw = malloc(sizeof(double) * ts_tensor_numel(&w)), *rdb = malloc(sizeof(double) * OC);
+    ref_conv(&catr, &wr, &bias, 1, 1, &y1, ry);
+    ref_conv_bwd(&catr, &wr, 1, 1, &dyr, rdx, rdw, rdb);
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+    for (int v = 0; v < nvar; v++) {
+        rc |= ts_nn_bf16_select_isa(names[v]);
+        rc |= ts_nn_set_conv_precision(TS_PREC_BF16);
+        ts_tensor_zero(&dw1);
+        ts_tensor_zero(&dw2);
+        rc |= ts_conv3d_cat_forward(&a, &b, &w, &bias, 1, 1, &y1);
+        rc |= ts_conv3d_cat_backward(&a, &b, &w, 1, 1, &dy, &da, &db, &dw1, NULL);
+        rc |= ts_conv3d_forward(&cat, &w, &bias, 1, 1, &y2);
+        rc |= ts_conv3d_backward(&cat, &w, 1, 1, &dy, &dcat, &dw2, NULL);
+        rc |= ts_concat_backward(&dcat, &dac, &dbc);
+        rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+        /* the reference's dx is the concatenation: compare [da, db] through dcat's layout */
+        double ex = 0, sx = 0;
+        const float *pa = da.data, *pb = db.data;
+        for (int64_t vx = 0; vx < N * D * H * W; vx++)
+            for (int c = 0; c < ca + cb; c++) {
+                const double r = rdx[vx * (ca + cb) + c], got = c < ca ? pa[vx * ca + c] : pb[vx * cb + c - ca];
+                ex = fmax(ex, fabs(got - r));
+                sx = fmax(sx, fabs(r));
+            }
+        ex /= fmax(sx, 1e-30);
+        const double ey = max_rel(y1.data, ry, ts_tensor_numel(&y1)), ew = max_rel(dw1.data, rdw, ts_tensor_numel(&w));
+        const double ec = fmax(fmax(max_rel_f(y1.data, y2.data, ts_tensor_numel(&y1)), max_rel_f(dw1.data, dw2.data, ts_tensor_numel(&w))),
+                               fmax(max_rel_f(da.data, dac.data, ts_tensor_numel(&da)), max_rel_f(db.data, dbc.data, ts_tensor_numel(&db))));
+        ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && ec < 1e-6,
+              "bf16 (%s) conv over [a (%d), b (%d)] -> %d = double on rounded operands: y %.1e dx %.1e dw %.1e; = concat + conv %.1e",
+              names[v], ca, cb, OC, ey, ex, ew, ec);
+    }
+    rc |= ts_nn_bf16_select_isa("auto");
+    ts_tensor *all[] = {&a, &b, &cat, &w, &bias, &dy, &y1, &y2, &dcat, &da, &db, &dac, &dbc, &dw1, &dw2, &catr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* the switch: default fp32, bad values refused, the ISA names */
+static void test_bf16_switch(void)
+{
+    int ok = ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_set_conv_precision((ts_precision)7) == TS_ERR_ARG && ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_set_conv_precision(TS_PREC_BF16) == 0 && ts_nn_conv_precision() == TS_PREC_BF16;
+    ok &= ts_nn_set_conv_precision(TS_PREC_FP32) == 0 && ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_bf16_select_isa("emulated") == 0 && !strcmp(ts_nn_bf16_isa(), "emulated");
+    ok &= ts_nn_bf16_select_isa("fp8") == TS_ERR_ARG && !strcmp(ts_nn_bf16_isa(), "emulated");
+    ok &= ts_nn_bf16_select_isa("auto") == 0;
+    const char *isa = ts_nn_bf16_isa();
+    ok &= !strcmp(isa, "avx512bf16") || !strcmp(isa, "emulated");
+    ts_ok(ok, "conv precision: fp32 by default, bf16 and back, bad values refused; bf16 kernels here: %s", isa);
 }
 
 /* ---------------------------------------------------- finite differences */
@@ -672,6 +894,30 @@ int main(void)
     test_conv_cat(32, 32, 32);
     test_conv_cat(4, 8, 6);
     test_conv_cat(20, 12, 16);
+    /* bf16: the same shapes, each variant, against references on rounded operands */
+    test_bf16_switch();
+    test_bf16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 3, 5, 19, 32, 32, 3, 1, 1, 0);
+    test_bf16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
+    test_bf16_shape(0, 2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
+    test_bf16_shape(0, 2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
+    test_bf16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
+    test_bf16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
+    test_bf16_shape(0, 1, 6, 5, 7, 3, 4, 3, 1, 0, 1);
+    test_bf16_shape(0, 1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
+    test_bf16_shape(0, 1, 4, 5, 6, 17, 33, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 9, 7, 11, 6, 5, 3, 3, 1, 1);
+    test_bf16_shape(1, 2, 3, 4, 3, 32, 16, 2, 2, 0, 1);
+    test_bf16_shape(1, 1, 4, 5, 4, 5, 7, 2, 2, 0, 1);
+    test_bf16_shape(1, 1, 3, 4, 3, 3, 4, 3, 2, 0, 1);
+    test_bf16_shape(1, 1, 3, 4, 3, 64, 40, 2, 2, 0, 0);
+    test_bf16_cat(16, 16, 16);
+    test_bf16_cat(32, 32, 32);
+    test_bf16_cat(4, 8, 6);
+    test_bf16_cat(20, 12, 16);
+    test_bf16_cat(3, 6, 5);
     /* finite differences */
     fd_conv(3, 4, 4, 3, 1, 1);
     fd_conv(3, 2, 5, 3, 2, 1);
