@@ -146,6 +146,23 @@ TS_BF16_TARGET static inline void seg_nat(const float *src, int n, uint16_t *dst
     }
 }
 
+/* pairs (lo[c], hi[c]) of n channels into n words at dst (lo or hi NULL: zeros) */
+TS_BF16_TARGET static inline void zip_nat(const float *lo, const float *hi, int n, uint32_t *dst)
+{
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    int c = 0;
+    for (; c + 16 <= n; c += 16)
+        _mm512_storeu_si512(dst + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(hi + c),
+                                                                                                 _mm512_loadu_ps(lo + c))));
+    if (c < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - c)) - 1);
+        const __m512 l = _mm512_maskz_loadu_ps(k, lo + c), h = _mm512_maskz_loadu_ps(k, hi + c);
+        const __m512i r = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(h, l));
+        _mm512_mask_storeu_epi32(dst + c, k, r);
+    }
+}
+
 TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, int col0, int n, const float *a, int ca,
                                    const float *b)
 {
@@ -160,20 +177,77 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
         if (i < len) seg_nat(a + i, (int)(len - i), d + i, 0);
         return;
     }
-    for (int v = 0; v < n; v++) {
-        const int j = col0 + v;
-        uint16_t *dv;
-        int step2 = 0;
-        if (!vpair) {
-            dv = d16 + (size_t)j * Cp;
-        } else {
-            const int blk = j / (2 * s), e = (j / s) & 1, r = j % s;
-            dv = d16 + (size_t)(blk * s + r) * ld * 2 + e;
-            step2 = 1;
+    if (!vpair && ca % 16 == 0 && cb % 16 == 0) { /* two sources, whole vectors */
+        for (int v = 0; v < n; v++) {
+            uint16_t *dv = d16 + (size_t)(col0 + v) * C;
+            const float *sa = a + (size_t)v * ca, *sb = b + (size_t)v * cb;
+            for (int c = 0; c < ca; c += 16)
+                _mm256_storeu_si256((__m256i *)(dv + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sa + c)));
+            for (int c = 0; c < cb; c += 16)
+                _mm256_storeu_si256((__m256i *)(dv + ca + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + c)));
         }
-        seg_nat(a + (size_t)v * ca, ca, dv, step2);
-        if (b) seg_nat(b + (size_t)v * cb, cb, dv + (step2 ? 2 * ca : ca), step2);
-        if (!vpair && Cp != C) dv[C] = 0;
+        return;
+    }
+    if (!vpair) {
+        for (int v = 0; v < n; v++) {
+            uint16_t *dv = d16 + (size_t)(col0 + v) * Cp;
+            seg_nat(a + (size_t)v * ca, ca, dv, 0);
+            if (b) seg_nat(b + (size_t)v * cb, cb, dv + ca, 0);
+            if (Cp != C) dv[C] = 0;
+        }
+        return;
+    }
+    if (s == 1 && ca % 16 == 0 && cb % 16 == 0) { /* stride 1, whole vectors: a column pair per step */
+        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        int v = 0;
+        if (col0 & 1) { /* the run starts with the upper half of a pair */
+            uint16_t *dv = (uint16_t *)((uint32_t *)dst + (size_t)(col0 / 2) * ld) + 1;
+            seg_nat(a, ca, dv, 1);
+            if (b) seg_nat(b, cb, dv + 2 * ca, 1);
+            v = 1;
+        }
+        for (; v + 1 < n; v += 2) {
+            uint32_t *dw = (uint32_t *)dst + (size_t)((col0 + v) / 2) * ld;
+            const float *a0 = a + (size_t)v * ca, *a1 = a0 + ca;
+            for (int c = 0; c < ca; c += 16)
+                _mm512_storeu_si512(dw + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a1 + c),
+                                                                                                         _mm512_loadu_ps(a0 + c))));
+            if (b) {
+                const float *b0 = b + (size_t)v * cb, *b1 = b0 + cb;
+                for (int c = 0; c < cb; c += 16)
+                    _mm512_storeu_si512(dw + ca + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
+                                                                                       _mm512_loadu_ps(b1 + c), _mm512_loadu_ps(b0 + c))));
+            }
+        }
+        if (v < n) { /* ends with the lower half of a pair */
+            uint16_t *dv = (uint16_t *)((uint32_t *)dst + (size_t)((col0 + v) / 2) * ld);
+            seg_nat(a + (size_t)v * ca, ca, dv, 1);
+            if (b) seg_nat(b + (size_t)v * cb, cb, dv + 2 * ca, 1);
+        }
+        return;
+    }
+    /* column pairs (j, j + s) both in the run: whole words; a column whose
+     * partner lies outside the run: its half only */
+    int blk = col0 / (2 * s), e = (col0 / s) & 1, r = col0 % s;
+    for (int v = 0; v < n; v++) {
+        uint32_t *dw = (uint32_t *)dst + (size_t)(blk * s + r) * ld;
+        if (e == 0 && v + s < n) {
+            const float *a0 = a + (size_t)v * ca, *a1 = a + (size_t)(v + s) * ca;
+            zip_nat(a0, a1, ca, dw);
+            if (b) zip_nat(b + (size_t)v * cb, b + (size_t)(v + s) * cb, cb, dw + ca);
+        } else if (e == 0 || v < s) {
+            uint16_t *dv = (uint16_t *)dw + e;
+            seg_nat(a + (size_t)v * ca, ca, dv, 1);
+            if (b) seg_nat(b + (size_t)v * cb, cb, dv + 2 * ca, 1);
+        } /* else: written with its partner */
+        if (++r == s) {
+            r = 0;
+            if (++e == 2) {
+                e = 0;
+                blk++;
+            }
+        }
     }
 }
 #endif
