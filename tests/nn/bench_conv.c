@@ -108,13 +108,13 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
     fill(&y);
     fill(&b);
     enum { K = 3 };
-    double *t = malloc(sizeof(double) * 2 * K * reps);
-    if (!t) return 1;
+    double *t = malloc(sizeof(double) * 2 * K * reps), *tc = malloc(sizeof(double) * 2 * K * reps);
+    if (!t || !tc) return 1;
     for (int r = 0; r < reps; r++)
         for (int pr = 0; pr < 2; pr++) {
             rc |= ts_nn_set_conv_precision(pr ? TS_PREC_BF16 : TS_PREC_FP32);
             for (int kk = 0; kk < K; kk++) {
-                const double t0 = ts_time_now();
+                const double t0 = ts_time_now(), c0 = cpu_now();
                 if (convt) {
                     if (kk == 0) rc |= ts_convt3d_forward(&x, &w, &b, 2, &y);
                     else if (kk == 1) rc |= ts_convt3d_backward(&x, &w, 2, &y, NULL, &dw, NULL);
@@ -129,6 +129,7 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
                     else rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, &dx, NULL, NULL);
                 }
                 t[(pr * K + kk) * reps + r] = ts_time_now() - t0;
+                tc[(pr * K + kk) * reps + r] = cpu_now() - c0;
             }
         }
     rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
@@ -139,14 +140,17 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
     const double fl = 2.0 * N * D * D * D * (double)C * OC * (convt ? 1 : 27);
     if (convt) printf("convt3d 2x2x2 s2 [2, %d^3, %d] -> [2, %d^3, %d]", Di, C, D, OC);
     else printf("conv3d 3x3x3 [2, %d^3, %s%d] -> %d", D, cat ? "cat " : "", C, OC);
-    printf(", %d thread%s, median of %d (bf16 kernels: %s):\n", nt, nt > 1 ? "s" : "", reps, ts_nn_bf16_isa());
+    printf(", %d thread%s, median of %d (bf16 kernels: %s); GFLOP/s by wall time, ratios by wall and by process CPU time:\n",
+           nt, nt > 1 ? "s" : "", reps, ts_nn_bf16_isa());
     static const char *const name[K] = {"forward", "weight grad", "input grad"};
     for (int kk = 0; kk < K; kk++) {
         const double m32 = median(t + kk * reps, reps), m16 = median(t + (K + kk) * reps, reps);
-        printf("  %-12s fp32 %8.2f ms %7.1f GFLOP/s   bf16 %8.2f ms %7.1f GFLOP/s   ratio %.2f\n", name[kk], m32 * 1e3,
-               fl / m32 / 1e9, m16 * 1e3, fl / m16 / 1e9, m32 / m16);
+        const double c32 = median(tc + kk * reps, reps), c16 = median(tc + (K + kk) * reps, reps);
+        printf("  %-12s fp32 %8.2f ms %6.1f GFLOP/s   bf16 %8.2f ms %6.1f GFLOP/s   ratio %.2f (CPU %.2f)\n", name[kk],
+               m32 * 1e3, fl / m32 / 1e9, m16 * 1e3, fl / m16 / 1e9, m32 / m16, c32 / c16);
     }
     free(t);
+    free(tc);
     ts_tensor *all[] = {&x, &xb, &w, &b, &y, &dx, &dxb, &dw};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
     return rc ? 1 : 0;
