@@ -298,7 +298,8 @@ static inline float u2f(uint32_t u)
 #define BATTR_RUN static inline
 #define BW(n, p)                                                                                                        \
     const v16i n##_i = *(const v16iu *)(p);                                                                            \
-    const v16 n##_l = (v16)(n##_i << 16), n##_h = (v16)(n##_i & 0xffff0000u)
+    const v16 n##_l __attribute__((unused)) = (v16)(n##_i << 16), n##_h __attribute__((unused)) = (v16)(n##_i & 0xffff0000u)
+#define BWSHIFT(n, c, p) const v16 n##_l = p##_h, n##_h = c##_l
 #define BWZERO(n) v16 n##_l = (v16){0}, n##_h = (v16){0}
 #define BWSET(n, m) (n##_l = m##_l, n##_h = m##_h)
 #define BX(n, p)                                                                                                        \
@@ -310,6 +311,7 @@ static inline float u2f(uint32_t u)
 #undef BATTR
 #undef BATTR_RUN
 #undef BW
+#undef BWSHIFT
 #undef BWZERO
 #undef BWSET
 #undef BX
@@ -321,6 +323,7 @@ static inline float u2f(uint32_t u)
 #define BATTR static inline TS_BF16_TARGET
 #define BATTR_RUN static inline TS_BF16_TARGET
 #define BW(n, p) const v16i n = *(const v16iu *)(p)
+#define BWSHIFT(n, c, p) const v16i n = (c << 16) | (p >> 16)
 #define BWZERO(n) v16i n = (v16i){0}
 #define BWSET(n, m) (n = m)
 #define BX(n, p) const v16i n = (v16i){0} + *(const uint32_t *)(p)

@@ -139,32 +139,33 @@ void ts_nn_bf16_put(int nat, int vpair, int s, int C, int ld, void *dst, int col
  * flip ? taps-1-t : t. In scratch slot 1; NULL on failure. */
 uint32_t *ts_nn_bf16_pack(const float *w, int rows, int cols, int taps, int flip, int by_row);
 
-/* gather arguments (see gc_args in conv_kernels.c): slab of bf16 pairs of
- * consecutive channels, voxel = C pairs (C = ceil(channels/2)) */
+/* gather arguments (see gc_args in conv_kernels.c): slab planes of bf16
+ * pairs of consecutive channels, voxel = C pairs (C = ceil(channels/2)) */
 typedef struct ts_bf16_gc_args {
-    const uint32_t *slab;
-    size_t rstride, pstride; /* pairs between slab rows / planes */
+    const uint32_t *const *plane; /* slab plane kd (input plane od s - p + kd) */
+    size_t rstride;               /* pairs between slab rows */
     int k, s, C, ocp;
     const uint32_t *wp;     /* [k^3][C][ocp] */
     const float *bias;      /* padded to ocp, 64-byte aligned, or NULL */
 } ts_bf16_gc_args;
 
 /* Weight-gradient arguments. The reduction runs over output voxels, so the
- * pairs are pairs of output voxels (2m, 2m+1): g0[q][m][oc] = (g[2m],
- * g[2m+1]), g1[q][m][oc] = (g[2m-1], g[2m]) (zero outside 0 .. OW-1; q =
- * plane * nr + row of the item, nm entries per row, ocp lanes). The slab
- * holds pairs of input columns: slab columns j = 2sb + es + r (b a block,
- * e = 0, 1, r < s) stored at [b][r][c] as (x[2sb + r], x[2sb + s + r]).
- * Tap kw = 2s·blk + e·s + r then pairs block m + blk, offset r, with g_e[m]
- * (e = 0: m < nm0 = ceil(OW/2), e = 1: m < nm1 = OW/2 + 1). */
+ * pairs are pairs of output voxels: g[q][m][oc] = (g[2m], g[2m+1]) (zero
+ * outside 0 .. OW-1; q = plane * nr + row of the item; nm entries per row,
+ * entry -1 of every row readable and zero; ocp lanes); the tiles make the
+ * pairs (g[2m-1], g[2m]) from entries m - 1 and m. The slab holds pairs of
+ * input columns: slab column j = 2sb + es + r (b a block, e = 0, 1, r < s)
+ * is half e of pair [b][r][c]. Tap kw = 2s·blk + e·s + r then pairs
+ * block m + blk, offset r, with (g[2m], g[2m+1]) for e = 0 (m < nm0 =
+ * ceil(OW/2)) or (g[2m-1], g[2m]) for e = 1 (m < nm1 = OW/2 + 1). */
 typedef struct ts_bf16_wg_args {
-    const uint32_t *slab;
-    size_t rstride, pstride; /* pairs between slab rows / planes */
-    int k, s, C;             /* C: input channels */
-    const uint32_t *g0, *g1;
-    int nm, nm0, nm1, nx;    /* nx: blocks of a slab row (k = 3, s = 1 tiles) */
+    const uint32_t *const *plane; /* slab plane i of the item (input plane od s - p + i) */
+    size_t rstride;               /* pairs between slab rows */
+    int k, s, C;                  /* C: input channels */
+    const uint32_t *g;
+    int nm, nm0, nm1, nx; /* nx: blocks of a slab row (k = 3, s = 1 tiles) */
     int nr, np;
-    float *dw;               /* [k^3][C][ocp] */
+    float *dw; /* [k^3][C][ocp] */
     int ocp;
 } ts_bf16_wg_args;
 

@@ -215,6 +215,40 @@ static void fill_slab_planes(const slab_fmt *f, const ts_conv_geom *g, ts_conv_s
                      (uint32_t *)slab + ((size_t)kd * R + r) * row);
 }
 
+/* A ring of KP slab planes (each R rows of CS columns in format f) that
+ * follows a work unit's items along D: an item whose input planes start
+ * `shift` planes after the previous item's (same sample and rows) stages
+ * only its last `shift` planes. plane[i] is input plane id0 + i. */
+typedef struct slab_ring {
+    int n, oh0, id0, start; /* what is staged (n -1: nothing) */
+    int KP;
+    size_t pn; /* elements of one plane */
+    uint32_t *base;
+    const uint32_t **plane;
+} slab_ring;
+
+static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int id0, int oh0,
+                       int R, int CS)
+{
+    int keep = 0;
+    if (rg->n == n && rg->oh0 == oh0 && id0 > rg->id0 && id0 - rg->id0 < rg->KP) {
+        keep = rg->KP - (id0 - rg->id0);
+        rg->start = (rg->start + id0 - rg->id0) % rg->KP;
+    } else {
+        rg->start = 0;
+    }
+    const size_t row = slab_row_n(f, CS, g->C);
+    for (int i = 0; i < rg->KP; i++) {
+        uint32_t *pl = rg->base + (size_t)((rg->start + i) % rg->KP) * rg->pn;
+        rg->plane[i] = pl;
+        if (i >= keep)
+            for (int r = 0; r < R; r++) fill_row(f, g, x, n, id0 + i, oh0 * g->s - g->p + r, CS, pl + (size_t)r * row);
+    }
+    rg->n = n;
+    rg->oh0 = oh0;
+    rg->id0 = id0;
+}
+
 /* ------------------------------------------------------------------ gather */
 
 typedef struct {
@@ -271,15 +305,32 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
     }
 }
 
-/* a row of either precision: bf16 when ab is not NULL */
-static inline void any_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, int k3s1, int r, int OW, int oc0, int oc1,
-                           int OC, float *yr, int yo0, int ldy)
+/* One output row into y (split or not, see ts_conv_dst) with the fp32
+ * tiles (ab NULL) or the bf16 ones: row index `row`, tile row r. */
+static void out_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, const ts_conv_geom *g, int k3s1, int r,
+                    size_t row, ts_conv_dst y, float *rowbuf)
 {
-    if (ab) ts_nn_bf16_gather_row(nat, ab, k3s1, r, OW, oc0, oc1, OC, yr, yo0, ldy);
-    else gather_row(a, k3s1, r, OW, oc0, oc1, OC, yr, yo0, ldy);
+#define ROW(oc0_, oc1_, yr_, ldy_)                                                                                         \
+    (ab ? ts_nn_bf16_gather_row(nat, ab, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_)                             \
+        : gather_row(a, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_))
+    if (!y.b) {
+        ROW(0, g->OC, y.a + row * g->OW * g->OC, g->OC);
+    } else if (y.ca % 16 == 0) {
+        const int cb = g->OC - y.ca;
+        ROW(0, y.ca, y.a + row * g->OW * y.ca, y.ca);
+        ROW(y.ca, g->OC, y.b + row * g->OW * cb, cb);
+    } else {
+        const int cb = g->OC - y.ca;
+        ROW(0, g->OC, rowbuf, g->OC);
+        for (int w = 0; w < g->OW; w++) {
+            memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
+            memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
+        }
+    }
+#undef ROW
 }
 
-/* The gather driver for both precisions (f->bf16: wp holds pairs). */
+/* The fp32 gather driver. */
 static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const void *wp, const float *bias,
                        ts_conv_dst y, const ts_conv_sched *sch)
 {
@@ -320,28 +371,68 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
             }
             float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
             fill_slab_planes(f, g, x, n, od, oh0, g->k, R, CS, slab);
-            const size_t rs = slab_row_n(f, CS, g->C);
             gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
-            ts_bf16_gc_args b = {(const uint32_t *)slab, rs, rs * R, g->k, g->s, (g->C + 1) / 2, ocp, wp, bp};
-            const ts_bf16_gc_args *ab = f->bf16 ? &b : NULL;
-            for (int r = 0; r < nr; r++) {
-                const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0 + r; /* output row index */
-                if (!split) {
-                    any_row(&a, ab, f->nat, k3s1, r, g->OW, 0, g->OC, g->OC, y.a + row * g->OW * g->OC, 0, g->OC);
-                } else if (direct) {
-                    const int cb = g->OC - y.ca;
-                    any_row(&a, ab, f->nat, k3s1, r, g->OW, 0, y.ca, g->OC, y.a + row * g->OW * y.ca, 0, y.ca);
-                    any_row(&a, ab, f->nat, k3s1, r, g->OW, y.ca, g->OC, g->OC, y.b + row * g->OW * cb, 0, cb);
-                } else {
-                    const int cb = g->OC - y.ca;
-                    any_row(&a, ab, f->nat, k3s1, r, g->OW, 0, g->OC, g->OC, rowbuf, 0, g->OC);
-                    for (int w = 0; w < g->OW; w++) {
-                        memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
-                        memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
-                    }
-                }
-            }
+            for (int r = 0; r < nr; r++)
+                out_row(&a, NULL, 0, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
             if (tid == 0) run_hooks(sch);
+        }
+    }
+cleanup:
+    return err;
+}
+
+/* The bf16 gather driver: the same items (sample, output plane, block of
+ * rows), taken in runs along D by work units (sample, row block, run of
+ * planes) so that a ring of slab planes (slab_ring) stages each input
+ * plane of a run once, not k times. Every output voxel is computed as in
+ * any other order: the results do not depend on the runs. */
+static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias,
+                       ts_conv_dst y, const ts_conv_sched *sch)
+{
+    int err = 0;
+    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
+    const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
+    const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs + (size_t)2 * g->k);
+    const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
+    float *bp = NULL, *slabs = ts_nn_scratch(0, ((slab_n + row_n) * nt + ocp) * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
+    if (bias) {
+        bp = slabs + (slab_n + row_n) * nt;
+        memset(bp, 0, (size_t)ocp * sizeof(float));
+        memcpy(bp, bias, (size_t)g->OC * sizeof(float));
+    }
+    const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
+    /* runs of L planes: about 16 units per thread */
+    const long cols = (long)g->N * nhb, runs = (16L * nt + cols - 1) / cols;
+    const int L = (int)imax(1, (int)((g->OD + runs - 1) / runs)), nrun = (g->OD + L - 1) / L;
+    const long units = cols * nrun;
+    const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
+    const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
+    const int fh0 = halo_face(x.halo, 1, 0) != NULL, fh1 = halo_face(x.halo, 1, 1) != NULL;
+    const int fw = halo_face(x.halo, 2, 0) || halo_face(x.halo, 2, 1);
+#pragma omp parallel
+    {
+        const int tid = thread_id();
+        float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
+        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, (const uint32_t **)(slab + slab_n - 2 * g->k)};
+        if (tid == 0) run_hooks(sch);
+#pragma omp for schedule(dynamic, 1)
+        for (long u = 0; u < units; u++) {
+            const int n = (int)(u / ((long)nhb * nrun)), oh0 = (int)(u / nrun % nhb) * hb, od0 = (int)(u % nrun) * L;
+            const int nr = imin(hb, g->OH - oh0);
+            ring.n = -1;
+            for (int od = od0; od < imin(od0 + L, g->OD); od++) {
+                if (part != TS_CONV_ALL) {
+                    const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
+                                       (fh1 && oh0 + nr == g->OH);
+                    if (border != (part == TS_CONV_BORDER)) continue;
+                }
+                ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                const ts_bf16_gc_args b = {ring.plane, rs, g->k, g->s, (g->C + 1) / 2, ocp, wp, bp};
+                for (int r = 0; r < nr; r++)
+                    out_row(NULL, &b, f->nat, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
+                if (tid == 0) run_hooks(sch);
+            }
         }
     }
 cleanup:
@@ -358,7 +449,7 @@ int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp,
                        const ts_conv_sched *sch)
 {
     const slab_fmt f = {1, 0, ts_nn_bf16_native(), g->s};
-    return gather_impl(&f, g, x, wp, bias, y, sch);
+    return gather_bf16(&f, g, x, wp, bias, y, sch);
 }
 
 /* ----------------------------------------------------------------- tgather */
@@ -454,9 +545,12 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 }
 
 /* The weight-gradient driver for both precisions. bf16 (f->bf16, f->vpair):
- * the slab holds pairs of columns and each item's output-gradient rows are
- * staged as the pairs g0, g1 (ts_bf16_wg_args); the items, chunks and
- * groups, hence the summation structure, are those of fp32. */
+ * the slab holds pairs of columns, the items run along D within a unit
+ * (sample, row block, then planes; fp32: planes, then row blocks) so that a
+ * ring of slab planes keeps the planes that consecutive items share, and
+ * each item's output-gradient rows are staged as voxel pairs
+ * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
+ * thread count, are those of fp32. */
 static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp,
                       const ts_conv_sched *sch)
 {
@@ -475,9 +569,11 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const size_t rs = slab_row_n(f, CS, g->C);
     const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
     const int padg = g->OC % 16 != 0;
-    /* bf16: nm pairs per staged row (g0 and g1); fp32: rows padded to ocp where OC is not */
+    /* bf16: nm pairs per staged row after one zero entry, and the ring's
+     * plane pointers; fp32: rows padded to ocp where OC is not */
     const int nm = g->OW / 2 + 2;
-    const size_t gpad_n = f->bf16 ? round16((size_t)2 * P * hb * nm * ocp) : padg ? (size_t)P * hb * g->OW * ocp : 0;
+    const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
+                                  : padg ? (size_t)P * hb * g->OW * ocp : 0;
     const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P;
     const long items = (long)g->N * npb * nhb;
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
@@ -496,6 +592,10 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     {
         const int tid = thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
+        /* bf16: the staged pairs (one zero entry first) and the ring's plane pointers after them */
+        uint32_t *gb = (uint32_t *)gpad + ocp;
+        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab,
+                          (const uint32_t **)(gpad + ((size_t)P * hb * nm + 1) * ocp)};
         if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -504,26 +604,28 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
             const size_t tap_n = (size_t)g->C * ocp * k;                    /* floats of one (kd, kh) pair */
             float *dw = dws + dw_n * ch;
             memset(dw + tap_n * p0, 0, tap_n * pairs * sizeof(float));
+            ring.n = -1;
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
+                if (f->bf16) {
+                    const int n = (int)(it / ((long)npb * nhb)), oh0 = (int)(it / npb % nhb) * hb, od = (int)(it % npb) * P;
+                    const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
+                    ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                    memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
+                    for (int q = 0; q < np * nr; q++) {
+                        const float *src = gy + (((size_t)n * g->OD + od + q / nr) * g->OH + oh0 + q % nr) * (size_t)g->OW * g->OC;
+                        ts_nn_bf16_put(f->nat, 1, 1, g->OC, ocp, gb + (size_t)q * nm * ocp, 0, g->OW, src, g->OC, NULL);
+                    }
+                    const ts_bf16_wg_args b = {ring.plane, rs, k, g->s, g->C, gb, nm, (g->OW + 1) / 2, g->OW / 2 + 1,
+                                               (CS + 1) / 2, nr, np, dw, ocp};
+                    for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
+                    if (tid == 0) run_hooks(sch);
+                    continue;
+                }
                 const int n = (int)(it / ((long)npb * nhb)), od = (int)(it / nhb % npb) * P, oh0 = (int)(it % nhb) * hb;
                 const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
                 fill_slab_planes(f, g, x, n, od, oh0, KP, R, CS, slab);
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
-                if (f->bf16) {
-                    uint32_t *g0 = (uint32_t *)gpad, *g1 = g0 + (size_t)P * hb * nm * ocp;
-                    memset(g0, 0, (size_t)2 * P * hb * nm * ocp * sizeof(uint32_t));
-                    for (int q = 0; q < np * nr; q++) { /* g0 from column 0, g1 from column 1 */
-                        const float *src = gr + (size_t)q * g->OW * g->OC;
-                        ts_nn_bf16_put(f->nat, 1, 1, g->OC, ocp, g0 + (size_t)q * nm * ocp, 0, g->OW, src, g->OC, NULL);
-                        ts_nn_bf16_put(f->nat, 1, 1, g->OC, ocp, g1 + (size_t)q * nm * ocp, 1, g->OW, src, g->OC, NULL);
-                    }
-                    const ts_bf16_wg_args b = {(const uint32_t *)slab, rs, rs * R, k, g->s, g->C, g0, g1, nm,
-                                               (g->OW + 1) / 2, g->OW / 2 + 1, (CS + 1) / 2, nr, np, dw, ocp};
-                    for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
-                    if (tid == 0) run_hooks(sch);
-                    continue;
-                }
                 int ldg = g->OC;
                 if (padg) {
                     memset(gpad, 0, gpad_n * sizeof(float));

@@ -7,7 +7,7 @@ BATTR void BT(gcb_16x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -78,7 +78,7 @@ BATTR void BT(gcb_8x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -125,7 +125,7 @@ BATTR void BT(gcb_4x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -160,7 +160,7 @@ BATTR void BT(gcb_2x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -189,7 +189,7 @@ BATTR void BT(gcb_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -226,7 +226,7 @@ BATTR void BT(gcb_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -299,7 +299,7 @@ BATTR void BT(gcb_8x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -356,7 +356,7 @@ BATTR void BT(gcb_4x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -397,7 +397,7 @@ BATTR void BT(gcb_2x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -430,7 +430,7 @@ BATTR void BT(gcb_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -471,7 +471,7 @@ BATTR void BT(gcb_6x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -536,7 +536,7 @@ BATTR void BT(gcb_4x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -589,7 +589,7 @@ BATTR void BT(gcb_2x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -630,7 +630,7 @@ BATTR void BT(gcb_1x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const uint32_t *xr = row + kw * C;
                 const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -672,7 +672,7 @@ BATTR void BT(gk3b_16x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -745,7 +745,7 @@ BATTR void BT(gk3b_8x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -794,7 +794,7 @@ BATTR void BT(gk3b_4x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -831,7 +831,7 @@ BATTR void BT(gk3b_2x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -862,7 +862,7 @@ BATTR void BT(gk3b_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -901,7 +901,7 @@ BATTR void BT(gk3b_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -978,7 +978,7 @@ BATTR void BT(gk3b_8x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1039,7 +1039,7 @@ BATTR void BT(gk3b_4x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1084,7 +1084,7 @@ BATTR void BT(gk3b_2x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1121,7 +1121,7 @@ BATTR void BT(gk3b_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1887,12 +1887,12 @@ BATTR void BT(wk3b_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a0_2 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp), a0_3 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp), a0_4 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp), a0_5 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp), a0_6 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp), a0_7 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a1_2 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp), a1_3 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp), a1_4 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp), a1_5 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp), a1_6 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp), a1_7 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp), a2_2 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp), a2_3 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp), a2_4 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp), a2_5 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp), a2_6 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp), a2_7 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(rr + kh) * a->rstride + c0;
-        const uint32_t *g0r = a->g0 + (size_t)q * nm * ocp + oc0, *g1r = a->g1 + (size_t)q * nm * ocp + oc0;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm);
         for (int m = 0; m < nx; m++) {
-            BW(g0, g0r + (size_t)m * ocp);
-            BW(g1, g1r + (size_t)m * ocp);
+            BW(g0, gr + (size_t)m * ocp);
+            BWSHIFT(g1, g0, gm);
             const uint32_t *xv = xr + (size_t)m * C;
             { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
             { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
@@ -1939,12 +1939,12 @@ BATTR void BT(wk3b_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a0_2 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp), a0_3 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a1_2 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp), a1_3 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp), a2_2 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp), a2_3 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(rr + kh) * a->rstride + c0;
-        const uint32_t *g0r = a->g0 + (size_t)q * nm * ocp + oc0, *g1r = a->g1 + (size_t)q * nm * ocp + oc0;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm);
         for (int m = 0; m < nx; m++) {
-            BW(g0, g0r + (size_t)m * ocp);
-            BW(g1, g1r + (size_t)m * ocp);
+            BW(g0, gr + (size_t)m * ocp);
+            BWSHIFT(g1, g0, gm);
             const uint32_t *xv = xr + (size_t)m * C;
             { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
             { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
@@ -1975,12 +1975,12 @@ BATTR void BT(wk3b_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(rr + kh) * a->rstride + c0;
-        const uint32_t *g0r = a->g0 + (size_t)q * nm * ocp + oc0, *g1r = a->g1 + (size_t)q * nm * ocp + oc0;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm);
         for (int m = 0; m < nx; m++) {
-            BW(g0, g0r + (size_t)m * ocp);
-            BW(g1, g1r + (size_t)m * ocp);
+            BW(g0, gr + (size_t)m * ocp);
+            BWSHIFT(g1, g0, gm);
             const uint32_t *xv = xr + (size_t)m * C;
             { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
             { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
@@ -2003,12 +2003,12 @@ BATTR void BT(wk3b_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(rr + kh) * a->rstride + c0;
-        const uint32_t *g0r = a->g0 + (size_t)q * nm * ocp + oc0, *g1r = a->g1 + (size_t)q * nm * ocp + oc0;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm);
         for (int m = 0; m < nx; m++) {
-            BW(g0, g0r + (size_t)m * ocp);
-            BW(g1, g1r + (size_t)m * ocp);
+            BW(g0, gr + (size_t)m * ocp);
+            BWSHIFT(g1, g0, gm);
             const uint32_t *xv = xr + (size_t)m * C;
             { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
             BWSET(gm, g0);
@@ -2032,35 +2032,56 @@ BATTR void BT(wgb_16x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c12_0 = *(v16 *)(dwt + 12 * (size_t)ocp + 0), c13_0 = *(v16 *)(dwt + 13 * (size_t)ocp + 0), c14_0 = *(v16 *)(dwt + 14 * (size_t)ocp + 0), c15_0 = *(v16 *)(dwt + 15 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); }
-            { BX(x, xv + 4); BDP(c4_0, x, g0); }
-            { BX(x, xv + 5); BDP(c5_0, x, g0); }
-            { BX(x, xv + 6); BDP(c6_0, x, g0); }
-            { BX(x, xv + 7); BDP(c7_0, x, g0); }
-            { BX(x, xv + 8); BDP(c8_0, x, g0); }
-            { BX(x, xv + 9); BDP(c9_0, x, g0); }
-            { BX(x, xv + 10); BDP(c10_0, x, g0); }
-            { BX(x, xv + 11); BDP(c11_0, x, g0); }
-            { BX(x, xv + 12); BDP(c12_0, x, g0); }
-            { BX(x, xv + 13); BDP(c13_0, x, g0); }
-            { BX(x, xv + 14); BDP(c14_0, x, g0); }
-            { BX(x, xv + 15); BDP(c15_0, x, g0); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); }
+                { BX(x, xv + 8); BDP(c8_0, x, g0); }
+                { BX(x, xv + 9); BDP(c9_0, x, g0); }
+                { BX(x, xv + 10); BDP(c10_0, x, g0); }
+                { BX(x, xv + 11); BDP(c11_0, x, g0); }
+                { BX(x, xv + 12); BDP(c12_0, x, g0); }
+                { BX(x, xv + 13); BDP(c13_0, x, g0); }
+                { BX(x, xv + 14); BDP(c14_0, x, g0); }
+                { BX(x, xv + 15); BDP(c15_0, x, g0); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); }
+                { BX(x, xv + 8); BDP(c8_0, x, g0); }
+                { BX(x, xv + 9); BDP(c9_0, x, g0); }
+                { BX(x, xv + 10); BDP(c10_0, x, g0); }
+                { BX(x, xv + 11); BDP(c11_0, x, g0); }
+                { BX(x, xv + 12); BDP(c12_0, x, g0); }
+                { BX(x, xv + 13); BDP(c13_0, x, g0); }
+                { BX(x, xv + 14); BDP(c14_0, x, g0); }
+                { BX(x, xv + 15); BDP(c15_0, x, g0); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0;
@@ -2084,27 +2105,40 @@ BATTR void BT(wgb_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); }
-            { BX(x, xv + 4); BDP(c4_0, x, g0); }
-            { BX(x, xv + 5); BDP(c5_0, x, g0); }
-            { BX(x, xv + 6); BDP(c6_0, x, g0); }
-            { BX(x, xv + 7); BDP(c7_0, x, g0); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0;
@@ -2120,23 +2154,32 @@ BATTR void BT(wgb_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0;
@@ -2148,21 +2191,28 @@ BATTR void BT(wgb_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0;
@@ -2172,20 +2222,26 @@ BATTR void BT(wgb_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
 }
@@ -2204,32 +2260,52 @@ BATTR void BT(wgb_12x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c8_1 = *(v16 *)(dwt + 8 * (size_t)ocp + 16), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c9_1 = *(v16 *)(dwt + 9 * (size_t)ocp + 16), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c10_1 = *(v16 *)(dwt + 10 * (size_t)ocp + 16), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c11_1 = *(v16 *)(dwt + 11 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
-            { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
-            { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
-            { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
-            { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
-            { BX(x, xv + 8); BDP(c8_0, x, g0); BDP(c8_1, x, g1); }
-            { BX(x, xv + 9); BDP(c9_0, x, g0); BDP(c9_1, x, g1); }
-            { BX(x, xv + 10); BDP(c10_0, x, g0); BDP(c10_1, x, g1); }
-            { BX(x, xv + 11); BDP(c11_0, x, g0); BDP(c11_1, x, g1); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
+                { BX(x, xv + 8); BDP(c8_0, x, g0); BDP(c8_1, x, g1); }
+                { BX(x, xv + 9); BDP(c9_0, x, g0); BDP(c9_1, x, g1); }
+                { BX(x, xv + 10); BDP(c10_0, x, g0); BDP(c10_1, x, g1); }
+                { BX(x, xv + 11); BDP(c11_0, x, g0); BDP(c11_1, x, g1); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
+                { BX(x, xv + 8); BDP(c8_0, x, g0); BDP(c8_1, x, g1); }
+                { BX(x, xv + 9); BDP(c9_0, x, g0); BDP(c9_1, x, g1); }
+                { BX(x, xv + 10); BDP(c10_0, x, g0); BDP(c10_1, x, g1); }
+                { BX(x, xv + 11); BDP(c11_0, x, g0); BDP(c11_1, x, g1); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1;
@@ -2249,28 +2325,44 @@ BATTR void BT(wgb_8x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
-            { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
-            { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
-            { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
-            { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); }
+                { BX(x, xv + 6); BDP(c6_0, x, g0); BDP(c6_1, x, g1); }
+                { BX(x, xv + 7); BDP(c7_0, x, g0); BDP(c7_1, x, g1); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1;
@@ -2286,24 +2378,36 @@ BATTR void BT(wgb_4x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1;
@@ -2315,22 +2419,32 @@ BATTR void BT(wgb_2x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1;
@@ -2340,21 +2454,30 @@ BATTR void BT(wgb_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1;
 }
@@ -2373,28 +2496,48 @@ BATTR void BT(wgb_6x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c4_2 = *(v16 *)(dwt + 4 * (size_t)ocp + 32), c4_3 = *(v16 *)(dwt + 4 * (size_t)ocp + 48), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c5_2 = *(v16 *)(dwt + 5 * (size_t)ocp + 32), c5_3 = *(v16 *)(dwt + 5 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            BW(g2, gv + 32);
-            BW(g3, gv + 48);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
-            { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); BDP(c4_2, x, g2); BDP(c4_3, x, g3); }
-            { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); BDP(c5_2, x, g2); BDP(c5_3, x, g3); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                BW(g2, gv + 32);
+                BW(g3, gv + 48);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); BDP(c4_2, x, g2); BDP(c4_3, x, g3); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); BDP(c5_2, x, g2); BDP(c5_3, x, g3); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                BW(h2, gv + 32);
+                BW(p2, gv - ocp + 32);
+                BWSHIFT(g2, h2, p2);
+                BW(h3, gv + 48);
+                BW(p3, gv - ocp + 48);
+                BWSHIFT(g3, h3, p3);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
+                { BX(x, xv + 4); BDP(c4_0, x, g0); BDP(c4_1, x, g1); BDP(c4_2, x, g2); BDP(c4_3, x, g3); }
+                { BX(x, xv + 5); BDP(c5_0, x, g0); BDP(c5_1, x, g1); BDP(c5_2, x, g2); BDP(c5_3, x, g3); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1; *(v16 *)(dwt + 0 * (size_t)ocp + 32) = c0_2; *(v16 *)(dwt + 0 * (size_t)ocp + 48) = c0_3;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1; *(v16 *)(dwt + 1 * (size_t)ocp + 32) = c1_2; *(v16 *)(dwt + 1 * (size_t)ocp + 48) = c1_3;
@@ -2408,26 +2551,44 @@ BATTR void BT(wgb_4x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            BW(g2, gv + 32);
-            BW(g3, gv + 48);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
-            { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
-            { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                BW(g2, gv + 32);
+                BW(g3, gv + 48);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                BW(h2, gv + 32);
+                BW(p2, gv - ocp + 32);
+                BWSHIFT(g2, h2, p2);
+                BW(h3, gv + 48);
+                BW(p3, gv - ocp + 48);
+                BWSHIFT(g3, h3, p3);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+                { BX(x, xv + 2); BDP(c2_0, x, g0); BDP(c2_1, x, g1); BDP(c2_2, x, g2); BDP(c2_3, x, g3); }
+                { BX(x, xv + 3); BDP(c3_0, x, g0); BDP(c3_1, x, g1); BDP(c3_2, x, g2); BDP(c3_3, x, g3); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1; *(v16 *)(dwt + 0 * (size_t)ocp + 32) = c0_2; *(v16 *)(dwt + 0 * (size_t)ocp + 48) = c0_3;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1; *(v16 *)(dwt + 1 * (size_t)ocp + 32) = c1_2; *(v16 *)(dwt + 1 * (size_t)ocp + 48) = c1_3;
@@ -2439,24 +2600,40 @@ BATTR void BT(wgb_2x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            BW(g2, gv + 32);
-            BW(g3, gv + 48);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
-            { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                BW(g2, gv + 32);
+                BW(g3, gv + 48);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                BW(h2, gv + 32);
+                BW(p2, gv - ocp + 32);
+                BWSHIFT(g2, h2, p2);
+                BW(h3, gv + 48);
+                BW(p3, gv - ocp + 48);
+                BWSHIFT(g3, h3, p3);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+                { BX(x, xv + 1); BDP(c1_0, x, g0); BDP(c1_1, x, g1); BDP(c1_2, x, g2); BDP(c1_3, x, g3); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1; *(v16 *)(dwt + 0 * (size_t)ocp + 32) = c0_2; *(v16 *)(dwt + 0 * (size_t)ocp + 48) = c0_3;
     *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0; *(v16 *)(dwt + 1 * (size_t)ocp + 16) = c1_1; *(v16 *)(dwt + 1 * (size_t)ocp + 32) = c1_2; *(v16 *)(dwt + 1 * (size_t)ocp + 48) = c1_3;
@@ -2466,23 +2643,38 @@ BATTR void BT(wgb_1x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 {
     const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
-    const uint32_t *G = e ? a->g1 : a->g0;
-    const int nmv = e ? a->nm1 : a->nm0;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, rr = q % a->nr;
-        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +
-                             ((size_t)blk * s + r) * C + c0;
-        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;
-        for (int m = 0; m < nmv; m++) {
-            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
-            BW(g0, gv + 0);
-            BW(g1, gv + 16);
-            BW(g2, gv + 32);
-            BW(g3, gv + 48);
-            { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
-        }
+        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        if (!e)
+            for (int m = 0; m < a->nm0; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(g0, gv + 0);
+                BW(g1, gv + 16);
+                BW(g2, gv + 32);
+                BW(g3, gv + 48);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+            }
+        else
+            for (int m = 0; m < a->nm1; m++) {
+                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;
+                BW(h0, gv + 0);
+                BW(p0, gv - ocp + 0);
+                BWSHIFT(g0, h0, p0);
+                BW(h1, gv + 16);
+                BW(p1, gv - ocp + 16);
+                BWSHIFT(g1, h1, p1);
+                BW(h2, gv + 32);
+                BW(p2, gv - ocp + 32);
+                BWSHIFT(g2, h2, p2);
+                BW(h3, gv + 48);
+                BW(p3, gv - ocp + 48);
+                BWSHIFT(g3, h3, p3);
+                { BX(x, xv + 0); BDP(c0_0, x, g0); BDP(c0_1, x, g1); BDP(c0_2, x, g2); BDP(c0_3, x, g3); }
+            }
     }
     *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0; *(v16 *)(dwt + 0 * (size_t)ocp + 16) = c0_1; *(v16 *)(dwt + 0 * (size_t)ocp + 32) = c0_2; *(v16 *)(dwt + 0 * (size_t)ocp + 48) = c0_3;
 }

@@ -10,7 +10,8 @@ The bf16 tiles (conv_bf16.c) have the same shapes; each step is a
 bf16 dot product of pairs (vdpbf16ps: lane i += a[2i] b[2i] + a[2i+1]
 b[2i+1]) written with macros (BW: load 16 pairs, BX: broadcast one pair,
 BDP: accumulate), so that one text gives the native and the emulated
-variant (BT() names them)."""
+variant (BT() names them); BWSHIFT makes the pair (p[1], c[0]) of
+the pairs c and p, BWZERO / BWSET a register window."""
 
 import sys
 
@@ -276,7 +277,7 @@ def gcb(WB, NV):
     o.append("    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;")
     o.append("    for (int kd = 0; kd < k; kd++)")
     o.append("        for (int kh = 0; kh < k; kh++) {")
-    o.append("            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;")
+    o.append("            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;")
     o.append("            for (int kw = 0; kw < k; kw++) {")
     o.append("                const uint32_t *xr = row + kw * C;")
     o.append("                const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;")
@@ -301,7 +302,7 @@ def gk3b(WB, NV):
     o.append("    const size_t tapw = (size_t)C * ocp;")
     o.append("    for (int kd = 0; kd < 3; kd++)")
     o.append("        for (int kh = 0; kh < 3; kh++) {")
-    o.append("            const uint32_t *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;")
+    o.append("            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;")
     o.append("            const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;")
     o.append("            for (int c = 0; c < C; c++) {")
     o.append("                const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;")
@@ -358,26 +359,31 @@ def tgb(WB, NV):
 
 def wgb(CB, NV):
     """one tap kw: sum over output-voxel pairs m of x pair (x[col], x[col + s])
-    times g pair (see ts_bf16_wg_args)"""
+    times g pair (g[2m], g[2m+1]) (e = 0) or (g[2m-1], g[2m]) (e = 1, made
+    from entries m - 1 and m); see ts_bf16_wg_args"""
     o = [f"BATTR void BT(wgb_{CB}x{NV})(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)", "{"]
     o.append("    const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;")
     o.append("    const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;")
-    o.append("    const uint32_t *G = e ? a->g1 : a->g0;")
-    o.append("    const int nmv = e ? a->nm1 : a->nm0;")
     o.append("    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;")
     o.append("    v16 " + ", ".join(f"{acc(c, j)} = *(v16 *)(dwt + {c} * (size_t)ocp + {16 * j})" for c in range(CB) for j in range(NV)) + ";")
     o.append("    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */")
     o.append("        const int pl = q / a->nr, rr = q % a->nr;")
-    o.append("        const uint32_t *xr = a->slab + (size_t)(pl * s + kd) * a->pstride + (size_t)(rr * s + kh) * a->rstride +")
-    o.append("                             ((size_t)blk * s + r) * C + c0;")
-    o.append("        const uint32_t *gr = G + (size_t)q * nm * ocp + oc0;")
-    o.append("        for (int m = 0; m < nmv; m++) {")
-    o.append("            const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;")
-    for j in range(NV):
-        o.append(f"            BW(g{j}, gv + {16 * j});")
-    for c in range(CB):
-        o.append(f"            {{ BX(x, xv + {c}); " + " ".join(f"BDP({acc(c, j)}, x, g{j});" for j in range(NV)) + " }")
-    o.append("        }")
+    o.append("        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;")
+    o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
+    for e in (0, 1):
+        o.append(f"        {'if (!e)' if e == 0 else 'else'}")
+        o.append(f"            for (int m = 0; m < a->nm{e}; m++) {{")
+        o.append("                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;")
+        for j in range(NV):
+            if e == 0:
+                o.append(f"                BW(g{j}, gv + {16 * j});")
+            else:
+                o.append(f"                BW(h{j}, gv + {16 * j});")
+                o.append(f"                BW(p{j}, gv - ocp + {16 * j});")
+                o.append(f"                BWSHIFT(g{j}, h{j}, p{j});")
+        for c in range(CB):
+            o.append(f"                {{ BX(x, xv + {c}); " + " ".join(f"BDP({acc(c, j)}, x, g{j});" for j in range(NV)) + " }")
+        o.append("            }")
     o.append("    }")
     for c in range(CB):
         o.append("    " + " ".join(f"*(v16 *)(dwt + {c} * (size_t)ocp + {16 * j}) = {acc(c, j)};" for j in range(NV)))
@@ -387,8 +393,9 @@ def wgb(CB, NV):
 
 def wk3b(CB, NV):
     """k = 3, stride 1, the three kw taps of (kd, kh) at once: the x pair of
-    slab columns (2m, 2m+1) meets g0[m] (kw 0), g1[m] (kw 1) and g0[m-1]
-    (kw 2), so each broadcast feeds 3 NV products."""
+    slab columns (2m, 2m+1) meets (g[2m], g[2m+1]) (kw 0), (g[2m-1], g[2m])
+    (kw 1) and (g[2m-2], g[2m-1]) (kw 2): entries m, m and m-1 shifted by
+    half a pair, m - 1; each broadcast feeds 3 NV products."""
     assert NV == 1
     o = [f"BATTR void BT(wk3b_{CB}x{NV})(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)", "{"]
     o.append("    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;")
@@ -401,12 +408,12 @@ def wk3b(CB, NV):
     o.append("    v16 " + ", ".join(names) + ";")
     o.append("    for (int q = 0; q < a->np * a->nr; q++) {")
     o.append("        const int pl = q / a->nr, rr = q % a->nr;")
-    o.append("        const uint32_t *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(rr + kh) * a->rstride + c0;")
-    o.append("        const uint32_t *g0r = a->g0 + (size_t)q * nm * ocp + oc0, *g1r = a->g1 + (size_t)q * nm * ocp + oc0;")
+    o.append("        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;")
+    o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
     o.append("        BWZERO(gm);")
     o.append("        for (int m = 0; m < nx; m++) {")
-    o.append("            BW(g0, g0r + (size_t)m * ocp);")
-    o.append("            BW(g1, g1r + (size_t)m * ocp);")
+    o.append("            BW(g0, gr + (size_t)m * ocp);")
+    o.append("            BWSHIFT(g1, g0, gm);")
     o.append("            const uint32_t *xv = xr + (size_t)m * C;")
     for c in range(CB):
         o.append(f"            {{ BX(x, xv + {c}); BDP(a0_{c}, x, g0); BDP(a1_{c}, x, g1); BDP(a2_{c}, x, gm); }}")

@@ -909,6 +909,10 @@ int main(void)
     test_bf16_shape(0, 1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
     test_bf16_shape(0, 1, 4, 5, 6, 17, 33, 3, 1, 1, 1);
     test_bf16_shape(0, 1, 9, 7, 11, 6, 5, 3, 3, 1, 1);
+    /* weight-gradient items that follow each other along D (the bf16 plane ring), strides 1 and 2 */
+    test_bf16_shape(0, 2, 6, 9, 70, 5, 20, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 5, 16, 40, 16, 16, 3, 1, 1, 0);
+    test_bf16_shape(0, 1, 9, 20, 60, 4, 6, 3, 2, 1, 1);
     test_bf16_shape(1, 2, 3, 4, 3, 32, 16, 2, 2, 0, 1);
     test_bf16_shape(1, 1, 4, 5, 4, 5, 7, 2, 2, 0, 1);
     test_bf16_shape(1, 1, 3, 4, 3, 3, 4, 3, 2, 0, 1);
