@@ -8,8 +8,10 @@ check_PROGRAMS += tests/nn/test_split
 tests_nn_test_split_SOURCES = tests/nn/test_split.c
 tests_nn_test_split_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_split
-# a kernel benchmark, built on request: make tests/nn/bench_conv
-EXTRA_PROGRAMS = tests/nn/bench_conv
+# benchmarks, built on request: make tests/nn/bench_conv tests/nn/bench_step_prec
+EXTRA_PROGRAMS = tests/nn/bench_conv tests/nn/bench_step_prec
 tests_nn_bench_conv_SOURCES = tests/nn/bench_conv.c
 tests_nn_bench_conv_LDADD = $(TS_LIBS)
-CLEANFILES += tests/nn/bench_conv
+tests_nn_bench_step_prec_SOURCES = tests/nn/bench_step_prec.c
+tests_nn_bench_step_prec_LDADD = $(TS_LIBS)
+CLEANFILES += tests/nn/bench_conv tests/nn/bench_step_prec
