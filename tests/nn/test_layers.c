@@ -12,6 +12,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static ts_rng rng;
 
@@ -370,6 +373,47 @@ static void test_bf16_cat(int ca, int cb, int OC)
     free(rdx);
     free(rdw);
     free(rdb);
+}
+
+/* bf16 results do not depend on the thread count (fixed items and chunks,
+ * as fp32): conv, conv over a concatenation and transposed conv, forward
+ * and backward, with 1, 2, 3 and 5 threads, bitwise */
+static void test_bf16_threads(void)
+{
+#ifdef _OPENMP
+    const int nt0 = omp_get_max_threads();
+    ts_tensor x = MK(-1, 1, 2, 6, 17, 40, 8), xb = MK(-1, 1, 2, 6, 17, 40, 8), w = MK(-0.3f, 0.3f, 20, 16, 3, 3, 3);
+    ts_tensor b = MK(-1, 1, 20), dy = MK(-1, 1, 2, 6, 17, 40, 20), wt = MK(-0.3f, 0.3f, 8, 6, 2, 2, 2);
+    ts_tensor dyt = MK(-1, 1, 2, 12, 34, 80, 6);
+    ts_tensor out[4][7];
+    int rc = ts_nn_set_conv_precision(TS_PREC_BF16), same = 1;
+    const int threads[4] = {1, 2, 3, 5};
+    for (int i = 0; i < 4; i++) {
+        omp_set_num_threads(threads[i]);
+        ts_tensor *o = out[i];
+        o[0] = MK(0, 0, 2, 6, 17, 40, 20);
+        o[1] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[2] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[3] = MK(0, 0, 20, 16, 3, 3, 3);
+        o[4] = MK(0, 0, 2, 12, 34, 80, 6);
+        o[5] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[6] = MK(0, 0, 8, 6, 2, 2, 2);
+        rc |= ts_conv3d_cat_forward(&x, &xb, &w, &b, 1, 1, &o[0]);
+        rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &dy, &o[1], &o[2], &o[3], NULL);
+        rc |= ts_convt3d_forward(&x, &wt, NULL, 2, &o[4]);
+        rc |= ts_convt3d_backward(&x, &wt, 2, &dyt, &o[5], &o[6], NULL);
+        if (i)
+            for (int t = 0; t < 7; t++) same &= !memcmp(o[t].data, out[0][t].data, (size_t)ts_tensor_numel(&o[t]) * 4);
+    }
+    omp_set_num_threads(nt0);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_ok(rc == 0 && same, "bf16 (%s) conv over a concatenation and transposed conv, forward and backward: bitwise the same with 1, 2, 3, 5 threads",
+          ts_nn_bf16_isa());
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 7; t++) ts_tensor_free(&out[i][t]);
+    ts_tensor *all[] = {&x, &xb, &w, &b, &dy, &wt, &dyt};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+#endif
 }
 
 /* the switch: default fp32, bad values refused, the ISA names */
@@ -871,8 +915,12 @@ static void test_bn_accuracy(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
+        printf("%s\n", ts_nn_bf16_isa());
+        return 0;
+    }
     ts_rng_init(&rng, 42, 0, 0);
     /* fast kernels vs references: tile tails, padded channels, strides */
     test_conv_vs_ref(2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
@@ -922,6 +970,7 @@ int main(void)
     test_bf16_cat(4, 8, 6);
     test_bf16_cat(20, 12, 16);
     test_bf16_cat(3, 6, 5);
+    test_bf16_threads();
     /* finite differences */
     fd_conv(3, 4, 4, 3, 1, 1);
     fd_conv(3, 2, 5, 3, 2, 1);
