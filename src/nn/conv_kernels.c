@@ -402,9 +402,10 @@ static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
     const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
-    /* runs of L planes: about 16 units per thread */
+    /* runs of L planes: about 16 units per thread; single planes in the
+     * order of fp32 where consecutive planes share no input plane (k <= s) */
     const long cols = (long)g->N * nhb, runs = (16L * nt + cols - 1) / cols;
-    const int L = (int)imax(1, (int)((g->OD + runs - 1) / runs)), nrun = (g->OD + L - 1) / L;
+    const int dorder = g->k > g->s, L = dorder ? imax(1, (int)((g->OD + runs - 1) / runs)) : 1, nrun = (g->OD + L - 1) / L;
     const long units = cols * nrun;
     const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
     const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
@@ -418,7 +419,8 @@ static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
         if (tid == 0) run_hooks(sch);
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
-            const int n = (int)(u / ((long)nhb * nrun)), oh0 = (int)(u / nrun % nhb) * hb, od0 = (int)(u % nrun) * L;
+            const int n = (int)(u / ((long)nhb * nrun));
+            const int oh0 = (int)(dorder ? u / nrun % nhb : u % nhb) * hb, od0 = (int)(dorder ? u % nrun : u / nhb % nrun) * L;
             const int nr = imin(hb, g->OH - oh0);
             ring.n = -1;
             for (int od = od0; od < imin(od0 + L, g->OD); od++) {
@@ -546,8 +548,9 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 
 /* The weight-gradient driver for both precisions. bf16 (f->bf16, f->vpair):
  * the slab holds pairs of columns, the items run along D within a unit
- * (sample, row block, then planes; fp32: planes, then row blocks) so that a
- * ring of slab planes keeps the planes that consecutive items share, and
+ * (sample, row block, then planes; fp32 and where k <= s: planes, then row
+ * blocks) so that a ring of slab planes keeps the planes that consecutive
+ * items share, and
  * each item's output-gradient rows are staged as voxel pairs
  * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
  * thread count, are those of fp32. */
@@ -574,7 +577,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const int nm = g->OW / 2 + 2;
     const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
                                   : padg ? (size_t)P * hb * g->OW * ocp : 0;
-    const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P;
+    const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P, dorder = k > g->s;
     const long items = (long)g->N * npb * nhb;
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
     long nch = items < 16 ? items : 16;
@@ -607,7 +610,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
             ring.n = -1;
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
                 if (f->bf16) {
-                    const int n = (int)(it / ((long)npb * nhb)), oh0 = (int)(it / npb % nhb) * hb, od = (int)(it % npb) * P;
+                    /* along D where consecutive items share planes (k > s), else plane by plane as fp32 */
+                    const int n = (int)(it / ((long)npb * nhb));
+                    const int oh0 = (int)(dorder ? it / npb % nhb : it % nhb) * hb, od = (int)(dorder ? it % npb : it / nhb % npb) * P;
                     const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
                     ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
                     memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
