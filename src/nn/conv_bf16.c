@@ -207,19 +207,30 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
             if (b) seg_nat(b, cb, dv + 2 * ca, 1);
             v = 1;
         }
-        for (; v + 1 < n; v += 2) {
-            uint32_t *dw = (uint32_t *)dst + (size_t)((col0 + v) / 2) * ld;
-            const float *a0 = a + (size_t)v * ca, *a1 = a0 + ca;
-            for (int c = 0; c < ca; c += 16)
-                _mm512_storeu_si512(dw + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a1 + c),
-                                                                                                         _mm512_loadu_ps(a0 + c))));
-            if (b) {
-                const float *b0 = b + (size_t)v * cb, *b1 = b0 + cb;
-                for (int c = 0; c < cb; c += 16)
-                    _mm512_storeu_si512(dw + ca + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
-                                                                                       _mm512_loadu_ps(b1 + c), _mm512_loadu_ps(b0 + c))));
+        uint32_t *dw = (uint32_t *)dst + (size_t)((col0 + v) / 2) * ld;
+        const float *a0 = a + (size_t)v * ca, *b0 = b ? b + (size_t)v * cb : NULL;
+#define ZIP16(d, lo) _mm512_storeu_si512((d), _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps((lo) + 16), _mm512_loadu_ps(lo))))
+        if (!b && ca == 16) { /* the common case, one vector per pair */
+            for (; v + 1 < n; v += 2, dw += ld, a0 += 32) ZIP16(dw, a0);
+        } else if (ca == 16 && cb == 16) { /* [16, 16]: the U-Net's first decoder conv */
+            for (; v + 1 < n; v += 2, dw += ld, a0 += 32, b0 += 32) {
+                ZIP16(dw, a0);
+                ZIP16(dw + 16, b0);
+            }
+        } else {
+            for (; v + 1 < n; v += 2, dw += ld, a0 += 2 * ca) {
+                for (int c = 0; c < ca; c += 16)
+                    _mm512_storeu_si512(dw + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
+                                                                                  _mm512_loadu_ps(a0 + ca + c), _mm512_loadu_ps(a0 + c))));
+                if (b) {
+                    for (int c = 0; c < cb; c += 16)
+                        _mm512_storeu_si512(dw + ca + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
+                                                                                           _mm512_loadu_ps(b0 + cb + c), _mm512_loadu_ps(b0 + c))));
+                    b0 += 2 * cb;
+                }
             }
         }
+#undef ZIP16
         if (v < n) { /* ends with the lower half of a pair */
             uint16_t *dv = (uint16_t *)((uint32_t *)dst + (size_t)((col0 + v) / 2) * ld);
             seg_nat(a + (size_t)v * ca, ca, dv, 1);
