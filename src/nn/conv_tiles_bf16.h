@@ -1884,51 +1884,51 @@ BATTR void BT(wk3b_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
-    v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a0_2 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp), a0_3 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp), a0_4 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp), a0_5 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp), a0_6 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp), a0_7 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a1_2 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp), a1_3 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp), a1_4 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp), a1_5 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp), a1_6 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp), a1_7 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp), a2_2 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp), a2_3 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp), a2_4 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp), a2_5 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp), a2_6 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp), a2_7 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp);
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_4_0 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0), a0_5_0 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0), a0_6_0 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0), a0_7_0 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_4_0 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0), a1_5_0 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0), a1_6_0 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0), a1_7_0 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_4_0 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0), a2_5_0 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0), a2_6_0 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0), a2_7_0 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
-        BWZERO(gm);
+        BWZERO(gm0);
         for (int m = 0; m < nx; m++) {
-            BW(g0, gr + (size_t)m * ocp);
-            BWSHIFT(g1, g0, gm);
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
             const uint32_t *xv = xr + (size_t)m * C;
-            { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
-            { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
-            { BX(x, xv + 2); BDP(a0_2, x, g0); BDP(a1_2, x, g1); BDP(a2_2, x, gm); }
-            { BX(x, xv + 3); BDP(a0_3, x, g0); BDP(a1_3, x, g1); BDP(a2_3, x, gm); }
-            { BX(x, xv + 4); BDP(a0_4, x, g0); BDP(a1_4, x, g1); BDP(a2_4, x, gm); }
-            { BX(x, xv + 5); BDP(a0_5, x, g0); BDP(a1_5, x, g1); BDP(a2_5, x, gm); }
-            { BX(x, xv + 6); BDP(a0_6, x, g0); BDP(a1_6, x, g1); BDP(a2_6, x, gm); }
-            { BX(x, xv + 7); BDP(a0_7, x, g0); BDP(a1_7, x, g1); BDP(a2_7, x, gm); }
-            BWSET(gm, g0);
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); }
+            { BX(x, xv + 1); BDP(a0_1_0, x, g00); BDP(a1_1_0, x, g10); BDP(a2_1_0, x, gm0); }
+            { BX(x, xv + 2); BDP(a0_2_0, x, g00); BDP(a1_2_0, x, g10); BDP(a2_2_0, x, gm0); }
+            { BX(x, xv + 3); BDP(a0_3_0, x, g00); BDP(a1_3_0, x, g10); BDP(a2_3_0, x, gm0); }
+            { BX(x, xv + 4); BDP(a0_4_0, x, g00); BDP(a1_4_0, x, g10); BDP(a2_4_0, x, gm0); }
+            { BX(x, xv + 5); BDP(a0_5_0, x, g00); BDP(a1_5_0, x, g10); BDP(a2_5_0, x, gm0); }
+            { BX(x, xv + 6); BDP(a0_6_0, x, g00); BDP(a1_6_0, x, g10); BDP(a2_6_0, x, gm0); }
+            { BX(x, xv + 7); BDP(a0_7_0, x, g00); BDP(a1_7_0, x, g10); BDP(a2_7_0, x, gm0); }
+            BWSET(gm0, g00);
         }
     }
-    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp) = a0_0;
-    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp) = a0_1;
-    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp) = a0_2;
-    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp) = a0_3;
-    *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp) = a0_4;
-    *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp) = a0_5;
-    *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp) = a0_6;
-    *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp) = a0_7;
-    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp) = a1_0;
-    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp) = a1_1;
-    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp) = a1_2;
-    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp) = a1_3;
-    *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp) = a1_4;
-    *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp) = a1_5;
-    *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp) = a1_6;
-    *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp) = a1_7;
-    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp) = a2_0;
-    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp) = a2_1;
-    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp) = a2_2;
-    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp) = a2_3;
-    *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp) = a2_4;
-    *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp) = a2_5;
-    *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp) = a2_6;
-    *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp) = a2_7;
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0) = a0_2_0;
+    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0) = a0_3_0;
+    *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0) = a0_4_0;
+    *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0) = a0_5_0;
+    *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0) = a0_6_0;
+    *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0) = a0_7_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0) = a1_2_0;
+    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0) = a1_3_0;
+    *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0) = a1_4_0;
+    *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0) = a1_5_0;
+    *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0) = a1_6_0;
+    *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0) = a1_7_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
+    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0) = a2_2_0;
+    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0) = a2_3_0;
+    *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0) = a2_4_0;
+    *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0) = a2_5_0;
+    *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0) = a2_6_0;
+    *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0) = a2_7_0;
 }
 
 BATTR void BT(wk3b_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
@@ -1936,35 +1936,35 @@ BATTR void BT(wk3b_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
-    v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a0_2 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp), a0_3 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a1_2 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp), a1_3 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp), a2_2 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp), a2_3 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp);
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
-        BWZERO(gm);
+        BWZERO(gm0);
         for (int m = 0; m < nx; m++) {
-            BW(g0, gr + (size_t)m * ocp);
-            BWSHIFT(g1, g0, gm);
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
             const uint32_t *xv = xr + (size_t)m * C;
-            { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
-            { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
-            { BX(x, xv + 2); BDP(a0_2, x, g0); BDP(a1_2, x, g1); BDP(a2_2, x, gm); }
-            { BX(x, xv + 3); BDP(a0_3, x, g0); BDP(a1_3, x, g1); BDP(a2_3, x, gm); }
-            BWSET(gm, g0);
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); }
+            { BX(x, xv + 1); BDP(a0_1_0, x, g00); BDP(a1_1_0, x, g10); BDP(a2_1_0, x, gm0); }
+            { BX(x, xv + 2); BDP(a0_2_0, x, g00); BDP(a1_2_0, x, g10); BDP(a2_2_0, x, gm0); }
+            { BX(x, xv + 3); BDP(a0_3_0, x, g00); BDP(a1_3_0, x, g10); BDP(a2_3_0, x, gm0); }
+            BWSET(gm0, g00);
         }
     }
-    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp) = a0_0;
-    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp) = a0_1;
-    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp) = a0_2;
-    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp) = a0_3;
-    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp) = a1_0;
-    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp) = a1_1;
-    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp) = a1_2;
-    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp) = a1_3;
-    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp) = a2_0;
-    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp) = a2_1;
-    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp) = a2_2;
-    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp) = a2_3;
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0) = a0_2_0;
+    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0) = a0_3_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0) = a1_2_0;
+    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0) = a1_3_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
+    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0) = a2_2_0;
+    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0) = a2_3_0;
 }
 
 BATTR void BT(wk3b_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
@@ -1972,27 +1972,27 @@ BATTR void BT(wk3b_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
-    v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a0_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp), a2_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp);
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
-        BWZERO(gm);
+        BWZERO(gm0);
         for (int m = 0; m < nx; m++) {
-            BW(g0, gr + (size_t)m * ocp);
-            BWSHIFT(g1, g0, gm);
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
             const uint32_t *xv = xr + (size_t)m * C;
-            { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
-            { BX(x, xv + 1); BDP(a0_1, x, g0); BDP(a1_1, x, g1); BDP(a2_1, x, gm); }
-            BWSET(gm, g0);
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); }
+            { BX(x, xv + 1); BDP(a0_1_0, x, g00); BDP(a1_1_0, x, g10); BDP(a2_1_0, x, gm0); }
+            BWSET(gm0, g00);
         }
     }
-    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp) = a0_0;
-    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp) = a0_1;
-    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp) = a1_0;
-    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp) = a1_1;
-    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp) = a2_0;
-    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp) = a2_1;
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0;
 }
 
 BATTR void BT(wk3b_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
@@ -2000,23 +2000,23 @@ BATTR void BT(wk3b_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
-    v16 a0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp), a1_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp), a2_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp);
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, rr = q % a->nr;
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
-        BWZERO(gm);
+        BWZERO(gm0);
         for (int m = 0; m < nx; m++) {
-            BW(g0, gr + (size_t)m * ocp);
-            BWSHIFT(g1, g0, gm);
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
             const uint32_t *xv = xr + (size_t)m * C;
-            { BX(x, xv + 0); BDP(a0_0, x, g0); BDP(a1_0, x, g1); BDP(a2_0, x, gm); }
-            BWSET(gm, g0);
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); }
+            BWSET(gm0, g00);
         }
     }
-    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp) = a0_0;
-    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp) = a1_0;
-    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp) = a2_0;
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0;
 }
 
 BATTR_RUN void BT(wk3b_run_1)(const ts_bf16_wg_args *a, int kd, int kh, int oc0)
@@ -2026,6 +2026,114 @@ BATTR_RUN void BT(wk3b_run_1)(const ts_bf16_wg_args *a, int kd, int kh, int oc0)
     for (; c + 4 <= a->C; c += 4) BT(wk3b_4x1)(a, kd, kh, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wk3b_2x1)(a, kd, kh, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wk3b_1x1)(a, kd, kh, c, oc0);
+}
+
+BATTR void BT(wk3b_4x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_1_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_2_1 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 16), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_3_1 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_2_1 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 16), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_3_1 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_1_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_2_1 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 16), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_3_1 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 16);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, rr = q % a->nr;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        BWZERO(gm0);
+        BWZERO(gm1);
+        for (int m = 0; m < nx; m++) {
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
+            BW(g01, gr + (size_t)m * ocp + 16);
+            BWSHIFT(g11, g01, gm1);
+            const uint32_t *xv = xr + (size_t)m * C;
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); BDP(a0_0_1, x, g01); BDP(a1_0_1, x, g11); BDP(a2_0_1, x, gm1); }
+            { BX(x, xv + 1); BDP(a0_1_0, x, g00); BDP(a1_1_0, x, g10); BDP(a2_1_0, x, gm0); BDP(a0_1_1, x, g01); BDP(a1_1_1, x, g11); BDP(a2_1_1, x, gm1); }
+            { BX(x, xv + 2); BDP(a0_2_0, x, g00); BDP(a1_2_0, x, g10); BDP(a2_2_0, x, gm0); BDP(a0_2_1, x, g01); BDP(a1_2_1, x, g11); BDP(a2_2_1, x, gm1); }
+            { BX(x, xv + 3); BDP(a0_3_0, x, g00); BDP(a1_3_0, x, g10); BDP(a2_3_0, x, gm0); BDP(a0_3_1, x, g01); BDP(a1_3_1, x, g11); BDP(a2_3_1, x, gm1); }
+            BWSET(gm0, g00);
+            BWSET(gm1, g01);
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0; *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16) = a0_0_1;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0; *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16) = a0_1_1;
+    *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0) = a0_2_0; *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 16) = a0_2_1;
+    *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0) = a0_3_0; *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 16) = a0_3_1;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0; *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16) = a1_0_1;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0; *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16) = a1_1_1;
+    *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0) = a1_2_0; *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 16) = a1_2_1;
+    *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0) = a1_3_0; *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 16) = a1_3_1;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0; *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16) = a2_0_1;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0; *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16) = a2_1_1;
+    *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0) = a2_2_0; *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 16) = a2_2_1;
+    *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0) = a2_3_0; *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 16) = a2_3_1;
+}
+
+BATTR void BT(wk3b_2x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_1_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_1_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, rr = q % a->nr;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        BWZERO(gm0);
+        BWZERO(gm1);
+        for (int m = 0; m < nx; m++) {
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
+            BW(g01, gr + (size_t)m * ocp + 16);
+            BWSHIFT(g11, g01, gm1);
+            const uint32_t *xv = xr + (size_t)m * C;
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); BDP(a0_0_1, x, g01); BDP(a1_0_1, x, g11); BDP(a2_0_1, x, gm1); }
+            { BX(x, xv + 1); BDP(a0_1_0, x, g00); BDP(a1_1_0, x, g10); BDP(a2_1_0, x, gm0); BDP(a0_1_1, x, g01); BDP(a1_1_1, x, g11); BDP(a2_1_1, x, gm1); }
+            BWSET(gm0, g00);
+            BWSET(gm1, g01);
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0; *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16) = a0_0_1;
+    *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0) = a0_1_0; *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16) = a0_1_1;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0; *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16) = a1_0_1;
+    *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0) = a1_1_0; *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16) = a1_1_1;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0; *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16) = a2_0_1;
+    *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0) = a2_1_0; *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16) = a2_1_1;
+}
+
+BATTR void BT(wk3b_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
+{
+    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;
+    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
+    const size_t tapw = (size_t)C * ocp;
+    v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, rr = q % a->nr;
+        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
+        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
+        BWZERO(gm0);
+        BWZERO(gm1);
+        for (int m = 0; m < nx; m++) {
+            BW(g00, gr + (size_t)m * ocp + 0);
+            BWSHIFT(g10, g00, gm0);
+            BW(g01, gr + (size_t)m * ocp + 16);
+            BWSHIFT(g11, g01, gm1);
+            const uint32_t *xv = xr + (size_t)m * C;
+            { BX(x, xv + 0); BDP(a0_0_0, x, g00); BDP(a1_0_0, x, g10); BDP(a2_0_0, x, gm0); BDP(a0_0_1, x, g01); BDP(a1_0_1, x, g11); BDP(a2_0_1, x, gm1); }
+            BWSET(gm0, g00);
+            BWSET(gm1, g01);
+        }
+    }
+    *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0) = a0_0_0; *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16) = a0_0_1;
+    *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0) = a1_0_0; *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16) = a1_0_1;
+    *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0) = a2_0_0; *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16) = a2_0_1;
+}
+
+BATTR_RUN void BT(wk3b_run_2)(const ts_bf16_wg_args *a, int kd, int kh, int oc0)
+{
+    int c = 0;
+    for (; c + 4 <= a->C; c += 4) BT(wk3b_4x2)(a, kd, kh, c, oc0);
+    for (; c + 2 <= a->C; c += 2) BT(wk3b_2x2)(a, kd, kh, c, oc0);
+    for (; c + 1 <= a->C; c += 1) BT(wk3b_1x2)(a, kd, kh, c, oc0);
 }
 
 BATTR void BT(wgb_16x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)

@@ -20,6 +20,7 @@ TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 GK3 = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1]}
 WK3 = {1: [8, 4, 2, 1]}  # with 2 vectors (31 registers) it measured slower than WG
+WK3B = {1: [8, 4, 2, 1], 2: [4, 2, 1]}  # bf16: also 4 channels x 2 vectors (31 registers)
 
 
 def acc(i, j):
@@ -396,7 +397,6 @@ def wk3b(CB, NV):
     slab columns (2m, 2m+1) meets (g[2m], g[2m+1]) (kw 0), (g[2m-1], g[2m])
     (kw 1) and (g[2m-2], g[2m-1]) (kw 2): entries m, m and m-1 shifted by
     half a pair, m - 1; each broadcast feeds 3 NV products."""
-    assert NV == 1
     o = [f"BATTR void BT(wk3b_{CB}x{NV})(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)", "{"]
     o.append("    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;")
     o.append("    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;")
@@ -404,25 +404,32 @@ def wk3b(CB, NV):
     names = []
     for kw in range(3):
         for c in range(CB):
-            names.append(f"a{kw}_{c} = *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp)")
+            for j in range(NV):
+                names.append(f"a{kw}_{c}_{j} = *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j})")
     o.append("    v16 " + ", ".join(names) + ";")
     o.append("    for (int q = 0; q < a->np * a->nr; q++) {")
     o.append("        const int pl = q / a->nr, rr = q % a->nr;")
     o.append("        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;")
     o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
-    o.append("        BWZERO(gm);")
+    for j in range(NV):
+        o.append(f"        BWZERO(gm{j});")
     o.append("        for (int m = 0; m < nx; m++) {")
-    o.append("            BW(g0, gr + (size_t)m * ocp);")
-    o.append("            BWSHIFT(g1, g0, gm);")
+    for j in range(NV):
+        o.append(f"            BW(g0{j}, gr + (size_t)m * ocp + {16 * j});")
+        o.append(f"            BWSHIFT(g1{j}, g0{j}, gm{j});")
     o.append("            const uint32_t *xv = xr + (size_t)m * C;")
     for c in range(CB):
-        o.append(f"            {{ BX(x, xv + {c}); BDP(a0_{c}, x, g0); BDP(a1_{c}, x, g1); BDP(a2_{c}, x, gm); }}")
-    o.append("            BWSET(gm, g0);")
+        parts = []
+        for j in range(NV):
+            parts += [f"BDP(a0_{c}_{j}, x, g0{j});", f"BDP(a1_{c}_{j}, x, g1{j});", f"BDP(a2_{c}_{j}, x, gm{j});"]
+        o.append(f"            {{ BX(x, xv + {c}); " + " ".join(parts) + " }")
+    for j in range(NV):
+        o.append(f"            BWSET(gm{j}, g0{j});")
     o.append("        }")
     o.append("    }")
     for kw in range(3):
         for c in range(CB):
-            o.append(f"    *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp) = a{kw}_{c};")
+            o.append("    " + " ".join(f"*(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j}) = a{kw}_{c}_{j};" for j in range(NV)))
     o.append("}")
     return "\n".join(o)
 
@@ -453,10 +460,10 @@ def main_bf16():
             print(tgb(wb, NV) + "\n")
         print(runner_b("tgb", TG, NV, "const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
                        "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
-    for NV, cbs in WK3.items():
+    for NV, cbs in WK3B.items():
         for cb in cbs:
             print(wk3b(cb, NV) + "\n")
-        print(runner_b("wk3b", WK3, NV, "const ts_bf16_wg_args *a, int kd, int kh, int oc0",
+        print(runner_b("wk3b", WK3B, NV, "const ts_bf16_wg_args *a, int kd, int kh, int oc0",
                        "a, kd, kh, c, oc0", "c", "0", "a->C") + "\n")
     for NV, cbs in WG.items():
         for cb in cbs:
