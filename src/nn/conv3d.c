@@ -138,10 +138,14 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
         else TS_CHECK(ts_nn_wgrad2(g, x, dy->data, dwp, sch));
         float *d = dw->data;
         const int C = g->C, OC = g->OC;
+        /* blocks of 16 output channels: each line of dwp is read once */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int co = 0; co < OC; co++)
+        for (int cb = 0; cb < OC; cb += 16)
             for (int ci = 0; ci < C; ci++)
-                for (int t = 0; t < taps; t++) d[((size_t)co * C + ci) * taps + t] += dwp[((size_t)t * C + ci) * OC + co];
+                for (int t = 0; t < taps; t++) {
+                    const float *src = dwp + ((size_t)t * C + ci) * OC;
+                    for (int co = cb; co < cb + 16 && co < OC; co++) d[((size_t)co * C + ci) * taps + t] += src[co];
+                }
     }
     if (dx.a) {
         if (g->s == 1 && g->p <= g->k - 1) {

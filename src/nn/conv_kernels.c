@@ -659,15 +659,17 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
             }
         }
     }
-    /* fixed-order reduction of the chunk sums, unpadded */
+    /* fixed-order reduction of the chunk sums, unpadded: 0 + chunk 0 + chunk 1 ... per value */
     const size_t rows = (size_t)k * k * k * g->C;
 #pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++)
-        for (int oc = 0; oc < g->OC; oc++) {
-            float s = 0;
-            for (long c = 0; c < nch; c++) s += dws[dw_n * c + r * ocp + oc];
-            dwp[r * g->OC + oc] = s;
+    for (size_t r = 0; r < rows; r++) {
+        float *out = dwp + r * g->OC;
+        for (int oc = 0; oc < g->OC; oc++) out[oc] = 0;
+        for (long c = 0; c < nch; c++) {
+            const float *src = dws + dw_n * c + r * ocp;
+            for (int oc = 0; oc < g->OC; oc++) out[oc] += src[oc];
         }
+    }
 cleanup:
     return err;
 }

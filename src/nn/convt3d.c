@@ -98,10 +98,14 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
         if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
         else TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
+        /* blocks of 16 input channels: each line of dwp is read once */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int ci = 0; ci < g.C; ci++)
+        for (int cb = 0; cb < g.C; cb += 16)
             for (int co = 0; co < g.OC; co++)
-                for (int t = 0; t < taps; t++) d[((size_t)ci * g.OC + co) * taps + t] += dwp[((size_t)t * g.OC + co) * g.C + ci];
+                for (int t = 0; t < taps; t++) {
+                    const float *src = dwp + ((size_t)t * g.OC + co) * g.C;
+                    for (int ci = cb; ci < cb + 16 && ci < g.C; ci++) d[((size_t)ci * g.OC + co) * taps + t] += src[ci];
+                }
     }
     if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, db->data));
 cleanup:
