@@ -1885,8 +1885,7 @@ BATTR void BT(wk3b_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_4_0 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0), a0_5_0 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0), a0_6_0 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0), a0_7_0 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_4_0 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0), a1_5_0 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0), a1_6_0 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0), a1_7_0 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_4_0 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0), a2_5_0 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0), a2_6_0 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0), a2_7_0 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -1937,8 +1936,7 @@ BATTR void BT(wk3b_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -1973,8 +1971,7 @@ BATTR void BT(wk3b_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -2001,8 +1998,7 @@ BATTR void BT(wk3b_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -2034,8 +2030,7 @@ BATTR void BT(wk3b_4x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_1_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_2_1 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 16), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_3_1 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_2_1 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 16), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_3_1 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_1_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_2_1 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 16), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_3_1 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -2074,8 +2069,7 @@ BATTR void BT(wk3b_2x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_1_1 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_1_1 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_1_1 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -2106,8 +2100,7 @@ BATTR void BT(wk3b_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
     float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;
     const size_t tapw = (size_t)C * ocp;
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_0_1 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 16), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_0_1 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 16), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_0_1 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) {
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
         const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         BWZERO(gm0);
@@ -2142,8 +2135,8 @@ BATTR void BT(wgb_16x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c12_0 = *(v16 *)(dwt + 12 * (size_t)ocp + 0), c13_0 = *(v16 *)(dwt + 13 * (size_t)ocp + 0), c14_0 = *(v16 *)(dwt + 14 * (size_t)ocp + 0), c15_0 = *(v16 *)(dwt + 15 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2215,8 +2208,8 @@ BATTR void BT(wgb_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2264,8 +2257,8 @@ BATTR void BT(wgb_4x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2301,8 +2294,8 @@ BATTR void BT(wgb_2x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2332,8 +2325,8 @@ BATTR void BT(wgb_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2370,8 +2363,8 @@ BATTR void BT(wgb_12x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c8_1 = *(v16 *)(dwt + 8 * (size_t)ocp + 16), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c9_1 = *(v16 *)(dwt + 9 * (size_t)ocp + 16), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c10_1 = *(v16 *)(dwt + 10 * (size_t)ocp + 16), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c11_1 = *(v16 *)(dwt + 11 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2435,8 +2428,8 @@ BATTR void BT(wgb_8x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2488,8 +2481,8 @@ BATTR void BT(wgb_4x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2529,8 +2522,8 @@ BATTR void BT(wgb_2x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2564,8 +2557,8 @@ BATTR void BT(wgb_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2606,8 +2599,8 @@ BATTR void BT(wgb_6x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c4_2 = *(v16 *)(dwt + 4 * (size_t)ocp + 32), c4_3 = *(v16 *)(dwt + 4 * (size_t)ocp + 48), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c5_2 = *(v16 *)(dwt + 5 * (size_t)ocp + 32), c5_3 = *(v16 *)(dwt + 5 * (size_t)ocp + 48);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2661,8 +2654,8 @@ BATTR void BT(wgb_4x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2710,8 +2703,8 @@ BATTR void BT(wgb_2x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)
@@ -2753,8 +2746,8 @@ BATTR void BT(wgb_1x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
     const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;
     float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48);
-    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
-        const int pl = q / a->nr, rr = q % a->nr;
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        /* plane pl = q / nr, row rr = q % nr of the item */
         const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;
         const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;
         if (!e)

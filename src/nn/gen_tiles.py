@@ -367,8 +367,8 @@ def wgb(CB, NV):
     o.append("    const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;")
     o.append("    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;")
     o.append("    v16 " + ", ".join(f"{acc(c, j)} = *(v16 *)(dwt + {c} * (size_t)ocp + {16 * j})" for c in range(CB) for j in range(NV)) + ";")
-    o.append("    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */")
-    o.append("        const int pl = q / a->nr, rr = q % a->nr;")
+    o.append("    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {")
+    o.append("        /* plane pl = q / nr, row rr = q % nr of the item */")
     o.append("        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;")
     o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
     for e in (0, 1):
@@ -407,8 +407,7 @@ def wk3b(CB, NV):
             for j in range(NV):
                 names.append(f"a{kw}_{c}_{j} = *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j})")
     o.append("    v16 " + ", ".join(names) + ";")
-    o.append("    for (int q = 0; q < a->np * a->nr; q++) {")
-    o.append("        const int pl = q / a->nr, rr = q % a->nr;")
+    o.append("    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {")
     o.append("        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;")
     o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
     for j in range(NV):
