@@ -34,8 +34,9 @@ static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 
 /* Scratch memory cached per calling thread, one buffer per slot (0: the
  * kernels' slabs and partial sums, 1: packed weights, 2: unpacked weight
- * gradients, 3: spare): reused across calls, so that large scratch is not
- * mapped and faulted in again on every call. Not zeroed; NULL on failure.
+ * gradients, 3: the bf16 transposed gather's converted input): reused
+ * across calls, so that large scratch is not mapped and faulted in again on
+ * every call. Not zeroed; NULL on failure.
  * The buffers live until ts_nn_scratch_release() on that thread. */
 void *ts_nn_scratch(int slot, size_t bytes);
 void ts_nn_scratch_release(void);
@@ -83,7 +84,7 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 
 /* ---- bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)) ----
- * The same three kernels, drivers and work items, with both operands
+ * The same three kernels and drivers (conv_kernels.c), with both operands
  * rounded to bf16 (round to nearest even; as VCVTNE2PS2BF16: fp32
  * denormals become signed zeros, NaNs stay NaN) and products accumulated in
  * fp32 by bf16 dot products of pairs: acc += a[1] b[1], then acc += a[0] b[0]
@@ -92,7 +93,10 @@ int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
  * Weights are packed as pairs of consecutive gather input channels:
  * wp[tap][ceil(C/2)][ocp] (ts_nn_bf16_pack), a missing odd channel zero.
  * The input slabs are converted as they are staged; inputs, outputs, bias
- * and weight gradients stay fp32 in memory. Two variants run the same
+ * and weight gradients stay fp32 in memory. The gather takes its items in
+ * runs along D and the weight gradient its items in D order (k > s), so
+ * that a ring of slab planes stages each input plane about once. Summation
+ * does not depend on the thread count. Two variants run the same
  * drivers: native (AVX512-BF16, chosen at run time) and emulated (portable
  * C, two fp32 FMAs per pair in the same order): their results are
  * bitwise equal for finite data whose partial sums stay normal (the
@@ -172,17 +176,18 @@ typedef struct ts_bf16_wg_args {
 /* The per-row work of the drivers (conv_bf16.c), nat selecting the variant:
  * one output row of the gather (as gather_row in conv_kernels.c); one tap of
  * the transposed gather over output-channel tiles; all kw taps and channel
- * tiles of the weight gradient for (kd, kh) (k3s1: the 3x3x3 stride-1 form,
- * ocp == 16). */
+ * tiles of the weight gradient for (kd, kh) (k3s1: 3x3x3, stride 1,
+ * padding 1; ocp 16 and 32 then take the three kw taps together). */
 void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
                            int yo0, int ldy);
 void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,
                             int OC, float *yr);
 void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1);
 
-/* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 with
- * pair-packed weights (ts_nn_bf16_pack); the same work items, hooks, halos
- * and thread-count-independent sums. */
+/* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same
+ * arguments, parts, progress hooks and halos, results independent of the
+ * thread count) with pair-packed weights (ts_nn_bf16_pack). Return 0 or
+ * TS_ERR_NOMEM. */
 int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
                        const ts_conv_sched *sch);
 int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y);
