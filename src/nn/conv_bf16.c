@@ -238,6 +238,34 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
         }
         return;
     }
+    if (ca % 16 == 0 && cb % 16 == 0) { /* stride s, whole vectors: block by block */
+        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const int j0 = col0, j1 = col0 + n;
+        for (int blk = j0 / (2 * s); blk <= (j1 - 1) / (2 * s); blk++)
+            for (int r = 0; r < s; r++) {
+                const int jl = 2 * s * blk + r, jh = jl + s, inl = jl >= j0 && jl < j1, inh = jh >= j0 && jh < j1;
+                uint32_t *dw = (uint32_t *)dst + (size_t)(blk * s + r) * ld;
+                if (inl && inh) {
+                    const float *al = a + (size_t)(jl - j0) * ca, *ah = a + (size_t)(jh - j0) * ca;
+                    for (int c = 0; c < ca; c += 16)
+                        _mm512_storeu_si512(dw + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
+                                                                                     _mm512_loadu_ps(ah + c), _mm512_loadu_ps(al + c))));
+                    if (b) {
+                        const float *bl = b + (size_t)(jl - j0) * cb, *bh = b + (size_t)(jh - j0) * cb;
+                        for (int c = 0; c < cb; c += 16)
+                            _mm512_storeu_si512(dw + ca + c, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(
+                                                                                              _mm512_loadu_ps(bh + c), _mm512_loadu_ps(bl + c))));
+                    }
+                } else if (inl || inh) { /* the partner lies outside the run: this half only */
+                    const int j = inl ? jl : jh;
+                    uint16_t *dv = (uint16_t *)dw + (inl ? 0 : 1);
+                    seg_nat(a + (size_t)(j - j0) * ca, ca, dv, 1);
+                    if (b) seg_nat(b + (size_t)(j - j0) * cb, cb, dv + 2 * ca, 1);
+                }
+            }
+        return;
+    }
     /* column pairs (j, j + s) both in the run: whole words; a column whose
      * partner lies outside the run: its half only */
     int blk = col0 / (2 * s), e = (col0 / s) & 1, r = col0 % s;
