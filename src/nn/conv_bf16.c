@@ -177,6 +177,25 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
         if (i < len) seg_nat(a + i, (int)(len - i), d + i, 0);
         return;
     }
+    if (C == 1) { /* one channel: column j is half-word 2j (its partner zero) or, in pairs of columns, j */
+        uint16_t *d = d16 + (vpair && s == 1 ? (size_t)col0 : 0);
+        int v = 0;
+        if (vpair && s == 1) {
+            for (; v + 16 <= n; v += 16) _mm256_storeu_si256((__m256i *)(d + v), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + v)));
+            if (v < n) seg_nat(a + v, n - v, d + v, 0);
+            return;
+        }
+        if (!vpair) {
+            uint32_t *d32 = (uint32_t *)dst + col0;
+            for (; v + 16 <= n; v += 16)
+                _mm512_storeu_si512(d32 + v, _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + v))));
+            if (v < n) {
+                const __mmask16 k = (__mmask16)((1u << (n - v)) - 1);
+                _mm512_mask_storeu_epi32(d32 + v, k, _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, a + v))));
+            }
+            return;
+        }
+    }
     if (!vpair && ca % 16 == 0 && cb % 16 == 0) { /* two sources, whole vectors */
         for (int v = 0; v < n; v++) {
             uint16_t *dv = d16 + (size_t)(col0 + v) * C;
