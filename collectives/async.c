@@ -4,6 +4,7 @@
  * channel meanwhile. Queue order is call order, identical on every rank. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
+#include "src/core/watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -131,9 +132,11 @@ int ts_coll_wait(ts_coll_req **reqp)
     if (!reqp || !*reqp) return 0;
     ts_coll_req *r = *reqp;
     ts_coll *c = r->c;
+    ts_watch_enter("nonblocking collective (wait)", "collective", 0);
     pthread_mutex_lock(&c->mu);
     while (!atomic_load_explicit(&r->done, memory_order_acquire)) pthread_cond_wait(&c->cv_done, &c->mu);
     pthread_mutex_unlock(&c->mu);
+    ts_watch_leave();
     int err = r->err ? TS_ERR(r->err, "%s", r->msg) : 0;
     free(r);
     *reqp = NULL;

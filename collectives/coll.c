@@ -2,6 +2,8 @@
  * tuning table), the blocking entry points, registered buffers, names. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
+#include "src/core/fault.h"
+#include "src/core/watchdog.h"
 #include "collectives/device.h"
 
 #include <stdlib.h>
@@ -204,7 +206,11 @@ int ts_coll_run(ts_coll *c, ts_coll_kind kind, const char *algo, const void *sen
     }
     ts_coll_args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = dt, .op = op,
                       .root = root};
-    return ts_coll_dispatch(c, &c->main, &a, idx);
+    ts_fault_point(ts_coll_kind_name(kind)); /* (an injected hang: this rank never arrives) */
+    ts_watch_enter(ts_coll_kind_name(kind), "collective", count * ts_dtype_size(dt));
+    int rc = ts_coll_dispatch(c, &c->main, &a, idx);
+    ts_watch_leave();
+    return rc;
 }
 
 int ts_coll_allreduce(ts_coll *c, const void *sendbuf, void *recvbuf, size_t count, ts_dtype dt, ts_op op)

@@ -112,6 +112,8 @@ int ts_coll_tuning_write(const char *path, ts_coll_kind kind, int ranks, int nod
                 cJSON_AddItemToArray(entries, cJSON_Duplicate(x, 1));
             }
         }
+        cJSON *om = oroot ? cJSON_GetObjectItemCaseSensitive(oroot, "models") : NULL;
+        if (cJSON_IsArray(om)) cJSON_AddItemToObject(root, "models", cJSON_Duplicate(om, 1)); /* collectives/model.c's fits */
         cJSON_Delete(oroot);
     }
     if (!entries) entries = cJSON_AddArrayToObject(root, "entries");

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The test command of the README: on Debian 12 as root, installs the Debian
 # packages tessera and its tests need, bootstraps, configures, builds and
-# runs `make check` in build-check/, then prints "N passed, N failed".
+# runs `make check` in build-check/, then the job scripts against a real
+# one-node Slurm (jobs/slurm/selftest.sh; skipped when not root), then
+# prints "N passed, N failed" over both.
 #   bash jobs/check.sh [--distcheck]     (--distcheck also runs make distcheck)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,8 @@ packages=(
     mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
     libnifti2-dev libniftiio-dev libinih-dev libcjson-dev zlib1g-dev
     libpapi-dev papi-tools mricron-data
-    python3 python3-numpy python3-h5py python3-nibabel
+    python3 python3-numpy python3-h5py python3-nibabel python3-matplotlib
+    munge slurmctld slurmd slurm-client
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -46,10 +49,22 @@ err=$(sed -n 's/^# ERROR: *//p' "$log" | head -1)
 xpass=$(sed -n 's/^# XPASS: *//p' "$log" | head -1)
 skip=$(sed -n 's/^# SKIP: *//p' "$log" | head -1)
 failed=$(( ${fail:-0} + ${err:-0} + ${xpass:-0} ))
+echo "== make check took $(( $(date +%s) - start )) s; ${skip:-0} skipped; log: $top/build-check/$log"
+echo "== Slurm: the job scripts on a one-node Slurm started for the test (jobs/slurm/selftest.sh)"
+sstart=$(date +%s)
+timeout -k 30 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera" >slurm-selftest.log 2>&1
+sstatus=$?
+grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' slurm-selftest.log | head -50
+spass=$(grep -c '^ok ' slurm-selftest.log)
+sfail=$(grep -c '^not ok ' slurm-selftest.log)
+if [ "$sstatus" -ne 0 ] && [ "$sstatus" -ne 77 ] && [ "$sfail" -eq 0 ]; then sfail=1; tail -20 slurm-selftest.log; fi
+[ "$sstatus" -eq 77 ] && skip=$(( ${skip:-0} + 1 ))
+echo "== Slurm selftest: $spass passed, $sfail failed in $(( $(date +%s) - sstart )) s; log: $top/build-check/slurm-selftest.log"
+pass=$(( ${pass:-0} + spass ))
+failed=$(( failed + sfail ))
 if [ "${1:-}" = "--distcheck" ]; then
     echo "== make distcheck"
     make distcheck >distcheck.log 2>&1 && echo "distcheck passed" || { tail -30 distcheck.log; failed=$((failed + 1)); }
 fi
-echo "== make check took $(( $(date +%s) - start )) s; ${skip:-0} skipped; log: $top/build-check/$log"
 echo "${pass:-0} passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$status" -eq 0 ]

@@ -9,3 +9,4 @@ include tests/nn/Makefile.mk
 TESTS += tests/cli/coll_cli.sh
 EXTRA_DIST += tests/cli/coll_cli.sh tests/cli/tap.sh
 include tests/model/Makefile.mk
+include tests/jobs/Makefile.mk

@@ -7,6 +7,7 @@
 #include "collectives/check.h"
 #include "collectives/coll.h"
 #include "collectives/device.h"
+#include "collectives/model.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
@@ -304,6 +305,7 @@ int ts_cli_bench_coll(int argc, char **argv)
     }
     const char *best_algo[MAX_SIZES];
     size_t bucket[MAX_SIZES];
+    static double medians[MAX_ALGOS][MAX_SIZES]; /* for the α-β fits of --tune */
     for (int si = 0; si < nsize; si++) {
         size_t bytes = sizes[si], count = bytes / es;
         double med[MAX_ALGOS];
@@ -376,6 +378,7 @@ int ts_cli_bench_coll(int argc, char **argv)
         }
         free(all);
         best_algo[si] = best >= 0 ? o.algos[best] : "auto";
+        for (int a = 0; a < o.nalgo; a++) medians[a][si] = med[a];
         bucket[si] = si + 1 < nsize ? (sizes[si] + sizes[si + 1]) / 2 : (size_t)-1 / 2;
         for (int a = 0; a < o.nalgo; a++) {
             double algbw = bytes / med[a] / 1e9, busbw = algbw * bus_factor(o.kind, p);
@@ -417,6 +420,23 @@ int ts_cli_bench_coll(int argc, char **argv)
         lerr = ts_coll_tuning_write(o.tune, o.kind, p, nodes, bucket, best_algo, nsize);
         if (!lerr) printf("# tuning table for %s at %d ranks on %d node(s) written to %s\n", ts_coll_kind_name(o.kind),
                           p, nodes, o.tune);
+        /* the α-β model of each algorithm (collectives/model.h), for tessera plan */
+        ts_coll_fit fits[MAX_ALGOS];
+        double bytes[MAX_SIZES];
+        int nf = 0;
+        for (int si = 0; si < nsize; si++) bytes[si] = (double)(sizes[si] ? sizes[si] : es);
+        for (int a = 0; a < o.nalgo && !lerr && p > 1; a++) {
+            if (!strcmp(o.algos[a], "auto") || nsize < 2) continue;
+            if (ts_coll_model_fit(ts_coll_kind_name(o.kind), o.algos[a], p, nodes, bytes, medians[a], nsize, &fits[nf])) {
+                ts_err_clear();
+                continue;
+            }
+            printf("# model %-20s alpha %8.3f us  beta %8.4f ns/byte (%.2f GB/s)  median error %.0f%%\n", o.algos[a],
+                   fits[nf].alpha_s * 1e6, fits[nf].beta_s * 1e9, fits[nf].beta_s > 0 ? 1e-9 / fits[nf].beta_s : 0.0,
+                   fits[nf].max_rel_err * 100);
+            nf++;
+        }
+        if (nf && !lerr) lerr = ts_coll_model_write(o.tune, fits, nf);
     }
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     if (o.check) {

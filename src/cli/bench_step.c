@@ -15,6 +15,8 @@
 #include "src/parallel/spatial.h"
 #include "src/train/step.h"
 #include "src/train/synthetic.h"
+#include "src/train/plan.h"
+#include "src/train/run.h"
 #include "src/train/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -29,14 +31,19 @@
 static void help(void)
 {
     printf("usage: tessera bench step CONFIG [section.key=value ...] [--steps N] [--warmup W] [--json FILE]\n"
-           "                          [--profile]\n\n"
+           "                          [--profile] [--calibrate FILE] [--perf-overhead]\n\n"
            "Times N (default 5) full training steps - forward, loss, backward, optimizer step - after W\n"
            "(default 2) warm-up steps, on random data (normal images, uniform labels) of data.patch and\n"
            "train.batch, with the config's model, loss and optimizer. Threads: OMP_NUM_THREADS (default: all\n"
            "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
-           "batch, patch. --profile adds the time per kind of layer.\n"
+           "batch, patch. --profile adds the time per kind of layer. --calibrate FILE writes the rates of\n"
+           "every layer kind (work from the model's analytic cost over the measured time), the optimizer's\n"
+           "time per parameter and the activation bytes per element, for `tessera plan --calib FILE`\n"
+           "(measure on one rank, with the threads per rank the plan assumes). --perf-overhead alternates\n"
+           "steps with the per-phase timers and counters of `tessera train` (perf.papi_events, default the\n"
+           "software counters) and steps without, and reports both medians and their ratio.\n"
            "On N ranks (mpiexec -n N) the steps run on the grid `tessera train` would use: parallel.dp\n"
            "replicas x parallel.pp pipeline stages x parallel.sp spatial pieces (parallel.sp_dims,\n"
            "parallel.microbatches, parallel.schedule, parallel.pp_cut). Each replica trains its own batch\n"
@@ -49,6 +56,12 @@ static void help(void)
            "over ranks), plan_mb (the memory plan of run.mem_limit_mb), peak_rss_mb and, with a pipeline,\n"
            "stages: per stage its units, busy, span and idle ms per step, bubble = idle / span next to\n"
            "bubble_formula = (P-1)/(M+P-1), slots (micro-batches in flight), slot_bytes and act_bytes.\n");
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
 }
 
 static double cpu_now(void)
@@ -79,8 +92,11 @@ static int same_batch(void *ctx, ts_tensor *img, ts_tensor *lab)
 
 int ts_cli_bench_step(int argc, char **argv)
 {
-    int err = 0, nover = 0, steps = 5, warmup = 2, profile = 0;
-    const char *cfgpath = NULL, *json = NULL;
+    int err = 0, nover = 0, steps = 5, warmup = 2, profile = 0, overhead = 0;
+    const char *cfgpath = NULL, *json = NULL, *calib = NULL;
+    ts_perf *perf = NULL;
+    double *t_on = NULL, *t_off = NULL;
+    int n_on = 0, n_off = 0;
     char **over = calloc((size_t)argc + 1, sizeof *over);
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
@@ -108,6 +124,8 @@ int ts_cli_bench_step(int argc, char **argv)
             else warmup = (int)v;
         } else if (!strcmp(a, "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--calibrate") && i + 1 < argc) calib = argv[++i];
+        else if (!strcmp(a, "--perf-overhead")) overhead = 1;
         else if (strchr(a, '=') && a[0] != '-') over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else TS_FAIL(TS_ERR_ARG, "bench step: unexpected argument '%s' (see --help)", a);
@@ -163,12 +181,19 @@ int ts_cli_bench_step(int argc, char **argv)
         TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &sync));
         TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, sp, &stepper));
     }
+    if (overhead) { /* the trainer's per-phase machinery, switched on every other step */
+        const char *ev = "perf::TASK-CLOCK,perf::PAGE-FAULTS,perf::CONTEXT-SWITCHES";
+        if (ts_config_isset(cfg, "perf.papi_events")) TS_CHECK(ts_config_get_str(cfg, "perf.papi_events", &ev));
+        TS_CHECK(ts_perf_create(MPI_COMM_WORLD, TS_PH_COUNT, ts_phase_names, ev, 1, &perf));
+        t_on = calloc((size_t)steps, sizeof *t_on);
+        t_off = calloc((size_t)steps, sizeof *t_off);
+        if (!t_on || !t_off) TS_FAIL(TS_ERR_NOMEM, "bench step");
+    }
     TS_CHECK(ts_unet_init(m, (uint64_t)seed));
     if (pp > 1) { /* the cut of `tessera train` */
         const char *cut;
         TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        if (!strcmp(cut, "auto")) TS_CHECK(ts_pipeline_measure(m, MPI_COMM_WORLD, (int)batch, box, ucost));
-        TS_CHECK(ts_pipeline_cut(m, (int)pp, cut, ucost, first));
+        TS_CHECK(ts_pipeline_plan(m, MPI_COMM_WORLD, (int)pp, cut, (int)batch, box, first, ucost));
         TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, kind, M, &pipe));
         TS_CHECK(ts_stepper_set_pipeline(stepper, pipe, grid->pp_comm));
     }
@@ -210,7 +235,11 @@ int ts_cli_bench_step(int argc, char **argv)
             ts_spatial_set_stats(sp, &halo0);
             if (pipe) pst0 = *ts_pipeline_get_stats(pipe);
         }
+        const int with_perf = overhead && (s % 2 == 0);
+        ts_stepper_set_perf(stepper, with_perf ? perf : NULL);
+        if (overhead) MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = ts_time_now(), c0 = cpu_now();
+        if (with_perf) ts_perf_begin(perf, TS_PH_STEP);
         const ts_step_times *pt = ts_stepper_times(stepper);
         const double f0 = pt->forward, b0 = pt->backward, e0 = pt->comm_exposed, g0 = pt->comm_total, o0 = pt->optimizer;
         if (pipe) {
@@ -220,7 +249,14 @@ int ts_cli_bench_step(int argc, char **argv)
             TS_CHECK(ts_stepper_micro(stepper, &image, &label, 1, 1, &loss));
             TS_CHECK(ts_stepper_update(stepper, 1));
         }
+        if (with_perf) ts_perf_end(perf, TS_PH_STEP);
         const double t3 = ts_time_now();
+        if (overhead && timed) {
+            double dt = t3 - t0;
+            MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (with_perf) t_on[n_on++] = dt;
+            else t_off[n_off++] = dt;
+        }
         /* phases: forward+loss, backward, optimizer (the exposed communication is reported apart) */
         const double t1 = t0 + (pt->forward - f0), t2 = t1 + (pt->backward - b0), t2o = t3 - (pt->optimizer - o0);
         if (timed) {
@@ -236,10 +272,10 @@ int ts_cli_bench_step(int argc, char **argv)
             if (t3 - t0 < best) best = t3 - t0;
         }
     }
-    if (pipe) MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid->pp_comm); /* the last stage's */
+    if (pipe) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid->pp_comm)); /* the last stage's */
     /* all replicas' samples over the slowest rank's time (a spatial group shares its samples) */
     double slowest = ts.total;
-    MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const double step_s = slowest / steps, sps = (double)batch * M * grid->dp / step_s;
     /* per stage (the largest over its ranks): busy, span, in-flight activations */
     enum { NV = 6 };
@@ -256,13 +292,13 @@ int ts_cli_bench_step(int argc, char **argv)
         v[3] = slots;
         v[4] = (double)ts_unet_slot_bytes(m);
         v[5] = (double)ts_unet_activation_bytes(m);
-        MPI_Allreduce(MPI_IN_PLACE, sv, grid->pp * NV, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, sv, grid->pp * NV, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     }
     double rss_all = peak_rss_mb();
-    MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const ts_spatial_stats *hs = ts_spatial_get_stats(sp);
     double hv[4] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)ts_unet_activation_bytes(m)};
-    MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     if (rank != 0) goto cleanup;
     const double vox = (double)u.patch[0] * u.patch[1] * u.patch[2];
     int threads = 1;
@@ -281,13 +317,13 @@ int ts_cli_bench_step(int argc, char **argv)
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
     if (pipe) {
-        char units[256], name[32];
+        char units[1024], name[32];
         printf("  pipeline: %d stages, %d micro-batches, %s; bubble formula (P-1)/(M+P-1) = %.3f\n", grid->pp, M,
                kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b", ts_pipe_bubble(grid->pp, M));
         for (int k = 0; k < grid->pp; k++) {
             const double *v = sv + k * NV, idle = v[1] - v[0];
             size_t l = 0;
-            for (int x = first[k]; x < first[k + 1]; x++)
+            for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
                 l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
                                       ts_unet_unit_name(m, x, name, sizeof name));
             printf("  stage %d (%s): busy %.1f ms, span %.1f ms, idle %.1f ms, bubble %.3f; %d slot%s x %.1f MiB in "
@@ -302,6 +338,49 @@ int ts_cli_bench_step(int argc, char **argv)
         printf("  gradient communication per step: %.1f ms on the progress thread, %.1f ms not hidden by backward "
                "(rank 0, %d bucket%s)\n",
                ct / steps * 1e3, ce / steps * 1e3, ts_stepper_buckets(stepper), ts_stepper_buckets(stepper) > 1 ? "s" : "");
+    if (overhead && n_on && n_off) {
+        qsort(t_on, (size_t)n_on, sizeof *t_on, cmp_d);
+        qsort(t_off, (size_t)n_off, sizeof *t_off, cmp_d);
+        double mon = n_on % 2 ? t_on[n_on / 2] : 0.5 * (t_on[n_on / 2 - 1] + t_on[n_on / 2]);
+        double moff = n_off % 2 ? t_off[n_off / 2] : 0.5 * (t_off[n_off / 2 - 1] + t_off[n_off / 2]);
+        char line[1024];
+        ts_perf_describe(perf, line, sizeof line);
+        /* the machinery's own cost: one begin/end pair, timed in a loop */
+        int64_t pairs = 0;
+        for (int ph = 0; ph < TS_PH_COUNT; ph++) pairs += ts_perf_calls(perf, ph);
+        const double tb = ts_time_now();
+        for (int k = 0; k < 10000; k++) {
+            ts_perf_begin(perf, TS_PH_EVAL);
+            ts_perf_end(perf, TS_PH_EVAL);
+        }
+        const double pair_s = (ts_time_now() - tb) / 10000;
+        const double per_step = (double)pairs / n_on;
+        printf("  perf overhead: median step %.2f ms with timers and counters (%d steps), %.2f ms without (%d steps): "
+               "ratio %.4f\n  %.1f phase brackets per step x %.2f us each = %.3f ms per step, %.3f%% of the step (%s)\n",
+               mon * 1e3, n_on, moff * 1e3, n_off, mon / moff, per_step, pair_s * 1e6, per_step * pair_s * 1e3,
+               100 * per_step * pair_s / moff, line);
+        if (json) {
+            o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "perf_on_step_ms", mon * 1e3);
+            cJSON_AddNumberToObject(o, "perf_off_step_ms", moff * 1e3);
+            cJSON_AddNumberToObject(o, "perf_ratio", mon / moff);
+            cJSON_AddNumberToObject(o, "perf_pair_us", pair_s * 1e6);
+            cJSON_AddNumberToObject(o, "perf_brackets_per_step", per_step);
+            cJSON_AddNumberToObject(o, "perf_direct_fraction", per_step * pair_s / moff);
+        }
+    }
+    if (calib) {
+        const double *p = ts_unet_profile(m);
+        double prof[TS_PROF_COUNT];
+        for (int k = 0; k < TS_PROF_COUNT; k++) prof[k] = p[k] / steps;
+        ts_plan_calib pc;
+        const char *th = getenv("OMP_NUM_THREADS");
+        TS_CHECK(ts_plan_calib_from_profile(&u, (int)batch, box, prof, to.total / steps, step_s, hv[3],
+                                            (double)ts_unet_arena(m)->nparam, plan.process_mb, th ? atoi(th) : threads, &pc));
+        TS_CHECK(ts_plan_calib_write(calib, &pc));
+        printf("  calibration for tessera plan written to %s%s\n", calib,
+               nranks > 1 ? " (measured with other ranks sharing the node: calibrate on one rank for plan)" : "");
+    }
     if (profile) {
         const double *p = ts_unet_profile(m);
         printf("  per step:");
@@ -313,7 +392,7 @@ int ts_cli_bench_step(int argc, char **argv)
            (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
            plan.total_mb, loss);
     if (json) {
-        o = cJSON_CreateObject();
+        if (!o) o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "samples_per_s", sps);
         cJSON_AddNumberToObject(o, "voxels_per_s", sps * vox);
         cJSON_AddNumberToObject(o, "step_ms", step_s * 1e3);
@@ -341,14 +420,14 @@ int ts_cli_bench_step(int argc, char **argv)
         cJSON_AddNumberToObject(o, "spatial_sums_ms", hv[2] / steps * 1e3);
         cJSON_AddNumberToObject(o, "microbatches", M);
         if (pipe) {
-            char units[256], name[32];
+            char units[1024], name[32];
             cJSON_AddNumberToObject(o, "bubble_formula", ts_pipe_bubble(grid->pp, M));
             cJSON_AddStringToObject(o, "schedule", kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b");
             cJSON *st = cJSON_AddArrayToObject(o, "stages");
             for (int k = 0; k < grid->pp; k++) {
                 const double *v = sv + k * NV;
                 size_t l = 0;
-                for (int x = first[k]; x < first[k + 1]; x++)
+                for (int x = first[k]; x < first[k + 1] && l < sizeof units; x++)
                     l += (size_t)snprintf(units + l, sizeof units - l, "%s%s", x > first[k] ? "," : "",
                                           ts_unet_unit_name(m, x, name, sizeof name));
                 cJSON *e = cJSON_CreateObject();
@@ -390,6 +469,9 @@ cleanup:
     cJSON_Delete(o);
     ts_stepper_destroy(&stepper);
     ts_pipeline_destroy(&pipe);
+    ts_perf_destroy(&perf);
+    free(t_on);
+    free(t_off);
     ts_coll_destroy(&coll);
     ts_spatial_destroy(&sp);
     ts_grid_destroy(&grid);

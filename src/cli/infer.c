@@ -224,8 +224,7 @@ int ts_cli_infer(int argc, char **argv)
         int first[4 * TS_UNET_MAX_LEVELS];
         double cost[4 * TS_UNET_MAX_LEVELS] = {0};
         TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        if (!strcmp(cut, "auto")) TS_CHECK(ts_pipeline_measure(m, grid->world, (int)batch, es.box_size, cost));
-        TS_CHECK(ts_pipeline_cut(m, (int)pp, cut, cost, first));
+        TS_CHECK(ts_pipeline_plan(m, grid->world, (int)pp, cut, (int)batch, es.box_size, first, cost));
         TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, TS_PIPE_GPIPE, 1, &pipe));
         TS_CHECK(ts_err_agree(grid->world, ts_unet_setup(m, (int)batch, (int)es.box_size[0], (int)es.box_size[1],
                                                           (int)es.box_size[2])));

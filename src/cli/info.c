@@ -6,6 +6,8 @@
 #include "src/cli/cli.h"
 #include "src/core/counters.h"
 #include "src/core/error.h"
+#include "src/core/launch.h"
+#include "src/core/perf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,14 @@ int ts_cli_info(int argc, char **argv)
     }
     if (argc > 1) return TS_ERR(TS_ERR_ARG, "info: unexpected argument '%s'", argv[1]);
     TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &c));
+    /* what perf.papi_events=auto and the software events would count (collective: the ranks agree) */
+    static const char *const one[] = {"step"};
+    ts_perf *perf = NULL;
+    char perf_line[2048] = "";
+    TS_CHECK(ts_perf_create(MPI_COMM_WORLD, 1, one, "PAPI_TOT_CYC,PAPI_TOT_INS,PAPI_FP_OPS,PAPI_L3_TCM,perf::TASK-CLOCK,"
+                            "perf::PAGE-FAULTS,perf::CONTEXT-SWITCHES", 1, &perf));
+    ts_perf_describe(perf, perf_line, sizeof perf_line);
+    ts_perf_destroy(&perf);
     if (ts_cli_rank() == 0) {
         char lib[MPI_MAX_LIBRARY_VERSION_STRING];
         int len, provided;
@@ -37,6 +47,11 @@ int ts_cli_info(int argc, char **argv)
         printf("nodes:            %d%s\n", ts_coll_nodes(c),
                getenv("TESSERA_RANKS_PER_NODE") ? " (faked by TESSERA_RANKS_PER_NODE)" : "");
         printf("ranks per node:   %d%s\n", ts_coll_local_size(c), ts_coll_equal_nodes(c) ? "" : " on node 0 (unequal nodes)");
+        const ts_launch *l = ts_launch_current();
+        printf("launch:           %s; scheduler %s%s%s%s", l->launcher, l->scheduler, l->job_id[0] ? ", job " : "",
+               l->job_id, l->restarts ? " (requeued)" : "");
+        if (l->allocated) printf(", %d task(s) allocated (%s)", l->allocated, l->allocated_from);
+        printf("; OMP_NUM_THREADS %s\n", getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset");
         for (int k = 0; k < TS_COLL_KIND_COUNT; k++) {
             printf("%-17s ", k == 0 ? "collectives:" : "");
             printf("%-15s", ts_coll_kind_name((ts_coll_kind)k));
@@ -54,6 +69,7 @@ int ts_cli_info(int argc, char **argv)
         (void)n;
         printf("counters (PAPI):  not built (configure --with-papi)\n");
 #endif
+        printf("perf.json:        %s\n", perf_line);
 #ifdef TS_HAVE_CUDA
         printf("CUDA:             compiled; %d GPU(s) visible\n", ts_coll_device_count());
 #else

@@ -5,6 +5,8 @@
 #include "src/cli/cli.h"
 #include "src/cli/engine.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
+#include "src/core/launch.h"
 #include "src/core/log.h"
 
 #include <stdlib.h>
@@ -13,21 +15,21 @@
 
 int ts_cli_convert(int argc, char **argv); /* src/cli/convert.c */
 int ts_cli_synth(int argc, char **argv);   /* src/cli/synth.c */
+int ts_cli_plan(int argc, char **argv);    /* src/cli/plan.c */
 
 static const ts_cli_cmd commands[] = {
     {"info", "build options, MPI, ranks per node, counters, GPUs", ts_cli_info},
-    {"bench", "benchmarks: `bench coll` (collectives)", ts_cli_bench},
+    {"bench", "benchmarks: `bench coll` (collectives, --tune), `bench step` (--calibrate), `bench io`", ts_cli_bench},
     {"model", "model init / model run: fresh weights; one forward (and optimizer step) on HDF5 files", ts_cli_model},
     {"convert", "NIfTI volumes or an MSD task folder to a (sharded) HDF5 dataset, in parallel", ts_cli_convert},
     {"synth", "synthetic 3D phantoms (shapes + smooth fields + noise) as a dataset", ts_cli_synth},
     {"train", "training of a 3D U-Net from a config on a dp x pp x sp grid (under mpiexec or srun)", ts_cli_train},
     {"infer", "sliding-window prediction of a NIfTI scan with a checkpoint; NIfTI mask out, Dice", ts_cli_infer},
+    {"plan", "predicted step time, communication, memory and efficiency of dp/pp/sp layouts on N nodes", ts_cli_plan},
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "PAPI counters in perf.json;\n"
-    "  Slurm/PBS job scripts and scaling reports; mixed precision; the GPU engine (the CUDA code builds,\n"
-    "  the layers run on the CPU)";
+    "mixed precision; the GPU engine (the CUDA code builds, the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }
@@ -71,12 +73,18 @@ static void usage(FILE *f)
                "TESSERA_COLL_ALLREDUCE=<algorithm>, TESSERA_COLL_TUNING=<file>, TESSERA_RANKS_PER_NODE=k.\n");
 }
 
+/* Exit status of a command stopped on request (a signal before a time
+ * limit) after writing the checkpoint that resumes it: EX_TEMPFAIL, which
+ * the job scripts turn into a requeue (jobs/slurm/train.sbatch). */
+#define TS_EXIT_STOPPED 75
+
 /* Every rank reports its status; if all get here, all exit together with
- * the worst status; if some rank never arrives (it is stuck or gone), the
- * others abort the job after a grace period. */
+ * the worst status (an error over a stop over success); if some rank never
+ * arrives (it is stuck or gone), the others abort the job after a grace
+ * period. */
 static int finish(int err)
 {
-    int worst = err ? 1 : 0, done = 0;
+    int worst = err == TS_ERR_STOPPED ? 1 : err ? 2 : 0, done = 0;
     MPI_Request rq;
     if (MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq) != MPI_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -97,7 +105,7 @@ static int finish(int err)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Finalize();
-    return worst;
+    return worst == 2 ? 1 : worst == 1 ? TS_EXIT_STOPPED : 0;
 }
 
 int main(int argc, char **argv)
@@ -116,7 +124,24 @@ int main(int argc, char **argv)
         ts_log_root(TS_LOG_WARN, "MPI provides thread level %d, not MPI_THREAD_MULTIPLE: nonblocking collectives "
                                  "are unavailable", provided);
 
-    int err = 0;
+    /* launch conventions: a world that does not match what the launcher
+     * started is refused before any work (each such world is alone) */
+    ts_launch launch;
+    char warning[512];
+    int err = ts_launch_detect(MPI_COMM_WORLD, &launch, warning, sizeof warning);
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d of %d, %s task %s): %s\n", world_rank, world_size, launch.launcher,
+                getenv("SLURM_PROCID") ? getenv("SLURM_PROCID") : "?", ts_err_message());
+        fflush(stderr);
+        MPI_Finalize();
+        return 1;
+    }
+    if (warning[0] && world_rank == 0) fprintf(stderr, "tessera: warning: %s\n", warning);
+    err = ts_err_agree(MPI_COMM_WORLD, ts_fault_init(world_rank)); /* TESSERA_FAULT (docs/testing.md) */
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d): %s\n", world_rank, ts_err_message());
+        return finish(err);
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (world_rank == 0) usage(stdout);
         if (argc < 2) err = TS_ERR(TS_ERR_ARG, "no command given");

@@ -52,7 +52,11 @@ static void help(void)
            "perf.json and ckpt/step-<N>/; ckpt.resume=auto continues from the newest checkpoint there.\n"
            "Without data.path the model trains on random data of the configured patch (for timing).\n"
            "SIGTERM or SIGUSR1 (e.g. `#SBATCH --signal=USR1@120`) on any rank: every rank finishes the step,\n"
-           "a checkpoint is written and the command exits with an error saying so; rerun it to resume.\n"
+           "a checkpoint is written and the command exits with status 75 and an error saying so; rerun it to\n"
+           "resume (jobs/slurm/train.sbatch and jobs/pbs/train.pbs requeue the job on status 75).\n"
+           "perf.json: every phase's time and counters (perf.papi_events) on every rank, min/mean/max/imbalance,\n"
+           "IPC and GFLOP/s where they can be derived, the job ID; launches.jsonl: one line per start\n"
+           "(docs/scaling.md). A world of 1 rank where srun or mpiexec started N tasks is refused.\n"
            "\nconfig keys:\n");
     ts_config *c = NULL;
     if (!ts_config_create(ts_cli_all_keys, &c)) ts_config_print_help(c, stdout);

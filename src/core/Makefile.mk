@@ -1,5 +1,8 @@
-# src/core: errors, logging, config, RNG streams, timers, dtypes
+# src/core: errors, logging, config, RNG streams, timers and per-phase counters, launch checks, dtypes,
+# fault injection and the watchdog
 libtessera_a_SOURCES += src/core/error.c src/core/log.c src/core/config.c \
-	src/core/dtype.c src/core/rng.c src/core/timer.c src/core/counters.c src/core/tensor.c
+	src/core/dtype.c src/core/rng.c src/core/timer.c src/core/counters.c src/core/perf.c src/core/launch.c \
+	src/core/tensor.c src/core/fault.c src/core/watchdog.c
 nobase_pkginclude_HEADERS += src/core/error.h src/core/log.h src/core/config.h \
-	src/core/dtype.h src/core/rng.h src/core/timer.h src/core/counters.h src/core/tensor.h
+	src/core/dtype.h src/core/rng.h src/core/timer.h src/core/counters.h src/core/perf.h src/core/launch.h \
+	src/core/tensor.h src/core/fault.h src/core/watchdog.h

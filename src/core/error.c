@@ -2,6 +2,7 @@
  * collective agreement that lets every rank leave a failed operation together. */
 #include "tsbuild.h"
 #include "src/core/error.h"
+#include "src/core/watchdog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,7 +75,9 @@ int ts_err_agree(MPI_Comm comm, int err)
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return err ? err : TS_ERR(TS_ERR_MPI, "communicator unusable while agreeing on errors");
     int mine = err ? rank : size, first = size;
+    ts_watch_enter("error agreement", "", sizeof mine);
     int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    ts_watch_leave();
     if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce(error flag)");
     if (first == size) return 0;
     /* the first failing rank sends its code, world rank and message to all */

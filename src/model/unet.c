@@ -57,6 +57,8 @@ struct ts_unet {
     double prof[TS_PROF_COUNT];
     void (*grad_hook)(void *ctx, int param); /* told when a parameter's gradient is final */
     void *grad_ctx;
+    void (*unit_hook)(void *ctx, int unit, int backward); /* called after each unit's forward or backward */
+    void *unit_ctx;
     int (*norm_sync)(void *ctx, double *buf, int n); /* synchronised batch norm */
     void *norm_ctx;
     int split_on;        /* a spatial split is set */
@@ -99,6 +101,12 @@ void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *c
 {
     m->grad_hook = fn;
     m->grad_ctx = ctx;
+}
+
+void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backward), void *ctx)
+{
+    m->unit_hook = fn;
+    m->unit_ctx = ctx;
 }
 
 void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx)
@@ -709,6 +717,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
     s->have_dlogits = 0;
     for (int u = m->u0; u < m->u1; u++) {
+        if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
         if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
             const int l = u / 2, i = u % 2;
             if (i == 1) {
@@ -733,6 +742,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
         }
     }
     s->train_forward = train;
+    if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u1 - 1, 0);
     return 0;
 }
 
@@ -854,6 +864,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     s->have_dlogits = 0; /* the forward buffers are consumed */
     const int train = s->train_forward;
     for (int u = m->u1 - 1; u >= m->u0; u--) {
+        if (u < m->u1 - 1 && m->unit_hook) m->unit_hook(m->unit_ctx, u + 1, 1);
         if (u == U_H(m)) {
             ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
             ts_tensor *in = act(m, s, head_input(m));
@@ -894,6 +905,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&s->pool[l], &s->pidx[l], 2, &m->gin[l - 1]));
         }
     }
+    if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u0, 1);
     return 0;
 }
 

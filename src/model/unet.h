@@ -155,10 +155,14 @@ const char *ts_unet_prof_name(int kind);
 const double *ts_unet_profile(const ts_unet *m);
 void ts_unet_profile_reset(ts_unet *m);
 
-/* Local. fn (may be NULL) is called during ts_unet_backward with the arena
+/* Local. fn (may be NULL) is called during ts_unet_backward(_slot) with the arena
  * index of each parameter as soon as its gradient is final, so a
  * data-parallel caller can reduce gradient buckets while backward goes on. */
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx);
+/* Local. fn (may be NULL) is called after each unit of a forward or
+ * backward (backward = 1) has finished (to send what it produced at once,
+ * and to progress messages in flight). */
+void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backward), void *ctx);
 /* Local. fn (may be NULL) makes batch norm synchronised: it must sum n
  * doubles over the ranks sharing the statistics (in the same order on every
  * rank); forward uses the group's statistics, backward the group's sums for

@@ -7,7 +7,9 @@
 #include "tsbuild.h"
 #include "src/parallel/pipe.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/timer.h"
+#include "src/core/watchdog.h"
 
 #include <string.h>
 
@@ -107,12 +109,25 @@ int ts_pipe_isend(ts_pipe_msgs *m, const float *buf, size_t n, int peer, int tag
     return post(m, (float *)buf, n, peer, tag, comm, 1);
 }
 
+void ts_pipe_test(ts_pipe_msgs *m)
+{
+    if (m->n == 0) return;
+    MPI_Status st[64];
+    int flag = 0;
+    const double t0 = ts_time_now();
+    if (MPI_Testall(m->n, m->req, &flag, st) == MPI_SUCCESS && flag) m->n = 0; /* all done (requests freed) */
+    m->post_s += ts_time_now() - t0;
+}
+
 int ts_pipe_wait(ts_pipe_msgs *m)
 {
     if (m->n == 0) return 0;
     MPI_Status st[64];
     const double t0 = ts_time_now();
+    ts_fault_point("pipeline");
+    ts_watch_enter("pipeline messages", "pipeline", 0);
     int rc = MPI_Waitall(m->n, m->req, st);
+    ts_watch_leave();
     m->wait_s += ts_time_now() - t0;
     m->n = 0;
     if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (pipeline)");

@@ -3,7 +3,7 @@
  * backward in turn, so at most P - s micro-batches are in flight on stage
  * s), the cut of a layer sequence into stages balanced by cost, and the
  * nonblocking point-to-point messages between stages with their waiting
- * time (the bubble). Model-agnostic: the caller (src/train/step.c) maps
+ * time (the bubble). Model-agnostic: the caller (src/train/pipeline.c) maps
  * its layers' boundary tensors onto messages. docs/parallelism.md has the
  * picture. */
 #ifndef TS_PARALLEL_PIPE_H
@@ -49,6 +49,8 @@ typedef struct ts_pipe_msgs {
  * into m (at most 64 outstanding). */
 int ts_pipe_irecv(ts_pipe_msgs *m, float *buf, size_t n, int peer, int tag, MPI_Comm comm);
 int ts_pipe_isend(ts_pipe_msgs *m, const float *buf, size_t n, int peer, int tag, MPI_Comm comm);
+/* Local. Progresses m's messages (MPI_Testall); empties m when all are done. */
+void ts_pipe_test(ts_pipe_msgs *m);
 /* Local. Waits for every message of m and empties it; the wait is timed. */
 int ts_pipe_wait(ts_pipe_msgs *m);
 

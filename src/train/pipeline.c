@@ -36,7 +36,11 @@ struct ts_pipeline {
     pedge pe[MAX_EDGES];
     int npe;
     ts_pipe_msgs *act_sends; /* per slot */
+    ts_pipe_msgs *act_recvs; /* per slot: the activations of its next forward, posted early */
+    int *recv_mb;            /* per slot: the micro-batch act_recvs are for (-1: none) */
     ts_pipe_msgs grad_sends, recvs;
+    int cur;        /* the slot of the forward or backward running (for the unit hook) */
+    int hook_err;   /* a send the unit hook could not post */
     ts_pipeline_stats st;
 };
 
@@ -74,7 +78,10 @@ int ts_pipeline_create(ts_unet *m, MPI_Comm comm, const int *first, ts_pipe_kind
     memcpy(p->first, first, sizeof *first * (size_t)(P + 1));
     p->slots = ts_pipe_in_flight(kind, P, s, M);
     p->act_sends = TS_CALLOC((size_t)p->slots, sizeof *p->act_sends);
-    if (!p->act_sends) TS_FAIL(TS_ERR_NOMEM, "pipeline");
+    p->act_recvs = TS_CALLOC((size_t)p->slots, sizeof *p->act_recvs);
+    p->recv_mb = TS_CALLOC((size_t)p->slots, sizeof *p->recv_mb);
+    if (!p->act_sends || !p->act_recvs || !p->recv_mb) TS_FAIL(TS_ERR_NOMEM, "pipeline");
+    for (int k = 0; k < p->slots; k++) p->recv_mb[k] = -1;
     TS_MPI(MPI_Comm_dup(comm, &p->comm));
     TS_CHECK(ts_unet_set_stage(m, first[s], first[s + 1], p->slots));
     /* the edges crossing this stage's border, in the model's order (the same on every stage) */
@@ -104,10 +111,14 @@ void ts_pipeline_destroy(ts_pipeline **pp)
     if (!pp || !*pp) return;
     ts_pipeline *p = *pp;
     for (int k = 0; p->act_sends && k < p->slots; k++) ts_pipe_wait(&p->act_sends[k]);
+    for (int k = 0; p->act_recvs && k < p->slots; k++) ts_pipe_wait(&p->act_recvs[k]);
     ts_pipe_wait(&p->grad_sends);
     ts_pipe_wait(&p->recvs);
+    if (p->m) ts_unet_set_unit_hook(p->m, NULL, NULL);
     if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
     free(p->act_sends);
+    free(p->act_recvs);
+    free(p->recv_mb);
     free(p->first);
     free(p);
     *pp = NULL;
@@ -121,35 +132,73 @@ const ts_pipeline_stats *ts_pipeline_get_stats(const ts_pipeline *p) { return &p
 
 static size_t floats(const ts_tensor *t) { return (size_t)ts_tensor_numel(t); }
 
-/* receives the activations entering the stage for slot k, runs its units */
-static int forward_one(ts_pipeline *p, int k, const ts_tensor *image, const ts_tensor *labels, int train, double *loss)
+/* posts the receives of the activations entering the stage for micro-batch mb into its slot */
+static int post_act_recvs(ts_pipeline *p, int mb)
 {
+    const int k = mb % p->slots;
     for (int i = 0; i < p->npe; i++) {
         const pedge *q = &p->pe[i];
         if (!q->incoming || !q->act_msg) continue;
         ts_tensor *a, *g;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_irecv(&p->recvs, a->data, floats(a), q->peer, 2 * q->tag, p->comm));
+        TS_TRY(ts_pipe_irecv(&p->act_recvs[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm));
     }
-    const double w0 = p->recvs.wait_s;
-    TS_TRY(ts_pipe_wait(&p->recvs));
-    p->st.wait_s += p->recvs.wait_s - w0;
-    const double t0 = ts_time_now();
-    TS_TRY(ts_unet_forward_slot(p->m, k, image, train));
-    if (labels) TS_TRY(ts_unet_loss_slot(p->m, k, labels, train, loss));
-    p->st.busy_s += ts_time_now() - t0;
-    /* what leaves: the slot's buffers stay untouched until its next use */
-    for (int i = 0; i < p->npe; i++) {
-        const pedge *q = &p->pe[i];
-        if (q->incoming || !q->act_msg) continue;
-        ts_tensor *a, *g;
-        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm));
-    }
+    p->recv_mb[k] = mb;
     return 0;
 }
 
-/* receives the gradients of the edges leaving the stage, runs its units backward, sends those entering */
+/* after each unit: what it produced that leaves the stage goes now (the
+ * activation of a forward, the gradient contribution of a backward), so
+ * that it travels while the stage computes on; then the messages in flight
+ * are progressed (MPI moves large messages only inside MPI calls) */
+static void unit_done(void *ctx, int unit, int backward)
+{
+    ts_pipeline *p = ctx;
+    const int k = p->cur;
+    for (int i = 0; i < p->npe && !p->hook_err; i++) {
+        const pedge *q = &p->pe[i];
+        ts_tensor *a, *g;
+        if (!backward && !q->incoming && q->act_msg && q->e.producer == unit) {
+            p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
+            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm);
+        }
+        if (backward && q->incoming && q->e.consumer == unit) {
+            p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
+            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm);
+        }
+    }
+    for (int s = 0; s < p->slots; s++) {
+        ts_pipe_test(&p->act_sends[s]);
+        ts_pipe_test(&p->act_recvs[s]);
+    }
+    ts_pipe_test(&p->grad_sends);
+}
+
+/* receives the activations entering the stage for micro-batch mb (slot k;
+ * posted already or now), runs its units (each sends what leaves as it
+ * finishes: unit_done) */
+static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_tensor *labels, int train, double *loss)
+{
+    const int k = mb % p->slots;
+    if (p->recv_mb[k] != mb) TS_TRY(post_act_recvs(p, mb));
+    const double w0 = p->act_recvs[k].wait_s;
+    TS_TRY(ts_pipe_wait(&p->act_recvs[k]));
+    p->recv_mb[k] = -1;
+    p->st.wait_s += p->act_recvs[k].wait_s - w0;
+    const double t0 = ts_time_now();
+    p->cur = k;
+    p->hook_err = 0;
+    ts_unet_set_unit_hook(p->m, unit_done, p);
+    int err = ts_unet_forward_slot(p->m, k, image, train);
+    if (!err && labels) err = ts_unet_loss_slot(p->m, k, labels, train, loss);
+    ts_unet_set_unit_hook(p->m, NULL, NULL);
+    p->st.forward_s += ts_time_now() - t0;
+    TS_TRY(err);
+    return p->hook_err;
+}
+
+/* receives the gradients of the edges leaving the stage, runs its units backward (each sends the gradients
+ * of the edges it consumed as it finishes) */
 static int backward_one(ts_pipeline *p, int k)
 {
     TS_TRY(ts_pipe_wait(&p->grad_sends)); /* the shared gradient buffers are free again */
@@ -164,22 +213,21 @@ static int backward_one(ts_pipeline *p, int k)
     TS_TRY(ts_pipe_wait(&p->recvs));
     p->st.wait_s += p->recvs.wait_s - w0;
     const double t0 = ts_time_now();
-    TS_TRY(ts_unet_backward_slot(p->m, k));
-    p->st.busy_s += ts_time_now() - t0;
-    for (int i = 0; i < p->npe; i++) {
-        const pedge *q = &p->pe[i];
-        if (!q->incoming) continue;
-        ts_tensor *a, *g;
-        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm));
-    }
-    return 0;
+    p->cur = k;
+    p->hook_err = 0;
+    ts_unet_set_unit_hook(p->m, unit_done, p);
+    int err = ts_unet_backward_slot(p->m, k);
+    ts_unet_set_unit_hook(p->m, NULL, NULL);
+    p->st.backward_s += ts_time_now() - t0;
+    TS_TRY(err);
+    return p->hook_err; /* the gradients entering the stage went out as their units finished (unit_done) */
 }
 
 static double msg_s(const ts_pipeline *p)
 {
     double s = p->grad_sends.wait_s + p->grad_sends.post_s + p->recvs.wait_s + p->recvs.post_s;
-    for (int k = 0; k < p->slots; k++) s += p->act_sends[k].wait_s + p->act_sends[k].post_s;
+    for (int k = 0; k < p->slots; k++)
+        s += p->act_sends[k].wait_s + p->act_sends[k].post_s + p->act_recvs[k].wait_s + p->act_recvs[k].post_s;
     return s;
 }
 
@@ -200,6 +248,7 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
     double sum = 0;
     TS_CHECK(ts_pipe_schedule(p->kind, p->P, p->s, p->M, ops));
     ts_arena_zero_grad(ts_unet_arena(p->m));
+    int bdone = 0; /* backwards completed (in micro-batch order) */
     for (int i = 0; i < 2 * p->M; i++) {
         const int mb = ops[i].mb, k = mb % p->slots;
         if (!ops[i].backward) {
@@ -207,7 +256,7 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
             if (p->s == 0 || p->s == p->P - 1) TS_CHECK(next(ctx, &img, &lab));
             TS_CHECK(ts_pipe_wait(&p->act_sends[k])); /* the slot's last use has left */
             double l = 0;
-            TS_CHECK(forward_one(p, k, p->s == 0 ? &img : NULL, p->s == p->P - 1 ? &lab : NULL, 1, &l));
+            TS_CHECK(forward_one(p, mb, p->s == 0 ? &img : NULL, p->s == p->P - 1 ? &lab : NULL, 1, &l));
             sum += l;
         } else {
             const int last = mb == p->M - 1;
@@ -216,12 +265,21 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
             err = backward_one(p, k);
             ts_unet_set_grad_hook(p->m, NULL, NULL);
             TS_CHECK(err);
+            bdone++;
+        }
+        /* the next forward's activations may start arriving once its slot is free */
+        for (int j = i + 1; j < 2 * p->M; j++) {
+            if (ops[j].backward) continue;
+            const int nmb = ops[j].mb, nk = nmb % p->slots;
+            if (p->recv_mb[nk] != nmb && (nmb < p->slots || nmb - p->slots < bdone)) TS_CHECK(post_act_recvs(p, nmb));
+            break;
         }
     }
     for (int k = 0; k < p->slots; k++) TS_CHECK(ts_pipe_wait(&p->act_sends[k]));
     TS_CHECK(ts_pipe_wait(&p->grad_sends));
     p->st.span_s += ts_time_now() - t0;
     p->st.p2p_s += msg_s(p) - m0;
+    p->st.busy_s = p->st.forward_s + p->st.backward_s;
     p->st.bytes = sent_bytes(p);
     p->st.steps++;
     *loss = p->s == p->P - 1 ? sum / p->M : 0;
@@ -237,6 +295,7 @@ int ts_pipeline_forward(ts_pipeline *p, const ts_tensor *x, const ts_tensor **lo
     double l;
     TS_TRY(forward_one(p, 0, p->s == 0 ? x : NULL, NULL, 0, &l));
     TS_TRY(ts_pipe_wait(&p->act_sends[0]));
+    p->st.busy_s = p->st.forward_s + p->st.backward_s;
     if (p->s == p->P - 1) *logits = ts_unet_logits_slot(p->m, 0);
     return 0;
 }
@@ -253,7 +312,7 @@ static void fill_random(ts_tensor *t, ts_rng *r)
 
 int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box[3], double *cost)
 {
-    int err = 0, size;
+    int err = 0, lerr = 0, size;
     const ts_unet_cfg *c = ts_unet_config(m);
     const int U = ts_unet_units(m);
     ts_tensor img = {0}, lab = {0};
@@ -265,15 +324,19 @@ int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box
     float *keep = NULL; /* the batch-norm running statistics, which the timed forwards would move */
     TS_MPI(MPI_Comm_size(world, &size));
     keep = TS_MALLOC(sizeof(float) * (ar->nbuf ? ar->nbuf : 1));
-    if (!keep) TS_FAIL(TS_ERR_NOMEM, "pipeline timing pass");
-    memcpy(keep, ar->buffers, sizeof(float) * ar->nbuf);
-    TS_CHECK(ts_tensor_alloc(&img, TS_FLOAT32, 5, (const int64_t[]){batch, c->in_channels, box[0], box[1], box[2]}));
-    TS_CHECK(ts_tensor_alloc(&lab, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]}));
+    lerr = keep ? 0 : TS_ERR(TS_ERR_NOMEM, "pipeline timing pass");
+    if (!lerr) {
+        memcpy(keep, ar->buffers, sizeof(float) * ar->nbuf);
+        lerr = ts_tensor_alloc(&img, TS_FLOAT32, 5, (const int64_t[]){batch, c->in_channels, box[0], box[1], box[2]});
+    }
+    if (!lerr) lerr = ts_tensor_alloc(&lab, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]});
+    TS_CHECK(ts_err_agree(world, lerr));
     fill_random(&img, &r);
     for (int64_t i = 0; i < ts_tensor_numel(&lab); i++) ((uint8_t *)lab.data)[i] = (uint8_t)ts_rng_below(&r, (uint64_t)c->classes);
     for (int u = 0; u < U; u++) {
-        TS_CHECK(ts_unet_set_stage(m, u, u + 1, 1));
-        TS_CHECK(ts_unet_setup(m, batch, (int)box[0], (int)box[1], (int)box[2]));
+        lerr = ts_unet_set_stage(m, u, u + 1, 1);
+        if (!lerr) lerr = ts_unet_setup(m, batch, (int)box[0], (int)box[1], (int)box[2]);
+        TS_CHECK(ts_err_agree(world, lerr)); /* a rank without the memory fails with all, before the unit's collectives */
         double t = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             for (int i = 0; i < ne; i++) { /* what arrives: activations in, gradients of what leaves */
@@ -298,16 +361,35 @@ int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box
         }
         cost[u] = t;
     }
-    ts_arena_zero_grad(ar); /* the measurement's gradients and statistics are not a step's */
-    memcpy(ar->buffers, keep, sizeof(float) * ar->nbuf);
     TS_MPI(MPI_Allreduce(MPI_IN_PLACE, cost, U, MPI_DOUBLE, MPI_SUM, world));
     for (int u = 0; u < U; u++) cost[u] /= size;
-    TS_CHECK(ts_unet_set_stage(m, 0, U, 1));
 cleanup:
+    /* the measurement's gradients and statistics are not a step's; the model is whole again */
+    ts_arena_zero_grad(ar);
+    if (keep) memcpy(ar->buffers, keep, sizeof(float) * ar->nbuf);
+    ts_unet_set_stage(m, 0, U, 1);
+    ts_unet_profile_reset(m);
     free(keep);
     ts_tensor_free(&img);
     ts_tensor_free(&lab);
     return err;
+}
+
+int ts_pipeline_plan(ts_unet *m, MPI_Comm world, int P, const char *spec, int batch, const int64_t box[3], int *first,
+                     double *cost)
+{
+    const int U = ts_unet_units(m);
+    int err = 0;
+    for (int u = 0; u < U; u++) cost[u] = 0;
+    if (P > U) /* before any work */
+        return ts_pipeline_cut(m, P, spec, cost, first);
+    if (!spec || !strcmp(spec, "auto")) TS_TRY(ts_pipeline_measure(m, world, batch, box, cost));
+    err = ts_pipeline_cut(m, P, spec, cost, first);
+    TS_TRY(ts_err_agree(world, err));
+    /* one cut everywhere, whatever the last bits of the reduced costs */
+    TS_MPI_TRY(MPI_Bcast(first, P + 1, MPI_INT, 0, world));
+    TS_MPI_TRY(MPI_Bcast(cost, U, MPI_DOUBLE, 0, world));
+    return 0;
 }
 
 int ts_pipeline_cut(const ts_unet *m, int P, const char *spec, const double *cost, int *first)

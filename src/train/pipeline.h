@@ -21,7 +21,8 @@ typedef struct ts_pipeline ts_pipeline;
 
 /* Per-stage figures of the steps run so far (seconds). */
 typedef struct ts_pipeline_stats {
-    double busy_s;   /* forward, loss and backward compute of this stage's units */
+    double forward_s, backward_s; /* compute of this stage's units: forward and loss, backward */
+    double busy_s;   /* their sum */
     double span_s;   /* the pipelined part of the steps (first forward to last backward) */
     double p2p_s;    /* posting and waiting for stage-to-stage messages */
     double wait_s;   /* of which waiting for a neighbour's data (idle) */
@@ -35,6 +36,7 @@ typedef struct ts_pipeline_stats {
  * activations of ts_pipe_in_flight() of them. m is borrowed; its stage and
  * slots are set (activations freed). */
 int ts_pipeline_create(ts_unet *m, MPI_Comm comm, const int *first, ts_pipe_kind kind, int M, ts_pipeline **out);
+/* Collective on the pipeline group (waits for the messages in flight, frees its communicator). NULL-safe. */
 void ts_pipeline_destroy(ts_pipeline **p);
 int ts_pipeline_stage(const ts_pipeline *p);
 int ts_pipeline_stages(const ts_pipeline *p);
@@ -50,9 +52,13 @@ typedef int (*ts_pipeline_next)(void *ctx, ts_tensor *image, ts_tensor *label);
 /* Collective on the pipeline group (and, through the model's hooks, on the
  * spatial and data-parallel groups). One step's M micro-batches, forward
  * and backward, in the schedule's order; parameter gradients accumulate in
- * the arena (zeroed first). hook (may be NULL) is installed as the model's
- * gradient hook during the last micro-batch's backward (gradient buckets
- * overlap it). *loss: the mean loss of the M micro-batches on the last
+ * the arena (zeroed first). before_last(hook_ctx) (may be NULL) runs just
+ * before the last micro-batch's backward, during which hook (may be NULL)
+ * is installed as the model's gradient hook (gradient buckets overlap it).
+ * The receives of a forward are posted as soon as its slot is free, and the
+ * messages in flight are progressed between units. A stage that fails
+ * leaves its neighbours waiting for its messages (the command's exit grace
+ * ends the job). *loss: the mean loss of the M micro-batches on the last
  * stage, 0 elsewhere. */
 int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*hook)(void *, int), void *hook_ctx,
                      void (*before_last)(void *), double *loss);
@@ -71,6 +77,11 @@ const ts_pipeline_stats *ts_pipeline_get_stats(const ts_pipeline *p);
  * is left at the whole network with one slot; its parameters, gradients
  * (zero) and batch-norm statistics are as before. */
 int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box[3], double *cost);
+/* Collective on world. The cut every rank uses: measured and balanced
+ * (spec "auto") or given, the same on every rank (rank 0's broadcast);
+ * cost[u] the measured times (0 when given); errors agreed. */
+int ts_pipeline_plan(ts_unet *m, MPI_Comm world, int P, const char *spec, int batch, const int64_t box[3], int *first,
+                     double *cost);
 /* Local. The cut: spec "auto" balances the costs (ts_pipe_partition),
  * otherwise a comma list of the units that start stages 1 .. P-1 ("enc2,dec1");
  * errors name parallel.pp_cut and the units. */

@@ -2,18 +2,30 @@
 #include "tsbuild.h"
 #include "src/train/run.h"
 #include "src/core/error.h"
+#include "src/core/launch.h"
 #include "src/core/timer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-static const char *const phase_names[TS_PH_COUNT] = {"data_wait", "forward", "backward", "comm_exposed",
-                                                     "comm_total", "optimizer", "eval", "checkpoint", "step"};
-const char *ts_phase_name(int p) { return p >= 0 && p < TS_PH_COUNT ? phase_names[p] : "?"; }
+const char *const ts_phase_names[TS_PH_COUNT] = {
+#define TS_PH_NAME_(id, name, kind, what) name,
+    TS_PHASE_LIST(TS_PH_NAME_)
+#undef TS_PH_NAME_
+};
+static const char *const phase_kinds[TS_PH_COUNT] = {
+#define TS_PH_KIND_(id, name, kind, what) kind,
+    TS_PHASE_LIST(TS_PH_KIND_)
+#undef TS_PH_KIND_
+};
+const char *ts_phase_name(int p) { return p >= 0 && p < TS_PH_COUNT ? ts_phase_names[p] : "?"; }
+const char *ts_phase_kind(int p) { return p >= 0 && p < TS_PH_COUNT ? phase_kinds[p] : "?"; }
 
 static int mkdir_p(const char *path)
 {
@@ -54,6 +66,19 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
                 if (!err && rename(tmp, p)) err = TS_ERR(TS_ERR_IO, "%s: cannot rename: %s", p, strerror(errno));
             }
         }
+        if (!err) { /* a new start: no longer stopped */
+            snprintf(p, sizeof p, "%s/stopped", dir);
+            remove(p);
+        }
+        if (!err) { /* ckpt/ must take files now, not when the first checkpoint is due hours later */
+            snprintf(p, sizeof p, "%s/ckpt/.write-test", dir);
+            FILE *w = fopen(p, "w");
+            if (!w || fputs("tessera\n", w) < 0 || fclose(w) != 0) {
+                err = TS_ERR(TS_ERR_IO, "%s/ckpt: cannot write checkpoints there: %s", dir, strerror(errno));
+                if (w) fclose(w);
+            }
+            unlink(p);
+        }
         if (!err) {
             snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
             r->metrics = fopen(p, "a");
@@ -61,6 +86,35 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
         }
     }
     return ts_err_agree(comm, err);
+}
+
+int ts_run_truncate_metrics(ts_run *r, int64_t step)
+{
+    if (r->rank != 0 || !r->metrics) return 0;
+    char p[1100], tmp[1200], line[8192];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", r->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    fclose(r->metrics);
+    r->metrics = NULL;
+    FILE *in = fopen(p, "r"), *out = fopen(tmp, "w");
+    int err = 0, dropped = 0;
+    if (!in || !out) err = TS_ERR(TS_ERR_IO, "%s: cannot rewrite: %s", p, strerror(errno));
+    while (!err && fgets(line, sizeof line, in)) {
+        const char *k = strstr(line, "\"step\": ");
+        const long long s = k ? atoll(k + 8) : 0;
+        if (k && s > step) {
+            dropped++;
+            continue;
+        }
+        if (fputs(line, out) < 0) err = TS_ERR(TS_ERR_IO, "%s: write failed", tmp);
+    }
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && !err) err = TS_ERR(TS_ERR_IO, "%s: write failed", tmp);
+    if (!err && dropped && rename(tmp, p) != 0) err = TS_ERR(TS_ERR_IO, "%s: cannot rename: %s", p, strerror(errno));
+    if (!dropped || err) unlink(tmp);
+    r->metrics = fopen(p, "a");
+    if (!r->metrics && !err) err = TS_ERR(TS_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    return err;
 }
 
 void ts_run_close(ts_run *r)
@@ -77,8 +131,13 @@ int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double l
                    const double *dice, int K, const char *const *class_names)
 {
     if (r->rank != 0 || !r->metrics) return 0;
-    fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.6g",
-            (long long)step, (long long)epoch, loss, lr, samples_per_s);
+    /* JSON has no NaN or Inf: a non-finite loss is null, flagged */
+    if (isfinite(loss))
+        fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.6g",
+                (long long)step, (long long)epoch, loss, lr, samples_per_s);
+    else
+        fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": null, \"nonfinite\": true, \"lr\": %.9g, "
+                            "\"samples_per_s\": %.6g", (long long)step, (long long)epoch, lr, samples_per_s);
     if (dice) {
         fprintf(r->metrics, ", \"dice\": [");
         for (int k = 0; k < K; k++) fprintf(r->metrics, "%s%.6g", k ? ", " : "", dice[k] != dice[k] ? -1.0 : dice[k]);
@@ -143,41 +202,265 @@ void ts_run_say(ts_run *r, const char *fmt, ...)
     fflush(stdout);
 }
 
-int ts_run_perf(ts_run *r, MPI_Comm comm, const double *phase_s, int64_t steps, double samples_per_s,
-                const char *const *counter_names, const long long *counters, int ncounters, const char *extra_json)
+/* statistics over the ranks that have a value (have[r] != 0) */
+typedef struct {
+    double min, mean, max;
+    int n;
+} stats;
+static stats stats_of(const double *v, const int *have, int size, int stride)
 {
-    int size, err = 0;
-    MPI_Comm_size(comm, &size);
-    double mn[TS_PH_COUNT], mx[TS_PH_COUNT], sum[TS_PH_COUNT];
-    TS_MPI(MPI_Allreduce(phase_s, mn, TS_PH_COUNT, MPI_DOUBLE, MPI_MIN, comm));
-    TS_MPI(MPI_Allreduce(phase_s, mx, TS_PH_COUNT, MPI_DOUBLE, MPI_MAX, comm));
-    TS_MPI(MPI_Allreduce(phase_s, sum, TS_PH_COUNT, MPI_DOUBLE, MPI_SUM, comm));
-    long long cmn[64] = {0}, cmx[64] = {0}, csum[64] = {0};
-    if (ncounters > 64) ncounters = 64;
-    if (ncounters > 0) {
-        TS_MPI(MPI_Allreduce(counters, cmn, ncounters, MPI_LONG_LONG, MPI_MIN, comm));
-        TS_MPI(MPI_Allreduce(counters, cmx, ncounters, MPI_LONG_LONG, MPI_MAX, comm));
-        TS_MPI(MPI_Allreduce(counters, csum, ncounters, MPI_LONG_LONG, MPI_SUM, comm));
+    stats s = {0, 0, 0, 0};
+    for (int r = 0; r < size; r++) {
+        if (have && !have[r]) continue;
+        double x = v[(size_t)r * (size_t)stride];
+        if (s.n == 0 || x < s.min) s.min = x;
+        if (s.n == 0 || x > s.max) s.max = x;
+        s.mean += x;
+        s.n++;
     }
-    if (r->rank == 0) {
-        char p[1100], tmp[1200];
+    if (s.n) s.mean /= s.n;
+    return s;
+}
+
+/* {"min": .., "mean": .., "max": .., "imbalance": .., "per_rank": [..]} */
+static void write_stats(FILE *f, const double *v, const int *have, int size, int stride, const char *fmt)
+{
+    stats s = stats_of(v, have, size, stride);
+    char b[64];
+    fprintf(f, "{\"min\": ");
+    fprintf(f, fmt, s.min);
+    fprintf(f, ", \"mean\": ");
+    fprintf(f, fmt, s.mean);
+    fprintf(f, ", \"max\": ");
+    fprintf(f, fmt, s.max);
+    if (s.mean > 0) fprintf(f, ", \"imbalance\": %.4f", s.max / s.mean);
+    else fprintf(f, ", \"imbalance\": null");
+    fprintf(f, ", \"per_rank\": [");
+    for (int r = 0; r < size; r++) {
+        if (have && !have[r]) snprintf(b, sizeof b, "null");
+        else snprintf(b, sizeof b, fmt, v[(size_t)r * (size_t)stride]);
+        fprintf(f, "%s%s", r ? ", " : "", b);
+    }
+    fprintf(f, "]}");
+}
+
+/* sum over ranks of phase ph's event e (ranks that count it), and how many */
+static double sum_count(const double *cnt, const int *have, int size, int nph, int nev, int ph, int e, int *n)
+{
+    double s = 0;
+    *n = 0;
+    for (int r = 0; r < size; r++)
+        if (have[(size_t)r * (size_t)nev + (size_t)e]) {
+            s += cnt[((size_t)r * (size_t)nph + (size_t)ph) * (size_t)nev + (size_t)e];
+            (*n)++;
+        }
+    return s;
+}
+
+int ts_run_perf(ts_run *r, MPI_Comm comm, const ts_perf *perf, int64_t steps, double samples_per_s,
+                const ts_run_derived *d, const char *extra_json)
+{
+    int size, rank, err = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    const int nph = ts_perf_nphase(perf), nev = ts_perf_nevents(perf);
+    const size_t per = (size_t)nph * (size_t)(1 + nev) + (size_t)nev; /* seconds, counters, counted flags */
+    double *mine = calloc(per, sizeof *mine), *all = NULL, *sec = NULL, *cnt = NULL, *tcol = NULL;
+    int *have = NULL, *hcol = NULL;
+    FILE *f = NULL;
+    char tmp[1200], p[1100];
+    if (!mine) return TS_ERR(TS_ERR_NOMEM, "perf report");
+    for (int i = 0; i < nph; i++) mine[i] = ts_perf_seconds(perf, i);
+    for (int i = 0; i < nph; i++)
+        for (int e = 0; e < nev; e++) mine[(size_t)nph + (size_t)i * (size_t)nev + (size_t)e] = (double)ts_perf_count(perf, i, e);
+    for (int e = 0; e < nev; e++)
+        mine[(size_t)nph * (size_t)(1 + nev) + (size_t)e] = ts_perf_event_info(perf, e)->source != TS_PERF_SRC_NONE;
+    int lerr = 0;
+    if (rank == 0 && !(all = malloc(sizeof *all * per * (size_t)size))) lerr = TS_ERR(TS_ERR_NOMEM, "perf report");
+    TS_CHECK(ts_err_agree(comm, lerr));
+    TS_MPI(MPI_Gather(mine, (int)per, MPI_DOUBLE, all, (int)per, MPI_DOUBLE, 0, comm));
+    if (rank == 0) {
+        sec = malloc(sizeof *sec * (size_t)nph * (size_t)size);
+        cnt = malloc(sizeof *cnt * ((size_t)nph * (size_t)(nev ? nev : 1) * (size_t)size));
+        have = malloc(sizeof *have * ((size_t)(nev ? nev : 1) * (size_t)size));
+        tcol = malloc(sizeof *tcol * (size_t)size);
+        hcol = malloc(sizeof *hcol * (size_t)size);
+        if (!sec || !cnt || !have || !tcol || !hcol) lerr = TS_ERR(TS_ERR_NOMEM, "perf report");
+    }
+    if (rank == 0 && !lerr) {
+        for (int q = 0; q < size; q++) {
+            const double *a = all + (size_t)q * per;
+            for (int i = 0; i < nph; i++) sec[(size_t)q * (size_t)nph + (size_t)i] = a[i];
+            for (size_t k = 0; k < (size_t)nph * (size_t)nev; k++) cnt[(size_t)q * (size_t)nph * (size_t)nev + k] = a[(size_t)nph + k];
+            for (int e = 0; e < nev; e++) have[(size_t)q * (size_t)nev + (size_t)e] = a[(size_t)nph * (size_t)(1 + nev) + (size_t)e] != 0;
+        }
         snprintf(p, sizeof p, "%s/perf.json", r->dir);
         snprintf(tmp, sizeof tmp, "%s.tmp", p);
-        FILE *f = fopen(tmp, "w");
-        if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        fprintf(f, "{\n  \"ranks\": %d,\n  \"steps\": %lld,\n  \"samples_per_s\": %.6g,\n  \"phases_s\": {\n", size,
-                (long long)steps, samples_per_s);
-        for (int i = 0; i < TS_PH_COUNT; i++)
-            fprintf(f, "    \"%s\": {\"min\": %.6f, \"mean\": %.6f, \"max\": %.6f}%s\n", phase_names[i], mn[i],
-                    sum[i] / size, mx[i], i + 1 < TS_PH_COUNT ? "," : "");
-        fprintf(f, "  },\n  \"counters\": {");
-        for (int i = 0; i < ncounters; i++)
-            fprintf(f, "%s\n    \"%s\": {\"min\": %lld, \"mean\": %.1f, \"max\": %lld}", i ? "," : "", counter_names[i],
-                    cmn[i], (double)csum[i] / size, cmx[i]);
-        fprintf(f, "%s}%s%s\n}\n", ncounters ? "\n  " : "", extra_json ? ",\n  " : "", extra_json ? extra_json : "");
-        int bad = fclose(f) != 0;
-        if (bad || rename(tmp, p)) TS_FAIL(TS_ERR_IO, "%s: write failed", p);
+        f = fopen(tmp, "w");
+        if (!f) lerr = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
+    if (rank == 0 && !lerr) {
+        fprintf(f, "{\n  \"ranks\": %d,\n  \"steps\": %lld,\n  \"samples_per_s\": %.6g,\n", size, (long long)steps,
+                samples_per_s);
+        /* phases: seconds on every rank */
+        fprintf(f, "  \"phases_s\": {\n");
+        for (int i = 0; i < nph; i++) {
+            fprintf(f, "    \"%s\": ", ts_perf_phase_name(perf, i));
+            write_stats(f, sec + i, NULL, size, nph, "%.6f");
+            fprintf(f, "%s\n", i + 1 < nph ? "," : "");
+        }
+        fprintf(f, "  },\n  \"phase_kinds\": {");
+        for (int i = 0; i < nph; i++)
+            fprintf(f, "%s\"%s\": \"%s\"", i ? ", " : "", ts_perf_phase_name(perf, i), ts_phase_kind(i));
+        fprintf(f, "},\n  \"phase_calls\": {");
+        for (int i = 0; i < nph; i++)
+            fprintf(f, "%s\"%s\": %lld", i ? ", " : "", ts_perf_phase_name(perf, i), (long long)ts_perf_calls(perf, i));
+        /* counters: status, then per phase per event */
+        fprintf(f, "},\n  \"counters\": {\n    \"scope\": \"the main thread of each rank\",\n    \"events\": [");
+        for (int e = 0; e < nev; e++) {
+            const ts_perf_event *ev = ts_perf_event_info(perf, e);
+            char reason[600];
+            size_t k = 0;
+            for (const char *c = ev->reason; *c && k + 2 < sizeof reason; c++) {
+                if (*c == '"' || *c == '\\') reason[k++] = '\\';
+                reason[k++] = (unsigned char)*c < 0x20 ? ' ' : *c;
+            }
+            reason[k] = '\0';
+            int n = 0;
+            for (int q = 0; q < size; q++) n += have[(size_t)q * (size_t)nev + (size_t)e];
+            fprintf(f, "%s\n      {\"name\": \"%s\", \"available\": %s, \"ranks_counting\": %d, \"source\": \"%s\", "
+                       "\"unit\": \"%s\", \"fallback\": %s",
+                    e ? "," : "", ev->name, n == size ? "true" : "false", n,
+                    ts_perf_source_name(ev->source), ev->unit, ev->fallback ? "true" : "false");
+            if (ev->reason_rank >= 0) fprintf(f, ", \"reason\": \"%s\", \"reason_rank\": %d", reason, ev->reason_rank);
+            fprintf(f, "}");
+        }
+        fprintf(f, "%s],\n    \"phases\": {", nev ? "\n    " : "");
+        int firstp = 1;
+        for (int i = 0; i < nph && nev; i++) {
+            fprintf(f, "%s\n      \"%s\": {", firstp ? "" : ",", ts_perf_phase_name(perf, i));
+            firstp = 0;
+            int firste = 1;
+            for (int e = 0; e < nev; e++) {
+                int n = 0;
+                for (int q = 0; q < size; q++) {
+                    hcol[q] = have[(size_t)q * (size_t)nev + (size_t)e];
+                    tcol[q] = cnt[((size_t)q * (size_t)nph + (size_t)i) * (size_t)nev + (size_t)e];
+                    n += hcol[q];
+                }
+                if (!n) continue;
+                fprintf(f, "%s\n        \"%s\": ", firste ? "" : ",", ts_perf_event_info(perf, e)->name);
+                firste = 0;
+                write_stats(f, tcol, hcol, size, 1, "%.0f");
+            }
+            fprintf(f, "%s}", firste ? "" : "\n      ");
+        }
+        fprintf(f, "%s}\n  },\n", firstp ? "" : "\n    ");
+        /* derived figures */
+        fprintf(f, "  \"derived\": {");
+        int firstd = 1;
+#define SEP() (firstd ? (firstd = 0, "\n    ") : ",\n    ")
+        const int ins = ts_perf_find(perf, "PAPI_TOT_INS"), cyc = ts_perf_find(perf, "PAPI_TOT_CYC");
+        int fp = ts_perf_find(perf, "PAPI_FP_OPS");
+        if (fp < 0) fp = ts_perf_find(perf, "PAPI_SP_OPS");
+        const int clk = ts_perf_find(perf, "perf::TASK-CLOCK");
+        if (ins >= 0 && cyc >= 0) {
+            fprintf(f, "%s\"ipc\": {", SEP());
+            for (int i = 0, k = 0; i < nph; i++) {
+                int n1, n2;
+                double a = sum_count(cnt, have, size, nph, nev, i, ins, &n1), b = sum_count(cnt, have, size, nph, nev, i, cyc, &n2);
+                if (b > 0) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / b);
+            }
+            fprintf(f, "}");
+        }
+        if (fp >= 0) {
+            fprintf(f, "%s\"counter_gflops_per_s_per_rank\": {", SEP());
+            for (int i = 0, k = 0; i < nph; i++) {
+                int n;
+                double a = sum_count(cnt, have, size, nph, nev, i, fp, &n);
+                stats st = stats_of(sec + i, NULL, size, nph);
+                if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / st.mean / 1e9);
+            }
+            fprintf(f, "}");
+        }
+        if (clk >= 0) { /* CPU time of the main thread over wall time: < 1 where it waits or is descheduled */
+            fprintf(f, "%s\"cpu_busy_fraction\": {", SEP());
+            for (int i = 0, k = 0; i < nph; i++) {
+                int n;
+                double a = sum_count(cnt, have, size, nph, nev, i, clk, &n);
+                stats st = stats_of(sec + i, NULL, size, nph);
+                if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / 1e9 / st.mean);
+            }
+            fprintf(f, "}");
+        }
+        if (d && d->flops_forward > 0 && steps > 0) {
+            stats sf = stats_of(sec + TS_PH_FORWARD, NULL, size, nph), sb = stats_of(sec + TS_PH_BACKWARD, NULL, size, nph);
+            stats ss = stats_of(sec + TS_PH_STEP, NULL, size, nph);
+            const double ft = d->flops_forward + d->flops_backward;
+            fprintf(f, "%s\"model_flops_per_step_per_rank\": {\"forward\": %.6g, \"backward\": %.6g}", SEP(),
+                    d->flops_forward, d->flops_backward);
+            fprintf(f, "%s\"model_gflops_per_s_per_rank\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}", SEP(),
+                    sf.mean > 0 ? d->flops_forward * (double)steps / sf.mean / 1e9 : 0.0,
+                    sb.mean > 0 ? d->flops_backward * (double)steps / sb.mean / 1e9 : 0.0,
+                    ss.mean > 0 ? ft * (double)steps / ss.mean / 1e9 : 0.0);
+            fprintf(f, "%s\"model_gflops_per_s_total\": %.4f", SEP(), ss.max > 0 ? ft * (double)steps * size / ss.max / 1e9 : 0.0);
+        }
+        if (d) {
+            const int pr = d->grad_ranks > 1 ? d->grad_ranks : 1;
+            fprintf(f, "%s\"collective_bytes_per_step\": {\"gradient_allreduce\": %.0f, \"gradient_allreduce_bus\": %.0f, "
+                       "\"halo_sent_per_rank\": %.0f, \"spatial_sums\": %lld}",
+                    SEP(), pr > 1 ? d->grad_bytes : 0.0, pr > 1 ? d->grad_bytes * 2.0 * (pr - 1) / pr : 0.0, d->halo_bytes,
+                    (long long)d->spatial_sums);
+        }
+#undef SEP
+        char lj[1024];
+        ts_launch_json(ts_launch_current(), lj, sizeof lj);
+        fprintf(f, "%s},\n  \"launch\": %s%s%s\n}\n", firstd ? "" : "\n  ", lj, extra_json ? ",\n  " : "",
+                extra_json ? extra_json : "");
+        int bad = fclose(f) != 0;
+        f = NULL;
+        if (bad || rename(tmp, p)) lerr = TS_ERR(TS_ERR_IO, "%s: write failed", p);
+    }
+    err = lerr;
 cleanup:
+    if (f) fclose(f);
+    free(mine);
+    free(all);
+    free(sec);
+    free(cnt);
+    free(have);
+    free(tcol);
+    free(hcol);
     return ts_err_agree(comm, err);
+}
+
+int ts_run_record_launch(ts_run *r, int64_t first_step, int64_t total_steps)
+{
+    if (r->rank != 0) return 0;
+    char p[1100], lj[1024], when[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    ts_launch_json(ts_launch_current(), lj, sizeof lj);
+    snprintf(p, sizeof p, "%s/launches.jsonl", r->dir);
+    FILE *f = fopen(p, "a");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    fprintf(f, "{\"time\": \"%s\", \"first_step\": %lld, \"total_steps\": %lld, \"launch\": %s}\n", when,
+            (long long)first_step, (long long)total_steps, lj);
+    if (fclose(f)) return TS_ERR(TS_ERR_IO, "%s: write failed", p);
+    return 0;
+}
+
+int ts_run_mark_stopped(ts_run *r, int64_t step, int64_t total_steps)
+{
+    if (r->rank != 0) return 0;
+    char p[1100], tmp[1200];
+    snprintf(p, sizeof p, "%s/stopped", r->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    fprintf(f, "step %lld of %lld\n", (long long)step, (long long)total_steps);
+    if (fclose(f) || rename(tmp, p)) return TS_ERR(TS_ERR_IO, "%s: write failed", p);
+    return 0;
 }

@@ -2,7 +2,9 @@
 #include "tsbuild.h"
 #include "src/train/step.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/timer.h"
+#include "src/train/run.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,12 +19,15 @@ struct ts_stepper {
     unsigned char *final; /* per arena entry: gradient final in this backward */
     int frontier;         /* entries [frontier, e1) are final (or buffers) */
     int hook_err;
+    int pending;          /* a backward error kept until the buckets are done (ts_stepper_reduce) */
+    MPI_Comm agree;       /* the ranks that agree on errors in a step (MPI_COMM_NULL: none) */
     int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
     size_t off0, off1;    /* their floats in the parameter region */
     double bucket_mb;
     ts_pipeline *pipe;    /* NULL: no pipeline */
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
+    ts_perf *perf; /* may be NULL */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -86,6 +91,7 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     ts_stepper *s = TS_CALLOC(1, sizeof *s);
     *out = NULL;
     if (!s) return TS_ERR_NOMEM;
+    s->pp_comm = s->agree = MPI_COMM_NULL;
     s->model = m;
     s->arena = ts_unet_arena(m);
     s->opt = opt;
@@ -120,6 +126,8 @@ void ts_stepper_destroy(ts_stepper **sp)
         ts_unet_set_loss_scale(s->model, 1.0f);
     }
     ts_dp_destroy(&s->dp);
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
+    if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
     free(s);
     *sp = NULL;
@@ -144,7 +152,8 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
     size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
     TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
     s->pipe = pl;
-    s->pp_comm = pp_comm;
+    if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
+    TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
     return 0;
 }
 
@@ -161,49 +170,128 @@ static void begin_buckets(void *ctx)
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
 {
     if (!s->pipe) return TS_ERR(TS_ERR_INTERNAL, "stepper: no pipeline");
-    const double t0 = ts_time_now();
+    const ts_pipeline_stats *ps = ts_pipeline_get_stats(s->pipe);
+    const double f0 = ps->forward_s, b0 = ps->backward_s;
     TS_TRY(ts_pipeline_step(s->pipe, next, ctx, grad_ready, s, begin_buckets, loss));
     TS_TRY(s->hook_err);
-    s->t.backward += ts_time_now() - t0; /* the pipelined forwards and backwards */
+    /* the stage's own compute; its idle time is in the pipeline's figures */
+    s->t.forward += ps->forward_s - f0;
+    s->t.backward += ps->backward_s - b0;
+    ts_perf_add(s->perf, TS_PH_FORWARD, ps->forward_s - f0); /* time only: units interleave with messages */
+    ts_perf_add(s->perf, TS_PH_BACKWARD, ps->backward_s - b0);
     return 0;
 }
 
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss)
 {
-    if (first) ts_arena_zero_grad(s->arena);
+    if (first) {
+        ts_arena_zero_grad(s->arena);
+        s->pending = 0;
+    }
+    ts_perf_begin(s->perf, TS_PH_FORWARD);
     double t0 = ts_time_now();
-    TS_TRY(ts_unet_forward(s->model, image, 1));
-    TS_TRY(ts_unet_loss(s->model, label, 1, loss));
+    int err = ts_unet_forward(s->model, image, 1);
+    if (!err) err = ts_unet_loss(s->model, label, 1, loss);
+    if (!err && ts_fault_at(TS_FAULT_ERROR, ts_fault_step(), NULL))
+        err = TS_ERR(TS_ERR_ARG, "injected error (TESSERA_FAULT) in the forward pass of step %lld", (long long)ts_fault_step());
     double t1 = ts_time_now();
+    ts_perf_end(s->perf, TS_PH_FORWARD);
+    /* a rank that failed tells the others before anyone starts the gradient buckets */
+    if (s->agree != MPI_COMM_NULL) err = ts_err_agree(s->agree, err);
+    TS_TRY(err);
     s->t.forward += t1 - t0;
     if (last) begin_buckets(s); /* buckets go out as backward finishes them */
     ts_unet_set_grad_hook(s->model, last ? grad_ready : NULL, s);
-    TS_TRY(ts_unet_backward(s->model));
-    TS_TRY(s->hook_err);
+    ts_perf_begin(s->perf, TS_PH_BACKWARD);
+    err = ts_unet_backward(s->model);
+    ts_perf_end(s->perf, TS_PH_BACKWARD);
+    if (!err) err = s->hook_err;
+    if (err && s->agree != MPI_COMM_NULL) {
+        /* every bucket still goes out (the others reduce them), the error is agreed in ts_stepper_reduce */
+        ts_unet_set_grad_hook(s->model, NULL, NULL);
+        if (last) ts_dp_ready(s->dp, 0);
+        if (!s->pending) s->pending = err;
+        return 0;
+    }
+    TS_TRY(err);
     s->t.backward += ts_time_now() - t1;
     return 0;
 }
 
 int ts_stepper_update(ts_stepper *s, int accum)
 {
+    TS_TRY(ts_stepper_reduce(s, accum));
+    return ts_stepper_apply(s);
+}
+
+int ts_stepper_grads_finite(const ts_stepper *s)
+{
+    const float *g = s->arena->grads;
+    int ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (size_t i = s->off0; i < s->off1; i++) ok = ok && isfinite(g[i]);
+    return ok;
+}
+
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
+{
+    *lo = s->off0;
+    *hi = s->off1;
+}
+
+void ts_stepper_poison(ts_stepper *s)
+{
+    if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;
+}
+
+int ts_stepper_reduce(ts_stepper *s, int accum)
+{
     ts_dp_stats st = {0, 0, 0};
-    TS_TRY(ts_dp_finish(s->dp, &st));
+    ts_perf_begin(s->perf, TS_PH_COMM_EXPOSED);
+    int err = ts_dp_finish(s->dp, &st);
+    ts_perf_end(s->perf, TS_PH_COMM_EXPOSED);
+    if (s->agree != MPI_COMM_NULL) { /* a backward that failed on some rank fails everywhere, after the buckets */
+        err = ts_err_agree(s->agree, s->pending ? s->pending : err);
+        s->pending = 0;
+    }
+    TS_TRY(err);
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
+    ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
         float f = 1.0f / (float)accum, *g = s->arena->grads;
         for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
-    double t = ts_time_now(), norm = -1;
-    if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
-        norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
-        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
-        norm = sqrt(norm);
-    }
-    TS_TRY(ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL));
-    s->t.optimizer += ts_time_now() - t;
     return 0;
 }
 
+int ts_stepper_apply(ts_stepper *s)
+{
+    int err;
+    ts_perf_begin(s->perf, TS_PH_OPTIM);
+    double t = ts_time_now(), norm = -1;
+    if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
+        norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
+        int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
+        if (mrc != MPI_SUCCESS) {
+            ts_perf_end(s->perf, TS_PH_OPTIM);
+            return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Allreduce");
+        }
+        norm = sqrt(norm);
+    }
+    err = ts_optim_step_range(s->opt, s->arena, s->off0, s->off1, norm, NULL, NULL);
+    s->t.optimizer += ts_time_now() - t;
+    ts_perf_end(s->perf, TS_PH_OPTIM);
+    return err;
+}
+
+void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
+
+int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
+{
+    if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
+    TS_MPI_TRY(MPI_Comm_dup(comm, &s->agree));
+    return 0;
+}
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }

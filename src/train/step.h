@@ -11,6 +11,7 @@
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/spatial.h"
+#include "src/core/perf.h"
 #include "src/train/pipeline.h"
 
 typedef struct ts_stepper ts_stepper;
@@ -38,10 +39,10 @@ void ts_stepper_split_model(ts_unet *m, ts_spatial *sp);
  * backward of one micro-batch; when last, the gradient buckets go out during
  * backward. *loss: this rank's loss. */
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss);
-/* Local. Makes the stepper a pipeline stage's (pl borrowed; the model is
- * pl's stage): buckets and the optimizer cover the stage's parameters only
- * (coll: the stage's dp x sp group); pp_comm adds the stages' gradient
- * norms for clipping. */
+/* Collective on pp_comm (duplicated). Makes the stepper a pipeline stage's
+ * (pl borrowed; the model is pl's stage): buckets and the optimizer cover
+ * the stage's parameters only (coll: the stage's dp x sp group); pp_comm
+ * adds the stages' gradient norms for clipping. */
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
 /* Collective on the pipeline, spatial and data-parallel groups. One step's
  * micro-batches through the pipeline (ts_pipeline_step), the buckets going
@@ -50,8 +51,29 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss);
 /* Collective. Waits for the buckets (gradients averaged over the group),
  * divides by accum micro-batches, steps the optimizer (over the stage's
- * parameters with a pipeline). */
+ * parameters with a pipeline): ts_stepper_reduce then ts_stepper_apply,
+ * between which a caller may look at the gradients (ts_stepper_grads_finite)
+ * and skip the apply. */
 int ts_stepper_update(ts_stepper *s, int accum);
+int ts_stepper_reduce(ts_stepper *s, int accum);
+int ts_stepper_apply(ts_stepper *s);
+/* Local. The floats [*lo, *hi) of the parameter region this rank steps
+ * (its pipeline stage's; all without one). */
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
+/* Local. 1 if this rank's reduced gradients (its stage's range) are all finite. */
+int ts_stepper_grads_finite(const ts_stepper *s);
+/* Local. Makes this rank's gradients non-finite (fault injection: TESSERA_FAULT=nan). */
+void ts_stepper_poison(ts_stepper *s);
+/* Collective on comm (duplicated). The ranks that agree on errors in a step:
+ * a forward (or loss) that fails on one rank fails on all before backward
+ * starts any bucket; a backward that fails still sends its buckets and the
+ * error is agreed in ts_stepper_reduce. Without it errors are local. */
+int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
+/* Local. Phases of every later step also go to p (may be NULL; borrowed):
+ * forward, backward, comm_exposed and optimizer bracketed on the calling
+ * thread (TS_PH_* of src/train/run.h), comm_total added from the progress
+ * thread's figures. */
+void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
 /* Local. Accumulated phase times; number of buckets. */
 const ts_step_times *ts_stepper_times(const ts_stepper *s);
 int ts_stepper_buckets(const ts_stepper *s);

@@ -1,0 +1,138 @@
+/* Launch conventions; see launch.h. */
+#include "tsbuild.h"
+#include "src/core/launch.h"
+#include "src/core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static ts_launch current;
+
+const ts_launch *ts_launch_current(void) { return &current; }
+
+/* a positive integer environment variable, or 0 */
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end == '\0' && x > 0 && x < 1 << 30 ? (int)x : 0;
+}
+
+static void env_str(const char *name, char *out, size_t n)
+{
+    const char *v = getenv(name);
+    snprintf(out, n, "%s", v ? v : "");
+}
+
+int ts_launch_detect(MPI_Comm world, ts_launch *l, char *warning, size_t nwarning)
+{
+    int err = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    memset(l, 0, sizeof *l);
+    if (warning && nwarning) warning[0] = '\0';
+    TS_MPI(MPI_Comm_rank(world, &l->rank));
+    TS_MPI(MPI_Comm_size(world, &l->size));
+    TS_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &node));
+    TS_MPI(MPI_Comm_rank(node, &l->local_rank));
+    TS_MPI(MPI_Comm_size(node, &l->local_size));
+    l->nodes = l->local_rank == 0;
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &l->nodes, 1, MPI_INT, MPI_SUM, world));
+    l->threads = env_int("OMP_NUM_THREADS");
+    if (gethostname(l->host, sizeof l->host - 1)) snprintf(l->host, sizeof l->host, "?");
+    /* the scheduler */
+    if (getenv("SLURM_JOB_ID")) {
+        snprintf(l->scheduler, sizeof l->scheduler, "slurm");
+        env_str("SLURM_JOB_ID", l->job_id, sizeof l->job_id);
+        env_str("SLURM_JOB_NAME", l->job_name, sizeof l->job_name);
+        if (getenv("SLURM_ARRAY_JOB_ID") && getenv("SLURM_ARRAY_TASK_ID"))
+            snprintf(l->array_id, sizeof l->array_id, "%s_%s", getenv("SLURM_ARRAY_JOB_ID"), getenv("SLURM_ARRAY_TASK_ID"));
+        l->restarts = env_int("SLURM_RESTART_COUNT");
+        if ((l->allocated = env_int("SLURM_NTASKS"))) snprintf(l->allocated_from, sizeof l->allocated_from, "SLURM_NTASKS");
+        else if ((l->allocated = env_int("SLURM_NPROCS")))
+            snprintf(l->allocated_from, sizeof l->allocated_from, "SLURM_NPROCS");
+    } else if (getenv("PBS_JOBID")) {
+        snprintf(l->scheduler, sizeof l->scheduler, "pbs");
+        env_str("PBS_JOBID", l->job_id, sizeof l->job_id);
+        env_str("PBS_JOBNAME", l->job_name, sizeof l->job_name);
+        const char *ai = getenv("PBS_ARRAY_INDEX") ? getenv("PBS_ARRAY_INDEX") : getenv("PBS_ARRAYID");
+        if (ai) snprintf(l->array_id, sizeof l->array_id, "%s", ai);
+        int rc = env_int("PBS_RUN_COUNT");
+        l->restarts = rc > 0 ? rc - 1 : 0;
+        if ((l->allocated = env_int("PBS_NP"))) snprintf(l->allocated_from, sizeof l->allocated_from, "PBS_NP");
+    } else {
+        snprintf(l->scheduler, sizeof l->scheduler, "none");
+    }
+    /* the launcher: PMI (MPICH's mpiexec, srun --mpi=pmi2) first: under
+     * mpiexec inside Slurm, the srun step variables count hydra's proxies */
+    if ((l->expected = env_int("PMI_SIZE"))) {
+        snprintf(l->launcher, sizeof l->launcher, "PMI (mpiexec or srun --mpi=pmi2)");
+        snprintf(l->expected_from, sizeof l->expected_from, "PMI_SIZE");
+    } else if ((l->expected = env_int("OMPI_COMM_WORLD_SIZE"))) {
+        snprintf(l->launcher, sizeof l->launcher, "mpirun (Open MPI)");
+        snprintf(l->expected_from, sizeof l->expected_from, "OMPI_COMM_WORLD_SIZE");
+    } else if (getenv("SLURM_STEP_ID") && (l->expected = env_int("SLURM_STEP_NUM_TASKS"))) {
+        snprintf(l->launcher, sizeof l->launcher, "srun");
+        snprintf(l->expected_from, sizeof l->expected_from, "SLURM_STEP_NUM_TASKS");
+    } else if (getenv("PMIX_RANK")) {
+        snprintf(l->launcher, sizeof l->launcher, "PMIx launcher");
+    } else {
+        snprintf(l->launcher, sizeof l->launcher, l->size == 1 ? "none (singleton)" : "unknown");
+    }
+    current = *l;
+    if (l->expected > 0 && l->expected != l->size) {
+        if (!strcmp(l->launcher, "mpirun (Open MPI)"))
+            TS_FAIL(TS_ERR_CONFIG, "MPI sees a world of %d rank%s but Open MPI's mpirun started %d processes "
+                    "(%s=%d): this tessera is built with MPICH, so each process is a job of its own; launch it with "
+                    "mpiexec.mpich or srun", l->size, l->size == 1 ? "" : "s", l->expected, l->expected_from,
+                    l->expected);
+        TS_FAIL(TS_ERR_CONFIG, "MPI sees a world of %d rank%s but the launcher started %d tasks (%s=%d): the tasks "
+                "did not connect into one MPI job (srun --mpi=none, or an MPI plugin MPICH does not speak), so each "
+                "would train alone; use `srun --mpi=pmi2` or run `mpiexec.mpich` inside the allocation "
+                "(jobs/slurm/*.sbatch do)", l->size, l->size == 1 ? "" : "s", l->expected, l->expected_from,
+                l->expected);
+    }
+    if (l->size == 1 && l->expected == 0 && l->allocated > 1 && warning)
+        snprintf(warning, nwarning, "running on 1 rank, but the job was allocated %d tasks (%s=%d): start tessera "
+                 "with srun or mpiexec.mpich to use them", l->allocated, l->allocated_from, l->allocated);
+cleanup:
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    return err;
+}
+
+/* JSON string contents: quotes, backslashes and control characters escaped */
+static void jstr(char *out, size_t n, const char *s)
+{
+    size_t k = 0;
+    for (; *s && k + 7 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[k++] = '\\';
+            out[k++] = (char)c;
+        } else if (c < 0x20) {
+            k += (size_t)snprintf(out + k, n - k, "\\u%04x", c);
+        } else {
+            out[k++] = (char)c;
+        }
+    }
+    out[k < n ? k : n - 1] = '\0';
+}
+
+void ts_launch_json(const ts_launch *l, char *buf, size_t n)
+{
+    char id[160], arr[160], name[300], host[160], lau[120];
+    jstr(id, sizeof id, l->job_id);
+    jstr(arr, sizeof arr, l->array_id);
+    jstr(name, sizeof name, l->job_name);
+    jstr(host, sizeof host, l->host);
+    jstr(lau, sizeof lau, l->launcher);
+    snprintf(buf, n,
+             "{\"scheduler\": \"%s\", \"job_id\": \"%s\", \"array_id\": \"%s\", \"job_name\": \"%s\", "
+             "\"restarts\": %d, \"launcher\": \"%s\", \"ranks\": %d, \"nodes\": %d, \"ranks_per_node\": %d, "
+             "\"threads\": %d, \"launcher_tasks\": %d, \"allocated_tasks\": %d, \"host0\": \"%s\"}",
+             l->scheduler, id, arr, name, l->restarts, lau, l->size, l->nodes, l->local_size, l->threads, l->expected,
+             l->allocated, host);
+}

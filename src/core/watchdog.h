@@ -1,0 +1,41 @@
+/* The watchdog: no job hangs silently. Every blocking wait of tessera
+ * (collectives, halo and pipeline messages, shared-memory waits, error
+ * agreement) is bracketed by ts_watch_enter / ts_watch_leave; a thread per
+ * rank looks at the bracket twice a second, and when a wait has lasted
+ * longer than the deadline (fault.timeout) it prints the operation, its
+ * communicator, bytes and training step, and what the other ranks of its
+ * node are doing (their operation and step, or that their process is
+ * gone), then ends the job: it kills the node's ranks (MPI_Abort can block
+ * behind the stuck wait; the launcher then ends the other nodes', or their
+ * own watchdogs do). A peer process on the node that
+ * has died ends the job at once; a stop request (SIGTERM) while a rank
+ * waits ends it after `grace` seconds instead of the deadline. Ranks of
+ * other nodes are not visible: the message says so. */
+#ifndef TS_CORE_WATCHDOG_H
+#define TS_CORE_WATCHDOG_H
+
+#include <mpi.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Collective on world: a node-shared status table, the thread. timeout_s
+ * > 0. stop (may be NULL): the flag a stop signal sets. Calling it again
+ * changes the deadline only (local). */
+int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *stop, double grace_s);
+/* Local: the deadline from now on (e.g. raised after warm-up to a multiple of the step time). */
+void ts_watchdog_set_timeout(double timeout_s);
+double ts_watchdog_timeout(void);
+/* Collective on the world given to start. Stops the thread, frees the table. */
+void ts_watchdog_stop(void);
+
+/* Local, cheap (no lock, no system call), callable from any thread; the
+ * calls nest (an inner wait inside an outer one keeps the outer's start).
+ * op: a static string naming the wait ("allreduce", "halo", "pipeline
+ * recv", ...); comm: a static name of the group ("dp x sp", "spatial"). */
+void ts_watch_enter(const char *op, const char *comm, size_t bytes);
+void ts_watch_leave(void);
+/* Local. The training step shown in reports (1-based; 0 outside training). */
+void ts_watch_set_step(int64_t step);
+
+#endif

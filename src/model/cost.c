@@ -1,0 +1,90 @@
+/* Analytic step cost of the UNet3D; see cost.h. Mirrors the layer order of
+ * src/model/unet.c: per encoder level two (conv 3x3x3 -> norm -> ReLU)
+ * blocks and a 2x max-pool below level 0; per decoder level a transposed
+ * conv 2x2x2 stride 2, the concatenation with the skip, two blocks; the
+ * 1x1x1 head; the loss. The first convolution has no input gradient. */
+#include "tsbuild.h"
+#include "src/model/cost.h"
+#include "src/core/error.h"
+
+#include <string.h>
+
+int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int split[3], ts_unet_cost *c)
+{
+    memset(c, 0, sizeof *c);
+    const int L = u->levels;
+    const int64_t div = (int64_t)1 << (L - 1);
+    for (int d = 0; d < 3; d++)
+        if (dhw[d] < div || dhw[d] % div)
+            return TS_ERR(TS_ERR_CONFIG, "box %lldx%lldx%lld: every edge must be a multiple of %lld for %d levels",
+                          (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)div, L);
+    double *w = c->work;
+    for (int l = 0; l < L; l++) {
+        const double D = (double)(dhw[0] >> l), H = (double)(dhw[1] >> l), W = (double)(dhw[2] >> l);
+        const double v = D * H * W * n;
+        /* a box's faces: one voxel thick, per split axis two of them */
+        const double face = (split && split[0] ? 2 * H * W : 0) + (split && split[1] ? 2 * D * W : 0) +
+                            (split && split[2] ? 2 * D * H : 0);
+        const int co = u->channels[l];
+        /* encoder level l: conv(cin -> co), conv(co -> co) */
+        const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
+        for (int i = 0; i < 2; i++) {
+            const int ci = i ? co : cin_e;
+            const double f = 2.0 * 27 * ci * co * v;
+            w[TS_PROF_CONV_FWD] += f;
+            w[TS_PROF_CONV_WGRAD] += f;
+            if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
+            c->params += 27.0 * ci * co + co + 2.0 * co;
+            if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+            w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
+            w[TS_PROF_OTHER] += 2 * co * v;
+            c->act_elems += 2 * co * v; /* conv output and normalised, activated copy */
+            c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
+            c->convs++;
+            c->norms++;
+        }
+        if (l > 0) { /* max-pool from level l-1 */
+            w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
+            c->act_elems += u->channels[l - 1] * v;
+        }
+        if (l < L - 1) { /* decoder level l: up from l+1, concat, two convs */
+            const int cu = u->channels[l + 1];
+            const double vin = v / 8, f = 2.0 * 8 * cu * co * vin;
+            w[TS_PROF_CONVT] += 3 * f;
+            c->params += 8.0 * cu * co + co;
+            c->act_elems += co * v;
+            for (int i = 0; i < 2; i++) {
+                const int ci = i ? co : 2 * co;
+                const double g = 2.0 * 27 * ci * co * v;
+                w[TS_PROF_CONV_FWD] += g;
+                w[TS_PROF_CONV_WGRAD] += g;
+                w[TS_PROF_CONV_DGRAD] += g;
+                c->params += 27.0 * ci * co + co + 2.0 * co;
+                if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+                w[TS_PROF_NORM] += 2 * co * v;
+                w[TS_PROF_OTHER] += 2 * co * v;
+                c->act_elems += 2 * co * v;
+                c->halo_elems += 2.0 * ci * face * n;
+                c->convs++;
+                c->norms++;
+            }
+        }
+        if (l == 0) { /* head and loss */
+            const double f = 2.0 * co * u->classes * v;
+            w[TS_PROF_CONV_FWD] += f;
+            w[TS_PROF_CONV_WGRAD] += f;
+            w[TS_PROF_CONV_DGRAD] += f;
+            c->params += (double)co * u->classes + u->classes;
+            w[TS_PROF_LOSS] += 2.0 * u->classes * v;
+            w[TS_PROF_OTHER] += (double)u->in_channels * v; /* input layout conversion */
+            c->act_elems += 2.0 * u->classes * v;
+            w[TS_PROF_HALO] += 0;
+        }
+    }
+    w[TS_PROF_HALO] = c->halo_elems;
+    c->flops_forward = 0;
+    /* forward FLOPs: conv forward + one third of the transposed convs' */
+    c->flops_forward = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONVT] / 3;
+    c->flops_backward = w[TS_PROF_CONV_WGRAD] + w[TS_PROF_CONV_DGRAD] + 2 * w[TS_PROF_CONVT] / 3;
+    return 0;
+}

@@ -1,0 +1,36 @@
+/* The analytic cost of one UNet3D training step, layer kind by layer kind,
+ * from the model's config alone (no allocation): FLOPs of the convolutions
+ * (a multiply-add is 2 FLOPs; forward, weight gradient and input gradient
+ * each cost the forward's FLOPs), elements through the memory-bound layers,
+ * parameters and stored activations. perf.json derives GFLOP/s from it;
+ * `tessera plan` divides it by rates calibrated with `tessera bench step`
+ * (docs/scaling.md). The kinds match ts_unet_prof (bench step --profile). */
+#ifndef TS_MODEL_COST_H
+#define TS_MODEL_COST_H
+
+#include <stdint.h>
+
+#include "src/model/unet.h"
+
+typedef struct ts_unet_cost {
+    /* work per TS_PROF_* kind: FLOPs for the convolution kinds (conv
+     * forward includes the 1x1x1 head), elements for the others */
+    double work[TS_PROF_COUNT];
+    double flops_forward;   /* all convolutions, transposed ones included */
+    double flops_backward;  /* their weight and input gradients */
+    double params;          /* learnable parameters */
+    double buffers;         /* non-learnable (batch-norm running statistics) */
+    double act_elems;       /* activation elements held for backward */
+    double halo_elems;      /* elements of the one-voxel faces a split box exchanges per step
+                             * (each split axis: 2 faces per conv input, forward and backward) */
+    int convs;              /* 3x3x3 convolutions (each exchanges halos under a split) */
+    int norms;              /* normalisation layers (each reduces statistics over a spatial group) */
+} ts_unet_cost;
+
+/* Local. The cost of forward, loss and backward of n samples of a box of
+ * dhw voxels (a whole patch, or one rank's box of it: split[d] != 0 counts
+ * halo faces along axis d). Errors: a box edge not divisible by
+ * 2^(levels-1) (TS_ERR_CONFIG). */
+int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int split[3], ts_unet_cost *c);
+
+#endif

@@ -1,0 +1,53 @@
+#!/bin/sh
+# tessera plan from the command line (issue [7]): on 2 ranks (rank 0
+# answers), with a calibration from bench step and a tuning table with
+# models from bench coll --tune; the JSON lists every layout of 8 nodes x 4
+# ranks with the stable keys, best first; the recommendation is printed
+# with its bottleneck; --curve to 16 nodes; GPUs; errors name the option.
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+. "$TS_SRCDIR/tests/io/lib_io.sh"
+TESSERA="$TS_BUILDDIR/tessera"
+export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
+d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-plan.XXXXXX")
+trap 'rm -rf "$d"' EXIT
+cat >"$d/p.ini" <<'INI'
+[model]
+channels = 4,8,16
+classes = 3
+[data]
+patch = 32
+[train]
+batch = 2
+INI
+ts_step "bench step --calibrate on one rank" ts_mpirun 1 "$TESSERA" bench step "$d/p.ini" --steps 2 --warmup 1 \
+    --calibrate "$d/cal.json"
+ts_step "bench coll --tune at 2 ranks writes alpha-beta models" ts_mpirun 2 "$TESSERA" bench coll --tune "$d/tun.json" \
+    --max-bytes 4M --repeat 1 --time-ms 2
+ts_check "... next to the tuning entries" grep -q '"beta_ns_per_byte"' "$d/tun.json"
+ts_step "plan on 8 nodes x 4 ranks (run on 2 ranks)" ts_mpirun 2 "$TESSERA" plan "$d/p.ini" --nodes 8 --ranks-per-node 4 \
+    --calib "$d/cal.json" --tuning "$d/tun.json" --net 25,1.5 --json "$d/plan.json" --curve
+out=$ts_out
+ts_check "it recommends a layout and names its bottleneck" sh -c "printf '%s\n' \"\$1\" | grep -q '^recommended: parallel.dp=[0-9]* parallel.pp=[0-9]* parallel.sp=[0-9]*: .*bottleneck: '" _ "$out"
+if [ -n "$TS_PY" ]; then
+    ts_step "the JSON: every layout of 32 ranks with the stable keys, feasible ones best first, a curve to 8 nodes" "$TS_PY" -c "
+import json
+p = json.load(open('$d/plan.json'))
+L = p['layouts']
+assert all(l['dp'] * l['pp'] * l['sp'] == 32 for l in L), L
+f = [l for l in L if l['feasible']]
+assert f and all(k in l for l in f for k in ('layout', 'step_ms', 'comm_ms', 'mem_per_rank_mb', 'efficiency', 'bottleneck'))
+assert [l['step_ms'] for l in f] == sorted(l['step_ms'] for l in f)
+assert L.index(f[-1]) == len(f) - 1, 'infeasible layouts after the feasible ones'
+assert 0 < f[0]['efficiency'] <= 1.01 and f[0]['comm_ms'] >= 0 and f[0]['mem_per_rank_mb'] > 0
+assert [c['nodes'] for c in p['curve']] == [1, 2, 4, 8], p['curve']
+assert p['best']['layout'] == f[0]['layout'] and all(c['feasible'] for c in p['curve'])
+print(f[0]['layout'], f[0]['step_ms'], f[0]['efficiency'], f[0]['bottleneck'])"
+fi
+ts_step "GPUs: 1024 nodes x 4 GPUs, global batch 256, one layout" ts_mpirun 1 "$TESSERA" plan "$d/p.ini" --nodes 1024 \
+    --gpus-per-node 4 --global-batch 256 --calib "$d/cal.json" --layout 256,1,16
+ts_check "... predicted (a batch of 1 per replica, 16-way spatial)" sh -c "printf '%s\n' \"\$1\" | grep -q '^  dp=256 pp=1 sp=16 '" _ "$ts_out"
+ts_fails_on_all "no --nodes: error naming it" "--nodes N is required" 2 ts_mpirun 2 "$TESSERA" plan "$d/p.ini" \
+    --ranks-per-node 2 --calib "$d/cal.json"
+ts_fails_on_all "a missing calibration file: error naming it" "nope.json: cannot open the calibration" 1 \
+    ts_mpirun 1 "$TESSERA" plan "$d/p.ini" --nodes 1 --ranks-per-node 1 --calib "$d/nope.json"
+ts_finish
