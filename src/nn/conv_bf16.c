@@ -94,7 +94,8 @@ const char *ts_nn_bf16_isa(void) { return ts_nn_bf16_native() ? "avx512bf16" : "
 
 int ts_nn_set_conv_precision(ts_precision p)
 {
-    if (p != TS_PREC_FP32 && p != TS_PREC_BF16) return TS_ERR(TS_ERR_ARG, "conv precision %d (fp32 or bf16)", (int)p);
+    if (p != TS_PREC_FP32 && p != TS_PREC_BF16 && p != TS_PREC_FP16)
+        return TS_ERR(TS_ERR_ARG, "conv precision %d (fp32, bf16 or fp16)", (int)p);
     atomic_store(&conv_prec, (int)p);
     return 0;
 }

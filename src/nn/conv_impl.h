@@ -34,7 +34,7 @@ static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 
 /* Scratch memory cached per calling thread, one buffer per slot (0: the
  * kernels' slabs and partial sums, 1: packed weights, 2: unpacked weight
- * gradients, 3: the bf16 transposed gather's converted input): reused
+ * gradients, 3: the bf16 or fp16 transposed gather's converted input): reused
  * across calls, so that large scratch is not mapped and faulted in again on
  * every call. Not zeroed; NULL on failure.
  * The buffers live until ts_nn_scratch_release() on that thread. */
@@ -82,6 +82,46 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
+
+/* ---- fp16 (ts_nn_set_conv_precision(TS_PREC_FP16)) ----
+ * The fp32 kernels and drivers with every operand rounded through IEEE half
+ * as it is staged: input slabs and halo faces as they are filled, the packed
+ * weights, the weight gradient's output-gradient rows, the transposed
+ * gather's input (a rounded copy in scratch slot 3). Products and sums stay
+ * fp32, in the fp32 order. */
+
+/* f rounded to the nearest IEEE half (ties to even) and back to fp32:
+ * |f| >= 65520 becomes inf (65504 is half's largest), NaN stays NaN,
+ * |f| < 2^-14 rounds to a multiple of 2^-24 (half's subnormals). */
+static inline float ts_nn_fp16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint32_t a = u & 0x7fffffffu, sign = u & 0x80000000u;
+    if (a >= 0x477ff000u) { /* 65520 and up, inf, NaN */
+        if (a > 0x7f800000u) return f;
+        u = sign | 0x7f800000u;
+    } else if (a < 0x38800000u) { /* below 2^-14: 0.5 + |f| rounds |f| to the ulp of 0.5, 2^-24 (IEEE
+                                     * arithmetic without -ffast-math: the compiler keeps both operations) */
+        float x;
+        memcpy(&x, &a, sizeof x);
+        x = (0.5f + x) - 0.5f;
+        memcpy(&u, &x, sizeof u);
+        u |= sign;
+    } else { /* keep 10 of fp32's 23 mantissa bits, ties to even (a carry moves the exponent) */
+        u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    }
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Drivers as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same arguments;
+ * wp packed from fp16-rounded weights by the caller) that round the staged
+ * inputs through fp16. Return 0 or TS_ERR_NOMEM. */
+int ts_nn_gather2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch);
+int ts_nn_tgather_fp16(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 
 /* ---- bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)) ----
  * The same three kernels and drivers (conv_kernels.c), with both operands

@@ -95,15 +95,23 @@ static inline const float *halo_face(const ts_halo *h, int d, int hi)
     return h && h->on[d] ? (hi ? h->hi[d] : h->lo[d]) : NULL;
 }
 
-/* How a slab is stored: fp32 (bf16 0), or bf16 with pairs of channels
- * (vpair 0: the gather's layout, voxel = ceil(C/2) pairs, an odd channel's
- * partner zero) or pairs of columns (vpair 1: the weight gradient's layout,
- * see ts_bf16_wg_args; the row must be zeroed first). nat: the bf16 variant. */
+/* How a slab is stored: fp32 (bf16 0; f16 1: values rounded through
+ * IEEE half), or bf16 with pairs of channels (vpair 0: the gather's layout,
+ * voxel = ceil(C/2) pairs, an odd channel's partner zero) or pairs of
+ * columns (vpair 1: the weight gradient's layout, see ts_bf16_wg_args; the
+ * row must be zeroed first). nat: the bf16 variant. */
 typedef struct slab_fmt {
-    int bf16, vpair, nat, s;
+    int bf16, vpair, nat, s, f16;
 } slab_fmt;
 
-static const slab_fmt FMT_F32 = {0, 0, 0, 1};
+static const slab_fmt FMT_F32 = {0, 0, 0, 1, 0};
+static const slab_fmt FMT_F16 = {0, 0, 0, 1, 1};
+
+/* n floats rounded through fp16 */
+static inline void put_f16(float *d, const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = ts_nn_fp16_round(a[i]);
+}
 
 /* Elements (floats or pairs) of one slab row of CS columns of C channels. */
 static inline size_t slab_row_n(const slab_fmt *f, int CS, int C)
@@ -128,6 +136,17 @@ static inline void row_put(const slab_fmt *f, void *dst, int C, int col0, int n,
     if (n <= 0) return;
     if (f->bf16) {
         ts_nn_bf16_put(f->nat, f->vpair, f->s, C, C, dst, col0, n, a, b ? ca : C, b);
+    } else if (f->f16) {
+        float *d = (float *)dst + (size_t)col0 * C;
+        if (!b) {
+            put_f16(d, a, (size_t)n * C);
+        } else {
+            const int cb = C - ca;
+            for (int v = 0; v < n; v++) {
+                put_f16(d + (size_t)v * C, a + (size_t)v * ca, (size_t)ca);
+                put_f16(d + (size_t)v * C + ca, b + (size_t)v * cb, (size_t)cb);
+            }
+        }
     } else if (!b) {
         memcpy((float *)dst + (size_t)col0 * C, a, (size_t)n * C * sizeof(float));
     } else { /* interleave the two sources per voxel */
@@ -447,10 +466,16 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
     return gather_impl(&FMT_F32, g, x, wp, bias, y, sch);
 }
 
+int ts_nn_gather2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch)
+{
+    return gather_impl(&FMT_F16, g, x, wp, bias, y, sch);
+}
+
 int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
                        const ts_conv_sched *sch)
 {
-    const slab_fmt f = {1, 0, ts_nn_bf16_native(), g->s};
+    const slab_fmt f = {1, 0, ts_nn_bf16_native(), g->s, 0};
     return gather_bf16(&f, g, x, wp, bias, y, sch);
 }
 
@@ -518,6 +543,17 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
     return tgather_impl(g, x, NULL, 0, wp, bias, y);
 }
 
+/* x rounded through fp16 first (scratch slot 3), then as fp32 */
+int ts_nn_tgather_fp16(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+{
+    const size_t n = (size_t)g->N * g->D * g->H * g->W * g->C;
+    float *xr = ts_nn_scratch(3, n * sizeof(float) + 64);
+    if (!xr) return TS_ERR(TS_ERR_NOMEM, "transposed conv fp16 input");
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += 4096) put_f16(xr + i, x + i, n - i < 4096 ? n - i : 4096);
+    return tgather_impl(g, xr, NULL, 0, wp, bias, y);
+}
+
 /* x converted to channel pairs first (scratch slot 3), then as above */
 int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y)
 {
@@ -525,7 +561,7 @@ int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp
     const long rows = (long)g->N * g->D * g->H;
     uint32_t *xb = ts_nn_scratch(3, (size_t)rows * g->W * Cq * sizeof(uint32_t) + 64);
     if (!xb) return TS_ERR(TS_ERR_NOMEM, "transposed conv bf16 input");
-    const slab_fmt f = {1, 0, nat, 1};
+    const slab_fmt f = {1, 0, nat, 1, 0};
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++)
         row_put(&f, xb + (size_t)r * g->W * Cq, g->C, 0, g->W, x + (size_t)r * g->W * g->C, g->C, NULL);
@@ -571,7 +607,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k, KP = (P - 1) * g->s + k;
     const size_t rs = slab_row_n(f, CS, g->C);
     const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
-    const int padg = g->OC % 16 != 0;
+    const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
     /* bf16: nm pairs per staged row after one zero entry, and the ring's
      * plane pointers; fp32: rows padded to ocp where OC is not */
     const int nm = g->OW / 2 + 2;
@@ -634,8 +670,10 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 int ldg = g->OC;
                 if (padg) {
                     memset(gpad, 0, gpad_n * sizeof(float));
-                    for (size_t v = 0; v < (size_t)np * nr * g->OW; v++)
-                        memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                    for (size_t v = 0; v < (size_t)np * nr * g->OW; v++) {
+                        if (f->f16) put_f16(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC);
+                        else memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                    }
                     gr = gpad;
                     ldg = ocp;
                 }
@@ -679,9 +717,14 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
     return wgrad_impl(&FMT_F32, g, x, gy, dwp, sch);
 }
 
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+{
+    return wgrad_impl(&FMT_F16, g, x, gy, dwp, sch);
+}
+
 int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
 {
-    const slab_fmt f = {1, 1, ts_nn_bf16_native(), g->s};
+    const slab_fmt f = {1, 1, ts_nn_bf16_native(), g->s, 0};
     return wgrad_impl(&f, g, x, gy, dwp, sch);
 }
 

@@ -32,12 +32,18 @@ void ts_nn_release_scratch(void);
  * thread count, as in fp32; bf16 results differ from fp32 ones by the bf16
  * rounding of the operands (~1e-2 relative), and from the exact sum of the
  * rounded products by fp32 rounding (~1e-6).
+ * TS_PREC_FP16: the same operands rounded to IEEE half instead (round to
+ * nearest even, with half's range: magnitudes from 65520 up become inf,
+ * below 2^-14 half's subnormals, below 2^-25 zero) and multiplied and summed
+ * in fp32 by the fp32 kernels. No CPU here has an fp16 dot product: fp16
+ * reproduces fp16 numerics (overflow, underflow, 11-bit operands) for loss
+ * scaling, at about the fp32 speed, not faster.
  * ts_nn_set_conv_precision is local and process-wide (like PyTorch's
  * set_float32_matmul_precision): each conv call reads the setting once when
  * it starts, so a call made while another thread changes it runs entirely
  * in one precision or the other. Returns 0, or TS_ERR_ARG for an unknown
  * value (the setting is then unchanged). */
-typedef enum { TS_PREC_FP32 = 0, TS_PREC_BF16 } ts_precision;
+typedef enum { TS_PREC_FP32 = 0, TS_PREC_BF16, TS_PREC_FP16 } ts_precision;
 int ts_nn_set_conv_precision(ts_precision p);
 ts_precision ts_nn_conv_precision(void);
 /* Local. Which bf16 kernels run: "avx512bf16" (VDPBF16PS, chosen when the

@@ -422,13 +422,163 @@ static void test_bf16_switch(void)
     int ok = ts_nn_conv_precision() == TS_PREC_FP32;
     ok &= ts_nn_set_conv_precision((ts_precision)7) == TS_ERR_ARG && ts_nn_conv_precision() == TS_PREC_FP32;
     ok &= ts_nn_set_conv_precision(TS_PREC_BF16) == 0 && ts_nn_conv_precision() == TS_PREC_BF16;
+    ok &= ts_nn_set_conv_precision(TS_PREC_FP16) == 0 && ts_nn_conv_precision() == TS_PREC_FP16;
     ok &= ts_nn_set_conv_precision(TS_PREC_FP32) == 0 && ts_nn_conv_precision() == TS_PREC_FP32;
     ok &= ts_nn_bf16_select_isa("emulated") == 0 && !strcmp(ts_nn_bf16_isa(), "emulated");
     ok &= ts_nn_bf16_select_isa("fp8") == TS_ERR_ARG && !strcmp(ts_nn_bf16_isa(), "emulated");
     ok &= ts_nn_bf16_select_isa("auto") == 0;
     const char *isa = ts_nn_bf16_isa();
     ok &= !strcmp(isa, "avx512bf16") || !strcmp(isa, "emulated");
-    ts_ok(ok, "conv precision: fp32 by default, bf16 and back, bad values refused; bf16 kernels here: %s", isa);
+    ts_ok(ok, "conv precision: fp32 by default, bf16, fp16 and back, bad values refused; bf16 kernels here: %s", isa);
+}
+
+/* ---------------------------------------------------- fp16 convolutions */
+
+/* the reference rounding: the compiler's own conversion to _Float16 (IEEE
+ * binary16, ties to even, overflow to inf, subnormals) */
+static float fp16r(float f) { return (float)(_Float16)f; }
+
+static ts_tensor rounded16(const ts_tensor *t)
+{
+    ts_tensor r = mk(t->ndim, t->shape, 0, 0);
+    const float *a = t->data;
+    float *b = r.data;
+    for (int64_t i = 0; i < ts_tensor_numel(t); i++) b[i] = fp16r(a[i]);
+    return r;
+}
+
+/* ts_nn_fp16_round against _Float16 on the edges of half's range and on
+ * random values over every exponent */
+static void test_fp16_round(void)
+{
+    static const float edge[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e5f, 3.4e38f,
+                                 0x1p-14f, 0x1.ffcp-15f, 0x1p-24f, 0x1p-25f, 0x1.0001p-25f, 0x1.8p-24f, 0x1p-26f,
+                                 6e-8f, -6e-8f, 0x1p-149f, 1.0009765625f, 1.00048828125f, 1.00146484375f,
+                                 2047.5f, 2048.5f, 4097.0f};
+    int bad = 0;
+    uint64_t st = 12345;
+    for (int i = 0; i < 200000 + (int)(sizeof edge / sizeof *edge); i++) {
+        float f;
+        if (i < (int)(sizeof edge / sizeof *edge)) {
+            f = edge[i];
+        } else {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t u = (uint32_t)(st >> 32);
+            memcpy(&f, &u, 4);
+            if (isnan(f)) continue;
+        }
+        const float a = ts_nn_fp16_round(f), b = fp16r(f);
+        if (memcmp(&a, &b, 4)) {
+            if (bad++ < 3) ts_diag("fp16 rounding of %a: %a, _Float16 gives %a", f, a, b);
+        }
+    }
+    const float qn = ts_nn_fp16_round(NAN);
+    ts_ok(bad == 0 && isnan(qn) && isinf(ts_nn_fp16_round(65520.0f)) && ts_nn_fp16_round(65519.0f) == 65504.0f,
+          "fp16 rounding = _Float16 conversion on 200k random floats and the edges (65504, 65520 -> inf, subnormals, NaN)");
+}
+
+/* One conv3d (or convt3d) shape in fp16: forward, input and weight
+ * gradients against double references on fp16-rounded operands (< 1e-5),
+ * and off fp32 by the fp16 rounding (1e-6 .. 3e-3), db as fp32. */
+static void test_fp16_shape(int transposed, int N, int D, int H, int W, int C, int OC, int k, int s, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), b = MK(-1, 1, OC);
+    ts_tensor w = transposed ? MK(-0.5f, 0.5f, C, OC, k, k, k) : MK(-0.5f, 0.5f, OC, C, k, k, k);
+    const int64_t OD = transposed ? (D - 1) * s + k : ts_conv_out_size(D, k, s, p);
+    const int64_t OH = transposed ? (H - 1) * s + k : ts_conv_out_size(H, k, s, p);
+    const int64_t OW = transposed ? (W - 1) * s + k : ts_conv_out_size(W, k, s, p);
+    ts_tensor dy = MK(-1, 1, N, OD, OH, OW, OC), xr = rounded16(&x), wr = rounded16(&w), dyr = rounded16(&dy);
+    const int64_t ny = N * OD * OH * OW * OC, nx = ts_tensor_numel(&x), nw = ts_tensor_numel(&w);
+    double *ry = malloc(sizeof(double) * ny), *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw);
+    double *rdb = malloc(sizeof(double) * OC);
+    ts_tensor o16[4], f32[4];
+    int rc = 0;
+    for (int v = 0; v < 2; v++) {
+        ts_tensor *o = v == 0 ? o16 : f32;
+        o[0] = MK(0, 0, N, OD, OH, OW, OC);
+        o[1] = mk(5, x.shape, 0, 0);
+        o[2] = mk(5, w.shape, 1, 1);
+        o[3] = MK(1, 1, OC);
+        rc |= ts_nn_set_conv_precision(v == 0 ? TS_PREC_FP16 : TS_PREC_FP32);
+        if (transposed) {
+            rc |= ts_convt3d_forward(&x, &w, bias ? &b : NULL, s, &o[0]);
+            rc |= ts_convt3d_backward(&x, &w, s, &dy, &o[1], &o[2], &o[3]);
+        } else {
+            rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, s, p, &o[0]);
+            rc |= ts_conv3d_backward(&x, &w, s, p, &dy, &o[1], &o[2], &o[3]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    if (transposed) {
+        ref_convt(&xr, &wr, bias ? &b : NULL, s, &o16[0], ry);
+        ref_convt_bwd(&xr, &wr, s, &dyr, rdx, rdw);
+    } else {
+        ref_conv(&xr, &wr, bias ? &b : NULL, s, p, &o16[0], ry);
+        ref_conv_bwd(&xr, &wr, s, p, &dyr, rdx, rdw, rdb);
+    }
+    for (int64_t i = 0; i < nw; i++) rdw[i] += 1.0;
+    char what[128];
+    snprintf(what, sizeof what, "%s %dx%dx%dx%dx%d -> %d k%d s%d%s", transposed ? "convt3d" : "conv3d", N, D, H, W, C, OC, k, s,
+             transposed ? "" : (p ? " p1" : " p0"));
+    const double ey = max_rel(o16[0].data, ry, ny), ex = max_rel(o16[1].data, rdx, nx), ew = max_rel(o16[2].data, rdw, nw);
+    ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5, "fp16 %s = double on fp16-rounded operands: y %.1e dx %.1e dw %.1e",
+          what, ey, ex, ew);
+    double lo = 1, hi = 0;
+    for (int t = 0; t < 3; t++) {
+        const double e = max_rel_f(o16[t].data, f32[t].data, ts_tensor_numel(&f32[t]));
+        lo = fmin(lo, e);
+        hi = fmax(hi, e);
+    }
+    const int db_same = !memcmp(o16[3].data, f32[3].data, (size_t)OC * 4);
+    ts_ok(rc == 0 && lo > 1e-6 && hi < 3e-3 && db_same,
+          "fp16 %s differs from fp32 by fp16 rounding: %.1e .. %.1e relative (y, dx, dw); db as fp32", what, lo, hi);
+    for (int t = 0; t < 4; t++) {
+        ts_tensor_free(&o16[t]);
+        ts_tensor_free(&f32[t]);
+    }
+    ts_tensor *all[] = {&x, &w, &b, &dy, &xr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* fp16's range: an input of 70000 (beyond 65504) is inf in fp16, finite in
+ * fp32 and bf16; an output gradient of 1e-8 (below half's smallest
+ * subnormal / 2) contributes nothing to the fp16 weight gradient */
+static void test_fp16_range(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 4, 4, 4, 2), w = MK(-0.5f, 0.5f, 3, 2, 3, 3, 3), y = MK(0, 0, 1, 4, 4, 4, 3);
+    ts_tensor dy = MK(0, 0, 1, 4, 4, 4, 3), dw = MK(0, 0, 3, 2, 3, 3, 3);
+    ((float *)x.data)[2 * (4 * 4 * 1 + 4 * 1 + 1)] = 70000.0f; /* voxel (1,1,1) channel 0 */
+    int rc = 0, inf16 = 0, fin[2] = {1, 1};
+    const ts_precision pr[3] = {TS_PREC_FP16, TS_PREC_FP32, TS_PREC_BF16};
+    for (int v = 0; v < 3; v++) {
+        rc |= ts_nn_set_conv_precision(pr[v]);
+        rc |= ts_conv3d_forward(&x, &w, NULL, 1, 1, &y);
+        for (int64_t i = 0; i < ts_tensor_numel(&y); i++) {
+            const float f = ((float *)y.data)[i];
+            if (v == 0) inf16 += isinf(f) ? 1 : 0;
+            else fin[v - 1] &= isfinite(f);
+        }
+    }
+    for (int64_t i = 0; i < ts_tensor_numel(&dy); i++) ((float *)dy.data)[i] = 1e-8f;
+    ((float *)x.data)[2 * (4 * 4 * 1 + 4 * 1 + 1)] = 1.0f;
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP16);
+    rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, NULL, &dw, NULL);
+    double m16 = 0;
+    for (int64_t i = 0; i < ts_tensor_numel(&dw); i++) m16 = fmax(m16, fabs(((float *)dw.data)[i]));
+    ts_tensor_zero(&dw);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, NULL, &dw, NULL);
+    double m32 = 0;
+    for (int64_t i = 0; i < ts_tensor_numel(&dw); i++) m32 = fmax(m32, fabs(((float *)dw.data)[i]));
+    ts_ok(rc == 0 && inf16 > 0 && fin[0] && fin[1] && m16 == 0 && m32 > 0,
+          "fp16 range: 70000 in x gives %d inf outputs in fp16, none in fp32 or bf16; dy = 1e-8 underflows to a zero "
+          "weight gradient in fp16 (fp32: %.1e)", inf16, m32);
+    ts_tensor *all[] = {&x, &w, &y, &dy, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
 /* ---------------------------------------------------- finite differences */
@@ -971,6 +1121,18 @@ int main(int argc, char **argv)
     test_bf16_cat(20, 12, 16);
     test_bf16_cat(3, 6, 5);
     test_bf16_threads();
+    /* fp16: the rounding, the same kinds of shapes, the range */
+    test_fp16_round();
+    test_fp16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
+    test_fp16_shape(0, 1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
+    test_fp16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
+    test_fp16_shape(0, 2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
+    test_fp16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
+    test_fp16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
+    test_fp16_shape(0, 2, 6, 9, 70, 5, 20, 3, 1, 1, 1);
+    test_fp16_shape(1, 2, 3, 4, 3, 32, 16, 2, 2, 0, 1);
+    test_fp16_shape(1, 1, 3, 4, 3, 3, 4, 3, 2, 0, 1);
+    test_fp16_range();
     /* finite differences */
     fd_conv(3, 4, 4, 3, 1, 1);
     fd_conv(3, 2, 5, 3, 2, 1);

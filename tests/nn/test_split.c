@@ -731,6 +731,13 @@ int main(void)
         ts_nn_set_conv_precision(TS_PREC_FP32);
     }
     ts_nn_bf16_select_isa("auto");
+    /* fp16: halo faces rounded like the box's own values */
+    ts_nn_set_conv_precision(TS_PREC_FP16);
+    test_conv_split("fp16 conv 3->5, N=1, 12x10x9 in 2x2x3 boxes (D, H, W)", 1, g1, &dhw, 3, 0, 5, 0);
+    test_conv_split("fp16 conv 16->16, N=2, 16x20x12 in 2x2 boxes (D, H)", 2, g2, &dh2, 16, 0, 16, 0);
+    test_conv_split("fp16 conv over [a 4, b 12] -> 16, N=2, 12x10x9 in 2x2x3 boxes", 2, g1, &dhw, 4, 12, 16, 0);
+    test_conv_split("fp16 conv 20->36, N=1, 12x10x9 in 2x2x3 boxes, zero faces at the border", 1, g1, &dhw, 20, 0, 36, 1);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
     /* norms: 6 ranks (2x3 boxes), 3 ranks along D, 4 ranks along D, H and W */
     const int gn[3] = {6, 7, 5};
     const split_t n6 = {{2, 3, 1}, {{0, 2, 6}, {0, 2, 3, 7}, {0, 5}}};
