@@ -3,7 +3,7 @@
  * (16-32-64-128, 1 input channel, 4 classes, batch norm, cross-entropy) on
  * random D^3 patches, batch N: forward, loss and backward (no optimizer
  * step: the weights stay fixed), alternating fp32 and bf16
- * (ts_nn_set_conv_precision) step by step after one warm-up step of each.
+ * (ts_unet_set_precision) step by step after one warm-up step of each.
  * Prints the median step time of each, their ratio (by wall and by process
  * CPU time), the per-layer-kind profile (ts_unet_profile) and the losses.
  * usage: bench_step_prec [D [N [STEPS]]] (64 2 5) */
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     if (!t) return 1;
     for (int s = -1; s < steps && !rc; s++)
         for (int p = 0; p < 2 && !rc; p++) {
-            rc = ts_nn_set_conv_precision(p ? TS_PREC_BF16 : TS_PREC_FP32);
+            ts_unet_set_precision(m, p ? TS_PREC_BF16 : TS_PREC_FP32);
             ts_arena_zero_grad(ts_unet_arena(m));
             ts_unet_profile_reset(m);
             const double t0 = ts_time_now(), c0 = cpu_now();
