@@ -5,7 +5,8 @@
 # by it, the scale halved, then doubled after growth_interval good steps,
 # the weights moving again) and resumes with its scale; bf16 and fp16 train
 # on dp 2 x sp 2 and dp 2 x pp 2 with losses and weights within the
-# tolerances of docs/training.md of fp32 on the same grid.
+# tolerances of docs/training.md of fp32 on the same grid; inference
+# follows train.precision.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -125,4 +126,25 @@ for g in sp pp; do
     near $g-fp32 $g-bf16 5e-3 0.1 bf16
     near $g-fp32 $g-fp16 5e-4 0.03 fp16
 done
+
+# --- inference follows train.precision: bf16 and fp16 probabilities near fp32's, not equal ---
+if [ -n "$TS_PY" ]; then
+    ts_step "a 20x18x16 scan" "$TS_PY" -c "
+import nibabel as nib, numpy as np
+x = np.random.default_rng(3).normal(size=(20, 18, 16)).astype(np.float32)
+nib.save(nib.Nifti1Image(x, np.eye(4)), '$d/scan.nii.gz')"
+    for p in fp32 bf16 fp16; do
+        ts_step "infer, train.precision = $p" ts_mpirun 1 "$TESSERA" infer "$d/p.ini" checkpoint="$d/sp-fp32" \
+            input="$d/scan.nii.gz" output="$d/m-$p.nii.gz" probabilities="$d/pr-$p.nii.gz" train.precision=$p
+    done
+    ts_step "infer: bf16 and fp16 probabilities differ from fp32's (the precision took effect) by < 2e-2 and < 2e-3" \
+        "$TS_PY" -c "
+import nibabel as nib, numpy as np
+p = {k: np.asarray(nib.load('$d/pr-%s.nii.gz' % k).dataobj, np.float64) for k in ('fp32', 'bf16', 'fp16')}
+db, dh = np.abs(p['bf16'] - p['fp32']).max(), np.abs(p['fp16'] - p['fp32']).max()
+print('largest probability difference: bf16', db, 'fp16', dh)
+assert 0 < db < 2e-2 and 0 < dh < 2e-3"
+else
+    ts_skip "inference in bf16 and fp16" "no python3 with h5py and nibabel"
+fi
 ts_finish
