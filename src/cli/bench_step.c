@@ -65,10 +65,10 @@ static void help(void)
            "--compare-checkpoint LEVELS runs the config's model.checkpoint_levels (A, default none) and LEVELS (B,\n"
            "e.g. 0,1) side by side in one process: first one step of each on the same weights, whose gradients\n"
            "must be bit-identical; then R rounds (default 3) of B then A, each W warm-up and N timed steps;\n"
-           "reports per variant the median step time, the activation bytes allocated (and the memory plan's),\n"
-           "the recompute scratch and the peak RSS of its rounds (the high-water mark is reset when the\n"
-           "variant starts), the time ratio B/A and the reductions; --json writes them under\n"
-           "checkpoint_compare.\n");
+           "reports per variant the median step time and process CPU time (the slowest rank's), the\n"
+           "activation bytes allocated (and the memory plan's), the recompute scratch and the peak RSS of\n"
+           "its rounds (the high-water mark is reset when the variant starts), the time ratios B/A and the\n"
+           "reductions; --json writes them under checkpoint_compare.\n");
 }
 
 static int cmp_d(const void *x, const void *y)
@@ -144,7 +144,7 @@ static double median(double *v, int n)
 
 typedef struct ck_variant {
     unsigned mask;
-    double *t; /* step times, s (the slowest rank's) */
+    double *t, *c; /* step wall and process CPU times, s (the slowest rank's) */
     int nt;
     double act, scratch, plan, rss; /* bytes, bytes, bytes, MiB: the largest over ranks */
 } ck_variant;
@@ -165,7 +165,8 @@ static int compare_checkpoint(ts_unet *m, ts_stepper *st, ts_pipeline *pipe, str
     if (!g) return TS_ERR(TS_ERR_NOMEM, "bench step: gradient copy");
     for (int k = 0; k < 2; k++) {
         v[k].t = TS_CALLOC((size_t)(rounds * steps), sizeof(double));
-        if (!v[k].t) TS_FAIL(TS_ERR_NOMEM, "bench step: step times");
+        v[k].c = TS_CALLOC((size_t)(rounds * steps), sizeof(double));
+        if (!v[k].t || !v[k].c) TS_FAIL(TS_ERR_NOMEM, "bench step: step times");
     }
     /* the same weights (no update between): A's gradients, then B's */
     for (int k = 0; k < 2; k++) {
@@ -190,11 +191,14 @@ static int compare_checkpoint(ts_unet *m, ts_stepper *st, ts_pipeline *pipe, str
             TS_CHECK(ts_err_agree(MPI_COMM_WORLD, ts_unet_setup(m, batch, (int)box[0], (int)box[1], (int)box[2])));
             for (int s = 0; s < warmup + steps; s++) {
                 MPI_Barrier(MPI_COMM_WORLD);
-                const double t0 = ts_time_now();
+                const double t0 = ts_time_now(), c0 = cpu_now();
                 TS_CHECK(one_step(st, pipe, bb, M, 1, &loss));
-                double dt = ts_time_now() - t0;
-                TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-                if (s >= warmup) x->t[x->nt++] = dt;
+                double dt[2] = {ts_time_now() - t0, cpu_now() - c0};
+                TS_MPI(MPI_Allreduce(MPI_IN_PLACE, dt, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+                if (s >= warmup) {
+                    x->t[x->nt] = dt[0];
+                    x->c[x->nt++] = dt[1];
+                }
             }
             double mv[4] = {(double)ts_unet_activation_bytes(m), (double)ts_unet_recompute_bytes(m), (double)plan,
                             hwm_ok ? hwm_mb() : peak_rss_mb()};
@@ -363,8 +367,11 @@ int ts_cli_bench_step(int argc, char **argv)
         ts_unet_checkpoint_str(ckv[0].mask, na, sizeof na);
         ts_unet_checkpoint_str(ckv[1].mask, nb, sizeof nb);
         if (rank == 0) { /* the report */
-            double med[2];
-            for (int k = 0; k < 2; k++) med[k] = median(ckv[k].t, ckv[k].nt);
+            double med[2], cpu[2];
+            for (int k = 0; k < 2; k++) {
+                med[k] = median(ckv[k].t, ckv[k].nt);
+                cpu[k] = median(ckv[k].c, ckv[k].nt);
+            }
             printf("bench step --compare-checkpoint: %s, %d rank%s = dp %d x pp %d x sp %d (box %lldx%lldx%lld), batch %lld, "
                    "patch %lldx%lldx%lld; model.checkpoint_levels A = %s, B = %s; %d rounds of B then A, %d timed steps each "
                    "after %d warm-up\n",
@@ -372,13 +379,15 @@ int ts_cli_bench_step(int argc, char **argv)
                    (long long)box[2], (long long)batch, (long long)u.patch[0], (long long)u.patch[1], (long long)u.patch[2], na,
                    nb, rounds, steps, warmup);
             for (int k = 0; k < 2; k++)
-                printf("  %s levels %-8s median step %.1f ms (%d steps)   activations %.1f MiB (recompute scratch %.1f MiB; "
-                       "memory plan %.1f MiB)   peak RSS %.1f MiB\n", k ? "B" : "A", k ? nb : na, med[k] * 1e3, ckv[k].nt,
+                printf("  %s levels %-8s median step %.1f ms, CPU %.1f ms (%d steps)   activations %.1f MiB (recompute scratch %.1f MiB; "
+                       "memory plan %.1f MiB)   peak RSS %.1f MiB\n", k ? "B" : "A", k ? nb : na, med[k] * 1e3, cpu[k] * 1e3,
+                       ckv[k].nt,
                        ckv[k].act / 1048576.0, ckv[k].scratch / 1048576.0, ckv[k].plan / 1048576.0, ckv[k].rss);
-            const double tr = med[0] > 0 ? med[1] / med[0] : 0, ar = ckv[0].act > 0 ? 1 - ckv[1].act / ckv[0].act : 0,
+            const double tr = med[0] > 0 ? med[1] / med[0] : 0, cr = cpu[0] > 0 ? cpu[1] / cpu[0] : 0, ar = ckv[0].act > 0 ? 1 - ckv[1].act / ckv[0].act : 0,
                          rr = ckv[0].rss > 0 ? 1 - ckv[1].rss / ckv[0].rss : 0;
-            printf("  B/A: step time x%.3f (%+.1f%%), activations %+.1f%%, peak RSS %+.1f%%; gradients of one step from the "
-                   "same weights %s (%.0f non-zero)\n", tr, 100 * (tr - 1), -100 * ar, -100 * rr,
+            printf("  B/A: step time x%.3f (%+.1f%%), CPU time x%.3f (%+.1f%%), activations %+.1f%%, peak RSS %+.1f%%; "
+                   "gradients of one step from the same weights %s (%.0f non-zero)\n", tr, 100 * (tr - 1), cr,
+                   100 * (cr - 1), -100 * ar, -100 * rr,
                    identical ? "bit-identical" : "DIFFER", nonzero);
             if (json) {
                 o = cJSON_CreateObject();
@@ -388,6 +397,9 @@ int ts_cli_bench_step(int argc, char **argv)
                 cJSON_AddNumberToObject(c, "step_ms_a", med[0] * 1e3);
                 cJSON_AddNumberToObject(c, "step_ms_b", med[1] * 1e3);
                 cJSON_AddNumberToObject(c, "step_ratio", tr);
+                cJSON_AddNumberToObject(c, "cpu_ms_a", cpu[0] * 1e3);
+                cJSON_AddNumberToObject(c, "cpu_ms_b", cpu[1] * 1e3);
+                cJSON_AddNumberToObject(c, "cpu_ratio", cr);
                 cJSON_AddNumberToObject(c, "act_bytes_a", ckv[0].act);
                 cJSON_AddNumberToObject(c, "act_bytes_b", ckv[1].act);
                 cJSON_AddNumberToObject(c, "act_reduction", ar);
@@ -665,8 +677,10 @@ int ts_cli_bench_step(int argc, char **argv)
         if (fclose(f)) TS_FAIL(TS_ERR_IO, "%s: write failed", json);
     }
 cleanup:
-    free(ckv[0].t);
-    free(ckv[1].t);
+    for (int k = 0; k < 2; k++) {
+        free(ckv[k].t);
+        free(ckv[k].c);
+    }
     free(sv);
     cJSON_Delete(o);
     ts_stepper_destroy(&stepper);

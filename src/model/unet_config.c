@@ -51,6 +51,8 @@ int ts_unet_parse_checkpoint_levels(const char *s, int levels, const char *src, 
         if (v < 0 || v >= levels)
             return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = '%s' (%s): level %ld does not exist: the %d levels of "
                           "model.channels are 0..%d (0 = full resolution)", s, src, v, levels, levels - 1);
+        if (*mask >> v & 1u)
+            return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = '%s' (%s): level %ld is listed twice", s, src, v);
         *mask |= 1u << v;
         p = *end ? end + 1 : end;
     } while (*p || p[-1] == ',');

@@ -369,7 +369,7 @@ int main(void)
         ok &= !ts_unet_parse_checkpoint_levels("0,1", 3, "test", &mk) && mk == 3;
         ok &= !ts_unet_parse_checkpoint_levels(" 2, 0 ", 3, "test", &mk) && mk == 5;
         ts_ok(ok, "checkpoint levels parsed: none, all, 0,1, ' 2, 0 '");
-        static const char *const bad[] = {"9", "-1", "x", "", "0,", ",1", "1.5", "3"};
+        static const char *const bad[] = {"9", "-1", "x", "", "0,", ",1", "1.5", "3", "0,1,0", "2, 2"};
         for (size_t j = 0; j < sizeof bad / sizeof *bad; j++) {
             int e = ts_unet_parse_checkpoint_levels(bad[j], 3, "test", &mk);
             ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), "model.checkpoint_levels"),
