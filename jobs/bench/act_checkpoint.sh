@@ -8,7 +8,8 @@
 # same weights first (gradients compared bit for bit), then the timed
 # rounds. Prints the machine's load before and after, per variant the
 # median step wall and CPU time, the activation bytes (bench's act_bytes,
-# as the memory plan predicts them) and the peak RSS, and the ratios B/A.
+# as the memory plan predicts them) and the peak RSS, and the ratios B/A
+# (of the medians, and the median of the per-round ratios).
 #   jobs/bench/act_checkpoint.sh [ROUNDS] [STEPS] [THREADS] [LEVELS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,5 +37,6 @@ print(f"| {c['levels_b']} | {c['step_ms_b']:.0f} ms | {c['cpu_ms_b']:.0f} ms | {
       f"{c['scratch_bytes_b'] * mib:.1f} MiB | {c['peak_rss_mb_b']:.1f} MiB |")
 print(f"| B/A | x{c['step_ratio']:.3f} | x{c['cpu_ratio']:.3f} | {1 - c['act_reduction']:.3f} "
       f"({-100 * c['act_reduction']:+.1f} %) | | {1 - c['rss_reduction']:.3f} ({-100 * c['rss_reduction']:+.1f} %) |")
+print(f"median over rounds of each round's B/A: x{c['round_step_ratio']:.3f} wall, x{c['round_cpu_ratio']:.3f} CPU")
 print("gradients of one step from the same weights:", "bit-identical" if c["grads_identical"] else "DIFFER")
 PY

@@ -67,8 +67,9 @@ static void help(void)
            "must be bit-identical; then R rounds (default 3) of B then A, each W warm-up and N timed steps;\n"
            "reports per variant the median step time and process CPU time (the slowest rank's), the\n"
            "activation bytes allocated (and the memory plan's), the recompute scratch and the peak RSS of\n"
-           "its rounds (the high-water mark is reset when the variant starts), the time ratios B/A and the\n"
-           "reductions; --json writes them under checkpoint_compare.\n");
+           "its rounds (the high-water mark is reset when the variant starts), the time ratios B/A (of the\n"
+           "medians, and the median over rounds of each round's ratio) and the reductions; --json writes\n"
+           "them under checkpoint_compare.\n");
 }
 
 static int cmp_d(const void *x, const void *y)
@@ -145,6 +146,7 @@ static double median(double *v, int n)
 typedef struct ck_variant {
     unsigned mask;
     double *t, *c; /* step wall and process CPU times, s (the slowest rank's) */
+    double *rt, *rc; /* v[1] only: per round, the ratio of B's median wall / CPU step time to A's */
     int nt;
     double act, scratch, plan, rss; /* bytes, bytes, bytes, MiB: the largest over ranks */
 } ck_variant;
@@ -166,7 +168,9 @@ static int compare_checkpoint(ts_unet *m, ts_stepper *st, ts_pipeline *pipe, str
     for (int k = 0; k < 2; k++) {
         v[k].t = TS_CALLOC((size_t)(rounds * steps), sizeof(double));
         v[k].c = TS_CALLOC((size_t)(rounds * steps), sizeof(double));
-        if (!v[k].t || !v[k].c) TS_FAIL(TS_ERR_NOMEM, "bench step: step times");
+        v[k].rt = k ? TS_CALLOC((size_t)rounds, sizeof(double)) : NULL;
+        v[k].rc = k ? TS_CALLOC((size_t)rounds, sizeof(double)) : NULL;
+        if (!v[k].t || !v[k].c || (k && (!v[k].rt || !v[k].rc))) TS_FAIL(TS_ERR_NOMEM, "bench step: step times");
     }
     /* the same weights (no update between): A's gradients, then B's */
     for (int k = 0; k < 2; k++) {
@@ -208,6 +212,11 @@ static int compare_checkpoint(ts_unet *m, ts_stepper *st, ts_pipeline *pipe, str
             x->plan = mv[2];
             if (mv[3] > x->rss) x->rss = mv[3];
         }
+    for (int r = 0; r < rounds; r++) { /* each round's B against the A right after it (sorts within the round only) */
+        const double ta = median(v[0].t + r * steps, steps), ca = median(v[0].c + r * steps, steps);
+        v[1].rt[r] = ta > 0 ? median(v[1].t + r * steps, steps) / ta : 0;
+        v[1].rc[r] = ca > 0 ? median(v[1].c + r * steps, steps) / ca : 0;
+    }
 cleanup:
     free(g);
     return err;
@@ -368,6 +377,7 @@ int ts_cli_bench_step(int argc, char **argv)
         ts_unet_checkpoint_str(ckv[1].mask, nb, sizeof nb);
         if (rank == 0) { /* the report */
             double med[2], cpu[2];
+            const double rtr = median(ckv[1].rt, rounds), rcr = median(ckv[1].rc, rounds);
             for (int k = 0; k < 2; k++) {
                 med[k] = median(ckv[k].t, ckv[k].nt);
                 cpu[k] = median(ckv[k].c, ckv[k].nt);
@@ -389,6 +399,9 @@ int ts_cli_bench_step(int argc, char **argv)
                    "gradients of one step from the same weights %s (%.0f non-zero)\n", tr, 100 * (tr - 1), cr,
                    100 * (cr - 1), -100 * ar, -100 * rr,
                    identical ? "bit-identical" : "DIFFER", nonzero);
+            printf("  per round B/A (median over rounds x%.3f wall, x%.3f CPU):", rtr, rcr);
+            for (int r = 0; r < rounds; r++) printf(" %.3f/%.3f", ckv[1].rt[r], ckv[1].rc[r]);
+            printf("\n");
             if (json) {
                 o = cJSON_CreateObject();
                 cJSON *c = cJSON_AddObjectToObject(o, "checkpoint_compare");
@@ -400,6 +413,8 @@ int ts_cli_bench_step(int argc, char **argv)
                 cJSON_AddNumberToObject(c, "cpu_ms_a", cpu[0] * 1e3);
                 cJSON_AddNumberToObject(c, "cpu_ms_b", cpu[1] * 1e3);
                 cJSON_AddNumberToObject(c, "cpu_ratio", cr);
+                cJSON_AddNumberToObject(c, "round_step_ratio", rtr);
+                cJSON_AddNumberToObject(c, "round_cpu_ratio", rcr);
                 cJSON_AddNumberToObject(c, "act_bytes_a", ckv[0].act);
                 cJSON_AddNumberToObject(c, "act_bytes_b", ckv[1].act);
                 cJSON_AddNumberToObject(c, "act_reduction", ar);
@@ -680,6 +695,8 @@ cleanup:
     for (int k = 0; k < 2; k++) {
         free(ckv[k].t);
         free(ckv[k].c);
+        free(ckv[k].rt);
+        free(ckv[k].rc);
     }
     free(sv);
     cJSON_Delete(o);
