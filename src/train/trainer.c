@@ -877,6 +877,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
                t->mem_plan.halo_mb, t->mem_plan.scratch_mb, t->mem_plan.eval_mb, t->mem_plan.process_mb,
                t->mem_limit_mb > 0 ? " within run.mem_limit_mb" : "");
+    if (t->ucfg.ckpt_levels) {
+        char lv[64];
+        ts_run_say(&t->run, "activation checkpointing: levels %s recomputed in backward (model.checkpoint_levels)",
+                   ts_unet_checkpoint_str(t->ucfg.ckpt_levels, lv, sizeof lv));
+    }
     {
         int coords[3];
         ts_spatial_coords(t->spatial, coords);
