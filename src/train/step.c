@@ -24,6 +24,10 @@ struct ts_stepper {
     int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
     size_t off0, off1;    /* their floats in the parameter region */
     double bucket_mb;
+    int zero;             /* sharded optimizer (ts_stepper_set_zero) */
+    int npieces;          /* its shard: the floats [plo[k], plo[k] + plen[k]) of the parameter region */
+    size_t *plo, *plen, shard_floats;
+    int poisoned;         /* sharded: injected non-finite gradients (ts_stepper_poison) */
     ts_pipeline *pipe;    /* NULL: no pipeline */
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
@@ -129,6 +133,8 @@ void ts_stepper_destroy(ts_stepper **sp)
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
+    free(s->plo);
+    free(s->plen);
     free(s);
     *sp = NULL;
 }
@@ -136,6 +142,7 @@ void ts_stepper_destroy(ts_stepper **sp)
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
 {
     int u0, u1, slots, f, e;
+    if (s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: pipeline set after sharding");
     ts_unet_stage(s->model, &u0, &u1, &slots);
     ts_unet_unit_params(s->model, u0, &s->e0, &e);
     ts_unet_unit_params(s->model, u1 - 1, &f, &s->e1);
@@ -165,6 +172,7 @@ static void begin_buckets(void *ctx)
     memset(s->final, 0, (size_t)s->arena->n);
     s->frontier = s->e1;
     s->hook_err = 0;
+    s->poisoned = 0;
 }
 
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
@@ -224,10 +232,75 @@ int ts_stepper_update(ts_stepper *s, int accum)
     return ts_stepper_apply(s);
 }
 
+int ts_stepper_set_zero(ts_stepper *s)
+{
+    const int nb = ts_dp_buckets(s->dp);
+    free(s->plo);
+    free(s->plen);
+    s->plo = TS_CALLOC((size_t)nb + 1, sizeof *s->plo);
+    s->plen = TS_CALLOC((size_t)nb + 1, sizeof *s->plen);
+    if (!s->plo || !s->plen) return TS_ERR(TS_ERR_NOMEM, "shard pieces");
+    ts_dp_set_sharded(s->dp, 1);
+    s->shard_floats = ts_dp_shard(s->dp, s->plo, s->plen);
+    for (int k = 0; k < nb; k++) s->plo[k] += s->off0;
+    s->npieces = nb;
+    TS_TRY(ts_arena_alloc_state(s->arena, ts_optim_state_count(&s->opt->cfg), s->shard_floats));
+    s->zero = 1;
+    return 0;
+}
+
+size_t ts_stepper_state_floats(const ts_stepper *s) { return s->zero ? s->shard_floats : s->arena->nparam; }
+
+int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full)
+{
+    const ts_arena *a = s->arena;
+    if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state gather without sharding");
+    for (int st = 0; st < a->nstate; st++) {
+        float *f = full[st];
+        memset(f, 0, a->nparam * sizeof *f);
+        size_t soff = 0;
+        for (int k = 0; k < s->npieces; k++) {
+            memcpy(f + s->plo[k], a->state[st] + soff, s->plen[k] * sizeof *f);
+            soff += s->plen[k];
+        }
+        /* one owner per float, zeros elsewhere: a bitwise OR assembles the region whatever the values */
+        for (size_t off = 0; off < a->nparam; off += (size_t)1 << 28) {
+            const size_t n = a->nparam - off < ((size_t)1 << 28) ? a->nparam - off : ((size_t)1 << 28);
+            int rank, mrc;
+            MPI_Comm_rank(comm, &rank);
+            mrc = MPI_Reduce(rank == 0 ? MPI_IN_PLACE : f + off, f + off, (int)n, MPI_INT32_T, MPI_BOR, 0, comm);
+            if (mrc != MPI_SUCCESS) return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Reduce (optimizer state)");
+        }
+    }
+    return 0;
+}
+
+void ts_stepper_state_scatter(ts_stepper *s, float *const *full)
+{
+    const ts_arena *a = s->arena;
+    if (!s->zero) return;
+    for (int st = 0; st < a->nstate; st++) {
+        size_t soff = 0;
+        for (int k = 0; k < s->npieces; k++) {
+            memcpy(a->state[st] + soff, full[st] + s->plo[k], s->plen[k] * sizeof(float));
+            soff += s->plen[k];
+        }
+    }
+}
+
 int ts_stepper_grads_finite(const ts_stepper *s)
 {
     const float *g = s->arena->grads;
     int ok = 1;
+    if (s->zero) { /* the shard: the rest of the gradients is the reduce-scatter's scratch */
+        if (s->poisoned) return 0;
+        for (int k = 0; k < s->npieces; k++) {
+            const size_t lo = s->plo[k], hi = lo + s->plen[k];
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+            for (size_t i = lo; i < hi; i++) ok = ok && isfinite(g[i]);
+        }
+        return ok;
+    }
 #pragma omp parallel for schedule(static) reduction(&& : ok)
     for (size_t i = s->off0; i < s->off1; i++) ok = ok && isfinite(g[i]);
     return ok;
@@ -241,6 +314,7 @@ void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
 
 void ts_stepper_poison(ts_stepper *s)
 {
+    if (s->zero) s->poisoned = 1; /* the poisoned float may land in another rank's shard */
     if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;
 }
 
@@ -260,9 +334,34 @@ int ts_stepper_reduce(ts_stepper *s, int accum)
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
         float f = 1.0f / (float)accum, *g = s->arena->grads;
-        for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
+        if (s->zero)
+            for (int k = 0; k < s->npieces; k++)
+                for (size_t i = s->plo[k]; i < s->plo[k] + s->plen[k]; i++) g[i] *= f;
+        else
+            for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
     return 0;
+}
+
+/* sharded: the global gradient norm (the shards' sums of squares added over
+ * the group, then over the stages), the shard's update, the parameters
+ * all-gathered bucket by bucket */
+static int apply_sharded(ts_stepper *s)
+{
+    double norm = -1;
+    if (s->opt->cfg.clip_norm > 0) {
+        double sq = 0;
+        for (int k = 0; k < s->npieces; k++) sq += ts_optim_sumsq(s->arena, s->plo[k], s->plo[k] + s->plen[k]);
+        TS_TRY(ts_coll_allreduce(s->coll, TS_IN_PLACE, &sq, 1, TS_FLOAT64, TS_OP_SUM));
+        if (s->pipe) TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
+        norm = sqrt(sq);
+    }
+    /* the norm is the same on every rank, so an error here is too: no gather is left half-started */
+    TS_TRY(ts_optim_step_pieces(s->opt, s->arena, s->npieces, s->plo, s->plen, norm, NULL));
+    int err = 0;
+    for (int k = 0; k < s->npieces && !err; k++) err = ts_dp_gather_start(s->dp, s->arena->params + s->off0, k);
+    int e = ts_dp_gather_finish(s->dp);
+    return err ? err : e;
 }
 
 int ts_stepper_apply(ts_stepper *s)
@@ -270,6 +369,12 @@ int ts_stepper_apply(ts_stepper *s)
     int err;
     ts_perf_begin(s->perf, TS_PH_OPTIM);
     double t = ts_time_now(), norm = -1;
+    if (s->zero) {
+        err = apply_sharded(s);
+        s->t.optimizer += ts_time_now() - t;
+        ts_perf_end(s->perf, TS_PH_OPTIM);
+        return err;
+    }
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
         norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
         int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
