@@ -3,5 +3,5 @@ check_PROGRAMS += tests/train/test_window tests/train/test_ckpt tests/train/test
 tests_train_test_plan_LDADD = $(TS_LIBS)
 tests_train_test_window_LDADD = $(TS_LIBS)
 tests_train_test_ckpt_LDADD = $(TS_LIBS)
-TESTS += tests/train/test_window tests/train/test_plan tests/train/plan_cli.sh tests/train/ckpt_np2.sh tests/train/train.sh tests/train/spatial.sh tests/train/pipeline.sh tests/train/faults.sh tests/train/localsgd.sh tests/train/perf_np2.sh
-EXTRA_DIST += tests/train/perf_np2.sh tests/train/plan_cli.sh tests/train/ckpt_np2.sh tests/train/train.sh tests/train/spatial.sh tests/train/pipeline.sh tests/train/faults.sh tests/train/localsgd.sh tests/train/compare_runs.py
+TESTS += tests/train/test_window tests/train/test_plan tests/train/plan_cli.sh tests/train/ckpt_np2.sh tests/train/train.sh tests/train/spatial.sh tests/train/pipeline.sh tests/train/faults.sh tests/train/localsgd.sh tests/train/zero.sh tests/train/perf_np2.sh
+EXTRA_DIST += tests/train/perf_np2.sh tests/train/plan_cli.sh tests/train/ckpt_np2.sh tests/train/train.sh tests/train/spatial.sh tests/train/pipeline.sh tests/train/faults.sh tests/train/localsgd.sh tests/train/zero.sh tests/train/compare_runs.py
