@@ -6,6 +6,7 @@
 #include "src/core/timer.h"
 #include "src/train/run.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,41 +252,135 @@ int ts_stepper_set_zero(ts_stepper *s)
 
 size_t ts_stepper_state_floats(const ts_stepper *s) { return s->zero ? s->shard_floats : s->arena->nparam; }
 
+/* where every rank's shard lies, known on rank 0 of comm: rank q's pieces
+ * are desc[2 j], desc[2 j + 1] (offset, length) for j in [dd[q]/2,
+ * (dd[q] + dc[q])/2); its floats fc[q] at fd[q] of a packed buffer */
+typedef struct shard_map {
+    int *dc, *dd, *fc, *fd;
+    uint64_t *desc;
+    float *buf; /* the packed state of all ranks (nparam floats at most) */
+} shard_map;
+
+static void shard_map_free(shard_map *m)
+{
+    free(m->dc);
+    free(m->desc);
+    free(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+/* Collective on comm: the map on rank 0 (nothing elsewhere); errors agreed. */
+static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
+{
+    int rank, size, err = 0;
+    const size_t nparam = s->arena->nparam;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    memset(m, 0, sizeof *m);
+    uint64_t *mine = TS_CALLOC(2 * (size_t)s->npieces + 2, sizeof *mine);
+    if (!mine) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+    if (!err && nparam > (size_t)INT_MAX) err = TS_ERR(TS_ERR_UNSUPPORTED, "sharded state of %zu floats: at most INT_MAX", nparam);
+    if (!err && rank == 0) {
+        m->dc = TS_CALLOC(4 * (size_t)size, sizeof *m->dc);
+        m->buf = TS_ALIGNED_ALLOC((nparam ? nparam : 16) * sizeof(float));
+        if (!m->dc || !m->buf) err = TS_ERR(TS_ERR_NOMEM, "gathering the optimizer state (%zu floats)", nparam);
+        else {
+            m->dd = m->dc + size;
+            m->fc = m->dd + size;
+            m->fd = m->fc + size;
+        }
+    }
+    err = ts_err_agree(comm, err);
+    if (err) goto cleanup;
+    for (int k = 0; k < s->npieces; k++) {
+        mine[2 * k] = s->plo[k];
+        mine[2 * k + 1] = s->plen[k];
+    }
+    const int nd = 2 * s->npieces;
+    TS_MPI(MPI_Gather(&nd, 1, MPI_INT, m->dc, 1, MPI_INT, 0, comm));
+    if (rank == 0) {
+        size_t total = 0;
+        for (int q = 0; q < size; q++) {
+            m->dd[q] = (int)total;
+            total += (size_t)m->dc[q];
+        }
+        m->desc = TS_CALLOC(total + 1, sizeof *m->desc);
+        if (!m->desc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+    }
+    err = ts_err_agree(comm, err);
+    if (err) goto cleanup;
+    TS_MPI(MPI_Gatherv(mine, nd, MPI_UINT64_T, m->desc, m->dc, m->dd, MPI_UINT64_T, 0, comm));
+    if (rank == 0) {
+        size_t f = 0;
+        for (int q = 0; q < size; q++) {
+            size_t n = 0;
+            for (int j = m->dd[q]; j < m->dd[q] + m->dc[q]; j += 2) n += m->desc[j + 1];
+            m->fc[q] = (int)n;
+            m->fd[q] = (int)f;
+            f += n;
+        }
+        /* every float of the region has one owner in comm */
+        if (f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
+    }
+    err = ts_err_agree(comm, err);
+cleanup:
+    free(mine);
+    if (err) shard_map_free(m);
+    return err;
+}
+
 int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full)
 {
     const ts_arena *a = s->arena;
+    shard_map m;
+    int rank, size, err = 0;
     if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state gather without sharding");
-    for (int st = 0; st < a->nstate; st++) {
-        float *f = full[st];
-        memset(f, 0, a->nparam * sizeof *f);
-        size_t soff = 0;
-        for (int k = 0; k < s->npieces; k++) {
-            memcpy(f + s->plo[k], a->state[st] + soff, s->plen[k] * sizeof *f);
-            soff += s->plen[k];
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    TS_TRY(shard_map_make(s, comm, &m));
+    for (int st = 0; st < a->nstate && !err; st++) {
+        int mrc = MPI_Gatherv(a->state[st], (int)s->shard_floats, MPI_FLOAT, m.buf, m.fc, m.fd, MPI_FLOAT, 0, comm);
+        if (mrc != MPI_SUCCESS) {
+            err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Gatherv (optimizer state)");
+            break;
         }
-        /* one owner per float, zeros elsewhere: a bitwise OR assembles the region whatever the values */
-        for (size_t off = 0; off < a->nparam; off += (size_t)1 << 28) {
-            const size_t n = a->nparam - off < ((size_t)1 << 28) ? a->nparam - off : ((size_t)1 << 28);
-            int rank, mrc;
-            MPI_Comm_rank(comm, &rank);
-            mrc = MPI_Reduce(rank == 0 ? MPI_IN_PLACE : f + off, f + off, (int)n, MPI_INT32_T, MPI_BOR, 0, comm);
-            if (mrc != MPI_SUCCESS) return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Reduce (optimizer state)");
+        if (rank != 0) continue;
+        memset(full[st], 0, a->nparam * sizeof(float)); /* padding */
+        for (int q = 0; q < size; q++) {
+            size_t pos = (size_t)m.fd[q];
+            for (int j = m.dd[q]; j < m.dd[q] + m.dc[q]; j += 2) {
+                memcpy(full[st] + m.desc[j], m.buf + pos, m.desc[j + 1] * sizeof(float));
+                pos += m.desc[j + 1];
+            }
         }
     }
-    return 0;
+    shard_map_free(&m);
+    return err;
 }
 
-void ts_stepper_state_scatter(ts_stepper *s, float *const *full)
+int ts_stepper_state_scatter(ts_stepper *s, MPI_Comm comm, float *const *full)
 {
     const ts_arena *a = s->arena;
-    if (!s->zero) return;
-    for (int st = 0; st < a->nstate; st++) {
-        size_t soff = 0;
-        for (int k = 0; k < s->npieces; k++) {
-            memcpy(a->state[st] + soff, full[st] + s->plo[k], s->plen[k] * sizeof(float));
-            soff += s->plen[k];
-        }
+    shard_map m;
+    int rank, size, err = 0;
+    if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state scatter without sharding");
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    TS_TRY(shard_map_make(s, comm, &m));
+    for (int st = 0; st < a->nstate && !err; st++) {
+        if (rank == 0)
+            for (int q = 0; q < size; q++) {
+                size_t pos = (size_t)m.fd[q];
+                for (int j = m.dd[q]; j < m.dd[q] + m.dc[q]; j += 2) {
+                    memcpy(m.buf + pos, full[st] + m.desc[j], m.desc[j + 1] * sizeof(float));
+                    pos += m.desc[j + 1];
+                }
+            }
+        int mrc = MPI_Scatterv(m.buf, m.fc, m.fd, MPI_FLOAT, a->state[st], (int)s->shard_floats, MPI_FLOAT, 0, comm);
+        if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Scatterv (optimizer state)");
     }
+    shard_map_free(&m);
+    return err;
 }
 
 int ts_stepper_grads_finite(const ts_stepper *s)

@@ -58,13 +58,14 @@ int ts_stepper_set_zero(ts_stepper *s);
 size_t ts_stepper_state_floats(const ts_stepper *s);
 /* Collective on comm, in which every float of the parameter region has
  * exactly one owner (world: the shard groups of all pipeline stages).
- * Sharded stepper: full[st] (the arena's nparam floats, caller-owned) gets
- * the whole optimizer state region st on rank 0 of comm (the others: their
- * own shard, zeros elsewhere), for a checkpoint. */
+ * Sharded stepper, for a checkpoint: rank 0 of comm gets the whole optimizer
+ * state region st in full[st] (nparam floats each, caller-owned; padding
+ * zero); the other ranks send their shards (full unused, may be NULL) and
+ * never hold the whole state. Errors (no memory on rank 0) are agreed. */
 int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full);
-/* Local. Sharded stepper: copies this rank's shard of the whole state
- * regions full[st] (nparam floats each) into the arena's state (a resume). */
-void ts_stepper_state_scatter(ts_stepper *s, float *const *full);
+/* Collective on comm (as above). Sharded stepper, for a resume: each rank
+ * gets its shard of rank 0's whole state regions full[st]. */
+int ts_stepper_state_scatter(ts_stepper *s, MPI_Comm comm, float *const *full);
 /* Collective on the pipeline, spatial and data-parallel groups. One step's
  * micro-batches through the pipeline (ts_pipeline_step), the buckets going
  * out during the last backward; then call ts_stepper_update(s, M). *loss:

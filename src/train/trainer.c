@@ -252,7 +252,7 @@ static int ckpt_items(trainer *t, float *const *state, ts_ckpt_item **out, int *
             if (a->p[i].kind != TS_PARAM) continue;
             snprintf(it[k].name, sizeof it[k].name, "/optim/%s/%s", state_name(&t->opt.cfg, s), a->p[i].name);
             it[k].t = ts_arena_value(a, i);
-            it[k++].t.data = state[s] + a->p[i].offset;
+            it[k++].t.data = state[s] ? state[s] + a->p[i].offset : NULL; /* NULL: a sharded state off the writer */
         }
     *out = it;
     *n = k;
@@ -310,12 +310,14 @@ static int params_finite(const ts_arena *a)
     return 1;
 }
 
-/* zero = 1: whole-size optimizer state regions for a checkpoint (freed by
- * free_full_state); else the arena's own */
+/* The whole optimizer state regions for a checkpoint: the arena's own, or
+ * with zero = 1 whole-size ones on world rank 0 only (the writer; freed by
+ * free_full_state), NULL elsewhere. */
 static int full_state(trainer *t, float **full)
 {
     const ts_arena *a = t->arena;
     memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
+    if (t->zero && t->grid->rank != 0) return 0;
     for (int s = 0; s < a->nstate; s++) {
         full[s] = t->zero ? TS_ALIGNED_ALLOC((a->nparam ? a->nparam : 16) * sizeof(float)) : a->state[s];
         if (!full[s]) return TS_ERR(TS_ERR_NOMEM, "whole optimizer state for the checkpoint (%zu floats)", a->nparam);
@@ -350,7 +352,7 @@ static int save_ckpt(trainer *t)
                     "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
                     (long long)t->step, t->run.dir);
     }
-    /* a sharded state is gathered whole onto the writer (transient; docs/parallelism.md) */
+    /* a sharded state is gathered whole onto the writer, rank 0 (transient; docs/parallelism.md) */
     TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
     if (t->zero) TS_CHECK(ts_stepper_state_gather(t->stepper, t->grid->world, full));
     TS_CHECK(ckpt_items(t, full, &it, &n));
@@ -409,7 +411,8 @@ static int resume(trainer *t)
         } else {
             snprintf(path, sizeof path, "%s", how);
         }
-        int lerr = ts_ckpt_load(path, it, n, &m);
+        /* a sharded state: rank 0 reads it and hands out the shards below */
+        int lerr = ts_ckpt_load(path, it, t->zero && t->grid->rank != 0 ? t->arena->n : n, &m);
         if (!lerr && !params_finite(t->arena))
             lerr = TS_ERR(TS_ERR_FORMAT, "%s holds non-finite parameters (NaN or Inf)", path);
         lerr = ts_err_agree(t->grid->world, lerr);
@@ -421,7 +424,7 @@ static int resume(trainer *t)
         ts_run_say(&t->run, "checkpoint %s is not usable (%s): trying the one before it", path, ts_err_message());
         ts_err_clear();
     }
-    if (t->zero) ts_stepper_state_scatter(t->stepper, full); /* this rank's shard of the whole state */
+    if (t->zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->grid->world, full)); /* each rank's shard */
     t->step = m.step;
     t->opt.step = m.step;
     if (m.config_hash != ts_config_hash(t->cfg))
