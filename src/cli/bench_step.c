@@ -393,7 +393,8 @@ int ts_cli_bench_step(int argc, char **argv)
     }
     printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB per rank at most, arena %.1f MiB; memory plan "
            "%.0f MiB), loss %.4f\n", rss, hv[3] / 1048576.0,
-           (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
+           (double)(ts_unet_arena(m)->nparam * 2 + ts_unet_arena(m)->nstate_floats * (size_t)ts_unet_arena(m)->nstate +
+                    ts_unet_arena(m)->nbuf) * 4 / 1048576.0, /* the state: a shard with parallel.zero = 1 */
            plan.total_mb, loss);
     if (json) {
         if (!o) o = cJSON_CreateObject();
