@@ -254,18 +254,27 @@ size_t ts_stepper_state_floats(const ts_stepper *s) { return s->zero ? s->shard_
 
 /* where every rank's shard lies, known on rank 0 of comm: rank q's pieces
  * are desc[2 j], desc[2 j + 1] (offset, length) for j in [dd[q]/2,
- * (dd[q] + dc[q])/2); its floats fc[q] at fd[q] of a packed buffer */
+ * (dd[q] + dc[q])/2), and type[q] selects them in a whole state region, so
+ * that rank 0 receives or sends each rank's packed shard in place */
 typedef struct shard_map {
-    int *dc, *dd, *fc, *fd;
+    int size;
+    int *dc, *dd, *bl, *ds;
     uint64_t *desc;
-    float *buf; /* the packed state of all ranks (nparam floats at most) */
+    MPI_Datatype *type;
+    MPI_Request *req;
+    MPI_Status *sts;
 } shard_map;
 
 static void shard_map_free(shard_map *m)
 {
+    for (int q = 0; m->type && q < m->size; q++)
+        if (m->type[q] != MPI_DATATYPE_NULL) MPI_Type_free(&m->type[q]);
+    free(m->type);
+    free(m->req);
+    free(m->sts);
     free(m->dc);
     free(m->desc);
-    free(m->buf);
+    free(m->bl);
     memset(m, 0, sizeof *m);
 }
 
@@ -277,17 +286,19 @@ static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     memset(m, 0, sizeof *m);
+    m->size = size;
     uint64_t *mine = TS_CALLOC(2 * (size_t)s->npieces + 2, sizeof *mine);
     if (!mine) err = TS_ERR(TS_ERR_NOMEM, "shard map");
     if (!err && nparam > (size_t)INT_MAX) err = TS_ERR(TS_ERR_UNSUPPORTED, "sharded state of %zu floats: at most INT_MAX", nparam);
     if (!err && rank == 0) {
-        m->dc = TS_CALLOC(4 * (size_t)size, sizeof *m->dc);
-        m->buf = TS_ALIGNED_ALLOC((nparam ? nparam : 16) * sizeof(float));
-        if (!m->dc || !m->buf) err = TS_ERR(TS_ERR_NOMEM, "gathering the optimizer state (%zu floats)", nparam);
+        m->dc = TS_CALLOC(2 * (size_t)size, sizeof *m->dc);
+        m->type = TS_CALLOC((size_t)size, sizeof *m->type);
+        m->req = TS_CALLOC((size_t)size, sizeof *m->req);
+        m->sts = TS_CALLOC((size_t)size, sizeof *m->sts);
+        if (!m->dc || !m->type || !m->req || !m->sts) err = TS_ERR(TS_ERR_NOMEM, "shard map");
         else {
             m->dd = m->dc + size;
-            m->fc = m->dd + size;
-            m->fd = m->fc + size;
+            for (int q = 0; q < size; q++) m->type[q] = MPI_DATATYPE_NULL;
         }
     }
     err = ts_err_agree(comm, err);
@@ -305,22 +316,29 @@ static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
             total += (size_t)m->dc[q];
         }
         m->desc = TS_CALLOC(total + 1, sizeof *m->desc);
-        if (!m->desc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+        m->bl = TS_CALLOC(total + 2, sizeof *m->bl);
+        if (!m->desc || !m->bl) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+        else m->ds = m->bl + total / 2 + 1;
     }
     err = ts_err_agree(comm, err);
     if (err) goto cleanup;
     TS_MPI(MPI_Gatherv(mine, nd, MPI_UINT64_T, m->desc, m->dc, m->dd, MPI_UINT64_T, 0, comm));
     if (rank == 0) {
         size_t f = 0;
-        for (int q = 0; q < size; q++) {
-            size_t n = 0;
-            for (int j = m->dd[q]; j < m->dd[q] + m->dc[q]; j += 2) n += m->desc[j + 1];
-            m->fc[q] = (int)n;
-            m->fd[q] = (int)f;
-            f += n;
+        for (int q = 0; q < size && !err; q++) {
+            const int np = m->dc[q] / 2;
+            int *bl = m->bl + m->dd[q] / 2, *ds = m->ds + m->dd[q] / 2;
+            for (int j = 0; j < np; j++) {
+                ds[j] = (int)m->desc[m->dd[q] + 2 * j];
+                bl[j] = (int)m->desc[m->dd[q] + 2 * j + 1];
+                f += (size_t)bl[j];
+            }
+            int mrc = MPI_Type_indexed(np, bl, ds, MPI_FLOAT, &m->type[q]);
+            if (mrc == MPI_SUCCESS) mrc = MPI_Type_commit(&m->type[q]);
+            if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Type_indexed (shard map)");
         }
         /* every float of the region has one owner in comm */
-        if (f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
+        if (!err && f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
     }
     err = ts_err_agree(comm, err);
 cleanup:
@@ -329,30 +347,46 @@ cleanup:
     return err;
 }
 
+/* rank 0: full (a whole state region) to or from every rank's packed
+ * shard; the others: their packed shard from or to rank 0 */
+static int shard_move(const ts_stepper *s, MPI_Comm comm, const shard_map *m, float *full, float *packed, int gather)
+{
+    int rank, mrc = MPI_SUCCESS, err = 0;
+    const int tag = 0x2e50; /* the ranks of comm exchange nothing else point to point meanwhile */
+    MPI_Comm_rank(comm, &rank);
+    if (rank != 0) {
+        mrc = gather ? MPI_Send(packed, (int)s->shard_floats, MPI_FLOAT, 0, tag, comm)
+                     : MPI_Recv(packed, (int)s->shard_floats, MPI_FLOAT, 0, tag, comm, MPI_STATUS_IGNORE);
+        return mrc == MPI_SUCCESS ? 0 : ts_err_mpi(mrc, __FILE__, __LINE__, gather ? "MPI_Send (shard)" : "MPI_Recv (shard)");
+    }
+    MPI_Request *req = m->req;
+    for (int q = 1; q < m->size && mrc == MPI_SUCCESS; q++)
+        mrc = gather ? MPI_Irecv(full, 1, m->type[q], q, tag, comm, &req[q])
+                     : MPI_Isend(full, 1, m->type[q], q, tag, comm, &req[q]);
+    /* rank 0's own shard */
+    size_t pos = 0;
+    for (int j = m->dd[0]; j < m->dd[0] + m->dc[0]; j += 2) {
+        if (gather) memcpy(full + m->desc[j], packed + pos, m->desc[j + 1] * sizeof(float));
+        else memcpy(packed + pos, full + m->desc[j], m->desc[j + 1] * sizeof(float));
+        pos += m->desc[j + 1];
+    }
+    req[0] = MPI_REQUEST_NULL;
+    if (mrc == MPI_SUCCESS) mrc = MPI_Waitall(m->size, req, m->sts);
+    if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "moving the optimizer state's shards");
+    return err;
+}
+
 int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full)
 {
     const ts_arena *a = s->arena;
     shard_map m;
-    int rank, size, err = 0;
+    int rank, err = 0;
     if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state gather without sharding");
     MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
     TS_TRY(shard_map_make(s, comm, &m));
     for (int st = 0; st < a->nstate && !err; st++) {
-        int mrc = MPI_Gatherv(a->state[st], (int)s->shard_floats, MPI_FLOAT, m.buf, m.fc, m.fd, MPI_FLOAT, 0, comm);
-        if (mrc != MPI_SUCCESS) {
-            err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Gatherv (optimizer state)");
-            break;
-        }
-        if (rank != 0) continue;
-        memset(full[st], 0, a->nparam * sizeof(float)); /* padding */
-        for (int q = 0; q < size; q++) {
-            size_t pos = (size_t)m.fd[q];
-            for (int j = m.dd[q]; j < m.dd[q] + m.dc[q]; j += 2) {
-                memcpy(full[st] + m.desc[j], m.buf + pos, m.desc[j + 1] * sizeof(float));
-                pos += m.desc[j + 1];
-            }
-        }
+        if (rank == 0) memset(full[st], 0, a->nparam * sizeof(float)); /* padding */
+        err = shard_move(s, comm, &m, rank == 0 ? full[st] : NULL, a->state[st], 1);
     }
     shard_map_free(&m);
     return err;
@@ -362,23 +396,12 @@ int ts_stepper_state_scatter(ts_stepper *s, MPI_Comm comm, float *const *full)
 {
     const ts_arena *a = s->arena;
     shard_map m;
-    int rank, size, err = 0;
+    int rank, err = 0;
     if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state scatter without sharding");
     MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
     TS_TRY(shard_map_make(s, comm, &m));
-    for (int st = 0; st < a->nstate && !err; st++) {
-        if (rank == 0)
-            for (int q = 0; q < size; q++) {
-                size_t pos = (size_t)m.fd[q];
-                for (int j = m.dd[q]; j < m.dd[q] + m.dc[q]; j += 2) {
-                    memcpy(m.buf + pos, full[st] + m.desc[j], m.desc[j + 1] * sizeof(float));
-                    pos += m.desc[j + 1];
-                }
-            }
-        int mrc = MPI_Scatterv(m.buf, m.fc, m.fd, MPI_FLOAT, a->state[st], (int)s->shard_floats, MPI_FLOAT, 0, comm);
-        if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Scatterv (optimizer state)");
-    }
+    for (int st = 0; st < a->nstate && !err; st++)
+        err = shard_move(s, comm, &m, rank == 0 ? full[st] : NULL, a->state[st], 0);
     shard_map_free(&m);
     return err;
 }
