@@ -254,28 +254,29 @@ size_t ts_stepper_state_floats(const ts_stepper *s) { return s->zero ? s->shard_
 
 /* where every rank's shard lies, known on rank 0 of comm: rank q's pieces
  * are desc[2 j], desc[2 j + 1] (offset, length) for j in [dd[q]/2,
- * (dd[q] + dc[q])/2), and type[q] selects them in a whole state region, so
- * that rank 0 receives or sends each rank's packed shard in place */
+ * (dd[q] + dc[q])/2); buf holds the largest shard, so that rank 0 moves
+ * one rank's packed shard at a time */
 typedef struct shard_map {
     int size;
-    int *dc, *dd, *bl, *ds;
+    int *dc, *dd;
     uint64_t *desc;
-    MPI_Datatype *type;
-    MPI_Request *req;
-    MPI_Status *sts;
+    float *buf;
 } shard_map;
 
 static void shard_map_free(shard_map *m)
 {
-    for (int q = 0; m->type && q < m->size; q++)
-        if (m->type[q] != MPI_DATATYPE_NULL) MPI_Type_free(&m->type[q]);
-    free(m->type);
-    free(m->req);
-    free(m->sts);
     free(m->dc);
     free(m->desc);
-    free(m->bl);
+    free(m->buf);
     memset(m, 0, sizeof *m);
+}
+
+/* floats of rank q's shard */
+static size_t shard_floats_of(const shard_map *m, int q)
+{
+    size_t n = 0;
+    for (int j = m->dd[q]; j < m->dd[q] + m->dc[q]; j += 2) n += m->desc[j + 1];
+    return n;
 }
 
 /* Collective on comm: the map on rank 0 (nothing elsewhere); errors agreed. */
@@ -292,14 +293,8 @@ static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
     if (!err && nparam > (size_t)INT_MAX) err = TS_ERR(TS_ERR_UNSUPPORTED, "sharded state of %zu floats: at most INT_MAX", nparam);
     if (!err && rank == 0) {
         m->dc = TS_CALLOC(2 * (size_t)size, sizeof *m->dc);
-        m->type = TS_CALLOC((size_t)size, sizeof *m->type);
-        m->req = TS_CALLOC((size_t)size, sizeof *m->req);
-        m->sts = TS_CALLOC((size_t)size, sizeof *m->sts);
-        if (!m->dc || !m->type || !m->req || !m->sts) err = TS_ERR(TS_ERR_NOMEM, "shard map");
-        else {
-            m->dd = m->dc + size;
-            for (int q = 0; q < size; q++) m->type[q] = MPI_DATATYPE_NULL;
-        }
+        if (!m->dc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+        else m->dd = m->dc + size;
     }
     err = ts_err_agree(comm, err);
     if (err) goto cleanup;
@@ -316,29 +311,22 @@ static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
             total += (size_t)m->dc[q];
         }
         m->desc = TS_CALLOC(total + 1, sizeof *m->desc);
-        m->bl = TS_CALLOC(total + 2, sizeof *m->bl);
-        if (!m->desc || !m->bl) err = TS_ERR(TS_ERR_NOMEM, "shard map");
-        else m->ds = m->bl + total / 2 + 1;
+        if (!m->desc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
     }
     err = ts_err_agree(comm, err);
     if (err) goto cleanup;
     TS_MPI(MPI_Gatherv(mine, nd, MPI_UINT64_T, m->desc, m->dc, m->dd, MPI_UINT64_T, 0, comm));
     if (rank == 0) {
-        size_t f = 0;
-        for (int q = 0; q < size && !err; q++) {
-            const int np = m->dc[q] / 2;
-            int *bl = m->bl + m->dd[q] / 2, *ds = m->ds + m->dd[q] / 2;
-            for (int j = 0; j < np; j++) {
-                ds[j] = (int)m->desc[m->dd[q] + 2 * j];
-                bl[j] = (int)m->desc[m->dd[q] + 2 * j + 1];
-                f += (size_t)bl[j];
-            }
-            int mrc = MPI_Type_indexed(np, bl, ds, MPI_FLOAT, &m->type[q]);
-            if (mrc == MPI_SUCCESS) mrc = MPI_Type_commit(&m->type[q]);
-            if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Type_indexed (shard map)");
+        size_t f = 0, most = 0;
+        for (int q = 0; q < size; q++) {
+            const size_t n = shard_floats_of(m, q);
+            f += n;
+            if (n > most) most = n;
         }
+        m->buf = TS_ALIGNED_ALLOC((most ? most : 16) * sizeof(float));
+        if (!m->buf) err = TS_ERR(TS_ERR_NOMEM, "a shard of the optimizer state (%zu floats)", most);
         /* every float of the region has one owner in comm */
-        if (!err && f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
+        else if (f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
     }
     err = ts_err_agree(comm, err);
 cleanup:
@@ -347,11 +335,12 @@ cleanup:
     return err;
 }
 
-/* rank 0: full (a whole state region) to or from every rank's packed
- * shard; the others: their packed shard from or to rank 0 */
+/* rank 0: full (a whole state region) from (gather) or to every rank's
+ * packed shard, one rank at a time through buf; the others: their packed
+ * shard to or from rank 0 */
 static int shard_move(const ts_stepper *s, MPI_Comm comm, const shard_map *m, float *full, float *packed, int gather)
 {
-    int rank, mrc = MPI_SUCCESS, err = 0;
+    int rank, mrc = MPI_SUCCESS;
     const int tag = 0x2e50; /* the ranks of comm exchange nothing else point to point meanwhile */
     MPI_Comm_rank(comm, &rank);
     if (rank != 0) {
@@ -359,21 +348,19 @@ static int shard_move(const ts_stepper *s, MPI_Comm comm, const shard_map *m, fl
                      : MPI_Recv(packed, (int)s->shard_floats, MPI_FLOAT, 0, tag, comm, MPI_STATUS_IGNORE);
         return mrc == MPI_SUCCESS ? 0 : ts_err_mpi(mrc, __FILE__, __LINE__, gather ? "MPI_Send (shard)" : "MPI_Recv (shard)");
     }
-    MPI_Request *req = m->req;
-    for (int q = 1; q < m->size && mrc == MPI_SUCCESS; q++)
-        mrc = gather ? MPI_Irecv(full, 1, m->type[q], q, tag, comm, &req[q])
-                     : MPI_Isend(full, 1, m->type[q], q, tag, comm, &req[q]);
-    /* rank 0's own shard */
-    size_t pos = 0;
-    for (int j = m->dd[0]; j < m->dd[0] + m->dc[0]; j += 2) {
-        if (gather) memcpy(full + m->desc[j], packed + pos, m->desc[j + 1] * sizeof(float));
-        else memcpy(packed + pos, full + m->desc[j], m->desc[j + 1] * sizeof(float));
-        pos += m->desc[j + 1];
+    for (int q = 0; q < m->size && mrc == MPI_SUCCESS; q++) {
+        const int n = (int)shard_floats_of(m, q);
+        float *p = q == 0 ? packed : m->buf;
+        if (q > 0 && gather) mrc = MPI_Recv(p, n, MPI_FLOAT, q, tag, comm, MPI_STATUS_IGNORE);
+        size_t pos = 0;
+        for (int j = m->dd[q]; j < m->dd[q] + m->dc[q] && mrc == MPI_SUCCESS; j += 2) {
+            if (gather) memcpy(full + m->desc[j], p + pos, m->desc[j + 1] * sizeof(float));
+            else memcpy(p + pos, full + m->desc[j], m->desc[j + 1] * sizeof(float));
+            pos += m->desc[j + 1];
+        }
+        if (q > 0 && !gather && mrc == MPI_SUCCESS) mrc = MPI_Send(p, n, MPI_FLOAT, q, tag, comm);
     }
-    req[0] = MPI_REQUEST_NULL;
-    if (mrc == MPI_SUCCESS) mrc = MPI_Waitall(m->size, req, m->sts);
-    if (mrc != MPI_SUCCESS) err = ts_err_mpi(mrc, __FILE__, __LINE__, "moving the optimizer state's shards");
-    return err;
+    return mrc == MPI_SUCCESS ? 0 : ts_err_mpi(mrc, __FILE__, __LINE__, "moving the optimizer state's shards");
 }
 
 int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full)
