@@ -57,7 +57,8 @@ static void help(void)
            "parallel.microbatches, parallel.schedule, parallel.pp_cut). Each replica trains its own batch\n"
            "(parallel.microbatches micro-batches of train.batch through the pipeline), each spatial group\n"
            "splits every sample's volume (halo exchange); gradient buckets are reduced while backward runs\n"
-           "(parallel.bucket_mb, model.sync_bn). samples/s counts all replicas' samples over the slowest\n"
+           "(parallel.bucket_mb, model.sync_bn; reduce-scattered, the shards stepped and the parameters\n"
+           "all-gathered with parallel.zero = 1). samples/s counts all replicas' samples over the slowest\n"
            "rank's time; comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in\n"
            "total, halo_exposed_ms / halo_hidden_ms the halo exchange. The JSON also has grid {dp, pp, sp},\n"
            "sp_dims, box, act_bytes (the model's activations, gradients and halo faces per rank, largest\n"
@@ -313,7 +314,9 @@ int ts_cli_bench_step(int argc, char **argv)
     TS_CHECK(ts_spatial_plan((int)spn, spdims, u.patch, u.levels, dims));
     TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
     TS_CHECK(ts_spatial_box(sp, u.patch, box_lo, box));
-    TS_CHECK(ts_unet_create(&u, ts_optim_state_count(&opt.cfg), &m));
+    int64_t zero;
+    TS_CHECK(ts_config_get_int(cfg, "parallel.zero", &zero));
+    TS_CHECK(ts_unet_create(&u, zero ? 0 : ts_optim_state_count(&opt.cfg), &m));
     {
         ts_coll_opts co;
         double bmb;
@@ -343,6 +346,7 @@ int ts_cli_bench_step(int argc, char **argv)
         TS_CHECK(ts_pipeline_create(m, grid->pp_comm, first, kind, M, &pipe));
         TS_CHECK(ts_stepper_set_pipeline(stepper, pipe, grid->pp_comm));
     }
+    if (zero) TS_CHECK(ts_err_agree(MPI_COMM_WORLD, ts_stepper_set_zero(stepper))); /* the sharded optimizer */
     {
         /* every rank's plan against the limit: the largest decides, so that all stop together */
         ts_unet_split own;
@@ -624,7 +628,8 @@ int ts_cli_bench_step(int argc, char **argv)
     }
     printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB per rank at most, arena %.1f MiB; memory plan "
            "%.0f MiB), loss %.4f\n", rss, hv[3] / 1048576.0,
-           (double)(ts_unet_arena(m)->nparam * (2 + ts_unet_arena(m)->nstate) + ts_unet_arena(m)->nbuf) * 4 / 1048576.0,
+           (double)(ts_unet_arena(m)->nparam * 2 + ts_unet_arena(m)->nstate_floats * (size_t)ts_unet_arena(m)->nstate +
+                    ts_unet_arena(m)->nbuf) * 4 / 1048576.0, /* the state: a shard with parallel.zero = 1 */
            plan.total_mb, loss);
     if (json) {
         if (!o) o = cJSON_CreateObject();

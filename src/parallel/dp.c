@@ -1,5 +1,6 @@
 /* Gradient buckets over the nonblocking allreduce, optionally compressed
- * (collectives/compress.c does the work on the progress thread); see dp.h. */
+ * (collectives/compress.c does the work on the progress thread), or
+ * reduce-scatter and allgather when sharded (parallel.zero); see dp.h. */
 #include "tsbuild.h"
 #include "src/parallel/dp.h"
 #include "src/core/error.h"
@@ -16,7 +17,8 @@ struct ts_dp {
     size_t n;
     int nb;           /* buckets; bucket k covers [lo[k], hi[k]), k = 0 is the tail */
     size_t *lo, *hi;
-    ts_coll_req **req;
+    ts_coll_req **req, **greq; /* reductions; gathers (sharded) */
+    int sharded;
     int next;         /* next bucket to queue */
     double comm0;     /* progress-thread seconds at ts_dp_begin */
     ts_dp_compress comp;
@@ -40,7 +42,8 @@ int ts_dp_create(ts_coll *coll, float *grads, size_t n, size_t bucket_floats, ts
     dp->lo = calloc((size_t)dp->nb + 1, sizeof *dp->lo);
     dp->hi = calloc((size_t)dp->nb + 1, sizeof *dp->hi);
     dp->req = calloc((size_t)dp->nb + 1, sizeof *dp->req);
-    if (!dp->lo || !dp->hi || !dp->req) {
+    dp->greq = calloc((size_t)dp->nb + 1, sizeof *dp->greq);
+    if (!dp->lo || !dp->hi || !dp->req || !dp->greq) {
         ts_dp_destroy(&dp);
         return TS_ERR(TS_ERR_NOMEM, "dp buckets");
     }
@@ -58,6 +61,8 @@ void ts_dp_destroy(ts_dp **dpp)
     ts_dp *dp = *dpp;
     for (int k = 0; dp->req && k < dp->nb; k++) ts_coll_wait(&dp->req[k]);
     ts_compressor_destroy(&dp->z);
+    for (int k = 0; dp->greq && k < dp->nb; k++) ts_coll_wait(&dp->greq[k]);
+    free(dp->greq);
     free(dp->lo);
     free(dp->hi);
     free(dp->req);
@@ -82,7 +87,10 @@ int ts_dp_ready(ts_dp *dp, size_t lo)
     if (ts_coll_size(dp->coll) == 1) return 0;
     while (dp->next < dp->nb && dp->lo[dp->next] >= lo) {
         int k = dp->next++;
-        if (dp->zstep)
+        if (dp->sharded)
+            TS_TRY(ts_coll_ireduce_scatter(dp->coll, TS_IN_PLACE, dp->grads + dp->lo[k], dp->hi[k] - dp->lo[k],
+                                           TS_FLOAT32, TS_OP_AVG, &dp->req[k]));
+        else if (dp->zstep)
             TS_TRY(ts_compress_iallreduce(dp->z, k, dp->grads + dp->lo[k], &dp->req[k]));
         else
             TS_TRY(ts_coll_iallreduce(dp->coll, TS_IN_PLACE, dp->grads + dp->lo[k], dp->hi[k] - dp->lo[k],
@@ -257,4 +265,37 @@ int ts_dp_compress_json(const ts_dp *dp, MPI_Comm stages, char *buf, size_t n)
              (long long)st.compressed_steps, st.buckets, st.compressed, v[8], v[0], v[1], ratio(v[0], v[1]), v[2], v[3],
              ratio(v[2], v[3]), v[4], v[5], ratio(v[4], v[5]), v[6], v[7], ratio(v[6], v[7]));
     return 0;
+}
+void ts_dp_set_sharded(ts_dp *dp, int on) { dp->sharded = on != 0; }
+
+size_t ts_dp_shard(const ts_dp *dp, size_t *lo, size_t *len)
+{
+    const int p = dp->sharded ? ts_coll_size(dp->coll) : 1, r = dp->sharded ? ts_coll_rank(dp->coll) : 0;
+    size_t total = 0;
+    for (int k = 0; k < dp->nb; k++) {
+        size_t o, l;
+        ts_coll_block(dp->hi[k] - dp->lo[k], TS_FLOAT32, p, r, &o, &l);
+        lo[k] = dp->lo[k] + o;
+        len[k] = l;
+        total += l;
+    }
+    return total;
+}
+
+int ts_dp_gather_start(ts_dp *dp, float *buf, int k)
+{
+    if (!dp->sharded || ts_coll_size(dp->coll) == 1) return 0;
+    if (k < 0 || k >= dp->nb || dp->greq[k]) return TS_ERR(TS_ERR_INTERNAL, "dp: gather of bucket %d", k);
+    return ts_coll_iallgather(dp->coll, buf + dp->lo[k], dp->hi[k] - dp->lo[k], TS_FLOAT32, &dp->greq[k]);
+}
+
+int ts_dp_gather_finish(ts_dp *dp)
+{
+    int err = 0;
+    for (int k = 0; k < dp->nb; k++) {
+        if (!dp->greq[k]) continue;
+        int e = ts_coll_wait(&dp->greq[k]);
+        if (!err) err = e;
+    }
+    return err;
 }

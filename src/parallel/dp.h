@@ -7,7 +7,11 @@
  * of backward. The optimizer waits only at ts_dp_finish. Optionally the
  * buckets are compressed (collectives/compress.h: bf16, fp16, top-k, sign,
  * PowerSGD), still on the progress thread, with per-bucket state that lives
- * as long as the ts_dp (docs/parallelism.md). */
+ * as long as the ts_dp (docs/parallelism.md).
+ * Sharded (parallel.zero = 1, docs/parallelism.md): buckets are
+ * reduce-scattered instead, each rank keeps the average of its block of
+ * every bucket (its shard, which it steps), and the updated blocks are
+ * all-gathered back bucket by bucket (ts_dp_gather_start). */
 #ifndef TS_PARALLEL_DP_H
 #define TS_PARALLEL_DP_H
 
@@ -36,6 +40,24 @@ int ts_dp_ready(ts_dp *dp, size_t lo);
 /* Collective: queues what is left, waits for every bucket; gradients are
  * then averaged over the group. Adds this step's figures to *st if given. */
 int ts_dp_finish(ts_dp *dp, ts_dp_stats *st);
+/* Local. Sharded mode on or off (between steps): in it each bucket is
+ * reduce-scattered (averaged) instead of allreduced, so after ts_dp_finish
+ * this rank holds the average only of its block of every bucket (block r of
+ * ts_coll_block over the bucket on rank r): its shard; the rest of the
+ * gradients is scratch. */
+void ts_dp_set_sharded(ts_dp *dp, int on);
+/* Local. This rank's shard: for each bucket k (ts_dp_buckets entries),
+ * lo[k] and len[k] relative to the gradients (the whole buckets when not
+ * sharded or alone). Returns the shard's floats. */
+size_t ts_dp_shard(const ts_dp *dp, size_t *lo, size_t *len);
+/* Collective in call order (every rank the same k in the same order). buf:
+ * n floats laid out as the gradients (the parameter region), in which each
+ * rank's block of bucket k is current; queues its allgather on the progress
+ * thread. buf's bucket stays untouched until ts_dp_gather_finish. */
+int ts_dp_gather_start(ts_dp *dp, float *buf, int k);
+/* Collective: waits for every gather started; then every rank holds every
+ * block. Returns the first error. */
+int ts_dp_gather_finish(ts_dp *dp);
 /* Local. Number of buckets. */
 int ts_dp_buckets(const ts_dp *dp);
 

@@ -60,6 +60,9 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"parallel.local_sgd", TS_CFG_ENUM, "global", "global|node", "local SGD (parallel.local_steps > 1): global: no gradient "
      "exchange between replicas; node: gradients averaged over the replicas of a node every step, parameters over all "
      "every local_steps"},
+    {"parallel.zero", TS_CFG_INT, "0", "0:1", "1: sharded optimizer state (ZeRO stage 1): gradients reduce-scattered, each rank "
+     "of the gradient group (dp x sp) steps its shard of the parameters and holds only its shard's optimizer state, "
+     "parameters all-gathered; checkpoints stay whole"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
@@ -92,6 +95,8 @@ typedef struct trainer {
     int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
     int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
     int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
+    int zero;                 /* parallel.zero: sharded optimizer state */
+    double state_bytes_max;   /* optimizer state bytes on the rank holding the most */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
     double unit_cost[TS_UNET_MAX_LEVELS * 4];
@@ -191,6 +196,50 @@ static int local_average(trainer *t, int64_t after_step)
     return err;
 }
 
+/* ---- sharded optimizer state (parallel.zero = 1) ---- */
+/* Reads parallel.zero; refuses what cannot compose with it, before any work. */
+static int setup_zero(trainer *t)
+{
+    int64_t v;
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.zero", &v));
+    t->zero = (int)v;
+    if (t->zero && t->local_steps > 1)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.local_steps = %d: a sharded optimizer steps "
+                      "each shard on gradients reduced over the whole group every step, while local SGD's replicas step "
+                      "on their own gradients and so each need the whole optimizer state; use one of the two",
+                      ts_config_source(t->cfg, "parallel.zero"), t->local_steps);
+    const char *comp;
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.compress", &comp));
+    if (t->zero && strcmp(comp, "none"))
+        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.compress = %s (%s): the sharded optimizer "
+                      "reduce-scatters the buckets, and the compressors (error feedback, PowerSGD's factors) work on "
+                      "whole-bucket allreduces; use one of the two", ts_config_source(t->cfg, "parallel.zero"), comp,
+                      ts_config_source(t->cfg, "parallel.compress"));
+    return 0;
+}
+
+/* Once the stepper exists: shards its optimizer (zero = 1) and says how much
+ * optimizer state each rank holds. Collective on world. */
+static int start_zero(trainer *t)
+{
+    const ts_arena *a = t->arena;
+    const int ns = ts_optim_state_count(&t->opt.cfg);
+    if (t->zero) TS_TRY(ts_err_agree(t->grid->world, ts_stepper_set_zero(t->stepper)));
+    const double mine = (double)ts_stepper_state_floats(t->stepper) * ns * sizeof(float);
+    const double whole = (double)a->nparam * ns * sizeof(float), MiB = 1048576.0;
+    t->state_bytes_max = mine;
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &t->state_bytes_max, 1, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    if (t->zero)
+        ts_run_say(&t->run, "optimizer state: parallel.zero = 1, sharded over the %d ranks of each gradient group (dp %d "
+                   "x sp %d%s): %.3f MiB per rank at most, %.3fx the whole state's %.3f MiB", ts_coll_size(t->coll),
+                   t->grid->dp, t->grid->sp, t->pipe ? ", within each pipeline stage" : "", t->state_bytes_max / MiB,
+                   whole > 0 ? t->state_bytes_max / whole : 0.0, whole / MiB);
+    else
+        ts_run_say(&t->run, "optimizer state: %.3f MiB per rank (parallel.zero = 0: every rank holds all of it)",
+                   t->state_bytes_max / MiB);
+    return 0;
+}
+
 /* ---- checkpoints ---- */
 static const char *state_name(const ts_optim_cfg *o, int s)
 {
@@ -198,7 +247,10 @@ static const char *state_name(const ts_optim_cfg *o, int s)
     return "momentum_buffer";
 }
 
-static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
+/* the checkpoint's named views: parameters and buffers in the arena, the
+ * optimizer state in the whole state regions state[s] (the arena's, or
+ * gathered ones with a sharded optimizer) */
+static int ckpt_items(trainer *t, float *const *state, ts_ckpt_item **out, int *n)
 {
     ts_arena *a = t->arena;
     int ns = ts_optim_state_count(&t->opt.cfg), k = 0;
@@ -212,7 +264,8 @@ static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
         for (int i = 0; i < a->n; i++) {
             if (a->p[i].kind != TS_PARAM) continue;
             snprintf(it[k].name, sizeof it[k].name, "/optim/%s/%s", state_name(&t->opt.cfg, s), a->p[i].name);
-            it[k++].t = ts_arena_state(a, s, i);
+            it[k].t = ts_arena_value(a, i);
+            it[k++].t.data = state[s] ? state[s] + a->p[i].offset : NULL; /* NULL: a sharded state off the writer */
         }
     *out = it;
     *n = k;
@@ -236,7 +289,7 @@ static int gather_stages(trainer *t)
         if (i >= e0 && i < e1) continue;
         ts_tensor v = ts_arena_value(a, i);
         memset(v.data, 0, ts_tensor_bytes(&v));
-        if (a->p[i].kind != TS_PARAM) continue;
+        if (a->p[i].kind != TS_PARAM || t->zero) continue; /* a sharded state is gathered by save_ckpt */
         for (int k = 0; k < a->nstate; k++) {
             ts_tensor st = ts_arena_state(a, k, i);
             memset(st.data, 0, ts_tensor_bytes(&st));
@@ -245,7 +298,7 @@ static int gather_stages(trainer *t)
     float *regions[2 + TS_ARENA_MAX_STATE] = {a->params, a->buffers};
     size_t sizes[2 + TS_ARENA_MAX_STATE] = {a->nparam, a->nbuf};
     int nr = 2;
-    for (int k = 0; k < a->nstate; k++) {
+    for (int k = 0; k < a->nstate && !t->zero; k++) {
         regions[nr] = a->state[k];
         sizes[nr++] = a->nparam;
     }
@@ -270,8 +323,30 @@ static int params_finite(const ts_arena *a)
     return 1;
 }
 
+/* The whole optimizer state regions for a checkpoint: the arena's own, or
+ * with zero = 1 whole-size ones on world rank 0 only (the writer; freed by
+ * free_full_state), NULL elsewhere. */
+static int full_state(trainer *t, float **full)
+{
+    const ts_arena *a = t->arena;
+    memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
+    if (t->zero && t->grid->rank != 0) return 0;
+    for (int s = 0; s < a->nstate; s++) {
+        full[s] = t->zero ? TS_ALIGNED_ALLOC((a->nparam ? a->nparam : 16) * sizeof(float)) : a->state[s];
+        if (!full[s]) return TS_ERR(TS_ERR_NOMEM, "whole optimizer state for the checkpoint (%zu floats)", a->nparam);
+    }
+    return 0;
+}
+
+static void free_full_state(trainer *t, float **full)
+{
+    for (int s = 0; s < TS_ARENA_MAX_STATE && t->zero; s++) free(full[s]);
+    memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
+}
+
 static int save_ckpt(trainer *t)
 {
+    float *full[TS_ARENA_MAX_STATE] = {NULL};
     int err = 0, n = 0;
     ts_ckpt_item *it = NULL;
     char dir[1100], path[4096], *text = NULL;
@@ -290,7 +365,10 @@ static int save_ckpt(trainer *t)
                     "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
                     (long long)t->step, t->run.dir);
     }
-    TS_CHECK(ckpt_items(t, &it, &n));
+    /* a sharded state is gathered whole onto the writer, rank 0 (transient; docs/parallelism.md) */
+    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
+    if (t->zero) TS_CHECK(ts_stepper_state_gather(t->stepper, t->grid->world, full));
+    TS_CHECK(ckpt_items(t, full, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
     if (mf) {
@@ -313,6 +391,7 @@ static int save_ckpt(trainer *t)
     ts_run_say(&t->run, "checkpoint: %s", path);
 cleanup:
     ts_perf_end(t->perf, TS_PH_CKPT);
+    free_full_state(t, full);
     free(text);
     free(it);
     return err;
@@ -325,6 +404,7 @@ cleanup:
  * repeat). Collective on world. */
 static int resume(trainer *t)
 {
+    float *full[TS_ARENA_MAX_STATE] = {NULL};
     int err = 0, n = 0;
     ts_ckpt_item *it = NULL;
     const char *how;
@@ -334,7 +414,8 @@ static int resume(trainer *t)
     const int autom = !strcmp(how, "auto");
     int64_t st = INT64_MAX;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
-    TS_CHECK(ckpt_items(t, &it, &n));
+    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
+    TS_CHECK(ckpt_items(t, full, &it, &n));
     ts_ckpt_meta m;
     for (;;) {
         if (autom) {
@@ -345,7 +426,8 @@ static int resume(trainer *t)
         } else {
             snprintf(path, sizeof path, "%s", how);
         }
-        int lerr = ts_ckpt_load(path, it, n, &m);
+        /* a sharded state: rank 0 reads it and hands out the shards below */
+        int lerr = ts_ckpt_load(path, it, t->zero && t->grid->rank != 0 ? t->arena->n : n, &m);
         if (!lerr && !params_finite(t->arena))
             lerr = TS_ERR(TS_ERR_FORMAT, "%s holds non-finite parameters (NaN or Inf)", path);
         lerr = ts_err_agree(t->grid->world, lerr);
@@ -357,6 +439,7 @@ static int resume(trainer *t)
         ts_run_say(&t->run, "checkpoint %s is not usable (%s): trying the one before it", path, ts_err_message());
         ts_err_clear();
     }
+    if (t->zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->grid->world, full)); /* each rank's shard */
     t->step = m.step;
     t->opt.step = m.step;
     if (t->ls.dynamic && m.loss_scale > 0) { /* the scale where it was (a checkpoint without one: the initial) */
@@ -370,6 +453,7 @@ static int resume(trainer *t)
     TS_CHECK(ts_err_agree(t->grid->world, ts_run_truncate_metrics(&t->run, m.step)));
     ts_run_say(&t->run, "resumed from %s at step %lld", path, (long long)m.step);
 cleanup:
+    free_full_state(t, full);
     free(it);
     return err;
 }
@@ -537,6 +621,12 @@ static int check_memory(trainer *t, int prefetch)
         for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
     TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
                                 t->sp_dims, t->rss0_mb, &mp));
+    if (t->zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
+        const double st = (double)ts_optim_state_count(&t->opt.cfg) * (double)t->arena->nparam * 4 /
+                          ts_coll_size(t->coll) / 1048576.0;
+        mp.params_mb += st;
+        mp.total_mb += st;
+    }
     t->mem_plan = mp;
     if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
     char hint[256] = "";
@@ -718,6 +808,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
     else t->acoll = t->coll;
     TS_CHECK(setup_local_sgd(t, &co));
+    TS_CHECK(setup_zero(t));
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_loss_scaler_from_config(cfg, t->ucfg.precision, &t->ls));
@@ -752,7 +843,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                                 "(parallel.pp = 1); micro-batches are train.accum\n", (long long)v);
     }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
-    TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
+    TS_CHECK(ts_unet_create(&t->ucfg, t->zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
     int64_t seed;
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
@@ -933,6 +1024,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
         ts_run_say(&t->run, "%s", line);
     }
+    TS_CHECK(start_zero(t));
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
     {
@@ -1252,6 +1344,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                      "\"parameter_averages\": %lld}",
                      t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
                      (long long)t.param_avgs);
+            l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
+                     "\"bytes_whole\": %.0f}", t.zero, t.zero ? ts_coll_size(t.coll) : 1, t.state_bytes_max,
+                     (double)t.arena->nparam * ts_optim_state_count(&t.opt.cfg) * sizeof(float));
         }
         {
             /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
