@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -795,6 +796,34 @@ static void fill_pad(float *image, uint8_t *label, int64_t C, const int64_t *sz,
     if (label) memset(label, 0, (size_t)nv);
 }
 
+/* The voxels of the volume inside the box [a, b) (box origin lo, size sz)
+ * must be finite: the loader pads with NaN and turns NaN into 0, so a NaN
+ * stored in the file would otherwise vanish without a word. */
+static int check_finite(const ts_dataset *ds, int64_t i, const int64_t *lo, const int64_t *sz, const int64_t *a,
+                        const int64_t *b, const float *image)
+{
+    const idx_row *r = &ds->rows[i];
+    int64_t bad = 0, at[4] = {0, 0, 0, 0};
+    for (int64_t c = 0; c < r->shape[0]; c++)
+        for (int64_t z = a[0]; z < b[0]; z++)
+            for (int64_t y = a[1]; y < b[1]; y++) {
+                const float *row = image + ((c * sz[0] + (z - lo[0])) * sz[1] + (y - lo[1])) * sz[2] - lo[2];
+                for (int64_t x = a[2]; x < b[2]; x++)
+                    if (!isfinite(row[x]) && !bad++) {
+                        at[0] = c;
+                        at[1] = z;
+                        at[2] = y;
+                        at[3] = x;
+                    }
+            }
+    if (!bad) return 0;
+    return TS_ERR(TS_ERR_NUMERIC, "%s: /samples/%06lld/image (sample '%s'): %lld non-finite voxel%s (NaN or Inf) in "
+                  "the box read, the first at (c=%lld, d=%lld, h=%lld, w=%lld): a dataset's images must be finite "
+                  "(tessera convert refuses them, or replaces them with --nan-to)", ds->fnames[r->shard], (long long)i,
+                  r->name, (long long)bad, bad > 1 ? "s" : "", (long long)at[0], (long long)at[1], (long long)at[2],
+                  (long long)at[3]);
+}
+
 static int read_box(ts_dataset *ds, int64_t i, const int64_t lo[3], const int64_t sz[3], float *image, uint8_t *label,
                     float pad, int coll)
 {
@@ -819,6 +848,7 @@ static int read_box(ts_dataset *ds, int64_t i, const int64_t lo[3], const int64_
     if (!inside && !empty) fill_pad(image, label, r->shape[0], sz, pad);
     if (empty) fill_pad(image, label, r->shape[0], sz, pad);
     if (image) TS_TRY(read_volume(ds, i, 0, lo, sz, a, b, image, coll, empty));
+    if (image && !empty) TS_TRY(check_finite(ds, i, lo, sz, a, b, image));
     if (label) TS_TRY(read_volume(ds, i, 1, lo, sz, a, b, label, coll, empty));
     return 0;
 }
@@ -876,6 +906,7 @@ int ts_dataset_read_box_all(ts_dataset *ds, int64_t i, const int64_t lo[3], cons
             void *dst = k ? (void *)label : (void *)image;
             int e = empty || !dst;
             lerr = read_volume(ds, i, k, lo, size, a, b, dst ? dst : (k ? (void *)&dummyb : (void *)&dummyf), 1, e);
+            if (!lerr && !k && !e) lerr = check_finite(ds, i, lo, size, a, b, image);
         }
     TS_CHECK(ts_err_agree(ds->comm, lerr));
 cleanup:
