@@ -351,6 +351,8 @@ cleanup:
 
 /* ---------------- Medical Segmentation Decathlon ---------------- */
 
+/* The whole file as a string, at most max bytes (the buffer grows with
+ * what is read, not to max up front). */
 static char *read_text(const char *path, size_t max)
 {
     FILE *f = fopen(path, "rb");
@@ -358,14 +360,28 @@ static char *read_text(const char *path, size_t max)
         TS_ERR(TS_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) {
-        TS_ERR(TS_ERR_NOMEM, "%s", path);
-        return NULL;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    int bad = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            size_t nc = cap ? 2 * cap : 8192;
+            char *b = realloc(buf, nc);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                TS_ERR(TS_ERR_NOMEM, "%s", path);
+                return NULL;
+            }
+            buf = b;
+            cap = nc;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (n > max || got < 4096) break;
     }
+    bad = ferror(f);
+    fclose(f);
     if (bad || n > max) {
         free(buf);
         TS_ERR(TS_ERR_IO, "cannot read %s%s", path, n > max ? " (too large)" : "");

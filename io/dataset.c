@@ -253,6 +253,29 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
     }
     TS_CHECK(ts_err_agree(ds->comm, lerr));
 
+    /* the index must hold num_samples rows before tables of that size are
+     * allocated (a wrong count is an error, not a huge allocation) */
+    {
+        hsize_t rows = 0;
+        int nd = -1;
+        ts_h5_lock();
+        if (H5Lexists(ds->main, "/index", H5P_DEFAULT) > 0) {
+            hid_t d = H5Dopen2(ds->main, "/index", H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
+            nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+            if (nd == 1) H5Sget_simple_extent_dims(sp, &rows, NULL);
+            if (sp >= 0) H5Sclose(sp);
+            if (d >= 0) H5Dclose(d);
+        }
+        H5Eclear2(H5E_DEFAULT);
+        ts_h5_unlock();
+        if (nd != 1)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: dataset /index is missing or not one-dimensional", path);
+        else if ((int64_t)rows != ds->n || ds->n > TS_IO_SAMPLES_MAX)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: num_samples is %lld but /index has %llu rows (at most %lld samples)", path,
+                          (long long)ds->n, (unsigned long long)rows, (long long)TS_IO_SAMPLES_MAX);
+    }
+    TS_CHECK(ts_err_agree(ds->comm, lerr));
+
     /* index and per-sample statistics: small tables read collectively */
     {
         size_t n = (size_t)ds->n, C = (size_t)ds->C, K = (size_t)ds->K;
@@ -282,10 +305,14 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
             r->name[TS_IO_NAME_MAX - 1] = '\0';
             if (r->shard < 0 || r->shard >= ds->nfiles)
                 lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] names shard %d of %d", path, i, r->shard, ds->nfiles);
-            else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1)
-                lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d)", path,
-                              i, (long long)r->shape[0], (long long)r->shape[1], (long long)r->shape[2],
-                              (long long)r->shape[3], ds->C);
+            else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1 ||
+                     r->shape[1] > TS_IO_EDGE_MAX || r->shape[2] > TS_IO_EDGE_MAX || r->shape[3] > TS_IO_EDGE_MAX ||
+                     (double)r->shape[0] * (double)r->shape[1] * (double)r->shape[2] * (double)r->shape[3] >
+                         (double)TS_IO_VOXELS_MAX)
+                lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d; edges "
+                              "1..%lld, at most %lld voxels)", path, i, (long long)r->shape[0], (long long)r->shape[1],
+                              (long long)r->shape[2], (long long)r->shape[3], ds->C, (long long)TS_IO_EDGE_MAX,
+                              (long long)TS_IO_VOXELS_MAX);
             else if (r->foreground < 0 || r->foreground > r->shape[1] * r->shape[2] * r->shape[3])
                 lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has %lld foreground coordinates", path, i,
                               (long long)r->foreground);

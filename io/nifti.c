@@ -18,6 +18,18 @@
 
 static uint32_t bswap32(uint32_t x) { return __builtin_bswap32(x); }
 
+static int supported(int dt)
+{
+    switch (dt) {
+    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
+    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
+    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Recognises a NIfTI header before niftilib sees it: its own error for a
  * garbage header is a line on stderr. Reads the first bytes through zlib
  * (plain files pass through unchanged). */
@@ -48,9 +60,46 @@ static int precheck(const char *path, int *version, double *vox_offset)
         return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-1 magic is not 'n+1' or 'ni1' (ANALYZE 7.5 is not supported)", path);
     if (v == 2 && strncmp(magic, "n+2", 3) && strncmp(magic, "ni2", 3))
         return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-2 magic is not 'n+2' or 'ni2'", path);
+    const int swap = v == 1 ? sz != 348 : sz != 540;
+    /* dim[0] must be 1..7 before niftilib sees it: libnifti2 3.0.1 loops
+     * up to dim[0] over the 8-element dim array (a crash on dim[0] = 2^40) */
+    int64_t dim0;
+    if (v == 1) {
+        uint16_t u;
+        memcpy(&u, h + 40, 2);
+        dim0 = (int16_t)(swap ? __builtin_bswap16(u) : u);
+    } else {
+        uint64_t u;
+        memcpy(&u, h + 16, 8);
+        dim0 = (int64_t)(swap ? __builtin_bswap64(u) : u);
+    }
+    if (dim0 < 1 || dim0 > 7)
+        return TS_ERR(TS_ERR_FORMAT, "%s: dim[0] (the number of dimensions) is %lld, not 1..7", path, (long long)dim0);
+    /* every used dimension >= 1 (niftilib turns 0 and negative sizes into 1) */
+    for (int64_t k = 1; k <= dim0; k++) {
+        int64_t dk;
+        if (v == 1) {
+            uint16_t u;
+            memcpy(&u, h + 40 + 2 * k, 2);
+            dk = (int16_t)(swap ? __builtin_bswap16(u) : u);
+        } else {
+            uint64_t u;
+            memcpy(&u, h + 16 + 8 * k, 8);
+            dk = (int64_t)(swap ? __builtin_bswap64(u) : u);
+        }
+        if (dk < 1)
+            return TS_ERR(TS_ERR_FORMAT, "%s: dim[%lld] is %lld: every dimension up to dim[0] = %lld must be >= 1", path,
+                          (long long)k, (long long)dk, (long long)dim0);
+    }
+    /* the voxel type, before niftilib prints its own complaint */
+    uint16_t dtu;
+    memcpy(&dtu, h + (v == 1 ? 70 : 12), 2);
+    const int dt = (int16_t)(swap ? __builtin_bswap16(dtu) : dtu);
+    if (!supported(dt))
+        return TS_ERR(TS_ERR_FORMAT, "%s: voxel type %s (%d) is not supported (integer or float scalars only)", path,
+                      nifti_datatype_string(dt), dt);
     /* vox_offset as the header holds it (niftilib replaces an offset inside
      * the header, a huge one and NaN by 348 without a word) */
-    const int swap = v == 1 ? sz != 348 : sz != 540;
     if (v == 1) {
         uint32_t u;
         memcpy(&u, h + 108, 4);
@@ -79,18 +128,6 @@ static int64_t data_length(const char *path)
     while ((got = gzread(f, buf, sizeof buf)) > 0) n += got;
     gzclose(f);
     return got < 0 ? -1 : n;
-}
-
-static int supported(int dt)
-{
-    switch (dt) {
-    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
-    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
-    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
-        return 1;
-    default:
-        return 0;
-    }
 }
 
 int ts_nifti_read(const char *path, ts_nifti **out)
@@ -144,15 +181,20 @@ int ts_nifti_read(const char *path, ts_nifti **out)
         }
     n->sform_code = nim->sform_code;
     n->qform_code = nim->qform_code;
-    n->nvox = nx * ny * nz * nt;
     n->nbyper = nim->nbyper;
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(nx, ny, &n->nvox) || __builtin_mul_overflow(n->nvox, nz, &n->nvox) ||
+        __builtin_mul_overflow(n->nvox, nt, &n->nvox) || n->nbyper < 1 ||
+        __builtin_mul_overflow(n->nvox, (int64_t)n->nbyper, &bytes) || bytes > ((int64_t)1 << 40))
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld x %lld x %lld x %lld voxels of %d bytes is too large (at most 1 TiB)", path,
+                (long long)nx, (long long)ny, (long long)nz, (long long)nt, n->nbyper);
     if (n->nvox != nim->nvox)
         TS_FAIL(TS_ERR_FORMAT, "%s: voxel count %lld does not match the dimensions", path, (long long)nim->nvox);
-    const int64_t bytes = n->nvox * n->nbyper;
-    if (bytes / n->nbyper != n->nvox || bytes > ((int64_t)1 << 40))
-        TS_FAIL(TS_ERR_FORMAT, "%s: %lld voxels is too large", path, (long long)n->nvox);
-    n->data = TS_ALIGNED_ALLOC((size_t)bytes);
-    if (!n->data) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)bytes);
+    /* the buffer grows with the bytes actually read: a header alone cannot
+     * make the reader allocate what the file does not hold */
+    int64_t cap = bytes < ((int64_t)64 << 20) ? bytes : ((int64_t)64 << 20);
+    n->data = malloc((size_t)(cap ? cap : 1));
+    if (!n->data) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)cap);
 
     /* the voxels: count them ourselves (niftilib zero-fills a short file) */
     const char *iname = nim->iname ? nim->iname : path;
@@ -176,7 +218,14 @@ int ts_nifti_read(const char *path, ts_nifti **out)
                 (long long)off);
     int64_t done = 0;
     while (done < bytes) {
-        int64_t want = bytes - done > (1 << 30) ? (1 << 30) : bytes - done;
+        if (done == cap) {
+            int64_t ncap = cap > bytes / 2 ? bytes : 2 * cap;
+            void *grown = realloc(n->data, (size_t)ncap);
+            if (!grown) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)ncap);
+            n->data = grown;
+            cap = ncap;
+        }
+        int64_t want = cap - done > (1 << 30) ? (1 << 30) : cap - done;
         int got = gzread(f, (char *)n->data + done, (unsigned)want);
         if (got < 0) {
             int ze;
