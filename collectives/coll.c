@@ -206,8 +206,8 @@ int ts_coll_run(ts_coll *c, ts_coll_kind kind, const char *algo, const void *sen
     }
     ts_coll_args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = dt, .op = op,
                       .root = root};
+    ts_fault_point(ts_coll_kind_name(kind)); /* (an injected hang: this rank never arrives) */
     ts_watch_enter(ts_coll_kind_name(kind), "collective", count * ts_dtype_size(dt));
-    ts_fault_point(ts_coll_kind_name(kind));
     int rc = ts_coll_dispatch(c, &c->main, &a, idx);
     ts_watch_leave();
     return rc;

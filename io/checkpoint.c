@@ -3,6 +3,7 @@
 #include "tsbuild.h"
 #include "io/checkpoint.h"
 #include "io/h5.h"
+#include "src/core/fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +13,21 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
+
+/* CRC-32 of n bytes (zlib), in pieces below its 4 GiB argument limit */
+static uint32_t crc_of(const void *p, size_t n)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    const unsigned char *b = p;
+    while (n > 0) {
+        const uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, b, k);
+        b += k;
+        n -= k;
+    }
+    return (uint32_t)c;
+}
 
 static int fsync_path(const char *path, int dir)
 {
@@ -92,6 +108,10 @@ static int write_file(const char *path, const void *buf, size_t n)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd < 0) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     const char *p = buf;
+    if (ts_fault_at(TS_FAULT_ENOSPC, ts_fault_step(), NULL)) { /* an injected full disk */
+        close(fd);
+        return TS_ERR(TS_ERR_IO, "%s: write failed: %s (injected: TESSERA_FAULT)", path, strerror(ENOSPC));
+    }
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
@@ -115,7 +135,7 @@ static int write_file(const char *path, const void *buf, size_t n)
 /* The file is built in memory (HDF5's core driver, no backing store) and
  * written out here: HDF5 never writes to the disk, so a full disk is one
  * write() error, and no half-flushed HDF5 file stays open behind it. */
-static int write_state(const char *file, const ts_ckpt_item *items, int n, const ts_ckpt_meta *m)
+static int write_state(const char *file, const ts_ckpt_item *items, int n, const ts_ckpt_meta *m, uint32_t *crc)
 {
     int err = 0;
     hid_t f = H5I_INVALID_HID, sp = H5I_INVALID_HID, ds = H5I_INVALID_HID, fapl = H5I_INVALID_HID;
@@ -163,12 +183,25 @@ cleanup:
     if (sp != H5I_INVALID_HID) H5Sclose(sp);
     if (f != H5I_INVALID_HID) H5Fclose(f); /* in memory: nothing to write */
     if (fapl != H5I_INVALID_HID) H5Pclose(fapl);
-    if (!err) err = write_file(file, image, (size_t)size);
+    if (!err) {
+        *crc = crc_of(image, (size_t)size);
+        err = write_file(file, image, (size_t)size);
+    }
+    if (!err && ts_fault_at(TS_FAULT_CORRUPT, ts_fault_step(), NULL)) { /* injected: a byte flipped on disk */
+        FILE *c = fopen(file, "r+b");
+        if (c) {
+            fseek(c, (long)(size / 2), SEEK_SET);
+            int b = fgetc(c);
+            fseek(c, (long)(size / 2), SEEK_SET);
+            fputc(b ^ 0x5a, c);
+            fclose(c);
+        }
+    }
     free(image);
     return err;
 }
 
-static int write_manifest(const char *path, const char *state, const ts_ckpt_meta *m, int n)
+static int write_manifest(const char *path, const char *state, const ts_ckpt_meta *m, int n, uint32_t crc)
 {
     struct stat st;
     if (stat(state, &st) != 0) return TS_ERR(TS_ERR_IO, "%s: %s", state, strerror(errno));
@@ -177,9 +210,9 @@ static int write_manifest(const char *path, const char *state, const ts_ckpt_met
     int bad = fprintf(f,
                       "{\n  \"format\": \"tessera-checkpoint\",\n  \"version\": 1,\n  \"step\": %lld,\n  \"epoch\": %lld,\n"
                       "  \"sampler_position\": %lld,\n  \"ranks\": %d,\n  \"tensors\": %d,\n"
-                      "  \"files\": {\"state.h5\": %lld}\n}\n",
+                      "  \"files\": {\"state.h5\": %lld},\n  \"crc32\": {\"state.h5\": \"%08x\"}\n}\n",
                       (long long)m->step, (long long)m->epoch, (long long)m->sampler_position, m->ranks, n,
-                      (long long)st.st_size) < 0;
+                      (long long)st.st_size, crc) < 0;
     bad |= fflush(f) != 0;
     bad |= fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
@@ -242,9 +275,10 @@ int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int 
         ts_h5_lock();
         rmtree(tmp); /* a crashed earlier attempt */
         err = mkdirs(tmp);
-        if (!err) err = write_state(state, items, n, meta);
+        uint32_t crc = 0;
+        if (!err) err = write_state(state, items, n, meta, &crc);
         if (!err) err = fsync_path(state, 0);
-        if (!err) err = write_manifest(man, state, meta, n);
+        if (!err) err = write_manifest(man, state, meta, n, crc);
         if (!err) err = fsync_path(tmp, 1);
         if (!err) {
             struct stat st;
@@ -273,9 +307,15 @@ int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int 
 
 int ts_ckpt_latest(const char *dir, char *path, size_t n, int64_t *step)
 {
+    return ts_ckpt_before(dir, INT64_MAX, path, n, step);
+}
+
+int ts_ckpt_before(const char *dir, int64_t before, char *path, size_t n, int64_t *step)
+{
     int64_t steps[4096];
     int k = list_steps(dir, steps, 4096);
     for (int i = 0; i < k; i++) {
+        if (steps[i] >= before) continue;
         char p[4096];
         snprintf(p, sizeof p, "%s/step-%lld", dir, (long long)steps[i]);
         if (ts_ckpt_is_complete(p)) {
@@ -287,6 +327,34 @@ int ts_ckpt_latest(const char *dir, char *path, size_t n, int64_t *step)
     return 1;
 }
 
+/* the manifest's CRC-32 of state.h5 against the file's (manifests without one: nothing to check) */
+static int verify_crc(const char *dir, const char *state)
+{
+    char man[4096], buf[4096];
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    FILE *f = fopen(man, "r");
+    if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", man, strerror(errno));
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *p = strstr(buf, "\"crc32\": {\"state.h5\": \"");
+    if (!p) return 0;
+    const uint32_t want = (uint32_t)strtoul(p + strlen("\"crc32\": {\"state.h5\": \""), NULL, 16);
+    FILE *s = fopen(state, "rb");
+    if (!s) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", state, strerror(errno));
+    uLong c = crc32(0L, Z_NULL, 0);
+    unsigned char chunk[1 << 16];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, s)) > 0) c = crc32(c, chunk, (uInt)r);
+    const int bad = ferror(s);
+    fclose(s);
+    if (bad) return TS_ERR(TS_ERR_IO, "%s: read error", state);
+    if ((uint32_t)c != want)
+        return TS_ERR(TS_ERR_FORMAT, "%s: checksum mismatch (CRC-32 %08x, the manifest says %08x): the checkpoint is "
+                      "corrupt", state, (unsigned)c, (unsigned)want);
+    return 0;
+}
+
 int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *meta)
 {
     int err = 0;
@@ -296,6 +364,7 @@ int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *met
         return TS_ERR(TS_ERR_FORMAT, "%s is not a complete checkpoint (no manifest.json, or state.h5 has the wrong size)",
                       path);
     snprintf(state, sizeof state, "%s/state.h5", path);
+    TS_TRY(verify_crc(path, state));
     ts_h5_init();
     ts_h5_lock();
     f = H5Fopen(state, H5F_ACC_RDONLY, H5P_DEFAULT);

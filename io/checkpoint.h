@@ -5,7 +5,8 @@
  * <ckpt>/.tmp-step-<N>/, fsynced, then renamed into place and the parent
  * directory fsynced, so a crash or a full disk never leaves a checkpoint
  * that looks complete, and older checkpoints are never touched before the
- * new one is in place. io takes named tensor views, not models. */
+ * new one is in place. The manifest records the size and the CRC-32 of
+ * state.h5, checked at load. io takes named tensor views, not models. */
 #ifndef TS_IO_CHECKPOINT_H
 #define TS_IO_CHECKPOINT_H
 
@@ -40,10 +41,15 @@ int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int 
 /* Local. The newest complete checkpoint under dir: 0 with its path and
  * step, 1 if there is none (an incomplete or temporary one is skipped). */
 int ts_ckpt_latest(const char *dir, char *path, size_t n, int64_t *step);
+/* Local. The newest complete checkpoint under dir older than step `before`
+ * (to fall back when the newest one is corrupt): as ts_ckpt_latest. */
+int ts_ckpt_before(const char *dir, int64_t before, char *path, size_t n, int64_t *step);
 /* Local. 1 if path is a complete checkpoint directory. */
 int ts_ckpt_is_complete(const char *path);
 /* Local. Reads a checkpoint directory into the views (shapes must match;
- * a missing dataset is an error naming it) and its meta (strings not kept). */
+ * a missing dataset is an error naming it) and its meta (strings not kept).
+ * The manifest's CRC-32 of state.h5 is checked first: a mismatch is
+ * TS_ERR_FORMAT saying the checkpoint is corrupt. */
 int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *meta);
 
 #endif

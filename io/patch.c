@@ -57,9 +57,9 @@ void ts_patch_preimage(const int64_t patch[3], const int64_t sub_lo[3], const in
     pre_size[2] = (k & 1) ? ys : xs;
 }
 
-void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
-                            const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
-                            uint8_t *lout)
+int ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
+                           const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
+                           uint8_t *lout)
 {
     const int64_t D = patch[0], H = patch[1], W = patch[2];
     const int64_t sd = sub_size[0], sh = sub_size[1], sw = sub_size[2];
@@ -68,6 +68,12 @@ void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, cons
     const int64_t rh = pre_size[1], rw = pre_size[2];
     int64_t *tab = malloc((size_t)(sh * sw) * sizeof(int64_t));
     int64_t zmap[4096], *zm = sd <= 4096 ? zmap : malloc((size_t)sd * sizeof(int64_t));
+    if (!tab || !zm) {
+        free(tab);
+        if (zm != zmap) free(zm);
+        return TS_ERR(TS_ERR_NOMEM, "patch: out of memory for the augmentation's index table (%lld x %lld voxels)",
+                      (long long)sh, (long long)sw);
+    }
     for (int64_t z = 0; z < sd; z++) {
         const int64_t gz = sub_lo[0] + z;
         zm[z] = (((flips & 1) ? D - 1 - gz : gz) - pre_lo[0]) * rh * rw;
@@ -102,13 +108,14 @@ void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, cons
         }
     free(tab);
     if (zm != zmap) free(zm);
+    return 0;
 }
 
-void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
-                        float *out, uint8_t *lout)
+int ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
+                       float *out, uint8_t *lout)
 {
     static const int64_t zero[3] = {0, 0, 0};
-    ts_patch_transform_box(in, lin, C, size, zero, size, k, flips, out, lout);
+    return ts_patch_transform_box(in, lin, C, size, zero, size, k, flips, out, lout);
 }
 
 /* lower corner along one axis: uniform so that the box lies inside the
@@ -222,7 +229,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     float *bimg = direct ? image : scratch;
     uint8_t *blab = direct ? label : (uint8_t *)(scratch + nv * C);
     TS_TRY(ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN));
-    if (!direct) ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label);
+    if (!direct) TS_TRY(ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label));
 
     /* normalisation (padding, NaN here, becomes 0); the intensity
      * augmentation's numbers are drawn per channel (gamma, scale, shift) */

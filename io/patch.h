@@ -82,9 +82,9 @@ void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p);
  * (H, W), or (W, H) when k is odd) to out [C, D, H, W]: out(z, y, x) =
  * in(z', y', x') with (z, y, x) first flipped (flips bit 0: D, 1: H, 2: W)
  * and then rotated k times by 90 degrees. C = 0 skips the image; lin/lout
- * (labels) may be NULL. */
-void ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
-                        float *out, uint8_t *lout);
+ * (labels) may be NULL. 0, or TS_ERR_NOMEM (its index tables). */
+int ts_patch_transform(const float *in, const uint8_t *lin, int64_t C, const int64_t size[3], int k, int flips,
+                       float *out, uint8_t *lout);
 /* Local. Where a box of the transformed patch comes from: the box
  * [pre_lo, pre_lo + pre_size) of the untransformed box [D, rh, rw] (read
  * orientation: (H, W) swapped when k is odd) that ts_patch_transform maps
@@ -95,10 +95,11 @@ void ts_patch_preimage(const int64_t patch[3], const int64_t sub_lo[3], const in
 /* Local. ts_patch_transform restricted to one box: in holds the preimage
  * box (ts_patch_preimage) as [C, pre_size], out receives [C, sub_size] =
  * patch voxels [sub_lo, sub_lo + sub_size) of the transformed patch. With
- * sub_lo 0 and sub_size = patch it is ts_patch_transform. */
-void ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
-                            const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
-                            uint8_t *lout);
+ * sub_lo 0 and sub_size = patch it is ts_patch_transform. 0, or
+ * TS_ERR_NOMEM. */
+int ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const int64_t patch[3],
+                           const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
+                           uint8_t *lout);
 
 /* Local. Normalises image [C, nv] in place as training patches are: z-score
  * with the image's per-channel mean/std (o->norm = image) or the dataset's

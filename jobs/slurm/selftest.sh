@@ -14,7 +14,9 @@
 #      on the signal, exit 75, the script requeues the job, and the requeued
 #      job resumes from the checkpoint until training completes;
 #   3. runs `srun --mpi=none -n 2 tessera train` and checks that every task
-#      refuses with a message naming the cause.
+#      refuses with a message naming the cause;
+#   4. runs jobs/scaling/sweep.sh --slurm (strong dp at 1 and 2 ranks): one
+#      job array per rank count, each task a training with its perf.json.
 # Stops only the daemons it started and removes its directory, whatever
 # happens (a Slurm or munge already running on this machine is left alone:
 # the private configuration does not touch it). Prints TAP; exit 0 when all
@@ -230,6 +232,18 @@ printf '%s\n' "$out" | diag
 refused=$(printf '%s\n' "$out" | grep -c "world of 1 rank but the launcher started 2 tasks (SLURM_STEP_NUM_TASKS=2)")
 ok "$([ $rc -ne 0 ] && [ "$refused" -eq 2 ] && [ ! -e "$d/runs/none/perf.json" ]; echo $?)" \
     "srun --mpi=none -n 2: both tasks refuse with a clear message (exit $rc), nothing trained"
+
+# 4. a sweep as Slurm job arrays (jobs/scaling/sweep.sh --slurm: one array per rank count, sweep.sbatch)
+out=$(bash "$here/jobs/scaling/sweep.sh" --config "$d/tiny.ini" --ranks 1,2 --steps 2 --mode strong --layouts dp \
+    --out "$d/sweep" --slurm --tessera "$tessera" train.batch=2 2>&1)
+rc=$?
+printf '%s\n' "$out" | diag
+arrays=$(printf '%s\n' "$out" | grep -c '^Submitted batch job')
+ok "$([ $rc -eq 0 ] && [ "$arrays" -eq 2 ]; echo $?)" "sweep.sh --slurm submitted one job array per rank count ($arrays)"
+for _ in $(seq 1 90); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 2; done
+ok "$([ -s "$d/sweep/strong-dp-r1/perf.json" ] && [ -s "$d/sweep/strong-dp-r2/perf.json" ] &&
+    grep -q '"ranks": 2,' "$d/sweep/strong-dp-r2/perf.json" && grep -q '"array_id": "[0-9]*_1"' "$d/sweep/strong-dp-r2/perf.json"; echo $?)" \
+    "both array tasks trained (1 and 2 ranks) with the array ID in perf.json"
 
 echo "1..$n"
 exit $bad

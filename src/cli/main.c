@@ -5,6 +5,7 @@
 #include "src/cli/cli.h"
 #include "src/cli/engine.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/launch.h"
 #include "src/core/log.h"
 
@@ -139,6 +140,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (warning[0] && world_rank == 0) fprintf(stderr, "tessera: warning: %s\n", warning);
+    err = ts_err_agree(MPI_COMM_WORLD, ts_fault_init(world_rank)); /* TESSERA_FAULT (docs/testing.md) */
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d): %s\n", world_rank, ts_err_message());
+        return finish(err);
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (world_rank == 0) usage(stdout);
         if (argc < 2) err = TS_ERR(TS_ERR_ARG, "no command given");

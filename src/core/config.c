@@ -488,6 +488,39 @@ int ts_config_check_ranks(const ts_config *cfg, MPI_Comm comm)
                     "(same config file and overrides on every rank?)",
                     bad > 1 ? "s" : "", list, bad > 8 ? ", ..." : "", bad > 1 ? "" : "s");
     }
+    TS_CHECK(ts_env_check_ranks(comm));
+cleanup:
+    free(all);
+    return err;
+}
+
+/* the environment variables that change collective or topology behaviour */
+static const char *const env_checked[] = {"TESSERA_COLL_ALLREDUCE", "TESSERA_COLL_REDUCE_SCATTER", "TESSERA_COLL_ALLGATHER",
+                                          "TESSERA_COLL_BCAST", "TESSERA_COLL_TUNING", "TESSERA_RANKS_PER_NODE", NULL};
+
+int ts_env_check_ranks(MPI_Comm comm)
+{
+    int err = 0, size, rank;
+    char (*all)[128] = NULL;
+    TS_MPI(MPI_Comm_size(comm, &size));
+    TS_MPI(MPI_Comm_rank(comm, &rank));
+    all = malloc(sizeof *all * (size_t)size);
+    if (!all) TS_FAIL(TS_ERR_NOMEM, "environment check");
+    for (int v = 0; env_checked[v]; v++) {
+        char mine[128];
+        const char *e = getenv(env_checked[v]);
+        /* unset and set differ; values longer than the buffer compare by their first 126 characters */
+        snprintf(mine, sizeof mine, "%c%s", e ? '=' : '-', e ? e : "");
+        TS_MPI(MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR, comm));
+        for (int r = 1; r < size; r++)
+            if (strcmp(all[r], all[0]))
+                TS_FAIL(TS_ERR_MISMATCH,
+                        "environment variable %s differs between ranks: rank 0 has %s%s%s, rank %d has %s%s%s (it "
+                        "changes how the collectives run: set it alike on every rank)",
+                        env_checked[v], all[0][0] == '=' ? "'" : "", all[0][0] == '=' ? all[0] + 1 : "it unset",
+                        all[0][0] == '=' ? "'" : "", r, all[r][0] == '=' ? "'" : "",
+                        all[r][0] == '=' ? all[r] + 1 : "it unset", all[r][0] == '=' ? "'" : "");
+    }
 cleanup:
     free(all);
     return err;

@@ -66,6 +66,11 @@ uint64_t ts_config_hash(const ts_config *cfg);
 /* Collective on comm. Fails on every rank, naming the ranks that differ
  * from rank 0, if the resolved configs are not identical. */
 int ts_config_check_ranks(const ts_config *cfg, MPI_Comm comm);
+/* Collective on comm: the environment variables that change collective or
+ * topology behaviour (TESSERA_COLL_*, TESSERA_RANKS_PER_NODE) must be alike
+ * on every rank; a difference is TS_ERR_MISMATCH naming the variable, the
+ * ranks and their values, on every rank. Part of ts_config_check_ranks. */
+int ts_env_check_ranks(MPI_Comm comm);
 
 /* Local. Prints every key of the schemas with type, default and doc. */
 void ts_config_print_help(const ts_config *cfg, FILE *f);

@@ -14,6 +14,7 @@
 typedef struct {
     ts_fault_kind kind;
     int64_t step; /* -1: any */
+    int from;     /* step=N+: N and every step after */
     char op[64];  /* hang only; "" any */
 } fault;
 
@@ -43,7 +44,7 @@ int ts_fault_init(int world_rank)
         if (k < 0)
             return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': unknown kind '%s' (kill, hang, nan, error, enospc, corrupt)",
                           e, tok);
-        fault f = {(ts_fault_kind)k, -1, ""};
+        fault f = {(ts_fault_kind)k, -1, 0, ""};
         int rank = -1;
         for (tok = strtok_r(NULL, ":", &s2); tok; tok = strtok_r(NULL, ":", &s2)) {
             char *end;
@@ -52,6 +53,10 @@ int ts_fault_init(int world_rank)
                 if (*end || rank < 0) return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': bad %s", e, tok);
             } else if (!strncmp(tok, "step=", 5)) {
                 f.step = strtoll(tok + 5, &end, 10);
+                if (*end == '+') {
+                    f.from = 1;
+                    end++;
+                }
                 if (*end || f.step < 1) return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': bad %s", e, tok);
             } else if (!strncmp(tok, "op=", 3) && k == TS_FAULT_HANG) {
                 snprintf(f.op, sizeof f.op, "%s", tok + 3);
@@ -76,7 +81,7 @@ int ts_fault_at(ts_fault_kind k, int64_t step, const char *op)
 {
     for (int i = 0; i < nfaults; i++) {
         const fault *f = &faults[i];
-        if (f->kind != k || (f->step >= 0 && f->step != step)) continue;
+        if (f->kind != k || (f->step >= 0 && (f->from ? step < f->step : f->step != step))) continue;
         if (k == TS_FAULT_HANG && f->op[0] && op && strcmp(f->op, op)) continue;
         return 1;
     }

@@ -10,7 +10,8 @@
  *   enospc:ckpt               checkpoint writes fail with ENOSPC
  *   corrupt:ckpt              the checkpoint file is corrupted after it is written
  * rank is the world rank (any rank when absent), step the 1-based training
- * step (every step when absent). A malformed list is an error at start. */
+ * step (every step when absent; step=N+ for N and every step after). A
+ * malformed list is an error at start. */
 #ifndef TS_CORE_FAULT_H
 #define TS_CORE_FAULT_H
 

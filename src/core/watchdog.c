@@ -10,6 +10,7 @@
 #include "src/core/timer.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,23 @@ void ts_watch_leave(void)
     if (s->depth > 0) s->depth--;
 }
 
+/* 1 if process pid has ended: gone, or a zombie its parent has not reaped
+ * yet (a launcher without clean-up keeps it so; kill(pid, 0) still succeeds) */
+static int pid_ended(pid_t pid)
+{
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* no /proc: only the check above */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
 static void report(const char *why, double waited)
 {
     const slot *me = &w.slots[w.me];
@@ -72,7 +90,7 @@ static void report(const char *why, double waited)
     for (int i = 0; i < w.nlocal && l < sizeof msg; i++) {
         if (i == w.me) continue;
         const slot *o = &w.slots[i];
-        if (o->pid > 0 && kill(o->pid, 0) != 0 && errno == ESRCH)
+        if (pid_ended(o->pid))
             l += (size_t)snprintf(msg + l, sizeof msg - l, " rank %d is gone (process %d ended);", o->world_rank, o->pid);
         else if (o->depth > 0)
             l += (size_t)snprintf(msg + l, sizeof msg - l, " rank %d waits in %s at step %lld;", o->world_rank, o->op,
@@ -101,11 +119,16 @@ static void *watch(void *arg)
         else if (w.stop && *w.stop && waited > w.grace) why = "stop requested (a signal) while waiting";
         else
             for (int i = 0; i < w.nlocal; i++)
-                if (i != w.me && w.slots[i].pid > 0 && kill(w.slots[i].pid, 0) != 0 && errno == ESRCH && waited > 1.0)
+                if (i != w.me && pid_ended(w.slots[i].pid) && waited > 1.0)
                     why = "a rank of this node died";
         if (why && me->depth > 0) {
             report(why, waited);
-            MPI_Abort(w.world, 1);
+            /* MPI_Abort can block behind the stuck wait (MPICH's lock), and a hung peer may ignore
+             * SIGTERM: the node's ranks are ended directly; the launcher then ends the rest of the job
+             * (or, without its clean-up, the other nodes' watchdogs do) */
+            for (int i = 0; i < w.nlocal; i++)
+                if (i != w.me && w.slots[i].pid > 0) kill(w.slots[i].pid, SIGKILL);
+            kill(getpid(), SIGKILL);
             _exit(1);
         }
     }

@@ -5,7 +5,9 @@
  * longer than the deadline (fault.timeout) it prints the operation, its
  * communicator, bytes and training step, and what the other ranks of its
  * node are doing (their operation and step, or that their process is
- * gone), then aborts the job (MPI_Abort). A peer process on the node that
+ * gone), then ends the job: it kills the node's ranks (MPI_Abort can block
+ * behind the stuck wait; the launcher then ends the other nodes', or their
+ * own watchdogs do). A peer process on the node that
  * has died ends the job at once; a stop request (SIGTERM) while a rank
  * waits ends it after `grace` seconds instead of the deadline. Ranks of
  * other nodes are not visible: the message says so. */

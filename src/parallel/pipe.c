@@ -124,8 +124,8 @@ int ts_pipe_wait(ts_pipe_msgs *m)
     if (m->n == 0) return 0;
     MPI_Status st[64];
     const double t0 = ts_time_now();
-    ts_watch_enter("pipeline messages", "pipeline", 0);
     ts_fault_point("pipeline");
+    ts_watch_enter("pipeline messages", "pipeline", 0);
     int rc = MPI_Waitall(m->n, m->req, st);
     ts_watch_leave();
     m->wait_s += ts_time_now() - t0;

@@ -369,8 +369,8 @@ int ts_spatial_halo_wait(ts_spatial *s)
     const double t0 = ts_time_now();
     s->st.hidden_s += (s->done ? s->t_done : t0) - s->t_start;
     if (!s->done && s->nreq > 0) {
-        ts_watch_enter("halo exchange", "spatial", (size_t)s->st.bytes);
         ts_fault_point("halo");
+        ts_watch_enter("halo exchange", "spatial", (size_t)s->st.bytes);
         int rc = MPI_Waitall(s->nreq, s->req, s->sts);
         ts_watch_leave();
         if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (halo)");
@@ -389,8 +389,8 @@ int ts_spatial_halo_wait(ts_spatial *s)
 int ts_spatial_sum(ts_spatial *s, double *buf, int n)
 {
     const double t0 = ts_time_now();
-    ts_watch_enter("spatial sum (norm/loss statistics)", "spatial", sizeof(double) * (size_t)n);
     ts_fault_point("sum");
+    ts_watch_enter("spatial sum (norm/loss statistics)", "spatial", sizeof(double) * (size_t)n);
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart);
     ts_watch_leave();
     s->st.sum_s += ts_time_now() - t0;

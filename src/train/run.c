@@ -7,6 +7,7 @@
 #include "src/core/timer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,14 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
         }
         if (!err) err = ts_path_join(p, sizeof p, dir, "stopped");
         if (!err) remove(p); /* a new start: no longer stopped */
+        if (!err) err = ts_path_join(p, sizeof p, dir, "ckpt/.write-test");
+        if (!err) { /* ckpt/ must take files now, not when the first checkpoint is due hours later */
+            FILE *w = fopen(p, "w");
+            int bad = !w || fputs("tessera\n", w) < 0;
+            if (w && fclose(w) != 0) bad = 1;
+            if (bad) err = TS_ERR(TS_ERR_IO, "%s/ckpt: cannot write checkpoints there: %s", dir, strerror(errno));
+            unlink(p);
+        }
         if (!err) err = ts_path_join(p, sizeof p, dir, "metrics.jsonl");
         if (!err) {
             r->metrics = fopen(p, "a");
@@ -87,6 +96,35 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
         }
     }
     return ts_err_agree(comm, err);
+}
+
+int ts_run_truncate_metrics(ts_run *r, int64_t step)
+{
+    if (r->rank != 0 || !r->metrics) return 0;
+    char p[1100], tmp[1200], line[8192];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", r->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    fclose(r->metrics);
+    r->metrics = NULL;
+    FILE *in = fopen(p, "r"), *out = fopen(tmp, "w");
+    int err = 0, dropped = 0;
+    if (!in || !out) err = TS_ERR(TS_ERR_IO, "%s: cannot rewrite: %s", p, strerror(errno));
+    while (!err && fgets(line, sizeof line, in)) {
+        const char *k = strstr(line, "\"step\": ");
+        const long long s = k ? atoll(k + 8) : 0;
+        if (k && s > step) {
+            dropped++;
+            continue;
+        }
+        if (fputs(line, out) < 0) err = TS_ERR(TS_ERR_IO, "%s: write failed", tmp);
+    }
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && !err) err = TS_ERR(TS_ERR_IO, "%s: write failed", tmp);
+    if (!err && dropped && rename(tmp, p) != 0) err = TS_ERR(TS_ERR_IO, "%s: cannot rename: %s", p, strerror(errno));
+    if (!dropped || err) unlink(tmp);
+    r->metrics = fopen(p, "a");
+    if (!r->metrics && !err) err = TS_ERR(TS_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    return err;
 }
 
 void ts_run_close(ts_run *r)
@@ -103,8 +141,13 @@ int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double l
                    const double *dice, int K, const char *const *class_names)
 {
     if (r->rank != 0 || !r->metrics) return 0;
-    fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.6g",
-            (long long)step, (long long)epoch, loss, lr, samples_per_s);
+    /* JSON has no NaN or Inf: a non-finite loss is null, flagged */
+    if (isfinite(loss))
+        fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.6g",
+                (long long)step, (long long)epoch, loss, lr, samples_per_s);
+    else
+        fprintf(r->metrics, "{\"step\": %lld, \"epoch\": %lld, \"loss\": null, \"nonfinite\": true, \"lr\": %.9g, "
+                            "\"samples_per_s\": %.6g", (long long)step, (long long)epoch, lr, samples_per_s);
     if (dice) {
         fprintf(r->metrics, ", \"dice\": [");
         for (int k = 0; k < K; k++) fprintf(r->metrics, "%s%.6g", k ? ", " : "", dice[k] != dice[k] ? -1.0 : dice[k]);

@@ -25,10 +25,14 @@ typedef struct ts_run {
     int bar_open;       /* a bar line is on screen */
 } ts_run;
 
-/* Collective on comm. Creates dir (and dir/ckpt), writes config.ini from
- * cfg (rank 0), opens metrics.jsonl for appending. Errors agreed. */
+/* Collective on comm. Creates dir (and dir/ckpt, checked writable by a
+ * test file), writes config.ini from cfg (rank 0), opens metrics.jsonl for
+ * appending. Errors agreed. */
 int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg, double log_seconds);
 void ts_run_close(ts_run *r);
+/* Local (rank 0 rewrites). Drops the metrics.jsonl lines of steps after
+ * `step` (a resumed run repeats them otherwise). */
+int ts_run_truncate_metrics(ts_run *r, int64_t step);
 /* Local (rank 0 writes). One metrics line: step, epoch, loss, lr,
  * samples_per_s; dice (K values) when not NULL. */
 int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double lr, double samples_per_s,
@@ -60,6 +64,7 @@ void ts_run_say(ts_run *r, const char *fmt, ...) __attribute__((format(printf, 2
     X(SPATIAL_SUMS, "spatial_sums", "nested", "norm and loss sums over the spatial group")       \
     X(PP_WAIT, "pp_wait", "step", "pipeline: waiting for a neighbour stage's data (the bubble)")   \
     X(PP_P2P, "pp_p2p", "nested", "pipeline: stage-to-stage messages, posting and waiting")      \
+    X(PARAM_AVG, "param_average", "step", "local SGD: averaging parameters over the replicas")    \
     X(EVAL, "eval", "outside", "sliding-window evaluation")                                      \
     X(CKPT, "checkpoint", "outside", "writing checkpoints")                                      \
     X(STEP, "step", "total", "whole training steps")

@@ -2,6 +2,7 @@
 #include "tsbuild.h"
 #include "src/train/step.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/timer.h"
 #include "src/train/run.h"
 
@@ -18,6 +19,8 @@ struct ts_stepper {
     unsigned char *final; /* per arena entry: gradient final in this backward */
     int frontier;         /* entries [frontier, e1) are final (or buffers) */
     int hook_err;
+    int pending;          /* a backward error kept until the buckets are done (ts_stepper_reduce) */
+    MPI_Comm agree;       /* the ranks that agree on errors in a step (MPI_COMM_NULL: none) */
     int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
     size_t off0, off1;    /* their floats in the parameter region */
     double bucket_mb;
@@ -88,7 +91,7 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     ts_stepper *s = TS_CALLOC(1, sizeof *s);
     *out = NULL;
     if (!s) return TS_ERR_NOMEM;
-    s->pp_comm = MPI_COMM_NULL;
+    s->pp_comm = s->agree = MPI_COMM_NULL;
     s->model = m;
     s->arena = ts_unet_arena(m);
     s->opt = opt;
@@ -124,6 +127,7 @@ void ts_stepper_destroy(ts_stepper **sp)
     }
     ts_dp_destroy(&s->dp);
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
+    if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
     free(s);
     *sp = NULL;
@@ -180,13 +184,20 @@ int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double
 
 int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *label, int first, int last, double *loss)
 {
-    if (first) ts_arena_zero_grad(s->arena);
+    if (first) {
+        ts_arena_zero_grad(s->arena);
+        s->pending = 0;
+    }
     ts_perf_begin(s->perf, TS_PH_FORWARD);
     double t0 = ts_time_now();
     int err = ts_unet_forward(s->model, image, 1);
     if (!err) err = ts_unet_loss(s->model, label, 1, loss);
+    if (!err && ts_fault_at(TS_FAULT_ERROR, ts_fault_step(), NULL))
+        err = TS_ERR(TS_ERR_ARG, "injected error (TESSERA_FAULT) in the forward pass of step %lld", (long long)ts_fault_step());
     double t1 = ts_time_now();
     ts_perf_end(s->perf, TS_PH_FORWARD);
+    /* a rank that failed tells the others before anyone starts the gradient buckets */
+    if (s->agree != MPI_COMM_NULL) err = ts_err_agree(s->agree, err);
     TS_TRY(err);
     s->t.forward += t1 - t0;
     if (last) begin_buckets(s); /* buckets go out as backward finishes them */
@@ -194,18 +205,55 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
     ts_perf_begin(s->perf, TS_PH_BACKWARD);
     err = ts_unet_backward(s->model);
     ts_perf_end(s->perf, TS_PH_BACKWARD);
+    if (!err) err = s->hook_err;
+    if (err && s->agree != MPI_COMM_NULL) {
+        /* every bucket still goes out (the others reduce them), the error is agreed in ts_stepper_reduce */
+        ts_unet_set_grad_hook(s->model, NULL, NULL);
+        if (last) ts_dp_ready(s->dp, 0);
+        if (!s->pending) s->pending = err;
+        return 0;
+    }
     TS_TRY(err);
-    TS_TRY(s->hook_err);
     s->t.backward += ts_time_now() - t1;
     return 0;
 }
 
 int ts_stepper_update(ts_stepper *s, int accum)
 {
+    TS_TRY(ts_stepper_reduce(s, accum));
+    return ts_stepper_apply(s);
+}
+
+int ts_stepper_grads_finite(const ts_stepper *s)
+{
+    const float *g = s->arena->grads;
+    int ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (size_t i = s->off0; i < s->off1; i++) ok = ok && isfinite(g[i]);
+    return ok;
+}
+
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
+{
+    *lo = s->off0;
+    *hi = s->off1;
+}
+
+void ts_stepper_poison(ts_stepper *s)
+{
+    if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;
+}
+
+int ts_stepper_reduce(ts_stepper *s, int accum)
+{
     ts_dp_stats st = {0, 0, 0};
     ts_perf_begin(s->perf, TS_PH_COMM_EXPOSED);
     int err = ts_dp_finish(s->dp, &st);
     ts_perf_end(s->perf, TS_PH_COMM_EXPOSED);
+    if (s->agree != MPI_COMM_NULL) { /* a backward that failed on some rank fails everywhere, after the buckets */
+        err = ts_err_agree(s->agree, s->pending ? s->pending : err);
+        s->pending = 0;
+    }
     TS_TRY(err);
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
@@ -214,6 +262,12 @@ int ts_stepper_update(ts_stepper *s, int accum)
         float f = 1.0f / (float)accum, *g = s->arena->grads;
         for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
+    return 0;
+}
+
+int ts_stepper_apply(ts_stepper *s)
+{
+    int err;
     ts_perf_begin(s->perf, TS_PH_OPTIM);
     double t = ts_time_now(), norm = -1;
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
@@ -232,5 +286,12 @@ int ts_stepper_update(ts_stepper *s, int accum)
 }
 
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
+
+int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
+{
+    if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
+    TS_MPI_TRY(MPI_Comm_dup(comm, &s->agree));
+    return 0;
+}
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }

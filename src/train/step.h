@@ -51,8 +51,24 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss);
 /* Collective. Waits for the buckets (gradients averaged over the group),
  * divides by accum micro-batches, steps the optimizer (over the stage's
- * parameters with a pipeline). */
+ * parameters with a pipeline): ts_stepper_reduce then ts_stepper_apply,
+ * between which a caller may look at the gradients (ts_stepper_grads_finite)
+ * and skip the apply. */
 int ts_stepper_update(ts_stepper *s, int accum);
+int ts_stepper_reduce(ts_stepper *s, int accum);
+int ts_stepper_apply(ts_stepper *s);
+/* Local. The floats [*lo, *hi) of the parameter region this rank steps
+ * (its pipeline stage's; all without one). */
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
+/* Local. 1 if this rank's reduced gradients (its stage's range) are all finite. */
+int ts_stepper_grads_finite(const ts_stepper *s);
+/* Local. Makes this rank's gradients non-finite (fault injection: TESSERA_FAULT=nan). */
+void ts_stepper_poison(ts_stepper *s);
+/* Collective on comm (duplicated). The ranks that agree on errors in a step:
+ * a forward (or loss) that fails on one rank fails on all before backward
+ * starts any bucket; a backward that fails still sends its buckets and the
+ * error is agreed in ts_stepper_reduce. Without it errors are local. */
+int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
 /* Local. Phases of every later step also go to p (may be NULL; borrowed):
  * forward, backward, comm_exposed and optimizer bracketed on the calling
  * thread (TS_PH_* of src/train/run.h), comm_total added from the progress

@@ -10,11 +10,13 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/launch.h"
 #include "src/core/log.h"
 #include "src/core/perf.h"
 #include "src/core/rng.h"
 #include "src/core/timer.h"
+#include "src/core/watchdog.h"
 #include "src/model/cost.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
@@ -49,6 +51,11 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
+    {"parallel.local_steps", TS_CFG_INT, "1", "1:", "local SGD: replicas step on their own gradients and average parameters "
+     "and optimizer state every this many steps (1: synchronous data parallelism)"},
+    {"parallel.local_sgd", TS_CFG_ENUM, "global", "global|node", "local SGD (parallel.local_steps > 1): global: no gradient "
+     "exchange between replicas; node: gradients averaged over the replicas of a node every step, parameters over all "
+     "every local_steps"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
@@ -59,6 +66,9 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
     {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
+    {"ckpt.every_minutes", TS_CFG_FLOAT, "30", "0:", "also checkpoint when this many minutes passed since the last one (0: off), so a lost rank costs at most that much"},
+    {"fault.timeout", TS_CFG_FLOAT, "120", "1:", "watchdog deadline (s) for any single wait; a stuck rank ends the job with a report"},
+    {"fault.max_bad_steps", TS_CFG_INT, "5", "1:", "steps in a row with a non-finite loss or gradient before the run stops"},
     {"perf.papi_events", TS_CFG_STRING, "auto", NULL,
      "counters per phase: comma list of PAPI events and perf::TASK-CLOCK, perf::PAGE-FAULTS, perf::CONTEXT-SWITCHES; "
      "auto, or none"},
@@ -73,6 +83,10 @@ typedef struct trainer {
     ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
     ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
     ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
+    ts_coll *gcoll;  /* local SGD: the stepper's gradient group (sp pieces, or a node's replicas x sp); NULL: coll */
+    int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
+    int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
+    int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
     double unit_cost[TS_UNET_MAX_LEVELS * 4];
@@ -116,6 +130,59 @@ static int sync_buffers(trainer *t)
         TS_TRY(ts_coll_allreduce(t->coll, TS_IN_PLACE, v.data, (size_t)v.shape[0], TS_FLOAT32, TS_OP_AVG));
     }
     return 0;
+}
+
+/* ---- local SGD ---- */
+/* parallel.local_steps > 1: the stepper's gradients are averaged only over
+ * the rank's spatial pieces (global), or over the replicas of its node and
+ * their pieces (node); parameters, optimizer state and batch-norm buffers
+ * are averaged over all replicas every local_steps steps (and before a
+ * checkpoint or an evaluation, so both see one model). Collective on world. */
+static int setup_local_sgd(trainer *t, const ts_coll_opts *co)
+{
+    int64_t v;
+    const char *mode;
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.local_steps", &v));
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.local_sgd", &mode));
+    t->local_steps = (int)v;
+    t->local_node = !strcmp(mode, "node");
+    if (t->local_steps <= 1) return 0;
+    if (t->local_node && !t->grid->sp_one_node)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.local_sgd = node needs every spatial group inside one node (its pieces "
+                      "reduce gradients every step): use parallel.local_sgd = global, or a parallel.sp that divides the "
+                      "ranks per node");
+    MPI_Comm gc;
+    TS_MPI_TRY(MPI_Comm_split(t->grid->stage_comm, t->local_node ? t->grid->node : t->grid->d, t->grid->rank, &gc));
+    int err = ts_coll_create(gc, co, &t->gcoll);
+    MPI_Comm_free(&gc);
+    return err;
+}
+
+/* averages this rank's parameters, optimizer state and batch-norm buffers
+ * over the replicas (local SGD); no-op when already done after this step */
+static int local_average(trainer *t, int64_t after_step)
+{
+    if (t->local_steps <= 1 || t->last_avg == after_step) return 0;
+    t->last_avg = after_step;
+    if (ts_coll_size(t->rcoll) == 1) return 0;
+    ts_arena *a = t->arena;
+    size_t lo, hi;
+    ts_stepper_param_range(t->stepper, &lo, &hi);
+    ts_perf_begin(t->perf, TS_PH_PARAM_AVG);
+    int err = 0;
+    if (hi > lo) {
+        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+        for (int s = 0; !err && s < a->nstate; s++)
+            err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->state[s] + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+    }
+    for (int i = 0; !err && i < a->n; i++) {
+        if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
+        ts_tensor b = ts_arena_value(a, i);
+        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, b.data, (size_t)b.shape[0], TS_FLOAT32, TS_OP_AVG);
+    }
+    ts_perf_end(t->perf, TS_PH_PARAM_AVG);
+    t->param_avgs++;
+    return err;
 }
 
 /* ---- checkpoints ---- */
@@ -184,6 +251,19 @@ static int gather_stages(trainer *t)
     return 0;
 }
 
+/* 1 if every float parameter and buffer of the arena is finite */
+static int params_finite(const ts_arena *a)
+{
+    for (int i = 0; i < a->n; i++) {
+        if (a->p[i].dtype != TS_FLOAT32) continue;
+        const ts_tensor v = ts_arena_value(a, i);
+        const float *x = v.data;
+        for (int64_t k = 0; k < a->p[i].numel; k++)
+            if (!isfinite(x[k])) return 0;
+    }
+    return 1;
+}
+
 static int save_ckpt(trainer *t)
 {
     int err = 0, n = 0;
@@ -192,8 +272,18 @@ static int save_ckpt(trainer *t)
     size_t tlen = 0;
     int64_t keep;
     ts_perf_begin(t->perf, TS_PH_CKPT);
+    TS_CHECK(local_average(t, t->step));
     TS_CHECK(sync_buffers(t));
     TS_CHECK(gather_stages(t));
+    {
+        /* never a checkpoint from non-finite parameters (it would rotate good ones out) */
+        int bad = !params_finite(t->arena);
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world));
+        if (bad)
+            TS_FAIL(TS_ERR_NUMERIC, "step %lld: the parameters are not finite (NaN or Inf): no checkpoint is written "
+                    "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
+                    (long long)t->step, t->run.dir);
+    }
     TS_CHECK(ckpt_items(t, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
@@ -220,6 +310,11 @@ cleanup:
     return err;
 }
 
+/* Resumes from ckpt.resume: a path, or (auto) the newest checkpoint in
+ * run.dir/ckpt; a corrupt one (checksum, format) or one with non-finite
+ * parameters is reported and, under auto, the one before it is tried.
+ * metrics.jsonl loses the lines after the step resumed from (they would
+ * repeat). Collective on world. */
 static int resume(trainer *t)
 {
     int err = 0, n = 0;
@@ -228,22 +323,38 @@ static int resume(trainer *t)
     char path[4096] = "", dir[1100];
     TS_CHECK(ts_config_get_str(t->cfg, "ckpt.resume", &how));
     if (!strcmp(how, "none")) return 0;
-    int64_t st;
-    if (!strcmp(how, "auto")) {
-        snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
-        if (ts_ckpt_latest(dir, path, sizeof path, &st) != 0) return 0; /* nothing to resume */
-    } else {
-        snprintf(path, sizeof path, "%s", how);
-    }
+    const int autom = !strcmp(how, "auto");
+    int64_t st = INT64_MAX;
+    snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
     TS_CHECK(ckpt_items(t, &it, &n));
     ts_ckpt_meta m;
-    int lerr = ts_ckpt_load(path, it, n, &m);
-    TS_CHECK(ts_err_agree(t->grid->world, lerr));
+    for (;;) {
+        if (autom) {
+            if (ts_ckpt_before(dir, st, path, sizeof path, &st) != 0) { /* nothing (more) to resume */
+                if (path[0]) ts_run_say(&t->run, "no older checkpoint in %s: starting from scratch", dir);
+                goto cleanup;
+            }
+        } else {
+            snprintf(path, sizeof path, "%s", how);
+        }
+        int lerr = ts_ckpt_load(path, it, n, &m);
+        if (!lerr && !params_finite(t->arena))
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s holds non-finite parameters (NaN or Inf)", path);
+        lerr = ts_err_agree(t->grid->world, lerr);
+        if (!lerr) break;
+        if (!autom || lerr == TS_ERR_NOMEM) {
+            err = lerr; /* the agreed message stands */
+            goto cleanup;
+        }
+        ts_run_say(&t->run, "checkpoint %s is not usable (%s): trying the one before it", path, ts_err_message());
+        ts_err_clear();
+    }
     t->step = m.step;
     t->opt.step = m.step;
     if (m.config_hash != ts_config_hash(t->cfg))
         ts_run_say(&t->run, "note: the config differs from the one that wrote %s (resuming anyway)", path);
     if (t->loader) TS_CHECK(ts_loader_seek(t->loader, m.sampler_position));
+    TS_CHECK(ts_err_agree(t->grid->world, ts_run_truncate_metrics(&t->run, m.step)));
     ts_run_say(&t->run, "resumed from %s at step %lld", path, (long long)m.step);
 cleanup:
     free(it);
@@ -291,6 +402,7 @@ static int evaluate(trainer *t, double *dice_out)
     double overlap;
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     ts_perf_begin(t->perf, TS_PH_EVAL);
+    TS_CHECK(local_average(t, t->step));
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
     const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
@@ -550,6 +662,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     else t->rcoll = t->coll;
     if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
     else t->acoll = t->coll;
+    TS_CHECK(setup_local_sgd(t, &co));
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
@@ -689,6 +802,9 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     if (ts_config_isset(cfg, "run.dir")) {
         const char *d;
         TS_CHECK(ts_config_get_str(cfg, "run.dir", &d));
+        if (strlen(d) + sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json" > sizeof dir)
+            TS_FAIL(TS_ERR_CONFIG, "run.dir (%s) is %zu characters long; at most %zu are supported", ts_config_source(cfg, "run.dir"),
+                    strlen(d), sizeof dir - sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json");
         snprintf(dir, sizeof dir, "%s", d);
     } else {
         snprintf(dir, sizeof dir, "runs/%s", name);
@@ -728,7 +844,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     /* the step: gradient buckets during backward, synchronised batch norm */
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
-    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, dir));
@@ -747,6 +863,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, dir);
     }
     TS_CHECK(resume(t));
+    t->last_avg = t->step; /* a checkpoint holds one model */
 cleanup:
     return err;
 }
@@ -763,6 +880,7 @@ static void teardown(trainer *t)
     ts_unet_destroy(&t->model);
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
     if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
+    ts_coll_destroy(&t->gcoll);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
@@ -779,9 +897,10 @@ static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
     return next_batch(ctx, img, lab);
 }
 
-static int train_step(trainer *t, double *loss_out)
+static int train_step(trainer *t, double *loss_out, int *skipped)
 {
     double loss_sum = 0;
+    *skipped = 0;
     if (t->pipe) {
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
@@ -797,7 +916,22 @@ static int train_step(trainer *t, double *loss_out)
             loss_sum += loss;
         }
     }
-    TS_TRY(ts_stepper_update(t->stepper, t->micro));
+    if (ts_fault_at(TS_FAULT_NAN, ts_fault_step(), NULL)) { /* injected: this rank's loss and gradients */
+        loss_sum = NAN;
+        ts_stepper_poison(t->stepper);
+    }
+    TS_TRY(ts_stepper_reduce(t->stepper, t->micro));
+    /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together */
+    int bad = !isfinite(loss_sum) || !ts_stepper_grads_finite(t->stepper);
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world));
+    if (bad) {
+        t->opt.step++; /* the schedule moves on as if the step had been taken */
+        *skipped = 1;
+    } else {
+        TS_TRY(ts_stepper_apply(t->stepper));
+    }
+    if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
+    if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) TS_TRY(local_average(t, t->step + 1));
     *loss_out = loss_sum / t->micro;
     return 0;
 }
@@ -853,9 +987,20 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     int err = 0;
     memset(&t, 0, sizeof t);
     double *dice = NULL;
+    {
+        /* the watchdog first: from here on no wait of this run hangs silently */
+        double to;
+        TS_CHECK(ts_config_get_float(cfg, "fault.timeout", &to));
+        TS_CHECK(ts_watchdog_start(world, to, stop, 10.0));
+    }
     TS_CHECK(setup(&t, cfg, world, name));
-    int64_t log_every, eval_every, ckpt_every, warmup;
+    TS_CHECK(ts_stepper_set_agree(t.stepper, t.grid->world));
+    int64_t log_every, eval_every, ckpt_every, warmup, max_bad;
     int final_eval;
+    double fault_timeout, every_min;
+    TS_CHECK(ts_config_get_float(cfg, "fault.timeout", &fault_timeout));
+    TS_CHECK(ts_config_get_int(cfg, "fault.max_bad_steps", &max_bad));
+    TS_CHECK(ts_config_get_float(cfg, "ckpt.every_minutes", &every_min));
     TS_CHECK(ts_config_get_int(cfg, "train.log_every", &log_every));
     TS_CHECK(ts_config_get_int(cfg, "eval.every", &eval_every));
     TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &ckpt_every));
@@ -870,14 +1015,40 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     double t_window = ts_time_now(), loss_window = 0;
     int64_t steps_window = 0, first = t.step;
     double t_train0 = ts_time_now(), train_s = 0;
+    int bad_steps = 0;
+    double last_ckpt = ts_time_now(), step_mean = 0;
     while (t.step < t.total_steps) {
         double ts0 = ts_time_now(), loss = 0;
+        int skipped = 0;
+        ts_fault_set_step(t.step + 1);
+        ts_watch_set_step(t.step + 1);
+        ts_fault_point(NULL); /* an injected kill */
+        /* inside steps the watchdog's deadline is also a multiple of the measured step time */
+        if (t.step - first >= 3 && step_mean > 0) ts_watchdog_set_timeout(fmin(fault_timeout, fmax(30.0, 20 * step_mean)));
         ts_perf_begin(t.perf, TS_PH_STEP);
-        err = train_step(&t, &loss);
+        err = train_step(&t, &loss, &skipped);
         ts_perf_end(t.perf, TS_PH_STEP);
         TS_CHECK(err);
+        ts_watchdog_set_timeout(fault_timeout);
         t.step++;
         t.step_s += ts_time_now() - ts0;
+        step_mean = step_mean > 0 ? 0.8 * step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
+        if (skipped) {
+            bad_steps++;
+            ts_run_say(&t.run, "step %lld: non-finite loss or gradients on some rank: the optimizer step is skipped on "
+                       "every rank (%d of fault.max_bad_steps = %lld in a row)", (long long)t.step, bad_steps,
+                       (long long)max_bad);
+            if (bad_steps >= max_bad) {
+                TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, NAN,
+                                        ts_optim_lr(&t.opt.cfg, t.step - 1), 0, NULL, 0, NULL));
+                TS_FAIL(TS_ERR_NUMERIC, "%d steps in a row with a non-finite loss or gradients (up to step %lld): the run "
+                        "stops (fault.max_bad_steps); checkpoints in %s/ckpt are only ever written from finite "
+                        "parameters, the newest resumes (lower train.lr, or set train.clip_norm)", bad_steps,
+                        (long long)t.step, t.run.dir);
+            }
+        } else {
+            bad_steps = 0;
+        }
         if (warmup > 0 && t.step - first == warmup && t.step < t.total_steps) { /* perf.json from here on */
             const ts_spatial_stats zero = {0};
             ts_perf_reset(t.perf);
@@ -897,8 +1068,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         int do_eval = t.have_data && ((eval_every > 0 && t.step % eval_every == 0) || (final_eval && t.step == t.total_steps));
         if (t.step % log_every == 0 || t.step == t.total_steps || do_eval) {
             train_s += now - t_train0;
-            TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0,
-                                    loss_window / steps_window, ts_optim_lr(&t.opt.cfg, t.step - 1), sps, NULL, 0, NULL));
+            /* rank 0 writes: a full disk there fails every rank before the next collective */
+            TS_CHECK(ts_err_agree(t.grid->world,
+                                  ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0,
+                                                 loss_window / steps_window, ts_optim_lr(&t.opt.cfg, t.step - 1), sps,
+                                                 NULL, 0, NULL)));
             loss_window = 0;
             steps_window = 0;
             t_window = ts_time_now();
@@ -909,14 +1083,21 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             report_dice(&t, dice);
             const char *names[256];
             for (int k = 0; k < t.ucfg.classes; k++) names[k] = ts_dataset_class_name(t.eval_ds, k);
-            TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, lsum,
-                                    ts_optim_lr(&t.opt.cfg, t.step - 1), sps, dice, t.ucfg.classes, names));
+            TS_CHECK(ts_err_agree(t.grid->world,
+                                  ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, lsum,
+                                                 ts_optim_lr(&t.opt.cfg, t.step - 1), sps, dice, t.ucfg.classes, names)));
             t_window = t_train0 = ts_time_now();
         }
-        /* a stop request on any rank (preemption): checkpoint and leave together */
-        int stopping = stop && *stop ? 1 : 0;
-        if (stop) TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &stopping, 1, MPI_INT, MPI_MAX, t.grid->world));
-        if ((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping) TS_CHECK(save_ckpt(&t));
+        /* a stop request on any rank (preemption), or a checkpoint due by the clock (any rank's): leave or
+         * checkpoint together; not right after a skipped step (the streak may not be over) */
+        int flags[2] = {stop && *stop ? 1 : 0, every_min > 0 && ts_time_now() - last_ckpt >= 60 * every_min};
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t.grid->world));
+        const int stopping = flags[0];
+        if (((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping || flags[1]) &&
+            !(skipped && !stopping && t.step < t.total_steps)) {
+            TS_CHECK(save_ckpt(&t));
+            last_ckpt = ts_time_now();
+        }
         if (stopping && t.step < t.total_steps) {
             TS_CHECK(ts_err_agree(t.grid->world, ts_run_mark_stopped(&t.run, t.step, t.total_steps)));
             ts_run_say(&t.run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
@@ -958,6 +1139,14 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                  (long long)t.box[0], (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
                  steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t.mem_plan.total_mb,
                  t.mem_plan.activations_mb, (long long)t.mem_limit_mb);
+        {
+            size_t l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
+                     "\"parameter_averages\": %lld}",
+                     t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
+                     (long long)t.param_avgs);
+        }
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
                        "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
@@ -986,5 +1175,6 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
 cleanup:
     free(dice);
     teardown(&t);
+    ts_watchdog_stop();
     return err;
 }

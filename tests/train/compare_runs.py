@@ -5,7 +5,7 @@ within 1e-4 of the tensor's largest value (floored at 1e-3 of the largest
 parameter); and asserts that training moved the weights away from the
 initial ones (init.h5 from `tessera model init`). RUN may hold only the
 later steps (a run resumed from a checkpoint): its steps are compared.
-usage: compare_runs.py REF_RUN RUN INIT.h5 STEP [LOSS_RTOL]"""
+usage: compare_runs.py REF_RUN RUN INIT.h5 STEP [LOSS_RTOL [WEIGHT_TOL]]"""
 import json
 import sys
 
@@ -14,6 +14,7 @@ import numpy as np
 
 ref, run, init, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 rtol = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-5
+wtol = float(sys.argv[6]) if len(sys.argv) > 6 else 1e-4
 
 
 def losses(d):
@@ -47,6 +48,6 @@ for n in floats:
 print("%d tensors: weights differ by at most %.2e of their scale, loss by %.2e relative over %d steps; training moved "
       "the weights by up to %.2e of their scale" % (len(floats), worst, worst_loss, len(lb), moved))
 assert len(floats) > 10
-assert worst <= 1e-4, "weights differ"
+assert worst <= wtol, "weights differ"
 assert worst_loss <= rtol, "losses differ"
 assert moved > 1e-3, "the weights did not move"
