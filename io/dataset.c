@@ -8,6 +8,7 @@
 #include "tsbuild.h"
 #include "io/dataset.h"
 #include "io/h5.h"
+#include "src/core/path.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -181,7 +182,7 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
     MPI_Comm_size(ds->comm, &ds->size);
     if (opts) ds->o = *opts;
     else ds->o.check = 1;
-    if (strlen(path) >= sizeof ds->path) TS_FAIL(TS_ERR_ARG, "dataset path too long: %s", path);
+    TS_CHECK(ts_path_check(path, sizeof ds->path, "the dataset path (data.path)"));
     snprintf(ds->path, sizeof ds->path, "%s", path);
 
     ts_h5_lock();
