@@ -635,6 +635,46 @@ static int report_cut(trainer *t, const char *dir)
 }
 
 /* ---- setup ---- */
+/* Cross-validation (data.folds > 0): the held-out fold's subjects replace
+ * the data.val_fraction split (same on every rank: names and seed are). */
+static int setup_folds(trainer *t, const ts_config *cfg, int64_t n, double valf, uint64_t seed)
+{
+    int64_t folds64, fold64;
+    const char *delim;
+    TS_TRY(ts_config_get_int(cfg, "data.folds", &folds64));
+    TS_TRY(ts_config_get_int(cfg, "data.fold", &fold64));
+    int folds = (int)folds64, fold = (int)fold64;
+    TS_TRY(ts_config_get_str(cfg, "data.subject_delim", &delim));
+    if (!folds) {
+        if (fold)
+            return TS_ERR(TS_ERR_CONFIG, "data.fold = %d (%s) needs data.folds", fold, ts_config_source(cfg, "data.fold"));
+        return 0;
+    }
+    if (valf > 0)
+        return TS_ERR(TS_ERR_CONFIG, "data.val_fraction (%s) and data.folds (%s): choose one way to hold out samples",
+                      ts_config_source(cfg, "data.val_fraction"), ts_config_source(cfg, "data.folds"));
+    const char **names = malloc(sizeof(char *) * (size_t)(n > 0 ? n : 1));
+    if (!names) return TS_ERR(TS_ERR_NOMEM, "folds: %lld names", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        ts_sample_info info;
+        int e = ts_dataset_info(t->ds, i, &info);
+        if (e) {
+            free(names);
+            return e;
+        }
+        names[i] = info.name;
+    }
+    free(t->val);
+    t->val = malloc(sizeof *t->val * (size_t)n);
+    int e = t->val ? 0 : TS_ERR(TS_ERR_NOMEM, "folds");
+    if (!e) e = ts_sampler_folds(names, n, folds, fold, seed, delim, t->trn, &t->ntrn, t->val, &t->nval);
+    free(names);
+    if (!e && (t->ntrn == 0 || t->nval == 0))
+        e = TS_ERR(TS_ERR_CONFIG, "data.fold %d of %d leaves %lld training and %lld validation samples", fold, folds,
+                   (long long)t->ntrn, (long long)t->nval);
+    return e;
+}
+
 static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
 {
     int err = 0, lerr = 0;
@@ -730,6 +770,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         t->val = malloc(sizeof *t->val * (size_t)(t->nval ? t->nval : 1));
         if (!t->trn || !t->val) TS_FAIL(TS_ERR_NOMEM, "split");
         ts_sampler_split(n, t->nval, (uint64_t)v, t->trn, t->val);
+        TS_CHECK(setup_folds(t, cfg, n, valf, (uint64_t)v));
         int det;
         TS_CHECK(ts_config_get_bool(cfg, "train.deterministic", &det));
         if (det && t->batch * t->nranks > t->ntrn)
