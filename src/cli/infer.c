@@ -14,6 +14,7 @@
 #include "io/writer.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
+#include "src/core/path.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/parallel/grid.h"
@@ -57,12 +58,9 @@ static int find_checkpoint(const char *arg, char *path, size_t n)
 {
     char sub[4096];
     int64_t step;
-    if (ts_ckpt_is_complete(arg)) {
-        snprintf(path, n, "%s", arg);
-        return 0;
-    }
+    if (ts_ckpt_is_complete(arg)) return ts_path_fmt(path, n, "checkpoint", "%s", arg);
     if (ts_ckpt_latest(arg, path, n, &step) == 0) return 0;
-    snprintf(sub, sizeof sub, "%s/ckpt", arg);
+    TS_TRY(ts_path_join(sub, sizeof sub, arg, "ckpt"));
     if (ts_ckpt_latest(sub, path, n, &step) == 0) return 0;
     struct stat st;
     if (stat(arg, &st) != 0) return TS_ERR(TS_ERR_IO, "checkpoint=%s: no such file or directory", arg);
@@ -127,7 +125,7 @@ int ts_cli_infer(int argc, char **argv)
     if (!lerr) lerr = ts_loader_opts_from_config(cfg, &lo);
     if (!lerr) lerr = ts_config_get_float(cfg, "eval.overlap", &overlap);
     if (!lerr) lerr = ts_unet_create(&u, 0, &m);
-    snprintf(state, sizeof state, "%s/state.h5", ck);
+    if (!lerr) lerr = ts_path_join(state, sizeof state, ck, "state.h5");
     if (!lerr) lerr = ts_weights_load(ts_unet_arena(m), state);
     /* the scan and its normalisation */
     if (!lerr) lerr = ts_nifti_read(input, &img);

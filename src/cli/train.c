@@ -94,9 +94,10 @@ int ts_cli_train(int argc, char **argv)
     if (!lerr && !path) lerr = TS_ERR(TS_ERR_ARG, "train: no CONFIG given (see tessera train --help)");
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s", path);
-        snprintf(name, sizeof name, "%s", basename(tmp));
+        char *tmp = strdup(path); /* basename may modify its argument */
+        if (!tmp) TS_FAIL(TS_ERR_NOMEM, "arguments");
+        snprintf(name, sizeof name, "%s", basename(tmp)); /* a file name: at most NAME_MAX (255) */
+        free(tmp);
         char *dot = strrchr(name, '.');
         if (dot && dot != name) *dot = '\0';
     }

@@ -2,7 +2,7 @@
 # fault injection and the watchdog
 libtessera_a_SOURCES += src/core/error.c src/core/log.c src/core/config.c \
 	src/core/dtype.c src/core/rng.c src/core/timer.c src/core/counters.c src/core/perf.c src/core/launch.c \
-	src/core/tensor.c src/core/fault.c src/core/watchdog.c
+	src/core/tensor.c src/core/fault.c src/core/watchdog.c src/core/path.c
 nobase_pkginclude_HEADERS += src/core/error.h src/core/log.h src/core/config.h \
 	src/core/dtype.h src/core/rng.h src/core/timer.h src/core/counters.h src/core/perf.h src/core/launch.h \
-	src/core/tensor.h src/core/fault.h src/core/watchdog.h
+	src/core/tensor.h src/core/fault.h src/core/watchdog.h src/core/path.h
