@@ -11,6 +11,7 @@
 #include "src/core/rng.h"
 #include "src/core/timer.h"
 #include "src/model/unet.h"
+#include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/grid.h"
 #include "src/parallel/spatial.h"
@@ -44,6 +45,7 @@ static void help(void)
            "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
+           "precision, conv_kernels (train.precision and the convolution kernels that ran),\n"
            "batch, patch. --profile adds the time per kind of layer. --calibrate FILE writes the rates of\n"
            "every layer kind (work from the model's analytic cost over the measured time), the optimizer's\n"
            "time per parameter and the activation bytes per element, for `tessera plan --calib FILE`\n"
@@ -321,6 +323,9 @@ int ts_cli_bench_step(int argc, char **argv)
         TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
         TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &sync));
         TS_CHECK(ts_stepper_create(m, &opt, coll, bmb, sync, sp, &stepper));
+        ts_loss_scaler ls; /* fp16: the initial loss scale, fixed (a speed measurement; no overflow handling) */
+        TS_CHECK(ts_loss_scaler_from_config(cfg, u.precision, &ls));
+        ts_stepper_set_loss_scale(stepper, ls.scale);
     }
     if (overhead) { /* the trainer's per-phase machinery, switched on every other step */
         const char *ev = "perf::TASK-CLOCK,perf::PAGE-FAULTS,perf::CONTEXT-SWITCHES";
@@ -543,6 +548,9 @@ int ts_cli_bench_step(int argc, char **argv)
            sps, sps * vox, step_s * 1e3, best * 1e3, tf.total / steps * 1e3, tb.total / steps * 1e3,
            to.total / steps * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", cpu / steps * 1e3, cpu / ts.total);
+    const char *prec = u.precision == TS_PREC_BF16 ? "bf16" : u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
+    const char *kern = u.precision == TS_PREC_BF16 ? ts_nn_bf16_isa() : u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands" : "fp32";
+    printf("  precision %s (convolution kernels: %s)\n", prec, kern);
     if (pipe) {
         char units[1024], name[32];
         printf("  pipeline: %d stages, %d micro-batches, %s; bubble formula (P-1)/(M+P-1) = %.3f\n", grid->pp, M,
@@ -621,6 +629,8 @@ int ts_cli_bench_step(int argc, char **argv)
     if (json) {
         if (!o) o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "samples_per_s", sps);
+        cJSON_AddStringToObject(o, "precision", prec);
+        cJSON_AddStringToObject(o, "conv_kernels", kern);
         cJSON_AddNumberToObject(o, "voxels_per_s", sps * vox);
         cJSON_AddNumberToObject(o, "step_ms", step_s * 1e3);
         cJSON_AddNumberToObject(o, "best_step_ms", best * 1e3);

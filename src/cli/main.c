@@ -29,7 +29,7 @@ static const ts_cli_cmd commands[] = {
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "mixed precision; the GPU engine (the CUDA code builds, the layers run on the CPU)";
+    "the GPU engine (the CUDA code builds, the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

@@ -159,6 +159,7 @@ int ts_unet_set_checkpoint(ts_unet *m, unsigned levels)
 unsigned ts_unet_checkpoint(const ts_unet *m) { return m->ckpt; }
 
 void ts_unet_set_loss_scale(ts_unet *m, float f) { m->loss_scale = f; }
+void ts_unet_set_precision(ts_unet *m, ts_precision p) { m->cfg.precision = p; }
 size_t ts_unet_halo_bytes(const ts_unet *m) { return m->halo_bytes; }
 
 /* tells the hook that the gradients of arena entries a and b are final */
@@ -810,6 +811,7 @@ static slot *get_slot(ts_unet *m, int k)
 int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
 {
     const ts_unet_cfg *c = &m->cfg;
+    TS_TRY(ts_nn_set_conv_precision(c->precision));
     const int L = c->levels;
     if (here(m, U_E(m, 0, 0))) {
         TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
@@ -996,6 +998,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     const int L = m->cfg.levels;
     slot *s = get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: backward on slot %d before forward", k);
+    TS_TRY(ts_nn_set_conv_precision(m->cfg.precision));
     if (here(m, U_H(m)) && !s->have_dlogits)
         return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
     s->have_dlogits = 0; /* the forward buffers are consumed */

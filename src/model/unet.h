@@ -36,11 +36,12 @@ typedef struct ts_unet_cfg {
     int weighted;     /* class_weights set */
     float class_weights[256];
     int64_t patch[3]; /* data.patch (D, H, W) */
+    ts_precision precision; /* train.precision: the convolutions' (set by forward and backward) */
     unsigned ckpt_levels; /* model.checkpoint_levels: bit l set = level l is recomputed in backward */
 } ts_unet_cfg;
 
 /* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
- * train.class_weights, train.batch, train.seed); NULL-terminated. */
+ * train.class_weights, train.batch, train.seed, train.precision); NULL-terminated. */
 extern const ts_cfg_key ts_model_config_keys[];
 
 /* Local. Reads and validates the model keys; errors name the key (channels
@@ -226,6 +227,10 @@ void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
  * split data-parallel step averages gradients over dp x sp ranks whose
  * shares of one sample must add up, so it scales by sp. */
 void ts_unet_set_loss_scale(ts_unet *m, float f);
+/* Local. The precision of the model's convolutions (default: the config's
+ * train.precision): forward and backward set the process-wide
+ * ts_nn_set_conv_precision to it when they start. */
+void ts_unet_set_precision(ts_unet *m, ts_precision p);
 /* Bytes of halo face buffers held (included in ts_unet_activation_bytes). */
 size_t ts_unet_halo_bytes(const ts_unet *m);
 

@@ -27,6 +27,9 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"train.loss", TS_CFG_ENUM, "ce", "ce|dice|ce+dice", "cross-entropy (mean over voxels), soft Dice, or their sum"},
     {"train.ignore_index", TS_CFG_INT, "-1", "-1:255", "label value excluded from the loss (-1: none)"},
     {"train.class_weights", TS_CFG_STRING, NULL, NULL, "cross-entropy class weights: K comma-separated positive numbers"},
+    {"train.precision", TS_CFG_ENUM, "fp32", "fp32|bf16|fp16", "convolutions' operands: fp32; bf16 (AVX512-BF16 "
+     "where the CPU has it, else emulated); fp16 (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not speed; "
+     "with dynamic loss scaling in training). Sums, weights, norms, loss and optimizer stay fp32"},
     {NULL, 0, NULL, NULL, NULL},
 };
 
@@ -126,6 +129,8 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     TS_TRY(ts_unet_parse_checkpoint_levels(s, n, ts_config_source(cfg, "model.checkpoint_levels"), &u->ckpt_levels));
     TS_TRY(ts_config_get_str(cfg, "train.loss", &s));
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
+    TS_TRY(ts_config_get_str(cfg, "train.precision", &s));
+    u->precision = !strcmp(s, "bf16") ? TS_PREC_BF16 : !strcmp(s, "fp16") ? TS_PREC_FP16 : TS_PREC_FP32;
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

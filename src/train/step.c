@@ -28,6 +28,8 @@ struct ts_stepper {
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
     ts_perf *perf; /* may be NULL */
+    float sp_scale;     /* the loss gradient's factor for the spatial split (sp) */
+    double loss_scale;  /* fp16 loss scale S: the loss gradient is multiplied by it, reduce divides by it */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -108,7 +110,9 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
     ts_stepper_split_model(m, sp);
-    ts_unet_set_loss_scale(m, sp ? (float)ts_spatial_size(sp) : 1.0f);
+    s->sp_scale = sp ? (float)ts_spatial_size(sp) : 1.0f;
+    s->loss_scale = 1.0;
+    ts_unet_set_loss_scale(m, s->sp_scale);
     *out = s;
     return 0;
 cleanup:
@@ -258,8 +262,8 @@ int ts_stepper_reduce(ts_stepper *s, int accum)
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
-    if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
-        float f = 1.0f / (float)accum, *g = s->arena->grads;
+    if (accum > 1 || s->loss_scale != 1.0) { /* summed over micro-batches, loss-scaled (only now: buckets were in flight) */
+        float f = (float)(1.0 / ((double)accum * s->loss_scale)), *g = s->arena->grads;
         for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
     return 0;
@@ -286,6 +290,18 @@ int ts_stepper_apply(ts_stepper *s)
 }
 
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
+
+void ts_stepper_set_loss_scale(ts_stepper *s, double scale)
+{
+    s->loss_scale = scale;
+    ts_unet_set_loss_scale(s->model, (float)(s->sp_scale * scale));
+}
+
+void ts_stepper_inject_overflow(ts_stepper *s, int on)
+{
+    /* S x 2^128 is inf as a float: dlogits, then every gradient, non-finite; the loss itself stays finite */
+    ts_unet_set_loss_scale(s->model, (float)(s->sp_scale * s->loss_scale * (on ? 0x1p128 : 1.0)));
+}
 
 int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
 {

@@ -64,6 +64,14 @@ void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
 int ts_stepper_grads_finite(const ts_stepper *s);
 /* Local. Makes this rank's gradients non-finite (fault injection: TESSERA_FAULT=nan). */
 void ts_stepper_poison(ts_stepper *s);
+/* Local. Loss scaling (train.precision = fp16, src/optim/loss_scale.h): the
+ * loss gradient of later micro-batches is multiplied by scale (on top of the
+ * spatial factor) and ts_stepper_reduce divides the gradients by it. 1: off. */
+void ts_stepper_set_loss_scale(ts_stepper *s, double scale);
+/* Local. on 1: the loss gradient of later micro-batches is infinite (the
+ * scale times 2^128), so backward's gradients overflow while the loss stays
+ * finite (fault injection: TESSERA_FAULT=overflow); on 0: back to the scale. */
+void ts_stepper_inject_overflow(ts_stepper *s, int on);
 /* Collective on comm (duplicated). The ranks that agree on errors in a step:
  * a forward (or loss) that fails on one rank fails on all before backward
  * starts any bucket; a backward that fails still sends its buckets and the

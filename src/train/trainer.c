@@ -19,6 +19,7 @@
 #include "src/core/watchdog.h"
 #include "src/model/cost.h"
 #include "src/model/unet.h"
+#include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/grid.h"
@@ -98,6 +99,7 @@ typedef struct trainer {
     ts_unet *model;
     ts_arena *arena;
     ts_optim opt;
+    ts_loss_scaler ls; /* train.precision = fp16: dynamic loss scale */
     ts_dataset *ds;      /* used by the loader's thread only */
     ts_dataset *eval_ds; /* a second handle for evaluation */
     ts_loader *loader;
@@ -296,7 +298,9 @@ static int save_ckpt(trainer *t)
                       .sampler_position = t->loader ? ts_loader_position(t->loader) : 0,
                       .ranks = t->nranks,
                       .config_hash = ts_config_hash(t->cfg),
-                      .config = text};
+                      .config = text,
+                      .loss_scale = t->ls.dynamic ? t->ls.scale : 0,
+                      .loss_scale_good = t->ls.good};
     int64_t seed;
     TS_CHECK(ts_config_get_int(t->cfg, "train.seed", &seed));
     m.seed = (uint64_t)seed;
@@ -351,6 +355,11 @@ static int resume(trainer *t)
     }
     t->step = m.step;
     t->opt.step = m.step;
+    if (t->ls.dynamic && m.loss_scale > 0) { /* the scale where it was (a checkpoint without one: the initial) */
+        t->ls.scale = m.loss_scale;
+        t->ls.good = m.loss_scale_good;
+        ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+    }
     if (m.config_hash != ts_config_hash(t->cfg))
         ts_run_say(&t->run, "note: the config differs from the one that wrote %s (resuming anyway)", path);
     if (t->loader) TS_CHECK(ts_loader_seek(t->loader, m.sampler_position));
@@ -635,6 +644,46 @@ static int report_cut(trainer *t, const char *dir)
 }
 
 /* ---- setup ---- */
+/* Cross-validation (data.folds > 0): the held-out fold's subjects replace
+ * the data.val_fraction split (same on every rank: names and seed are). */
+static int setup_folds(trainer *t, const ts_config *cfg, int64_t n, double valf, uint64_t seed)
+{
+    int64_t folds64, fold64;
+    const char *delim;
+    TS_TRY(ts_config_get_int(cfg, "data.folds", &folds64));
+    TS_TRY(ts_config_get_int(cfg, "data.fold", &fold64));
+    int folds = (int)folds64, fold = (int)fold64;
+    TS_TRY(ts_config_get_str(cfg, "data.subject_delim", &delim));
+    if (!folds) {
+        if (fold)
+            return TS_ERR(TS_ERR_CONFIG, "data.fold = %d (%s) needs data.folds", fold, ts_config_source(cfg, "data.fold"));
+        return 0;
+    }
+    if (valf > 0)
+        return TS_ERR(TS_ERR_CONFIG, "data.val_fraction (%s) and data.folds (%s): choose one way to hold out samples",
+                      ts_config_source(cfg, "data.val_fraction"), ts_config_source(cfg, "data.folds"));
+    const char **names = malloc(sizeof(char *) * (size_t)(n > 0 ? n : 1));
+    if (!names) return TS_ERR(TS_ERR_NOMEM, "folds: %lld names", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        ts_sample_info info;
+        int e = ts_dataset_info(t->ds, i, &info);
+        if (e) {
+            free(names);
+            return e;
+        }
+        names[i] = info.name;
+    }
+    free(t->val);
+    t->val = malloc(sizeof *t->val * (size_t)n);
+    int e = t->val ? 0 : TS_ERR(TS_ERR_NOMEM, "folds");
+    if (!e) e = ts_sampler_folds(names, n, folds, fold, seed, delim, t->trn, &t->ntrn, t->val, &t->nval);
+    free(names);
+    if (!e && (t->ntrn == 0 || t->nval == 0))
+        e = TS_ERR(TS_ERR_CONFIG, "data.fold %d of %d leaves %lld training and %lld validation samples", fold, folds,
+                   (long long)t->ntrn, (long long)t->nval);
+    return e;
+}
+
 static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
 {
     int err = 0, lerr = 0;
@@ -665,6 +714,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(setup_local_sgd(t, &co));
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
+    TS_CHECK(ts_loss_scaler_from_config(cfg, t->ucfg.precision, &t->ls));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
@@ -730,6 +780,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         t->val = malloc(sizeof *t->val * (size_t)(t->nval ? t->nval : 1));
         if (!t->trn || !t->val) TS_FAIL(TS_ERR_NOMEM, "split");
         ts_sampler_split(n, t->nval, (uint64_t)v, t->trn, t->val);
+        TS_CHECK(setup_folds(t, cfg, n, valf, (uint64_t)v));
         int det;
         TS_CHECK(ts_config_get_bool(cfg, "train.deterministic", &det));
         if (det && t->batch * t->nranks > t->ntrn)
@@ -850,6 +901,16 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+    if (t->ucfg.precision == TS_PREC_FP16)
+        ts_run_say(&t->run, "precision: fp16 convolution operands (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not "
+                   "speed), dynamic loss scale %g doubled after %lld good steps; weights, norms, loss, optimizer fp32",
+                   t->ls.scale, (long long)t->ls.interval);
+    else
+        ts_run_say(&t->run, "precision: %s convolutions%s%s%s; weights, norms, loss, optimizer fp32",
+                   t->ucfg.precision == TS_PREC_BF16 ? "bf16" : "fp32", t->ucfg.precision == TS_PREC_BF16 ? " (" : "",
+                   t->ucfg.precision == TS_PREC_BF16 ? ts_nn_bf16_isa() : "",
+                   t->ucfg.precision == TS_PREC_BF16 ? " kernels, chosen at run time)" : "");
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, dir));
@@ -902,10 +963,15 @@ static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
     return next_batch(ctx, img, lab);
 }
 
+/* *skipped: 0 the step was applied; 1 skipped for a non-finite loss or
+ * gradient (counts toward fault.max_bad_steps); 2 skipped for an fp16
+ * loss-scale overflow (finite loss, non-finite gradients: the scale halves) */
 static int train_step(trainer *t, double *loss_out, int *skipped)
 {
     double loss_sum = 0;
     *skipped = 0;
+    const int inject = ts_fault_at(TS_FAULT_OVERFLOW, ts_fault_step(), NULL); /* injected: this rank's gradients overflow */
+    if (inject) ts_stepper_inject_overflow(t->stepper, 1);
     if (t->pipe) {
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
@@ -925,15 +991,25 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         loss_sum = NAN;
         ts_stepper_poison(t->stepper);
     }
+    if (inject) ts_stepper_inject_overflow(t->stepper, 0);
     TS_TRY(ts_stepper_reduce(t->stepper, t->micro));
-    /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together */
-    int bad = !isfinite(loss_sum) || !ts_stepper_grads_finite(t->stepper);
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world));
-    if (bad) {
+    /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together; with fp16 a
+     * finite loss and non-finite gradients are a loss-scale overflow (the scale halves on every rank) */
+    int bad[2] = {!isfinite(loss_sum), !ts_stepper_grads_finite(t->stepper)};
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->grid->world));
+    if (bad[0] || bad[1]) {
         t->opt.step++; /* the schedule moves on as if the step had been taken */
         *skipped = 1;
+        if (t->ls.dynamic && !bad[0] && !ts_loss_scaler_update(&t->ls, 1)) {
+            *skipped = 2;
+            ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+        }
     } else {
         TS_TRY(ts_stepper_apply(t->stepper));
+        if (t->ls.dynamic) {
+            ts_loss_scaler_update(&t->ls, 0);
+            ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+        }
     }
     if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
     if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) TS_TRY(local_average(t, t->step + 1));
@@ -1038,7 +1114,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         t.step++;
         t.step_s += ts_time_now() - ts0;
         step_mean = step_mean > 0 ? 0.8 * step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
-        if (skipped) {
+        if (skipped == 2) {
+            ts_run_say(&t.run, "step %lld: fp16 gradients overflowed on some rank: the optimizer step is skipped on every "
+                       "rank and the loss scale halves to %g (not a bad step for fault.max_bad_steps)",
+                       (long long)t.step, t.ls.scale);
+        } else if (skipped) {
             bad_steps++;
             ts_run_say(&t.run, "step %lld: non-finite loss or gradients on some rank: the optimizer step is skipped on "
                        "every rank (%d of fault.max_bad_steps = %lld in a row)", (long long)t.step, bad_steps,
@@ -1094,12 +1174,13 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             t_window = t_train0 = ts_time_now();
         }
         /* a stop request on any rank (preemption), or a checkpoint due by the clock (any rank's): leave or
-         * checkpoint together; not right after a skipped step (the streak may not be over) */
+         * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
+         * overflow is not one) */
         int flags[2] = {stop && *stop ? 1 : 0, every_min > 0 && ts_time_now() - last_ckpt >= 60 * every_min};
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t.grid->world));
         const int stopping = flags[0];
         if (((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping || flags[1]) &&
-            !(skipped && !stopping && t.step < t.total_steps)) {
+            !(skipped == 1 && !stopping && t.step < t.total_steps)) {
             TS_CHECK(save_ckpt(&t));
             last_ckpt = ts_time_now();
         }
@@ -1151,6 +1232,20 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                      "\"parameter_averages\": %lld}",
                      t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
                      (long long)t.param_avgs);
+        }
+        {
+            /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
+            double lv[4] = {-t.ls.scale, t.ls.scale, -(double)t.ls.overflows, (double)t.ls.overflows};
+            TS_MPI(MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t.grid->world));
+            const ts_precision pr = t.ucfg.precision;
+            size_t l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"precision\": {\"mode\": \"%s\", \"conv_kernels\": \"%s\", \"loss_scale\": %s, "
+                     "\"loss_scale_min\": %.9g, \"loss_scale_max\": %.9g, \"overflow_steps_min\": %.0f, "
+                     "\"overflow_steps_max\": %.0f}",
+                     pr == TS_PREC_FP16 ? "fp16" : pr == TS_PREC_BF16 ? "bf16" : "fp32",
+                     pr == TS_PREC_BF16 ? ts_nn_bf16_isa() : pr == TS_PREC_FP16 ? "fp32 on fp16-rounded operands" : "fp32",
+                     t.ls.dynamic ? "\"dynamic\"" : "null", -lv[0], lv[1], -lv[2], lv[3]);
         }
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
