@@ -386,7 +386,6 @@ int ts_cli_bench_step(int argc, char **argv)
         ts_unet_checkpoint_str(ckv[1].mask, nb, sizeof nb);
         if (rank == 0) { /* the report */
             double med[2], cpu[2];
-            const double rtr = median(ckv[1].rt, rounds), rcr = median(ckv[1].rc, rounds);
             for (int k = 0; k < 2; k++) {
                 med[k] = median(ckv[k].t, ckv[k].nt);
                 cpu[k] = median(ckv[k].c, ckv[k].nt);
@@ -408,9 +407,10 @@ int ts_cli_bench_step(int argc, char **argv)
                    "gradients of one step from the same weights %s (%.0f non-zero)\n", tr, 100 * (tr - 1), cr,
                    100 * (cr - 1), -100 * ar, -100 * rr,
                    identical ? "bit-identical" : "DIFFER", nonzero);
-            printf("  per round B/A (median over rounds x%.3f wall, x%.3f CPU):", rtr, rcr);
+            printf("  per round B/A, wall/CPU:");
             for (int r = 0; r < rounds; r++) printf(" %.3f/%.3f", ckv[1].rt[r], ckv[1].rc[r]);
-            printf("\n");
+            const double rtr = median(ckv[1].rt, rounds), rcr = median(ckv[1].rc, rounds); /* sorts them */
+            printf("; their medians x%.3f wall, x%.3f CPU\n", rtr, rcr);
             if (json) {
                 o = cJSON_CreateObject();
                 cJSON *c = cJSON_AddObjectToObject(o, "checkpoint_compare");

@@ -2,8 +2,9 @@
 # Activation checkpointing (model.checkpoint_levels; issue [9]) end to end:
 # training with levels recomputed gives bit-identical losses and weights to
 # training without (and the weights moved), on 1 rank (batch and group
-# norm), on dp = 2 x sp = 2 (batch norm: the recomputation exchanges the
-# halos and sums the statistics over the spatial group again) and on
+# norm; train.precision bf16 and fp16), on dp = 2 x sp = 2 (batch norm: the
+# recomputation exchanges the halos and sums the statistics over the
+# spatial group again) and on
 # dp = 2 x pp = 2 (1F1B, the cut inside a checkpointed level); `bench step
 # --compare-checkpoint` on sp = 2 finds bit-identical gradients and less
 # activation memory; bad level lists (out of range, duplicate, not a
@@ -56,6 +57,12 @@ for norm in batch group; do
     ts_check "the start line names the checkpointed levels" \
         sh -c "printf '%s\n' \"\$0\" | grep -q 'activation checkpointing: levels 0,1 recomputed in backward'" "$ts_out"
     same "$norm-1" "$norm-1-ck01" "init-$norm.h5" 0 0
+done
+# mixed precision: the recomputation uses the same low-precision convolutions (fp16: with loss scaling)
+for prec in bf16 fp16; do
+    run 1 "$prec-1" train.precision=$prec
+    run 1 "$prec-1-ck01" train.precision=$prec model.checkpoint_levels=0,1
+    same "$prec-1" "$prec-1-ck01" init-batch.h5 0 0
 done
 # dp = 2 x sp = 2: every level recomputed
 run 4 dp2sp2 parallel.dp=2 parallel.sp=2
