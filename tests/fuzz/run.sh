@@ -45,7 +45,12 @@ for t in $targets; do
     for dir in "$src/tests/fuzz/corpus/$t" "$src/tests/fuzz/regressions/$t"; do
         [ -d "$dir" ] && seeds+=("$dir")
     done
-    nice -n 10 "$bin" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
+    # FUZZ_SEED and FUZZ_RUNS (jobs/check.sh): a fixed seed and a fixed
+    # number of inputs, so a run is the same sequence on any machine speed
+    fixed=()
+    [ -n "${FUZZ_SEED:-}" ] && fixed+=(-seed="$FUZZ_SEED")
+    [ -n "${FUZZ_RUNS:-}" ] && fixed+=(-runs="$FUZZ_RUNS")
+    nice -n 10 "$bin" "${fixed[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$findings/" "${dict[@]}" \
         "$corpus" "${seeds[@]}" >"fuzz-build/$t.log" 2>&1
     rc=$?
