@@ -1,4 +1,4 @@
-/* The 3D U-Net of DESIGN.md: encoder levels enc0..enc{L-1} of two
+/* The 3D U-Net of docs/engine.md: encoder levels enc0..enc{L-1} of two
  * (3x3x3 conv with bias -> norm -> ReLU) blocks with 2x max-pool between
  * them, decoder levels dec{L-2}..dec0 each after a 2x2x2 stride-2
  * transposed conv up{l} and the channel concatenation [upsampled, skip], a
