@@ -4,12 +4,16 @@
 #include "tsbuild.h"
 #include "io/h5.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static pthread_mutex_t h5_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
@@ -194,6 +198,160 @@ static hid_t vlen_str_type(void)
     return t;
 }
 
+/* ---- Guard for variable-length strings read from untrusted files ----
+ * A variable-length string is stored as {length, global heap collection
+ * address, object index}; reading it makes libhdf5 (1.10) copy the heap
+ * object's recorded size into a buffer sized by the stored length, without
+ * checking either against the collection: a corrupt file crashes the
+ * process inside H5HG_read (found by tests/fuzz/fuzz_dataset). Before the
+ * real H5Aread, the raw references are fetched through a conversion that
+ * never touches the heap (vlen string -> RAW_REF, registered below), and
+ * each referenced collection is read with pread and walked the way libhdf5
+ * walks it; any inconsistency is a format error naming the file. */
+#define RAW_REF 32 /* bytes per raw reference: 4 + sizeof_addr (<= 16) + 4 */
+
+static int is_raw_ref_type(hid_t t)
+{
+    return H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 && H5Tget_size(t) == RAW_REF &&
+           H5Tget_cset(t) == H5T_CSET_UTF8 && H5Tget_strpad(t) == H5T_STR_SPACEPAD;
+}
+
+/* H5T_conv_t: vlen string (disk form) -> RAW_REF bytes, heap untouched */
+static herr_t conv_raw_ref(hid_t src, hid_t dst, H5T_cdata_t *cdata, size_t n, size_t buf_stride,
+                           size_t bkg_stride, void *buf, void *bkg, hid_t dxpl)
+{
+    (void)bkg_stride, (void)bkg, (void)dxpl;
+    if (cdata->command == H5T_CONV_INIT)
+        return H5Tis_variable_str(src) > 0 && is_raw_ref_type(dst) ? 0 : -1;
+    if (cdata->command != H5T_CONV_CONV) return 0;
+    size_t ss = H5Tget_size(src);
+    if (ss == 0 || ss > RAW_REF) return -1;
+    size_t sst = buf_stride ? buf_stride : ss, dst_stride = buf_stride ? buf_stride : RAW_REF;
+    uint8_t *b = buf;
+    for (size_t i = n; i-- > 0;) { /* back to front: the elements grow in place */
+        memmove(b + i * dst_stride, b + i * sst, ss);
+        memset(b + i * dst_stride + ss, 0, RAW_REF - ss);
+    }
+    return 0;
+}
+
+static pthread_once_t raw_ref_once = PTHREAD_ONCE_INIT;
+static int raw_ref_ok;
+
+static void register_raw_ref(void)
+{
+    hid_t v = vlen_str_type(), r = H5Tcopy(H5T_C_S1);
+    if (v >= 0 && r >= 0 && H5Tset_size(r, RAW_REF) >= 0 && H5Tset_cset(r, H5T_CSET_UTF8) >= 0 &&
+        H5Tset_strpad(r, H5T_STR_SPACEPAD) >= 0 &&
+        H5Tregister(H5T_PERS_SOFT, "tessera_vlen_raw_ref", v, r, conv_raw_ref) >= 0)
+        raw_ref_ok = 1;
+    if (v >= 0) H5Tclose(v);
+    if (r >= 0) H5Tclose(r);
+    H5Eclear2(H5E_DEFAULT);
+}
+
+static uint64_t get_le(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;) v = v << 8 | p[i];
+    return v;
+}
+
+/* Checks the global heap object `idx` of the collection at file offset
+ * `off` holds exactly `len` bytes, walking the collection as libhdf5 does
+ * (every object header inside it, no zero-length step). */
+static int check_heap_object(int fd, uint64_t off, uint64_t eof, size_t ss, uint64_t idx, uint64_t len,
+                             const char *fname, const char *name)
+{
+    int err = 0;
+    uint8_t *c = NULL, hdr[24];
+    size_t hs = 8 + ss, oh = 8 + ss; /* collection header; object header */
+    if (off > eof || eof - off < hs || pread(fd, hdr, hs, (off_t)off) != (ssize_t)hs || memcmp(hdr, "GCOL", 4) ||
+        hdr[4] != 1)
+        TS_FAIL(TS_ERR_FORMAT, "%s: attribute '%s' points to no global heap collection (corrupt file)", fname,
+                name);
+    uint64_t size = get_le(hdr + 8, ss);
+    if (size < hs || size > eof - off || size > (uint64_t)1 << 30)
+        TS_FAIL(TS_ERR_FORMAT, "%s: attribute '%s': global heap collection of %llu bytes at %llu does not fit the "
+                "file (corrupt file)", fname, name, (unsigned long long)size, (unsigned long long)off);
+    c = malloc(size);
+    if (!c) TS_FAIL(TS_ERR_NOMEM, "%s: global heap collection of %llu bytes", fname, (unsigned long long)size);
+    if (pread(fd, c, size, (off_t)off) != (ssize_t)size)
+        TS_FAIL(TS_ERR_IO, "%s: cannot read the global heap collection at %llu", fname, (unsigned long long)off);
+    int found = 0;
+    for (uint64_t p = hs; p < size;) {
+        if (size - p < oh) break; /* trailing free space */
+        uint64_t id = get_le(c + p, 2), osz = get_le(c + p + 8, ss), need;
+        if (osz > size) goto bad;
+        need = id ? oh + ((osz + 7) & ~(uint64_t)7) : osz;
+        if (need < oh || need > size - p) goto bad;
+        if (id == idx) {
+            if (found || osz != len) goto bad;
+            found = 1;
+        }
+        p += need;
+    }
+    if (!found) goto bad;
+    goto cleanup;
+bad:
+    err = TS_ERR(TS_ERR_FORMAT, "%s: attribute '%s': object %llu of the global heap collection at %llu is "
+                 "missing or inconsistent (corrupt file)", fname, name, (unsigned long long)idx,
+                 (unsigned long long)off);
+cleanup:
+    free(c);
+    return err;
+}
+
+/* Validates every heap reference of the vlen string attribute `a` (space
+ * sp, n elements) of a file opened read-only. Files open for writing were
+ * written by this process, and their heap may not be on disk yet. */
+static int check_vlen_attr(hid_t obj, hid_t a, int n, const char *name)
+{
+    int err = 0, fd = -1;
+    hid_t mt = -1, fcpl = -1, fid = -1;
+    uint8_t *raw = NULL;
+    char fname[4096] = "";
+    unsigned intent = 0;
+    pthread_once(&raw_ref_once, register_raw_ref);
+    TS_H5(fid = H5Iget_file_id(obj));
+    if (H5Fget_name(fid, fname, sizeof fname) < 0) snprintf(fname, sizeof fname, "(HDF5 file)");
+    if (H5Fget_intent(fid, &intent) < 0 || intent != H5F_ACC_RDONLY || n == 0) goto cleanup;
+    if (!raw_ref_ok) TS_FAIL(TS_ERR_FORMAT, "%s: attribute '%s': cannot validate a variable-length string", fname, name);
+    size_t sa = 0, ss = 0;
+    hsize_t ub = 0;
+    TS_H5(fcpl = H5Fget_create_plist(fid));
+    TS_H5(H5Pget_sizes(fcpl, &sa, &ss));
+    TS_H5(H5Pget_userblock(fcpl, &ub));
+    if (sa < 2 || sa > 8 || ss < 2 || ss > 8)
+        TS_FAIL(TS_ERR_FORMAT, "%s: file addresses of %zu bytes and sizes of %zu are not supported", fname, sa, ss);
+    TS_H5(mt = H5Tcopy(H5T_C_S1));
+    TS_H5(H5Tset_size(mt, RAW_REF));
+    TS_H5(H5Tset_cset(mt, H5T_CSET_UTF8));
+    TS_H5(H5Tset_strpad(mt, H5T_STR_SPACEPAD));
+    raw = calloc((size_t)n, RAW_REF);
+    if (!raw) TS_FAIL(TS_ERR_NOMEM, "attribute %s", name);
+    TS_H5M(H5Aread(a, mt, raw), "%s: cannot read attribute '%s'", fname, name);
+    fd = open(fname, O_RDONLY);
+    if (fd < 0) TS_FAIL(TS_ERR_IO, "%s: cannot open to validate attribute '%s': %s", fname, name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) TS_FAIL(TS_ERR_IO, "%s: %s", fname, strerror(errno));
+    for (int i = 0; i < n && !err; i++) {
+        const uint8_t *r = raw + (size_t)i * RAW_REF;
+        uint64_t len = get_le(r, 4), addr = get_le(r + 4, sa), idx = get_le(r + 4 + sa, 4);
+        if (len == 0) continue; /* empty string: no heap object */
+        if (addr > UINT64_MAX - ub)
+            TS_FAIL(TS_ERR_FORMAT, "%s: attribute '%s': bad heap address (corrupt file)", fname, name);
+        err = check_heap_object(fd, addr + ub, (uint64_t)st.st_size, ss, idx, len, fname, name);
+    }
+cleanup:
+    if (fd >= 0) close(fd);
+    free(raw);
+    if (mt >= 0) H5Tclose(mt);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    if (fid >= 0) H5Fclose(fid);
+    return err;
+}
+
 int ts_h5_write_attr_str(hid_t obj, const char *name, const char *s)
 {
     return ts_h5_write_attr_strs(obj, name, -1, &s);
@@ -285,6 +443,7 @@ int ts_h5_read_attr_strs(hid_t obj, const char *name, int *n_out, char ***out, c
     if (!res) TS_FAIL(TS_ERR_NOMEM, "attribute %s", name);
     htri_t var = H5Tis_variable_str(t);
     if (var > 0) {
+        TS_CHECK(check_vlen_attr(obj, a, n, name));
         TS_H5(mt = vlen_str_type());
         raw = TS_CALLOC((size_t)n + 1, sizeof *raw);
         if (!raw) TS_FAIL(TS_ERR_NOMEM, "attribute %s", name);

@@ -87,6 +87,15 @@ ts_fails_on_all "the dataset reader refuses non-finite voxels, naming the file a
     ts_mpirun 2 "$tessera" bench io "$d/io.ini" "data.path=$d/syn.h5" --steps 2 --repeat 1
 ts_check "... and says non-finite" sh -c "printf '%s\n' \"\$1\" | grep -q 'non-finite voxel'" _ "$ts_out"
 
+# the dataset reader: variable-length string attributes whose global heap
+# objects claim 2^40 bytes (libhdf5 1.10 copies that many and crashes)
+ts_step "synth a dataset; its global heap objects' sizes set to 2^40" sh -c \
+    "'$tessera' synth --out '$d/heap.h5' --count 4 --size 12 --chunk 4 && '$mkbad' heap-size '$d/heap.h5'"
+ts_fails_on_all "a corrupt global heap is refused naming the file, without a crash" \
+    "$d/heap.h5: attribute '" 2 \
+    ts_mpirun 2 "$tessera" bench io "$d/io.ini" "data.path=$d/heap.h5" --steps 1 --repeat 1
+ts_check "... and says the file is corrupt" sh -c "printf '%s\n' \"\$1\" | grep -q 'global heap collection at [0-9]* is missing or inconsistent (corrupt file)'" _ "$ts_out"
+
 # --- size arguments that would wrap around ---
 ts_fails_on_all "bench coll --max-bytes 2^63: a clear error, no crash" "--max-bytes 9223372036854775808" 2 \
     ts_mpirun 2 "$tessera" bench coll --max-bytes 9223372036854775808

@@ -8,7 +8,9 @@
  *                                           non-finite (NaN, +Inf, -Inf in turn)
  *   mkbad label OUT.nii N                   uint8 label of N^3 voxels (0 and 1)
  *   mkbad vox-offset FILE.nii OFFSET        sets the vox_offset of an uncompressed NIfTI-1 header
- *   mkbad image-nan DATA.h5                 one NaN in the middle of every sample's /image */
+ *   mkbad image-nan DATA.h5                 one NaN in the middle of every sample's /image
+ *   mkbad heap-size DATA.h5                 sets the recorded size of every object in every global heap
+ *                                           collection (variable-length strings) to 2^40 bytes */
 #include "tsbuild.h"
 #include "io/nifti.h"
 #include "src/core/error.h"
@@ -113,6 +115,43 @@ static int set_vox_offset(const char *path, float off)
     return 0;
 }
 
+/* Every "GCOL" collection (8-byte sizes, as HDF5 writes by default): each
+ * object's size field becomes 2^40, which libhdf5 1.10 would copy from. */
+static int heap_size(const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f) return fail("cannot open the file");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    unsigned char *b = malloc((size_t)n);
+    rewind(f);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) return fail("cannot read the file");
+    int changed = 0;
+    for (long i = 0; i + 16 <= n; i++) {
+        if (memcmp(b + i, "GCOL", 4) || b[i + 4] != 1) continue;
+        uint64_t size = 0;
+        for (int k = 7; k >= 0; k--) size = size << 8 | b[i + 8 + k];
+        if (size < 16 || (uint64_t)(n - i) < size) continue;
+        for (uint64_t p = 16; p + 16 <= size;) {
+            unsigned char *o = b + i + p;
+            unsigned id = (unsigned)(o[0] | o[1] << 8);
+            uint64_t osz = 0;
+            for (int k = 7; k >= 0; k--) osz = osz << 8 | o[8 + k];
+            if (id == 0) break;
+            uint64_t big = (uint64_t)1 << 40;
+            for (int k = 0; k < 8; k++) o[8 + k] = (unsigned char)(big >> (8 * k));
+            changed++;
+            p += 16 + ((osz + 7) & ~(uint64_t)7);
+        }
+    }
+    if (!changed) return fail("no global heap object found");
+    rewind(f);
+    if (fwrite(b, 1, (size_t)n, f) != (size_t)n || fclose(f)) return fail("cannot write the file");
+    free(b);
+    printf("%d heap objects changed\n", changed);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) return fail("usage: mkbad MODE ARGS (see the source)");
@@ -161,6 +200,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "label") && argc >= 4) return write_volume(argv[2], atoll(argv[3]), 1, 0);
     if (!strcmp(mode, "vox-offset") && argc >= 4) return set_vox_offset(argv[2], (float)atof(argv[3]));
     if (!strcmp(mode, "image-nan")) return image_nan(argv[2]);
+    if (!strcmp(mode, "heap-size")) return heap_size(argv[2]);
     if (!strcmp(mode, "drop-label")) return replace_label(argv[2], 0);
     if (!strcmp(mode, "label-dtype")) return replace_label(argv[2], 1);
     if (!strcmp(mode, "label-shape")) return replace_label(argv[2], 2);
