@@ -6,6 +6,7 @@
 #include "src/core/path.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@ static char *slurp(const char *path, int *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        *err = TS_ERR(TS_ERR_IO, "%s: cannot open tuning table", path);
+        *err = TS_ERR(TS_ERR_IO, "%s: cannot open tuning table (coll.tuning or TESSERA_COLL_TUNING): %s", path,
+                      strerror(errno));
         return NULL;
     }
     fseek(f, 0, SEEK_END);

@@ -4,6 +4,7 @@
 #include "io/checkpoint.h"
 #include "io/h5.h"
 #include "src/core/fault.h"
+#include "src/core/path.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,7 +45,7 @@ static int fsync_path(const char *path, int dir)
 static int mkdirs(const char *path)
 {
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
+    TS_TRY(ts_path_fmt(buf, sizeof buf, "the checkpoint directory", "%s", path));
     for (char *p = buf + 1; *p; p++)
         if (*p == '/') {
             *p = '\0';
@@ -65,7 +66,7 @@ static void rmtree(const char *path)
         while ((e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             char sub[4096];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) continue;
             struct stat st;
             if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) rmtree(sub);
             else unlink(sub);
@@ -247,7 +248,7 @@ static int list_steps(const char *dir, int64_t *steps, int cap)
 int ts_ckpt_is_complete(const char *path)
 {
     char man[4096], state[4096];
-    snprintf(man, sizeof man, "%s/manifest.json", path);
+    if (snprintf(man, sizeof man, "%s/manifest.json", path) >= (int)sizeof man) return 0;
     snprintf(state, sizeof state, "%s/state.h5", path);
     FILE *f = fopen(man, "r");
     if (!f) return 0;
@@ -267,11 +268,14 @@ int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int 
     int rank, err = 0;
     char tmp[4096], fin[4096], old[4096], state[4096], man[4096];
     MPI_Comm_rank(comm, &rank);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%lld", dir, (long long)meta->step);
-    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)meta->step);
-    snprintf(old, sizeof old, "%s/.old-step-%lld", dir, (long long)meta->step);
-    snprintf(state, sizeof state, "%s/state.h5", tmp);
-    snprintf(man, sizeof man, "%s/manifest.json", tmp);
+    /* the same on every rank: a path that does not fit fails everywhere */
+    err = ts_path_fmt(tmp, sizeof tmp, "the checkpoint directory", "%s/.tmp-step-%lld", dir, (long long)meta->step);
+    if (!err) err = ts_path_fmt(fin, sizeof fin, "the checkpoint directory", "%s/step-%lld", dir, (long long)meta->step);
+    if (!err)
+        err = ts_path_fmt(old, sizeof old, "the checkpoint directory", "%s/.old-step-%lld", dir, (long long)meta->step);
+    if (!err) err = ts_path_fmt(state, sizeof state, "the checkpoint directory", "%s/state.h5", tmp);
+    if (!err) err = ts_path_fmt(man, sizeof man, "the checkpoint directory", "%s/manifest.json", tmp);
+    if (err) return ts_err_agree(comm, err);
     if (rank == 0) {
         ts_h5_init();
         ts_h5_lock();
@@ -333,7 +337,7 @@ int ts_ckpt_before(const char *dir, int64_t before, char *path, size_t n, int64_
 static int verify_crc(const char *dir, const char *state)
 {
     char man[4096], buf[4096];
-    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    TS_TRY(ts_path_fmt(man, sizeof man, "the checkpoint path", "%s/manifest.json", dir));
     FILE *f = fopen(man, "r");
     if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", man, strerror(errno));
     size_t len = fread(buf, 1, sizeof buf - 1, f);
@@ -362,10 +366,11 @@ int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *met
     int err = 0;
     char state[4096];
     hid_t f = H5I_INVALID_HID, ds = H5I_INVALID_HID, sp = H5I_INVALID_HID, g = H5I_INVALID_HID;
+    TS_TRY(ts_path_check(path, sizeof state - 16, "the checkpoint path"));
     if (!ts_ckpt_is_complete(path))
         return TS_ERR(TS_ERR_FORMAT, "%s is not a complete checkpoint (no manifest.json, or state.h5 has the wrong size)",
                       path);
-    snprintf(state, sizeof state, "%s/state.h5", path);
+    TS_TRY(ts_path_fmt(state, sizeof state, "the checkpoint path", "%s/state.h5", path));
     TS_TRY(verify_crc(path, state));
     ts_h5_init();
     ts_h5_lock();

@@ -34,10 +34,24 @@ const char *ts_err_name(int code)
 int ts_err(int code, const char *file, int line, const char *fmt, ...)
 {
     char body[TS_ERR_MSG_MAX];
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    va_copy(ap2, ap);
+    int need = vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
+    if (need >= (int)sizeof body - 64) {
+        /* too long (a path of thousands of characters): keep the start and
+         * the end, where the cause is, and say how much is left out */
+        char *all = malloc((size_t)need + 1);
+        if (all) {
+            vsnprintf(all, (size_t)need + 1, fmt, ap2);
+            const size_t keep = (sizeof body - 96) / 2;
+            snprintf(body, sizeof body, "%.*s[... %zu characters left out ...]%s", (int)keep, all,
+                     (size_t)need - 2 * keep, all + need - keep);
+            free(all);
+        }
+    }
+    va_end(ap2);
     /* strip the build-tree prefix so messages show paths from the top */
     const char *f = file;
     for (const char *p = file; *p; p++)

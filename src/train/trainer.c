@@ -13,6 +13,7 @@
 #include "src/core/fault.h"
 #include "src/core/launch.h"
 #include "src/core/log.h"
+#include "src/core/path.h"
 #include "src/core/perf.h"
 #include "src/core/rng.h"
 #include "src/core/timer.h"
@@ -414,6 +415,8 @@ static int resume(trainer *t)
     const int autom = !strcmp(how, "auto");
     int64_t st = INT64_MAX;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
+    /* room for "/manifest.json" after the path (checkpoint.c) */
+    if (!autom) TS_CHECK(ts_err_agree(t->grid->world, ts_path_check(how, sizeof path - 16, "ckpt.resume")));
     TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
     TS_CHECK(ckpt_items(t, full, &it, &n));
     ts_ckpt_meta m;

@@ -108,4 +108,16 @@ ts_fails_on_all "bench coll --min-bytes -1" "--min-bytes" 2 \
 long=$d/$(printf 'p%.0s' $(seq 1 600)).h5
 ts_fails_on_all "data.path of 600+ characters: refused naming the key" "the dataset path (data.path) is" 2 \
     ts_mpirun 2 "$tessera" bench io "$d/io.ini" "data.path=$long" --steps 1 --repeat 1
+# ckpt.resume and coll.tuning longer than a path can be: the key is named,
+# and the message keeps its end (the cause) however long the path
+ts_step "synth a clean dataset for training" "$tessera" synth --out "$d/ok3.h5" --count 2 --size 8 --classes 3
+printf '[model]\nchannels = 4\nclasses = 3\n[data]\npatch = 8\n[train]\nbatch = 1\nsteps = 1\n[eval]\nfinal = false\n' >"$d/t.ini"
+huge=$d/$(printf 'h%.0s' $(seq 1 5000))
+ts_fails_on_all "ckpt.resume of 5000+ characters: refused naming the key" "ckpt.resume is 50" 2 \
+    ts_mpirun 2 "$tessera" train "$d/t.ini" "data.path=$d/ok3.h5" "run.dir=$d/run" "ckpt.resume=$huge"
+ts_fails_on_all "coll.tuning of 5000+ characters: the key and the cause survive the message's length limit" \
+    "cannot open tuning table (coll.tuning or TESSERA_COLL_TUNING): File name too long" 2 \
+    ts_mpirun 2 "$tessera" train "$d/t.ini" "data.path=$d/ok3.h5" "run.dir=$d/run" "coll.tuning=$huge.json"
+ts_check "... with the middle of the path left out, saying how much" sh -c \
+    "printf '%s\n' \"\$1\" | grep -q 'characters left out'" _ "$ts_out"
 ts_finish
