@@ -1,3 +1,4 @@
 # src/optim: SGD, AdamW, learning-rate schedules, gradient clipping
-libtessera_a_SOURCES += src/optim/optim.c src/optim/sgd.c src/optim/adamw.c src/optim/schedule.c
-nobase_pkginclude_HEADERS += src/optim/optim.h
+libtessera_la_SOURCES += src/optim/optim.c src/optim/sgd.c src/optim/adamw.c src/optim/schedule.c
+# public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
+TS_PUBLIC_HDRS += src/optim/optim.h

@@ -1,0 +1,1 @@
+# examples/: built against the installed library by tests/lib/install.sh
