@@ -36,6 +36,10 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.cache_mb", TS_CFG_INT, "0", "0:65536", "chunk cache in MiB; 0 = sized for one patch"},
     {"data.val_fraction", TS_CFG_FLOAT, "0", "0:0.9", "fraction of samples held out for validation (ts_sampler_split)"},
     {"data.split_seed", TS_CFG_INT, "0", "0:", "seed of the train/validation split (independent of train.seed)"},
+    {"data.folds", TS_CFG_INT, "0", "0:100", "cross-validation folds by subject (0 = off; replaces data.val_fraction)"},
+    {"data.fold", TS_CFG_INT, "0", "0:99", "the fold held out for validation (0 .. data.folds - 1)"},
+    {"data.subject_delim", TS_CFG_STRING, "", NULL,
+     "a sample's subject is its name up to this string (empty: the whole name); folds never split a subject"},
     {NULL, 0, NULL, NULL, NULL},
 };
 

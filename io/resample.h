@@ -23,4 +23,23 @@ void ts_resample_up_labels(const uint8_t *coarse, const int64_t dhw[3], int f, u
  * coarse voxel c sits at fine voxel f*c + (f-1)/2 along each axis. */
 void ts_resample_affine(const double in[16], int f, double out[16]);
 
+/* Any-factor resampling (to a target spacing, as nnU-Net's preprocessing).
+ * Voxel centres stay aligned: output voxel o along an axis samples the input
+ * at (o + 0.5) r - 0.5 with r = n_in / n_out (PyTorch's align_corners=False,
+ * scikit-image's resize), clamped to the volume; so the output spacing is
+ * spacing_in * r exactly and the extent is kept. */
+
+/* Output size along an axis for spacing sp_in -> sp_out: round(n sp_in /
+ * sp_out), at least 1. */
+int64_t ts_resample_size_to(int64_t n, double sp_in, double sp_out);
+/* img [C, D, H, W] -> out [C, D', H', W'] by trilinear interpolation. */
+void ts_resample_linear(int64_t C, const int64_t in[3], const float *img, const int64_t out[3], float *res);
+/* lab [D, H, W] (classes < K) -> out [D', H', W']: each class's indicator
+ * interpolated trilinearly and the largest taken (ties to the lower class;
+ * nnU-Net's "one-hot linear"), or the nearest voxel when nearest is set. */
+void ts_resample_labels(const uint8_t *lab, const int64_t in[3], int K, const int64_t out[3], int nearest,
+                        uint8_t *res);
+/* The voxel -> world transform of the resampled grid (in[3] -> out[3]). */
+void ts_resample_affine_to(const double m[16], const int64_t in[3], const int64_t out[3], double res[16]);
+
 #endif

@@ -12,6 +12,7 @@
 
 #define STREAM_EPOCH 0x45500000u /* "EP" */
 #define STREAM_SPLIT 0x53500000u /* "SP" */
+#define STREAM_FOLDS 0x464f0000u /* "FO" */
 
 struct ts_sampler {
     int64_t n, *subset;
@@ -155,4 +156,66 @@ void ts_sampler_split(int64_t n, int64_t n_val, uint64_t seed, int64_t *train, i
     }
     free(perm);
     free(is_val);
+}
+
+/* A subject's name: names[i] up to delim, in a buffer of its own. */
+static char *subject_of(const char *name, const char *delim)
+{
+    size_t len = strlen(name);
+    const char *cut = delim && *delim ? strstr(name, delim) : NULL;
+    if (cut && cut != name) len = (size_t)(cut - name);
+    char *s = malloc(len + 1);
+    if (s) memcpy(s, name, len), s[len] = 0;
+    return s;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ts_sampler_folds(const char *const *names, int64_t n, int folds, int fold, uint64_t seed, const char *delim,
+                     int64_t *train, int64_t *ntrain, int64_t *val, int64_t *nval)
+{
+    if (folds < 2 || fold < 0 || fold >= folds)
+        return TS_ERR(TS_ERR_CONFIG, "data.fold = %d with data.folds = %d: folds >= 2 and 0 <= fold < folds", fold,
+                      folds);
+    int err = 0;
+    char **subj = calloc((size_t)(n > 0 ? n : 1), sizeof(char *)), **uniq = NULL;
+    int64_t *perm = NULL;
+    if (!subj) return TS_ERR(TS_ERR_NOMEM, "folds: %lld subject names", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (!(subj[i] = subject_of(names[i], delim))) TS_FAIL(TS_ERR_NOMEM, "folds: subject names");
+    uniq = malloc(sizeof(char *) * (size_t)(n > 0 ? n : 1));
+    perm = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    if (!uniq || !perm) TS_FAIL(TS_ERR_NOMEM, "folds: %lld subjects", (long long)n);
+    memcpy(uniq, subj, sizeof(char *) * (size_t)n);
+    qsort(uniq, (size_t)n, sizeof(char *), cmp_str);
+    int64_t ns = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!ns || strcmp(uniq[ns - 1], uniq[i])) uniq[ns++] = uniq[i];
+    if (ns < folds)
+        TS_FAIL(TS_ERR_CONFIG, "data.folds = %d, but the dataset has only %lld subjects%s%s%s", folds, (long long)ns,
+                delim && *delim ? " (names cut at data.subject_delim '" : "", delim && *delim ? delim : "",
+                delim && *delim ? "')" : "");
+    for (int64_t i = 0; i < ns; i++) perm[i] = i;
+    ts_rng r;
+    ts_rng_init(&r, seed, 0, STREAM_FOLDS);
+    ts_rng_shuffle(&r, perm, ns);
+    /* perm[p] = the subject (sorted index) at position p: fold of a subject = its position % folds */
+    int64_t *fold_of = malloc(sizeof(int64_t) * (size_t)ns);
+    if (!fold_of) TS_FAIL(TS_ERR_NOMEM, "folds");
+    for (int64_t p = 0; p < ns; p++) fold_of[perm[p]] = p % folds;
+    *ntrain = *nval = 0;
+    for (int64_t i = 0; i < n; i++) {
+        char **hit = bsearch(&subj[i], uniq, (size_t)ns, sizeof(char *), cmp_str);
+        if (hit && fold_of[hit - uniq] == fold) val[(*nval)++] = i;
+        else train[(*ntrain)++] = i;
+    }
+    free(fold_of);
+cleanup:
+    if (subj)
+        for (int64_t i = 0; i < n; i++) free(subj[i]);
+    free(subj), free(uniq), free(perm);
+    return err;
 }

@@ -54,4 +54,16 @@ int64_t ts_sampler_at(ts_sampler *s, int64_t p);
  * of n - n_val and n_val entries). */
 void ts_sampler_split(int64_t n, int64_t n_val, uint64_t seed, int64_t *train, int64_t *val);
 
+/* Local. Cross-validation by subject (data.folds, data.fold): the subject
+ * of sample i is names[i] up to the first occurrence of delim (the whole
+ * name when delim is NULL, empty or absent from it); the distinct subjects,
+ * sorted by name, are shuffled with seed and the subject at position p
+ * belongs to fold p % folds. Samples of fold `fold`'s subjects go to val,
+ * the others to train (both ascending; arrays of n entries each), so every
+ * scan of a subject lands on the same side and the folds do not depend on
+ * the sample order of the file. Errors: TS_ERR_CONFIG (fewer subjects than
+ * folds, fold out of range), TS_ERR_NOMEM. */
+int ts_sampler_folds(const char *const *names, int64_t n, int folds, int fold, uint64_t seed, const char *delim,
+                     int64_t *train, int64_t *ntrain, int64_t *val, int64_t *nval);
+
 #endif

@@ -14,7 +14,7 @@ packages=(
     mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
     libnifti2-dev libniftiio-dev libinih-dev libcjson-dev zlib1g-dev
     libpapi-dev papi-tools mricron-data
-    python3 python3-numpy python3-h5py python3-nibabel python3-matplotlib
+    python3 python3-numpy python3-scipy python3-h5py python3-nibabel python3-matplotlib
     munge slurmctld slurmd slurm-client
 )
 missing=()

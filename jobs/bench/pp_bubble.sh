@@ -38,21 +38,33 @@ formula = (P - 1) / (M + P - 1)
 b = runs["1f1b"][0]
 print(f"{b['config']}: patch {'x'.join(map(str, b['patch']))}, batch {b['batch']} x {M} micro-batches, P = {P}, "
       f"stages {[s['units'] for s in b['stages']]}; (P-1)/(M+P-1) = {formula:.4f}")
-print("| round | schedule | samples/s | stage busy / idle ms | bubble per stage | bottleneck bubble | / formula |")
-print("| ---: | --- | ---: | --- | --- | ---: | ---: |")
+# The formula assumes P equal stages. With the stage times measured in the
+# same run (t_k = busy_k / M per micro-batch), the span of either schedule is
+# (M - 1) max t + sum t, so stage k idles 1 - busy_k / span of it: the
+# prediction each stage's measured bubble is set against in the last column.
+print("| round | schedule | samples/s | stage busy / idle ms | bubble per stage | bottleneck bubble | / formula "
+      "| predicted from stage times | bottleneck / predicted |")
+print("| ---: | --- | ---: | --- | --- | ---: | ---: | --- | ---: |")
 bott = {"gpipe": [], "1f1b": []}
+ratio = {"gpipe": [], "1f1b": []}
 for r in range(rounds):
     for s in ("gpipe", "1f1b"):
         j = runs[s][r]
         st = j["stages"]
         k = max(range(len(st)), key=lambda i: st[i]["busy_ms"])
+        t = [x["busy_ms"] / M for x in st]
+        span = (M - 1) * max(t) + sum(t)
+        pred = [1 - x["busy_ms"] / span for x in st]
         bott[s].append(st[k]["bubble"])
+        ratio[s].append(st[k]["bubble"] / pred[k] if pred[k] > 0 else float("nan"))
         print(f"| {r + 1} | {s} | {j['samples_per_s']:.3f} | "
               + ", ".join(f"{x['busy_ms']:.0f} / {x['idle_ms']:.0f}" for x in st) + " | "
-              + ", ".join(f"{x['bubble']:.3f}" for x in st) + f" | {st[k]['bubble']:.3f} | {st[k]['bubble'] / formula:.2f} |")
+              + ", ".join(f"{x['bubble']:.3f}" for x in st) + f" | {st[k]['bubble']:.3f} | {st[k]['bubble'] / formula:.2f} | "
+              + ", ".join(f"{x:.3f}" for x in pred) + f" | {ratio[s][-1]:.2f} |")
 for s in ("gpipe", "1f1b"):
     med = statistics.median(bott[s])
-    print(f"\n{s}: median bottleneck-stage bubble {med:.4f} = {med / formula:.2f} x the formula {formula:.4f}")
+    print(f"\n{s}: median bottleneck-stage bubble {med:.4f} = {med / formula:.2f} x the formula {formula:.4f}; "
+          f"median {statistics.median(ratio[s]):.2f} x the bubble predicted from the run's own stage times")
 g, f = runs["gpipe"][0]["stages"], runs["1f1b"][0]["stages"]
 print("\n| stage | micro-batches in flight gpipe / 1f1b (predicted factor) | in-flight activations MiB gpipe / 1f1b (factor) "
       "| all activation buffers MiB gpipe / 1f1b (factor) |")

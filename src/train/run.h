@@ -64,6 +64,7 @@ void ts_run_say(ts_run *r, const char *fmt, ...) __attribute__((format(printf, 2
     X(SPATIAL_SUMS, "spatial_sums", "nested", "norm and loss sums over the spatial group")       \
     X(PP_WAIT, "pp_wait", "step", "pipeline: waiting for a neighbour stage's data (the bubble)")   \
     X(PP_P2P, "pp_p2p", "nested", "pipeline: stage-to-stage messages, posting and waiting")      \
+    X(PARAM_AVG, "param_average", "step", "local SGD: averaging parameters over the replicas")    \
     X(EVAL, "eval", "outside", "sliding-window evaluation")                                      \
     X(CKPT, "checkpoint", "outside", "writing checkpoints")                                      \
     X(STEP, "step", "total", "whole training steps")

@@ -233,6 +233,12 @@ int ts_stepper_grads_finite(const ts_stepper *s)
     return ok;
 }
 
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
+{
+    *lo = s->off0;
+    *hi = s->off1;
+}
+
 void ts_stepper_poison(ts_stepper *s)
 {
     if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;

@@ -57,6 +57,9 @@ int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double
 int ts_stepper_update(ts_stepper *s, int accum);
 int ts_stepper_reduce(ts_stepper *s, int accum);
 int ts_stepper_apply(ts_stepper *s);
+/* Local. The floats [*lo, *hi) of the parameter region this rank steps
+ * (its pipeline stage's; all without one). */
+void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
 /* Local. 1 if this rank's reduced gradients (its stage's range) are all finite. */
 int ts_stepper_grads_finite(const ts_stepper *s);
 /* Local. Makes this rank's gradients non-finite (fault injection: TESSERA_FAULT=nan). */

@@ -51,6 +51,11 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
+    {"parallel.local_steps", TS_CFG_INT, "1", "1:", "local SGD: replicas step on their own gradients and average parameters "
+     "and optimizer state every this many steps (1: synchronous data parallelism)"},
+    {"parallel.local_sgd", TS_CFG_ENUM, "global", "global|node", "local SGD (parallel.local_steps > 1): global: no gradient "
+     "exchange between replicas; node: gradients averaged over the replicas of a node every step, parameters over all "
+     "every local_steps"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
@@ -78,6 +83,10 @@ typedef struct trainer {
     ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
     ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
     ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
+    ts_coll *gcoll;  /* local SGD: the stepper's gradient group (sp pieces, or a node's replicas x sp); NULL: coll */
+    int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
+    int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
+    int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
     double unit_cost[TS_UNET_MAX_LEVELS * 4];
@@ -121,6 +130,59 @@ static int sync_buffers(trainer *t)
         TS_TRY(ts_coll_allreduce(t->coll, TS_IN_PLACE, v.data, (size_t)v.shape[0], TS_FLOAT32, TS_OP_AVG));
     }
     return 0;
+}
+
+/* ---- local SGD ---- */
+/* parallel.local_steps > 1: the stepper's gradients are averaged only over
+ * the rank's spatial pieces (global), or over the replicas of its node and
+ * their pieces (node); parameters, optimizer state and batch-norm buffers
+ * are averaged over all replicas every local_steps steps (and before a
+ * checkpoint or an evaluation, so both see one model). Collective on world. */
+static int setup_local_sgd(trainer *t, const ts_coll_opts *co)
+{
+    int64_t v;
+    const char *mode;
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.local_steps", &v));
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.local_sgd", &mode));
+    t->local_steps = (int)v;
+    t->local_node = !strcmp(mode, "node");
+    if (t->local_steps <= 1) return 0;
+    if (t->local_node && !t->grid->sp_one_node)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.local_sgd = node needs every spatial group inside one node (its pieces "
+                      "reduce gradients every step): use parallel.local_sgd = global, or a parallel.sp that divides the "
+                      "ranks per node");
+    MPI_Comm gc;
+    TS_MPI_TRY(MPI_Comm_split(t->grid->stage_comm, t->local_node ? t->grid->node : t->grid->d, t->grid->rank, &gc));
+    int err = ts_coll_create(gc, co, &t->gcoll);
+    MPI_Comm_free(&gc);
+    return err;
+}
+
+/* averages this rank's parameters, optimizer state and batch-norm buffers
+ * over the replicas (local SGD); no-op when already done after this step */
+static int local_average(trainer *t, int64_t after_step)
+{
+    if (t->local_steps <= 1 || t->last_avg == after_step) return 0;
+    t->last_avg = after_step;
+    if (ts_coll_size(t->rcoll) == 1) return 0;
+    ts_arena *a = t->arena;
+    size_t lo, hi;
+    ts_stepper_param_range(t->stepper, &lo, &hi);
+    ts_perf_begin(t->perf, TS_PH_PARAM_AVG);
+    int err = 0;
+    if (hi > lo) {
+        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+        for (int s = 0; !err && s < a->nstate; s++)
+            err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->state[s] + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+    }
+    for (int i = 0; !err && i < a->n; i++) {
+        if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
+        ts_tensor b = ts_arena_value(a, i);
+        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, b.data, (size_t)b.shape[0], TS_FLOAT32, TS_OP_AVG);
+    }
+    ts_perf_end(t->perf, TS_PH_PARAM_AVG);
+    t->param_avgs++;
+    return err;
 }
 
 /* ---- checkpoints ---- */
@@ -210,6 +272,7 @@ static int save_ckpt(trainer *t)
     size_t tlen = 0;
     int64_t keep;
     ts_perf_begin(t->perf, TS_PH_CKPT);
+    TS_CHECK(local_average(t, t->step));
     TS_CHECK(sync_buffers(t));
     TS_CHECK(gather_stages(t));
     {
@@ -339,6 +402,7 @@ static int evaluate(trainer *t, double *dice_out)
     double overlap;
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     ts_perf_begin(t->perf, TS_PH_EVAL);
+    TS_CHECK(local_average(t, t->step));
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
     const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
@@ -571,6 +635,46 @@ static int report_cut(trainer *t, const char *dir)
 }
 
 /* ---- setup ---- */
+/* Cross-validation (data.folds > 0): the held-out fold's subjects replace
+ * the data.val_fraction split (same on every rank: names and seed are). */
+static int setup_folds(trainer *t, const ts_config *cfg, int64_t n, double valf, uint64_t seed)
+{
+    int64_t folds64, fold64;
+    const char *delim;
+    TS_TRY(ts_config_get_int(cfg, "data.folds", &folds64));
+    TS_TRY(ts_config_get_int(cfg, "data.fold", &fold64));
+    int folds = (int)folds64, fold = (int)fold64;
+    TS_TRY(ts_config_get_str(cfg, "data.subject_delim", &delim));
+    if (!folds) {
+        if (fold)
+            return TS_ERR(TS_ERR_CONFIG, "data.fold = %d (%s) needs data.folds", fold, ts_config_source(cfg, "data.fold"));
+        return 0;
+    }
+    if (valf > 0)
+        return TS_ERR(TS_ERR_CONFIG, "data.val_fraction (%s) and data.folds (%s): choose one way to hold out samples",
+                      ts_config_source(cfg, "data.val_fraction"), ts_config_source(cfg, "data.folds"));
+    const char **names = malloc(sizeof(char *) * (size_t)(n > 0 ? n : 1));
+    if (!names) return TS_ERR(TS_ERR_NOMEM, "folds: %lld names", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        ts_sample_info info;
+        int e = ts_dataset_info(t->ds, i, &info);
+        if (e) {
+            free(names);
+            return e;
+        }
+        names[i] = info.name;
+    }
+    free(t->val);
+    t->val = malloc(sizeof *t->val * (size_t)n);
+    int e = t->val ? 0 : TS_ERR(TS_ERR_NOMEM, "folds");
+    if (!e) e = ts_sampler_folds(names, n, folds, fold, seed, delim, t->trn, &t->ntrn, t->val, &t->nval);
+    free(names);
+    if (!e && (t->ntrn == 0 || t->nval == 0))
+        e = TS_ERR(TS_ERR_CONFIG, "data.fold %d of %d leaves %lld training and %lld validation samples", fold, folds,
+                   (long long)t->ntrn, (long long)t->nval);
+    return e;
+}
+
 static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
 {
     int err = 0, lerr = 0;
@@ -598,6 +702,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     else t->rcoll = t->coll;
     if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
     else t->acoll = t->coll;
+    TS_CHECK(setup_local_sgd(t, &co));
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
@@ -665,6 +770,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         t->val = malloc(sizeof *t->val * (size_t)(t->nval ? t->nval : 1));
         if (!t->trn || !t->val) TS_FAIL(TS_ERR_NOMEM, "split");
         ts_sampler_split(n, t->nval, (uint64_t)v, t->trn, t->val);
+        TS_CHECK(setup_folds(t, cfg, n, valf, (uint64_t)v));
         int det;
         TS_CHECK(ts_config_get_bool(cfg, "train.deterministic", &det));
         if (det && t->batch * t->nranks > t->ntrn)
@@ -779,7 +885,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     /* the step: gradient buckets during backward, synchronised batch norm */
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
-    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, dir));
@@ -798,6 +904,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, dir);
     }
     TS_CHECK(resume(t));
+    t->last_avg = t->step; /* a checkpoint holds one model */
 cleanup:
     return err;
 }
@@ -814,6 +921,7 @@ static void teardown(trainer *t)
     ts_unet_destroy(&t->model);
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
     if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
+    ts_coll_destroy(&t->gcoll);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
@@ -863,6 +971,8 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
     } else {
         TS_TRY(ts_stepper_apply(t->stepper));
     }
+    if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
+    if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) TS_TRY(local_average(t, t->step + 1));
     *loss_out = loss_sum / t->micro;
     return 0;
 }
@@ -1070,6 +1180,14 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                  (long long)t.box[0], (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
                  steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t.mem_plan.total_mb,
                  t.mem_plan.activations_mb, (long long)t.mem_limit_mb);
+        {
+            size_t l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
+                     "\"parameter_averages\": %lld}",
+                     t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
+                     (long long)t.param_avgs);
+        }
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
                        "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);

@@ -11,6 +11,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Cross-validation by subject: every sample is held out exactly once over
+ * the folds, a subject's scans stay together, folds are balanced by
+ * subjects, and the assignment ignores the sample order. */
+static void folds(void)
+{
+    const char *names[] = {"s07-a", "s01-a", "s02-a", "s01-b", "s03-a", "s04-a", "s05-a", "s02-b", "s06-a", "s07-b"};
+    const char *rev[10];
+    int64_t n = 10, tr[10], va[10], nt, nv, held[10] = {0};
+    int per_fold_subjects[3] = {0};
+    int ok = 1, together = 1;
+    for (int f = 0; f < 3; f++) {
+        ok &= ts_sampler_folds(names, n, 3, f, 42, "-", tr, &nt, va, &nv) == 0 && nt + nv == n && nv > 0;
+        for (int64_t j = 0; j < nv; j++) held[va[j]]++;
+        /* the subject of each held-out sample: its partner scan is held out too */
+        for (int64_t j = 0; j < nv; j++)
+            for (int64_t i = 0; i < n; i++)
+                if (i != va[j] && !strncmp(names[i], names[va[j]], 3)) {
+                    int in = 0;
+                    for (int64_t k = 0; k < nv; k++) in |= va[k] == i;
+                    together &= in;
+                }
+        char seen[10][4];
+        int ns = 0;
+        for (int64_t j = 0; j < nv; j++) {
+            int dup = 0;
+            for (int k = 0; k < ns; k++) dup |= !strncmp(seen[k], names[va[j]], 3);
+            if (!dup) memcpy(seen[ns++], names[va[j]], 3);
+        }
+        per_fold_subjects[f] = ns;
+    }
+    int once = 1;
+    for (int i = 0; i < 10; i++) once &= held[i] == 1;
+    ts_ok(ok && once && together, "3 folds by subject: every sample held out once, a subject's scans together");
+    ts_ok(per_fold_subjects[0] + per_fold_subjects[1] + per_fold_subjects[2] == 7 && per_fold_subjects[0] >= 2 &&
+              per_fold_subjects[1] >= 2 && per_fold_subjects[2] >= 2,
+          "7 subjects over 3 folds: %d, %d, %d", per_fold_subjects[0], per_fold_subjects[1], per_fold_subjects[2]);
+    /* the same folds for the samples in reverse order */
+    int64_t tr2[10], va2[10], nt2, nv2;
+    for (int i = 0; i < 10; i++) rev[i] = names[9 - i];
+    ts_sampler_folds(names, n, 3, 1, 42, "-", tr, &nt, va, &nv);
+    ts_sampler_folds(rev, n, 3, 1, 42, "-", tr2, &nt2, va2, &nv2);
+    int same = nv == nv2;
+    for (int64_t j = 0; j < nv && same; j++) {
+        int found = 0;
+        for (int64_t k = 0; k < nv2; k++) found |= !strcmp(names[va[j]], rev[va2[k]]);
+        same &= found;
+    }
+    ts_ok(same, "fold 1 holds the same subjects whatever the sample order");
+    ts_ok(ts_sampler_folds(names, n, 8, 0, 42, "-", tr, &nt, va, &nv) == TS_ERR_CONFIG,
+          "8 folds of 7 subjects refused: %s", ts_err_message());
+    ts_ok(ts_sampler_folds(names, n, 3, 3, 42, "-", tr, &nt, va, &nv) == TS_ERR_CONFIG, "fold 3 of 3 refused");
+    ts_ok(ts_sampler_folds(names, n, 10, 0, 42, "", tr, &nt, va, &nv) == 0 && nv == 1,
+          "without a delimiter each sample is its own subject");
+}
+
 int main(void)
 {
     const int64_t Ns[] = {1, 2, 5, 7, 64};
@@ -165,5 +220,6 @@ int main(void)
         ts_ok(ts_sampler_create(0, NULL, 0, 1, 1, 0, TS_SAMPLER_TRAIN, &s) == TS_ERR_ARG && !s, "no samples: error");
         ts_ok(ts_sampler_create(4, NULL, 2, 2, 1, 0, TS_SAMPLER_TRAIN, &s) == TS_ERR_ARG, "rank out of range: error");
     }
+    folds();
     return ts_done();
 }
