@@ -63,10 +63,11 @@
 #include <tessera/spatial.h>
 #include <tessera/pipe.h>
 
-/* training: the data-parallel stepper, pipeline stages, synthetic batches, the trainer (`tessera train`) */
+/* training: the data-parallel stepper, pipeline stages, synthetic batches, the trainer (`tessera train`), inference (`tessera infer`) */
 #include <tessera/step.h>
 #include <tessera/pipeline.h>
 #include <tessera/synthetic.h>
 #include <tessera/trainer.h>
+#include <tessera/infer.h>
 
 #endif

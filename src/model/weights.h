@@ -1,4 +1,4 @@
-/* Weights files (DESIGN.md "Weights file", docs/formats-weights.md): HDF5
+/* Weights files (docs/formats-weights.md): HDF5
  * with one dataset per parameter or buffer under /params/<dotted name>,
  * float32 (int64 for num_batches_tracked), PyTorch layout; plus the
  * helpers `tessera model` uses for /image, /label, /logits and /loss.
