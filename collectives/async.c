@@ -30,7 +30,7 @@ static void *progress_main(void *arg)
 
         ts_err_clear();
         double t = ts_time_now();
-        int e = ts_coll_dispatch(c, c->async, &r->args, -1);
+        int e = r->fn ? r->fn(c, c->async, r->ctx) : ts_coll_dispatch(c, c->async, &r->args, -1);
         t = ts_time_now() - t;
         if (e) snprintf(r->msg, sizeof r->msg, "%s", ts_err_message());
         r->err = e;
@@ -78,13 +78,15 @@ int ts_coll_async_stop(ts_coll *c)
     return 0;
 }
 
-static int enqueue(ts_coll *c, const ts_coll_args *a, ts_coll_req **out)
+static int enqueue(ts_coll *c, const ts_coll_args *a, ts_coll_task_fn fn, void *ctx, ts_coll_req **out)
 {
     *out = NULL;
     TS_TRY(ensure_thread(c));
     ts_coll_req *r = TS_CALLOC(1, sizeof *r);
     if (!r) return TS_ERR_NOMEM;
-    r->args = *a;
+    if (a) r->args = *a;
+    r->fn = fn;
+    r->ctx = ctx;
     r->c = c;
     pthread_mutex_lock(&c->mu);
     if (c->tail)
@@ -103,7 +105,7 @@ int ts_coll_iallreduce(ts_coll *c, const void *sendbuf, void *recvbuf, size_t co
 {
     ts_coll_args a = {.kind = TS_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = dt,
                       .op = op};
-    return enqueue(c, &a, req);
+    return enqueue(c, &a, NULL, NULL, req);
 }
 
 int ts_coll_ireduce_scatter(ts_coll *c, const void *sendbuf, void *recvbuf, size_t count, ts_dtype dt, ts_op op,
@@ -111,13 +113,18 @@ int ts_coll_ireduce_scatter(ts_coll *c, const void *sendbuf, void *recvbuf, size
 {
     ts_coll_args a = {.kind = TS_COLL_REDUCE_SCATTER, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
                       .dt = dt, .op = op};
-    return enqueue(c, &a, req);
+    return enqueue(c, &a, NULL, NULL, req);
 }
 
 int ts_coll_iallgather(ts_coll *c, void *buf, size_t count, ts_dtype dt, ts_coll_req **req)
 {
     ts_coll_args a = {.kind = TS_COLL_ALLGATHER, .recvbuf = buf, .count = count, .dt = dt};
-    return enqueue(c, &a, req);
+    return enqueue(c, &a, NULL, NULL, req);
+}
+
+int ts_coll_enqueue_task(ts_coll *c, ts_coll_task_fn fn, void *ctx, ts_coll_req **req)
+{
+    return enqueue(c, NULL, fn, ctx, req);
 }
 
 int ts_coll_test(ts_coll_req *req, int *done)

@@ -155,14 +155,24 @@ struct ts_coll {
     MPI_Comm base_comm;             /* dup of the user's comm */
 };
 
+/* A queued operation that is not one collective (collectives/compress.c):
+ * runs on the progress thread with the async channel. */
+typedef int (*ts_coll_task_fn)(ts_coll *c, ts_chan *ch, void *ctx);
+
 struct ts_coll_req {
     ts_coll_args args;
+    ts_coll_task_fn fn; /* NULL: the collective in args */
+    void *ctx;
     ts_coll *c;
     _Atomic int done;
     int err;
     char msg[1024];
     struct ts_coll_req *next;
 };
+
+/* Queues fn(c, async channel, ctx) on the progress thread, in call order
+ * with the nonblocking collectives. Collective in the same way. */
+int ts_coll_enqueue_task(ts_coll *c, ts_coll_task_fn fn, void *ctx, ts_coll_req **req);
 
 /* Runs one call on a channel: selection, validation, algorithm. */
 int ts_coll_dispatch(ts_coll *c, ts_chan *ch, ts_coll_args *a, int algo_forced);
@@ -199,7 +209,7 @@ void ts_coll_relax(unsigned spins, int oversub);
 extern int ts_p2p_yield;
 
 /* Tags used by the algorithms on a channel communicator. */
-enum { TS_TAG_RING = 100, TS_TAG_RD, TS_TAG_RAB, TS_TAG_TREE, TS_TAG_HIER, TS_TAG_BCAST, TS_TAG_AG, TS_TAG_RS };
+enum { TS_TAG_RING = 100, TS_TAG_RD, TS_TAG_RAB, TS_TAG_TREE, TS_TAG_HIER, TS_TAG_BCAST, TS_TAG_AG, TS_TAG_RS, TS_TAG_A2A };
 
 /* Balanced split of count items over p: the first count % p parts get one
  * more. Local. */

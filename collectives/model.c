@@ -3,6 +3,7 @@
 #include "tsbuild.h"
 #include "collectives/model.h"
 #include "src/core/error.h"
+#include "src/core/path.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -188,7 +189,7 @@ int ts_coll_model_write(const char *path, const ts_coll_fit *fits, int n)
     else cJSON_AddItemToObject(root, "models", keep);
     out = cJSON_Print(root);
     if (!out) TS_FAIL(TS_ERR_NOMEM, "tuning models");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    TS_CHECK(ts_path_fmt(tmp, sizeof tmp, "tuning table", "%s.tmp", path));
     f = fopen(tmp, "wb");
     if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot create", tmp);
     if (fputs(out, f) < 0 || fputc('\n', f) < 0) TS_FAIL(TS_ERR_IO, "%s: write failed", tmp);

@@ -3,6 +3,7 @@
  * measured there. docs/formats.md describes the file. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
+#include "src/core/path.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -129,7 +130,8 @@ int ts_coll_tuning_write(const char *path, ts_coll_kind kind, int ranks, int nod
     text = cJSON_Print(root);
     if (!text) TS_FAIL(TS_ERR_NOMEM, "tuning table text");
     /* write to a temporary name, then rename: never a half-written table */
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    tmp[0] = '\0';
+    TS_CHECK(ts_path_fmt(tmp, sizeof tmp, "tuning table", "%s.tmp", path));
     f = fopen(tmp, "wb");
     if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot create", tmp);
     if (fputs(text, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0) TS_FAIL(TS_ERR_IO, "%s: write failed", tmp);
@@ -141,7 +143,7 @@ int ts_coll_tuning_write(const char *path, ts_coll_kind kind, int ranks, int nod
     if (rename(tmp, path) != 0) TS_FAIL(TS_ERR_IO, "cannot rename %s to %s", tmp, path);
 cleanup:
     if (f) fclose(f);
-    if (err) remove(tmp);
+    if (err && tmp[0]) remove(tmp);
     free(text);
     cJSON_Delete(root);
     return err;

@@ -170,6 +170,8 @@ static int write_state(const char *file, const ts_ckpt_item *items, int n, const
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m->config_hash);
     if (!err) err = ts_h5_write_attr_str(g, "config_hash", hash);
     if (!err && m->config) err = ts_h5_write_attr_str(g, "config", m->config);
+    if (!err && m->loss_scale > 0) err = ts_h5_write_attr_f64(g, "loss_scale", 0, NULL, &m->loss_scale);
+    if (!err && m->loss_scale > 0) err = ts_h5_write_attr_i64(g, "loss_scale_good_steps", 0, NULL, &m->loss_scale_good);
     H5Gclose(g);
     if (err) goto cleanup;
     TS_H5M(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush", file);
@@ -411,6 +413,10 @@ int ts_ckpt_load(const char *path, ts_ckpt_item *items, int n, ts_ckpt_meta *met
         char hash[64];
         TS_CHECK(ts_h5_read_attr_str(g, "config_hash", hash, sizeof hash, state));
         meta->config_hash = strtoull(hash, NULL, 16);
+        if (ts_h5_attr_exists(g, "loss_scale") > 0) { /* written by fp16 runs only */
+            TS_CHECK(ts_h5_read_attr_f64(g, "loss_scale", 1, &meta->loss_scale, state));
+            TS_CHECK(ts_h5_read_attr_i64(g, "loss_scale_good_steps", 1, &meta->loss_scale_good, state));
+        }
     }
 cleanup:
     if (g != H5I_INVALID_HID) H5Gclose(g);

@@ -29,6 +29,8 @@ typedef struct ts_ckpt_meta {
     uint64_t config_hash;
     int ranks;                /* world size that wrote it (information only) */
     const char *config;       /* resolved config (INI text), stored in /meta/config; may be NULL */
+    double loss_scale;        /* fp16 dynamic loss scale (0: none; /meta attribute only when > 0) */
+    int64_t loss_scale_good;  /* good steps since the scale last changed */
 } ts_ckpt_meta;
 
 /* Collective on comm (every rank passes the same step and items; with

@@ -9,6 +9,8 @@
 #include "io/nifti.h"
 #include "io/writer.h"
 #include "src/core/error.h"
+#include "src/core/log.h"
+#include "src/core/path.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -26,6 +28,7 @@ typedef struct {
     ts_labelmap *map;
     char source[1024];
     int downsample;
+    const float *nan_to; /* NULL: non-finite voxels are an error */
 } job;
 
 static void job_free(job *j)
@@ -154,6 +157,8 @@ static int load_pair(const job *jb, int64_t idx, ts_sample *s)
     if (!same_grid(img, lab, &diff))
         TS_FAIL(TS_ERR_FORMAT, "grid mismatch: the voxel-to-world transforms of image %s and label %s differ (by up to "
                 "%g)", ip, lp, diff);
+    TS_CHECK(ts_path_check(ip, sizeof s->source_image, "the image file name"));
+    TS_CHECK(ts_path_check(lp, sizeof s->source_label, "the label file name"));
     sample_name(ip, s->name, sizeof s->name);
     snprintf(s->source_image, sizeof s->source_image, "%s", ip);
     snprintf(s->source_label, sizeof s->source_label, "%s", lp);
@@ -171,7 +176,13 @@ static int load_pair(const job *jb, int64_t idx, ts_sample *s)
     s->image = TS_ALIGNED_ALLOC((size_t)img->nvox * sizeof(float));
     s->label = TS_ALIGNED_ALLOC((size_t)lab->nvox);
     if (!s->image || !s->label) TS_FAIL(TS_ERR_NOMEM, "%s", ip);
-    TS_CHECK(ts_nifti_to_float(img, s->image));
+    {
+        int64_t replaced = 0;
+        TS_CHECK(ts_nifti_to_float_replace(img, s->image, jb->nan_to, &replaced));
+        if (replaced)
+            ts_log(TS_LOG_WARN, "%s: %lld non-finite voxel%s (NaN or Inf) replaced by %g (--nan-to)", ip,
+                   (long long)replaced, replaced > 1 ? "s" : "", (double)*jb->nan_to);
+    }
     TS_CHECK(convert_labels(lab, jb->map, jb->K, s->label));
     if (jb->downsample > 1) { /* coarser grid: block means and majorities, geometry adjusted */
         const int f = jb->downsample;
@@ -300,6 +311,7 @@ int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char
     job jb;
     memset(&jb, 0, sizeof jb);
     jb.downsample = o->downsample;
+    jb.nan_to = o->nan_to_set ? &o->nan_to : NULL;
     if (n < 1) return TS_ERR(TS_ERR_ARG, "convert nifti: no image/label pair given");
     jb.images = TS_CALLOC((size_t)n, sizeof(char *));
     jb.labels = TS_CALLOC((size_t)n, sizeof(char *));
@@ -339,6 +351,8 @@ cleanup:
 
 /* ---------------- Medical Segmentation Decathlon ---------------- */
 
+/* The whole file as a string, at most max bytes (the buffer grows with
+ * what is read, not to max up front). */
 static char *read_text(const char *path, size_t max)
 {
     FILE *f = fopen(path, "rb");
@@ -346,14 +360,28 @@ static char *read_text(const char *path, size_t max)
         TS_ERR(TS_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) {
-        TS_ERR(TS_ERR_NOMEM, "%s", path);
-        return NULL;
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    int bad = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            size_t nc = cap ? 2 * cap : 8192;
+            char *b = realloc(buf, nc);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                TS_ERR(TS_ERR_NOMEM, "%s", path);
+                return NULL;
+            }
+            buf = b;
+            cap = nc;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (n > max || got < 4096) break;
     }
+    bad = ferror(f);
+    fclose(f);
     if (bad || n > max) {
         free(buf);
         TS_ERR(TS_ERR_IO, "cannot read %s%s", path, n > max ? " (too large)" : "");
@@ -391,7 +419,7 @@ static int msd_job(const char *dir, job *jb)
     int err = 0;
     char path[4096];
     cJSON *js = NULL;
-    snprintf(path, sizeof path, "%s/dataset.json", dir);
+    TS_TRY(ts_path_join(path, sizeof path, dir, "dataset.json"));
     char *text = read_text(path, (size_t)64 << 20);
     if (!text) return ts_err_last() ? ts_err_last() : TS_ERR_IO;
     js = cJSON_Parse(text);
@@ -441,6 +469,7 @@ int ts_convert_msd(MPI_Comm comm, const char *dir, const ts_convert_opts *o, con
     job jb;
     memset(&jb, 0, sizeof jb);
     jb.downsample = o->downsample;
+    jb.nan_to = o->nan_to_set ? &o->nan_to : NULL;
     int lerr = msd_job(dir, &jb);
     TS_CHECK(ts_err_agree(comm, lerr));
     if (o->label_map) {

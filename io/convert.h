@@ -16,9 +16,14 @@ typedef struct ts_convert_opts {
     int chunk;              /* chunk edge (default 64) */
     uint64_t seed;          /* foreground coordinate subsample */
     int downsample;         /* > 1: store the volumes at a grid this many times coarser (io/resample.h) */
+    int nan_to_set;         /* 1: non-finite image voxels (NaN, Inf) become nan_to, with a warning per file;
+                             * 0 (default): they are an error naming the file and their count */
+    float nan_to;           /* finite */
 } ts_convert_opts;
 
-/* Collective. Converts n (image, label) pairs of NIfTI files to out. */
+/* Collective. Converts n (image, label) pairs of NIfTI files to out.
+ * Errors name the file: bad headers (io/nifti.h), grid mismatches, labels
+ * that are not classes, non-finite image voxels (unless nan_to_set). */
 int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char *const *labels,
                      const ts_convert_opts *o, const char *out);
 

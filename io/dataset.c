@@ -8,9 +8,11 @@
 #include "tsbuild.h"
 #include "io/dataset.h"
 #include "io/h5.h"
+#include "src/core/path.h"
 
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +253,28 @@ static int read_index(ts_dataset *ds, const char *path)
 {
     int err = 0, lerr = 0;
     hid_t mt = -1;
+    /* the index must hold num_samples rows before tables of that size are
+     * allocated (a wrong count is an error, not a huge allocation) */
+    {
+        hsize_t rows = 0;
+        int nd = -1;
+        ts_h5_lock();
+        if (H5Lexists(ds->main, "/index", H5P_DEFAULT) > 0) {
+            hid_t d = H5Dopen2(ds->main, "/index", H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
+            nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+            if (nd == 1) H5Sget_simple_extent_dims(sp, &rows, NULL);
+            if (sp >= 0) H5Sclose(sp);
+            if (d >= 0) H5Dclose(d);
+        }
+        H5Eclear2(H5E_DEFAULT);
+        ts_h5_unlock();
+        if (nd != 1)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: dataset /index is missing or not one-dimensional", path);
+        else if ((int64_t)rows != ds->n || ds->n > TS_IO_SAMPLES_MAX)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: num_samples is %lld but /index has %llu rows (at most %lld samples)", path,
+                          (long long)ds->n, (unsigned long long)rows, (long long)TS_IO_SAMPLES_MAX);
+    }
+    TS_CHECK(ts_err_agree(ds->comm, lerr));
     size_t n = (size_t)ds->n, C = (size_t)ds->C, K = (size_t)ds->K;
     ds->rows = TS_CALLOC(n, sizeof *ds->rows);
     ds->smean = TS_CALLOC(n * C, sizeof(double));
@@ -278,10 +302,14 @@ static int read_index(ts_dataset *ds, const char *path)
         r->name[TS_IO_NAME_MAX - 1] = '\0';
         if (r->shard < 0 || r->shard >= ds->nfiles)
             lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] names shard %d of %d", path, i, r->shard, ds->nfiles);
-        else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1)
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d)", path,
-                          i, (long long)r->shape[0], (long long)r->shape[1], (long long)r->shape[2],
-                          (long long)r->shape[3], ds->C);
+        else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1 ||
+                 r->shape[1] > TS_IO_EDGE_MAX || r->shape[2] > TS_IO_EDGE_MAX || r->shape[3] > TS_IO_EDGE_MAX ||
+                 (double)r->shape[0] * (double)r->shape[1] * (double)r->shape[2] * (double)r->shape[3] >
+                     (double)TS_IO_VOXELS_MAX)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d; edges "
+                          "1..%lld, at most %lld voxels)", path, i, (long long)r->shape[0], (long long)r->shape[1],
+                          (long long)r->shape[2], (long long)r->shape[3], ds->C, (long long)TS_IO_EDGE_MAX,
+                          (long long)TS_IO_VOXELS_MAX);
         else if (r->foreground < 0 || r->foreground > r->shape[1] * r->shape[2] * r->shape[3])
             lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has %lld foreground coordinates", path, i,
                           (long long)r->foreground);
@@ -388,7 +416,7 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
     MPI_Comm_size(ds->comm, &ds->size);
     if (opts) ds->o = *opts;
     else ds->o.check = 1;
-    if (strlen(path) >= sizeof ds->path) TS_FAIL(TS_ERR_ARG, "dataset path too long: %s", path);
+    TS_CHECK(ts_path_check(path, sizeof ds->path, "the dataset path (data.path)"));
     snprintf(ds->path, sizeof ds->path, "%s", path);
     TS_CHECK(ts_err_agree(ds->comm, open_main(ds, path)));
     TS_CHECK(ts_err_agree(ds->comm, read_root(ds, path, &nshard_files, &shard_files)));
@@ -832,6 +860,34 @@ static void fill_pad(float *image, uint8_t *label, int64_t C, const int64_t *sz,
     if (label) memset(label, 0, (size_t)nv);
 }
 
+/* The voxels of the volume inside the box [a, b) (box origin lo, size sz)
+ * must be finite: the loader pads with NaN and turns NaN into 0, so a NaN
+ * stored in the file would otherwise vanish without a word. */
+static int check_finite(const ts_dataset *ds, int64_t i, const int64_t *lo, const int64_t *sz, const int64_t *a,
+                        const int64_t *b, const float *image)
+{
+    const idx_row *r = &ds->rows[i];
+    int64_t bad = 0, at[4] = {0, 0, 0, 0};
+    for (int64_t c = 0; c < r->shape[0]; c++)
+        for (int64_t z = a[0]; z < b[0]; z++)
+            for (int64_t y = a[1]; y < b[1]; y++) {
+                const float *row = image + ((c * sz[0] + (z - lo[0])) * sz[1] + (y - lo[1])) * sz[2] - lo[2];
+                for (int64_t x = a[2]; x < b[2]; x++)
+                    if (!isfinite(row[x]) && !bad++) {
+                        at[0] = c;
+                        at[1] = z;
+                        at[2] = y;
+                        at[3] = x;
+                    }
+            }
+    if (!bad) return 0;
+    return TS_ERR(TS_ERR_NUMERIC, "%s: /samples/%06lld/image (sample '%s'): %lld non-finite voxel%s (NaN or Inf) in "
+                  "the box read, the first at (c=%lld, d=%lld, h=%lld, w=%lld): a dataset's images must be finite "
+                  "(tessera convert refuses them, or replaces them with --nan-to)", ds->fnames[r->shard], (long long)i,
+                  r->name, (long long)bad, bad > 1 ? "s" : "", (long long)at[0], (long long)at[1], (long long)at[2],
+                  (long long)at[3]);
+}
+
 static int read_box(ts_dataset *ds, int64_t i, const int64_t lo[3], const int64_t sz[3], float *image, uint8_t *label,
                     float pad, int coll)
 {
@@ -856,6 +912,7 @@ static int read_box(ts_dataset *ds, int64_t i, const int64_t lo[3], const int64_
     if (!inside && !empty) fill_pad(image, label, r->shape[0], sz, pad);
     if (empty) fill_pad(image, label, r->shape[0], sz, pad);
     if (image) TS_TRY(read_volume(ds, i, 0, lo, sz, a, b, image, coll, empty));
+    if (image && !empty) TS_TRY(check_finite(ds, i, lo, sz, a, b, image));
     if (label) TS_TRY(read_volume(ds, i, 1, lo, sz, a, b, label, coll, empty));
     return 0;
 }
@@ -913,6 +970,7 @@ int ts_dataset_read_box_all(ts_dataset *ds, int64_t i, const int64_t lo[3], cons
             void *dst = k ? (void *)label : (void *)image;
             int e = empty || !dst;
             lerr = read_volume(ds, i, k, lo, size, a, b, dst ? dst : (k ? (void *)&dummyb : (void *)&dummyf), 1, e);
+            if (!lerr && !k && !e) lerr = check_finite(ds, i, lo, size, a, b, image);
         }
     TS_CHECK(ts_err_agree(ds->comm, lerr));
 cleanup:

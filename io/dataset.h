@@ -22,6 +22,9 @@
 #define TS_IO_PATH_MAX 512
 #define TS_IO_FG_MAX 4096   /* foreground coordinates stored per sample */
 #define TS_IO_NPCT 6        /* intensity percentiles stored per channel */
+#define TS_IO_SAMPLES_MAX ((int64_t)1 << 31) /* most samples in a dataset */
+#define TS_IO_EDGE_MAX ((int64_t)1 << 20)    /* longest volume edge the reader accepts */
+#define TS_IO_VOXELS_MAX ((int64_t)1 << 40)  /* most voxels (C x D x H x W) in one sample */
 
 /* The percentile levels stored per sample and channel: 0.5 1 5 95 99 99.5. */
 extern const double ts_io_pct_levels[TS_IO_NPCT];

@@ -4,6 +4,7 @@
 #include "io/labelmap.h"
 #include "io/dataset.h"
 #include "src/core/error.h"
+#include "src/core/path.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -40,6 +41,7 @@ int ts_labelmap_parse(const char *text, const char *name, ts_labelmap **out)
     char *copy = strdup(text);
     *out = NULL;
     if (!m || !copy) TS_FAIL(TS_ERR_NOMEM, "label map");
+    TS_CHECK(ts_path_check(name, sizeof m->path, "the label map's file name"));
     snprintf(m->path, sizeof m->path, "%s", name);
     int line = 0;
     for (char *l = copy, *next; l; l = next) {

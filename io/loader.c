@@ -29,6 +29,8 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.scale", TS_CFG_FLOAT, "0.1", "0:0.99", "intensity scale: x*s, s uniform in [1-scale, 1+scale]"},
     {"data.shift", TS_CFG_FLOAT, "0.1", "0:", "intensity shift: x+b, b uniform in [-shift, shift]"},
     {"data.gamma", TS_CFG_FLOAT, "0.3", "0:", "gamma on half the patches, log-uniform in [1/(1+g), 1+g]; 0 = off"},
+    {"data.noise_p", TS_CFG_FLOAT, "0", "0:1", "probability of additive Gaussian noise per patch and channel (nnU-Net: 0.1)"},
+    {"data.noise_std", TS_CFG_FLOAT, "0.316", "0:", "the noise's sigma, uniform in [0, noise_std] (normalised units; nnU-Net: variance up to 0.1)"},
     {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none", "z-score with the image's or the dataset's mean/std"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},
     {"data.prefetch", TS_CFG_INT, "2", "0:16", "batches prepared ahead by the loader thread (0 = no thread)"},
@@ -60,6 +62,8 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
     TS_TRY(ts_config_get_float(cfg, "data.scale", &o->patch.scale));
     TS_TRY(ts_config_get_float(cfg, "data.shift", &o->patch.shift));
     TS_TRY(ts_config_get_float(cfg, "data.gamma", &o->patch.gamma));
+    TS_TRY(ts_config_get_float(cfg, "data.noise_p", &o->patch.noise_p));
+    TS_TRY(ts_config_get_float(cfg, "data.noise_std", &o->patch.noise_std));
     TS_TRY(ts_config_get_str(cfg, "data.norm", &s));
     o->patch.norm = !strcmp(s, "image") ? TS_NORM_IMAGE : !strcmp(s, "dataset") ? TS_NORM_DATASET : TS_NORM_NONE;
     TS_TRY(ts_config_get_str(cfg, "data.clip", &s));

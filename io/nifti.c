@@ -4,8 +4,10 @@
 #include "tsbuild.h"
 #include "io/nifti.h"
 #include "src/core/error.h"
+#include "src/core/path.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <nifti2_io.h>
 #include <stdio.h>
@@ -20,10 +22,22 @@ _Static_assert(TS_NIFTI_UINT8 == NIFTI_TYPE_UINT8 && TS_NIFTI_INT16 == NIFTI_TYP
 
 static uint32_t bswap32(uint32_t x) { return __builtin_bswap32(x); }
 
+static int supported(int dt)
+{
+    switch (dt) {
+    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
+    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
+    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Recognises a NIfTI header before niftilib sees it: its own error for a
  * garbage header is a line on stderr. Reads the first bytes through zlib
  * (plain files pass through unchanged). */
-static int precheck(const char *path, int *version)
+static int precheck(const char *path, int *version, double *vox_offset)
 {
     unsigned char h[544];
     gzFile f = gzopen(path, "rb");
@@ -50,36 +64,92 @@ static int precheck(const char *path, int *version)
         return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-1 magic is not 'n+1' or 'ni1' (ANALYZE 7.5 is not supported)", path);
     if (v == 2 && strncmp(magic, "n+2", 3) && strncmp(magic, "ni2", 3))
         return TS_ERR(TS_ERR_FORMAT, "%s: NIfTI-2 magic is not 'n+2' or 'ni2'", path);
+    const int swap = v == 1 ? sz != 348 : sz != 540;
+    /* dim[0] must be 1..7 before niftilib sees it: libnifti2 3.0.1 loops
+     * up to dim[0] over the 8-element dim array (a crash on dim[0] = 2^40) */
+    int64_t dim0;
+    if (v == 1) {
+        uint16_t u;
+        memcpy(&u, h + 40, 2);
+        dim0 = (int16_t)(swap ? __builtin_bswap16(u) : u);
+    } else {
+        uint64_t u;
+        memcpy(&u, h + 16, 8);
+        dim0 = (int64_t)(swap ? __builtin_bswap64(u) : u);
+    }
+    if (dim0 < 1 || dim0 > 7)
+        return TS_ERR(TS_ERR_FORMAT, "%s: dim[0] (the number of dimensions) is %lld, not 1..7", path, (long long)dim0);
+    /* every used dimension >= 1 (niftilib turns 0 and negative sizes into 1) */
+    for (int64_t k = 1; k <= dim0; k++) {
+        int64_t dk;
+        if (v == 1) {
+            uint16_t u;
+            memcpy(&u, h + 40 + 2 * k, 2);
+            dk = (int16_t)(swap ? __builtin_bswap16(u) : u);
+        } else {
+            uint64_t u;
+            memcpy(&u, h + 16 + 8 * k, 8);
+            dk = (int64_t)(swap ? __builtin_bswap64(u) : u);
+        }
+        if (dk < 1)
+            return TS_ERR(TS_ERR_FORMAT, "%s: dim[%lld] is %lld: every dimension up to dim[0] = %lld must be >= 1", path,
+                          (long long)k, (long long)dk, (long long)dim0);
+    }
+    /* the voxel type, before niftilib prints its own complaint */
+    uint16_t dtu;
+    memcpy(&dtu, h + (v == 1 ? 70 : 12), 2);
+    const int dt = (int16_t)(swap ? __builtin_bswap16(dtu) : dtu);
+    if (!supported(dt))
+        return TS_ERR(TS_ERR_FORMAT, "%s: voxel type %s (%d) is not supported (integer or float scalars only)", path,
+                      nifti_datatype_string(dt), dt);
+    /* vox_offset as the header holds it (niftilib replaces an offset inside
+     * the header, a huge one and NaN by 348 without a word) */
+    if (v == 1) {
+        uint32_t u;
+        memcpy(&u, h + 108, 4);
+        if (swap) u = bswap32(u);
+        float fo;
+        memcpy(&fo, &u, 4);
+        *vox_offset = fo;
+    } else {
+        uint64_t u;
+        memcpy(&u, h + 168, 8);
+        if (swap) u = __builtin_bswap64(u);
+        *vox_offset = (double)(int64_t)u;
+    }
     *version = v;
     return 0;
 }
 
-static int supported(int dt)
+/* Bytes in a file as zlib reads it (decompressed for gzip), or -1. */
+static int64_t data_length(const char *path)
 {
-    switch (dt) {
-    case NIFTI_TYPE_UINT8: case NIFTI_TYPE_INT8: case NIFTI_TYPE_INT16: case NIFTI_TYPE_UINT16:
-    case NIFTI_TYPE_INT32: case NIFTI_TYPE_UINT32: case NIFTI_TYPE_INT64: case NIFTI_TYPE_UINT64:
-    case NIFTI_TYPE_FLOAT32: case NIFTI_TYPE_FLOAT64:
-        return 1;
-    default:
-        return 0;
-    }
+    gzFile f = gzopen(path, "rb");
+    if (!f) return -1;
+    char buf[1 << 16];
+    int64_t n = 0;
+    int got;
+    while ((got = gzread(f, buf, sizeof buf)) > 0) n += got;
+    gzclose(f);
+    return got < 0 ? -1 : n;
 }
 
 int ts_nifti_read(const char *path, ts_nifti **out)
 {
     int err = 0, version = 0;
+    double hoff = 0;
     nifti_image *nim = NULL;
     ts_nifti *n = NULL;
     gzFile f = NULL;
     *out = NULL;
-    TS_TRY(precheck(path, &version));
+    TS_TRY(precheck(path, &version, &hoff));
     nifti_set_debug_level(0);
     nim = nifti_image_read(path, 0);
     if (!nim) return TS_ERR(TS_ERR_FORMAT, "%s: niftilib cannot read this NIfTI-%d header", path, version);
     n = TS_CALLOC(1, sizeof *n);
     if (!n) TS_FAIL(TS_ERR_NOMEM, "nifti");
-    snprintf(n->path, sizeof n->path, "%s", path);
+    n->path = strdup(path);
+    if (!n->path) TS_FAIL(TS_ERR_NOMEM, "%s", path);
     n->version = version;
     n->datatype = nim->datatype;
     if (!supported(nim->datatype))
@@ -115,15 +185,20 @@ int ts_nifti_read(const char *path, ts_nifti **out)
         }
     n->sform_code = nim->sform_code;
     n->qform_code = nim->qform_code;
-    n->nvox = nx * ny * nz * nt;
     n->nbyper = nim->nbyper;
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(nx, ny, &n->nvox) || __builtin_mul_overflow(n->nvox, nz, &n->nvox) ||
+        __builtin_mul_overflow(n->nvox, nt, &n->nvox) || n->nbyper < 1 ||
+        __builtin_mul_overflow(n->nvox, (int64_t)n->nbyper, &bytes) || bytes > ((int64_t)1 << 40))
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld x %lld x %lld x %lld voxels of %d bytes is too large (at most 1 TiB)", path,
+                (long long)nx, (long long)ny, (long long)nz, (long long)nt, n->nbyper);
     if (n->nvox != nim->nvox)
         TS_FAIL(TS_ERR_FORMAT, "%s: voxel count %lld does not match the dimensions", path, (long long)nim->nvox);
-    const int64_t bytes = n->nvox * n->nbyper;
-    if (bytes / n->nbyper != n->nvox || bytes > ((int64_t)1 << 40))
-        TS_FAIL(TS_ERR_FORMAT, "%s: %lld voxels is too large", path, (long long)n->nvox);
-    n->data = TS_ALIGNED_ALLOC((size_t)bytes);
-    if (!n->data) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)bytes);
+    /* the buffer grows with the bytes actually read: a header alone cannot
+     * make the reader allocate what the file does not hold */
+    int64_t cap = bytes < ((int64_t)64 << 20) ? bytes : ((int64_t)64 << 20);
+    n->data = malloc((size_t)(cap ? cap : 1));
+    if (!n->data) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)cap);
 
     /* the voxels: count them ourselves (niftilib zero-fills a short file) */
     const char *iname = nim->iname ? nim->iname : path;
@@ -131,13 +206,30 @@ int ts_nifti_read(const char *path, ts_nifti **out)
     f = gzopen(iname, "rb");
     if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot open %s: %s", path, iname, strerror(errno ? errno : ENOENT));
     gzbuffer(f, 1 << 18);
+    /* the header's vox_offset, exactly: inside the file, after the header
+     * (and the 4-byte extension flag) of a single file, a whole number */
+    const int single = strcmp(iname, path) == 0;
+    const double minoff = single ? (version == 1 ? 352 : 544) : 0;
+    if (!isfinite(hoff) || hoff != floor(hoff) || hoff < minoff || hoff > 9.0e15)
+        TS_FAIL(TS_ERR_FORMAT, "%s: the header's vox_offset %g is not a byte offset %s%.0f", path, hoff,
+                single ? "after the header: at least " : ">= ", minoff);
     int64_t off = nim->iname_offset;
-    if (off < 0) TS_FAIL(TS_ERR_FORMAT, "%s: negative data offset %lld", path, (long long)off);
+    if (off != (int64_t)hoff)
+        TS_FAIL(TS_ERR_FORMAT, "%s: the header's vox_offset %.0f is not where niftilib would read the voxels (%lld)", path,
+                hoff, (long long)off);
     if (off > 0 && gzseek(f, (z_off_t)off, SEEK_SET) != (z_off_t)off)
-        TS_FAIL(TS_ERR_FORMAT, "%s: truncated: the voxel data should start at byte %lld", iname, (long long)off);
+        TS_FAIL(TS_ERR_FORMAT, "%s: truncated: the voxel data should start at byte %lld (vox_offset)", iname,
+                (long long)off);
     int64_t done = 0;
     while (done < bytes) {
-        int64_t want = bytes - done > (1 << 30) ? (1 << 30) : bytes - done;
+        if (done == cap) {
+            int64_t ncap = cap > bytes / 2 ? bytes : 2 * cap;
+            void *grown = realloc(n->data, (size_t)ncap);
+            if (!grown) TS_FAIL(TS_ERR_NOMEM, "%s: %lld bytes of voxels", path, (long long)ncap);
+            n->data = grown;
+            cap = ncap;
+        }
+        int64_t want = cap - done > (1 << 30) ? (1 << 30) : cap - done;
         int got = gzread(f, (char *)n->data + done, (unsigned)want);
         if (got < 0) {
             int ze;
@@ -148,21 +240,33 @@ int ts_nifti_read(const char *path, ts_nifti **out)
         if (got == 0) break;
         done += got;
     }
-    if (done < bytes)
+    if (done < bytes) {
+        const int64_t len = data_length(iname);
+        if (len >= 0 && len <= off)
+            TS_FAIL(TS_ERR_FORMAT, "%s: vox_offset %lld lies beyond the end of the file (%lld bytes%s): the header does "
+                    "not match the file", iname, (long long)off, (long long)len, len == off ? ", no voxel data" : "");
         TS_FAIL(TS_ERR_FORMAT, "%s: truncated: %lld x %lld x %lld x %lld voxels of %d bytes need %lld bytes after "
                 "offset %lld, the file holds %lld", iname, (long long)n->dim[0], (long long)n->dim[1],
                 (long long)n->dim[2], (long long)n->dim[3], n->nbyper, (long long)bytes, (long long)off,
                 (long long)done);
+    }
     {
-        /* read on to the end of a gzip stream so that its CRC and length are checked */
+        /* read on to the end of a gzip stream so that its CRC and length
+         * are checked; bytes after the voxels mean the header's size or
+         * offset does not describe this file */
         char tail[4096];
         int got;
-        while ((got = gzread(f, tail, sizeof tail)) > 0) {
-        }
+        int64_t extra = 0;
+        while ((got = gzread(f, tail, sizeof tail)) > 0) extra += got;
         int ze = Z_OK;
         const char *zm = gzerror(f, &ze);
         if (got < 0 || (ze != Z_OK && ze != Z_STREAM_END))
             TS_FAIL(TS_ERR_FORMAT, "%s: the compressed stream is damaged or truncated (%s)", iname, zm);
+        if (extra > 0)
+            TS_FAIL(TS_ERR_FORMAT, "%s: %lld bytes follow the voxel data (vox_offset %lld + %lld x %lld x %lld x %lld "
+                    "voxels of %d bytes = %lld bytes, the file holds %lld): the header does not match the file", iname,
+                    (long long)extra, (long long)off, (long long)n->dim[0], (long long)n->dim[1], (long long)n->dim[2],
+                    (long long)n->dim[3], n->nbyper, (long long)(off + bytes), (long long)(off + bytes + extra));
     }
     if (nim->byteorder != nifti_short_order() && nim->swapsize > 1)
         nifti_swap_Nbytes(n->nvox, nim->swapsize, n->data);
@@ -179,6 +283,7 @@ void ts_nifti_free(ts_nifti **n)
 {
     if (!n || !*n) return;
     free((*n)->data);
+    free((*n)->path);
     free(*n);
     *n = NULL;
 }
@@ -210,9 +315,12 @@ double ts_nifti_get(const ts_nifti *n, int64_t v)
     return x;
 }
 
-int ts_nifti_to_float(const ts_nifti *n, float *out)
+int ts_nifti_to_float(const ts_nifti *n, float *out) { return ts_nifti_to_float_replace(n, out, NULL, NULL); }
+
+int ts_nifti_to_float_replace(const ts_nifti *n, float *out, const float *replace, int64_t *replaced)
 {
     const int sc = scaled(n);
+    if (replaced) *replaced = 0;
     const double a = sc ? n->scl_slope : 1.0, b = sc && isfinite(n->scl_inter) ? n->scl_inter : 0.0;
     if (n->datatype == NIFTI_TYPE_UINT8 && !sc) {
         const uint8_t *d = n->data;
@@ -224,16 +332,28 @@ int ts_nifti_to_float(const ts_nifti *n, float *out)
         for (int64_t v = 0; v < n->nvox; v++) out[v] = d[v];
         return 0;
     }
+    int64_t bad = 0, first = -1;
+    double first_x = 0;
     for (int64_t v = 0; v < n->nvox; v++) {
         double x = raw(n, v) * a + b;
-        float f = (float)x;
-        if (!isfinite(f)) {
-            const int64_t nx = n->dim[0], ny = n->dim[1], nz = n->dim[2];
-            return TS_ERR(TS_ERR_NUMERIC, "%s: voxel (i=%lld, j=%lld, k=%lld, t=%lld) is %g: images must be finite",
-                          n->path, (long long)(v % nx), (long long)(v / nx % ny), (long long)(v / (nx * ny) % nz),
-                          (long long)(v / (nx * ny * nz)), x);
+        /* |x| beyond float's range is Inf after the conversion: test before it */
+        if (!isfinite(x) || fabs(x) > FLT_MAX) {
+            if (!bad++) {
+                first = v;
+                first_x = x;
+            }
+            out[v] = replace ? *replace : 0.0f;
+            continue;
         }
-        out[v] = f;
+        out[v] = (float)x;
+    }
+    if (replaced) *replaced = bad;
+    if (bad && !replace) {
+        const int64_t nx = n->dim[0], ny = n->dim[1], nz = n->dim[2], v = first;
+        return TS_ERR(TS_ERR_NUMERIC, "%s: %lld non-finite voxel%s (NaN or Inf), the first is voxel (i=%lld, j=%lld, "
+                      "k=%lld, t=%lld) = %g: images must be finite (tessera convert --nan-to V replaces them)", n->path,
+                      (long long)bad, bad > 1 ? "s" : "", (long long)(v % nx), (long long)(v / nx % ny),
+                      (long long)(v / (nx * ny) % nz), (long long)(v / (nx * ny * nz)), first_x);
     }
     return 0;
 }
@@ -249,7 +369,8 @@ int ts_nifti_write(const char *path, const ts_nifti_geom *g, int datatype, int v
     size_t pl = strlen(path);
     const char *ext = pl > 7 && !strcmp(path + pl - 7, ".nii.gz") ? ".nii.gz" : pl > 4 && !strcmp(path + pl - 4, ".nii") ? ".nii" : NULL;
     if (!ext) return TS_ERR(TS_ERR_ARG, "%s: NIfTI output names end in .nii or .nii.gz", path);
-    snprintf(tmp, sizeof tmp, "%.*s.partial%d%s", (int)(pl - strlen(ext)), path, (int)getpid(), ext);
+    TS_TRY(ts_path_fmt(tmp, sizeof tmp, "NIfTI output", "%.*s.partial%d%s", (int)(pl - strlen(ext)), path, (int)getpid(),
+                       ext));
     int64_t dims[8] = {g->dim[3] > 1 ? 4 : 3, g->dim[0], g->dim[1], g->dim[2], g->dim[3] > 1 ? g->dim[3] : 1, 1, 1, 1};
     nim = nifti_make_new_nim(dims, datatype, 0);
     if (!nim) return TS_ERR(TS_ERR_NOMEM, "%s: niftilib cannot make an image", path);

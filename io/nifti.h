@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 typedef struct ts_nifti {
-    char path[1024];
+    char *path;           /* the file name as given (owned) */
     int version;          /* 1 or 2 */
     int datatype;         /* NIFTI_TYPE_* of the file */
     int64_t dim[4];       /* nx, ny, nz, nt (nt = 1 for a 3-D volume) */
@@ -34,9 +34,13 @@ void ts_nifti_free(ts_nifti **n);
 
 /* Local. Voxel v (0 <= v < nvox) as double, scaled by scl_slope/scl_inter. */
 double ts_nifti_get(const ts_nifti *n, int64_t v);
-/* Local. All voxels as float32, scaled; a NaN or Inf voxel is
- * TS_ERR_NUMERIC naming the file and the voxel (i, j, k, t). */
+/* Local. All voxels as float32, scaled. Non-finite voxels (NaN, +-Inf,
+ * also after scaling or the conversion to float) are TS_ERR_NUMERIC naming
+ * the file, their count and the first voxel (i, j, k, t). */
 int ts_nifti_to_float(const ts_nifti *n, float *out);
+/* Local. As ts_nifti_to_float, but with replace non-NULL non-finite voxels
+ * become *replace and *replaced (may be NULL) gets their count. */
+int ts_nifti_to_float_replace(const ts_nifti *n, float *out, const float *replace, int64_t *replaced);
 
 /* Local. Writes a volume: dim = nx, ny, nz, nt (nt = 1 for 3-D); pixdim dx,
  * dy, dz; sform/qform as above (qform is stored as a quaternion, so it must

@@ -1,11 +1,14 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
  * draws happen in a fixed order (box, flips, rotation, then per channel
- * gamma, scale, shift) so a stream position always gives the same patch.
+ * gamma, scale, shift, noise) so a stream position always gives the same
+ * patch; options that are off draw nothing (so turning noise on leaves
+ * every other choice as it was).
  * A box of a patch (spatial parallelism) makes the same draws, reads only
  * its preimage and leaves the intensity augmentation for ts_patch_finish. */
 #include "tsbuild.h"
 #include "io/patch.h"
 #include "src/core/error.h"
+#include "src/core/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -235,6 +238,11 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
      * augmentation's numbers are drawn per channel (gamma, scale, shift) */
     pend->augment = aug;
     pend->channels = C;
+    for (int d = 0; d < 3; d++) {
+        pend->patch[d] = o->patch[d];
+        pend->sub_lo[d] = sub_lo[d];
+        pend->sub_size[d] = sub_size[d];
+    }
     for (int64_t c = 0; c < C; c++) {
         normalize_channel(image + c * nv, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT,
                           ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
@@ -254,7 +262,41 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
         pend->scale[c] = sc;
         pend->shift[c] = sh;
     }
+    /* noise last, after every channel's other draws */
+    pend->noise_key = 0;
+    for (int64_t c = 0; c < C; c++) {
+        double sigma = 0;
+        if (aug && o->noise_p > 0) {
+            int on = ts_rng_uniform(r) < o->noise_p;
+            double u = ts_rng_uniform(r);
+            if (on) sigma = o->noise_std * u;
+        }
+        pend->noise_sigma[c] = sigma;
+    }
+    if (aug && o->noise_p > 0) pend->noise_key = ts_rng_u64(r);
     return 0;
+}
+
+/* Gaussian noise on channel c of a box: voxel (z, y, x) of the patch gets
+ * sigma times the Box-Muller normal of the Philox block (patch index, c,
+ * "NO") under noise_key, whatever box holds it. */
+static void add_noise(float *x, const ts_patch_pending *p, int64_t c)
+{
+    const uint32_t key[2] = {(uint32_t)p->noise_key, (uint32_t)(p->noise_key >> 32)};
+    const float sigma = (float)p->noise_sigma[c];
+    int64_t t = 0;
+    for (int64_t z = 0; z < p->sub_size[0]; z++)
+        for (int64_t y = 0; y < p->sub_size[1]; y++) {
+            const int64_t row = ((p->sub_lo[0] + z) * p->patch[1] + p->sub_lo[1] + y) * p->patch[2] + p->sub_lo[2];
+            for (int64_t w = 0; w < p->sub_size[2]; w++, t++) {
+                const uint64_t g = (uint64_t)(row + w);
+                const uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)c, 0x4e4f0000u};
+                uint32_t o[4];
+                ts_philox4x32(ctr, key, o);
+                const double u1 = ((double)(o[0] >> 8) + 0.5) / 16777216.0, u2 = (double)(o[1] >> 8) / 16777216.0;
+                x[t] += sigma * (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+            }
+        }
 }
 
 void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p)
@@ -272,6 +314,7 @@ void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p)
             const float a = (float)sc, b = (float)sh;
             for (int64_t t = 0; t < nv; t++) x[t] = x[t] * a + b;
         }
+        if (p->noise_sigma[c] > 0) add_noise(x, p, c);
     }
 }
 

@@ -28,6 +28,8 @@ typedef struct ts_patch_opts {
     double scale;        /* intensity x*s, s uniform in [1 - scale, 1 + scale] */
     double shift;        /* intensity x + b, b uniform in [-shift, shift] (normalised units) */
     double gamma;        /* gamma g = exp(u), u uniform in [-ln(1+gamma), ln(1+gamma)], on half the patches */
+    double noise_p;      /* probability (per channel) of additive Gaussian noise; 0: no draws at all */
+    double noise_std;    /* its sigma, uniform in [0, noise_std] (normalised units) */
     ts_norm_mode norm;
     int clip_lo, clip_hi; /* indices into ts_io_pct_levels, or -1: no clipping */
 } ts_patch_opts;
@@ -56,6 +58,12 @@ typedef struct ts_patch_pending {
     float mn[TS_IO_MAX_CHANNELS], mx[TS_IO_MAX_CHANNELS];
     int do_gamma[TS_IO_MAX_CHANNELS];
     double g[TS_IO_MAX_CHANNELS], scale[TS_IO_MAX_CHANNELS], shift[TS_IO_MAX_CHANNELS];
+    /* Gaussian noise: sigma per channel (0: none), drawn per patch voxel
+     * from a counter-based stream keyed by noise_key and the voxel's index
+     * in the patch, so a box gets its own voxels' noise: the box's place */
+    double noise_sigma[TS_IO_MAX_CHANNELS];
+    uint64_t noise_key;
+    int64_t patch[3], sub_lo[3], sub_size[3];
 } ts_patch_pending;
 
 /* Local. One box of the patch ts_patch_draw would return for the same
@@ -72,7 +80,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
                       const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,
                       float *scratch, ts_patch_pending *pend);
 /* Local. Applies the intensity augmentation recorded in p (gamma with p's
- * mn/mx per channel, then scale and shift) to image [p->channels, nv] in
+ * mn/mx per channel, then scale and shift, then Gaussian noise) to image [p->channels, nv] in
  * place; the float operations are those of ts_patch_draw, so boxes finished
  * with the whole patch's mn/mx are bit for bit boxes of ts_patch_draw's
  * output. Nothing to do when p->augment is 0. */

@@ -13,7 +13,7 @@ packages=(
     build-essential autoconf automake libtool pkg-config
     mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libopenblas-dev
     libnifti2-dev libniftiio-dev libinih-dev libcjson-dev zlib1g-dev
-    libpapi-dev papi-tools mricron-data
+    libpapi-dev papi-tools mricron-data clang libclang-rt-dev
     python3 python3-numpy python3-scipy python3-h5py python3-nibabel python3-matplotlib
     munge slurmctld slurmd slurm-client
 )
@@ -50,6 +50,23 @@ xpass=$(sed -n 's/^# XPASS: *//p' "$log" | head -1)
 skip=$(sed -n 's/^# SKIP: *//p' "$log" | head -1)
 failed=$(( ${fail:-0} + ${err:-0} + ${xpass:-0} ))
 echo "== make check took $(( $(date +%s) - start )) s; ${skip:-0} skipped; log: $top/build-check/$log"
+echo "== fuzz: each fuzz target for 60 s (tests/fuzz/run.sh, libFuzzer + ASan + UBSan; docs/testing.md)"
+fstart=$(date +%s)
+make -j"$jobs" fuzz >fuzz-build.log 2>&1
+bash "$top/tests/fuzz/run.sh" 60 >fuzz.log 2>&1
+fstatus=$?
+cat fuzz.log
+if [ "$fstatus" -eq 77 ]; then
+    skip=$(( ${skip:-0} + 1 ))
+    echo "== fuzz: skipped (the targets cannot be built, see above)"
+else
+    fpass=$(grep -c '^fuzz_.*: no finding$' fuzz.log)
+    ffail=$(grep -c '^fuzz_.*FINDING' fuzz.log)
+    [ "$fstatus" -ne 0 ] && [ "$ffail" -eq 0 ] && ffail=1
+    pass=$(( ${pass:-0} + fpass ))
+    failed=$(( failed + ffail ))
+    echo "== fuzz: $fpass passed, $ffail failed in $(( $(date +%s) - fstart )) s; findings in $top/build-check/fuzz-build/findings/"
+fi
 echo "== Slurm: the job scripts on a one-node Slurm started for the test (jobs/slurm/selftest.sh)"
 sstart=$(date +%s)
 timeout -k 30 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera" >slurm-selftest.log 2>&1

@@ -11,3 +11,4 @@ TESTS += tests/cli/coll_cli.sh
 EXTRA_DIST += tests/cli/coll_cli.sh tests/cli/tap.sh
 include tests/model/Makefile.mk
 include tests/jobs/Makefile.mk
+include tests/fuzz/Makefile.mk

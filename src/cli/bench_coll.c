@@ -13,9 +13,12 @@
 #include "src/core/timer.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_ALGOS 16
 #define MAX_SIZES 64
@@ -62,6 +65,17 @@ static int known(ts_coll_kind kind, const char *name)
     return 0;
 }
 
+/* a whole number in lo..hi, nothing after it */
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) return 1;
+    *out = (int)x;
+    return 0;
+}
+
 static int parse(int argc, char **argv, bench_opts *o, char *algo_buf)
 {
     memset(o, 0, sizeof *o);
@@ -84,11 +98,13 @@ static int parse(int argc, char **argv, bench_opts *o, char *algo_buf)
             if (ts_coll_kind_parse(v, &o->kind)) return TS_ERR(TS_ERR_ARG, "bench coll: unknown --op '%s'", v);
         } else if (!strcmp(a, "--algo")) {
             NEED();
+            if (strlen(v) >= 1024) return TS_ERR(TS_ERR_ARG, "bench coll: --algo is %zu characters long (at most 1023)", strlen(v));
             snprintf(algo_buf, 1024, "%s", v);
         } else if (!strcmp(a, "--min-bytes") || !strcmp(a, "--max-bytes")) {
             NEED();
             size_t b;
-            if (ts_cli_parse_bytes(v, &b)) return TS_ERR(TS_ERR_ARG, "bench coll: %s '%s' is not a size", a, v);
+            if (ts_cli_parse_bytes(v, &b))
+                return TS_ERR(TS_ERR_ARG, "bench coll: %s '%s' is not a size (bytes, K/M/G suffixes, at most 2^63)", a, v);
             if (a[2] == 'm' && a[3] == 'i') o->min_bytes = b;
             else o->max_bytes = b;
         } else if (!strcmp(a, "--dtype")) {
@@ -109,15 +125,19 @@ static int parse(int argc, char **argv, bench_opts *o, char *algo_buf)
             o->device = !strcmp(v, "gpu");
         } else if (!strcmp(a, "--repeat")) {
             NEED();
-            o->repeat = atoi(v);
-            if (o->repeat < 1) return TS_ERR(TS_ERR_ARG, "bench coll: --repeat must be >= 1");
+            if (parse_int(v, 1, 1000000, &o->repeat))
+                return TS_ERR(TS_ERR_ARG, "bench coll: --repeat '%s' is not a whole number in 1..1000000", v);
         } else if (!strcmp(a, "--time-ms")) {
             NEED();
-            o->target_s = atof(v) / 1000.0;
-            if (!(o->target_s > 0)) return TS_ERR(TS_ERR_ARG, "bench coll: --time-ms must be > 0");
+            char *end;
+            double ms = strtod(v, &end);
+            if (end == v || *end || !(ms > 0) || !(ms <= 3.6e6))
+                return TS_ERR(TS_ERR_ARG, "bench coll: --time-ms '%s' must be a number above 0 and at most 3600000", v);
+            o->target_s = ms / 1000.0;
         } else if (!strcmp(a, "--root")) {
             NEED();
-            o->root = atoi(v);
+            if (parse_int(v, 0, INT_MAX, &o->root))
+                return TS_ERR(TS_ERR_ARG, "bench coll: --root '%s' is not a rank number", v);
         } else if (!strcmp(a, "--json")) {
             NEED();
             o->json = v;
@@ -238,6 +258,7 @@ int ts_cli_bench_coll(int argc, char **argv)
         return 0;
     }
     int lerr = parse(argc, argv, &o, algo_buf);
+    if (!lerr && o.root >= p) lerr = TS_ERR(TS_ERR_ARG, "bench coll: --root %d is not a rank (0..%d)", o.root, p - 1);
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &c));
     if (!algo_buf[0]) { /* the default list: only algorithms that can run here */
@@ -256,14 +277,27 @@ int ts_cli_bench_coll(int argc, char **argv)
     const int nodes = ts_coll_nodes(c);
     size_t sizes[MAX_SIZES];
     int nsize = 0;
-    for (size_t b = o.min_bytes; b <= o.max_bytes && nsize < MAX_SIZES; b = b ? b * 4 : es) {
+    /* min, x4 steps, then max itself; no product may wrap around */
+    for (size_t b = o.min_bytes;;) {
         sizes[nsize++] = b / es * es;
-        if (b * 4 > o.max_bytes && b != o.max_bytes && nsize < MAX_SIZES) {
-            sizes[nsize++] = o.max_bytes / es * es;
-            break;
-        }
+        if (b >= o.max_bytes || nsize == MAX_SIZES) break;
+        b = b == 0 ? es : b > o.max_bytes / 4 ? o.max_bytes : b * 4;
+        if (b > o.max_bytes) b = o.max_bytes;
     }
     size_t maxb = sizes[nsize - 1];
+    {
+        /* the buffers must fit in this node's memory (a clear error, not an
+         * allocator failure or the OOM killer) */
+        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        const double need = (double)maxb * (o.in_place || o.registered ? 1 : 2) * ts_coll_local_size(c),
+                     have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+        lerr = 0;
+        if (!o.device && have > 0 && need > have)
+            lerr = TS_ERR(TS_ERR_ARG, "bench coll: --max-bytes %zu needs %.3g GiB of buffers on this node (%d rank%s), "
+                          "more than its %.3g GiB of memory", o.max_bytes, need / 1073741824.0, ts_coll_local_size(c),
+                          ts_coll_local_size(c) > 1 ? "s" : "", have / 1073741824.0);
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
+    }
     /* buffers */
     lerr = 0;
     if (o.device) {

@@ -30,7 +30,8 @@ int ts_cli_wants_help(int argc, char **argv);
 int ts_cli_rank(void);
 int ts_cli_size(void);
 
-/* Parses a byte count with optional K/M/G suffix (powers of 1024). 0 = ok. */
+/* Parses a byte count with optional K/M/G suffix (powers of 1024) and an
+ * optional B or iB: finite, >= 0 and at most 2^63 (8 EiB). 0 = ok. */
 int ts_cli_parse_bytes(const char *s, size_t *out);
 
 #endif

@@ -8,6 +8,8 @@
 #include "src/core/error.h"
 #include "src/core/timer.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +29,8 @@ static void help(void)
            "         --downsample F (store the volumes on a grid F times coarser: image block means, label\n"
            "         block majority, spacing and affines adjusted; infer with downsample=F to match)\n"
            "         --chunk E (chunk edge in voxels, default 64)  --seed S (foreground subsample, default 0)\n"
+           "         --nan-to V (replace non-finite image voxels, NaN and +-Inf, by the finite V, with a warning\n"
+           "         naming each file and the count; without it they are an error naming the file and the count)\n"
            "Runs on any number of ranks: each converts its share; one file is written collectively,\n"
            "shards each by one rank. Output goes to temporary names renamed at the end: a failed\n"
            "conversion leaves nothing that looks like a dataset and never replaces an existing one.\n");
@@ -85,6 +89,14 @@ int ts_cli_convert(int argc, char **argv)
             NEED();
             o.chunk = atoi(v);
             if (o.chunk < 1 || o.chunk > 4096) TS_FAIL(TS_ERR_ARG, "convert: --chunk %s (1..4096)", v);
+        } else if (!strcmp(a, "--nan-to")) {
+            NEED();
+            char *end;
+            double x = strtod(v, &end);
+            if (end == v || *end || !isfinite(x) || fabs(x) > FLT_MAX)
+                TS_FAIL(TS_ERR_ARG, "convert: --nan-to '%s' must be a finite float32 number", v);
+            o.nan_to_set = 1;
+            o.nan_to = (float)x;
         } else if (!strcmp(a, "--seed")) {
             NEED();
             o.seed = strtoull(v, NULL, 10);

@@ -9,6 +9,7 @@
 #include "src/core/launch.h"
 #include "src/core/log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,7 +30,7 @@ static const ts_cli_cmd commands[] = {
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "mixed precision; the GPU engine (the CUDA code builds, the layers run on the CPU)";
+    "the GPU engine (the CUDA code builds, the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }
@@ -48,7 +49,7 @@ int ts_cli_parse_bytes(const char *s, size_t *out)
 {
     char *end;
     double v = strtod(s, &end);
-    if (end == s || v < 0) return 1;
+    if (end == s || !isfinite(v) || v < 0) return 1;
     double m = 1;
     if (*end == 'k' || *end == 'K') m = 1024.0, end++;
     else if (*end == 'm' || *end == 'M') m = 1048576.0, end++;
@@ -56,6 +57,8 @@ int ts_cli_parse_bytes(const char *s, size_t *out)
     if (*end == 'i' && end[1] == 'B') end += 2;
     else if (*end == 'B') end++;
     if (*end) return 1;
+    /* 2^63: the largest whole size a double converts to size_t exactly */
+    if (!(v * m <= 9223372036854775808.0)) return 1;
     *out = (size_t)(v * m);
     return 0;
 }

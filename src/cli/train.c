@@ -6,6 +6,7 @@
 #include "src/cli/cli.h"
 #include "src/core/error.h"
 #include "src/model/unet.h"
+#include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/train/trainer.h"
 
@@ -16,7 +17,8 @@
 
 /* every config key of tessera: any command accepts any config file */
 const ts_cfg_key *const ts_cli_all_keys[] = {ts_model_config_keys, ts_optim_config_keys, ts_io_config_keys,
-                                             ts_train_config_keys, ts_coll_config_keys, NULL};
+                                             ts_train_config_keys, ts_coll_config_keys, ts_loss_scale_config_keys,
+                                             NULL};
 
 int ts_cli_load_config(const char *path, int nover, char **over, MPI_Comm comm, ts_config **out)
 {
@@ -92,9 +94,10 @@ int ts_cli_train(int argc, char **argv)
     if (!lerr && !path) lerr = TS_ERR(TS_ERR_ARG, "train: no CONFIG given (see tessera train --help)");
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s", path);
-        snprintf(name, sizeof name, "%s", basename(tmp));
+        char *tmp = strdup(path); /* basename may modify its argument */
+        if (!tmp) TS_FAIL(TS_ERR_NOMEM, "arguments");
+        snprintf(name, sizeof name, "%s", basename(tmp)); /* a file name: at most NAME_MAX (255) */
+        free(tmp);
         char *dot = strrchr(name, '.');
         if (dot && dot != name) *dot = '\0';
     }

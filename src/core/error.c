@@ -115,7 +115,7 @@ void *ts_aligned_alloc(size_t bytes, const char *file, int line)
 {
     void *p = NULL;
     size_t b = (bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, b ? b : 64) != 0) {
+    if (bytes > (size_t)-1 - 63 || posix_memalign(&p, 64, b ? b : 64) != 0) { /* no wrap to a tiny block */
         ts_err(TS_ERR_NOMEM, file, line, "cannot allocate %zu bytes", bytes);
         return NULL;
     }

@@ -7,6 +7,9 @@
  *                             watchdog reports it) at step 3, as a lost rank would
  *   nan:rank=0:step=2         the rank's loss and gradients at step 2 are NaN
  *   error:rank=1:step=3       the rank's step 3 fails with an injected error
+ *   overflow:rank=1:step=2    the rank's loss gradient at step 2 is infinite: its
+ *                             gradients overflow, its loss stays finite (an fp16
+ *                             loss-scale overflow)
  *   enospc:ckpt               checkpoint writes fail with ENOSPC
  *   corrupt:ckpt              the checkpoint file is corrupted after it is written
  * rank is the world rank (any rank when absent), step the 1-based training
@@ -18,7 +21,7 @@
 #include <stdint.h>
 
 typedef enum { TS_FAULT_KILL = 0, TS_FAULT_HANG, TS_FAULT_NAN, TS_FAULT_ERROR, TS_FAULT_ENOSPC, TS_FAULT_CORRUPT,
-               TS_FAULT_KINDS } ts_fault_kind;
+               TS_FAULT_OVERFLOW, TS_FAULT_KINDS } ts_fault_kind;
 
 /* Local. Parses TESSERA_FAULT for this rank (errors name the entry); no
  * variable: no faults. Call once at start. */

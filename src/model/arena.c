@@ -20,6 +20,7 @@ void ts_arena_destroy(ts_arena **a)
     if (!a || !*a) return;
     free((*a)->p);
     free((*a)->base);
+    free((*a)->state_base);
     free(*a);
     *a = NULL;
 }
@@ -67,15 +68,34 @@ int ts_arena_alloc(ts_arena *a, int nstate)
 {
     if (nstate < 0 || nstate > TS_ARENA_MAX_STATE) return TS_ERR(TS_ERR_INTERNAL, "arena: %d state regions", nstate);
     free(a->base);
+    free(a->state_base);
+    a->state_base = NULL;
     size_t total = a->nparam * (size_t)(2 + nstate) + a->nbuf;
     a->base = TS_ALIGNED_ALLOC((total ? total : 16) * sizeof(float));
     if (!a->base) return TS_ERR_NOMEM;
     memset(a->base, 0, total * sizeof(float));
     a->nstate = nstate;
+    a->nstate_floats = a->nparam;
     a->params = a->base;
     a->grads = a->params + a->nparam;
     for (int s = 0; s < TS_ARENA_MAX_STATE; s++) a->state[s] = s < nstate ? a->grads + a->nparam * (size_t)(s + 1) : NULL;
     a->buffers = a->base + a->nparam * (size_t)(2 + nstate);
+    return 0;
+}
+
+int ts_arena_alloc_state(ts_arena *a, int nstate, size_t n)
+{
+    if (!a->base || (a->nstate > 0 && !a->state_base) || nstate < 0 || nstate > TS_ARENA_MAX_STATE)
+        return TS_ERR(TS_ERR_INTERNAL, "arena: %d shard state regions on an arena with %d of its own", nstate, a->nstate);
+    free(a->state_base);
+    a->state_base = NULL;
+    const size_t total = n * (size_t)nstate;
+    a->state_base = TS_ALIGNED_ALLOC((total ? total : 16) * sizeof(float)); /* never NULL: it marks the shard */
+    if (!a->state_base) return TS_ERR(TS_ERR_NOMEM, "optimizer state shard (%zu floats)", total);
+    memset(a->state_base, 0, (total ? total : 16) * sizeof(float));
+    a->nstate = nstate;
+    a->nstate_floats = n;
+    for (int s = 0; s < TS_ARENA_MAX_STATE; s++) a->state[s] = s < nstate ? a->state_base + n * (size_t)s : NULL;
     return 0;
 }
 
@@ -101,7 +121,7 @@ ts_tensor ts_arena_grad(const ts_arena *a, int i) { return view(&a->p[i], a->p[i
 
 ts_tensor ts_arena_state(const ts_arena *a, int s, int i)
 {
-    return view(&a->p[i], a->p[i].kind == TS_PARAM && s < a->nstate ? a->state[s] : NULL);
+    return view(&a->p[i], a->p[i].kind == TS_PARAM && s < a->nstate && !a->state_base ? a->state[s] : NULL);
 }
 
 void ts_arena_zero_grad(ts_arena *a)

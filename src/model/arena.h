@@ -5,7 +5,10 @@
  * params, grads and each state region have the same size and the same
  * offsets, each tensor starting on a 64-byte boundary (padding stays zero),
  * so that optimizers, gradient buckets, checkpoints and sharding are offset
- * arithmetic over flat regions. Names are PyTorch's state_dict keys. */
+ * arithmetic over flat regions. Names are PyTorch's state_dict keys.
+ * A sharded optimizer (parallel.zero = 1, docs/parallelism.md) allocates
+ * the arena without state and then shard-sized state regions of their own
+ * (ts_arena_alloc_state): which parameter floats they hold is its mapping. */
 #ifndef TS_MODEL_ARENA_H
 #define TS_MODEL_ARENA_H
 
@@ -35,7 +38,9 @@ typedef struct ts_arena {
     size_t nparam;  /* floats per params/grads/state region (padded) */
     size_t nbuf;    /* floats in the buffer region */
     int nstate;     /* optimizer state regions */
+    size_t nstate_floats; /* floats per state region: nparam, or a shard's size (ts_arena_alloc_state) */
     float *base;    /* the allocation (NULL until ts_arena_alloc) */
+    float *state_base; /* shard-sized state regions (ts_arena_alloc_state), else NULL */
     float *params, *grads, *state[TS_ARENA_MAX_STATE], *buffers;
 } ts_arena;
 
@@ -48,10 +53,15 @@ int ts_arena_add(ts_arena *a, const char *name, ts_param_kind kind, ts_dtype dty
                  int *index);
 /* Local. Allocates and zeroes the arena with nstate optimizer state regions. */
 int ts_arena_alloc(ts_arena *a, int nstate);
+/* Local. After ts_arena_alloc(a, 0): nstate state regions of n floats
+ * each, zeroed, in an allocation of their own (a shard of the state: the
+ * named state views of ts_arena_state are then empty). Calling it again
+ * replaces them. */
+int ts_arena_alloc_state(ts_arena *a, int nstate, size_t n);
 /* Local. Index of a name, or -1. */
 int ts_arena_find(const ts_arena *a, const char *name);
 /* Local. Views (not owning) of tensor i: value, gradient (params only),
- * optimizer state s (params only). */
+ * optimizer state s (params only; no data when the state is sharded). */
 ts_tensor ts_arena_value(const ts_arena *a, int i);
 ts_tensor ts_arena_grad(const ts_arena *a, int i);
 ts_tensor ts_arena_state(const ts_arena *a, int s, int i);

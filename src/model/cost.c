@@ -2,7 +2,13 @@
  * src/model/unet.c: per encoder level two (conv 3x3x3 -> norm -> ReLU)
  * blocks and a 2x max-pool below level 0; per decoder level a transposed
  * conv 2x2x2 stride 2, the concatenation with the skip, two blocks; the
- * 1x1x1 head; the loss. The first convolution has no input gradient. */
+ * 1x1x1 head; the loss. The first convolution has no input gradient.
+ * A checkpointed level (model.checkpoint_levels) keeps only its blocks'
+ * outputs, holds the rest in a recompute scratch shared with the other
+ * checkpointed levels (the largest level's), and in backward runs its
+ * convolutions, its blocks' first norms and the max-pool or transposed
+ * conv before each block once more (those two twice), with the halo
+ * exchanges of those convolutions. */
 #include "tsbuild.h"
 #include "src/model/cost.h"
 #include "src/core/error.h"
@@ -18,8 +24,10 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         if (dhw[d] < div || dhw[d] % div)
             return TS_ERR(TS_ERR_CONFIG, "box %lldx%lldx%lld: every edge must be a multiple of %lld for %d levels",
                           (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)div, L);
-    double *w = c->work;
+    double *w = c->work, rw[TS_PROF_COUNT] = {0}; /* rw: the recomputation's work */
+    double scratch_in = 0, scratch_y = 0;          /* the recompute scratch: first-conv input / second-conv output, conv outputs */
     for (int l = 0; l < L; l++) {
+        const int ck = (int)(u->ckpt_levels >> l & 1u);
         const double D = (double)(dhw[0] >> l), H = (double)(dhw[1] >> l), W = (double)(dhw[2] >> l);
         const double v = D * H * W * n;
         /* a box's faces: one voxel thick, per split axis two of them */
@@ -28,6 +36,11 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const int co = u->channels[l];
         /* encoder level l: conv(cin -> co), conv(co -> co) */
         const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
+        if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and norm's outputs */
+            const double in = (l > 0 && cin_e > co ? cin_e : co) * v;
+            if (in > scratch_in) scratch_in = in;
+            if (co * v > scratch_y) scratch_y = co * v;
+        }
         for (int i = 0; i < 2; i++) {
             const int ci = i ? co : cin_e;
             const double f = 2.0 * 27 * ci * co * v;
@@ -38,21 +51,30 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
             if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
             w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
             w[TS_PROF_OTHER] += 2 * co * v;
-            c->act_elems += 2 * co * v; /* conv output and normalised, activated copy */
+            c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v; /* conv output and normalised, activated copy */
             c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
             c->convs++;
             c->norms++;
+            if (ck) {
+                rw[TS_PROF_CONV_FWD] += f;
+                if (i == 0) rw[TS_PROF_NORM] += co * v;
+                c->halo_elems += ci * face * n;
+                c->convs_recomputed++;
+                c->norms_recomputed += i == 0;
+            }
         }
         if (l > 0) { /* max-pool from level l-1 */
             w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
-            c->act_elems += u->channels[l - 1] * v;
+            if (ck) rw[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8; /* its forward, twice */
+            else c->act_elems += u->channels[l - 1] * v;
         }
         if (l < L - 1) { /* decoder level l: up from l+1, concat, two convs */
             const int cu = u->channels[l + 1];
             const double vin = v / 8, f = 2.0 * 8 * cu * co * vin;
             w[TS_PROF_CONVT] += 3 * f;
             c->params += 8.0 * cu * co + co;
-            c->act_elems += co * v;
+            if (ck) rw[TS_PROF_CONVT] += 2 * f; /* its forward, twice */
+            else c->act_elems += co * v;
             for (int i = 0; i < 2; i++) {
                 const int ci = i ? co : 2 * co;
                 const double g = 2.0 * 27 * ci * co * v;
@@ -63,10 +85,17 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                 if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
                 w[TS_PROF_NORM] += 2 * co * v;
                 w[TS_PROF_OTHER] += 2 * co * v;
-                c->act_elems += 2 * co * v;
+                c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v;
                 c->halo_elems += 2.0 * ci * face * n;
                 c->convs++;
                 c->norms++;
+                if (ck) {
+                    rw[TS_PROF_CONV_FWD] += g;
+                    if (i == 0) rw[TS_PROF_NORM] += co * v;
+                    c->halo_elems += ci * face * n;
+                    c->convs_recomputed++;
+                    c->norms_recomputed += i == 0;
+                }
             }
         }
         if (l == 0) { /* head and loss */
@@ -82,9 +111,11 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         }
     }
     w[TS_PROF_HALO] = c->halo_elems;
-    c->flops_forward = 0;
     /* forward FLOPs: conv forward + one third of the transposed convs' */
     c->flops_forward = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONVT] / 3;
     c->flops_backward = w[TS_PROF_CONV_WGRAD] + w[TS_PROF_CONV_DGRAD] + 2 * w[TS_PROF_CONVT] / 3;
+    c->flops_recompute = rw[TS_PROF_CONV_FWD] + rw[TS_PROF_CONVT];
+    c->act_elems += scratch_in + 2 * scratch_y;
+    for (int k = 0; k < TS_PROF_COUNT; k++) w[k] += rw[k];
     return 0;
 }

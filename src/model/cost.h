@@ -18,13 +18,19 @@ typedef struct ts_unet_cost {
     double work[TS_PROF_COUNT];
     double flops_forward;   /* all convolutions, transposed ones included */
     double flops_backward;  /* their weight and input gradients */
+    double flops_recompute; /* forwards run again in backward for checkpointed levels (model.checkpoint_levels);
+                             * not in flops_forward/backward (the model's FLOPs), in work[] (what runs) */
     double params;          /* learnable parameters */
     double buffers;         /* non-learnable (batch-norm running statistics) */
-    double act_elems;       /* activation elements held for backward */
+    double act_elems;       /* activation elements held for backward (with checkpointed levels: what they keep,
+                             * plus their recompute scratch) */
     double halo_elems;      /* elements of the one-voxel faces a split box exchanges per step
-                             * (each split axis: 2 faces per conv input, forward and backward) */
+                             * (each split axis: 2 faces per conv input, forward and backward, and
+                             * once more per recomputed conv) */
     int convs;              /* 3x3x3 convolutions (each exchanges halos under a split) */
     int norms;              /* normalisation layers (each reduces statistics over a spatial group) */
+    int convs_recomputed;   /* of those, run again in backward (checkpointed levels) */
+    int norms_recomputed;
 } ts_unet_cost;
 
 /* Local. The cost of forward, loss and backward of n samples of a box of

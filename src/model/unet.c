@@ -7,7 +7,10 @@
  * forward values are no longer needed (a norm's input gradient overwrites
  * its input y, a conv's input gradient overwrites its input after the
  * weight gradient is taken), plus per level one incoming-gradient buffer
- * gin[l] and the skip gradient dskip[l]. */
+ * gin[l] and the skip gradient dskip[l]. A checkpointed level's pool/up,
+ * y[0], a[0] and y[1] are views of three shared recompute buffers
+ * (rs[RS_IN] holds the first conv's input, later the second conv's output,
+ * so backward makes the input twice), refilled before its backward. */
 #include "tsbuild.h"
 #include "src/model/unet.h"
 #include "src/core/error.h"
@@ -24,7 +27,11 @@
 typedef struct block { /* a conv block's parameters */
     int cw[2], cb[2], nw[2], nb[2], rm[2], rv[2], nbt[2]; /* arena indices, -1 if absent */
     int cin, cout, level;
+    int enc; /* 1: encoder block, 0: decoder block */
 } block;
+
+/* the recompute scratch of checkpointed levels (float32; the pool indices apart) */
+enum { RS_IN = 0, RS_Y0, RS_A0, RS_N };
 
 typedef struct bacts { /* a conv block's activations in one slot */
     ts_tensor y[2], a[2], smean[2], sinv[2];
@@ -68,6 +75,8 @@ struct ts_unet {
     float loss_scale;
     int dry;           /* setup only counts bytes (ts_unet_plan_bytes) */
     size_t dry_bytes;
+    unsigned ckpt;     /* checkpointed levels (bit l) */
+    ts_tensor rs[RS_N], rsidx; /* their recompute scratch (shared by the levels and the slots) */
 };
 
 /* The layer units, one per conv (with what precedes it) and the head:
@@ -96,6 +105,9 @@ static ts_tensor *act(ts_unet *m, slot *s, int t)
 static int up_input(const ts_unet *m, int l) { return l == m->cfg.levels - 2 ? l + 1 : m->cfg.levels + l + 1; }
 static int head_input(const ts_unet *m) { return m->cfg.levels == 1 ? 0 : m->cfg.levels; }
 static int mid_tensor(const ts_unet *m, int enc, int l) { return (enc ? 2 : 3) * m->cfg.levels + l; }
+/* level l is checkpointed; the unit of half i of a block */
+static int ck(const ts_unet *m, int l) { return (int)(m->ckpt >> l & 1u); }
+static int U_B(const ts_unet *m, const block *b, int i) { return b->enc ? U_E(m, b->level, i) : U_D(m, b->level, i); }
 
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
 {
@@ -134,7 +146,20 @@ void ts_unet_set_split(ts_unet *m, const ts_unet_split *s)
     else memset(&m->split, 0, sizeof m->split);
 }
 
+int ts_unet_set_checkpoint(ts_unet *m, unsigned levels)
+{
+    if (levels >> m->cfg.levels)
+        return TS_ERR(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", levels, m->cfg.levels - 1);
+    if (levels == m->ckpt) return 0;
+    free_acts(m);
+    m->ckpt = m->cfg.ckpt_levels = levels;
+    return 0;
+}
+
+unsigned ts_unet_checkpoint(const ts_unet *m) { return m->ckpt; }
+
 void ts_unet_set_loss_scale(ts_unet *m, float f) { m->loss_scale = f; }
+void ts_unet_set_precision(ts_unet *m, ts_precision p) { m->cfg.precision = p; }
 size_t ts_unet_halo_bytes(const ts_unet *m) { return m->halo_bytes; }
 
 /* tells the hook that the gradients of arena entries a and b are final */
@@ -178,6 +203,7 @@ static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, in
 static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout, int level, const int unit_first[2])
 {
     char name[TS_PARAM_NAME_MAX];
+    b->enc = prefix[0] == 'e';
     b->cin = cin;
     b->cout = cout;
     b->level = level;
@@ -217,6 +243,9 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     const int L = cfg->levels;
     char name[TS_PARAM_NAME_MAX];
     if (L < 1 || L > L_MAX) TS_FAIL(TS_ERR_ARG, "unet: %d levels (1..%d)", L, L_MAX);
+    if (cfg->ckpt_levels >> L)
+        TS_FAIL(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", cfg->ckpt_levels, L - 1);
+    m->ckpt = cfg->ckpt_levels;
     TS_CHECK(ts_arena_create(&m->arena));
     m->u0 = 0;
     m->u1 = 4 * L - 1;
@@ -322,6 +351,8 @@ static void free_acts(ts_unet *m)
         ts_tensor_free(&m->gin[l]);
         ts_tensor_free(&m->dskip[l]);
     }
+    for (int r = 0; r < RS_N; r++) ts_tensor_free(&m->rs[r]);
+    ts_tensor_free(&m->rsidx);
     m->halo_bytes = 0;
     m->n = 0;
 }
@@ -451,14 +482,61 @@ static int alloc5(ts_unet *m, ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, i
     return talloc(m, t, dt, 5, (const int64_t[]){n, d, h, w, c});
 }
 
-/* the activations of conv i of a block (its output y, the norm's a, the saved statistics, the input's halo) */
+/* t as a view of recompute buffer r (RS_*, or RS_N: the pool indices), or
+ * allocated when the level is not checkpointed; the scratch is counted once
+ * (alloc_scratch) */
+static int alloc_or_view(ts_unet *m, int view, int r, ts_tensor *t, ts_dtype dt, int64_t n, int64_t d, int64_t h,
+                         int64_t w, int64_t c)
+{
+    if (!view) return alloc5(m, t, dt, n, d, h, w, c);
+    if (!m->dry) *t = ts_tensor_view(r < RS_N ? m->rs[r].data : m->rsidx.data, dt, 5, (const int64_t[]){n, d, h, w, c});
+    return 0;
+}
+
+/* The recompute scratch of the checkpointed levels whose units this stage
+ * holds, as large as the largest level needs: RS_IN the pool output (enc
+ * l > 0), up{l}'s output (dec l) or the second conv's output; RS_Y0 the
+ * first conv's output; RS_A0 the first norm's (unless it leaves the stage);
+ * the pool indices. */
+static int alloc_scratch(ts_unet *m, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    const ts_unet_cfg *c = &m->cfg;
+    const int L = c->levels;
+    int64_t need[RS_N] = {0}, nidx = 0;
+#define NEED(k, v) (k) = (k) > (v) ? (k) : (v)
+    for (int l = 0; l < L; l++) {
+        if (!ck(m, l)) continue;
+        const int64_t v = n * (d >> l) * (h >> l) * (w >> l), cl = c->channels[l];
+        for (int enc = 1; enc >= 0; enc--) {
+            if (!enc && l == L - 1) break; /* the bottom level has no decoder block */
+            const int u0 = enc ? U_E(m, l, 0) : U_D(m, l, 0);
+            const int64_t cin = enc ? (l ? c->channels[l - 1] : 0) : cl; /* the image stays in the slot */
+            if (here(m, u0)) {
+                NEED(need[RS_IN], cin * v);
+                NEED(need[RS_Y0], cl * v);
+                if (here(m, u0 + 1)) NEED(need[RS_A0], cl * v);
+                if (enc && l) NEED(nidx, cin * v);
+            }
+            if (here(m, u0 + 1)) NEED(need[RS_IN], cl * v);
+        }
+    }
+#undef NEED
+    for (int r = 0; r < RS_N; r++)
+        if (need[r]) TS_TRY(talloc(m, &m->rs[r], TS_FLOAT32, 1, &need[r]));
+    if (nidx) TS_TRY(talloc(m, &m->rsidx, TS_UINT8, 1, &nidx));
+    return 0;
+}
+
+/* the activations of conv i of a block (its output y, the norm's a, the saved statistics, the input's halo); on
+ * a checkpointed level y and the first norm's a (if it stays on the stage) are views of the recompute scratch */
 static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? b->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * b->cout;
     const int64_t dhw[3] = {d, h, w};
+    const int c = ck(m, b->level);
     {
-        TS_TRY(alloc5(m, &x->y[i], TS_FLOAT32, n, d, h, w, b->cout));
-        TS_TRY(alloc5(m, &x->a[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(alloc_or_view(m, c, i ? RS_IN : RS_Y0, &x->y[i], TS_FLOAT32, n, d, h, w, b->cout));
+        TS_TRY(alloc_or_view(m, c && i == 0 && here(m, U_B(m, b, 1)), RS_A0, &x->a[i], TS_FLOAT32, n, d, h, w, b->cout));
         TS_TRY(talloc(m, &x->smean[i], TS_FLOAT32, 1, &ns));
         TS_TRY(talloc(m, &x->sinv[i], TS_FLOAT32, 1, &ns));
         TS_TRY(halo_alloc(m, &x->xh[i], n, dhw, i ? b->cout : b->cin));
@@ -476,14 +554,15 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
         if (here(m, U_E(m, l, 0))) {
             if (l == 0) TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
             else {
-                TS_TRY(alloc5(m, &s->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
-                TS_TRY(alloc5(m, &s->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
+                TS_TRY(alloc_or_view(m, ck(m, l), RS_IN, &s->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
+                TS_TRY(alloc_or_view(m, ck(m, l), RS_N, &s->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
             }
         }
         for (int i = 0; i < 2; i++)
             if (here(m, U_E(m, l, i))) TS_TRY(alloc_half(m, &m->enc[l], &s->enc[l], i, n, dl, hl, wl));
         if (l < L - 1) {
-            if (here(m, U_D(m, l, 0))) TS_TRY(alloc5(m, &s->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+            if (here(m, U_D(m, l, 0)))
+                TS_TRY(alloc_or_view(m, ck(m, l), RS_IN, &s->up[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
             for (int i = 0; i < 2; i++)
                 if (here(m, U_D(m, l, i))) TS_TRY(alloc_half(m, &m->dec[l], &s->dec[l], i, n, dl, hl, wl));
         }
@@ -520,6 +599,7 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         m->slots = TS_CALLOC((size_t)m->nslots, sizeof *m->slots);
         if (!m->slots) TS_FAIL(TS_ERR_NOMEM, "unet slots");
     }
+    TS_CHECK(alloc_scratch(m, n, d, h, w)); /* before the slots, whose views point into it */
     for (int k = 0; k < m->nslots; k++) {
         slot dummy;
         TS_CHECK(alloc_slot(m, m->dry ? &dummy : &m->slots[k], n, d, h, w));
@@ -569,39 +649,39 @@ int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int 
     return err;
 }
 
+/* bytes t owns (views of the recompute scratch count there) */
+static size_t own(const ts_tensor *t) { return t->owns ? ts_tensor_bytes(t) : 0; }
+
 static size_t bacts_bytes(const bacts *b)
 {
     size_t s = 0;
-    for (int i = 0; i < 2; i++)
-        s += ts_tensor_bytes(&b->y[i]) + ts_tensor_bytes(&b->a[i]) + ts_tensor_bytes(&b->smean[i]) +
-             ts_tensor_bytes(&b->sinv[i]);
+    for (int i = 0; i < 2; i++) s += own(&b->y[i]) + own(&b->a[i]) + own(&b->smean[i]) + own(&b->sinv[i]);
     return s;
 }
 
-size_t ts_unet_slot_bytes(const ts_unet *m)
+static size_t one_slot_bytes(const slot *x)
 {
-    if (!m->slots) return 0;
-    const slot *x = &m->slots[0];
-    size_t s = ts_tensor_bytes(&x->x) + ts_tensor_bytes(&x->logits) + ts_tensor_bytes(&x->dlogits);
+    size_t s = own(&x->x) + own(&x->logits) + own(&x->dlogits);
     for (int l = 0; l < L_MAX; l++)
-        s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
-             bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
-    for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
+        s += own(&x->pool[l]) + own(&x->pidx[l]) + own(&x->up[l]) + bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
+    for (int t = 0; t < 4 * L_MAX; t++) s += own(&x->rx[t]);
+    return s;
+}
+
+size_t ts_unet_slot_bytes(const ts_unet *m) { return m->slots ? one_slot_bytes(&m->slots[0]) : 0; }
+
+size_t ts_unet_recompute_bytes(const ts_unet *m)
+{
+    size_t s = own(&m->rsidx);
+    for (int r = 0; r < RS_N; r++) s += own(&m->rs[r]);
     return s;
 }
 
 size_t ts_unet_activation_bytes(const ts_unet *m)
 {
-    size_t s = m->halo_bytes;
-    for (int k = 0; m->slots && k < m->nslots; k++) {
-        const slot *x = &m->slots[k];
-        s += ts_tensor_bytes(&x->x) + ts_tensor_bytes(&x->logits) + ts_tensor_bytes(&x->dlogits);
-        for (int l = 0; l < L_MAX; l++)
-            s += ts_tensor_bytes(&x->pool[l]) + ts_tensor_bytes(&x->pidx[l]) + ts_tensor_bytes(&x->up[l]) +
-                 bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
-        for (int t = 0; t < 4 * L_MAX; t++) s += ts_tensor_bytes(&x->rx[t]);
-    }
-    for (int l = 0; l < L_MAX; l++) s += ts_tensor_bytes(&m->gin[l]) + ts_tensor_bytes(&m->dskip[l]);
+    size_t s = m->halo_bytes + ts_unet_recompute_bytes(m);
+    for (int k = 0; m->slots && k < m->nslots; k++) s += one_slot_bytes(&m->slots[k]);
+    for (int l = 0; l < L_MAX; l++) s += own(&m->gin[l]) + own(&m->dskip[l]);
     return s;
 }
 
@@ -672,20 +752,22 @@ static int conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_t
     return 0;
 }
 
-/* conv i of a block, its norm and ReLU: y[i], a[i] from in (or the
- * concatenation [in, in2], a decoder's conv 0) */
-static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_tensor *in, const ts_tensor *in2, int train)
+/* norm i of a block and its ReLU: a[i] from y[i]. again = 1: the
+ * recomputation in backward of a checkpointed level, which leaves batch
+ * norm's running statistics and counter as the forward left them */
+static int norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again)
 {
     const ts_norm_opts o = norm_opts(m);
     {
-        ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]), g = V(m, b->nw[i]), be = V(m, b->nb[i]);
-        TS_TRY(conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &x->y[i]));
+        ts_tensor g = V(m, b->nw[i]), be = V(m, b->nb[i]);
         switch (m->cfg.norm) {
         case TS_NORM_BATCH: {
             ts_tensor rm = V(m, b->rm[i]), rv = V(m, b->rv[i]), nbt = V(m, b->nbt[i]);
-            TIMED(m, TS_PROF_NORM,
-                  ts_batchnorm_forward(&x->y[i], &g, &be, &rm, &rv, train, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
-            if (train) (*(int64_t *)nbt.data)++;
+            const int update = train && !again; /* eval mode reads them */
+            TIMED(m, TS_PROF_NORM, ts_batchnorm_forward(&x->y[i], &g, &be, update || !train ? &rm : NULL,
+                                                        update || !train ? &rv : NULL, train, &o, &x->a[i], &x->smean[i],
+                                                        &x->sinv[i]));
+            if (update) (*(int64_t *)nbt.data)++;
             break;
         }
         case TS_NORM_GROUP:
@@ -699,6 +781,28 @@ static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_te
     return 0;
 }
 
+/* conv i of a block, its norm and ReLU: y[i], a[i] from in (or the
+ * concatenation [in, in2], a decoder's conv 0) */
+static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_tensor *in, const ts_tensor *in2, int train)
+{
+    ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]);
+    TS_TRY(conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &x->y[i]));
+    return norm_forward(m, b, x, i, train, 0);
+}
+
+/* the input of enc l's first conv below level 0 (the max-pool of the level
+ * above: pool[l], pidx[l]) or of dec l's (up{l}: up[l]) */
+static int block_input(ts_unet *m, slot *s, int enc, int l)
+{
+    if (enc) {
+        if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(act(m, s, l - 1), 2, &s->pool[l], &s->pidx[l]));
+        return 0;
+    }
+    ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
+    TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(act(m, s, up_input(m, l)), &w, &b, 2, &s->up[l]));
+    return 0;
+}
+
 static slot *get_slot(ts_unet *m, int k)
 {
     return m->slots && k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
@@ -707,6 +811,7 @@ static slot *get_slot(ts_unet *m, int k)
 int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
 {
     const ts_unet_cfg *c = &m->cfg;
+    TS_TRY(ts_nn_set_conv_precision(c->precision));
     const int L = c->levels;
     if (here(m, U_E(m, 0, 0))) {
         TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
@@ -725,7 +830,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
                 continue;
             }
             if (l == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
-            else TIMED(m, TS_PROF_POOL, ts_maxpool3d_forward(act(m, s, l - 1), 2, &s->pool[l], &s->pidx[l]));
+            else TS_TRY(block_input(m, s, 1, l));
             TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 0, l ? &s->pool[l] : &s->x, NULL, train));
         } else if (u < U_H(m)) { /* dec l: up{l} from one level down and conv 1 on [up, skip], or conv 2 */
             const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
@@ -733,8 +838,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
                 TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 1, act(m, s, mid_tensor(m, 0, l)), NULL, train));
                 continue;
             }
-            ts_tensor w = V(m, m->upw[l]), b = V(m, m->upb[l]);
-            TIMED(m, TS_PROF_CONVT, ts_convt3d_forward(act(m, s, up_input(m, l)), &w, &b, 2, &s->up[l]));
+            TS_TRY(block_input(m, s, 0, l));
             TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 0, &s->up[l], act(m, s, l), train));
         } else {
             ts_tensor hw = V(m, m->headw), hb = V(m, m->headb);
@@ -848,6 +952,41 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
     return 0;
 }
 
+/* A checkpointed level's block before its backward: what the recompute
+ * scratch held in forward, made again from the kept inputs by the
+ * forward's kernels in its order (first conv's input, conv, norm, second
+ * conv), for the halves this stage holds. The first norm is not redone
+ * where its output stayed in the slot (it leaves the stage), the second
+ * never (its output and statistics are kept). */
+static int recompute_block(ts_unet *m, slot *s, int enc, int l, int train)
+{
+    const block *b = enc ? &m->enc[l] : &m->dec[l];
+    bacts *x = enc ? &s->enc[l] : &s->dec[l];
+    if (here(m, U_B(m, b, 0))) {
+        ts_tensor w = V(m, b->cw[0]), bias = V(m, b->cb[0]);
+        TS_TRY(block_input(m, s, enc, l));
+        const ts_tensor *in = enc ? (l ? &s->pool[l] : &s->x) : &s->up[l];
+        TS_TRY(conv3_forward(m, &x->xh[0], in, enc ? NULL : act(m, s, l), &w, &bias, &x->y[0]));
+        if (here(m, U_B(m, b, 1))) TS_TRY(norm_forward(m, b, x, 0, train, 1));
+    }
+    if (here(m, U_B(m, b, 1))) {
+        ts_tensor w = V(m, b->cw[1]), bias = V(m, b->cb[1]);
+        TS_TRY(conv3_forward(m, &x->xh[1], act(m, s, mid_tensor(m, enc, l)), NULL, &w, &bias, &x->y[1]));
+    }
+    return 0;
+}
+
+/* before the backward of a checkpointed block's half i: the whole
+ * recomputation at the last half the stage holds; the first conv's input
+ * again before the first half if the second conv's output took its place */
+static int recompute_half(ts_unet *m, slot *s, int enc, int l, int i, int train)
+{
+    if (!ck(m, l)) return 0;
+    const block *b = enc ? &m->enc[l] : &m->dec[l];
+    if (i == 1 || !here(m, U_B(m, b, 1))) return recompute_block(m, s, enc, l, train);
+    return block_input(m, s, enc, l);
+}
+
 /* The stage's units in reverse. Gradient buffers (shared by the slots):
  * gin[l] receives the gradient of the level-l tensor a unit consumed (the
  * head's and up{l-1}'s input, the pooled enc l's output), dskip[l] that of
@@ -859,6 +998,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     const int L = m->cfg.levels;
     slot *s = get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: backward on slot %d before forward", k);
+    TS_TRY(ts_nn_set_conv_precision(m->cfg.precision));
     if (here(m, U_H(m)) && !s->have_dlogits)
         return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
     s->have_dlogits = 0; /* the forward buffers are consumed */
@@ -873,6 +1013,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, &m->gin[0], NULL, NULL));
         } else if (u >= 2 * L) { /* dec l: conv 2, or conv 1 on [up, skip] (the up part over up[l] itself) and up{l} */
             const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
+            TS_TRY(recompute_half(m, s, 0, l, i, train));
             if (i == 1) { /* d(a[1]) in gin[l]; d(a[0]) goes to gin[l] too */
                 TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 1, train, act(m, s, mid_tensor(m, 0, l)), NULL,
                                      &m->gin[l], &m->gin[l], NULL));
@@ -896,10 +1037,12 @@ int ts_unet_backward_slot(ts_unet *m, int k)
                     for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
                     m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
                 }
+                TS_TRY(recompute_half(m, s, 1, l, 1, train));
                 TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 1, train, act(m, s, mid_tensor(m, 1, l)), NULL,
                                      &m->gin[l], &m->gin[l], NULL));
                 continue;
             }
+            TS_TRY(recompute_half(m, s, 1, l, 0, train));
             TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 0, train, l ? &s->pool[l] : &s->x, NULL, &m->gin[l],
                                  l ? &s->pool[l] : NULL, NULL));
             if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&s->pool[l], &s->pidx[l], 2, &m->gin[l - 1]));

@@ -36,16 +36,25 @@ typedef struct ts_unet_cfg {
     int weighted;     /* class_weights set */
     float class_weights[256];
     int64_t patch[3]; /* data.patch (D, H, W) */
+    ts_precision precision; /* train.precision: the convolutions' (set by forward and backward) */
+    unsigned ckpt_levels; /* model.checkpoint_levels: bit l set = level l is recomputed in backward */
 } ts_unet_cfg;
 
 /* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
- * train.class_weights, train.batch, train.seed); NULL-terminated. */
+ * train.class_weights, train.batch, train.seed, train.precision); NULL-terminated. */
 extern const ts_cfg_key ts_model_config_keys[];
 
 /* Local. Reads and validates the model keys; errors name the key (channels
  * not divisible by model.groups, patch edges not divisible by 2^(levels-1),
  * class weights count != classes ...). */
 int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
+/* Local. Parses a model.checkpoint_levels value ("none", "all", or a comma
+ * list of levels 0 .. levels-1, level 0 being full resolution) into a bit
+ * mask; errors (TS_ERR_CONFIG) name the key, where the value came from
+ * (src) and the valid levels. */
+int ts_unet_parse_checkpoint_levels(const char *s, int levels, const char *src, unsigned *mask);
+/* Local. Writes the levels of mask as "0,1" ("none" for 0) into buf. */
+const char *ts_unet_checkpoint_str(unsigned mask, char *buf, size_t n);
 /* Local. Checks that a D x H x W input suits the network (each edge divisible
  * by 2^(levels-1)); what names the source in the message. */
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what);
@@ -74,8 +83,12 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w);
  * the shared backward buffers and the halo faces). */
 size_t ts_unet_activation_bytes(const ts_unet *m);
 /* Bytes of one slot: one micro-batch's activations kept for backward (no
- * halo faces, no shared backward buffers). */
+ * halo faces, no shared backward buffers, no recompute scratch). */
 size_t ts_unet_slot_bytes(const ts_unet *m);
+/* Bytes of the recompute scratch (included in ts_unet_activation_bytes):
+ * one checkpointed level's buffers, shared by all checkpointed levels and
+ * slots; 0 without activation checkpointing. */
+size_t ts_unet_recompute_bytes(const ts_unet *m);
 /* Local. The bytes ts_unet_setup(m, n, d, h, w) would allocate (with the
  * split set now), without allocating: the memory plan checked against
  * run.mem_limit_mb before any work. */
@@ -189,6 +202,26 @@ struct ts_unet_split {
     int (*sum)(void *ctx, double *buf, int n); /* over the group, same order on every rank */
     void *ctx;
 };
+/* ---- activation checkpointing (model.checkpoint_levels) ----
+ * Level l (0 = full resolution) means the encoder block enc l (with the
+ * max-pool before it) and the decoder block dec l (with up{l} before it):
+ * the layer units enc l.conv1, enc l.conv2, dec l.conv1, dec l.conv2. Such
+ * a level keeps per slot only what its blocks' outputs and inputs need:
+ * the block outputs (enc l's is the skip and the next level's input, dec
+ * l's the next block's input), the image (level 0), the norms' saved
+ * statistics and the conv input halos. The max-pool output and indices,
+ * up{l}'s output, both conv outputs and the first norm's output live in
+ * one shared recompute scratch (sized for the largest checkpointed level,
+ * reused by every checkpointed level and slot). Backward recomputes them
+ * from the kept inputs with the same kernels in the same order (split
+ * halos exchanged and norm statistics summed again, running statistics
+ * left alone): gradients are bit-identical to no checkpointing. A block's
+ * first norm output that leaves a pipeline stage (a cut between the two
+ * convs) stays in the slot. Local; frees the activations (call before
+ * ts_unet_setup). Errors: a level outside 0 .. levels-1 (TS_ERR_ARG). */
+int ts_unet_set_checkpoint(ts_unet *m, unsigned levels);
+unsigned ts_unet_checkpoint(const ts_unet *m);
+
 /* Local. Sets the split (NULL: none); frees the activations, so call it
  * before ts_unet_setup, whose shape is then the box's. */
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
@@ -196,6 +229,10 @@ void ts_unet_set_split(ts_unet *m, const ts_unet_split *s);
  * split data-parallel step averages gradients over dp x sp ranks whose
  * shares of one sample must add up, so it scales by sp. */
 void ts_unet_set_loss_scale(ts_unet *m, float f);
+/* Local. The precision of the model's convolutions (default: the config's
+ * train.precision): forward and backward set the process-wide
+ * ts_nn_set_conv_precision to it when they start. */
+void ts_unet_set_precision(ts_unet *m, ts_precision p);
 /* Bytes of halo face buffers held (included in ts_unet_activation_bytes). */
 size_t ts_unet_halo_bytes(const ts_unet *m);
 

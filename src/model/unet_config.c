@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,14 +18,59 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"model.groups", TS_CFG_INT, "8", "1:4096", "group norm: groups (must divide every level's channels)"},
     {"model.norm_eps", TS_CFG_FLOAT, "1e-5", "0:1", "epsilon of the norms"},
     {"model.bn_momentum", TS_CFG_FLOAT, "0.1", "0:1", "batch norm: running-statistics momentum (PyTorch convention)"},
+    {"model.checkpoint_levels", TS_CFG_STRING, "none", NULL,
+     "levels whose encoder and decoder blocks are recomputed in backward instead of kept: none, all, or a comma "
+     "list such as 0,1 (level 0 = full resolution)"},
     {"data.patch", TS_CFG_INTLIST, "64", "1:65536", "patch edge, or D,H,W; divisible by 2^(levels-1)"},
     {"train.batch", TS_CFG_INT, "2", "1:65536", "micro-batch per rank"},
     {"train.seed", TS_CFG_INT, "0", "0:", "seed of initialisation and random data"},
     {"train.loss", TS_CFG_ENUM, "ce", "ce|dice|ce+dice", "cross-entropy (mean over voxels), soft Dice, or their sum"},
     {"train.ignore_index", TS_CFG_INT, "-1", "-1:255", "label value excluded from the loss (-1: none)"},
     {"train.class_weights", TS_CFG_STRING, NULL, NULL, "cross-entropy class weights: K comma-separated positive numbers"},
+    {"train.precision", TS_CFG_ENUM, "fp32", "fp32|bf16|fp16", "convolutions' operands: fp32; bf16 (AVX512-BF16 "
+     "where the CPU has it, else emulated); fp16 (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not speed; "
+     "with dynamic loss scaling in training). Sums, weights, norms, loss and optimizer stay fp32"},
     {NULL, 0, NULL, NULL, NULL},
 };
+
+int ts_unet_parse_checkpoint_levels(const char *s, int levels, const char *src, unsigned *mask)
+{
+    *mask = 0;
+    if (!strcmp(s, "none")) return 0;
+    if (!strcmp(s, "all")) {
+        *mask = (1u << levels) - 1;
+        return 0;
+    }
+    const char *p = s;
+    do {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        while (*end == ' ') end++;
+        if (end == p || errno || (*end && *end != ','))
+            return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = '%s' (%s): expected none, all, or a comma list of "
+                          "levels 0..%d", s, src, levels - 1);
+        if (v < 0 || v >= levels)
+            return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = '%s' (%s): level %ld does not exist: the %d levels of "
+                          "model.channels are 0..%d (0 = full resolution)", s, src, v, levels, levels - 1);
+        if (*mask >> v & 1u)
+            return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = '%s' (%s): level %ld is listed twice", s, src, v);
+        *mask |= 1u << v;
+        p = *end ? end + 1 : end;
+    } while (*p || p[-1] == ',');
+    return 0;
+}
+
+const char *ts_unet_checkpoint_str(unsigned mask, char *buf, size_t n)
+{
+    size_t k = 0;
+    if (n) buf[0] = 0;
+    if (!mask) snprintf(buf, n, "none");
+    for (int l = 0; l < TS_UNET_MAX_LEVELS && k < n; l++)
+        if (mask >> l & 1) k += (size_t)snprintf(buf + k, n - k, "%s%d", k ? "," : "", l);
+    return buf;
+}
 
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what)
 {
@@ -79,8 +125,12 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
         snprintf(what, sizeof what, "data.patch (%s)", ts_config_source(cfg, "data.patch"));
         TS_TRY(ts_unet_check_input(u, u->patch, what));
     }
+    TS_TRY(ts_config_get_str(cfg, "model.checkpoint_levels", &s));
+    TS_TRY(ts_unet_parse_checkpoint_levels(s, n, ts_config_source(cfg, "model.checkpoint_levels"), &u->ckpt_levels));
     TS_TRY(ts_config_get_str(cfg, "train.loss", &s));
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
+    TS_TRY(ts_config_get_str(cfg, "train.precision", &s));
+    u->precision = !strcmp(s, "bf16") ? TS_PREC_BF16 : !strcmp(s, "fp16") ? TS_PREC_FP16 : TS_PREC_FP32;
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

@@ -4,7 +4,9 @@
  * volume with its halo (the *_split entry points). Forward and weight
  * gradient use the register-blocked kernels of conv_kernels.c; the input
  * gradient is a gather convolution with flipped taps at stride 1 and a
- * transposed gather otherwise. */
+ * transposed gather otherwise. ts_nn_conv_precision() selects the fp32,
+ * bf16 or fp16 (fp32 kernels on fp16-rounded operands) kernels, read once
+ * per call. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
@@ -41,8 +43,9 @@ static int conv_shapes(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 }
 
 /* wp[t][ci][cop] = w[co][ci][t'] with t' = flip ? taps-1-t : t (w is [Cout][Cin][taps]);
- * transpose swaps the roles: wp[t][co][cip] = w[co][ci][t']. */
-static float *pack(const float *w, int cout, int cin, int taps, int flip, int transpose)
+ * transpose swaps the roles: wp[t][co][cip] = w[co][ci][t']. half: the
+ * values rounded through fp16. */
+static float *pack(const float *w, int cout, int cin, int taps, int flip, int transpose, int half)
 {
     const int rows = transpose ? cout : cin, cols = transpose ? cin : cout, colp = ts_nn_pad16(cols);
     float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
@@ -56,6 +59,8 @@ static float *pack(const float *w, int cout, int cin, int taps, int flip, int tr
         for (int co = 0; co < cout; co++)
             for (int ci = 0; ci < cin; ci++)
                 dst[(size_t)(transpose ? co : ci) * colp + (transpose ? ci : co)] = w[((size_t)co * cin + ci) * taps + t];
+        if (half)
+            for (size_t i = 0; i < (size_t)rows * colp; i++) dst[i] = ts_nn_fp16_round(dst[i]);
     }
     return wp;
 }
@@ -108,9 +113,15 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
                         const ts_conv_sched *sch, ts_tensor *y)
 {
-    float *wp = pack(w->data, g->OC, g->C, g->k * g->k * g->k, 0, 0);
+    if (ts_nn_conv_precision() == TS_PREC_BF16) {
+        const uint32_t *wb = ts_nn_bf16_pack(w->data, g->C, g->OC, g->k * g->k * g->k, 0, 0);
+        if (!wb) return TS_ERR(TS_ERR_NOMEM, "conv3d packed bf16 weights");
+        return ts_nn_gather2_bf16(g, x, wb, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+    }
+    const int h = ts_nn_conv_precision() == TS_PREC_FP16;
+    float *wp = pack(w->data, g->OC, g->C, g->k * g->k * g->k, 0, 0, h);
     if (!wp) return TS_ERR(TS_ERR_NOMEM, "conv3d packed weights");
-    return ts_nn_gather2(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+    return (h ? ts_nn_gather2_fp16 : ts_nn_gather2)(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
 }
 
 /* Backward shared by the entry points, in this order: db += sum dy; dw +=
@@ -123,31 +134,49 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
                          const ts_halo *hy, const ts_conv_sched *sch, ts_conv_dst dx, ts_tensor *dw, ts_tensor *db)
 {
     int err = 0;
-    const int taps = g->k * g->k * g->k;
+    const ts_precision prec = ts_nn_conv_precision();
+    const int taps = g->k * g->k * g->k, bf = prec == TS_PREC_BF16, h = prec == TS_PREC_FP16;
     if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        TS_CHECK(ts_nn_wgrad2(g, x, dy->data, dwp, sch));
+        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
+        else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, sch));
         float *d = dw->data;
         const int C = g->C, OC = g->OC;
+        /* blocks of 16 output channels: each line of dwp is read once */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int co = 0; co < OC; co++)
+        for (int cb = 0; cb < OC; cb += 16)
             for (int ci = 0; ci < C; ci++)
-                for (int t = 0; t < taps; t++) d[((size_t)co * C + ci) * taps + t] += dwp[((size_t)t * C + ci) * OC + co];
+                for (int t = 0; t < taps; t++) {
+                    const float *src = dwp + ((size_t)t * C + ci) * OC;
+                    for (int co = cb; co < cb + 16 && co < OC; co++) d[((size_t)co * C + ci) * taps + t] += src[co];
+                }
     }
     if (dx.a) {
         if (g->s == 1 && g->p <= g->k - 1) {
             /* dx = conv(dy, flipped w^T) with padding k-1-pad */
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
-            float *wp = pack(w->data, g->OC, g->C, taps, 1, 1);
+            if (bf) {
+                const uint32_t *wb = ts_nn_bf16_pack(w->data, g->OC, g->C, taps, 1, 1);
+                if (!wb) TS_FAIL(TS_ERR_NOMEM, "conv3d backward bf16 weights");
+                TS_CHECK(ts_nn_gather2_bf16(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wb, NULL, dx, NULL));
+                goto cleanup;
+            }
+            float *wp = pack(w->data, g->OC, g->C, taps, 1, 1, h);
             if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
-            TS_CHECK(ts_nn_gather2(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wp, NULL, dx, NULL));
+            TS_CHECK((h ? ts_nn_gather2_fp16 : ts_nn_gather2)(&r, (ts_conv_src){dy->data, NULL, g->OC, hy}, wp, NULL, dx, NULL));
         } else {
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, g->s, g->p};
-            float *wp = pack(w->data, g->OC, g->C, taps, 0, 1);
+            if (bf) {
+                const uint32_t *wb = ts_nn_bf16_pack(w->data, g->OC, g->C, taps, 0, 1);
+                if (!wb) TS_FAIL(TS_ERR_NOMEM, "conv3d backward bf16 weights");
+                TS_CHECK(ts_nn_tgather_bf16(&r, dy->data, wb, NULL, dx.a));
+                goto cleanup;
+            }
+            float *wp = pack(w->data, g->OC, g->C, taps, 0, 1, h);
             if (!wp) TS_FAIL(TS_ERR_NOMEM, "conv3d backward weights");
-            TS_CHECK(ts_nn_tgather(&r, dy->data, wp, NULL, dx.a));
+            TS_CHECK((h ? ts_nn_tgather_fp16 : ts_nn_tgather)(&r, dy->data, wp, NULL, dx.a));
         }
     }
 cleanup:

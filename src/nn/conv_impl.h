@@ -18,6 +18,8 @@
 #define TS_NN_CONV_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "src/nn/layers.h"
 
@@ -32,8 +34,9 @@ static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 
 /* Scratch memory cached per calling thread, one buffer per slot (0: the
  * kernels' slabs and partial sums, 1: packed weights, 2: unpacked weight
- * gradients, 3: spare): reused across calls, so that large scratch is not
- * mapped and faulted in again on every call. Not zeroed; NULL on failure.
+ * gradients, 3: the bf16 or fp16 transposed gather's converted input): reused
+ * across calls, so that large scratch is not mapped and faulted in again on
+ * every call. Not zeroed; NULL on failure.
  * The buffers live until ts_nn_scratch_release() on that thread. */
 void *ts_nn_scratch(int slot, size_t bytes);
 void ts_nn_scratch_release(void);
@@ -79,5 +82,155 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
+
+/* ---- fp16 (ts_nn_set_conv_precision(TS_PREC_FP16)) ----
+ * The fp32 kernels and drivers with every operand rounded through IEEE half
+ * as it is staged: input slabs and halo faces as they are filled, the packed
+ * weights, the weight gradient's output-gradient rows, the transposed
+ * gather's input (a rounded copy in scratch slot 3). Products and sums stay
+ * fp32, in the fp32 order. */
+
+/* f rounded to the nearest IEEE half (ties to even) and back to fp32:
+ * |f| >= 65520 becomes inf (65504 is half's largest), NaN stays NaN,
+ * |f| < 2^-14 rounds to a multiple of 2^-24 (half's subnormals). */
+static inline float ts_nn_fp16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint32_t a = u & 0x7fffffffu, sign = u & 0x80000000u;
+    if (a >= 0x477ff000u) { /* 65520 and up, inf, NaN */
+        if (a > 0x7f800000u) return f;
+        u = sign | 0x7f800000u;
+    } else if (a < 0x38800000u) { /* below 2^-14: 0.5 + |f| rounds |f| to the ulp of 0.5, 2^-24 (IEEE
+                                     * arithmetic without -ffast-math: the compiler keeps both operations) */
+        float x;
+        memcpy(&x, &a, sizeof x);
+        x = (0.5f + x) - 0.5f;
+        memcpy(&u, &x, sizeof u);
+        u |= sign;
+    } else { /* keep 10 of fp32's 23 mantissa bits, ties to even (a carry moves the exponent) */
+        u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    }
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Drivers as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same arguments;
+ * wp packed from fp16-rounded weights by the caller) that round the staged
+ * inputs through fp16. Return 0 or TS_ERR_NOMEM. */
+int ts_nn_gather2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch);
+int ts_nn_tgather_fp16(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+
+/* ---- bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)) ----
+ * The same three kernels and drivers (conv_kernels.c), with both operands
+ * rounded to bf16 (round to nearest even; as VCVTNE2PS2BF16: fp32
+ * denormals become signed zeros, NaNs stay NaN) and products accumulated in
+ * fp32 by bf16 dot products of pairs: acc += a[1] b[1], then acc += a[0] b[0]
+ * (VDPBF16PS, whose two products are exact in fp32 and rounded in that
+ * order). A pair is one 32-bit word: bf16 a[0] in the low half.
+ * Weights are packed as pairs of consecutive gather input channels:
+ * wp[tap][ceil(C/2)][ocp] (ts_nn_bf16_pack), a missing odd channel zero.
+ * The input slabs are converted as they are staged; inputs, outputs, bias
+ * and weight gradients stay fp32 in memory. The gather takes its items in
+ * runs along D and the weight gradient its items in D order (k > s), so
+ * that a ring of slab planes stages each input plane about once. Summation
+ * does not depend on the thread count. Two variants run the same
+ * drivers: native (AVX512-BF16, chosen at run time) and emulated (portable
+ * C, two fp32 FMAs per pair in the same order): their results are
+ * bitwise equal for finite data whose partial sums stay normal (the
+ * instruction flushes denormal sums to zero). */
+
+/* fp32 -> bf16 bits as VCVTNE2PS2BF16 does it. */
+static inline uint16_t ts_nn_bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u); /* zero, denormal */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN: quiet */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float ts_nn_bf16_float(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* 1: the native AVX512-BF16 variant runs; 0: the emulated one. The choice:
+ * the CPU (avx512f, bw, vl, bf16), overridden by TESSERA_BF16_ISA=emulated
+ * (or =avx512bf16 / auto) read on first use, or by ts_nn_bf16_select_isa. */
+int ts_nn_bf16_native(void);
+/* Local, for tests: "emulated", "avx512bf16" or "auto"; returns 0, or
+ * TS_ERR_UNSUPPORTED (avx512bf16 on a CPU without it; nothing changes) or
+ * TS_ERR_ARG. Not to be called while convolutions run in other threads. */
+int ts_nn_bf16_select_isa(const char *name);
+
+/* Stages n voxels as columns col0 .. col0+n-1 of a bf16 row dst: voxel v's
+ * channels [0, ca) from a + v ca, [ca, C) from b + v (C - ca) (b NULL:
+ * ca = C). vpair 0: pairs of channels (voxel j at pair j ceil(C/2), an odd
+ * channel's partner set to zero); vpair 1: pairs of columns with stride s
+ * (column j = 2sb + es + r into half e of pairs (bs + r) ld + c; the other
+ * halves are left as they are). Little-endian: half 0 is the low half. */
+void ts_nn_bf16_put(int nat, int vpair, int s, int C, int ld, void *dst, int col0, int n, const float *a, int ca,
+                    const float *b);
+/* The pair-packed weights of ts_nn_gather*_bf16 / ts_nn_tgather_bf16 from
+ * a w laid out [rows][cols][taps] or [cols][rows][taps] (by_row: 1 when
+ * w is [rows]...; rows are the gather's input channels, cols its output
+ * channels): wp[t][ceil(rows/2)][pad16(cols)], tap t read as w's tap
+ * flip ? taps-1-t : t. In scratch slot 1; NULL on failure. */
+uint32_t *ts_nn_bf16_pack(const float *w, int rows, int cols, int taps, int flip, int by_row);
+
+/* gather arguments (see gc_args in conv_kernels.c): slab planes of bf16
+ * pairs of consecutive channels, voxel = C pairs (C = ceil(channels/2)) */
+typedef struct ts_bf16_gc_args {
+    const uint32_t *const *plane; /* slab plane kd (input plane od s - p + kd) */
+    size_t rstride;               /* pairs between slab rows */
+    int k, s, C, ocp;
+    const uint32_t *wp;     /* [k^3][C][ocp] */
+    const float *bias;      /* padded to ocp, 64-byte aligned, or NULL */
+} ts_bf16_gc_args;
+
+/* Weight-gradient arguments. The reduction runs over output voxels, so the
+ * pairs are pairs of output voxels: g[q][m][oc] = (g[2m], g[2m+1]) (zero
+ * outside 0 .. OW-1; q = plane * nr + row of the item; nm entries per row,
+ * entry -1 of every row readable and zero; ocp lanes); the tiles make the
+ * pairs (g[2m-1], g[2m]) from entries m - 1 and m. The slab holds pairs of
+ * input columns: slab column j = 2sb + es + r (b a block, e = 0, 1, r < s)
+ * is half e of pair [b][r][c]. Tap kw = 2s·blk + e·s + r then pairs
+ * block m + blk, offset r, with (g[2m], g[2m+1]) for e = 0 (m < nm0 =
+ * ceil(OW/2)) or (g[2m-1], g[2m]) for e = 1 (m < nm1 = OW/2 + 1). */
+typedef struct ts_bf16_wg_args {
+    const uint32_t *const *plane; /* slab plane i of the item (input plane od s - p + i) */
+    size_t rstride;               /* pairs between slab rows */
+    int k, s, C;                  /* C: input channels */
+    const uint32_t *g;
+    int nm, nm0, nm1, nx; /* nx: blocks of a slab row (k = 3, s = 1 tiles) */
+    int nr, np;
+    float *dw; /* [k^3][C][ocp] */
+    int ocp;
+} ts_bf16_wg_args;
+
+/* The per-row work of the drivers (conv_bf16.c), nat selecting the variant:
+ * one output row of the gather (as gather_row in conv_kernels.c); one tap of
+ * the transposed gather over output-channel tiles; all kw taps and channel
+ * tiles of the weight gradient for (kd, kh) (k3s1: 3x3x3, stride 1,
+ * padding 1; ocp 16 and 32 then take the three kw taps together). */
+void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
+                           int yo0, int ldy);
+void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,
+                            int OC, float *yr);
+void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1);
+
+/* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same
+ * arguments, parts, progress hooks and halos, results independent of the
+ * thread count) with pair-packed weights (ts_nn_bf16_pack). Return 0 or
+ * TS_ERR_NOMEM. */
+int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch);
+int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y);
+int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 
 #endif

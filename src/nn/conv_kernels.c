@@ -95,81 +95,177 @@ static inline const float *halo_face(const ts_halo *h, int d, int hi)
     return h && h->on[d] ? (hi ? h->hi[d] : h->lo[d]) : NULL;
 }
 
+/* How a slab is stored: fp32 (bf16 0; f16 1: values rounded through
+ * IEEE half), or bf16 with pairs of channels (vpair 0: the gather's layout,
+ * voxel = ceil(C/2) pairs, an odd channel's partner zero) or pairs of
+ * columns (vpair 1: the weight gradient's layout, see ts_bf16_wg_args; the
+ * row must be zeroed first). nat: the bf16 variant. */
+typedef struct slab_fmt {
+    int bf16, vpair, nat, s, f16;
+} slab_fmt;
+
+static const slab_fmt FMT_F32 = {0, 0, 0, 1, 0};
+static const slab_fmt FMT_F16 = {0, 0, 0, 1, 1};
+
+/* n floats rounded through fp16 */
+static inline void put_f16(float *d, const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = ts_nn_fp16_round(a[i]);
+}
+
+/* Elements (floats or pairs) of one slab row of CS columns of C channels. */
+static inline size_t slab_row_n(const slab_fmt *f, int CS, int C)
+{
+    if (!f->bf16) return (size_t)CS * C;
+    if (!f->vpair) return (size_t)CS * ((C + 1) / 2);
+    return (size_t)((CS + 2 * f->s - 1) / (2 * f->s)) * f->s * C;
+}
+
+/* Zero columns col0 .. col0+n-1 of a slab row (voxel-pair rows are zeroed whole first). */
+static inline void row_zero(const slab_fmt *f, void *dst, int C, int col0, int n)
+{
+    if (n <= 0) return;
+    if (!f->bf16) memset((float *)dst + (size_t)col0 * C, 0, (size_t)n * C * sizeof(float));
+    else if (!f->vpair) memset((uint16_t *)dst + (size_t)col0 * (C + (C & 1)), 0, (size_t)n * (C + (C & 1)) * sizeof(uint16_t));
+}
+
+/* Columns col0 .. col0+n-1 from n voxels: channels [0, ca) at a + v ca and
+ * [ca, C) at b + v (C - ca) (b NULL: all C from a). */
+static inline void row_put(const slab_fmt *f, void *dst, int C, int col0, int n, const float *a, int ca, const float *b)
+{
+    if (n <= 0) return;
+    if (f->bf16) {
+        ts_nn_bf16_put(f->nat, f->vpair, f->s, C, C, dst, col0, n, a, b ? ca : C, b);
+    } else if (f->f16) {
+        float *d = (float *)dst + (size_t)col0 * C;
+        if (!b) {
+            put_f16(d, a, (size_t)n * C);
+        } else {
+            const int cb = C - ca;
+            for (int v = 0; v < n; v++) {
+                put_f16(d + (size_t)v * C, a + (size_t)v * ca, (size_t)ca);
+                put_f16(d + (size_t)v * C + ca, b + (size_t)v * cb, (size_t)cb);
+            }
+        }
+    } else if (!b) {
+        memcpy((float *)dst + (size_t)col0 * C, a, (size_t)n * C * sizeof(float));
+    } else { /* interleave the two sources per voxel */
+        float *d = (float *)dst + (size_t)col0 * C;
+        const int cb = C - ca;
+        for (int v = 0; v < n; v++) {
+            memcpy(d + (size_t)v * C, a + (size_t)v * ca, (size_t)ca * sizeof(float));
+            memcpy(d + (size_t)v * C + ca, b + (size_t)v * cb, (size_t)cb * sizeof(float));
+        }
+    }
+}
+
 /* A slab row at plane id, row ih of sample n that lies outside the box along
  * D or H (3x3x3, stride 1, padding 1: CS = W + 2 columns, iw = -1 .. W):
  * from the D face at id = -1 / D (which holds the H and W edges), else from
  * the H face at ih = -1 / H (which holds the W edges); zeros where no face
  * covers it (a NULL face, an unsplit dim, or a row past the halo that a
  * partial row block stages but never reads). */
-static void fill_halo_row(const ts_conv_geom *g, const ts_halo *h, int n, int id, int ih, int CS, float *dst)
+static void fill_halo_row(const slab_fmt *f, const ts_conv_geom *g, const ts_halo *h, int n, int id, int ih, int CS,
+                          void *dst)
 {
     const int C = g->C, e1 = h->on[1] ? 1 : 0, e2 = h->on[2] ? 1 : 0;
     const size_t wc = (size_t)(g->W + 2 * e2) * C; /* floats of one face row */
     const float *src = NULL;
     if (id == -1 || id == g->D) {
-        const float *f = halo_face(h, 0, id == g->D);
-        if (f && ih >= -e1 && ih < g->H + e1) src = f + ((size_t)n * (g->H + 2 * e1) + (size_t)(ih + e1)) * wc;
+        const float *fc = halo_face(h, 0, id == g->D);
+        if (fc && ih >= -e1 && ih < g->H + e1) src = fc + ((size_t)n * (g->H + 2 * e1) + (size_t)(ih + e1)) * wc;
     } else if (id >= 0 && id < g->D && (ih == -1 || ih == g->H)) {
-        const float *f = halo_face(h, 1, ih == g->H);
-        if (f) src = f + ((size_t)n * g->D + id) * wc;
+        const float *fc = halo_face(h, 1, ih == g->H);
+        if (fc) src = fc + ((size_t)n * g->D + id) * wc;
     }
     if (!src) {
-        memset(dst, 0, (size_t)CS * C * sizeof(float));
+        row_zero(f, dst, C, 0, CS);
     } else if (e2) { /* the face row holds columns -1 .. W */
-        memcpy(dst, src, (size_t)CS * C * sizeof(float));
+        row_put(f, dst, C, 0, CS, src, C, NULL);
     } else {
-        memset(dst, 0, (size_t)C * sizeof(float));
-        memcpy(dst + C, src, (size_t)g->W * C * sizeof(float));
-        memset(dst + (size_t)(g->W + 1) * C, 0, (size_t)(CS - g->W - 1) * C * sizeof(float));
+        row_zero(f, dst, C, 0, 1);
+        row_put(f, dst, C, 1, g->W, src, C, NULL);
+        row_zero(f, dst, C, g->W + 1, CS - g->W - 1);
     }
 }
 
-/* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
- * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels,
+/* Slab row at input plane id, row ih of sample n: CS columns from iw = -p,
  * zero outside the input, or taken from x.halo's faces there (only rows and
  * the two edge columns outside the box differ: the inner loops stay the
  * same). */
-static void fill_slab_planes(const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int KP, int R, int CS,
-                             float *slab)
+static inline void fill_row(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int id, int ih, int CS,
+                            void *dst)
 {
     const int C = g->C;
-    const size_t row = (size_t)CS * C;
     const int lo = imin(g->p, CS), hi = imax(lo, imin(CS, g->p + g->W));
     const ts_halo *h = x.halo;
-    const float *wlo = halo_face(h, 2, 0), *whi = halo_face(h, 2, 1);
-    for (int kd = 0; kd < KP; kd++) {
-        const int id = od * g->s - g->p + kd;
-        for (int r = 0; r < R; r++) {
-            float *dst = slab + ((size_t)kd * R + r) * row;
-            const int ih = oh0 * g->s - g->p + r;
-            if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
-                if (h) fill_halo_row(g, h, n, id, ih, CS, dst);
-                else memset(dst, 0, row * sizeof(float));
-                continue;
-            }
-            const size_t vox = ((size_t)n * g->D + id) * g->H + ih; /* row index */
-            if (lo) memset(dst, 0, (size_t)lo * C * sizeof(float));
-            if (!x.b) {
-                memcpy(dst + (size_t)lo * C, x.a + (vox * g->W + (size_t)(lo - g->p)) * C, (size_t)(hi - lo) * C * sizeof(float));
-            } else { /* interleave the two sources per voxel */
-                const int ca = x.ca, cb = C - x.ca;
-                const float *sa = x.a + (vox * g->W + (size_t)(lo - g->p)) * ca, *sb = x.b + (vox * g->W + (size_t)(lo - g->p)) * cb;
-                for (int c = lo; c < hi; c++) {
-                    memcpy(dst + (size_t)c * C, sa + (size_t)(c - lo) * ca, (size_t)ca * sizeof(float));
-                    memcpy(dst + (size_t)c * C + ca, sb + (size_t)(c - lo) * cb, (size_t)cb * sizeof(float));
-                }
-            }
-            if (hi < CS) memset(dst + (size_t)hi * C, 0, (size_t)(CS - hi) * C * sizeof(float));
-            /* W faces [N][D][H][C]: columns -1 and W of the row (p = 1, CS = W + 2) */
-            if (wlo) memcpy(dst, wlo + vox * C, (size_t)C * sizeof(float));
-            if (whi) memcpy(dst + (size_t)(g->W + 1) * C, whi + vox * C, (size_t)C * sizeof(float));
-        }
+    if (f->vpair) memset(dst, 0, slab_row_n(f, CS, C) * sizeof(uint32_t));
+    if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
+        if (h) fill_halo_row(f, g, h, n, id, ih, CS, dst);
+        else row_zero(f, dst, C, 0, CS);
+        return;
     }
+    const size_t vox = ((size_t)n * g->D + id) * g->H + ih; /* row index */
+    row_zero(f, dst, C, 0, lo);
+    if (!x.b) {
+        row_put(f, dst, C, lo, hi - lo, x.a + (vox * g->W + (size_t)(lo - g->p)) * C, C, NULL);
+    } else {
+        const int ca = x.ca, cb = C - x.ca;
+        row_put(f, dst, C, lo, hi - lo, x.a + (vox * g->W + (size_t)(lo - g->p)) * ca, ca,
+                x.b + (vox * g->W + (size_t)(lo - g->p)) * cb);
+    }
+    row_zero(f, dst, C, hi, CS - hi);
+    /* W faces [N][D][H][C]: columns -1 and W of the row (p = 1, CS = W + 2) */
+    const float *wlo = halo_face(h, 2, 0), *whi = halo_face(h, 2, 1);
+    if (wlo) row_put(f, dst, C, 0, 1, wlo + vox * C, C, NULL);
+    if (whi) row_put(f, dst, C, g->W + 1, 1, whi + vox * C, C, NULL);
 }
 
-static void fill_slab(const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int R, int CS, float *slab)
+/* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
+ * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels
+ * in format f. */
+static void fill_slab_planes(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int KP,
+                             int R, int CS, void *slab)
 {
-    fill_slab_planes(g, x, n, od, oh0, g->k, R, CS, slab);
+    const size_t row = slab_row_n(f, CS, g->C);
+    for (int kd = 0; kd < KP; kd++)
+        for (int r = 0; r < R; r++)
+            fill_row(f, g, x, n, od * g->s - g->p + kd, oh0 * g->s - g->p + r, CS,
+                     (uint32_t *)slab + ((size_t)kd * R + r) * row);
+}
+
+/* A ring of KP slab planes (each R rows of CS columns in format f) that
+ * follows a work unit's items along D: an item whose input planes start
+ * `shift` planes after the previous item's (same sample and rows) stages
+ * only its last `shift` planes. plane[i] is input plane id0 + i. */
+typedef struct slab_ring {
+    int n, oh0, id0, start; /* what is staged (n -1: nothing) */
+    int KP;
+    size_t pn; /* elements of one plane */
+    uint32_t *base;
+    const uint32_t **plane;
+} slab_ring;
+
+static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int id0, int oh0,
+                       int R, int CS)
+{
+    int keep = 0;
+    if (rg->n == n && rg->oh0 == oh0 && id0 > rg->id0 && id0 - rg->id0 < rg->KP) {
+        keep = rg->KP - (id0 - rg->id0);
+        rg->start = (rg->start + id0 - rg->id0) % rg->KP;
+    } else {
+        rg->start = 0;
+    }
+    const size_t row = slab_row_n(f, CS, g->C);
+    for (int i = 0; i < rg->KP; i++) {
+        uint32_t *pl = rg->base + (size_t)((rg->start + i) % rg->KP) * rg->pn;
+        rg->plane[i] = pl;
+        if (i >= keep)
+            for (int r = 0; r < R; r++) fill_row(f, g, x, n, id0 + i, oh0 * g->s - g->p + r, CS, pl + (size_t)r * row);
+    }
+    rg->n = n;
+    rg->oh0 = oh0;
+    rg->id0 = id0;
 }
 
 /* ------------------------------------------------------------------ gather */
@@ -228,13 +324,39 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
     }
 }
 
-int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
-                  const ts_conv_sched *sch)
+/* One output row into y (split or not, see ts_conv_dst) with the fp32
+ * tiles (ab NULL) or the bf16 ones: row index `row`, tile row r. */
+static void out_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, const ts_conv_geom *g, int k3s1, int r,
+                    size_t row, ts_conv_dst y, float *rowbuf)
+{
+#define ROW(oc0_, oc1_, yr_, ldy_)                                                                                         \
+    (ab ? ts_nn_bf16_gather_row(nat, ab, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_)                             \
+        : gather_row(a, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_))
+    if (!y.b) {
+        ROW(0, g->OC, y.a + row * g->OW * g->OC, g->OC);
+    } else if (y.ca % 16 == 0) {
+        const int cb = g->OC - y.ca;
+        ROW(0, y.ca, y.a + row * g->OW * y.ca, y.ca);
+        ROW(y.ca, g->OC, y.b + row * g->OW * cb, cb);
+    } else {
+        const int cb = g->OC - y.ca;
+        ROW(0, g->OC, rowbuf, g->OC);
+        for (int w = 0; w < g->OW; w++) {
+            memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
+            memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
+        }
+    }
+#undef ROW
+}
+
+/* The fp32 gather driver. */
+static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const void *wp, const float *bias,
+                       ts_conv_dst y, const ts_conv_sched *sch)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
-    const size_t slab_n = round16((size_t)g->k * R * CS * g->C);
+    const size_t slab_n = round16((size_t)g->k * R * slab_row_n(f, CS, g->C));
     /* a split output whose split is not a multiple of 16 goes through a row buffer */
     const int split = y.b != NULL, direct = !split || y.ca % 16 == 0;
     const size_t row_n = direct ? 0 : round16((size_t)g->OW * g->OC);
@@ -267,30 +389,94 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
                 if (border != (part == TS_CONV_BORDER)) continue;
             }
             float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
-            fill_slab(g, x, n, od, oh0, R, CS, slab);
+            fill_slab_planes(f, g, x, n, od, oh0, g->k, R, CS, slab);
             gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
-            for (int r = 0; r < nr; r++) {
-                const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0 + r; /* output row index */
-                if (!split) {
-                    gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, y.a + row * g->OW * g->OC, 0, g->OC);
-                } else if (direct) {
-                    const int cb = g->OC - y.ca;
-                    gather_row(&a, k3s1, r, g->OW, 0, y.ca, g->OC, y.a + row * g->OW * y.ca, 0, y.ca);
-                    gather_row(&a, k3s1, r, g->OW, y.ca, g->OC, g->OC, y.b + row * g->OW * cb, 0, cb);
-                } else {
-                    const int cb = g->OC - y.ca;
-                    gather_row(&a, k3s1, r, g->OW, 0, g->OC, g->OC, rowbuf, 0, g->OC);
-                    for (int w = 0; w < g->OW; w++) {
-                        memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
-                        memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
-                    }
-                }
-            }
+            for (int r = 0; r < nr; r++)
+                out_row(&a, NULL, 0, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
             if (tid == 0) run_hooks(sch);
         }
     }
 cleanup:
     return err;
+}
+
+/* The bf16 gather driver: the same items (sample, output plane, block of
+ * rows), taken in runs along D by work units (sample, row block, run of
+ * planes) so that a ring of slab planes (slab_ring) stages each input
+ * plane of a run once, not k times. Every output voxel is computed as in
+ * any other order: the results do not depend on the runs. */
+static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias,
+                       ts_conv_dst y, const ts_conv_sched *sch)
+{
+    int err = 0;
+    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
+    const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
+    const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs + (size_t)2 * g->k);
+    const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
+    float *bp = NULL, *slabs = ts_nn_scratch(0, ((slab_n + row_n) * nt + ocp) * sizeof(float));
+    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
+    if (bias) {
+        bp = slabs + (slab_n + row_n) * nt;
+        memset(bp, 0, (size_t)ocp * sizeof(float));
+        memcpy(bp, bias, (size_t)g->OC * sizeof(float));
+    }
+    const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
+    /* runs of L planes: about 16 units per thread; single planes in the
+     * order of fp32 where consecutive planes share no input plane (k <= s) */
+    const long cols = (long)g->N * nhb, runs = (16L * nt + cols - 1) / cols;
+    const int dorder = g->k > g->s, L = dorder ? imax(1, (int)((g->OD + runs - 1) / runs)) : 1, nrun = (g->OD + L - 1) / L;
+    const long units = cols * nrun;
+    const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
+    const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
+    const int fh0 = halo_face(x.halo, 1, 0) != NULL, fh1 = halo_face(x.halo, 1, 1) != NULL;
+    const int fw = halo_face(x.halo, 2, 0) || halo_face(x.halo, 2, 1);
+#pragma omp parallel
+    {
+        const int tid = thread_id();
+        float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
+        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, (const uint32_t **)(slab + slab_n - 2 * g->k)};
+        if (tid == 0) run_hooks(sch);
+#pragma omp for schedule(dynamic, 1)
+        for (long u = 0; u < units; u++) {
+            const int n = (int)(u / ((long)nhb * nrun));
+            const int oh0 = (int)(dorder ? u / nrun % nhb : u % nhb) * hb, od0 = (int)(dorder ? u % nrun : u / nhb % nrun) * L;
+            const int nr = imin(hb, g->OH - oh0);
+            ring.n = -1;
+            for (int od = od0; od < imin(od0 + L, g->OD); od++) {
+                if (part != TS_CONV_ALL) {
+                    const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
+                                       (fh1 && oh0 + nr == g->OH);
+                    if (border != (part == TS_CONV_BORDER)) continue;
+                }
+                ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                const ts_bf16_gc_args b = {ring.plane, rs, g->k, g->s, (g->C + 1) / 2, ocp, wp, bp};
+                for (int r = 0; r < nr; r++)
+                    out_row(NULL, &b, f->nat, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
+                if (tid == 0) run_hooks(sch);
+            }
+        }
+    }
+cleanup:
+    return err;
+}
+
+int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                  const ts_conv_sched *sch)
+{
+    return gather_impl(&FMT_F32, g, x, wp, bias, y, sch);
+}
+
+int ts_nn_gather2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch)
+{
+    return gather_impl(&FMT_F16, g, x, wp, bias, y, sch);
+}
+
+int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
+                       const ts_conv_sched *sch)
+{
+    const slab_fmt f = {1, 0, ts_nn_bf16_native(), g->s, 0};
+    return gather_bf16(&f, g, x, wp, bias, y, sch);
 }
 
 /* ----------------------------------------------------------------- tgather */
@@ -305,9 +491,14 @@ static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
     *hi = imax(*lo, imin(h, n));
 }
 
-int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+/* The transposed gather for both precisions: xb (bf16) NULL: x and wp
+ * fp32; else xb holds x as channel pairs ([N][D][H][W][ceil(C/2)]) and wp
+ * pairs. */
+static int tgather_impl(const ts_conv_geom *g, const float *x, const uint32_t *xb, int nat, const void *wp,
+                        const float *bias, float *y)
 {
-    const int ocp = ts_nn_pad16(g->OC), k = g->k, s = g->s, p = g->p, C = g->C, OC = g->OC;
+    const int ocp = ts_nn_pad16(g->OC), k = g->k, s = g->s, p = g->p, OC = g->OC;
+    const int C = xb ? (g->C + 1) / 2 : g->C; /* elements (floats or pairs) per input voxel */
     const long rows = (long)g->N * g->OD * g->OH;
 #pragma omp parallel for schedule(dynamic, 4)
     for (long it = 0; it < rows; it++) {
@@ -321,13 +512,18 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
             for (int kh = 0; kh < k; kh++) {
                 const int nh = oh + p - kh;
                 if (nh < 0 || nh % s || nh / s >= g->H) continue;
-                const float *xr = x + (((size_t)n * g->D + nd / s) * g->H + nh / s) * (size_t)g->W * C;
+                const size_t xrow = (((size_t)n * g->D + nd / s) * g->H + nh / s) * (size_t)g->W * C;
                 for (int kw = 0; kw < k; kw++) {
                     /* ow = iw*s + kw - p */
                     const int off = kw - p;
                     int lo, hi;
                     tap_range(s, off, g->OW, g->W, &lo, &hi);
-                    const float *wr = wp + (size_t)((kd * k + kh) * k + kw) * C * ocp;
+                    const size_t t = (size_t)((kd * k + kh) * k + kw) * C * ocp;
+                    if (xb) {
+                        ts_nn_bf16_tgather_tap(nat, xb + xrow, (const uint32_t *)wp + t, C, ocp, s, off, lo, hi, OC, yr);
+                        continue;
+                    }
+                    const float *xr = x + xrow, *wr = (const float *)wp + t;
                     for (int oc0 = 0; oc0 < ocp;) {
                         const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, OC - oc0);
                         if (nv == 4) tg_run_4(xr, wr, C, ocp, s, off, lo, hi, oc0, nco, yr, OC);
@@ -340,6 +536,36 @@ int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const 
         }
     }
     return 0;
+}
+
+int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+{
+    return tgather_impl(g, x, NULL, 0, wp, bias, y);
+}
+
+/* x rounded through fp16 first (scratch slot 3), then as fp32 */
+int ts_nn_tgather_fp16(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
+{
+    const size_t n = (size_t)g->N * g->D * g->H * g->W * g->C;
+    float *xr = ts_nn_scratch(3, n * sizeof(float) + 64);
+    if (!xr) return TS_ERR(TS_ERR_NOMEM, "transposed conv fp16 input");
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += 4096) put_f16(xr + i, x + i, n - i < 4096 ? n - i : 4096);
+    return tgather_impl(g, xr, NULL, 0, wp, bias, y);
+}
+
+/* x converted to channel pairs first (scratch slot 3), then as above */
+int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y)
+{
+    const int nat = ts_nn_bf16_native(), Cq = (g->C + 1) / 2;
+    const long rows = (long)g->N * g->D * g->H;
+    uint32_t *xb = ts_nn_scratch(3, (size_t)rows * g->W * Cq * sizeof(uint32_t) + 64);
+    if (!xb) return TS_ERR(TS_ERR_NOMEM, "transposed conv bf16 input");
+    const slab_fmt f = {1, 0, nat, 1, 0};
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++)
+        row_put(&f, xb + (size_t)r * g->W * Cq, g->C, 0, g->W, x + (size_t)r * g->W * g->C, g->C, NULL);
+    return tgather_impl(g, NULL, xb, nat, wp, bias, y);
 }
 
 /* ------------------------------------------------------------------- wgrad */
@@ -356,7 +582,16 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
     return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL);
 }
 
-int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+/* The weight-gradient driver for both precisions. bf16 (f->bf16, f->vpair):
+ * the slab holds pairs of columns, the items run along D within a unit
+ * (sample, row block, then planes; fp32 and where k <= s: planes, then row
+ * blocks) so that a ring of slab planes keeps the planes that consecutive
+ * items share, and
+ * each item's output-gradient rows are staged as voxel pairs
+ * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
+ * thread count, are those of fp32. */
+static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp,
+                      const ts_conv_sched *sch)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
@@ -370,10 +605,15 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
         while (P < g->OD && P * hb * g->OW < target) P++;
     }
     const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k, KP = (P - 1) * g->s + k;
-    const size_t slab_n = round16((size_t)KP * R * CS * g->C), dw_n = (size_t)k * k * k * g->C * ocp;
-    const int padg = g->OC % 16 != 0;
-    const size_t gpad_n = padg ? (size_t)P * hb * g->OW * ocp : 0;
-    const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P;
+    const size_t rs = slab_row_n(f, CS, g->C);
+    const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
+    const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
+    /* bf16: nm pairs per staged row after one zero entry, and the ring's
+     * plane pointers; fp32: rows padded to ocp where OC is not */
+    const int nm = g->OW / 2 + 2;
+    const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
+                                  : padg ? (size_t)P * hb * g->OW * ocp : 0;
+    const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P, dorder = k > g->s;
     const long items = (long)g->N * npb * nhb;
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
     long nch = items < 16 ? items : 16;
@@ -391,6 +631,10 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
     {
         const int tid = thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
+        /* bf16: the staged pairs (one zero entry first) and the ring's plane pointers after them */
+        uint32_t *gb = (uint32_t *)gpad + ocp;
+        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab,
+                          (const uint32_t **)(gpad + ((size_t)P * hb * nm + 1) * ocp)};
         if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -399,17 +643,37 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
             const size_t tap_n = (size_t)g->C * ocp * k;                    /* floats of one (kd, kh) pair */
             float *dw = dws + dw_n * ch;
             memset(dw + tap_n * p0, 0, tap_n * pairs * sizeof(float));
+            ring.n = -1;
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
+                if (f->bf16) {
+                    /* along D where consecutive items share planes (k > s), else plane by plane as fp32 */
+                    const int n = (int)(it / ((long)npb * nhb));
+                    const int oh0 = (int)(dorder ? it / npb % nhb : it % nhb) * hb, od = (int)(dorder ? it % npb : it / nhb % npb) * P;
+                    const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
+                    ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                    memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
+                    for (int q = 0; q < np * nr; q++) {
+                        const float *src = gy + (((size_t)n * g->OD + od + q / nr) * g->OH + oh0 + q % nr) * (size_t)g->OW * g->OC;
+                        ts_nn_bf16_put(f->nat, 1, 1, g->OC, ocp, gb + (size_t)q * nm * ocp, 0, g->OW, src, g->OC, NULL);
+                    }
+                    const ts_bf16_wg_args b = {ring.plane, rs, k, g->s, g->C, gb, nm, (g->OW + 1) / 2, g->OW / 2 + 1,
+                                               (CS + 1) / 2, nr, np, dw, ocp};
+                    for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
+                    if (tid == 0) run_hooks(sch);
+                    continue;
+                }
                 const int n = (int)(it / ((long)npb * nhb)), od = (int)(it / nhb % npb) * P, oh0 = (int)(it % nhb) * hb;
                 const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
-                fill_slab_planes(g, x, n, od, oh0, KP, R, CS, slab);
+                fill_slab_planes(f, g, x, n, od, oh0, KP, R, CS, slab);
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
                 int ldg = g->OC;
                 if (padg) {
                     memset(gpad, 0, gpad_n * sizeof(float));
-                    for (size_t v = 0; v < (size_t)np * nr * g->OW; v++)
-                        memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                    for (size_t v = 0; v < (size_t)np * nr * g->OW; v++) {
+                        if (f->f16) put_f16(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC);
+                        else memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                    }
                     gr = gpad;
                     ldg = ocp;
                 }
@@ -433,17 +697,35 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
             }
         }
     }
-    /* fixed-order reduction of the chunk sums, unpadded */
+    /* fixed-order reduction of the chunk sums, unpadded: 0 + chunk 0 + chunk 1 ... per value */
     const size_t rows = (size_t)k * k * k * g->C;
 #pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++)
-        for (int oc = 0; oc < g->OC; oc++) {
-            float s = 0;
-            for (long c = 0; c < nch; c++) s += dws[dw_n * c + r * ocp + oc];
-            dwp[r * g->OC + oc] = s;
+    for (size_t r = 0; r < rows; r++) {
+        float *out = dwp + r * g->OC;
+        for (int oc = 0; oc < g->OC; oc++) out[oc] = 0;
+        for (long c = 0; c < nch; c++) {
+            const float *src = dws + dw_n * c + r * ocp;
+            for (int oc = 0; oc < g->OC; oc++) out[oc] += src[oc];
         }
+    }
 cleanup:
     return err;
+}
+
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+{
+    return wgrad_impl(&FMT_F32, g, x, gy, dwp, sch);
+}
+
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+{
+    return wgrad_impl(&FMT_F16, g, x, gy, dwp, sch);
+}
+
+int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+{
+    const slab_fmt f = {1, 1, ts_nn_bf16_native(), g->s, 0};
+    return wgrad_impl(&f, g, x, gy, dwp, sch);
 }
 
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)

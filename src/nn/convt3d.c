@@ -2,7 +2,8 @@
  * [Cin, Cout, k, k, k]) on channels-last activations: forward is a
  * transposed gather, the input gradient a strided gather convolution, the
  * weight gradient the wgrad kernel with the roles of input and output
- * gradient exchanged. */
+ * gradient exchanged; fp32, bf16 or fp16 (fp32 kernels on fp16-rounded
+ * operands) kernels by ts_nn_conv_precision(), read once per call. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
@@ -33,8 +34,9 @@ static int convt_shapes(const ts_tensor *x, const ts_tensor *w, const ts_tensor 
     return 0;
 }
 
-/* w [Cin][Cout][taps] -> wp[t][ci][cop] (by_out = 0) or wp[t][co][cip] (by_out = 1) */
-static float *pack(const float *w, int cin, int cout, int taps, int by_out)
+/* w [Cin][Cout][taps] -> wp[t][ci][cop] (by_out = 0) or wp[t][co][cip] (by_out = 1);
+ * half: the values rounded through fp16 */
+static float *pack(const float *w, int cin, int cout, int taps, int by_out, int half)
 {
     const int rows = by_out ? cout : cin, cols = by_out ? cin : cout, colp = ts_nn_pad16(cols);
     float *wp = ts_nn_scratch(1, (size_t)taps * rows * colp * sizeof(float));
@@ -46,6 +48,8 @@ static float *pack(const float *w, int cin, int cout, int taps, int by_out)
         for (int ci = 0; ci < cin; ci++)
             for (int co = 0; co < cout; co++)
                 dst[(size_t)(by_out ? co : ci) * colp + (by_out ? ci : co)] = w[((size_t)ci * cout + co) * taps + t];
+        if (half)
+            for (size_t i = 0; i < (size_t)rows * colp; i++) dst[i] = ts_nn_fp16_round(dst[i]);
     }
     return wp;
 }
@@ -54,9 +58,15 @@ int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 {
     ts_conv_geom g;
     TS_TRY(convt_shapes(x, w, b, stride, y, "convt3d output", &g));
-    float *wp = pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0);
+    if (ts_nn_conv_precision() == TS_PREC_BF16) {
+        const uint32_t *wb = ts_nn_bf16_pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0, 1);
+        if (!wb) return TS_ERR(TS_ERR_NOMEM, "convt3d packed bf16 weights");
+        return ts_nn_tgather_bf16(&g, x->data, wb, b ? b->data : NULL, y->data);
+    }
+    const int h = ts_nn_conv_precision() == TS_PREC_FP16;
+    float *wp = pack(w->data, g.C, g.OC, g.k * g.k * g.k, 0, h);
     if (!wp) return TS_ERR_NOMEM;
-    return ts_nn_tgather(&g, x->data, wp, b ? b->data : NULL, y->data);
+    return (h ? ts_nn_tgather_fp16 : ts_nn_tgather)(&g, x->data, wp, b ? b->data : NULL, y->data);
 }
 
 int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
@@ -65,6 +75,8 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     int err = 0;
     ts_conv_geom g;
     float *wp = NULL, *dwp = NULL;
+    const ts_precision prec = ts_nn_conv_precision();
+    const int bf = prec == TS_PREC_BF16, h = prec == TS_PREC_FP16;
     TS_CHECK(convt_shapes(x, w, db, stride, dy, "convt3d output gradient", &g));
     const int taps = g.k * g.k * g.k;
     /* the big side (dy) as the input of gather / wgrad */
@@ -72,21 +84,38 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     if (dx) {
         if (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x))
             TS_FAIL(TS_ERR_ARG, "convt3d: input gradient must be float32 shaped like the input");
-        wp = pack(w->data, g.C, g.OC, taps, 1);
-        if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
-        TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
+        if (bf) {
+            const uint32_t *wb = ts_nn_bf16_pack(w->data, g.OC, g.C, taps, 0, 0);
+            if (!wb) TS_FAIL(TS_ERR_NOMEM, "convt3d backward bf16 weights");
+            TS_CHECK(ts_nn_gather2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, wb, NULL,
+                                        (ts_conv_dst){dx->data, NULL, r.OC}, NULL));
+        } else {
+            wp = pack(w->data, g.C, g.OC, taps, 1, h);
+            if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
+            if (h)
+                TS_CHECK(ts_nn_gather2_fp16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, wp, NULL,
+                                            (ts_conv_dst){dx->data, NULL, r.OC}, NULL));
+            else
+                TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
+        }
     }
     if (dw) {
         if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
             TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
         dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
-        TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
+        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
+        else if (h) TS_CHECK(ts_nn_wgrad2_fp16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
+        else TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
+        /* blocks of 16 input channels: each line of dwp is read once */
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int ci = 0; ci < g.C; ci++)
+        for (int cb = 0; cb < g.C; cb += 16)
             for (int co = 0; co < g.OC; co++)
-                for (int t = 0; t < taps; t++) d[((size_t)ci * g.OC + co) * taps + t] += dwp[((size_t)t * g.OC + co) * g.C + ci];
+                for (int t = 0; t < taps; t++) {
+                    const float *src = dwp + ((size_t)t * g.OC + co) * g.C;
+                    for (int ci = cb; ci < cb + 16 && ci < g.C; ci++) d[((size_t)ci * g.OC + co) * taps + t] += src[ci];
+                }
     }
     if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g.N * g.OD * g.OH * g.OW, g.OC, db->data));
 cleanup:

@@ -3,14 +3,24 @@
 conv_kernels.c with one named variable per accumulator vector (GCC keeps
 named vectors in registers; arrays of vectors it leaves in memory).
 Run: python3 src/nn/gen_tiles.py > src/nn/conv_tiles.h
+     python3 src/nn/gen_tiles.py bf16 > src/nn/conv_tiles_bf16.h
 Shapes: gather/tgather tiles of WB output voxels x NV 16-lane vectors of
-output channels; wgrad tiles of CB input channels x NV vectors."""
+output channels; wgrad tiles of CB input channels x NV vectors.
+The bf16 tiles (conv_bf16.c) have the same shapes; each step is a
+bf16 dot product of pairs (vdpbf16ps: lane i += a[2i] b[2i] + a[2i+1]
+b[2i+1]) written with macros (BW: load 16 pairs, BX: broadcast one pair,
+BDP: accumulate), so that one text gives the native and the emulated
+variant (BT() names them); BWSHIFT makes the pair (p[1], c[0]) of
+the pairs c and p, BWZERO / BWSET a register window."""
+
+import sys
 
 GC = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 GK3 = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1]}
 WK3 = {1: [8, 4, 2, 1]}  # with 2 vectors (31 registers) it measured slower than WG
+WK3B = {1: [8, 4, 2, 1], 2: [4, 2, 1]}  # bf16: also 4 channels x 2 vectors (31 registers)
 
 
 def acc(i, j):
@@ -238,5 +248,231 @@ def main():
                      "a, kd, kh, kw, c, oc0", "c", "0", "a->C") + "\n")
 
 
+# ---------------------------------------------------------------- bf16 tiles
+# Pairs are 32-bit words (two bf16). gather/tgather: pairs of consecutive
+# input channels (C counts pairs); wgrad: pairs of output voxels (ow, ow+1),
+# see ts_bf16_wg_args in conv_impl.h.
+
+def store(o, WB, NV, ydst):
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        for j in range(NV):
+            o.append(f"        vst({ydst(i)} + {16 * j}, {acc(i, j)});")
+    o.append("    } else {")
+    o.append(f"        float t[{16 * NV}];")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
+                 f" memcpy({ydst(i)}, t, (size_t)nco * sizeof(float));")
+    o.append("    }")
+
+
+def bias_init(o, WB, NV):
+    for j in range(NV):
+        o.append(f"    const v16 b{j} = a->bias ? *(const v16 *)(a->bias + oc0 + {16 * j}) : (v16){{0}};")
+    o.append("    v16 " + ", ".join(f"{acc(i, j)} = b{j}" for i in range(WB) for j in range(NV)) + ";")
+
+
+def gcb(WB, NV):
+    o = [f"BATTR void BT(gcb_{WB}x{NV})(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)", "{"]
+    bias_init(o, WB, NV)
+    o.append("    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;")
+    o.append("    for (int kd = 0; kd < k; kd++)")
+    o.append("        for (int kh = 0; kh < k; kh++) {")
+    o.append("            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;")
+    o.append("            for (int kw = 0; kw < k; kw++) {")
+    o.append("                const uint32_t *xr = row + kw * C;")
+    o.append("                const uint32_t *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;")
+    o.append("                for (int c = 0; c < C; c++) {")
+    o.append("                    const uint32_t *wc = wr + (size_t)c * ocp, *xc = xr + c;")
+    for j in range(NV):
+        o.append(f"                    BW(w{j}, wc + {16 * j});")
+    for i in range(WB):
+        o.append(f"                    {{ BX(x, xc + {i} * sc); " + " ".join(f"BDP({acc(i, j)}, x, w{j});" for j in range(NV)) + " }")
+    o.append("                }")
+    o.append("            }")
+    o.append("        }")
+    store(o, WB, NV, lambda i: f"y + (size_t)(ow0 + {i}) * ldy + yo")
+    o.append("}")
+    return "\n".join(o)
+
+
+def gk3b(WB, NV):
+    o = [f"BATTR void BT(gk3b_{WB}x{NV})(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)", "{"]
+    bias_init(o, WB, NV)
+    o.append("    const int C = a->C, ocp = a->ocp;")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    o.append("    for (int kd = 0; kd < 3; kd++)")
+    o.append("        for (int kh = 0; kh < 3; kh++) {")
+    o.append("            const uint32_t *row = a->plane[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;")
+    o.append("            const uint32_t *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;")
+    o.append("            for (int c = 0; c < C; c++) {")
+    o.append("                const uint32_t *wc = wr + (size_t)c * ocp, *xc = row + c;")
+    for kw in range(3):
+        for j in range(NV):
+            o.append(f"                BW(w{kw}_{j}, wc + {kw} * tapw + {16 * j});")
+    for jx in range(WB + 2):
+        parts = []
+        for kw in range(3):
+            i = jx - kw
+            if 0 <= i < WB:
+                parts += [f"BDP({acc(i, j)}, x, w{kw}_{j});" for j in range(NV)]
+        o.append(f"                {{ BX(x, xc + {jx} * C); " + " ".join(parts) + " }")
+    o.append("            }")
+    o.append("        }")
+    store(o, WB, NV, lambda i: f"y + (size_t)(ow0 + {i}) * ldy + yo")
+    o.append("}")
+    return "\n".join(o)
+
+
+def tgb(WB, NV):
+    o = [f"BATTR void BT(tgb_{WB}x{NV})(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,",
+         "                                int nco, float *y, int ldy)", "{"]
+    o.append(f"    float t[{16 * NV}];")
+    for i in range(WB):
+        o.append(f"    float *y{i} = y + (size_t)((iw0 + {i}) * s + off) * ldy + oc0;")
+    o.append("    v16 " + ", ".join(acc(i, j) for i in range(WB) for j in range(NV)) + ";")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        o.append("        " + " ".join(f"{acc(i, j)} = vld(y{i} + {16 * j});" for j in range(NV)))
+    o.append("    } else {")
+    o.append("        memset(t, 0, sizeof t);")
+    for i in range(WB):
+        o.append(f"        memcpy(t, y{i}, (size_t)nco * sizeof(float)); " + " ".join(f"{acc(i, j)} = vld(t + {16 * j});" for j in range(NV)))
+    o.append("    }")
+    o.append("    for (int c = 0; c < C; c++) {")
+    o.append("        const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
+    for j in range(NV):
+        o.append(f"        BW(w{j}, wc + {16 * j});")
+    for i in range(WB):
+        o.append(f"        {{ BX(x, xc + {i} * C); " + " ".join(f"BDP({acc(i, j)}, x, w{j});" for j in range(NV)) + " }")
+    o.append("    }")
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(y{i} + {16 * j}, {acc(i, j)});" for j in range(NV)))
+    o.append("    } else {")
+    for i in range(WB):
+        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
+                 f" memcpy(y{i}, t, (size_t)nco * sizeof(float));")
+    o.append("    }")
+    o.append("}")
+    return "\n".join(o)
+
+
+def wgb(CB, NV):
+    """one tap kw: sum over output-voxel pairs m of x pair (x[col], x[col + s])
+    times g pair (g[2m], g[2m+1]) (e = 0) or (g[2m-1], g[2m]) (e = 1, made
+    from entries m - 1 and m); see ts_bf16_wg_args"""
+    o = [f"BATTR void BT(wgb_{CB}x{NV})(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)", "{"]
+    o.append("    const int C = a->C, s = a->s, ocp = a->ocp, nm = a->nm, sc = a->s * a->C;")
+    o.append("    const int blk = kw / (2 * s), rem = kw % (2 * s), e = rem >= s, r = rem - e * s;")
+    o.append("    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;")
+    o.append("    v16 " + ", ".join(f"{acc(c, j)} = *(v16 *)(dwt + {c} * (size_t)ocp + {16 * j})" for c in range(CB) for j in range(NV)) + ";")
+    o.append("    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {")
+    o.append("        /* plane pl = q / nr, row rr = q % nr of the item */")
+    o.append("        const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride + ((size_t)blk * s + r) * C + c0;")
+    o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
+    for e in (0, 1):
+        o.append(f"        {'if (!e)' if e == 0 else 'else'}")
+        o.append(f"            for (int m = 0; m < a->nm{e}; m++) {{")
+        o.append("                const uint32_t *gv = gr + (size_t)m * ocp, *xv = xr + (size_t)m * sc;")
+        for j in range(NV):
+            if e == 0:
+                o.append(f"                BW(g{j}, gv + {16 * j});")
+            else:
+                o.append(f"                BW(h{j}, gv + {16 * j});")
+                o.append(f"                BW(p{j}, gv - ocp + {16 * j});")
+                o.append(f"                BWSHIFT(g{j}, h{j}, p{j});")
+        for c in range(CB):
+            o.append(f"                {{ BX(x, xv + {c}); " + " ".join(f"BDP({acc(c, j)}, x, g{j});" for j in range(NV)) + " }")
+        o.append("            }")
+    o.append("    }")
+    for c in range(CB):
+        o.append("    " + " ".join(f"*(v16 *)(dwt + {c} * (size_t)ocp + {16 * j}) = {acc(c, j)};" for j in range(NV)))
+    o.append("}")
+    return "\n".join(o)
+
+
+def wk3b(CB, NV):
+    """k = 3, stride 1, the three kw taps of (kd, kh) at once: the x pair of
+    slab columns (2m, 2m+1) meets (g[2m], g[2m+1]) (kw 0), (g[2m-1], g[2m])
+    (kw 1) and (g[2m-2], g[2m-1]) (kw 2): entries m, m and m-1 shifted by
+    half a pair, m - 1; each broadcast feeds 3 NV products."""
+    o = [f"BATTR void BT(wk3b_{CB}x{NV})(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)", "{"]
+    o.append("    const int C = a->C, ocp = a->ocp, nm = a->nm, nx = a->nx;")
+    o.append("    float *dwt = a->dw + ((size_t)((kd * 3 + kh) * 3) * C + c0) * ocp + oc0;")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    names = []
+    for kw in range(3):
+        for c in range(CB):
+            for j in range(NV):
+                names.append(f"a{kw}_{c}_{j} = *(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j})")
+    o.append("    v16 " + ", ".join(names) + ";")
+    o.append("    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {")
+    o.append("        const uint32_t *xr = a->plane[pl + kd] + (size_t)(rr + kh) * a->rstride + c0;")
+    o.append("        const uint32_t *gr = a->g + (size_t)q * nm * ocp + oc0;")
+    for j in range(NV):
+        o.append(f"        BWZERO(gm{j});")
+    o.append("        for (int m = 0; m < nx; m++) {")
+    for j in range(NV):
+        o.append(f"            BW(g0{j}, gr + (size_t)m * ocp + {16 * j});")
+        o.append(f"            BWSHIFT(g1{j}, g0{j}, gm{j});")
+    o.append("            const uint32_t *xv = xr + (size_t)m * C;")
+    for c in range(CB):
+        parts = []
+        for j in range(NV):
+            parts += [f"BDP(a0_{c}_{j}, x, g0{j});", f"BDP(a1_{c}_{j}, x, g1{j});", f"BDP(a2_{c}_{j}, x, gm{j});"]
+        o.append(f"            {{ BX(x, xv + {c}); " + " ".join(parts) + " }")
+    for j in range(NV):
+        o.append(f"            BWSET(gm{j}, g0{j});")
+    o.append("        }")
+    o.append("    }")
+    for kw in range(3):
+        for c in range(CB):
+            o.append("    " + " ".join(f"*(v16 *)(dwt + {kw} * tapw + {c} * (size_t)ocp + {16 * j}) = a{kw}_{c}_{j};" for j in range(NV)))
+    o.append("}")
+    return "\n".join(o)
+
+
+def runner_b(kind, sizes, NV, sig, call, loopvar, lo, hi):
+    o = [f"BATTR_RUN void BT({kind}_run_{NV})({sig})", "{", f"    int {loopvar} = {lo};"]
+    for wb in sizes[NV]:
+        o.append(f"    for (; {loopvar} + {wb} <= {hi}; {loopvar} += {wb}) BT({kind}_{wb}x{NV})({call});")
+    o.append("}")
+    return "\n".join(o)
+
+
+def main_bf16():
+    print("/* Generated by src/nn/gen_tiles.py bf16: do not edit. The bf16 micro-kernels")
+    print(" * of conv_bf16.c, included there once per variant (BT, BATTR, BW, BX, BDP). */")
+    for NV, wbs in GC.items():
+        for wb in wbs:
+            print(gcb(wb, NV) + "\n")
+        print(runner_b("gcb", GC, NV, "const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy",
+                       "a, r0, ow, oc0, yo, nco, y, ldy", "ow", "0", "OW") + "\n")
+    for NV, wbs in GK3.items():
+        for wb in wbs:
+            print(gk3b(wb, NV) + "\n")
+        print(runner_b("gk3b", GK3, NV, "const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy",
+                       "a, r0, ow, oc0, yo, nco, y, ldy", "ow", "0", "OW") + "\n")
+    for NV, wbs in TG.items():
+        for wb in wbs:
+            print(tgb(wb, NV) + "\n")
+        print(runner_b("tgb", TG, NV, "const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
+                       "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
+    for NV, cbs in WK3B.items():
+        for cb in cbs:
+            print(wk3b(cb, NV) + "\n")
+        print(runner_b("wk3b", WK3B, NV, "const ts_bf16_wg_args *a, int kd, int kh, int oc0",
+                       "a, kd, kh, c, oc0", "c", "0", "a->C") + "\n")
+    for NV, cbs in WG.items():
+        for cb in cbs:
+            print(wgb(cb, NV) + "\n")
+        print(runner_b("wgb", WG, NV, "const ts_bf16_wg_args *a, int kd, int kh, int kw, int oc0",
+                       "a, kd, kh, kw, c, oc0", "c", "0", "a->C") + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["bf16"]:
+        main_bf16()
+    else:
+        main()

@@ -18,6 +18,42 @@
 /* Local. Frees the calling thread's cached scratch memory. */
 void ts_nn_release_scratch(void);
 
+/* ---- precision of the convolutions (mixed precision, as PyTorch's bf16
+ * autocast for conv) ----
+ * TS_PREC_FP32 (the default): fp32 throughout. TS_PREC_BF16: every conv3d,
+ * conv3d over a concatenation, split (halo) conv3d and transposed conv3d,
+ * forward and backward, rounds both operands of its products to bf16
+ * (round to nearest even; fp32 denormals to zero as the hardware does):
+ * forward x and w, input gradient dy and w, weight gradient x and dy; the
+ * products are summed in fp32 and the results (y, dx, dw) stored in fp32;
+ * the bias, its gradient (a sum of the fp32 dy) and everything outside the
+ * convolutions stay fp32. Tensors in memory stay fp32: the rounding happens
+ * as the kernels stage their inputs. Summation is deterministic for any
+ * thread count, as in fp32; bf16 results differ from fp32 ones by the bf16
+ * rounding of the operands (~1e-2 relative), and from the exact sum of the
+ * rounded products by fp32 rounding (~1e-6).
+ * TS_PREC_FP16: the same operands rounded to IEEE half instead (round to
+ * nearest even, with half's range: magnitudes from 65520 up become inf,
+ * below 2^-14 half's subnormals, below 2^-25 zero) and multiplied and summed
+ * in fp32 by the fp32 kernels. No CPU here has an fp16 dot product: fp16
+ * reproduces fp16 numerics (overflow, underflow, 11-bit operands) for loss
+ * scaling, at about the fp32 speed, not faster.
+ * ts_nn_set_conv_precision is local and process-wide (like PyTorch's
+ * set_float32_matmul_precision): each conv call reads the setting once when
+ * it starts, so a call made while another thread changes it runs entirely
+ * in one precision or the other. Returns 0, or TS_ERR_ARG for an unknown
+ * value (the setting is then unchanged). */
+typedef enum { TS_PREC_FP32 = 0, TS_PREC_BF16, TS_PREC_FP16 } ts_precision;
+int ts_nn_set_conv_precision(ts_precision p);
+ts_precision ts_nn_conv_precision(void);
+/* Local. Which bf16 kernels run: "avx512bf16" (VDPBF16PS, chosen when the
+ * CPU and OS support AVX512 F/BW/VL/BF16) or "emulated" (portable C with the
+ * same rounding and summation order: bitwise the same results as long as no
+ * partial sum is denormal). The environment variable
+ * TESSERA_BF16_ISA=emulated, read on the first call, forces the emulation.
+ * The string is static. */
+const char *ts_nn_bf16_isa(void);
+
 /* Output edge of a convolution or pooling: (in + 2 pad - k) / stride + 1. */
 static inline int64_t ts_conv_out_size(int64_t in, int k, int stride, int pad)
 {

@@ -1,4 +1,4 @@
-# src/optim: SGD, AdamW, learning-rate schedules, gradient clipping
-libtessera_la_SOURCES += src/optim/optim.c src/optim/sgd.c src/optim/adamw.c src/optim/schedule.c
+# src/optim: SGD, AdamW, learning-rate schedules, gradient clipping, dynamic loss scaling
+libtessera_la_SOURCES += src/optim/optim.c src/optim/sgd.c src/optim/adamw.c src/optim/schedule.c src/optim/loss_scale.c
 # public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
-TS_PUBLIC_HDRS += src/optim/optim.h
+TS_PUBLIC_HDRS += src/optim/optim.h src/optim/loss_scale.h

@@ -106,6 +106,19 @@ int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
     return clip_range(a, 0, a->nparam, max_norm, nrm);
 }
 
+/* the update of the floats [lo, lo + n) of the parameter region, with their
+ * optimizer state at [soff, soff + n) of each state region */
+static void update(const ts_optim *opt, ts_arena *a, size_t lo, size_t n, size_t soff, double lr)
+{
+    const ts_optim_cfg *c = &opt->cfg;
+    if (c->kind == TS_OPT_SGD)
+        ts_sgd_update(a->params + lo, a->grads + lo, c->momentum > 0 ? a->state[0] + soff : NULL, n, lr, c->momentum,
+                      c->weight_decay, c->nesterov);
+    else
+        ts_adamw_update(a->params + lo, a->grads + lo, a->state[0] + soff, a->state[1] + soff, n, lr, c->beta1,
+                        c->beta2, c->eps, c->weight_decay, opt->step + 1);
+}
+
 int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double global_norm, double *lr_out,
                         double *norm_out)
 {
@@ -119,13 +132,37 @@ int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double
         TS_TRY(clip_range(a, lo, hi, c->clip_norm, nrm));
         if (norm_out) *norm_out = nrm;
     }
-    const size_t n = hi - lo;
-    if (c->kind == TS_OPT_SGD)
-        ts_sgd_update(a->params + lo, a->grads + lo, c->momentum > 0 ? a->state[0] + lo : NULL, n, lr, c->momentum,
-                      c->weight_decay, c->nesterov);
-    else
-        ts_adamw_update(a->params + lo, a->grads + lo, a->state[0] + lo, a->state[1] + lo, n, lr, c->beta1, c->beta2,
-                        c->eps, c->weight_decay, opt->step + 1);
+    if (a->nstate_floats != a->nparam)
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer: the arena's state is a shard (ts_optim_step_pieces)");
+    update(opt, a, lo, hi - lo, lo, lr);
+    opt->step++;
+    if (lr_out) *lr_out = lr;
+    return 0;
+}
+
+int ts_optim_step_pieces(ts_optim *opt, ts_arena *a, int npieces, const size_t *lo, const size_t *len,
+                         double global_norm, double *lr_out)
+{
+    const ts_optim_cfg *c = &opt->cfg;
+    const double lr = ts_optim_lr(c, opt->step);
+    size_t total = 0;
+    if (a->nstate < ts_optim_state_count(c))
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer needs %d state regions, the arena has %d", ts_optim_state_count(c), a->nstate);
+    for (int k = 0; k < npieces; k++) {
+        if (lo[k] + len[k] > a->nparam) return TS_ERR(TS_ERR_ARG, "optimizer piece [%zu, %zu) of %zu", lo[k], lo[k] + len[k], a->nparam);
+        total += len[k];
+    }
+    if (a->nstate > 0 && total > a->nstate_floats)
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer: %zu floats of pieces, state regions of %zu", total, a->nstate_floats);
+    if (c->clip_norm > 0) {
+        if (global_norm < 0) return TS_ERR(TS_ERR_INTERNAL, "optimizer: clipping a shard needs the global norm");
+        for (int k = 0; k < npieces; k++) TS_TRY(clip_range(a, lo[k], lo[k] + len[k], c->clip_norm, global_norm));
+    }
+    size_t soff = 0;
+    for (int k = 0; k < npieces; k++) {
+        update(opt, a, lo[k], len[k], soff, lr);
+        soff += len[k];
+    }
     opt->step++;
     if (lr_out) *lr_out = lr;
     return 0;

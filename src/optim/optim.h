@@ -55,6 +55,14 @@ int ts_optim_step(ts_optim *opt, ts_arena *a, double *lr_out, double *norm_out);
  * (the stages' sums of squares added), < 0: the range's own norm. */
 int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double global_norm, double *lr_out,
                         double *norm_out);
+/* Local. The same on pieces [lo[k], lo[k] + len[k]) of the regions, k <
+ * npieces, whose optimizer state lies packed piece after piece in the
+ * arena's shard-sized state regions (a sharded optimizer's shard,
+ * ts_arena_alloc_state; docs/parallelism.md). global_norm: the gradient norm
+ * to clip with (every shard's sums of squares added), required (>= 0) when
+ * clipping is on. Errors: a state region too small for the pieces. */
+int ts_optim_step_pieces(ts_optim *opt, ts_arena *a, int npieces, const size_t *lo, const size_t *len,
+                         double global_norm, double *lr_out);
 /* Local. Sum of squares of the gradients [lo, hi) (fixed order). */
 double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi);
 

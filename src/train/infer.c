@@ -12,6 +12,7 @@
 #include "io/resample.h"
 #include "io/writer.h"
 #include "src/core/error.h"
+#include "src/core/path.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/parallel/grid.h"
@@ -46,12 +47,9 @@ int ts_infer_find_checkpoint(const char *arg, char *path, size_t n)
 {
     char sub[4096];
     int64_t step;
-    if (ts_ckpt_is_complete(arg)) {
-        snprintf(path, n, "%s", arg);
-        return 0;
-    }
+    if (ts_ckpt_is_complete(arg)) return ts_path_fmt(path, n, "checkpoint", "%s", arg);
     if (ts_ckpt_latest(arg, path, n, &step) == 0) return 0;
-    snprintf(sub, sizeof sub, "%s/ckpt", arg);
+    TS_TRY(ts_path_join(sub, sizeof sub, arg, "ckpt"));
     if (ts_ckpt_latest(sub, path, n, &step) == 0) return 0;
     struct stat st;
     if (stat(arg, &st) != 0) return TS_ERR(TS_ERR_IO, "checkpoint=%s: no such file or directory", arg);
@@ -67,7 +65,7 @@ static int load_model(infer *t, const char *ckpt)
     TS_TRY(ts_loader_opts_from_config(t->cfg, &t->lo));
     TS_TRY(ts_config_get_float(t->cfg, "eval.overlap", &t->overlap));
     TS_TRY(ts_unet_create(&t->u, 0, &t->m));
-    snprintf(state, sizeof state, "%s/state.h5", ckpt);
+    TS_TRY(ts_path_join(state, sizeof state, ckpt, "state.h5"));
     return ts_weights_load(ts_unet_arena(t->m), state); /* errors name state.h5 in the checkpoint */
 }
 

@@ -3,6 +3,7 @@
 #include "src/train/run.h"
 #include "src/core/error.h"
 #include "src/core/launch.h"
+#include "src/core/path.h"
 #include "src/core/timer.h"
 
 #include <errno.h>
@@ -27,37 +28,49 @@ static const char *const phase_kinds[TS_PH_COUNT] = {
 const char *ts_phase_name(int p) { return p >= 0 && p < TS_PH_COUNT ? ts_phase_names[p] : "?"; }
 const char *ts_phase_kind(int p) { return p >= 0 && p < TS_PH_COUNT ? phase_kinds[p] : "?"; }
 
+/* creates path and its parents (any length: the copy is the path's own size) */
 static int mkdir_p(const char *path)
 {
-    char b[1024];
-    snprintf(b, sizeof b, "%s", path);
-    for (char *p = b + 1; *p; p++)
+    int err = 0;
+    char *b = strdup(path);
+    if (!b) return TS_ERR(TS_ERR_NOMEM, "%s", path);
+    for (char *p = b + 1; *p && !err; p++)
         if (*p == '/') {
             *p = '\0';
-            if (mkdir(b, 0777) && errno != EEXIST) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", b, strerror(errno));
+            if (mkdir(b, 0777) && errno != EEXIST) err = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", b, strerror(errno));
             *p = '/';
         }
-    if (mkdir(b, 0777) && errno != EEXIST) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", b, strerror(errno));
-    return 0;
+    if (!err && mkdir(b, 0777) && errno != EEXIST) err = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", b, strerror(errno));
+    free(b);
+    return err;
 }
+
+/* The longest run directory: what fits r->dir. The names built under it
+ * (config.ini.tmp, ckpt/, perf.json, ...) are checked again where built. */
+#define RUN_DIR_MAX (sizeof(((ts_run *)0)->dir) - 1)
 
 int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg, double log_seconds)
 {
     int err = 0;
     memset(r, 0, sizeof *r);
     MPI_Comm_rank(comm, &r->rank);
+    /* the key as given, before any caller could have cut it to a buffer */
+    const char *given = NULL;
+    if (cfg && ts_config_isset(cfg, "run.dir") && !ts_config_get_str(cfg, "run.dir", &given))
+        err = ts_path_check(given, RUN_DIR_MAX + 1, "run.dir");
+    if (!err) err = ts_path_check(dir, RUN_DIR_MAX + 1, given ? "run.dir" : "the run directory");
+    if (err) return ts_err_agree(comm, err);
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     r->log_seconds = log_seconds;
     r->tty = isatty(STDOUT_FILENO);
     r->t_start = r->t_last_print = ts_time_now();
     if (r->rank == 0) {
-        char p[1100];
-        snprintf(p, sizeof p, "%s/ckpt", dir);
-        err = mkdir_p(p);
+        char p[1100], tmp[1200];
+        err = ts_path_join(p, sizeof p, dir, "ckpt");
+        if (!err) err = mkdir_p(p);
+        if (!err) err = ts_path_join(p, sizeof p, dir, "config.ini");
+        if (!err) err = ts_path_fmt(tmp, sizeof tmp, "run.dir", "%s.tmp", p);
         if (!err) {
-            snprintf(p, sizeof p, "%s/config.ini", dir);
-            char tmp[1200];
-            snprintf(tmp, sizeof tmp, "%s.tmp", p);
             FILE *f = fopen(tmp, "w");
             if (!f) err = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
             else {
@@ -66,21 +79,18 @@ int ts_run_open(ts_run *r, MPI_Comm comm, const char *dir, const ts_config *cfg,
                 if (!err && rename(tmp, p)) err = TS_ERR(TS_ERR_IO, "%s: cannot rename: %s", p, strerror(errno));
             }
         }
-        if (!err) { /* a new start: no longer stopped */
-            snprintf(p, sizeof p, "%s/stopped", dir);
-            remove(p);
-        }
+        if (!err) err = ts_path_join(p, sizeof p, dir, "stopped");
+        if (!err) remove(p); /* a new start: no longer stopped */
+        if (!err) err = ts_path_join(p, sizeof p, dir, "ckpt/.write-test");
         if (!err) { /* ckpt/ must take files now, not when the first checkpoint is due hours later */
-            snprintf(p, sizeof p, "%s/ckpt/.write-test", dir);
             FILE *w = fopen(p, "w");
-            if (!w || fputs("tessera\n", w) < 0 || fclose(w) != 0) {
-                err = TS_ERR(TS_ERR_IO, "%s/ckpt: cannot write checkpoints there: %s", dir, strerror(errno));
-                if (w) fclose(w);
-            }
+            int bad = !w || fputs("tessera\n", w) < 0;
+            if (w && fclose(w) != 0) bad = 1;
+            if (bad) err = TS_ERR(TS_ERR_IO, "%s/ckpt: cannot write checkpoints there: %s", dir, strerror(errno));
             unlink(p);
         }
+        if (!err) err = ts_path_join(p, sizeof p, dir, "metrics.jsonl");
         if (!err) {
-            snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
             r->metrics = fopen(p, "a");
             if (!r->metrics) err = TS_ERR(TS_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
         }
@@ -424,10 +434,10 @@ int ts_run_perf(ts_run *r, MPI_Comm comm, const ts_perf *perf, int64_t steps, do
             for (size_t k = 0; k < (size_t)nph * (size_t)nev; k++) cnt[(size_t)q * (size_t)nph * (size_t)nev + k] = a[(size_t)nph + k];
             for (int e = 0; e < nev; e++) have[(size_t)q * (size_t)nev + (size_t)e] = a[(size_t)nph * (size_t)(1 + nev) + (size_t)e] != 0;
         }
-        snprintf(p, sizeof p, "%s/perf.json", r->dir);
-        snprintf(tmp, sizeof tmp, "%s.tmp", p);
-        f = fopen(tmp, "w");
-        if (!f) lerr = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        lerr = ts_path_join(p, sizeof p, r->dir, "perf.json");
+        if (!lerr) lerr = ts_path_fmt(tmp, sizeof tmp, "perf.json", "%s.tmp", p);
+        if (!lerr) f = fopen(tmp, "w");
+        if (!lerr && !f) lerr = TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
     if (rank == 0 && !lerr) {
         fprintf(f, "{\n  \"ranks\": %d,\n  \"steps\": %lld,\n  \"samples_per_s\": %.6g,\n", size, (long long)steps,
@@ -478,7 +488,7 @@ int ts_run_record_launch(ts_run *r, int64_t first_step, int64_t total_steps)
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     ts_launch_json(ts_launch_current(), lj, sizeof lj);
-    snprintf(p, sizeof p, "%s/launches.jsonl", r->dir);
+    TS_TRY(ts_path_join(p, sizeof p, r->dir, "launches.jsonl"));
     FILE *f = fopen(p, "a");
     if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
     fprintf(f, "{\"time\": \"%s\", \"first_step\": %lld, \"total_steps\": %lld, \"launch\": %s}\n", when,
@@ -491,8 +501,8 @@ int ts_run_mark_stopped(ts_run *r, int64_t step, int64_t total_steps)
 {
     if (r->rank != 0) return 0;
     char p[1100], tmp[1200];
-    snprintf(p, sizeof p, "%s/stopped", r->dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    TS_TRY(ts_path_join(p, sizeof p, r->dir, "stopped"));
+    TS_TRY(ts_path_fmt(tmp, sizeof tmp, "stopped", "%s.tmp", p));
     FILE *f = fopen(tmp, "w");
     if (!f) return TS_ERR(TS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     fprintf(f, "step %lld of %lld\n", (long long)step, (long long)total_steps);

@@ -6,6 +6,7 @@
 #include "src/core/timer.h"
 #include "src/train/run.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,18 @@ struct ts_stepper {
     int e0, e1;           /* the arena entries this rank reduces and steps (its pipeline stage's; all without one) */
     size_t off0, off1;    /* their floats in the parameter region */
     double bucket_mb;
+    int zero;             /* sharded optimizer (ts_stepper_set_zero) */
+    int npieces;          /* its shard: the floats [plo[k], plo[k] + plen[k]) of the parameter region */
+    size_t *plo, *plen, shard_floats;
+    int poisoned;         /* sharded: injected non-finite gradients (ts_stepper_poison) */
     ts_pipeline *pipe;    /* NULL: no pipeline */
     MPI_Comm pp_comm;     /* the pipeline group (gradient norm over the stages) */
     ts_step_times t;
     ts_perf *perf; /* may be NULL */
+    float sp_scale;     /* the loss gradient's factor for the spatial split (sp) */
+    double loss_scale;  /* fp16 loss scale S: the loss gradient is multiplied by it, reduce divides by it */
+    ts_dp_compress compress; /* gradient compression (parallel.compress), applied to every new dp */
+    size_t *zbounds;         /* its tensor starts in [off0, off1), relative to off0 */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -108,7 +117,9 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
     ts_stepper_split_model(m, sp);
-    ts_unet_set_loss_scale(m, sp ? (float)ts_spatial_size(sp) : 1.0f);
+    s->sp_scale = sp ? (float)ts_spatial_size(sp) : 1.0f;
+    s->loss_scale = 1.0;
+    ts_unet_set_loss_scale(m, s->sp_scale);
     *out = s;
     return 0;
 cleanup:
@@ -129,13 +140,44 @@ void ts_stepper_destroy(ts_stepper **sp)
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
+    free(s->zbounds);
+    free(s->plo);
+    free(s->plen);
     free(s);
     *sp = NULL;
+}
+
+static int cmp_size(const void *x, const void *y)
+{
+    const size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* the dp's compression, with the starts of this stepper's parameter tensors
+ * (sign's scale groups do not straddle them) */
+static int apply_compress(ts_stepper *s)
+{
+    const ts_arena *a = s->arena;
+    free(s->zbounds);
+    s->zbounds = TS_MALLOC(((size_t)a->n + 1) * sizeof *s->zbounds);
+    if (!s->zbounds) return TS_ERR_NOMEM;
+    size_t nb = 0, k = 0;
+    for (int j = 0; j < a->n; j++)
+        if (a->p[j].kind == TS_PARAM && a->p[j].offset > s->off0 && a->p[j].offset < s->off1)
+            s->zbounds[nb++] = a->p[j].offset - s->off0;
+    qsort(s->zbounds, nb, sizeof *s->zbounds, cmp_size);
+    for (size_t i = 0; i < nb; i++) /* ascending, no repeats */
+        if (!k || s->zbounds[i] > s->zbounds[k - 1]) s->zbounds[k++] = s->zbounds[i];
+    nb = k;
+    s->compress.bounds = s->zbounds;
+    s->compress.nbounds = nb;
+    return ts_dp_set_compress(s->dp, &s->compress);
 }
 
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
 {
     int u0, u1, slots, f, e;
+    if (s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: pipeline set after sharding");
     ts_unet_stage(s->model, &u0, &u1, &slots);
     ts_unet_unit_params(s->model, u0, &s->e0, &e);
     ts_unet_unit_params(s->model, u1 - 1, &f, &s->e1);
@@ -151,6 +193,7 @@ int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm)
     ts_dp_destroy(&s->dp);
     size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
     TS_TRY(ts_dp_create(s->coll, s->arena->grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
+    TS_TRY(apply_compress(s));
     s->pipe = pl;
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     TS_MPI_TRY(MPI_Comm_dup(pp_comm, &s->pp_comm));
@@ -165,6 +208,7 @@ static void begin_buckets(void *ctx)
     memset(s->final, 0, (size_t)s->arena->n);
     s->frontier = s->e1;
     s->hook_err = 0;
+    s->poisoned = 0;
 }
 
 int ts_stepper_pipe_step(ts_stepper *s, ts_pipeline_next next, void *ctx, double *loss)
@@ -224,10 +268,179 @@ int ts_stepper_update(ts_stepper *s, int accum)
     return ts_stepper_apply(s);
 }
 
+int ts_stepper_set_zero(ts_stepper *s)
+{
+    const int nb = ts_dp_buckets(s->dp);
+    free(s->plo);
+    free(s->plen);
+    s->plo = TS_CALLOC((size_t)nb + 1, sizeof *s->plo);
+    s->plen = TS_CALLOC((size_t)nb + 1, sizeof *s->plen);
+    if (!s->plo || !s->plen) return TS_ERR(TS_ERR_NOMEM, "shard pieces");
+    ts_dp_set_sharded(s->dp, 1);
+    s->shard_floats = ts_dp_shard(s->dp, s->plo, s->plen);
+    for (int k = 0; k < nb; k++) s->plo[k] += s->off0;
+    s->npieces = nb;
+    TS_TRY(ts_arena_alloc_state(s->arena, ts_optim_state_count(&s->opt->cfg), s->shard_floats));
+    s->zero = 1;
+    return 0;
+}
+
+size_t ts_stepper_state_floats(const ts_stepper *s) { return s->zero ? s->shard_floats : s->arena->nparam; }
+
+/* where every rank's shard lies, known on rank 0 of comm: rank q's pieces
+ * are desc[2 j], desc[2 j + 1] (offset, length) for j in [dd[q]/2,
+ * (dd[q] + dc[q])/2); buf holds the largest shard, so that rank 0 moves
+ * one rank's packed shard at a time */
+typedef struct shard_map {
+    int size;
+    int *dc, *dd;
+    uint64_t *desc;
+    float *buf;
+} shard_map;
+
+static void shard_map_free(shard_map *m)
+{
+    free(m->dc);
+    free(m->desc);
+    free(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+/* floats of rank q's shard */
+static size_t shard_floats_of(const shard_map *m, int q)
+{
+    size_t n = 0;
+    for (int j = m->dd[q]; j < m->dd[q] + m->dc[q]; j += 2) n += m->desc[j + 1];
+    return n;
+}
+
+/* Collective on comm: the map on rank 0 (nothing elsewhere); errors agreed. */
+static int shard_map_make(const ts_stepper *s, MPI_Comm comm, shard_map *m)
+{
+    int rank, size, err = 0;
+    const size_t nparam = s->arena->nparam;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    memset(m, 0, sizeof *m);
+    m->size = size;
+    uint64_t *mine = TS_CALLOC(2 * (size_t)s->npieces + 2, sizeof *mine);
+    if (!mine) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+    if (!err && nparam > (size_t)INT_MAX) err = TS_ERR(TS_ERR_UNSUPPORTED, "sharded state of %zu floats: at most INT_MAX", nparam);
+    if (!err && rank == 0) {
+        m->dc = TS_CALLOC(2 * (size_t)size, sizeof *m->dc);
+        if (!m->dc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+        else m->dd = m->dc + size;
+    }
+    err = ts_err_agree(comm, err);
+    if (err) goto cleanup;
+    for (int k = 0; k < s->npieces; k++) {
+        mine[2 * k] = s->plo[k];
+        mine[2 * k + 1] = s->plen[k];
+    }
+    const int nd = 2 * s->npieces;
+    TS_MPI(MPI_Gather(&nd, 1, MPI_INT, m->dc, 1, MPI_INT, 0, comm));
+    if (rank == 0) {
+        size_t total = 0;
+        for (int q = 0; q < size; q++) {
+            m->dd[q] = (int)total;
+            total += (size_t)m->dc[q];
+        }
+        m->desc = TS_CALLOC(total + 1, sizeof *m->desc);
+        if (!m->desc) err = TS_ERR(TS_ERR_NOMEM, "shard map");
+    }
+    err = ts_err_agree(comm, err);
+    if (err) goto cleanup;
+    TS_MPI(MPI_Gatherv(mine, nd, MPI_UINT64_T, m->desc, m->dc, m->dd, MPI_UINT64_T, 0, comm));
+    if (rank == 0) {
+        size_t f = 0, most = 0;
+        for (int q = 0; q < size; q++) {
+            const size_t n = shard_floats_of(m, q);
+            f += n;
+            if (n > most) most = n;
+        }
+        m->buf = TS_ALIGNED_ALLOC((most ? most : 16) * sizeof(float));
+        if (!m->buf) err = TS_ERR(TS_ERR_NOMEM, "a shard of the optimizer state (%zu floats)", most);
+        /* every float of the region has one owner in comm */
+        else if (f != nparam) err = TS_ERR(TS_ERR_INTERNAL, "the shards hold %zu floats of %zu", f, nparam);
+    }
+    err = ts_err_agree(comm, err);
+cleanup:
+    free(mine);
+    if (err) shard_map_free(m);
+    return err;
+}
+
+/* rank 0: full (a whole state region) from (gather) or to every rank's
+ * packed shard, one rank at a time through buf; the others: their packed
+ * shard to or from rank 0 */
+static int shard_move(const ts_stepper *s, MPI_Comm comm, const shard_map *m, float *full, float *packed, int gather)
+{
+    int rank, mrc = MPI_SUCCESS;
+    const int tag = 0x2e50; /* the ranks of comm exchange nothing else point to point meanwhile */
+    MPI_Comm_rank(comm, &rank);
+    if (rank != 0) {
+        mrc = gather ? MPI_Send(packed, (int)s->shard_floats, MPI_FLOAT, 0, tag, comm)
+                     : MPI_Recv(packed, (int)s->shard_floats, MPI_FLOAT, 0, tag, comm, MPI_STATUS_IGNORE);
+        return mrc == MPI_SUCCESS ? 0 : ts_err_mpi(mrc, __FILE__, __LINE__, gather ? "MPI_Send (shard)" : "MPI_Recv (shard)");
+    }
+    for (int q = 0; q < m->size && mrc == MPI_SUCCESS; q++) {
+        const int n = (int)shard_floats_of(m, q);
+        float *p = q == 0 ? packed : m->buf;
+        if (q > 0 && gather) mrc = MPI_Recv(p, n, MPI_FLOAT, q, tag, comm, MPI_STATUS_IGNORE);
+        size_t pos = 0;
+        for (int j = m->dd[q]; j < m->dd[q] + m->dc[q] && mrc == MPI_SUCCESS; j += 2) {
+            if (gather) memcpy(full + m->desc[j], p + pos, m->desc[j + 1] * sizeof(float));
+            else memcpy(p + pos, full + m->desc[j], m->desc[j + 1] * sizeof(float));
+            pos += m->desc[j + 1];
+        }
+        if (q > 0 && !gather && mrc == MPI_SUCCESS) mrc = MPI_Send(p, n, MPI_FLOAT, q, tag, comm);
+    }
+    return mrc == MPI_SUCCESS ? 0 : ts_err_mpi(mrc, __FILE__, __LINE__, "moving the optimizer state's shards");
+}
+
+int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full)
+{
+    const ts_arena *a = s->arena;
+    shard_map m;
+    int rank, err = 0;
+    if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state gather without sharding");
+    MPI_Comm_rank(comm, &rank);
+    TS_TRY(shard_map_make(s, comm, &m));
+    for (int st = 0; st < a->nstate && !err; st++) {
+        if (rank == 0) memset(full[st], 0, a->nparam * sizeof(float)); /* padding */
+        err = shard_move(s, comm, &m, rank == 0 ? full[st] : NULL, a->state[st], 1);
+    }
+    shard_map_free(&m);
+    return err;
+}
+
+int ts_stepper_state_scatter(ts_stepper *s, MPI_Comm comm, float *const *full)
+{
+    const ts_arena *a = s->arena;
+    shard_map m;
+    int rank, err = 0;
+    if (!s->zero) return TS_ERR(TS_ERR_INTERNAL, "stepper: state scatter without sharding");
+    MPI_Comm_rank(comm, &rank);
+    TS_TRY(shard_map_make(s, comm, &m));
+    for (int st = 0; st < a->nstate && !err; st++)
+        err = shard_move(s, comm, &m, rank == 0 ? full[st] : NULL, a->state[st], 0);
+    shard_map_free(&m);
+    return err;
+}
+
 int ts_stepper_grads_finite(const ts_stepper *s)
 {
     const float *g = s->arena->grads;
     int ok = 1;
+    if (s->zero) { /* the shard: the rest of the gradients is the reduce-scatter's scratch */
+        if (s->poisoned) return 0;
+        for (int k = 0; k < s->npieces; k++) {
+            const size_t lo = s->plo[k], hi = lo + s->plen[k];
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+            for (size_t i = lo; i < hi; i++) ok = ok && isfinite(g[i]);
+        }
+        return ok;
+    }
 #pragma omp parallel for schedule(static) reduction(&& : ok)
     for (size_t i = s->off0; i < s->off1; i++) ok = ok && isfinite(g[i]);
     return ok;
@@ -241,6 +454,7 @@ void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
 
 void ts_stepper_poison(ts_stepper *s)
 {
+    if (s->zero) s->poisoned = 1; /* the poisoned float may land in another rank's shard */
     if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;
 }
 
@@ -258,11 +472,36 @@ int ts_stepper_reduce(ts_stepper *s, int accum)
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
-    if (accum > 1) { /* summed over micro-batches (scaled only now: buckets were in flight) */
-        float f = 1.0f / (float)accum, *g = s->arena->grads;
-        for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
+    if (accum > 1 || s->loss_scale != 1.0) { /* summed over micro-batches, loss-scaled (only now: buckets were in flight) */
+        float f = (float)(1.0 / ((double)accum * s->loss_scale)), *g = s->arena->grads;
+        if (s->zero)
+            for (int k = 0; k < s->npieces; k++)
+                for (size_t i = s->plo[k]; i < s->plo[k] + s->plen[k]; i++) g[i] *= f;
+        else
+            for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
     }
     return 0;
+}
+
+/* sharded: the global gradient norm (the shards' sums of squares added over
+ * the group, then over the stages), the shard's update, the parameters
+ * all-gathered bucket by bucket */
+static int apply_sharded(ts_stepper *s)
+{
+    double norm = -1;
+    if (s->opt->cfg.clip_norm > 0) {
+        double sq = 0;
+        for (int k = 0; k < s->npieces; k++) sq += ts_optim_sumsq(s->arena, s->plo[k], s->plo[k] + s->plen[k]);
+        TS_TRY(ts_coll_allreduce(s->coll, TS_IN_PLACE, &sq, 1, TS_FLOAT64, TS_OP_SUM));
+        if (s->pipe) TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
+        norm = sqrt(sq);
+    }
+    /* the norm is the same on every rank, so an error here is too: no gather is left half-started */
+    TS_TRY(ts_optim_step_pieces(s->opt, s->arena, s->npieces, s->plo, s->plen, norm, NULL));
+    int err = 0;
+    for (int k = 0; k < s->npieces && !err; k++) err = ts_dp_gather_start(s->dp, s->arena->params + s->off0, k);
+    int e = ts_dp_gather_finish(s->dp);
+    return err ? err : e;
 }
 
 int ts_stepper_apply(ts_stepper *s)
@@ -270,6 +509,12 @@ int ts_stepper_apply(ts_stepper *s)
     int err;
     ts_perf_begin(s->perf, TS_PH_OPTIM);
     double t = ts_time_now(), norm = -1;
+    if (s->zero) {
+        err = apply_sharded(s);
+        s->t.optimizer += ts_time_now() - t;
+        ts_perf_end(s->perf, TS_PH_OPTIM);
+        return err;
+    }
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
         norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
         int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
@@ -287,11 +532,31 @@ int ts_stepper_apply(ts_stepper *s)
 
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
 
+void ts_stepper_set_loss_scale(ts_stepper *s, double scale)
+{
+    s->loss_scale = scale;
+    ts_unet_set_loss_scale(s->model, (float)(s->sp_scale * scale));
+}
+
+void ts_stepper_inject_overflow(ts_stepper *s, int on)
+{
+    /* S x 2^128 is inf as a float: dlogits, then every gradient, non-finite; the loss itself stays finite */
+    ts_unet_set_loss_scale(s->model, (float)(s->sp_scale * s->loss_scale * (on ? 0x1p128 : 1.0)));
+}
+
 int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
 {
     if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     TS_MPI_TRY(MPI_Comm_dup(comm, &s->agree));
     return 0;
 }
+/* ---- gradient compression (parallel.compress): the work is in src/parallel/dp.c ---- */
+int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c)
+{
+    s->compress = *c;
+    return apply_compress(s);
+}
+const ts_dp *ts_stepper_dp(const ts_stepper *s) { return s->dp; }
+
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }

@@ -44,6 +44,28 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
  * the stage's parameters only (coll: the stage's dp x sp group); pp_comm
  * adds the stages' gradient norms for clipping. */
 int ts_stepper_set_pipeline(ts_stepper *s, ts_pipeline *pl, MPI_Comm pp_comm);
+/* Local; after ts_stepper_set_pipeline if any. Shards the optimizer over
+ * coll's ranks (parallel.zero = 1, docs/parallelism.md): the gradient
+ * buckets are reduce-scattered, so ts_stepper_reduce leaves this rank the
+ * averaged gradients of its shard (its block of every bucket) only;
+ * ts_stepper_apply steps the shard and all-gathers the parameters bucket by
+ * bucket. The arena must have been allocated without optimizer state
+ * (ts_unet_create with nstate 0): it gets state regions of the shard's size
+ * (ts_arena_alloc_state). Errors: no memory. */
+int ts_stepper_set_zero(ts_stepper *s);
+/* Local. Floats of each optimizer state region this rank holds (the whole
+ * parameter region without sharding). */
+size_t ts_stepper_state_floats(const ts_stepper *s);
+/* Collective on comm, in which every float of the parameter region has
+ * exactly one owner (world: the shard groups of all pipeline stages).
+ * Sharded stepper, for a checkpoint: rank 0 of comm gets the whole optimizer
+ * state region st in full[st] (nparam floats each, caller-owned; padding
+ * zero); the other ranks send their shards (full unused, may be NULL) and
+ * never hold the whole state. Errors (no memory on rank 0) are agreed. */
+int ts_stepper_state_gather(ts_stepper *s, MPI_Comm comm, float *const *full);
+/* Collective on comm (as above). Sharded stepper, for a resume: each rank
+ * gets its shard of rank 0's whole state regions full[st]. */
+int ts_stepper_state_scatter(ts_stepper *s, MPI_Comm comm, float *const *full);
 /* Collective on the pipeline, spatial and data-parallel groups. One step's
  * micro-batches through the pipeline (ts_pipeline_step), the buckets going
  * out during the last backward; then call ts_stepper_update(s, M). *loss:
@@ -60,10 +82,19 @@ int ts_stepper_apply(ts_stepper *s);
 /* Local. The floats [*lo, *hi) of the parameter region this rank steps
  * (its pipeline stage's; all without one). */
 void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
-/* Local. 1 if this rank's reduced gradients (its stage's range) are all finite. */
+/* Local. 1 if this rank's reduced gradients (its stage's range; its shard
+ * when sharded) are all finite. */
 int ts_stepper_grads_finite(const ts_stepper *s);
 /* Local. Makes this rank's gradients non-finite (fault injection: TESSERA_FAULT=nan). */
 void ts_stepper_poison(ts_stepper *s);
+/* Local. Loss scaling (train.precision = fp16, src/optim/loss_scale.h): the
+ * loss gradient of later micro-batches is multiplied by scale (on top of the
+ * spatial factor) and ts_stepper_reduce divides the gradients by it. 1: off. */
+void ts_stepper_set_loss_scale(ts_stepper *s, double scale);
+/* Local. on 1: the loss gradient of later micro-batches is infinite (the
+ * scale times 2^128), so backward's gradients overflow while the loss stays
+ * finite (fault injection: TESSERA_FAULT=overflow); on 0: back to the scale. */
+void ts_stepper_inject_overflow(ts_stepper *s, int on);
 /* Collective on comm (duplicated). The ranks that agree on errors in a step:
  * a forward (or loss) that fails on one rank fails on all before backward
  * starts any bucket; a backward that fails still sends its buckets and the
@@ -74,6 +105,11 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
  * thread (TS_PH_* of src/train/run.h), comm_total added from the progress
  * thread's figures. */
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
+/* Local. Gradient compression of the buckets from the next step on
+ * (src/parallel/dp.h; kept across ts_stepper_set_pipeline). */
+int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c);
+/* Local. The bucket reducer (its compression figures). */
+const ts_dp *ts_stepper_dp(const ts_stepper *s);
 /* Local. Accumulated phase times; number of buckets. */
 const ts_step_times *ts_stepper_times(const ts_stepper *s);
 int ts_stepper_buckets(const ts_stepper *s);

@@ -19,6 +19,7 @@
 #include "src/core/watchdog.h"
 #include "src/model/cost.h"
 #include "src/model/unet.h"
+#include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/grid.h"
@@ -51,11 +52,17 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
+    /* gradient compression of the buckets: src/parallel/dp.c, collectives/compress.c */
+    {"parallel.compress", TS_CFG_STRING, "none", NULL, "gradient compression: none, bf16, fp16, topk:RATIO, sign or powersgd:RANK"},
+    {"parallel.compress_warmup", TS_CFG_INT, "0", "0:", "first steps of each start with uncompressed gradients (as 1-bit Adam's warm-up)"},
     {"parallel.local_steps", TS_CFG_INT, "1", "1:", "local SGD: replicas step on their own gradients and average parameters "
      "and optimizer state every this many steps (1: synchronous data parallelism)"},
     {"parallel.local_sgd", TS_CFG_ENUM, "global", "global|node", "local SGD (parallel.local_steps > 1): global: no gradient "
      "exchange between replicas; node: gradients averaged over the replicas of a node every step, parameters over all "
      "every local_steps"},
+    {"parallel.zero", TS_CFG_INT, "0", "0:1", "1: sharded optimizer state (ZeRO stage 1): gradients reduce-scattered, each rank "
+     "of the gradient group (dp x sp) steps its shard of the parameters and holds only its shard's optimizer state, "
+     "parameters all-gathered; checkpoints stay whole"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
@@ -84,9 +91,12 @@ typedef struct trainer {
     ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
     ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
     ts_coll *gcoll;  /* local SGD: the stepper's gradient group (sp pieces, or a node's replicas x sp); NULL: coll */
+    ts_coll *zcoll, *zin; /* parallel.compress with sp > 1: the replicas (compressed), the pieces (exact); else NULL */
     int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
     int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
     int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
+    int zero;                 /* parallel.zero: sharded optimizer state */
+    double state_bytes_max;   /* optimizer state bytes on the rank holding the most */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
     double unit_cost[TS_UNET_MAX_LEVELS * 4];
@@ -98,6 +108,7 @@ typedef struct trainer {
     ts_unet *model;
     ts_arena *arena;
     ts_optim opt;
+    ts_loss_scaler ls; /* train.precision = fp16: dynamic loss scale */
     ts_dataset *ds;      /* used by the loader's thread only */
     ts_dataset *eval_ds; /* a second handle for evaluation */
     ts_loader *loader;
@@ -185,6 +196,50 @@ static int local_average(trainer *t, int64_t after_step)
     return err;
 }
 
+/* ---- sharded optimizer state (parallel.zero = 1) ---- */
+/* Reads parallel.zero; refuses what cannot compose with it, before any work. */
+static int setup_zero(trainer *t)
+{
+    int64_t v;
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.zero", &v));
+    t->zero = (int)v;
+    if (t->zero && t->local_steps > 1)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.local_steps = %d: a sharded optimizer steps "
+                      "each shard on gradients reduced over the whole group every step, while local SGD's replicas step "
+                      "on their own gradients and so each need the whole optimizer state; use one of the two",
+                      ts_config_source(t->cfg, "parallel.zero"), t->local_steps);
+    const char *comp;
+    TS_TRY(ts_config_get_str(t->cfg, "parallel.compress", &comp));
+    if (t->zero && strcmp(comp, "none"))
+        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.compress = %s (%s): the sharded optimizer "
+                      "reduce-scatters the buckets, and the compressors (error feedback, PowerSGD's factors) work on "
+                      "whole-bucket allreduces; use one of the two", ts_config_source(t->cfg, "parallel.zero"), comp,
+                      ts_config_source(t->cfg, "parallel.compress"));
+    return 0;
+}
+
+/* Once the stepper exists: shards its optimizer (zero = 1) and says how much
+ * optimizer state each rank holds. Collective on world. */
+static int start_zero(trainer *t)
+{
+    const ts_arena *a = t->arena;
+    const int ns = ts_optim_state_count(&t->opt.cfg);
+    if (t->zero) TS_TRY(ts_err_agree(t->grid->world, ts_stepper_set_zero(t->stepper)));
+    const double mine = (double)ts_stepper_state_floats(t->stepper) * ns * sizeof(float);
+    const double whole = (double)a->nparam * ns * sizeof(float), MiB = 1048576.0;
+    t->state_bytes_max = mine;
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &t->state_bytes_max, 1, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    if (t->zero)
+        ts_run_say(&t->run, "optimizer state: parallel.zero = 1, sharded over the %d ranks of each gradient group (dp %d "
+                   "x sp %d%s): %.3f MiB per rank at most, %.3fx the whole state's %.3f MiB", ts_coll_size(t->coll),
+                   t->grid->dp, t->grid->sp, t->pipe ? ", within each pipeline stage" : "", t->state_bytes_max / MiB,
+                   whole > 0 ? t->state_bytes_max / whole : 0.0, whole / MiB);
+    else
+        ts_run_say(&t->run, "optimizer state: %.3f MiB per rank (parallel.zero = 0: every rank holds all of it)",
+                   t->state_bytes_max / MiB);
+    return 0;
+}
+
 /* ---- checkpoints ---- */
 static const char *state_name(const ts_optim_cfg *o, int s)
 {
@@ -192,7 +247,10 @@ static const char *state_name(const ts_optim_cfg *o, int s)
     return "momentum_buffer";
 }
 
-static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
+/* the checkpoint's named views: parameters and buffers in the arena, the
+ * optimizer state in the whole state regions state[s] (the arena's, or
+ * gathered ones with a sharded optimizer) */
+static int ckpt_items(trainer *t, float *const *state, ts_ckpt_item **out, int *n)
 {
     ts_arena *a = t->arena;
     int ns = ts_optim_state_count(&t->opt.cfg), k = 0;
@@ -206,7 +264,8 @@ static int ckpt_items(trainer *t, ts_ckpt_item **out, int *n)
         for (int i = 0; i < a->n; i++) {
             if (a->p[i].kind != TS_PARAM) continue;
             snprintf(it[k].name, sizeof it[k].name, "/optim/%s/%s", state_name(&t->opt.cfg, s), a->p[i].name);
-            it[k++].t = ts_arena_state(a, s, i);
+            it[k].t = ts_arena_value(a, i);
+            it[k++].t.data = state[s] ? state[s] + a->p[i].offset : NULL; /* NULL: a sharded state off the writer */
         }
     *out = it;
     *n = k;
@@ -230,7 +289,7 @@ static int gather_stages(trainer *t)
         if (i >= e0 && i < e1) continue;
         ts_tensor v = ts_arena_value(a, i);
         memset(v.data, 0, ts_tensor_bytes(&v));
-        if (a->p[i].kind != TS_PARAM) continue;
+        if (a->p[i].kind != TS_PARAM || t->zero) continue; /* a sharded state is gathered by save_ckpt */
         for (int k = 0; k < a->nstate; k++) {
             ts_tensor st = ts_arena_state(a, k, i);
             memset(st.data, 0, ts_tensor_bytes(&st));
@@ -239,7 +298,7 @@ static int gather_stages(trainer *t)
     float *regions[2 + TS_ARENA_MAX_STATE] = {a->params, a->buffers};
     size_t sizes[2 + TS_ARENA_MAX_STATE] = {a->nparam, a->nbuf};
     int nr = 2;
-    for (int k = 0; k < a->nstate; k++) {
+    for (int k = 0; k < a->nstate && !t->zero; k++) {
         regions[nr] = a->state[k];
         sizes[nr++] = a->nparam;
     }
@@ -264,8 +323,30 @@ static int params_finite(const ts_arena *a)
     return 1;
 }
 
+/* The whole optimizer state regions for a checkpoint: the arena's own, or
+ * with zero = 1 whole-size ones on world rank 0 only (the writer; freed by
+ * free_full_state), NULL elsewhere. */
+static int full_state(trainer *t, float **full)
+{
+    const ts_arena *a = t->arena;
+    memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
+    if (t->zero && t->grid->rank != 0) return 0;
+    for (int s = 0; s < a->nstate; s++) {
+        full[s] = t->zero ? TS_ALIGNED_ALLOC((a->nparam ? a->nparam : 16) * sizeof(float)) : a->state[s];
+        if (!full[s]) return TS_ERR(TS_ERR_NOMEM, "whole optimizer state for the checkpoint (%zu floats)", a->nparam);
+    }
+    return 0;
+}
+
+static void free_full_state(trainer *t, float **full)
+{
+    for (int s = 0; s < TS_ARENA_MAX_STATE && t->zero; s++) free(full[s]);
+    memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
+}
+
 static int save_ckpt(trainer *t)
 {
+    float *full[TS_ARENA_MAX_STATE] = {NULL};
     int err = 0, n = 0;
     ts_ckpt_item *it = NULL;
     char dir[1100], path[4096], *text = NULL;
@@ -284,7 +365,10 @@ static int save_ckpt(trainer *t)
                     "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
                     (long long)t->step, t->run.dir);
     }
-    TS_CHECK(ckpt_items(t, &it, &n));
+    /* a sharded state is gathered whole onto the writer, rank 0 (transient; docs/parallelism.md) */
+    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
+    if (t->zero) TS_CHECK(ts_stepper_state_gather(t->stepper, t->grid->world, full));
+    TS_CHECK(ckpt_items(t, full, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
     if (mf) {
@@ -296,7 +380,9 @@ static int save_ckpt(trainer *t)
                       .sampler_position = t->loader ? ts_loader_position(t->loader) : 0,
                       .ranks = t->nranks,
                       .config_hash = ts_config_hash(t->cfg),
-                      .config = text};
+                      .config = text,
+                      .loss_scale = t->ls.dynamic ? t->ls.scale : 0,
+                      .loss_scale_good = t->ls.good};
     int64_t seed;
     TS_CHECK(ts_config_get_int(t->cfg, "train.seed", &seed));
     m.seed = (uint64_t)seed;
@@ -305,6 +391,7 @@ static int save_ckpt(trainer *t)
     ts_run_say(&t->run, "checkpoint: %s", path);
 cleanup:
     ts_perf_end(t->perf, TS_PH_CKPT);
+    free_full_state(t, full);
     free(text);
     free(it);
     return err;
@@ -317,6 +404,7 @@ cleanup:
  * repeat). Collective on world. */
 static int resume(trainer *t)
 {
+    float *full[TS_ARENA_MAX_STATE] = {NULL};
     int err = 0, n = 0;
     ts_ckpt_item *it = NULL;
     const char *how;
@@ -326,7 +414,8 @@ static int resume(trainer *t)
     const int autom = !strcmp(how, "auto");
     int64_t st = INT64_MAX;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
-    TS_CHECK(ckpt_items(t, &it, &n));
+    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
+    TS_CHECK(ckpt_items(t, full, &it, &n));
     ts_ckpt_meta m;
     for (;;) {
         if (autom) {
@@ -337,7 +426,8 @@ static int resume(trainer *t)
         } else {
             snprintf(path, sizeof path, "%s", how);
         }
-        int lerr = ts_ckpt_load(path, it, n, &m);
+        /* a sharded state: rank 0 reads it and hands out the shards below */
+        int lerr = ts_ckpt_load(path, it, t->zero && t->grid->rank != 0 ? t->arena->n : n, &m);
         if (!lerr && !params_finite(t->arena))
             lerr = TS_ERR(TS_ERR_FORMAT, "%s holds non-finite parameters (NaN or Inf)", path);
         lerr = ts_err_agree(t->grid->world, lerr);
@@ -349,14 +439,21 @@ static int resume(trainer *t)
         ts_run_say(&t->run, "checkpoint %s is not usable (%s): trying the one before it", path, ts_err_message());
         ts_err_clear();
     }
+    if (t->zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->grid->world, full)); /* each rank's shard */
     t->step = m.step;
     t->opt.step = m.step;
+    if (t->ls.dynamic && m.loss_scale > 0) { /* the scale where it was (a checkpoint without one: the initial) */
+        t->ls.scale = m.loss_scale;
+        t->ls.good = m.loss_scale_good;
+        ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+    }
     if (m.config_hash != ts_config_hash(t->cfg))
         ts_run_say(&t->run, "note: the config differs from the one that wrote %s (resuming anyway)", path);
     if (t->loader) TS_CHECK(ts_loader_seek(t->loader, m.sampler_position));
     TS_CHECK(ts_err_agree(t->grid->world, ts_run_truncate_metrics(&t->run, m.step)));
     ts_run_say(&t->run, "resumed from %s at step %lld", path, (long long)m.step);
 cleanup:
+    free_full_state(t, full);
     free(it);
     return err;
 }
@@ -524,6 +621,12 @@ static int check_memory(trainer *t, int prefetch)
         for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
     TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
                                 t->sp_dims, t->rss0_mb, &mp));
+    if (t->zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
+        const double st = (double)ts_optim_state_count(&t->opt.cfg) * (double)t->arena->nparam * 4 /
+                          ts_coll_size(t->coll) / 1048576.0;
+        mp.params_mb += st;
+        mp.total_mb += st;
+    }
     t->mem_plan = mp;
     if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
     char hint[256] = "";
@@ -680,8 +783,10 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int err = 0, lerr = 0;
     int64_t dp, pp, sp, v;
     const char *spdims;
+    ts_dp_compress compress; /* parallel.compress: checked first, applied to the stepper below */
     t->cfg = cfg;
     t->rss0_mb = rss_now_mb();
+    TS_CHECK(ts_dp_compress_from_config(cfg, &compress));
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
@@ -703,8 +808,10 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
     else t->acoll = t->coll;
     TS_CHECK(setup_local_sgd(t, &co));
+    TS_CHECK(setup_zero(t));
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
+    TS_CHECK(ts_loss_scaler_from_config(cfg, t->ucfg.precision, &t->ls));
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &v));
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
@@ -736,7 +843,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                                 "(parallel.pp = 1); micro-batches are train.accum\n", (long long)v);
     }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
-    TS_CHECK(ts_unet_create(&t->ucfg, ts_optim_state_count(&t->opt.cfg), &t->model));
+    TS_CHECK(ts_unet_create(&t->ucfg, t->zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
     int64_t seed;
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
@@ -867,6 +974,11 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
                t->mem_plan.halo_mb, t->mem_plan.scratch_mb, t->mem_plan.eval_mb, t->mem_plan.process_mb,
                t->mem_limit_mb > 0 ? " within run.mem_limit_mb" : "");
+    if (t->ucfg.ckpt_levels) {
+        char lv[64];
+        ts_run_say(&t->run, "activation checkpointing: levels %s recomputed in backward (model.checkpoint_levels)",
+                   ts_unet_checkpoint_str(t->ucfg.ckpt_levels, lv, sizeof lv));
+    }
     {
         int coords[3];
         ts_spatial_coords(t->spatial, coords);
@@ -886,10 +998,33 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+    if (t->ucfg.precision == TS_PREC_FP16)
+        ts_run_say(&t->run, "precision: fp16 convolution operands (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not "
+                   "speed), dynamic loss scale %g doubled after %lld good steps; weights, norms, loss, optimizer fp32",
+                   t->ls.scale, (long long)t->ls.interval);
+    else
+        ts_run_say(&t->run, "precision: %s convolutions%s%s%s; weights, norms, loss, optimizer fp32",
+                   t->ucfg.precision == TS_PREC_BF16 ? "bf16" : "fp32", t->ucfg.precision == TS_PREC_BF16 ? " (" : "",
+                   t->ucfg.precision == TS_PREC_BF16 ? ts_nn_bf16_isa() : "",
+                   t->ucfg.precision == TS_PREC_BF16 ? " kernels, chosen at run time)" : "");
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, dir));
     }
+    if (compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
+        char line[1024];
+        if (t->grid->sp > 1) { /* only the reduction over replicas is compressed: a replica's pieces average exactly */
+            TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->zcoll));
+            TS_CHECK(ts_coll_create(t->grid->sp_comm, &co, &t->zin));
+            compress.group = t->zcoll;
+            compress.inner = t->zin;
+        }
+        TS_CHECK(ts_stepper_set_compress(t->stepper, &compress));
+        ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
+        ts_run_say(&t->run, "%s", line);
+    }
+    TS_CHECK(start_zero(t));
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
     {
@@ -922,6 +1057,8 @@ static void teardown(trainer *t)
     if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
     if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
     ts_coll_destroy(&t->gcoll);
+    ts_coll_destroy(&t->zcoll);
+    ts_coll_destroy(&t->zin);
     ts_coll_destroy(&t->coll);
     ts_spatial_destroy(&t->spatial);
     ts_grid_destroy(&t->grid);
@@ -938,10 +1075,15 @@ static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
     return next_batch(ctx, img, lab);
 }
 
+/* *skipped: 0 the step was applied; 1 skipped for a non-finite loss or
+ * gradient (counts toward fault.max_bad_steps); 2 skipped for an fp16
+ * loss-scale overflow (finite loss, non-finite gradients: the scale halves) */
 static int train_step(trainer *t, double *loss_out, int *skipped)
 {
     double loss_sum = 0;
     *skipped = 0;
+    const int inject = ts_fault_at(TS_FAULT_OVERFLOW, ts_fault_step(), NULL); /* injected: this rank's gradients overflow */
+    if (inject) ts_stepper_inject_overflow(t->stepper, 1);
     if (t->pipe) {
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
@@ -961,15 +1103,25 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         loss_sum = NAN;
         ts_stepper_poison(t->stepper);
     }
+    if (inject) ts_stepper_inject_overflow(t->stepper, 0);
     TS_TRY(ts_stepper_reduce(t->stepper, t->micro));
-    /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together */
-    int bad = !isfinite(loss_sum) || !ts_stepper_grads_finite(t->stepper);
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world));
-    if (bad) {
+    /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together; with fp16 a
+     * finite loss and non-finite gradients are a loss-scale overflow (the scale halves on every rank) */
+    int bad[2] = {!isfinite(loss_sum), !ts_stepper_grads_finite(t->stepper)};
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->grid->world));
+    if (bad[0] || bad[1]) {
         t->opt.step++; /* the schedule moves on as if the step had been taken */
         *skipped = 1;
+        if (t->ls.dynamic && !bad[0] && !ts_loss_scaler_update(&t->ls, 1)) {
+            *skipped = 2;
+            ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+        }
     } else {
         TS_TRY(ts_stepper_apply(t->stepper));
+        if (t->ls.dynamic) {
+            ts_loss_scaler_update(&t->ls, 0);
+            ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
+        }
     }
     if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
     if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) TS_TRY(local_average(t, t->step + 1));
@@ -1074,7 +1226,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         t.step++;
         t.step_s += ts_time_now() - ts0;
         step_mean = step_mean > 0 ? 0.8 * step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
-        if (skipped) {
+        if (skipped == 2) {
+            ts_run_say(&t.run, "step %lld: fp16 gradients overflowed on some rank: the optimizer step is skipped on every "
+                       "rank and the loss scale halves to %g (not a bad step for fault.max_bad_steps)",
+                       (long long)t.step, t.ls.scale);
+        } else if (skipped) {
             bad_steps++;
             ts_run_say(&t.run, "step %lld: non-finite loss or gradients on some rank: the optimizer step is skipped on "
                        "every rank (%d of fault.max_bad_steps = %lld in a row)", (long long)t.step, bad_steps,
@@ -1130,12 +1286,13 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             t_window = t_train0 = ts_time_now();
         }
         /* a stop request on any rank (preemption), or a checkpoint due by the clock (any rank's): leave or
-         * checkpoint together; not right after a skipped step (the streak may not be over) */
+         * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
+         * overflow is not one) */
         int flags[2] = {stop && *stop ? 1 : 0, every_min > 0 && ts_time_now() - last_ckpt >= 60 * every_min};
         TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t.grid->world));
         const int stopping = flags[0];
         if (((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping || flags[1]) &&
-            !(skipped && !stopping && t.step < t.total_steps)) {
+            !(skipped == 1 && !stopping && t.step < t.total_steps)) {
             TS_CHECK(save_ckpt(&t));
             last_ckpt = ts_time_now();
         }
@@ -1187,6 +1344,25 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
                      "\"parameter_averages\": %lld}",
                      t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
                      (long long)t.param_avgs);
+            l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
+                     "\"bytes_whole\": %.0f}", t.zero, t.zero ? ts_coll_size(t.coll) : 1, t.state_bytes_max,
+                     (double)t.arena->nparam * ts_optim_state_count(&t.opt.cfg) * sizeof(float));
+        }
+        {
+            /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
+            double lv[4] = {-t.ls.scale, t.ls.scale, -(double)t.ls.overflows, (double)t.ls.overflows};
+            TS_MPI(MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t.grid->world));
+            const ts_precision pr = t.ucfg.precision;
+            size_t l = strlen(extra);
+            snprintf(extra + l, sizeof extra - l,
+                     ",\n  \"precision\": {\"mode\": \"%s\", \"conv_kernels\": \"%s\", \"loss_scale\": %s, "
+                     "\"loss_scale_min\": %.9g, \"loss_scale_max\": %.9g, \"overflow_steps_min\": %.0f, "
+                     "\"overflow_steps_max\": %.0f}",
+                     pr == TS_PREC_FP16 ? "fp16" : pr == TS_PREC_BF16 ? "bf16" : "fp32",
+                     pr == TS_PREC_BF16 ? ts_nn_bf16_isa() : pr == TS_PREC_FP16 ? "fp32 on fp16-rounded operands" : "fp32",
+                     t.ls.dynamic ? "\"dynamic\"" : "null", -lv[0], lv[1], -lv[2], lv[3]);
         }
         if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
             ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
@@ -1208,6 +1384,13 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         dv.grad_ranks = ts_coll_size(t.coll);
         dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
         TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
+        { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
+            size_t l = strlen(extra);
+            if (l + 1024 < sizeof extra) {
+                strcat(extra, ",\n  ");
+                TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t.stepper), t.grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
+            }
+        }
         TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.perf, steps, sps, &dv, extra));
         ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                    t.run.dir, t.run.dir);

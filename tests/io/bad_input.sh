@@ -56,7 +56,7 @@ convert_fails "label value missing from the map" "label value 2 at voxel" \
     --image "$I0" --label "$L0" --image "$I4" --label "$L4" --label-map "$d/two.txt"
 convert_fails "AAL value 45 missing from the map (full atlas)" "$T/aal.nii.gz: label value 45 at voxel" \
     --image "$T/ch2.nii.gz" --label "$T/aal.nii.gz" --label-map "$d/no45.txt"
-convert_fails "NaN voxels" "$d/nan.nii.gz: voxel (i=" \
+convert_fails "NaN voxels" "$d/nan.nii.gz: 1 non-finite voxel (NaN or Inf), the first is voxel (i=" \
     --image "$I4" --label "$L4" --image "$d/nan.nii.gz" --label "$L0"
 ts_fails_on_all "a missing input file" "cannot open" 2 \
     ts_mpirun 2 "$tessera" convert nifti --image "$d/none.nii.gz" --label "$L0" --out "$d/x.h5"

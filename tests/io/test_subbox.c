@@ -2,7 +2,7 @@
  * loads its own box of every patch, and that box must be bit for bit the
  * same box of the patch a whole-patch loader produces with the same seed
  * (flips, rotations, padding, foreground boxes, gamma over the whole
- * patch's range, scale, shift), while reading exactly the chunks its box's
+ * patch's range, scale, shift, Gaussian noise keyed to patch voxels), while reading exactly the chunks its box's
  * voxels come from; errors on one rank of a group (a corrupt chunk, bad
  * boxes, other options) reach every rank without a hang. Also, on each rank alone: the
  * box transform against crops of the whole transform, and ts_patch_draw_box
@@ -156,6 +156,8 @@ static ts_patch_opts aug_opts(const int64_t p[3])
     o.gamma = 0.5;
     o.scale = 0.2;
     o.shift = 0.2;
+    o.noise_p = 0.5;
+    o.noise_std = 0.3;
     o.norm = TS_NORM_IMAGE;
     o.clip_lo = o.clip_hi = -1;
     return o;
@@ -219,6 +221,43 @@ static void test_draw_box(ts_dataset *ds)
           "range equal the boxes of ts_patch_draw, with the same number of random draws", draws);
     ts_ok(all_ok(local_differs), "draw_box: finished with only their own range some boxes differ (gamma needs the "
           "reduction)");
+    /* noise alone: the same stream with noise_std 0 makes every other choice
+     * the same, so the difference is the noise: mean ~0, std ~ its sigma */
+    int noise_ok = 1;
+    double worst = 0;
+    for (int t = 0; t < 6; t++) {
+        ts_patch_opts on = o, off = o;
+        on.noise_p = off.noise_p = 1;
+        on.noise_std = 1, off.noise_std = 0;
+        ts_patch_pending pn, pf;
+        ts_rng ra, rb;
+        ts_rng_init(&ra, 5, (uint32_t)t, 3);
+        ts_rng_init(&rb, 5, (uint32_t)t, 3);
+        static const int64_t z3[3] = {0, 0, 0};
+        if (ts_patch_draw_box(ds, t % 5, &on, &ra, 1, z3, P, whole, lw, sc, &pn) ||
+            ts_patch_draw_box(ds, t % 5, &off, &rb, 1, z3, P, box, lb, sc, &pf)) {
+            noise_ok = 0;
+            continue;
+        }
+        ts_patch_finish(whole, nv, &pn);
+        ts_patch_finish(box, nv, &pf);
+        for (int64_t c = 0; c < C; c++) {
+            double m = 0, q = 0, sg = pn.noise_sigma[c];
+            for (int64_t v = 0; v < nv; v++) {
+                double d = whole[c * nv + v] - box[c * nv + v];
+                m += d, q += d * d;
+            }
+            m /= (double)nv;
+            double sd = sqrt(q / (double)nv - m * m);
+            if (sg > 0.05) {
+                worst = fmax(worst, fabs(sd / sg - 1));
+                noise_ok &= fabs(sd / sg - 1) < 0.08 && fabs(m) < 0.1 * sg;
+            }
+        }
+        noise_ok &= !memcmp(lw, lb, (size_t)nv);
+    }
+    ts_ok(all_ok(noise_ok), "noise: the same draws otherwise; the difference has mean ~0 and the drawn sigma (worst "
+          "std/sigma - 1: %.3f)", worst);
     free(whole);
     free(box);
     free(want);
@@ -405,7 +444,7 @@ static void test_bytes(const char *path, const int64_t P[3], int t)
     ts_loader_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.patch = aug_opts(P);
-    lo.patch.gamma = lo.patch.scale = lo.patch.shift = 0; /* values stay voxel indices */
+    lo.patch.gamma = lo.patch.scale = lo.patch.shift = lo.patch.noise_p = 0; /* values stay voxel indices */
     lo.patch.norm = TS_NORM_NONE;
     lo.batch = 2;
     lo.seed = 77;

@@ -3,7 +3,8 @@
  * precision transcription of torch.optim's update rules (max error relative
  * to the largest parameter); learning rates at
  * known points of each schedule; global-norm clipping on gradients of known
- * norm; arena layout (64-byte aligned views, regions, names). */
+ * norm; arena layout (64-byte aligned views, regions, names); a sharded
+ * optimizer's update of pieces with packed state against the whole one. */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
@@ -133,6 +134,58 @@ static void test_arena_and_clip(void)
     ts_ok(a == NULL, "destroy sets the pointer to NULL");
 }
 
+/* ts_optim_step_pieces on an arena with shard-sized state regions gives,
+ * on the pieces, the bits of ts_optim_step_range on the whole arena
+ * (AdamW, clipped by the global norm), and leaves the rest alone */
+static void test_pieces(void)
+{
+    ts_arena *a = NULL, *b = NULL;
+    int rc = ts_arena_create(&a) | ts_arena_create(&b);
+    for (int k = 0; k < 2; k++) {
+        ts_arena *x = k ? b : a;
+        rc |= ts_arena_add(x, "w", TS_PARAM, TS_FLOAT32, 2, (const int64_t[]){3, 5}, NULL);
+        rc |= ts_arena_add(x, "v", TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){17}, NULL);
+    }
+    const size_t lo[2] = {0, 20}, len[2] = {5, 21};
+    rc |= ts_arena_alloc(a, 2) | ts_arena_alloc(b, 0) | ts_arena_alloc_state(b, 2, 26);
+    ts_ok(rc == 0 && b->nstate == 2 && b->nstate_floats == 26 && ts_arena_state(b, 0, 0).data == NULL &&
+              ts_arena_state(a, 0, 0).data != NULL,
+          "arena: shard-sized state regions of their own; no named state views then");
+    ts_rng r;
+    ts_rng_init(&r, 11, 0, 0);
+    for (size_t i = 0; i < a->nparam; i++) a->params[i] = b->params[i] = ts_rng_uniformf(&r) - 0.5f;
+    float init[64];
+    memcpy(init, b->params, a->nparam * sizeof(float));
+    ts_optim oa = {.cfg = {.kind = TS_OPT_ADAMW, .lr = 0.01, .weight_decay = 0.05, .beta1 = 0.9, .beta2 = 0.999,
+                           .eps = 1e-8, .clip_norm = 0.5}},
+              ob = oa;
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < a->nparam; i++) a->grads[i] = b->grads[i] = ts_rng_uniformf(&r) - 0.5f;
+        const double norm = sqrt(ts_optim_sumsq(b, 0, b->nparam)); /* the shards' sums added */
+        rc |= ts_optim_step_range(&oa, a, 0, a->nparam, -1, NULL, NULL);
+        rc |= ts_optim_step_pieces(&ob, b, 2, lo, len, norm, NULL);
+    }
+    int same = rc == 0 && oa.step == 3 && ob.step == 3;
+    for (size_t i = 0; i < a->nparam; i++) {
+        const int in = i < 5 || (i >= 20 && i < 41);
+        same &= in ? a->params[i] == b->params[i] : b->params[i] == init[i];
+    }
+    for (int st = 0; st < 2; st++) {
+        same &= !memcmp(b->state[st], a->state[st], 5 * sizeof(float));
+        same &= !memcmp(b->state[st] + 5, a->state[st] + 20, 21 * sizeof(float));
+    }
+    ts_ok(same, "pieces: AdamW with clipping on a shard gives the whole update's bits there (state packed) and "
+                "leaves the rest");
+    int e1 = ts_optim_step_range(&ob, b, 0, b->nparam, -1, NULL, NULL);
+    int e2 = ts_optim_step_pieces(&ob, b, 2, lo, len, -1, NULL);
+    const size_t big[1] = {30};
+    int e3 = ts_optim_step_pieces(&ob, b, 1, lo, big, 1.0, NULL);
+    ts_ok(e1 != 0 && e2 != 0 && e3 != 0, "pieces: refused on a whole-arena call, without the global norm, or "
+                                         "beyond the state regions");
+    ts_arena_destroy(&a);
+    ts_arena_destroy(&b);
+}
+
 int main(void)
 {
     test_sgd(0.0, 0.0, 0);
@@ -143,5 +196,6 @@ int main(void)
     test_adamw(0.05);
     test_schedules();
     test_arena_and_clip();
+    test_pieces();
     return ts_done();
 }

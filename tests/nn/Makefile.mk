@@ -8,8 +8,13 @@ check_PROGRAMS += tests/nn/test_split
 tests_nn_test_split_SOURCES = tests/nn/test_split.c
 tests_nn_test_split_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_split
-# a kernel benchmark, built on request: make tests/nn/bench_conv
-EXTRA_PROGRAMS = tests/nn/bench_conv
+# the bf16 variant chosen at run time and TESSERA_BF16_ISA
+TESTS += tests/nn/bf16_isa.sh
+EXTRA_DIST += tests/nn/bf16_isa.sh
+# benchmarks, built on request: make tests/nn/bench_conv tests/nn/bench_step_prec
+EXTRA_PROGRAMS = tests/nn/bench_conv tests/nn/bench_step_prec
 tests_nn_bench_conv_SOURCES = tests/nn/bench_conv.c
 tests_nn_bench_conv_LDADD = $(TS_LIBS)
-CLEANFILES += tests/nn/bench_conv
+tests_nn_bench_step_prec_SOURCES = tests/nn/bench_step_prec.c
+tests_nn_bench_step_prec_LDADD = $(TS_LIBS)
+CLEANFILES += tests/nn/bench_conv tests/nn/bench_step_prec

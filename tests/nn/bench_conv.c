@@ -7,8 +7,14 @@
  * to compare on a shared machine). docs/performance-engine.md uses it.
  * The split rows run the same shapes as one box of a split volume with a
  * halo on all six sides (ts_conv3d_*_split; forward all, and interior then
- * border).
- * usage: bench_conv D CIN COUT [REPS] */
+ * border). The bf16 rows run the same calls with
+ * ts_nn_set_conv_precision(TS_PREC_BF16), interleaved with the fp32 ones in
+ * every repetition; the ratio lines compare medians.
+ * usage: bench_conv D CIN COUT [REPS] [ROWS]
+ *   ROWS all (default): the rows above plus bf16; prec: fp32 and bf16
+ *   forward, weight grad, input grad; cat: the same over a concatenation
+ *   [CIN/2, CIN - CIN/2]; convt: transposed conv 2x2x2 stride 2 from
+ *   [2, (D/2)^3, CIN] to [2, D^3, COUT]. */
 #include "tsbuild.h"
 #include "src/core/timer.h"
 #include "src/nn/layers.h"
@@ -68,13 +74,101 @@ static void im2col_forward(const float *x, const float *wm, float *y, int N, int
     }
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* fp32 against bf16 for one layer: forward, weight gradient, input
+ * gradient, each precision in turn within every repetition */
+static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
+{
+    const int cat = !strcmp(mode, "cat"), convt = !strcmp(mode, "convt"), ca = C / 2;
+    const int Di = convt ? D / 2 : D, k = convt ? 2 : 3;
+    ts_tensor x, xb, w, b, y, dx, dxb, dw;
+    int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, Di, Di, Di, cat ? ca : C});
+    rc |= ts_tensor_alloc(&xb, TS_FLOAT32, 5, (const int64_t[]){N, Di, Di, Di, cat ? C - ca : 1});
+    rc |= ts_tensor_alloc(&dx, TS_FLOAT32, 5, x.shape);
+    rc |= ts_tensor_alloc(&dxb, TS_FLOAT32, 5, xb.shape);
+    rc |= ts_tensor_alloc(&y, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, OC});
+    rc |= ts_tensor_alloc(&w, TS_FLOAT32, 5, convt ? (const int64_t[]){C, OC, k, k, k} : (const int64_t[]){OC, C, k, k, k});
+    rc |= ts_tensor_alloc(&dw, TS_FLOAT32, 5, w.shape);
+    rc |= ts_tensor_alloc(&b, TS_FLOAT32, 1, (const int64_t[]){OC});
+    if (rc) return 1;
+    fill(&x);
+    fill(&xb);
+    fill(&w);
+    fill(&y);
+    fill(&b);
+    enum { K = 3 };
+    double *t = malloc(sizeof(double) * 2 * K * reps), *tc = malloc(sizeof(double) * 2 * K * reps);
+    if (!t || !tc) return 1;
+    for (int r = 0; r < reps; r++)
+        for (int pr = 0; pr < 2; pr++) {
+            rc |= ts_nn_set_conv_precision(pr ? TS_PREC_BF16 : TS_PREC_FP32);
+            for (int kk = 0; kk < K; kk++) {
+                const double t0 = ts_time_now(), c0 = cpu_now();
+                if (convt) {
+                    if (kk == 0) rc |= ts_convt3d_forward(&x, &w, &b, 2, &y);
+                    else if (kk == 1) rc |= ts_convt3d_backward(&x, &w, 2, &y, NULL, &dw, NULL);
+                    else rc |= ts_convt3d_backward(&x, &w, 2, &y, &dx, NULL, NULL);
+                } else if (cat) {
+                    if (kk == 0) rc |= ts_conv3d_cat_forward(&x, &xb, &w, &b, 1, 1, &y);
+                    else if (kk == 1) rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &y, NULL, NULL, &dw, NULL);
+                    else rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &y, &dx, &dxb, NULL, NULL);
+                } else {
+                    if (kk == 0) rc |= ts_conv3d_forward(&x, &w, &b, 1, 1, &y);
+                    else if (kk == 1) rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, NULL, &dw, NULL);
+                    else rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, &dx, NULL, NULL);
+                }
+                t[(pr * K + kk) * reps + r] = ts_time_now() - t0;
+                tc[(pr * K + kk) * reps + r] = cpu_now() - c0;
+            }
+        }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    const double fl = 2.0 * N * D * D * D * (double)C * OC * (convt ? 1 : 27);
+    if (convt) printf("convt3d 2x2x2 s2 [2, %d^3, %d] -> [2, %d^3, %d]", Di, C, D, OC);
+    else printf("conv3d 3x3x3 [2, %d^3, %s%d] -> %d", D, cat ? "cat " : "", C, OC);
+    printf(", %d thread%s, median of %d (bf16 kernels: %s); GFLOP/s by wall time, ratios by wall and by process CPU time:\n",
+           nt, nt > 1 ? "s" : "", reps, ts_nn_bf16_isa());
+    static const char *const name[K] = {"forward", "weight grad", "input grad"};
+    for (int kk = 0; kk < K; kk++) {
+        const double m32 = median(t + kk * reps, reps), m16 = median(t + (K + kk) * reps, reps);
+        const double c32 = median(tc + kk * reps, reps), c16 = median(tc + (K + kk) * reps, reps);
+        printf("  %-12s fp32 %8.2f ms %6.1f GFLOP/s   bf16 %8.2f ms %6.1f GFLOP/s   ratio %.2f (CPU %.2f)\n", name[kk],
+               m32 * 1e3, fl / m32 / 1e9, m16 * 1e3, fl / m16 / 1e9, m32 / m16, c32 / c16);
+    }
+    free(t);
+    free(tc);
+    ts_tensor *all[] = {&x, &xb, &w, &b, &y, &dx, &dxb, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS]\n");
+        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt]\n");
         return 2;
     }
     const int N = 2, D = atoi(argv[1]), C = atoi(argv[2]), OC = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
+    const char *mode = argc > 5 ? argv[5] : "all";
+    if (strcmp(mode, "all") && strcmp(mode, "prec") && strcmp(mode, "cat") && strcmp(mode, "convt")) {
+        fprintf(stderr, "bench_conv: ROWS is all, prec, cat or convt\n");
+        return 2;
+    }
+    if (strcmp(mode, "all")) return bench_prec(N, D, C, OC, reps, mode);
     int nt = 1;
 #ifdef _OPENMP
     nt = omp_get_max_threads();

@@ -5,12 +5,16 @@
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/nn/conv_impl.h" /* ts_nn_bf16_select_isa: the bf16 tests run both variants */
 #include "src/nn/layers.h"
 #include "tests/tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static ts_rng rng;
 
@@ -163,6 +167,418 @@ static void test_convt_vs_ref(int N, int D, int C, int OC, int k, int s)
     ts_tensor_free(&b);
     ts_tensor_free(&y);
     free(ry);
+}
+
+/* ---------------------------------------------------- bf16 convolutions */
+
+/* the test's own round to nearest even (inputs here are normal numbers) */
+static float bf16r(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* a copy of t with every value rounded to bf16 */
+static ts_tensor rounded(const ts_tensor *t)
+{
+    ts_tensor r = mk(t->ndim, t->shape, 0, 0);
+    const float *a = t->data;
+    float *b = r.data;
+    for (int64_t i = 0; i < ts_tensor_numel(t); i++) b[i] = bf16r(a[i]);
+    return r;
+}
+
+/* transposed conv backward reference: dx, dw (db is a plain sum, not checked here) */
+static void ref_convt_bwd(const ts_tensor *x, const ts_tensor *w, int s, const ts_tensor *dy, double *dx, double *dw)
+{
+    const int64_t N = x->shape[0], D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t OD = dy->shape[1], OH = dy->shape[2], OW = dy->shape[3], OC = dy->shape[4], k = w->shape[2];
+    const float *px = x->data, *pw = w->data, *g = dy->data;
+    memset(dx, 0, sizeof(double) * ts_tensor_numel(x));
+    memset(dw, 0, sizeof(double) * ts_tensor_numel(w));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t ww = 0; ww < W; ww++)
+                    for (int64_t kd = 0; kd < k; kd++)
+                        for (int64_t kh = 0; kh < k; kh++)
+                            for (int64_t kw = 0; kw < k; kw++)
+                                for (int64_t ci = 0; ci < C; ci++)
+                                    for (int64_t co = 0; co < OC; co++) {
+                                        const int64_t xi = (((n * D + d) * H + h) * W + ww) * C + ci;
+                                        const int64_t wi = ((ci * OC + co) * k + kd) * k * k + kh * k + kw;
+                                        const double gv = g[(((n * OD + d * s + kd) * OH + h * s + kh) * OW + ww * s + kw) * OC + co];
+                                        dx[xi] += gv * pw[wi];
+                                        dw[wi] += gv * px[xi];
+                                    }
+}
+
+/* max |a - b| / max |b| over floats */
+static double max_rel_f(const float *a, const float *b, int64_t n)
+{
+    double m = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]) / fmax(scale, 1e-30));
+    return m;
+}
+
+/* the bf16 variants to test: emulated always, native where the CPU has it */
+static int bf16_variants(const char *names[2])
+{
+    names[0] = "emulated";
+    if (ts_nn_bf16_select_isa("avx512bf16") == 0) {
+        names[1] = "avx512bf16";
+        return 2;
+    }
+    ts_diag("this CPU has no AVX512-BF16: the native bf16 kernels are not tested");
+    return 1;
+}
+
+/* One conv3d (or, transposed, convt3d) shape in bf16: forward, input
+ * gradient and weight gradient of each variant against double references
+ * on bf16-rounded operands (only fp32 summation differs: < 1e-5); the
+ * variants bitwise equal; and the bf16 results off the fp32 ones by the
+ * bf16 error (1e-4 .. 3e-2: the setting does change the arithmetic). */
+static void test_bf16_shape(int transposed, int N, int D, int H, int W, int C, int OC, int k, int s, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), b = MK(-1, 1, OC);
+    ts_tensor w = transposed ? MK(-0.5f, 0.5f, C, OC, k, k, k) : MK(-0.5f, 0.5f, OC, C, k, k, k);
+    const int64_t OD = transposed ? (D - 1) * s + k : ts_conv_out_size(D, k, s, p);
+    const int64_t OH = transposed ? (H - 1) * s + k : ts_conv_out_size(H, k, s, p);
+    const int64_t OW = transposed ? (W - 1) * s + k : ts_conv_out_size(W, k, s, p);
+    ts_tensor dy = MK(-1, 1, N, OD, OH, OW, OC), xr = rounded(&x), wr = rounded(&w), dyr = rounded(&dy);
+    const int64_t ny = N * OD * OH * OW * OC, nx = ts_tensor_numel(&x), nw = ts_tensor_numel(&w);
+    double *ry = malloc(sizeof(double) * ny), *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw);
+    double *rdb = malloc(sizeof(double) * OC);
+    ts_tensor out[2][4], f32[4]; /* y, dx, dw, db per variant; fp32 */
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+    int rc = 0;
+    for (int v = 0; v <= nvar; v++) { /* v < nvar: bf16 variants; v == nvar: fp32 */
+        ts_tensor *o = v < nvar ? out[v] : f32;
+        o[0] = MK(0, 0, N, OD, OH, OW, OC);
+        o[1] = mk(5, x.shape, 0, 0);
+        o[2] = mk(5, w.shape, 1, 1); /* accumulated into */
+        o[3] = MK(1, 1, OC);
+        if (v < nvar) rc |= ts_nn_bf16_select_isa(names[v]);
+        rc |= ts_nn_set_conv_precision(v < nvar ? TS_PREC_BF16 : TS_PREC_FP32);
+        if (transposed) {
+            rc |= ts_convt3d_forward(&x, &w, bias ? &b : NULL, s, &o[0]);
+            rc |= ts_convt3d_backward(&x, &w, s, &dy, &o[1], &o[2], &o[3]);
+        } else {
+            rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, s, p, &o[0]);
+            rc |= ts_conv3d_backward(&x, &w, s, p, &dy, &o[1], &o[2], &o[3]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_nn_bf16_select_isa("auto");
+    /* references on the rounded operands (bias and its gradient: fp32) */
+    if (transposed) {
+        ref_convt(&xr, &wr, bias ? &b : NULL, s, &out[0][0], ry);
+        ref_convt_bwd(&xr, &wr, s, &dyr, rdx, rdw);
+    } else {
+        ref_conv(&xr, &wr, bias ? &b : NULL, s, p, &out[0][0], ry);
+        ref_conv_bwd(&xr, &wr, s, p, &dyr, rdx, rdw, rdb);
+    }
+    for (int64_t i = 0; i < nw; i++) rdw[i] += 1.0;
+    char what[128];
+    snprintf(what, sizeof what, "%s %dx%dx%dx%dx%d -> %d k%d s%d%s", transposed ? "convt3d" : "conv3d", N, D, H, W, C, OC, k, s,
+             transposed ? "" : (p ? " p1" : " p0"));
+    for (int v = 0; v < nvar; v++) {
+        const double ey = max_rel(out[v][0].data, ry, ny), ex = max_rel(out[v][1].data, rdx, nx),
+                     ew = max_rel(out[v][2].data, rdw, nw);
+        ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5,
+              "bf16 (%s) %s = double on bf16-rounded operands: y %.1e dx %.1e dw %.1e", names[v], what, ey, ex, ew);
+    }
+    if (nvar == 2) {
+        int same = 1;
+        for (int t = 0; t < 4; t++)
+            same &= !memcmp(out[0][t].data, out[1][t].data, (size_t)ts_tensor_numel(&out[0][t]) * 4);
+        ts_ok(rc == 0 && same, "bf16 %s: emulated and avx512bf16 results bitwise equal (y, dx, dw, db)", what);
+    }
+    /* bf16 against fp32: the rounding error of bf16 operands, and db identical (fp32 sum of dy) */
+    double lo = 1, hi = 0;
+    for (int t = 0; t < 3; t++) {
+        const double e = max_rel_f(out[0][t].data, f32[t].data, ts_tensor_numel(&f32[t]));
+        lo = fmin(lo, e);
+        hi = fmax(hi, e);
+    }
+    const int db_same = !memcmp(out[0][3].data, f32[3].data, (size_t)OC * 4);
+    ts_ok(rc == 0 && lo > 1e-4 && hi < 3e-2 && db_same,
+          "bf16 %s differs from fp32 by bf16 rounding: %.1e .. %.1e relative (y, dx, dw); db as fp32", what, lo, hi);
+    for (int v = 0; v <= nvar; v++)
+        for (int t = 0; t < 4; t++) ts_tensor_free(v < nvar ? &out[v][t] : &f32[t]);
+    ts_tensor *all[] = {&x, &w, &b, &dy, &xr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* conv over [a, b] in bf16: against the double reference on the rounded
+ * concatenation, and against concat + bf16 conv3d */
+static void test_bf16_cat(int ca, int cb, int OC)
+{
+    const int64_t N = 2, D = 4, H = 5, W = 19;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), b = MK(-1, 1, N, D, H, W, cb), cat = MK(0, 0, N, D, H, W, ca + cb);
+    ts_tensor w = MK(-0.3f, 0.3f, OC, ca + cb, 3, 3, 3), bias = MK(-1, 1, OC), dy = MK(-1, 1, N, D, H, W, OC);
+    ts_tensor y1 = MK(0, 0, N, D, H, W, OC), y2 = MK(0, 0, N, D, H, W, OC), dcat = MK(0, 0, N, D, H, W, ca + cb);
+    ts_tensor da = MK(0, 0, N, D, H, W, ca), db = MK(0, 0, N, D, H, W, cb), dac = MK(0, 0, N, D, H, W, ca),
+              dbc = MK(0, 0, N, D, H, W, cb);
+    ts_tensor dw1 = MK(0, 0, OC, ca + cb, 3, 3, 3), dw2 = MK(0, 0, OC, ca + cb, 3, 3, 3);
+    int rc = ts_concat_forward(&a, &b, &cat);
+    ts_tensor catr = rounded(&cat), wr = rounded(&w), dyr = rounded(&dy);
+    double *ry = malloc(sizeof(double) * ts_tensor_numel(&y1)), *rdx = malloc(sizeof(double) * ts_tensor_numel(&cat));
+    double *rdw = malloc(sizeof(double) * ts_tensor_numel(&w)), *rdb = malloc(sizeof(double) * OC);
+    ref_conv(&catr, &wr, &bias, 1, 1, &y1, ry);
+    ref_conv_bwd(&catr, &wr, 1, 1, &dyr, rdx, rdw, rdb);
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+    for (int v = 0; v < nvar; v++) {
+        rc |= ts_nn_bf16_select_isa(names[v]);
+        rc |= ts_nn_set_conv_precision(TS_PREC_BF16);
+        ts_tensor_zero(&dw1);
+        ts_tensor_zero(&dw2);
+        rc |= ts_conv3d_cat_forward(&a, &b, &w, &bias, 1, 1, &y1);
+        rc |= ts_conv3d_cat_backward(&a, &b, &w, 1, 1, &dy, &da, &db, &dw1, NULL);
+        rc |= ts_conv3d_forward(&cat, &w, &bias, 1, 1, &y2);
+        rc |= ts_conv3d_backward(&cat, &w, 1, 1, &dy, &dcat, &dw2, NULL);
+        rc |= ts_concat_backward(&dcat, &dac, &dbc);
+        rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+        /* the reference's dx is the concatenation: compare [da, db] through dcat's layout */
+        double ex = 0, sx = 0;
+        const float *pa = da.data, *pb = db.data;
+        for (int64_t vx = 0; vx < N * D * H * W; vx++)
+            for (int c = 0; c < ca + cb; c++) {
+                const double r = rdx[vx * (ca + cb) + c], got = c < ca ? pa[vx * ca + c] : pb[vx * cb + c - ca];
+                ex = fmax(ex, fabs(got - r));
+                sx = fmax(sx, fabs(r));
+            }
+        ex /= fmax(sx, 1e-30);
+        const double ey = max_rel(y1.data, ry, ts_tensor_numel(&y1)), ew = max_rel(dw1.data, rdw, ts_tensor_numel(&w));
+        const double ec = fmax(fmax(max_rel_f(y1.data, y2.data, ts_tensor_numel(&y1)), max_rel_f(dw1.data, dw2.data, ts_tensor_numel(&w))),
+                               fmax(max_rel_f(da.data, dac.data, ts_tensor_numel(&da)), max_rel_f(db.data, dbc.data, ts_tensor_numel(&db))));
+        ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && ec < 1e-6,
+              "bf16 (%s) conv over [a (%d), b (%d)] -> %d = double on rounded operands: y %.1e dx %.1e dw %.1e; = concat + conv %.1e",
+              names[v], ca, cb, OC, ey, ex, ew, ec);
+    }
+    rc |= ts_nn_bf16_select_isa("auto");
+    ts_tensor *all[] = {&a, &b, &cat, &w, &bias, &dy, &y1, &y2, &dcat, &da, &db, &dac, &dbc, &dw1, &dw2, &catr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* bf16 results do not depend on the thread count (fixed items and chunks,
+ * as fp32): conv, conv over a concatenation and transposed conv, forward
+ * and backward, with 1, 2, 3 and 5 threads, bitwise */
+static void test_bf16_threads(void)
+{
+#ifdef _OPENMP
+    const int nt0 = omp_get_max_threads();
+    ts_tensor x = MK(-1, 1, 2, 6, 17, 40, 8), xb = MK(-1, 1, 2, 6, 17, 40, 8), w = MK(-0.3f, 0.3f, 20, 16, 3, 3, 3);
+    ts_tensor b = MK(-1, 1, 20), dy = MK(-1, 1, 2, 6, 17, 40, 20), wt = MK(-0.3f, 0.3f, 8, 6, 2, 2, 2);
+    ts_tensor dyt = MK(-1, 1, 2, 12, 34, 80, 6);
+    ts_tensor out[4][7];
+    int rc = ts_nn_set_conv_precision(TS_PREC_BF16), same = 1;
+    const int threads[4] = {1, 2, 3, 5};
+    for (int i = 0; i < 4; i++) {
+        omp_set_num_threads(threads[i]);
+        ts_tensor *o = out[i];
+        o[0] = MK(0, 0, 2, 6, 17, 40, 20);
+        o[1] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[2] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[3] = MK(0, 0, 20, 16, 3, 3, 3);
+        o[4] = MK(0, 0, 2, 12, 34, 80, 6);
+        o[5] = MK(0, 0, 2, 6, 17, 40, 8);
+        o[6] = MK(0, 0, 8, 6, 2, 2, 2);
+        rc |= ts_conv3d_cat_forward(&x, &xb, &w, &b, 1, 1, &o[0]);
+        rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &dy, &o[1], &o[2], &o[3], NULL);
+        rc |= ts_convt3d_forward(&x, &wt, NULL, 2, &o[4]);
+        rc |= ts_convt3d_backward(&x, &wt, 2, &dyt, &o[5], &o[6], NULL);
+        if (i)
+            for (int t = 0; t < 7; t++) same &= !memcmp(o[t].data, out[0][t].data, (size_t)ts_tensor_numel(&o[t]) * 4);
+    }
+    omp_set_num_threads(nt0);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_ok(rc == 0 && same, "bf16 (%s) conv over a concatenation and transposed conv, forward and backward: bitwise the same with 1, 2, 3, 5 threads",
+          ts_nn_bf16_isa());
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 7; t++) ts_tensor_free(&out[i][t]);
+    ts_tensor *all[] = {&x, &xb, &w, &b, &dy, &wt, &dyt};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+#endif
+}
+
+/* the switch: default fp32, bad values refused, the ISA names */
+static void test_bf16_switch(void)
+{
+    int ok = ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_set_conv_precision((ts_precision)7) == TS_ERR_ARG && ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_set_conv_precision(TS_PREC_BF16) == 0 && ts_nn_conv_precision() == TS_PREC_BF16;
+    ok &= ts_nn_set_conv_precision(TS_PREC_FP16) == 0 && ts_nn_conv_precision() == TS_PREC_FP16;
+    ok &= ts_nn_set_conv_precision(TS_PREC_FP32) == 0 && ts_nn_conv_precision() == TS_PREC_FP32;
+    ok &= ts_nn_bf16_select_isa("emulated") == 0 && !strcmp(ts_nn_bf16_isa(), "emulated");
+    ok &= ts_nn_bf16_select_isa("fp8") == TS_ERR_ARG && !strcmp(ts_nn_bf16_isa(), "emulated");
+    ok &= ts_nn_bf16_select_isa("auto") == 0;
+    const char *isa = ts_nn_bf16_isa();
+    ok &= !strcmp(isa, "avx512bf16") || !strcmp(isa, "emulated");
+    ts_ok(ok, "conv precision: fp32 by default, bf16, fp16 and back, bad values refused; bf16 kernels here: %s", isa);
+}
+
+/* ---------------------------------------------------- fp16 convolutions */
+
+/* the reference rounding: the compiler's own conversion to _Float16 (IEEE
+ * binary16, ties to even, overflow to inf, subnormals) */
+static float fp16r(float f) { return (float)(_Float16)f; }
+
+static ts_tensor rounded16(const ts_tensor *t)
+{
+    ts_tensor r = mk(t->ndim, t->shape, 0, 0);
+    const float *a = t->data;
+    float *b = r.data;
+    for (int64_t i = 0; i < ts_tensor_numel(t); i++) b[i] = fp16r(a[i]);
+    return r;
+}
+
+/* ts_nn_fp16_round against _Float16 on the edges of half's range and on
+ * random values over every exponent */
+static void test_fp16_round(void)
+{
+    static const float edge[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e5f, 3.4e38f,
+                                 0x1p-14f, 0x1.ffcp-15f, 0x1p-24f, 0x1p-25f, 0x1.0001p-25f, 0x1.8p-24f, 0x1p-26f,
+                                 6e-8f, -6e-8f, 0x1p-149f, 1.0009765625f, 1.00048828125f, 1.00146484375f,
+                                 2047.5f, 2048.5f, 4097.0f};
+    int bad = 0;
+    uint64_t st = 12345;
+    for (int i = 0; i < 200000 + (int)(sizeof edge / sizeof *edge); i++) {
+        float f;
+        if (i < (int)(sizeof edge / sizeof *edge)) {
+            f = edge[i];
+        } else {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t u = (uint32_t)(st >> 32);
+            memcpy(&f, &u, 4);
+            if (isnan(f)) continue;
+        }
+        const float a = ts_nn_fp16_round(f), b = fp16r(f);
+        if (memcmp(&a, &b, 4)) {
+            if (bad++ < 3) ts_diag("fp16 rounding of %a: %a, _Float16 gives %a", f, a, b);
+        }
+    }
+    const float qn = ts_nn_fp16_round(NAN);
+    ts_ok(bad == 0 && isnan(qn) && isinf(ts_nn_fp16_round(65520.0f)) && ts_nn_fp16_round(65519.0f) == 65504.0f,
+          "fp16 rounding = _Float16 conversion on 200k random floats and the edges (65504, 65520 -> inf, subnormals, NaN)");
+}
+
+/* One conv3d (or convt3d) shape in fp16: forward, input and weight
+ * gradients against double references on fp16-rounded operands (< 1e-5),
+ * and off fp32 by the fp16 rounding (1e-6 .. 3e-3), db as fp32. */
+static void test_fp16_shape(int transposed, int N, int D, int H, int W, int C, int OC, int k, int s, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), b = MK(-1, 1, OC);
+    ts_tensor w = transposed ? MK(-0.5f, 0.5f, C, OC, k, k, k) : MK(-0.5f, 0.5f, OC, C, k, k, k);
+    const int64_t OD = transposed ? (D - 1) * s + k : ts_conv_out_size(D, k, s, p);
+    const int64_t OH = transposed ? (H - 1) * s + k : ts_conv_out_size(H, k, s, p);
+    const int64_t OW = transposed ? (W - 1) * s + k : ts_conv_out_size(W, k, s, p);
+    ts_tensor dy = MK(-1, 1, N, OD, OH, OW, OC), xr = rounded16(&x), wr = rounded16(&w), dyr = rounded16(&dy);
+    const int64_t ny = N * OD * OH * OW * OC, nx = ts_tensor_numel(&x), nw = ts_tensor_numel(&w);
+    double *ry = malloc(sizeof(double) * ny), *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw);
+    double *rdb = malloc(sizeof(double) * OC);
+    ts_tensor o16[4], f32[4];
+    int rc = 0;
+    for (int v = 0; v < 2; v++) {
+        ts_tensor *o = v == 0 ? o16 : f32;
+        o[0] = MK(0, 0, N, OD, OH, OW, OC);
+        o[1] = mk(5, x.shape, 0, 0);
+        o[2] = mk(5, w.shape, 1, 1);
+        o[3] = MK(1, 1, OC);
+        rc |= ts_nn_set_conv_precision(v == 0 ? TS_PREC_FP16 : TS_PREC_FP32);
+        if (transposed) {
+            rc |= ts_convt3d_forward(&x, &w, bias ? &b : NULL, s, &o[0]);
+            rc |= ts_convt3d_backward(&x, &w, s, &dy, &o[1], &o[2], &o[3]);
+        } else {
+            rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, s, p, &o[0]);
+            rc |= ts_conv3d_backward(&x, &w, s, p, &dy, &o[1], &o[2], &o[3]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    if (transposed) {
+        ref_convt(&xr, &wr, bias ? &b : NULL, s, &o16[0], ry);
+        ref_convt_bwd(&xr, &wr, s, &dyr, rdx, rdw);
+    } else {
+        ref_conv(&xr, &wr, bias ? &b : NULL, s, p, &o16[0], ry);
+        ref_conv_bwd(&xr, &wr, s, p, &dyr, rdx, rdw, rdb);
+    }
+    for (int64_t i = 0; i < nw; i++) rdw[i] += 1.0;
+    char what[128];
+    snprintf(what, sizeof what, "%s %dx%dx%dx%dx%d -> %d k%d s%d%s", transposed ? "convt3d" : "conv3d", N, D, H, W, C, OC, k, s,
+             transposed ? "" : (p ? " p1" : " p0"));
+    const double ey = max_rel(o16[0].data, ry, ny), ex = max_rel(o16[1].data, rdx, nx), ew = max_rel(o16[2].data, rdw, nw);
+    ts_ok(rc == 0 && ey < 1e-5 && ex < 1e-5 && ew < 1e-5, "fp16 %s = double on fp16-rounded operands: y %.1e dx %.1e dw %.1e",
+          what, ey, ex, ew);
+    double lo = 1, hi = 0;
+    for (int t = 0; t < 3; t++) {
+        const double e = max_rel_f(o16[t].data, f32[t].data, ts_tensor_numel(&f32[t]));
+        lo = fmin(lo, e);
+        hi = fmax(hi, e);
+    }
+    const int db_same = !memcmp(o16[3].data, f32[3].data, (size_t)OC * 4);
+    ts_ok(rc == 0 && lo > 1e-6 && hi < 3e-3 && db_same,
+          "fp16 %s differs from fp32 by fp16 rounding: %.1e .. %.1e relative (y, dx, dw); db as fp32", what, lo, hi);
+    for (int t = 0; t < 4; t++) {
+        ts_tensor_free(&o16[t]);
+        ts_tensor_free(&f32[t]);
+    }
+    ts_tensor *all[] = {&x, &w, &b, &dy, &xr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    free(ry);
+    free(rdx);
+    free(rdw);
+    free(rdb);
+}
+
+/* fp16's range: an input of 70000 (beyond 65504) is inf in fp16, finite in
+ * fp32 and bf16; an output gradient of 1e-8 (below half's smallest
+ * subnormal / 2) contributes nothing to the fp16 weight gradient */
+static void test_fp16_range(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 4, 4, 4, 2), w = MK(-0.5f, 0.5f, 3, 2, 3, 3, 3), y = MK(0, 0, 1, 4, 4, 4, 3);
+    ts_tensor dy = MK(0, 0, 1, 4, 4, 4, 3), dw = MK(0, 0, 3, 2, 3, 3, 3);
+    ((float *)x.data)[2 * (4 * 4 * 1 + 4 * 1 + 1)] = 70000.0f; /* voxel (1,1,1) channel 0 */
+    int rc = 0, inf16 = 0, fin[2] = {1, 1};
+    const ts_precision pr[3] = {TS_PREC_FP16, TS_PREC_FP32, TS_PREC_BF16};
+    for (int v = 0; v < 3; v++) {
+        rc |= ts_nn_set_conv_precision(pr[v]);
+        rc |= ts_conv3d_forward(&x, &w, NULL, 1, 1, &y);
+        for (int64_t i = 0; i < ts_tensor_numel(&y); i++) {
+            const float f = ((float *)y.data)[i];
+            if (v == 0) inf16 += isinf(f) ? 1 : 0;
+            else fin[v - 1] &= isfinite(f);
+        }
+    }
+    for (int64_t i = 0; i < ts_tensor_numel(&dy); i++) ((float *)dy.data)[i] = 1e-8f;
+    ((float *)x.data)[2 * (4 * 4 * 1 + 4 * 1 + 1)] = 1.0f;
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP16);
+    rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, NULL, &dw, NULL);
+    double m16 = 0;
+    for (int64_t i = 0; i < ts_tensor_numel(&dw); i++) m16 = fmax(m16, fabs(((float *)dw.data)[i]));
+    ts_tensor_zero(&dw);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, NULL, &dw, NULL);
+    double m32 = 0;
+    for (int64_t i = 0; i < ts_tensor_numel(&dw); i++) m32 = fmax(m32, fabs(((float *)dw.data)[i]));
+    ts_ok(rc == 0 && inf16 > 0 && fin[0] && fin[1] && m16 == 0 && m32 > 0,
+          "fp16 range: 70000 in x gives %d inf outputs in fp16, none in fp32 or bf16; dy = 1e-8 underflows to a zero "
+          "weight gradient in fp16 (fp32: %.1e)", inf16, m32);
+    ts_tensor *all[] = {&x, &w, &y, &dy, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
 /* ---------------------------------------------------- finite differences */
@@ -649,8 +1065,12 @@ static void test_bn_accuracy(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
+        printf("%s\n", ts_nn_bf16_isa());
+        return 0;
+    }
     ts_rng_init(&rng, 42, 0, 0);
     /* fast kernels vs references: tile tails, padded channels, strides */
     test_conv_vs_ref(2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
@@ -672,6 +1092,47 @@ int main(void)
     test_conv_cat(32, 32, 32);
     test_conv_cat(4, 8, 6);
     test_conv_cat(20, 12, 16);
+    /* bf16: the same shapes, each variant, against references on rounded operands */
+    test_bf16_switch();
+    test_bf16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 3, 5, 19, 32, 32, 3, 1, 1, 0);
+    test_bf16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
+    test_bf16_shape(0, 2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
+    test_bf16_shape(0, 2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
+    test_bf16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
+    test_bf16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
+    test_bf16_shape(0, 1, 6, 5, 7, 3, 4, 3, 1, 0, 1);
+    test_bf16_shape(0, 1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
+    test_bf16_shape(0, 1, 4, 5, 6, 17, 33, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 9, 7, 11, 6, 5, 3, 3, 1, 1);
+    /* weight-gradient items that follow each other along D (the bf16 plane ring), strides 1 and 2 */
+    test_bf16_shape(0, 2, 6, 9, 70, 5, 20, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 5, 16, 40, 16, 16, 3, 1, 1, 0);
+    test_bf16_shape(0, 1, 9, 20, 60, 4, 6, 3, 2, 1, 1);
+    test_bf16_shape(1, 2, 3, 4, 3, 32, 16, 2, 2, 0, 1);
+    test_bf16_shape(1, 1, 4, 5, 4, 5, 7, 2, 2, 0, 1);
+    test_bf16_shape(1, 1, 3, 4, 3, 3, 4, 3, 2, 0, 1);
+    test_bf16_shape(1, 1, 3, 4, 3, 64, 40, 2, 2, 0, 0);
+    test_bf16_cat(16, 16, 16);
+    test_bf16_cat(32, 32, 32);
+    test_bf16_cat(4, 8, 6);
+    test_bf16_cat(20, 12, 16);
+    test_bf16_cat(3, 6, 5);
+    test_bf16_threads();
+    /* fp16: the rounding, the same kinds of shapes, the range */
+    test_fp16_round();
+    test_fp16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
+    test_fp16_shape(0, 1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
+    test_fp16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
+    test_fp16_shape(0, 2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
+    test_fp16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
+    test_fp16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
+    test_fp16_shape(0, 2, 6, 9, 70, 5, 20, 3, 1, 1, 1);
+    test_fp16_shape(1, 2, 3, 4, 3, 32, 16, 2, 2, 0, 1);
+    test_fp16_shape(1, 1, 3, 4, 3, 3, 4, 3, 2, 0, 1);
+    test_fp16_range();
     /* finite differences */
     fd_conv(3, 4, 4, 3, 1, 1);
     fd_conv(3, 2, 5, 3, 2, 1);

@@ -9,6 +9,7 @@
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/nn/conv_impl.h" /* ts_nn_bf16_select_isa */
 #include "src/nn/layers.h"
 #include "tests/tap.h"
 
@@ -703,6 +704,40 @@ int main(void)
     test_conv_split("conv over [a 3, b 5] -> 20, N=1, 12x10x9 in 2x2 boxes (D, H)", 1, g1, &dh, 3, 5, 20, 0);
     test_conv_split("conv over [a 16, b 16] -> 16, N=1, 12x10x9 in 3 boxes along D", 1, g1, &d_only, 16, 16, 16, 0);
     test_conv_no_halo();
+    /* the same in bf16 (split and whole volume both bf16: the same rounded
+     * operands, only the summation differs), in each bf16 variant */
+    const char *isas[2] = {"emulated", "avx512bf16"};
+    for (int v = 0; v < 2; v++) {
+        if (ts_nn_bf16_select_isa(isas[v])) {
+            ts_diag("no AVX512-BF16 here: the native bf16 split convolutions are not tested");
+            continue;
+        }
+        char what[160];
+        ts_nn_set_conv_precision(TS_PREC_BF16);
+        snprintf(what, sizeof what, "bf16 (%s) conv 3->5, N=1, 12x10x9 in 2x2x3 boxes (D, H, W)", isas[v]);
+        test_conv_split(what, 1, g1, &dhw, 3, 0, 5, 0);
+        snprintf(what, sizeof what, "bf16 (%s) conv 16->16, N=2, 16x20x12 in 2x2 boxes (D, H)", isas[v]);
+        test_conv_split(what, 2, g2, &dh2, 16, 0, 16, 0);
+        snprintf(what, sizeof what, "bf16 (%s) conv 20->36, N=1, 12x10x9 in 2x2x3 boxes, zero faces at the border", isas[v]);
+        test_conv_split(what, 1, g1, &dhw, 20, 0, 36, 1);
+        snprintf(what, sizeof what, "bf16 (%s) conv 3->5, N=1, 16x20x12 in 1x2x3 boxes (H, W; a box 1 column wide)", isas[v]);
+        test_conv_split(what, 1, g2, &w1, 3, 0, 5, 0);
+        snprintf(what, sizeof what, "bf16 (%s) conv over [a 4, b 12] -> 16, N=2, 12x10x9 in 2x2x3 boxes", isas[v]);
+        test_conv_split(what, 2, g1, &dhw, 4, 12, 16, 0);
+        snprintf(what, sizeof what, "bf16 (%s) conv over [a 3, b 5] -> 20, N=1, 12x10x9 in 2x2 boxes (D, H)", isas[v]);
+        test_conv_split(what, 1, g1, &dh, 3, 5, 20, 0);
+        snprintf(what, sizeof what, "bf16 (%s) conv over [a 16, b 16] -> 16, N=1, 12x10x9 in 3 boxes along D", isas[v]);
+        test_conv_split(what, 1, g1, &d_only, 16, 16, 16, 0);
+        ts_nn_set_conv_precision(TS_PREC_FP32);
+    }
+    ts_nn_bf16_select_isa("auto");
+    /* fp16: halo faces rounded like the box's own values */
+    ts_nn_set_conv_precision(TS_PREC_FP16);
+    test_conv_split("fp16 conv 3->5, N=1, 12x10x9 in 2x2x3 boxes (D, H, W)", 1, g1, &dhw, 3, 0, 5, 0);
+    test_conv_split("fp16 conv 16->16, N=2, 16x20x12 in 2x2 boxes (D, H)", 2, g2, &dh2, 16, 0, 16, 0);
+    test_conv_split("fp16 conv over [a 4, b 12] -> 16, N=2, 12x10x9 in 2x2x3 boxes", 2, g1, &dhw, 4, 12, 16, 0);
+    test_conv_split("fp16 conv 20->36, N=1, 12x10x9 in 2x2x3 boxes, zero faces at the border", 1, g1, &dhw, 20, 0, 36, 1);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
     /* norms: 6 ranks (2x3 boxes), 3 ranks along D, 4 ranks along D, H and W */
     const int gn[3] = {6, 7, 5};
     const split_t n6 = {{2, 3, 1}, {{0, 2, 6}, {0, 2, 3, 7}, {0, 5}}};

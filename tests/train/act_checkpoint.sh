@@ -1,0 +1,97 @@
+#!/bin/sh
+# Activation checkpointing (model.checkpoint_levels; issue [9]) end to end:
+# training with levels recomputed gives bit-identical losses and weights to
+# training without (and the weights moved), on 1 rank (batch and group
+# norm; train.precision bf16 and fp16), on dp = 2 x sp = 2 (batch norm: the
+# recomputation exchanges the halos and sums the statistics over the
+# spatial group again) and on
+# dp = 2 x pp = 2 (1F1B, the cut inside a checkpointed level); `bench step
+# --compare-checkpoint` on sp = 2 finds bit-identical gradients and less
+# activation memory; bad level lists (out of range, duplicate, not a
+# number) fail on every rank naming the key, before any work.
+. "$TS_SRCDIR/tests/mpi/lib.sh"
+. "$TS_SRCDIR/tests/io/lib_io.sh"
+TESSERA="$TS_BUILDDIR/tessera"
+export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
+d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-actckpt.XXXXXX")
+trap 'rm -rf "$d"' EXIT
+
+ts_step "synthetic dataset: 4 samples of 20^3, 3 classes" \
+    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 4 --size 20 --classes 3 --seed 5
+cat >"$d/a.ini" <<'INI'
+[model]
+channels = 4,8,16
+classes = 3
+groups = 2
+[data]
+patch = 16
+[train]
+batch = 2
+steps = 3
+lr = 0.05
+momentum = 0.9
+loss = ce+dice
+deterministic = true
+log_every = 1
+[eval]
+final = false
+INI
+run() { # run NP NAME ARGS...: trains into $d/NAME
+    _np=$1 _name=$2
+    shift 2
+    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" \
+        run.dir="$d/$_name" "$@"
+}
+same() { # same REF RUN INIT [LOSS_RTOL WEIGHT_TOL]: 0 0 = bit-identical
+    if [ -n "$TS_PY" ]; then
+        ts_step "$2 = $1: losses within ${4:-1e-5}, weights within ${5:-1e-4} of their scale (and they moved)" \
+            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/$3" 3 ${4:-1e-5} ${5:-1e-4}
+    else
+        ts_skip "$2 = $1" "no python3 with h5py"
+    fi
+}
+for norm in batch group; do
+    ts_step "initial weights ($norm norm)" "$TESSERA" model init "$d/a.ini" model.norm=$norm --out "$d/init-$norm.h5" --seed 0
+    run 1 "$norm-1" model.norm=$norm
+    run 1 "$norm-1-ck01" model.norm=$norm model.checkpoint_levels=0,1
+    ts_check "the start line names the checkpointed levels" \
+        sh -c "printf '%s\n' \"\$0\" | grep -q 'activation checkpointing: levels 0,1 recomputed in backward'" "$ts_out"
+    same "$norm-1" "$norm-1-ck01" "init-$norm.h5" 0 0
+done
+# mixed precision: the recomputation uses the same low-precision convolutions (fp16: with loss scaling)
+for prec in bf16 fp16; do
+    run 1 "$prec-1" train.precision=$prec
+    run 1 "$prec-1-ck01" train.precision=$prec model.checkpoint_levels=0,1
+    same "$prec-1" "$prec-1-ck01" init-batch.h5 0 0
+done
+# dp = 2 x sp = 2: every level recomputed
+run 4 dp2sp2 parallel.dp=2 parallel.sp=2
+run 4 dp2sp2-ckall parallel.dp=2 parallel.sp=2 model.checkpoint_levels=all
+same dp2sp2 dp2sp2-ckall init-batch.h5 0 0
+# dp = 2 x pp = 2, 1F1B: the cut between enc1's convolutions, inside checkpointed level 1 (its first norm's
+# output leaves stage 0); both stages recompute levels while other micro-batches are in flight
+pp="parallel.dp=2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=1f1b parallel.pp_cut=enc1.conv2"
+run 4 dp2pp2 $pp
+run 4 dp2pp2-ck01 $pp model.checkpoint_levels=0,1
+same dp2pp2 dp2pp2-ck01 init-batch.h5 0 0
+# the benchmark's side-by-side comparison on a spatial split
+ts_step "bench step --compare-checkpoint 0,1 on sp = 2: gradients bit-identical" \
+    ts_mpirun 2 "$TESSERA" bench step "$d/a.ini" parallel.sp=2 data.patch=32 --compare-checkpoint 0,1 --steps 1 \
+    --warmup 0 --rounds 1 --json "$d/cmp.json"
+ts_check "its report says bit-identical" sh -c "printf '%s\n' \"\$0\" | grep -q 'same weights bit-identical'" "$ts_out"
+if [ -n "$TS_PY" ]; then
+    ts_step "bench step JSON: activations with levels 0,1 below those without, as the memory plan says" "$TS_PY" -c "
+import json; c = json.load(open('$d/cmp.json'))['checkpoint_compare']
+print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
+assert c['levels_a'] == 'none' and c['levels_b'] == '0,1' and c['grads_identical']
+assert c['act_bytes_b'] < 0.8 * c['act_bytes_a'] and c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
+"
+else
+    ts_skip "bench step JSON" "no python3"
+fi
+# bad values: every rank fails before any work, naming the key
+for bad in 9 -1 x 1,1; do
+    ts_fails_on_all "model.checkpoint_levels=$bad refused on both ranks" "model.checkpoint_levels = '$bad'" 2 \
+        ts_mpirun 2 "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.checkpoint_levels=$bad
+done
+ts_finish
