@@ -47,7 +47,7 @@ int main(int argc, char **argv)
             if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) add(&files, &n, &cap, p);
         }
         if (d) closedir(d);
-        qsort(files + first, (size_t)(n - first), sizeof *files, cmp_str);
+        if (n > first) qsort(files + first, (size_t)(n - first), sizeof *files, cmp_str); /* files is NULL while empty */
     }
     if (!n) {
         printf("1..0 # SKIP no inputs given\n");
