@@ -57,6 +57,10 @@ int ts_coll_tuning_load(ts_coll *c, const char *path)
         if (!cJSON_IsString(op) || !cJSON_IsString(algo) || !cJSON_IsNumber(ranks) || !cJSON_IsNumber(nodes) ||
             !cJSON_IsNumber(mb))
             TS_FAIL(TS_ERR_FORMAT, "%s: entry %d needs op, algo, ranks, nodes, max_bytes", path, k);
+        /* 2^63: the largest size a double converts to size_t exactly; beyond it, or negative or NaN, the
+         * conversion is undefined (found by fuzz_json) */
+        if (!(mb->valuedouble >= 0 && mb->valuedouble <= 9223372036854775808.0))
+            TS_FAIL(TS_ERR_FORMAT, "%s: entry %d: max_bytes %g is not a size (0 .. 2^63)", path, k, mb->valuedouble);
         if (ts_coll_kind_parse(op->valuestring, &kind))
             TS_FAIL(TS_ERR_FORMAT, "%s: entry %d: unknown op '%s'", path, k, op->valuestring);
         int idx = ts_coll_registry_find(kind, algo->valuestring);

@@ -1,4 +1,4 @@
-/* Checkpoints (docs/architecture.md, docs/formats.md): a directory
+/* Checkpoints (docs/formats.md): a directory
  * <ckpt>/step-<N>/ holding state.h5 (named tensors: /params/<dotted name>
  * in PyTorch layout as in a weights file, /optim/<state>/<dotted name>,
  * and /meta) and manifest.json, written last. Everything is written under

@@ -1,4 +1,4 @@
-/* The 3D U-Net of docs/architecture.md: encoder levels enc0..enc{L-1} of two
+/* The 3D U-Net of docs/engine.md: encoder levels enc0..enc{L-1} of two
  * (3x3x3 conv with bias -> norm -> ReLU) blocks with 2x max-pool between
  * them, decoder levels dec{L-2}..dec0 each after a 2x2x2 stride-2
  * transposed conv up{l} and the channel concatenation [upsampled, skip], a
@@ -159,9 +159,7 @@ int ts_unet_backward_slot(ts_unet *m, int k);
 const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int k);
 
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
- * (forward and backward; for profiles such as `bench step --profile`).
- * Local, cannot fail: the name of a kind (static storage), the model's
- * TS_PROF_COUNT seconds (owned by the model), and setting them to zero. */
+ * (forward and backward; for profiles such as `bench step --profile`). */
 typedef enum {
     TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_POOL,
     TS_PROF_LOSS, TS_PROF_HALO, TS_PROF_OTHER, TS_PROF_COUNT

@@ -39,9 +39,20 @@ for t in $targets; do
     [ -f "$src/tests/fuzz/dict/$t.dict" ] && dict=(-dict="$src/tests/fuzz/dict/$t.dict")
     # -malloc_limit_mb: one allocation above 2 GiB is a finding (a header
     # alone must not make a reader allocate what the file does not hold)
-    nice -n 10 "$bin" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
+    # seed folders that exist (git keeps no empty folder: a target without
+    # regressions has none in a fresh clone, and libFuzzer stops on a missing one)
+    seeds=()
+    for dir in "$src/tests/fuzz/corpus/$t" "$src/tests/fuzz/regressions/$t"; do
+        [ -d "$dir" ] && seeds+=("$dir")
+    done
+    # FUZZ_SEED and FUZZ_RUNS (jobs/check.sh): a fixed seed and a fixed
+    # number of inputs, so a run is the same sequence on any machine speed
+    fixed=()
+    [ -n "${FUZZ_SEED:-}" ] && fixed+=(-seed="$FUZZ_SEED")
+    [ -n "${FUZZ_RUNS:-}" ] && fixed+=(-runs="$FUZZ_RUNS")
+    nice -n 10 "$bin" "${fixed[@]}" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$findings/" "${dict[@]}" \
-        "$corpus" "$src/tests/fuzz/corpus/$t" "$src/tests/fuzz/regressions/$t" >"fuzz-build/$t.log" 2>&1
+        "$corpus" "${seeds[@]}" >"fuzz-build/$t.log" 2>&1
     rc=$?
     last=$(grep -E '^#[0-9]+' "fuzz-build/$t.log" | tail -1)
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "fuzz-build/$t.log")

@@ -41,7 +41,7 @@ class Block(nn.Module):
 
 
 class UNet3D(nn.Module):
-    """The UNet3D of docs/architecture.md with tessera's parameter names."""
+    """The UNet3D of docs/engine.md with tessera's parameter names."""
 
     def __init__(self, channels, cin, classes, norm, groups=8, eps=1e-5, momentum=0.1):
         super().__init__()
