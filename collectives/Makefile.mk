@@ -1,5 +1,5 @@
 # collectives/: topology, algorithms (one file each), registry, tuning, async
-libtessera_a_SOURCES += collectives/coll.c collectives/topo.c collectives/shm.c collectives/p2p.c \
+libtessera_la_SOURCES += collectives/coll.c collectives/topo.c collectives/shm.c collectives/p2p.c \
 	collectives/reduce.c collectives/registry.c collectives/tuning.c collectives/async.c \
 	collectives/device.c collectives/ring.c collectives/model.c collectives/compress.c \
 	collectives/allreduce_ring.c collectives/allreduce_recursive_doubling.c \
@@ -8,10 +8,10 @@ libtessera_a_SOURCES += collectives/coll.c collectives/topo.c collectives/shm.c 
 	collectives/reduce_scatter_ring.c collectives/reduce_scatter_shm.c collectives/reduce_scatter_mpi.c \
 	collectives/allgather_ring.c collectives/allgather_shm.c collectives/allgather_mpi.c \
 	collectives/bcast_binomial.c collectives/bcast_shm.c collectives/bcast_mpi.c
-nobase_pkginclude_HEADERS += collectives/coll.h collectives/device.h collectives/check.h collectives/model.h \
-	collectives/compress.h
-noinst_HEADERS = collectives/coll_impl.h
+# public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
+TS_PUBLIC_HDRS += collectives/coll.h collectives/compress.h
+noinst_HEADERS += collectives/device.h collectives/check.h collectives/model.h collectives/coll_impl.h
 EXTRA_DIST += collectives/cuda/kernels.cu
 if HAVE_CUDA
-libtessera_a_SOURCES += collectives/cuda/kernels.cu
+libtessera_la_SOURCES += collectives/cuda/kernels.cu
 endif

@@ -164,27 +164,14 @@ static hid_t open_file(ts_dataset *ds, const char *name, const char *what)
 static int check_sample(ts_dataset *ds, int64_t i);
 static void close_handles(ts_dataset *ds, int64_t i);
 
-int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts, ts_dataset **out)
-{
-    int err = 0, lerr = 0;
-    ts_dataset *ds = NULL;
-    hid_t mt = -1;
-    char fmt[64] = "", **shard_files = NULL;
-    int nshard_files = 0;
-    *out = NULL;
-    ts_h5_init();
-    ds = TS_CALLOC(1, sizeof *ds);
-    if (!ds) return TS_ERR_NOMEM;
-    ds->comm = MPI_COMM_NULL;
-    ds->main = ds->dapl = ds->dxpl_ind = ds->dxpl_coll = -1;
-    TS_MPI(MPI_Comm_dup(comm, &ds->comm));
-    MPI_Comm_rank(ds->comm, &ds->rank);
-    MPI_Comm_size(ds->comm, &ds->size);
-    if (opts) ds->o = *opts;
-    else ds->o.check = 1;
-    TS_CHECK(ts_path_check(path, sizeof ds->path, "the dataset path (data.path)"));
-    snprintf(ds->path, sizeof ds->path, "%s", path);
+/* ts_dataset_open's steps, in order. Each is collective on ds->comm and
+ * returns an error agreed on every rank, except where it says local. */
 
+/* Local (the open is collective with MPI-IO). Property lists, the chunk
+ * cache and the main file (the dataset or its manifest). */
+static int open_main(ts_dataset *ds, const char *path)
+{
+    int lerr = 0;
     ts_h5_lock();
     ds->dapl = H5Pcreate(H5P_DATASET_ACCESS);
     ds->dxpl_ind = H5Pcreate(H5P_DATASET_XFER);
@@ -208,52 +195,64 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
         if (ds->main < 0) lerr = ts_err_last();
     }
     ts_h5_unlock();
-    TS_CHECK(ts_err_agree(ds->comm, lerr));
+    return lerr;
+}
 
-    /* root attributes (collective metadata reads: every rank makes the same calls) */
-    {
-        int64_t v = 0;
-        if (!ts_h5_attr_exists(ds->main, "format"))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s is not a tessera dataset (no root attribute 'format')", path);
-        if (!lerr) lerr = ts_h5_read_attr_str(ds->main, "format", fmt, sizeof fmt, path);
-        if (!lerr && !strcmp(fmt, TS_IO_FORMAT "-shard"))
-            lerr = TS_ERR(TS_ERR_ARG, "%s is one shard of a dataset: open its manifest instead", path);
-        if (!lerr && strcmp(fmt, TS_IO_FORMAT))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: format is '%s', expected '%s'", path, fmt, TS_IO_FORMAT);
-        if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "format_version", 1, &v, path);
-        if (!lerr && (v < 1 || v > TS_IO_FORMAT_VERSION))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: format_version %lld is not supported (this tessera reads 1..%d)", path,
-                          (long long)v, TS_IO_FORMAT_VERSION);
-        if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "num_samples", 1, &ds->n, path);
-        if (!lerr && ds->n < 1) lerr = TS_ERR(TS_ERR_FORMAT, "%s: num_samples is %lld", path, (long long)ds->n);
-        if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "channels", 1, &v, path);
-        if (!lerr && (v < 1 || v > TS_IO_MAX_CHANNELS))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: channels is %lld (1..%d)", path, (long long)v, TS_IO_MAX_CHANNELS);
-        ds->C = (int)v;
-        if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "classes", 1, &v, path);
-        if (!lerr && (v < 1 || v > TS_IO_MAX_CLASSES))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: classes is %lld (1..%d)", path, (long long)v, TS_IO_MAX_CLASSES);
-        ds->K = (int)v;
-        if (!lerr) lerr = ts_h5_read_attr_strs(ds->main, "class_names", &ds->ncn, &ds->class_names, path);
-        if (!lerr && ds->ncn != ds->K)
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d class_names for %d classes", path, ds->ncn, ds->K);
-        if (!lerr) lerr = ts_h5_read_attr_strs(ds->main, "channel_names", &ds->nchn, &ds->channel_names, path);
-        if (!lerr && ds->nchn != ds->C)
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d channel_names for %d channels", path, ds->nchn, ds->C);
-        if (!lerr) lerr = ts_h5_read_attr_f64(ds->main, "mean", ds->C, ds->mean, path);
-        if (!lerr) lerr = ts_h5_read_attr_f64(ds->main, "std", ds->C, ds->std, path);
-        if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "shards", 1, &v, path);
-        if (!lerr && (v < 1 || v > ds->n))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: shards is %lld for %lld samples", path, (long long)v, (long long)ds->n);
-        ds->nfiles = (int)v;
-        if (!lerr && ds->nfiles > 1) {
-            lerr = ts_h5_read_attr_strs(ds->main, "shard_files", &nshard_files, &shard_files, path);
-            if (!lerr && nshard_files != ds->nfiles)
-                lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d shard_files for %d shards", path, nshard_files, ds->nfiles);
-        }
+/* Local, but every rank makes the same HDF5 calls (collective metadata
+ * reads). The root attributes: format and version, counts, names,
+ * statistics, shards (their file names into *shard_files). */
+static int read_root(ts_dataset *ds, const char *path, int *nshard_files, char ***shard_files)
+{
+    int lerr = 0;
+    char fmt[64] = "";
+    int64_t v = 0;
+    if (!ts_h5_attr_exists(ds->main, "format"))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s is not a tessera dataset (no root attribute 'format')", path);
+    if (!lerr) lerr = ts_h5_read_attr_str(ds->main, "format", fmt, sizeof fmt, path);
+    if (!lerr && !strcmp(fmt, TS_IO_FORMAT "-shard"))
+        lerr = TS_ERR(TS_ERR_ARG, "%s is one shard of a dataset: open its manifest instead", path);
+    if (!lerr && strcmp(fmt, TS_IO_FORMAT))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: format is '%s', expected '%s'", path, fmt, TS_IO_FORMAT);
+    if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "format_version", 1, &v, path);
+    if (!lerr && (v < 1 || v > TS_IO_FORMAT_VERSION))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: format_version %lld is not supported (this tessera reads 1..%d)", path,
+                      (long long)v, TS_IO_FORMAT_VERSION);
+    if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "num_samples", 1, &ds->n, path);
+    if (!lerr && ds->n < 1) lerr = TS_ERR(TS_ERR_FORMAT, "%s: num_samples is %lld", path, (long long)ds->n);
+    if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "channels", 1, &v, path);
+    if (!lerr && (v < 1 || v > TS_IO_MAX_CHANNELS))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: channels is %lld (1..%d)", path, (long long)v, TS_IO_MAX_CHANNELS);
+    ds->C = (int)v;
+    if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "classes", 1, &v, path);
+    if (!lerr && (v < 1 || v > TS_IO_MAX_CLASSES))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: classes is %lld (1..%d)", path, (long long)v, TS_IO_MAX_CLASSES);
+    ds->K = (int)v;
+    if (!lerr) lerr = ts_h5_read_attr_strs(ds->main, "class_names", &ds->ncn, &ds->class_names, path);
+    if (!lerr && ds->ncn != ds->K)
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d class_names for %d classes", path, ds->ncn, ds->K);
+    if (!lerr) lerr = ts_h5_read_attr_strs(ds->main, "channel_names", &ds->nchn, &ds->channel_names, path);
+    if (!lerr && ds->nchn != ds->C)
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d channel_names for %d channels", path, ds->nchn, ds->C);
+    if (!lerr) lerr = ts_h5_read_attr_f64(ds->main, "mean", ds->C, ds->mean, path);
+    if (!lerr) lerr = ts_h5_read_attr_f64(ds->main, "std", ds->C, ds->std, path);
+    if (!lerr) lerr = ts_h5_read_attr_i64(ds->main, "shards", 1, &v, path);
+    if (!lerr && (v < 1 || v > ds->n))
+        lerr = TS_ERR(TS_ERR_FORMAT, "%s: shards is %lld for %lld samples", path, (long long)v, (long long)ds->n);
+    ds->nfiles = (int)v;
+    if (!lerr && ds->nfiles > 1) {
+        lerr = ts_h5_read_attr_strs(ds->main, "shard_files", nshard_files, shard_files, path);
+        if (!lerr && *nshard_files != ds->nfiles)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: %d shard_files for %d shards", path, *nshard_files, ds->nfiles);
     }
-    TS_CHECK(ts_err_agree(ds->comm, lerr));
+    return lerr;
+}
 
+/* The index and the per-sample statistics: small tables read collectively,
+ * then checked. */
+static int read_index(ts_dataset *ds, const char *path)
+{
+    int err = 0, lerr = 0;
+    hid_t mt = -1;
     /* the index must hold num_samples rows before tables of that size are
      * allocated (a wrong count is an error, not a huge allocation) */
     {
@@ -276,52 +275,62 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
                           (long long)ds->n, (unsigned long long)rows, (long long)TS_IO_SAMPLES_MAX);
     }
     TS_CHECK(ts_err_agree(ds->comm, lerr));
-
-    /* index and per-sample statistics: small tables read collectively */
-    {
-        size_t n = (size_t)ds->n, C = (size_t)ds->C, K = (size_t)ds->K;
-        ds->rows = TS_CALLOC(n, sizeof *ds->rows);
-        ds->smean = TS_CALLOC(n * C, sizeof(double));
-        ds->sstd = TS_CALLOC(n * C, sizeof(double));
-        ds->spct = TS_CALLOC(n * C * TS_IO_NPCT, sizeof(double));
-        ds->scls = TS_CALLOC(n * K, sizeof(int64_t));
-        ds->h = TS_CALLOC(n, sizeof *ds->h);
-        if (!ds->rows || !ds->smean || !ds->sstd || !ds->spct || !ds->scls || !ds->h)
-            lerr = TS_ERR(TS_ERR_NOMEM, "%s: index of %lld samples", path, (long long)ds->n);
-        TS_CHECK(ts_err_agree(ds->comm, lerr)); /* the reads below are collective */
-        for (size_t i = 0; i < n; i++) {
-            ds->h[i].v[0].d = ds->h[i].v[1].d = ds->h[i].fg = -1;
-        }
-        hsize_t d1 = n, dc[2] = {n, C}, dp[3] = {n, C, TS_IO_NPCT}, dk[2] = {n, K};
-        ts_h5_lock();
-        mt = index_mtype();
-        ts_h5_unlock();
-        lerr = read_table(ds, ds->main, path, "/index", mt, 1, &d1, ds->rows);
-        if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/mean", H5T_NATIVE_DOUBLE, 2, dc, ds->smean);
-        if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/std", H5T_NATIVE_DOUBLE, 2, dc, ds->sstd);
-        if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/percentiles", H5T_NATIVE_DOUBLE, 3, dp, ds->spct);
-        if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/class_voxels", H5T_NATIVE_INT64, 2, dk, ds->scls);
-        for (size_t i = 0; i < n && !lerr; i++) {
-            idx_row *r = &ds->rows[i];
-            r->name[TS_IO_NAME_MAX - 1] = '\0';
-            if (r->shard < 0 || r->shard >= ds->nfiles)
-                lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] names shard %d of %d", path, i, r->shard, ds->nfiles);
-            else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1 ||
-                     r->shape[1] > TS_IO_EDGE_MAX || r->shape[2] > TS_IO_EDGE_MAX || r->shape[3] > TS_IO_EDGE_MAX ||
-                     (double)r->shape[0] * (double)r->shape[1] * (double)r->shape[2] * (double)r->shape[3] >
-                         (double)TS_IO_VOXELS_MAX)
-                lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d; edges "
-                              "1..%lld, at most %lld voxels)", path, i, (long long)r->shape[0], (long long)r->shape[1],
-                              (long long)r->shape[2], (long long)r->shape[3], ds->C, (long long)TS_IO_EDGE_MAX,
-                              (long long)TS_IO_VOXELS_MAX);
-            else if (r->foreground < 0 || r->foreground > r->shape[1] * r->shape[2] * r->shape[3])
-                lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has %lld foreground coordinates", path, i,
-                              (long long)r->foreground);
-        }
+    size_t n = (size_t)ds->n, C = (size_t)ds->C, K = (size_t)ds->K;
+    ds->rows = TS_CALLOC(n, sizeof *ds->rows);
+    ds->smean = TS_CALLOC(n * C, sizeof(double));
+    ds->sstd = TS_CALLOC(n * C, sizeof(double));
+    ds->spct = TS_CALLOC(n * C * TS_IO_NPCT, sizeof(double));
+    ds->scls = TS_CALLOC(n * K, sizeof(int64_t));
+    ds->h = TS_CALLOC(n, sizeof *ds->h);
+    if (!ds->rows || !ds->smean || !ds->sstd || !ds->spct || !ds->scls || !ds->h)
+        lerr = TS_ERR(TS_ERR_NOMEM, "%s: index of %lld samples", path, (long long)ds->n);
+    TS_CHECK(ts_err_agree(ds->comm, lerr)); /* the reads below are collective */
+    for (size_t i = 0; i < n; i++) {
+        ds->h[i].v[0].d = ds->h[i].v[1].d = ds->h[i].fg = -1;
+    }
+    hsize_t d1 = n, dc[2] = {n, C}, dp[3] = {n, C, TS_IO_NPCT}, dk[2] = {n, K};
+    ts_h5_lock();
+    mt = index_mtype();
+    ts_h5_unlock();
+    lerr = read_table(ds, ds->main, path, "/index", mt, 1, &d1, ds->rows);
+    if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/mean", H5T_NATIVE_DOUBLE, 2, dc, ds->smean);
+    if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/std", H5T_NATIVE_DOUBLE, 2, dc, ds->sstd);
+    if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/percentiles", H5T_NATIVE_DOUBLE, 3, dp, ds->spct);
+    if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/class_voxels", H5T_NATIVE_INT64, 2, dk, ds->scls);
+    for (size_t i = 0; i < n && !lerr; i++) {
+        idx_row *r = &ds->rows[i];
+        r->name[TS_IO_NAME_MAX - 1] = '\0';
+        if (r->shard < 0 || r->shard >= ds->nfiles)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] names shard %d of %d", path, i, r->shard, ds->nfiles);
+        else if (r->shape[0] != ds->C || r->shape[1] < 1 || r->shape[2] < 1 || r->shape[3] < 1 ||
+                 r->shape[1] > TS_IO_EDGE_MAX || r->shape[2] > TS_IO_EDGE_MAX || r->shape[3] > TS_IO_EDGE_MAX ||
+                 (double)r->shape[0] * (double)r->shape[1] * (double)r->shape[2] * (double)r->shape[3] >
+                     (double)TS_IO_VOXELS_MAX)
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has shape [%lld, %lld, %lld, %lld] (channels %d; edges "
+                          "1..%lld, at most %lld voxels)", path, i, (long long)r->shape[0], (long long)r->shape[1],
+                          (long long)r->shape[2], (long long)r->shape[3], ds->C, (long long)TS_IO_EDGE_MAX,
+                          (long long)TS_IO_VOXELS_MAX);
+        else if (r->foreground < 0 || r->foreground > r->shape[1] * r->shape[2] * r->shape[3])
+            lerr = TS_ERR(TS_ERR_FORMAT, "%s: /index[%zu] has %lld foreground coordinates", path, i,
+                          (long long)r->foreground);
     }
     TS_CHECK(ts_err_agree(ds->comm, lerr));
+cleanup:
+    if (mt >= 0) {
+        ts_h5_lock();
+        H5Tclose(mt);
+        ts_h5_unlock();
+    }
+    return err;
+}
 
-    /* the files holding the samples */
+/* The files holding the samples: the dataset itself, or the shards named
+ * by the manifest (plain names next to it), each checked to be the shard
+ * the manifest expects there. */
+static int open_shards(ts_dataset *ds, const char *path, char **shard_files)
+{
+    int err = 0, lerr = 0;
+    char fmt[64] = "";
     ds->files = TS_CALLOC((size_t)ds->nfiles, sizeof(hid_t));
     ds->fnames = TS_CALLOC((size_t)ds->nfiles, sizeof(char *));
     if (!ds->files || !ds->fnames) lerr = TS_ERR(TS_ERR_NOMEM, "dataset files");
@@ -368,28 +377,55 @@ int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts
             TS_CHECK(ts_err_agree(ds->comm, lerr));
         }
     }
+cleanup:
+    return err;
+}
 
-    /* every sample's datasets, spread over the ranks */
-    if (ds->o.check) {
-        for (int64_t i = ds->rank; i < ds->n && !lerr; i += ds->size) {
-            lerr = check_sample(ds, i);
-            /* keep the handles of the first samples checked, up to half the limit */
-            if (ds->nopen > MAX_OPEN / 2) {
-                ts_h5_lock();
-                close_handles(ds, i);
-                ts_h5_unlock();
-            }
+/* Every sample's datasets, spread over the ranks (ds->o.check). */
+static int check_samples(ts_dataset *ds)
+{
+    int err = 0, lerr = 0;
+    for (int64_t i = ds->rank; i < ds->n && !lerr; i += ds->size) {
+        lerr = check_sample(ds, i);
+        /* keep the handles of the first samples checked, up to half the limit */
+        if (ds->nopen > MAX_OPEN / 2) {
+            ts_h5_lock();
+            close_handles(ds, i);
+            ts_h5_unlock();
         }
-        TS_CHECK(ts_err_agree(ds->comm, lerr));
     }
+    TS_CHECK(ts_err_agree(ds->comm, lerr));
+cleanup:
+    return err;
+}
+
+int ts_dataset_open(MPI_Comm comm, const char *path, const ts_dataset_opts *opts, ts_dataset **out)
+{
+    int err = 0;
+    ts_dataset *ds = NULL;
+    char **shard_files = NULL;
+    int nshard_files = 0;
+    *out = NULL;
+    ts_h5_init();
+    ds = TS_CALLOC(1, sizeof *ds);
+    if (!ds) return TS_ERR_NOMEM;
+    ds->comm = MPI_COMM_NULL;
+    ds->main = ds->dapl = ds->dxpl_ind = ds->dxpl_coll = -1;
+    TS_MPI(MPI_Comm_dup(comm, &ds->comm));
+    MPI_Comm_rank(ds->comm, &ds->rank);
+    MPI_Comm_size(ds->comm, &ds->size);
+    if (opts) ds->o = *opts;
+    else ds->o.check = 1;
+    TS_CHECK(ts_path_check(path, sizeof ds->path, "the dataset path (data.path)"));
+    snprintf(ds->path, sizeof ds->path, "%s", path);
+    TS_CHECK(ts_err_agree(ds->comm, open_main(ds, path)));
+    TS_CHECK(ts_err_agree(ds->comm, read_root(ds, path, &nshard_files, &shard_files)));
+    TS_CHECK(read_index(ds, path));
+    TS_CHECK(open_shards(ds, path, shard_files));
+    if (ds->o.check) TS_CHECK(check_samples(ds));
     *out = ds;
     ds = NULL;
 cleanup:
-    if (mt >= 0) {
-        ts_h5_lock();
-        H5Tclose(mt);
-        ts_h5_unlock();
-    }
     ts_h5_free_strs(nshard_files, shard_files);
     if (ds) ts_dataset_close(&ds);
     return err;

@@ -16,6 +16,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+_Static_assert(TS_NIFTI_UINT8 == NIFTI_TYPE_UINT8 && TS_NIFTI_INT16 == NIFTI_TYPE_INT16 &&
+                   TS_NIFTI_FLOAT32 == NIFTI_TYPE_FLOAT32,
+               "io/nifti.h: TS_NIFTI_* are NIfTI's datatype codes");
+
 static uint32_t bswap32(uint32_t x) { return __builtin_bswap32(x); }
 
 static int supported(int dt)

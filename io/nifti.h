@@ -46,7 +46,12 @@ int ts_nifti_to_float_replace(const ts_nifti *n, float *out, const float *replac
  * dy, dz; sform/qform as above (qform is stored as a quaternion, so it must
  * be a rigid transform times the voxel sizes); datatype NIFTI_TYPE_UINT8,
  * INT16 or FLOAT32; version 1 or 2. ".gz" in the name compresses. Written to
- * a temporary name, read back and checked, then renamed. */
+ * a temporary name, read back and checked, then renamed. TS_NIFTI_* are
+ * NIfTI's datatype codes (NIFTI_TYPE_* of <nifti1.h>), so that callers need
+ * not include niftilib's headers. */
+#define TS_NIFTI_UINT8 2
+#define TS_NIFTI_INT16 4
+#define TS_NIFTI_FLOAT32 16
 typedef struct ts_nifti_geom {
     int64_t dim[4];
     double pixdim[3];

@@ -6,6 +6,7 @@ include tests/train/Makefile.mk
 include tests/io/Makefile.mk
 EXTRA_DIST += tests/mpi/lib.sh
 include tests/nn/Makefile.mk
+include tests/lib/Makefile.mk
 TESTS += tests/cli/coll_cli.sh
 EXTRA_DIST += tests/cli/coll_cli.sh tests/cli/tap.sh
 include tests/model/Makefile.mk

@@ -31,6 +31,8 @@ const char *ts_dtype_name(ts_dtype t);
 /* Local. Parses a name (also f32/fp32, f64/fp64/double, bf16, f16/fp16/half); 0 on success. */
 int ts_dtype_parse(const char *s, ts_dtype *out);
 
+/* Local, cannot fail. Conversions between float32 and the 16-bit storage
+ * types (round to nearest even; bf16 keeps NaN a NaN). */
 static inline float ts_bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
@@ -38,7 +40,6 @@ static inline float ts_bf16_to_f32(uint16_t h)
     memcpy(&f, &u, 4);
     return f;
 }
-
 static inline uint16_t ts_f32_to_bf16(float f)
 {
     uint32_t u;
@@ -47,7 +48,6 @@ static inline uint16_t ts_f32_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
-
 static inline float ts_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
@@ -68,7 +68,6 @@ static inline float ts_f16_to_f32(uint16_t h)
     memcpy(&f, &u, 4);
     return f;
 }
-
 static inline uint16_t ts_f32_to_f16(float f)
 {
     uint32_t u;

@@ -87,7 +87,9 @@ int ts_err_agree(MPI_Comm comm, int err);
             return ts_err_mpi(ts_mrc_, __FILE__, __LINE__, #call);          \
     } while (0)
 
-/* Allocation that records TS_ERR_NOMEM with the size on failure. */
+/* Local. Allocation that records TS_ERR_NOMEM with the size and the
+ * caller's file and line on failure and returns NULL; the caller owns the
+ * memory and free()s it. */
 void *ts_malloc(size_t bytes, const char *file, int line);
 void *ts_calloc(size_t n, size_t size, const char *file, int line);
 void *ts_aligned_alloc(size_t bytes, const char *file, int line); /* 64-byte aligned; free() it */

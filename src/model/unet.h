@@ -164,8 +164,11 @@ typedef enum {
     TS_PROF_CONV_FWD = 0, TS_PROF_CONV_WGRAD, TS_PROF_CONV_DGRAD, TS_PROF_CONVT, TS_PROF_NORM, TS_PROF_POOL,
     TS_PROF_LOSS, TS_PROF_HALO, TS_PROF_OTHER, TS_PROF_COUNT
 } ts_unet_prof;
+/* Local. The name of a kind ("conv fwd", ...); a static string. */
 const char *ts_unet_prof_name(int kind);
+/* Local. Seconds per kind (TS_PROF_COUNT values), owned by the model. */
 const double *ts_unet_profile(const ts_unet *m);
+/* Local. Zeroes the seconds. */
 void ts_unet_profile_reset(ts_unet *m);
 
 /* Local. fn (may be NULL) is called during ts_unet_backward(_slot) with the arena

@@ -32,10 +32,10 @@ extern const ts_cfg_key ts_optim_config_keys[];
 
 /* Local. Reads and validates the optimizer keys; errors name the key. */
 int ts_optim_cfg_from_config(const ts_config *cfg, ts_optim_cfg *o);
-/* Optimizer state regions the arena needs (SGD with momentum 1, without 0; AdamW 2). */
+/* Local, cannot fail. Optimizer state regions the arena needs (SGD with momentum 1, without 0; AdamW 2). */
 int ts_optim_state_count(const ts_optim_cfg *o);
 
-/* Learning rate for step (0-based count of steps already taken): linear
+/* Local, cannot fail. Learning rate for step (0-based count of steps already taken): linear
  * warm-up lr * (step+1) / warmup_steps, then constant; cosine from lr to
  * min_lr over total_steps - warmup_steps; or poly lr * (1 - t)^power. */
 double ts_optim_lr(const ts_optim_cfg *o, int64_t step);
@@ -71,7 +71,9 @@ double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi);
  * clip_grad_norm_). Returns the norm before clipping in *norm. */
 int ts_optim_clip(ts_arena *a, double max_norm, double *norm);
 
-/* Kernels on flat arrays of n floats (exposed for tests and sharded use). */
+/* Local, cannot fail. Kernels on flat arrays of n floats (exposed for tests
+ * and sharded use): update p in place with its gradient g and the state
+ * buffers (buf; m and v), all borrowed. */
 void ts_sgd_update(float *p, const float *g, float *buf, size_t n, double lr, double momentum, double wd, int nesterov);
 void ts_adamw_update(float *p, const float *g, float *m, float *v, size_t n, double lr, double b1, double b2,
                      double eps, double wd, int64_t t);

@@ -267,6 +267,136 @@ static double sum_count(const double *cnt, const int *have, int size, int nph, i
     return s;
 }
 
+/* Rank 0's gathered figures: per rank the phase seconds sec[rank][phase],
+ * the counters cnt[rank][phase][event], which events counted
+ * have[rank][event]; tcol and hcol are one column's scratch. */
+typedef struct perf_gathered {
+    int size, nph, nev;
+    const double *sec, *cnt;
+    const int *have;
+    double *tcol;
+    int *hcol;
+} perf_gathered;
+
+/* perf.json's "counters": each event's status, then per phase per event
+ * the statistics over the ranks that counted it (rank 0). */
+static void write_counters(FILE *f, const ts_perf *perf, const perf_gathered *g)
+{
+    const int size = g->size, nph = g->nph, nev = g->nev;
+    const double *cnt = g->cnt;
+    const int *have = g->have;
+    double *tcol = g->tcol;
+    int *hcol = g->hcol;
+    /* counters: status, then per phase per event */
+    fprintf(f, "},\n  \"counters\": {\n    \"scope\": \"the main thread of each rank\",\n    \"events\": [");
+    for (int e = 0; e < nev; e++) {
+        const ts_perf_event *ev = ts_perf_event_info(perf, e);
+        char reason[600];
+        size_t k = 0;
+        for (const char *c = ev->reason; *c && k + 2 < sizeof reason; c++) {
+            if (*c == '"' || *c == '\\') reason[k++] = '\\';
+            reason[k++] = (unsigned char)*c < 0x20 ? ' ' : *c;
+        }
+        reason[k] = '\0';
+        int n = 0;
+        for (int q = 0; q < size; q++) n += have[(size_t)q * (size_t)nev + (size_t)e];
+        fprintf(f, "%s\n      {\"name\": \"%s\", \"available\": %s, \"ranks_counting\": %d, \"source\": \"%s\", "
+                   "\"unit\": \"%s\", \"fallback\": %s",
+                e ? "," : "", ev->name, n == size ? "true" : "false", n,
+                ts_perf_source_name(ev->source), ev->unit, ev->fallback ? "true" : "false");
+        if (ev->reason_rank >= 0) fprintf(f, ", \"reason\": \"%s\", \"reason_rank\": %d", reason, ev->reason_rank);
+        fprintf(f, "}");
+    }
+    fprintf(f, "%s],\n    \"phases\": {", nev ? "\n    " : "");
+    int firstp = 1;
+    for (int i = 0; i < nph && nev; i++) {
+        fprintf(f, "%s\n      \"%s\": {", firstp ? "" : ",", ts_perf_phase_name(perf, i));
+        firstp = 0;
+        int firste = 1;
+        for (int e = 0; e < nev; e++) {
+            int n = 0;
+            for (int q = 0; q < size; q++) {
+                hcol[q] = have[(size_t)q * (size_t)nev + (size_t)e];
+                tcol[q] = cnt[((size_t)q * (size_t)nph + (size_t)i) * (size_t)nev + (size_t)e];
+                n += hcol[q];
+            }
+            if (!n) continue;
+            fprintf(f, "%s\n        \"%s\": ", firste ? "" : ",", ts_perf_event_info(perf, e)->name);
+            firste = 0;
+            write_stats(f, tcol, hcol, size, 1, "%.0f");
+        }
+        fprintf(f, "%s}", firste ? "" : "\n      ");
+    }
+    fprintf(f, "%s}\n  },\n", firstp ? "" : "\n    ");
+}
+
+/* perf.json's "derived": IPC, counter and model GFLOP/s, CPU busy fraction,
+ * collective bytes per step (rank 0). Returns 1 if anything was written. */
+static int write_derived(FILE *f, const ts_perf *perf, const perf_gathered *g, int64_t steps, const ts_run_derived *d)
+{
+    const int size = g->size, nph = g->nph, nev = g->nev;
+    const double *cnt = g->cnt, *sec = g->sec;
+    const int *have = g->have;
+    /* derived figures */
+    fprintf(f, "  \"derived\": {");
+    int firstd = 1;
+#define SEP() (firstd ? (firstd = 0, "\n    ") : ",\n    ")
+    const int ins = ts_perf_find(perf, "PAPI_TOT_INS"), cyc = ts_perf_find(perf, "PAPI_TOT_CYC");
+    int fp = ts_perf_find(perf, "PAPI_FP_OPS");
+    if (fp < 0) fp = ts_perf_find(perf, "PAPI_SP_OPS");
+    const int clk = ts_perf_find(perf, "perf::TASK-CLOCK");
+    if (ins >= 0 && cyc >= 0) {
+        fprintf(f, "%s\"ipc\": {", SEP());
+        for (int i = 0, k = 0; i < nph; i++) {
+            int n1, n2;
+            double a = sum_count(cnt, have, size, nph, nev, i, ins, &n1), b = sum_count(cnt, have, size, nph, nev, i, cyc, &n2);
+            if (b > 0) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / b);
+        }
+        fprintf(f, "}");
+    }
+    if (fp >= 0) {
+        fprintf(f, "%s\"counter_gflops_per_s_per_rank\": {", SEP());
+        for (int i = 0, k = 0; i < nph; i++) {
+            int n;
+            double a = sum_count(cnt, have, size, nph, nev, i, fp, &n);
+            stats st = stats_of(sec + i, NULL, size, nph);
+            if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / st.mean / 1e9);
+        }
+        fprintf(f, "}");
+    }
+    if (clk >= 0) { /* CPU time of the main thread over wall time: < 1 where it waits or is descheduled */
+        fprintf(f, "%s\"cpu_busy_fraction\": {", SEP());
+        for (int i = 0, k = 0; i < nph; i++) {
+            int n;
+            double a = sum_count(cnt, have, size, nph, nev, i, clk, &n);
+            stats st = stats_of(sec + i, NULL, size, nph);
+            if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / 1e9 / st.mean);
+        }
+        fprintf(f, "}");
+    }
+    if (d && d->flops_forward > 0 && steps > 0) {
+        stats sf = stats_of(sec + TS_PH_FORWARD, NULL, size, nph), sb = stats_of(sec + TS_PH_BACKWARD, NULL, size, nph);
+        stats ss = stats_of(sec + TS_PH_STEP, NULL, size, nph);
+        const double ft = d->flops_forward + d->flops_backward;
+        fprintf(f, "%s\"model_flops_per_step_per_rank\": {\"forward\": %.6g, \"backward\": %.6g}", SEP(),
+                d->flops_forward, d->flops_backward);
+        fprintf(f, "%s\"model_gflops_per_s_per_rank\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}", SEP(),
+                sf.mean > 0 ? d->flops_forward * (double)steps / sf.mean / 1e9 : 0.0,
+                sb.mean > 0 ? d->flops_backward * (double)steps / sb.mean / 1e9 : 0.0,
+                ss.mean > 0 ? ft * (double)steps / ss.mean / 1e9 : 0.0);
+        fprintf(f, "%s\"model_gflops_per_s_total\": %.4f", SEP(), ss.max > 0 ? ft * (double)steps * size / ss.max / 1e9 : 0.0);
+    }
+    if (d) {
+        const int pr = d->grad_ranks > 1 ? d->grad_ranks : 1;
+        fprintf(f, "%s\"collective_bytes_per_step\": {\"gradient_allreduce\": %.0f, \"gradient_allreduce_bus\": %.0f, "
+                   "\"halo_sent_per_rank\": %.0f, \"spatial_sums\": %lld}",
+                SEP(), pr > 1 ? d->grad_bytes : 0.0, pr > 1 ? d->grad_bytes * 2.0 * (pr - 1) / pr : 0.0, d->halo_bytes,
+                (long long)d->spatial_sums);
+    }
+#undef SEP
+    return !firstd;
+}
+
 int ts_run_perf(ts_run *r, MPI_Comm comm, const ts_perf *perf, int64_t steps, double samples_per_s,
                 const ts_run_derived *d, const char *extra_json)
 {
@@ -325,107 +455,12 @@ int ts_run_perf(ts_run *r, MPI_Comm comm, const ts_perf *perf, int64_t steps, do
         fprintf(f, "},\n  \"phase_calls\": {");
         for (int i = 0; i < nph; i++)
             fprintf(f, "%s\"%s\": %lld", i ? ", " : "", ts_perf_phase_name(perf, i), (long long)ts_perf_calls(perf, i));
-        /* counters: status, then per phase per event */
-        fprintf(f, "},\n  \"counters\": {\n    \"scope\": \"the main thread of each rank\",\n    \"events\": [");
-        for (int e = 0; e < nev; e++) {
-            const ts_perf_event *ev = ts_perf_event_info(perf, e);
-            char reason[600];
-            size_t k = 0;
-            for (const char *c = ev->reason; *c && k + 2 < sizeof reason; c++) {
-                if (*c == '"' || *c == '\\') reason[k++] = '\\';
-                reason[k++] = (unsigned char)*c < 0x20 ? ' ' : *c;
-            }
-            reason[k] = '\0';
-            int n = 0;
-            for (int q = 0; q < size; q++) n += have[(size_t)q * (size_t)nev + (size_t)e];
-            fprintf(f, "%s\n      {\"name\": \"%s\", \"available\": %s, \"ranks_counting\": %d, \"source\": \"%s\", "
-                       "\"unit\": \"%s\", \"fallback\": %s",
-                    e ? "," : "", ev->name, n == size ? "true" : "false", n,
-                    ts_perf_source_name(ev->source), ev->unit, ev->fallback ? "true" : "false");
-            if (ev->reason_rank >= 0) fprintf(f, ", \"reason\": \"%s\", \"reason_rank\": %d", reason, ev->reason_rank);
-            fprintf(f, "}");
-        }
-        fprintf(f, "%s],\n    \"phases\": {", nev ? "\n    " : "");
-        int firstp = 1;
-        for (int i = 0; i < nph && nev; i++) {
-            fprintf(f, "%s\n      \"%s\": {", firstp ? "" : ",", ts_perf_phase_name(perf, i));
-            firstp = 0;
-            int firste = 1;
-            for (int e = 0; e < nev; e++) {
-                int n = 0;
-                for (int q = 0; q < size; q++) {
-                    hcol[q] = have[(size_t)q * (size_t)nev + (size_t)e];
-                    tcol[q] = cnt[((size_t)q * (size_t)nph + (size_t)i) * (size_t)nev + (size_t)e];
-                    n += hcol[q];
-                }
-                if (!n) continue;
-                fprintf(f, "%s\n        \"%s\": ", firste ? "" : ",", ts_perf_event_info(perf, e)->name);
-                firste = 0;
-                write_stats(f, tcol, hcol, size, 1, "%.0f");
-            }
-            fprintf(f, "%s}", firste ? "" : "\n      ");
-        }
-        fprintf(f, "%s}\n  },\n", firstp ? "" : "\n    ");
-        /* derived figures */
-        fprintf(f, "  \"derived\": {");
-        int firstd = 1;
-#define SEP() (firstd ? (firstd = 0, "\n    ") : ",\n    ")
-        const int ins = ts_perf_find(perf, "PAPI_TOT_INS"), cyc = ts_perf_find(perf, "PAPI_TOT_CYC");
-        int fp = ts_perf_find(perf, "PAPI_FP_OPS");
-        if (fp < 0) fp = ts_perf_find(perf, "PAPI_SP_OPS");
-        const int clk = ts_perf_find(perf, "perf::TASK-CLOCK");
-        if (ins >= 0 && cyc >= 0) {
-            fprintf(f, "%s\"ipc\": {", SEP());
-            for (int i = 0, k = 0; i < nph; i++) {
-                int n1, n2;
-                double a = sum_count(cnt, have, size, nph, nev, i, ins, &n1), b = sum_count(cnt, have, size, nph, nev, i, cyc, &n2);
-                if (b > 0) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / b);
-            }
-            fprintf(f, "}");
-        }
-        if (fp >= 0) {
-            fprintf(f, "%s\"counter_gflops_per_s_per_rank\": {", SEP());
-            for (int i = 0, k = 0; i < nph; i++) {
-                int n;
-                double a = sum_count(cnt, have, size, nph, nev, i, fp, &n);
-                stats st = stats_of(sec + i, NULL, size, nph);
-                if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / st.mean / 1e9);
-            }
-            fprintf(f, "}");
-        }
-        if (clk >= 0) { /* CPU time of the main thread over wall time: < 1 where it waits or is descheduled */
-            fprintf(f, "%s\"cpu_busy_fraction\": {", SEP());
-            for (int i = 0, k = 0; i < nph; i++) {
-                int n;
-                double a = sum_count(cnt, have, size, nph, nev, i, clk, &n);
-                stats st = stats_of(sec + i, NULL, size, nph);
-                if (st.mean > 0 && n) fprintf(f, "%s\"%s\": %.4f", k++ ? ", " : "", ts_perf_phase_name(perf, i), a / n / 1e9 / st.mean);
-            }
-            fprintf(f, "}");
-        }
-        if (d && d->flops_forward > 0 && steps > 0) {
-            stats sf = stats_of(sec + TS_PH_FORWARD, NULL, size, nph), sb = stats_of(sec + TS_PH_BACKWARD, NULL, size, nph);
-            stats ss = stats_of(sec + TS_PH_STEP, NULL, size, nph);
-            const double ft = d->flops_forward + d->flops_backward;
-            fprintf(f, "%s\"model_flops_per_step_per_rank\": {\"forward\": %.6g, \"backward\": %.6g}", SEP(),
-                    d->flops_forward, d->flops_backward);
-            fprintf(f, "%s\"model_gflops_per_s_per_rank\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}", SEP(),
-                    sf.mean > 0 ? d->flops_forward * (double)steps / sf.mean / 1e9 : 0.0,
-                    sb.mean > 0 ? d->flops_backward * (double)steps / sb.mean / 1e9 : 0.0,
-                    ss.mean > 0 ? ft * (double)steps / ss.mean / 1e9 : 0.0);
-            fprintf(f, "%s\"model_gflops_per_s_total\": %.4f", SEP(), ss.max > 0 ? ft * (double)steps * size / ss.max / 1e9 : 0.0);
-        }
-        if (d) {
-            const int pr = d->grad_ranks > 1 ? d->grad_ranks : 1;
-            fprintf(f, "%s\"collective_bytes_per_step\": {\"gradient_allreduce\": %.0f, \"gradient_allreduce_bus\": %.0f, "
-                       "\"halo_sent_per_rank\": %.0f, \"spatial_sums\": %lld}",
-                    SEP(), pr > 1 ? d->grad_bytes : 0.0, pr > 1 ? d->grad_bytes * 2.0 * (pr - 1) / pr : 0.0, d->halo_bytes,
-                    (long long)d->spatial_sums);
-        }
-#undef SEP
+        perf_gathered g = {size, nph, nev, sec, cnt, have, tcol, hcol};
+        write_counters(f, perf, &g);
+        const int wrote = write_derived(f, perf, &g, steps, d);
         char lj[1024];
         ts_launch_json(ts_launch_current(), lj, sizeof lj);
-        fprintf(f, "%s},\n  \"launch\": %s%s%s\n}\n", firstd ? "" : "\n  ", lj, extra_json ? ",\n  " : "",
+        fprintf(f, "%s},\n  \"launch\": %s%s%s\n}\n", wrote ? "\n  " : "", lj, extra_json ? ",\n  " : "",
                 extra_json ? extra_json : "");
         int bad = fclose(f) != 0;
         f = NULL;

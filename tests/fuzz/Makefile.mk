@@ -27,9 +27,9 @@ FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -std=gnu11 -fopenmp $(TS_ARCH_CFLAG
 # MPICH's wrapper with clang underneath: MPI's include and library flags
 FUZZ_MPICC = env MPICH_CC=$(FUZZ_CC) $(MPICC)
 # C sources rebuilt here; CUDA objects (with --with-cuda) come from the normal build
-fuzz_lib_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(filter %.c,$(libtessera_a_SOURCES)))
-fuzz_cuda_objs = $(patsubst %.cu,%.o,$(filter %.cu,$(libtessera_a_SOURCES)))
-fuzz_hdrs = $(addprefix $(srcdir)/,$(nobase_pkginclude_HEADERS) $(noinst_HEADERS) tests/fuzz/fuzz_common.h) tsbuild.h
+fuzz_lib_objs = $(patsubst %.c,$(FUZZ_DIR)/%.o,$(filter %.c,$(libtessera_la_SOURCES)))
+fuzz_cuda_objs = $(patsubst %.cu,%.o,$(filter %.cu,$(libtessera_la_SOURCES)))
+fuzz_hdrs = $(addprefix $(srcdir)/,$(TS_PUBLIC_HDRS) $(noinst_HEADERS) tests/fuzz/fuzz_common.h) tsbuild.h
 fuzz_libs = $(HDF5_LIBS) $(BLAS_LIBS) $(INIH_LIBS) $(CJSON_LIBS) $(NIFTI_LIBS) $(ZLIB_LIBS) $(PAPI_LIBS) $(CUDA_LIBS) \
 	-lm -lpthread
 
