@@ -153,11 +153,16 @@ static int fill(ts_loader *l, slot *s)
         }
         ts_rng r;
         ts_rng_init(&r, l->o.seed, (uint32_t)pos[b], STREAM_AUG + (uint32_t)((uint64_t)pos[b] >> 32));
-        if (l->comm == MPI_COMM_NULL)
-            TS_TRY(ts_patch_draw(l->ds, idx[b], &l->o.patch, &r, train, img, lab, l->scratch));
-        else
-            TS_TRY(ts_patch_draw_box(l->ds, idx[b], &l->o.patch, &r, train, l->lo, l->sz, img, lab, l->scratch,
-                                     &s->pend[b]));
+        int rc = l->comm == MPI_COMM_NULL
+                     ? ts_patch_draw(l->ds, idx[b], &l->o.patch, &r, train, img, lab, l->scratch)
+                     : ts_patch_draw_box(l->ds, idx[b], &l->o.patch, &r, train, l->lo, l->sz, img, lab, l->scratch,
+                                         &s->pend[b]);
+        if (rc) {
+            ts_sample_info si = {0};
+            ts_dataset_info(l->ds, idx[b], &si);
+            return TS_CTX(rc, "the patch of sample %lld (%s) of %s, batch %lld", (long long)idx[b],
+                          si.name ? si.name : "?", ts_dataset_path(l->ds), (long long)s->b.step);
+        }
     }
     return 0;
 }

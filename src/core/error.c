@@ -31,6 +31,8 @@ const char *ts_err_name(int code)
     return err_names[code];
 }
 
+static const char *short_file(const char *file);
+
 int ts_err(int code, const char *file, int line, const char *fmt, ...)
 {
     char body[TS_ERR_MSG_MAX];
@@ -39,13 +41,13 @@ int ts_err(int code, const char *file, int line, const char *fmt, ...)
     va_copy(ap2, ap);
     int need = vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    if (need >= (int)sizeof body - 64) {
+    if (need >= (int)sizeof body / 2) {
         /* too long (a path of thousands of characters): keep the start and
          * the end, where the cause is, and say how much is left out */
         char *all = malloc((size_t)need + 1);
         if (all) {
             vsnprintf(all, (size_t)need + 1, fmt, ap2);
-            const size_t keep = (sizeof body - 96) / 2;
+            const size_t keep = sizeof body / 4 - 32; /* half the buffer, the rest for context lines */
             snprintf(body, sizeof body, "%.*s[... %zu characters left out ...]%s", (int)keep, all,
                      (size_t)need - 2 * keep, all + need - keep);
             free(all);
@@ -53,17 +55,37 @@ int ts_err(int code, const char *file, int line, const char *fmt, ...)
     }
     va_end(ap2);
     /* strip the build-tree prefix so messages show paths from the top */
-    const char *f = file;
-    for (const char *p = file; *p; p++)
-        if ((p == file || p[-1] == '/') &&
-            (!strncmp(p, "src/", 4) || !strncmp(p, "collectives/", 12) || !strncmp(p, "io/", 3))) {
-            f = p;
-            break;
-        }
-    snprintf(err_msg, sizeof err_msg, "%s (%s:%d)", body, f, line);
+    snprintf(err_msg, sizeof err_msg, "%s (%s:%d)", body, short_file(file), line);
     err_code = code;
     if (getenv("TESSERA_ERROR_TRACE"))
         fprintf(stderr, "[rank %d] error recorded: %s\n", err_rank, err_msg);
+    return code;
+}
+
+static const char *short_file(const char *file)
+{
+    for (const char *p = file; *p; p++)
+        if ((p == file || p[-1] == '/') &&
+            (!strncmp(p, "src/", 4) || !strncmp(p, "collectives/", 12) || !strncmp(p, "io/", 3)))
+            return p;
+    return file;
+}
+
+int ts_err_ctx(int code, const char *file, int line, const char *fmt, ...)
+{
+    if (!code) return 0;
+    int lines = 0;
+    for (const char *p = err_msg; (p = strstr(p, "\n    in ")); p++) lines++;
+    const size_t len = strlen(err_msg);
+    if (lines >= TS_ERR_CTX_MAX) return code;
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (lines == TS_ERR_CTX_MAX - 1) snprintf(what, sizeof what, "(more callers left out)");
+    snprintf(err_msg + len, sizeof err_msg - len, "\n    in %s (%s:%d)", what, short_file(file), line);
+    if (getenv("TESSERA_ERROR_TRACE")) fprintf(stderr, "[rank %d] error context: %s\n", err_rank, what);
     return code;
 }
 

@@ -35,6 +35,16 @@ int ts_err(int code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define TS_ERR(code, ...) ts_err((code), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Local. Context for an error travelling up, the way PETSc's traces read:
+ * when code is non-zero, appends "\n    in <what> (file:line)" to the
+ * current message (innermost first, the cause stays the first line) and
+ * returns code; when code is 0 it does nothing and returns 0, so a call
+ * can be wrapped: TS_CHECK(TS_CTX(read_sample(...), "sample %s of %s", ...)).
+ * At most TS_ERR_CTX_MAX lines are kept; the rest are counted. */
+int ts_err_ctx(int code, const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define TS_CTX(code, ...) ts_err_ctx((code), __FILE__, __LINE__, __VA_ARGS__)
+#define TS_ERR_CTX_MAX 8
+
 #ifndef TS_ERROR_NO_MPI
 /* Local. Records an MPI failure with MPI's own error string. */
 int ts_err_mpi(int mpirc, const char *file, int line, const char *call);

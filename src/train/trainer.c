@@ -128,6 +128,7 @@ typedef struct trainer {
     ts_mem_plan mem_plan;
     double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
+    const ts_batch *cur; /* the loader's batch being trained on (error context) */
 } trainer;
 
 /* averages the batch-norm buffers over the group (replicas then evaluate
@@ -388,7 +389,8 @@ static int save_ckpt(trainer *t)
     TS_CHECK(ts_config_get_int(t->cfg, "train.seed", &seed));
     m.seed = (uint64_t)seed;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
-    TS_CHECK(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path));
+    TS_CHECK(TS_CTX(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path),
+                    "the checkpoint of step %lld in %s", (long long)t->step, dir));
     ts_run_say(&t->run, "checkpoint: %s", path);
 cleanup:
     ts_perf_end(t->perf, TS_PH_CKPT);
@@ -473,6 +475,7 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
         if (rc) return rc;
         *img = b->image;
         *lab = b->label;
+        t->cur = b;
     } else { /* synthetic random data of the configured shape: this rank's box of it */
         const ts_unet_cfg *u = &t->ucfg;
         int64_t seed;
@@ -1078,6 +1081,22 @@ static int pipe_next(void *ctx, ts_tensor *img, ts_tensor *lab)
     return next_batch(ctx, img, lab);
 }
 
+/* error context: the samples of the batch that failed (names and file) */
+static int batch_ctx(const trainer *t, int rc)
+{
+    if (!rc || rc == TS_ERR_REMOTE || !t->have_data || !t->cur) return rc; /* another rank's batch failed */
+    char names[400] = "";
+    size_t len = 0;
+    for (int b = 0; b < t->batch && b < TS_LOADER_MAX_BATCH && len + 1 < sizeof names; b++) {
+        ts_sample_info si = {0};
+        if (t->cur->sample[b] < 0 || ts_dataset_info(t->ds, t->cur->sample[b], &si)) continue;
+        int k = snprintf(names + len, sizeof names - len, "%s%lld (%s)", len ? ", " : "", (long long)t->cur->sample[b],
+                         si.name ? si.name : "?");
+        if (k > 0) len += (size_t)k;
+    }
+    return TS_CTX(rc, "the batch of samples %s of %s", names, ts_dataset_path(t->ds));
+}
+
 /* *skipped: 0 the step was applied; 1 skipped for a non-finite loss or
  * gradient (counts toward fault.max_bad_steps); 2 skipped for an fp16
  * loss-scale overflow (finite loss, non-finite gradients: the scale halves) */
@@ -1098,7 +1117,7 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
             ts_tensor img, lab;
             double loss;
             TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
-            TS_TRY(ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss));
+            TS_TRY(batch_ctx(t, ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss)));
             loss_sum += loss;
         }
     }
@@ -1224,7 +1243,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         ts_perf_begin(t.perf, TS_PH_STEP);
         err = train_step(&t, &loss, &skipped);
         ts_perf_end(t.perf, TS_PH_STEP);
-        TS_CHECK(err);
+        TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.grid->rank));
         ts_watchdog_set_timeout(fault_timeout);
         t.step++;
         t.step_s += ts_time_now() - ts0;

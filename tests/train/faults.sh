@@ -84,6 +84,9 @@ with h5py.File('$d/badlab.h5', 'r+') as f:
     l = f['samples/000005/label']; a = l[...]; a[...] = 9; l[...] = a"
     ts_fails_on_all "the rank that reads it fails, and every rank ends with its message" "label 9" 2 \
         run 2 badlab data.path="$d/badlab.h5"
+    ts_check "... with the trace of where: the sample, its file (on the failing rank) and the step (on both)" \
+        sh -c "printf '%s\n' \"\$1\" | grep -c '^ *in the batch of samples .*5 (synth_000005).* of .*badlab.h5' | grep -qx 1 &&
+               printf '%s\n' \"\$1\" | grep -c '^ *in training step [0-9]* (rank [01])' | grep -qx 2" _ "$ts_out"
 else
     ts_skip "a label out of range on one sample" "no python3 with h5py"
 fi
