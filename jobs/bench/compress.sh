@@ -13,6 +13,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
+. "$here/jobs/bench/synthetic_task.sh"
 steps=${1:-300}
 ranks=${2:-4}
 shift $(( $# < 2 ? $# : 2 ))
@@ -21,32 +22,11 @@ methods=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
-mpiexec.mpich -n 2 "$tessera" synth --out "$tmp/syn.h5" --count 16 --size 24 --classes 3 --seed 11 >/dev/null
-cat >"$tmp/c.ini" <<INI
-[model]
-channels = 4,8,16
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = $steps
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-log_every = 1
-[ckpt]
-every = 0
-every_minutes = 0
-[eval]
-final = false
-INI
+synthetic_task "$tmp" "$steps"
 run() { # run NAME METHOD[,KEY=VALUE...]
     local IFS=,
     local spec=($2)
-    mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/c.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$1" \
+    mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/task.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$1" \
         parallel.compress="${spec[0]}" "${spec[@]:1}" >/dev/null
     echo "$2" >"$tmp/$1/spec"
     echo "$2 done" >&2

@@ -11,38 +11,18 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
+. "$here/jobs/bench/synthetic_task.sh"
 steps=${1:-300}
 ranks=${2:-4}
 h=${3:-4}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
-mpiexec.mpich -n 2 "$tessera" synth --out "$tmp/syn.h5" --count 16 --size 24 --classes 3 --seed 11 >/dev/null
-cat >"$tmp/l.ini" <<INI
-[model]
-channels = 4,8,16
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = $steps
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-log_every = 1
-[ckpt]
-every = 0
-every_minutes = 0
-[eval]
-final = false
-INI
+synthetic_task "$tmp" "$steps"
 run() { # run NAME ARGS...
     local name=$1
     shift
-    mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/l.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$name" "$@" >/dev/null
+    mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/task.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$name" "$@" >/dev/null
     echo "$name done" >&2
 }
 run sync

@@ -18,6 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
+. "$here/jobs/bench/synthetic_task.sh"
 what=${1:-all}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -69,30 +70,9 @@ PY
 converge() {
     local steps=$1 ranks=$2
     export OMP_NUM_THREADS=1
-    mpiexec.mpich -n 2 "$tessera" synth --out "$tmp/syn.h5" --count 16 --size 24 --classes 3 --seed 11 >/dev/null
-    cat >"$tmp/p.ini" <<INI
-[model]
-channels = 4,8,16
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = $steps
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-log_every = 1
-[ckpt]
-every = 0
-every_minutes = 0
-[eval]
-final = false
-INI
+    synthetic_task "$tmp" "$steps"
     for p in fp32 bf16 fp16; do
-        mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/p.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$p" \
+        mpiexec.mpich -n "$ranks" "$tessera" train "$tmp/task.ini" data.path="$tmp/syn.h5" run.dir="$tmp/$p" \
             train.precision=$p >/dev/null
         echo "$p done" >&2
     done
