@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "io/augment_spatial.h"
 #include "io/dataset.h"
 #include "src/core/rng.h"
 
@@ -30,6 +31,7 @@ typedef struct ts_patch_opts {
     double gamma;        /* gamma g = exp(u), u uniform in [-ln(1+gamma), ln(1+gamma)], on half the patches */
     double noise_p;      /* probability (per channel) of additive Gaussian noise; 0: no draws at all */
     double noise_std;    /* its sigma, uniform in [0, noise_std] (normalised units) */
+    ts_spatial_aug_opts spatial; /* rotation, zoom, elastic (io/augment_spatial.h); all 0: off */
     ts_norm_mode norm;
     int clip_lo, clip_hi; /* indices into ts_io_pct_levels, or -1: no clipping */
 } ts_patch_opts;
