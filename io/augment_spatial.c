@@ -149,25 +149,15 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
         nr *= rsz[d];
     }
     const int n = x->elastic ? x->elastic_points : 0, n3 = n * n * n;
+    int err = 0;
     float *buf = nr ? malloc((size_t)(nr * C) * sizeof(float)) : NULL;
     uint8_t *lbuf = nr ? malloc((size_t)nr) : NULL;
     double *coef = n ? malloc((size_t)(3 * n3) * sizeof(double)) : NULL;
-    if ((nr && (!buf || !lbuf)) || (n && !coef)) {
-        free(buf);
-        free(lbuf);
-        free(coef);
-        return TS_ERR(TS_ERR_NOMEM, "augment: out of memory for the %lldx%lldx%lld box the transformed patch of "
-                      "sample %lld is read from", (long long)rsz[0], (long long)rsz[1], (long long)rsz[2],
-                      (long long)i);
-    }
+    if ((nr && (!buf || !lbuf)) || (n && !coef))
+        TS_FAIL(TS_ERR_NOMEM, "augment: out of memory for the %lldx%lldx%lld box the transformed patch of sample "
+                "%lld is read from", (long long)rsz[0], (long long)rsz[1], (long long)rsz[2], (long long)i);
     if (nr) {
-        int err = ts_dataset_read_box(ds, i, rlo, rsz, buf, lbuf, NAN);
-        if (err) {
-            free(buf);
-            free(lbuf);
-            free(coef);
-            return err;
-        }
+        TS_CHECK(ts_dataset_read_box(ds, i, rlo, rsz, buf, lbuf, NAN));
         normalize(ctx, buf, C, nr);
     }
     if (n) control_points(x, coef);
@@ -251,8 +241,9 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
                                : 0;
             }
     }
+cleanup:
     free(buf);
     free(lbuf);
     free(coef);
-    return 0;
+    return err;
 }

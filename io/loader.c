@@ -35,7 +35,7 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.rot_deg", TS_CFG_FLOAT, "30", "0:180", "each rotation angle uniform in [-rot_deg, rot_deg] degrees (nnU-Net: 30)"},
     {"data.zoom_p", TS_CFG_FLOAT, "0.2", "0:1", "probability of a random isotropic zoom (nnU-Net's scaling: 0.2)"},
     {"data.zoom_min", TS_CFG_FLOAT, "0.7", "0.05:10", "zoom factor uniform in [zoom_min, zoom_max]; < 1 magnifies (nnU-Net: 0.7)"},
-    {"data.zoom_max", TS_CFG_FLOAT, "1.4", "0.05:10", "(nnU-Net: 1.4)"},
+    {"data.zoom_max", TS_CFG_FLOAT, "1.4", "0.05:10", "upper end of the zoom factor (nnU-Net: 1.4)"},
     {"data.elastic_p", TS_CFG_FLOAT, "0", "0:1", "probability of an elastic deformation (off, as nnU-Net's 3D default)"},
     {"data.elastic_points", TS_CFG_INT, "7", "4:16", "elastic control points per axis over the patch (TorchIO: 7)"},
     {"data.elastic_disp", TS_CFG_FLOAT, "7.5", "0:1000", "largest control-point displacement in voxels (TorchIO: 7.5)"},
@@ -279,6 +279,7 @@ static int create_local(ts_dataset *ds, int rank, int size, const ts_loader_opts
         return TS_ERR(TS_ERR_ARG, "loader: batch %d (1..%d)", o->batch, TS_LOADER_MAX_BATCH);
     for (int k = 0; k < 3; k++)
         if (o->patch.patch[k] < 1) return TS_ERR(TS_ERR_ARG, "loader: patch size %lld", (long long)o->patch.patch[k]);
+    TS_TRY(ts_spatial_aug_check(&o->patch.spatial));
     if (o->patch.clip_lo >= TS_IO_NPCT || o->patch.clip_hi >= TS_IO_NPCT || (o->patch.clip_lo >= 0) != (o->patch.clip_hi >= 0))
         return TS_ERR(TS_ERR_ARG, "loader: bad clipping percentiles");
     /* the box: all 0 = the whole patch; otherwise inside the patch */

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void help(void)
 {
@@ -243,6 +245,11 @@ int ts_cli_bench_io(int argc, char **argv)
         if (r) TS_FAIL(r, "%s", ts_err_message());
     }
     if (repeat < 1) repeat = 1;
+    if (dump) { /* before any work, on every rank (the group's first rank writes) */
+        struct stat st;
+        if (stat(dump, &st) != 0 || !S_ISDIR(st.st_mode) || access(dump, W_OK) != 0)
+            TS_FAIL(TS_ERR_ARG, "bench io: --dump-patch %s is not a writable directory", dump);
+    }
     if (!ts_config_isset(ctx.cfg, "data.path"))
         TS_FAIL(TS_ERR_CONFIG, "bench io: data.path is not set in %s (or on the command line)", argv[1]);
     TS_CHECK(ts_config_check_ranks(ctx.cfg, MPI_COMM_WORLD));

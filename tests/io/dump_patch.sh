@@ -66,8 +66,13 @@ diff_all() { # NAME: every image differs from the 1-rank one
 diff_all plain
 dump seed 1 train.batch=4 train.seed=8
 diff_all seed
+# bad input: an error on every rank before any work, naming the key or the file
+ts_fails_on_all "data.zoom_min above data.zoom_max" "data.zoom_min (1.5)" 2 \
+    ts_mpirun 2 "$tessera" bench io "$d/c.ini" --dump-patch "$d/one" data.zoom_min=1.5 data.zoom_max=1.2
+ts_fails_on_all "a dump folder that does not exist" "--dump-patch $d/nodir is not a writable directory" 2 \
+    ts_mpirun 2 "$tessera" bench io "$d/c.ini" --dump-patch "$d/nodir" parallel.sp=2
 if [ -n "$TS_PY" ]; then
-    ts_step "the files: 12x12x16 with 2 channels (float32) and labels 0..2 (uint8); labels moved by the transform" \
+    ts_step "the files: 12x12x16 with 2 channels (float32) and labels 0..2 (uint8)" \
         "$TS_PY" -c "
 import nibabel as nib, numpy as np, sys
 d = sys.argv[1]
