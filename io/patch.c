@@ -1,10 +1,12 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
- * draws happen in a fixed order (box, flips, rotation, then per channel
- * gamma, scale, shift, noise) so a stream position always gives the same
+ * draws happen in a fixed order (foreground voxel, flips, 90-degree
+ * rotation, the spatial transform of io/augment_spatial.c, box corner,
+ * then per channel gamma, scale, shift, noise) so a stream position always gives the same
  * patch; options that are off draw nothing (so turning noise on leaves
  * every other choice as it was).
  * A box of a patch (spatial parallelism) makes the same draws, reads only
- * its preimage and leaves the intensity augmentation for ts_patch_finish. */
+ * its preimage (or, with a spatial transform, the volume box its voxels are
+ * sampled from) and leaves the intensity augmentation for ts_patch_finish. */
 #include "tsbuild.h"
 #include "io/patch.h"
 #include "src/core/error.h"
