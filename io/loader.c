@@ -31,6 +31,14 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.gamma", TS_CFG_FLOAT, "0.3", "0:", "gamma on half the patches, log-uniform in [1/(1+g), 1+g]; 0 = off"},
     {"data.noise_p", TS_CFG_FLOAT, "0", "0:1", "probability of additive Gaussian noise per patch and channel (nnU-Net: 0.1)"},
     {"data.noise_std", TS_CFG_FLOAT, "0.316", "0:", "the noise's sigma, uniform in [0, noise_std] (normalised units; nnU-Net: variance up to 0.1)"},
+    {"data.rot_p", TS_CFG_FLOAT, "0.2", "0:1", "probability of a random rotation about all three axes (nnU-Net: 0.2)"},
+    {"data.rot_deg", TS_CFG_FLOAT, "30", "0:180", "each rotation angle uniform in [-rot_deg, rot_deg] degrees (nnU-Net: 30)"},
+    {"data.zoom_p", TS_CFG_FLOAT, "0.2", "0:1", "probability of a random isotropic zoom (nnU-Net's scaling: 0.2)"},
+    {"data.zoom_min", TS_CFG_FLOAT, "0.7", "0.05:10", "zoom factor uniform in [zoom_min, zoom_max]; < 1 magnifies (nnU-Net: 0.7)"},
+    {"data.zoom_max", TS_CFG_FLOAT, "1.4", "0.05:10", "upper end of the zoom factor (nnU-Net: 1.4)"},
+    {"data.elastic_p", TS_CFG_FLOAT, "0", "0:1", "probability of an elastic deformation (off, as nnU-Net's 3D default)"},
+    {"data.elastic_points", TS_CFG_INT, "7", "4:16", "elastic control points per axis over the patch (TorchIO: 7)"},
+    {"data.elastic_disp", TS_CFG_FLOAT, "7.5", "0:1000", "largest control-point displacement in voxels (TorchIO: 7.5)"},
     {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none", "z-score with the image's or the dataset's mean/std"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},
     {"data.prefetch", TS_CFG_INT, "2", "0:16", "batches prepared ahead by the loader thread (0 = no thread)"},
@@ -64,6 +72,19 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
     TS_TRY(ts_config_get_float(cfg, "data.gamma", &o->patch.gamma));
     TS_TRY(ts_config_get_float(cfg, "data.noise_p", &o->patch.noise_p));
     TS_TRY(ts_config_get_float(cfg, "data.noise_std", &o->patch.noise_std));
+    {
+        ts_spatial_aug_opts *sa = &o->patch.spatial;
+        TS_TRY(ts_config_get_float(cfg, "data.rot_p", &sa->rot_p));
+        TS_TRY(ts_config_get_float(cfg, "data.rot_deg", &sa->rot_deg));
+        TS_TRY(ts_config_get_float(cfg, "data.zoom_p", &sa->zoom_p));
+        TS_TRY(ts_config_get_float(cfg, "data.zoom_min", &sa->zoom_min));
+        TS_TRY(ts_config_get_float(cfg, "data.zoom_max", &sa->zoom_max));
+        TS_TRY(ts_config_get_float(cfg, "data.elastic_p", &sa->elastic_p));
+        TS_TRY(ts_config_get_int(cfg, "data.elastic_points", &v));
+        sa->elastic_points = (int)v;
+        TS_TRY(ts_config_get_float(cfg, "data.elastic_disp", &sa->elastic_disp));
+        TS_TRY(ts_spatial_aug_check(sa));
+    }
     TS_TRY(ts_config_get_str(cfg, "data.norm", &s));
     o->patch.norm = !strcmp(s, "image") ? TS_NORM_IMAGE : !strcmp(s, "dataset") ? TS_NORM_DATASET : TS_NORM_NONE;
     TS_TRY(ts_config_get_str(cfg, "data.clip", &s));
@@ -245,7 +266,9 @@ static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_l
     int64_t iv[] = {rank, size, o->batch, (int64_t)o->seed, o->mode, o->subset ? o->nsubset : -1,
                     ts_dataset_count(ds), ts_dataset_channels(ds), p->patch[0], p->patch[1], p->patch[2],
                     p->augment, p->flip, p->rot90, p->norm, p->clip_lo, p->clip_hi};
-    double dv[] = {p->fg_fraction, p->scale, p->shift, p->gamma};
+    double dv[] = {p->fg_fraction, p->scale, p->shift, p->gamma, p->spatial.rot_p, p->spatial.rot_deg,
+                   p->spatial.zoom_p, p->spatial.zoom_min, p->spatial.zoom_max, p->spatial.elastic_p,
+                   p->spatial.elastic_disp, (double)p->spatial.elastic_points};
     uint64_t h = fnv(1469598103934665603ull, iv, sizeof iv);
     h = fnv(h, dv, sizeof dv);
     if (o->subset) h = fnv(h, o->subset, (size_t)o->nsubset * sizeof *o->subset);
@@ -261,6 +284,7 @@ static int create_local(ts_dataset *ds, int rank, int size, const ts_loader_opts
         return TS_ERR(TS_ERR_ARG, "loader: batch %d (1..%d)", o->batch, TS_LOADER_MAX_BATCH);
     for (int k = 0; k < 3; k++)
         if (o->patch.patch[k] < 1) return TS_ERR(TS_ERR_ARG, "loader: patch size %lld", (long long)o->patch.patch[k]);
+    TS_TRY(ts_spatial_aug_check(&o->patch.spatial));
     if (o->patch.clip_lo >= TS_IO_NPCT || o->patch.clip_hi >= TS_IO_NPCT || (o->patch.clip_lo >= 0) != (o->patch.clip_hi >= 0))
         return TS_ERR(TS_ERR_ARG, "loader: bad clipping percentiles");
     /* the box: all 0 = the whole patch; otherwise inside the patch */

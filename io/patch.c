@@ -1,10 +1,12 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
- * draws happen in a fixed order (box, flips, rotation, then per channel
- * gamma, scale, shift, noise) so a stream position always gives the same
+ * draws happen in a fixed order (foreground voxel, flips, 90-degree
+ * rotation, the spatial transform of io/augment_spatial.c, box corner,
+ * then per channel gamma, scale, shift, noise) so a stream position always gives the same
  * patch; options that are off draw nothing (so turning noise on leaves
  * every other choice as it was).
  * A box of a patch (spatial parallelism) makes the same draws, reads only
- * its preimage and leaves the intensity augmentation for ts_patch_finish. */
+ * its preimage (or, with a spatial transform, the volume box its voxels are
+ * sampled from) and leaves the intensity augmentation for ts_patch_finish. */
 #include "tsbuild.h"
 #include "io/patch.h"
 #include "src/core/error.h"
@@ -192,6 +194,22 @@ int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, floa
     return 0;
 }
 
+/* normalisation of a box read for the spatial augmentation */
+typedef struct {
+    const ts_patch_opts *o;
+    const ts_sample_info *in;
+    const double *dmean, *dstd;
+} norm_ctx;
+
+static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
+{
+    const norm_ctx *n = ctx;
+    float mn, mx;
+    for (int64_t c = 0; c < C; c++)
+        normalize_channel(image + c * nv, nv, n->o, n->in->mean[c], n->in->std[c], n->in->pct + c * TS_IO_NPCT,
+                          n->dmean[c], n->dstd[c], &mn, &mx);
+}
+
 int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
                       const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,
                       float *scratch, ts_patch_pending *pend)
@@ -216,6 +234,8 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
         if (o->flip) flips = (int)(ts_rng_u32(r) & 7);
         if (o->rot90) k = (int)(ts_rng_u32(r) & 3);
     }
+    ts_spatial_xform xf = {0};
+    if (aug) ts_spatial_aug_draw(&o->spatial, r, &xf); /* rotation, zoom, elastic: nothing drawn when off */
     int64_t box[3] = {o->patch[0], (k & 1) ? o->patch[2] : o->patch[1], (k & 1) ? o->patch[1] : o->patch[2]};
     int64_t lo[3];
     for (int d = 0; d < 3; d++) {
@@ -231,8 +251,13 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     const int direct = !k && !flips;
     float *bimg = direct ? image : scratch;
     uint8_t *blab = direct ? label : (uint8_t *)(scratch + nv * C);
-    TS_TRY(ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN));
-    if (!direct) TS_TRY(ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label));
+    norm_ctx nc = {o, &in, ts_dataset_mean(ds), ts_dataset_std(ds)};
+    if (xf.on) /* sampled through the transform, normalised before the interpolation */
+        TS_TRY(ts_spatial_aug_box(ds, i, &xf, o->patch, k, flips, lo, sub_lo, sub_size, norm_cb, &nc, image, label,
+                                  pend->mn, pend->mx));
+    else TS_TRY(ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN));
+    if (!direct && !xf.on)
+        TS_TRY(ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label));
 
     /* normalisation (padding, NaN here, becomes 0); the intensity
      * augmentation's numbers are drawn per channel (gamma, scale, shift) */
@@ -244,8 +269,9 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
         pend->sub_size[d] = sub_size[d];
     }
     for (int64_t c = 0; c < C; c++) {
-        normalize_channel(image + c * nv, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT,
-                          ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
+        if (!xf.on)
+            normalize_channel(image + c * nv, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT,
+                              ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
         double g = 1, sc = 1, sh = 0;
         int do_gamma = 0;
         if (aug) {

@@ -2,7 +2,8 @@
  * stored foreground voxel for a configurable fraction of patches), read with
  * a hyperslab of just that box (volumes smaller than the patch are padded),
  * then augmented (random flips, 90-degree rotations in the axial plane (H,
- * W), gamma, intensity scale and shift) and normalised (z-score per image or
+ * W), rotation, zoom and elastic deformation sampled from the volume
+ * (io/augment_spatial.h), gamma, intensity scale and shift) and normalised (z-score per image or
  * per dataset, optional percentile clipping). Padding is 0 after
  * normalisation, label 0. All randomness comes from the caller's stream, so
  * a patch depends only on (seed, stream position), never on thread timing or
@@ -14,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "io/augment_spatial.h"
 #include "io/dataset.h"
 #include "src/core/rng.h"
 
@@ -30,6 +32,7 @@ typedef struct ts_patch_opts {
     double gamma;        /* gamma g = exp(u), u uniform in [-ln(1+gamma), ln(1+gamma)], on half the patches */
     double noise_p;      /* probability (per channel) of additive Gaussian noise; 0: no draws at all */
     double noise_std;    /* its sigma, uniform in [0, noise_std] (normalised units) */
+    ts_spatial_aug_opts spatial; /* rotation, zoom, elastic (io/augment_spatial.h); all 0: off */
     ts_norm_mode norm;
     int clip_lo, clip_hi; /* indices into ts_io_pct_levels, or -1: no clipping */
 } ts_patch_opts;
@@ -74,7 +77,9 @@ typedef struct ts_patch_pending {
  * instead of applied. Every random number ts_patch_draw draws is drawn here,
  * in the same order, whatever the box, so ranks holding different boxes of
  * one patch with equal streams agree on every choice. Only the preimage of
- * the box (after flips and rotation) is read from the file. scratch: at
+ * the box (after flips and rotation) is read from the file; with a
+ * rotation, zoom or elastic deformation drawn, the box of the volume its
+ * voxels are sampled from (ts_spatial_aug_box). scratch: at
  * least ts_patch_scratch_floats_box(ds, sub_size) floats. */
 int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
                       const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,

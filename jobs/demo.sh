@@ -56,9 +56,13 @@ echo "== infer: the whole 1 mm scan (predicted at 2 mm, labels back on the 1 mm 
     output="$run/ch2-pred.nii.gz" label="$templates/aal.nii.gz" label_map=configs/labelmaps/aal-3class.txt \
     "$@" | tee "$run/infer.txt"
 
-echo "== picture"
+echo "== picture (with an augmented training patch: rotation and zoom drawn for it, written by bench io --dump-patch)"
+mkdir -p "$run/patch"
+mpiexec.mpich -n 1 "$tessera" bench io configs/demo.ini data.path="$run/ch2-aal3.h5" train.batch=1 \
+    data.rot_p=1 data.zoom_p=1 --dump-patch "$run/patch"
 /usr/bin/python3 jobs/demo_plot.py "$templates/ch2.nii.gz" "$run/ch2-pred.nii.gz" "$templates/aal.nii.gz" \
-    configs/labelmaps/aal-3class.txt "$run/metrics.jsonl" "$run/demo.png"
+    configs/labelmaps/aal-3class.txt "$run/metrics.jsonl" "$run/demo.png" \
+    "$run/patch/patch-000000_image.nii" "$run/patch/patch-000000_label.nii"
 
 echo
 echo "demo finished in $(( $(date +%s) - start )) s (after the build)"

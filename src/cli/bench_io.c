@@ -3,15 +3,21 @@
  * (raw chunks, checksums verified), R repetitions, median -> read_GBps;
  * (2) loader: the configured loader (patches, augmentation, normalisation,
  * prefetch thread) delivers batches as fast as it can -> samples_per_s.
- * Reads the [data] section of CONFIG (and train.batch, train.seed); other
- * sections are ignored here (they belong to `tessera train`). */
+ * Reads the [data] section of CONFIG (and train.batch, train.seed,
+ * parallel.sp, parallel.sp_dims); other sections are ignored here (they
+ * belong to `tessera train`). With parallel.sp = S the ranks form groups of
+ * S consecutive ranks, each rank loading its box of every patch as in
+ * training. --dump-patch DIR writes the first batch's augmented patches as
+ * NIfTI files instead of timing (docs/medical.md, "Looking at a patch"). */
 #include "tsbuild.h"
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "io/nifti.h"
 #include "src/cli/cli.h"
 #include "src/core/config.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
+#include "src/parallel/spatial.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,11 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void help(void)
 {
     printf("usage: tessera bench io CONFIG [data.key=value ...] [train.batch=B] [--steps N] [--warmup W]\n"
-           "                        [--repeat R] [--json FILE]\n\n"
+           "                        [--repeat R] [--json FILE] [--dump-patch DIR]\n\n"
            "Times the data path of CONFIG (its [data] section, train.batch (default 2), train.seed) on the\n"
            "ranks of the job, two phases in one run:\n"
            "  read    every rank reads its share of the samples whole (all chunks, checksums verified),\n"
@@ -32,7 +40,13 @@ static void help(void)
            "          thread) delivers W warm-up (default 3) then N batches (default 20) as fast as it can:\n"
            "          samples_per_s = N * batch * ranks / time (0 = phase skipped with --steps 0)\n"
            "JSON (--json): samples_per_s, read_GBps, bytes (read by one repetition), read_s, read_samples_per_s,\n"
-           "ranks, batch, patch, steps, prefetch, augment, driver, samples, config.\n\ndata keys:\n");
+           "ranks, batch, patch, steps, prefetch, augment, driver, samples, config.\n"
+           "parallel.sp=S (and parallel.sp_dims, as in training): groups of S consecutive ranks share each\n"
+           "patch, every rank loading its box of it (the job's ranks must be a multiple of S).\n"
+           "--dump-patch DIR: instead of timing, writes the first batch's training patches (train.batch per\n"
+           "replica, augmented as configured) to DIR/patch-P_image.nii (float32, channels along t) and\n"
+           "DIR/patch-P_label.nii (uint8), P the sample's stream position (6 digits): the same files whatever\n"
+           "the number of ranks and parallel.sp, for a seed. DIR must exist.\n\ndata keys:\n");
     static const ts_cfg_key *const tables[] = {ts_io_config_keys, NULL};
     ts_config *c = NULL;
     if (!ts_config_create(tables, &c)) ts_config_print_help(c, stdout);
@@ -42,7 +56,8 @@ static void help(void)
 typedef struct {
     ts_config *cfg;
     const char *path;
-    long long batch, seed;
+    long long batch, seed, sp;
+    char sp_dims[64];
     int err;
 } ini_ctx;
 
@@ -69,7 +84,95 @@ static int set_key(ini_ctx *c, const char *key, const char *value, const char *w
             return TS_ERR(TS_ERR_CONFIG, "%s: train.seed = '%s' (a non-negative integer)", where, value);
         return 0;
     }
+    if (!strcmp(key, "parallel.sp")) {
+        if (parse_ll(value, &c->sp) || c->sp < 1 || c->sp > 1 << 20)
+            return TS_ERR(TS_ERR_CONFIG, "%s: parallel.sp = '%s' (a positive integer)", where, value);
+        return 0;
+    }
+    if (!strcmp(key, "parallel.sp_dims")) {
+        if (strlen(value) >= sizeof c->sp_dims)
+            return TS_ERR(TS_ERR_CONFIG, "%s: parallel.sp_dims = '%s' is too long", where, value);
+        snprintf(c->sp_dims, sizeof c->sp_dims, "%s", value);
+        return 0;
+    }
     return -1; /* not ours */
+}
+
+/* --dump-patch: the first batch of the loader, each patch gathered from
+ * the boxes of its spatial group (rank 0 of the group writes it).
+ * Collective on the group; errors are the caller's to agree. */
+static int dump_patches(ts_loader *ld, MPI_Comm grp, const int64_t patch[3], const int64_t blo[3],
+                        const int64_t bsz[3], int64_t C, int dprank, int dpsize, const char *dir)
+{
+    const ts_batch *b = NULL;
+    int err = 0, g = 0, G = 1;
+    float *all = NULL, *img = NULL;
+    uint8_t *lab = NULL, *lall = NULL;
+    int64_t *boxes = NULL;
+    TS_TRY(ts_loader_next(ld, &b));
+    if (grp != MPI_COMM_NULL) {
+        TS_MPI_TRY(MPI_Comm_rank(grp, &g));
+        TS_MPI_TRY(MPI_Comm_size(grp, &G));
+    }
+    const int64_t nvs = bsz[0] * bsz[1] * bsz[2], nvp = patch[0] * patch[1] * patch[2];
+    const int B = (int)b->image.shape[0];
+    if (g == 0) {
+        all = malloc((size_t)(G * C * nvs) * sizeof(float));
+        lall = malloc((size_t)(G * nvs));
+        img = malloc((size_t)(C * nvp) * sizeof(float));
+        lab = malloc((size_t)nvp);
+        boxes = malloc((size_t)G * 3 * sizeof(int64_t));
+        if (!all || !lall || !img || !lab || !boxes) err = TS_ERR(TS_ERR_NOMEM, "bench io: --dump-patch buffers");
+    }
+    if (G > 1) TS_CHECK(ts_err_agree(grp, err));
+    else if (err) goto cleanup;
+    for (int s = 0; s < B; s++) {
+        const float *mine = (const float *)b->image.data + (int64_t)s * C * nvs;
+        const uint8_t *lmine = (const uint8_t *)b->label.data + (int64_t)s * nvs;
+        if (G > 1) {
+            TS_MPI(MPI_Gather(mine, (int)(C * nvs), MPI_FLOAT, all, (int)(C * nvs), MPI_FLOAT, 0, grp));
+            TS_MPI(MPI_Gather(lmine, (int)nvs, MPI_UINT8_T, lall, (int)nvs, MPI_UINT8_T, 0, grp));
+            TS_MPI(MPI_Gather(blo, 3, MPI_INT64_T, boxes, 3, MPI_INT64_T, 0, grp));
+        } else {
+            memcpy(all, mine, (size_t)(C * nvs) * sizeof(float));
+            memcpy(lall, lmine, (size_t)nvs);
+            memcpy(boxes, blo, 3 * sizeof(int64_t));
+        }
+        if (g != 0 || b->sample[s] < 0) continue;
+        for (int r = 0; r < G; r++) /* every box into its place in the patch */
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t z = 0; z < bsz[0]; z++)
+                    for (int64_t y = 0; y < bsz[1]; y++) {
+                        const int64_t *o = boxes + 3 * r;
+                        const int64_t src = ((z * bsz[1]) + y) * bsz[2], dst = ((o[0] + z) * patch[1] + o[1] + y) * patch[2] + o[2];
+                        memcpy(img + c * nvp + dst, all + (r * C + c) * nvs + src, (size_t)bsz[2] * sizeof(float));
+                        if (c == 0) memcpy(lab + dst, lall + r * nvs + src, (size_t)bsz[2]);
+                    }
+        /* the sampler's stream position of slot s of this replica */
+        const long long pos = (long long)(b->position + (int64_t)s * dpsize + dprank);
+        ts_nifti_geom geo;
+        memset(&geo, 0, sizeof geo);
+        geo.dim[0] = patch[2];
+        geo.dim[1] = patch[1];
+        geo.dim[2] = patch[0];
+        geo.dim[3] = C;
+        for (int k = 0; k < 3; k++) geo.pixdim[k] = 1;
+        for (int k = 0; k < 4; k++) geo.sform[5 * k] = geo.qform[5 * k] = 1;
+        geo.sform_code = geo.qform_code = 1;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/patch-%06lld_image.nii", dir, pos);
+        if (!err) err = ts_nifti_write(path, &geo, TS_NIFTI_FLOAT32, 1, img);
+        geo.dim[3] = 1;
+        snprintf(path, sizeof path, "%s/patch-%06lld_label.nii", dir, pos);
+        if (!err) err = ts_nifti_write(path, &geo, TS_NIFTI_UINT8, 1, lab);
+    }
+cleanup:
+    free(all);
+    free(lall);
+    free(img);
+    free(lab);
+    free(boxes);
+    return err;
 }
 
 static int ini_cb(void *user, const char *section, const char *name, const char *value)
@@ -96,7 +199,9 @@ int ts_cli_bench_io(int argc, char **argv)
 {
     int err = 0, lerr = 0;
     static const ts_cfg_key *const tables[] = {ts_io_config_keys, NULL};
-    ini_ctx ctx = {.batch = 2, .seed = 0};
+    ini_ctx ctx = {.batch = 2, .seed = 0, .sp = 1, .sp_dims = "auto"};
+    ts_spatial *spg = NULL;
+    const char *dump = NULL;
     ts_dataset *ds = NULL;
     ts_loader *ld = NULL;
     float *img = NULL;
@@ -121,10 +226,11 @@ int ts_cli_bench_io(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long *dst = !strcmp(a, "--steps") ? &steps : !strcmp(a, "--warmup") ? &warm
                          : !strcmp(a, "--repeat") ? &repeat : NULL;
-        if (dst || !strcmp(a, "--json")) {
+        if (dst || !strcmp(a, "--json") || !strcmp(a, "--dump-patch")) {
             if (!v) TS_FAIL(TS_ERR_ARG, "bench io: %s needs a value", a);
             i++;
-            if (!dst) json = v;
+            if (!dst && a[2] == 'j') json = v;
+            else if (!dst) dump = v;
             else if (parse_ll(v, dst) || *dst < 0) TS_FAIL(TS_ERR_ARG, "bench io: %s %s", a, v);
             continue;
         }
@@ -133,10 +239,17 @@ int ts_cli_bench_io(int argc, char **argv)
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
         int r = set_key(&ctx, key, eq + 1, "command line");
-        if (r < 0) TS_FAIL(TS_ERR_CONFIG, "bench io: unknown key %s (data.*, train.batch, train.seed)", key);
+        if (r < 0)
+            TS_FAIL(TS_ERR_CONFIG, "bench io: unknown key %s (data.*, train.batch, train.seed, parallel.sp, "
+                    "parallel.sp_dims)", key);
         if (r) TS_FAIL(r, "%s", ts_err_message());
     }
     if (repeat < 1) repeat = 1;
+    if (dump) { /* before any work, on every rank (the group's first rank writes) */
+        struct stat st;
+        if (stat(dump, &st) != 0 || !S_ISDIR(st.st_mode) || access(dump, W_OK) != 0)
+            TS_FAIL(TS_ERR_ARG, "bench io: --dump-patch %s is not a writable directory", dump);
+    }
     if (!ts_config_isset(ctx.cfg, "data.path"))
         TS_FAIL(TS_ERR_CONFIG, "bench io: data.path is not set in %s (or on the command line)", argv[1]);
     TS_CHECK(ts_config_check_ranks(ctx.cfg, MPI_COMM_WORLD));
@@ -149,7 +262,38 @@ int ts_cli_bench_io(int argc, char **argv)
     lopt.batch = (int)ctx.batch;
     lopt.seed = (uint64_t)ctx.seed;
     lopt.mode = TS_SAMPLER_TRAIN;
+    /* spatial groups of sp consecutive ranks, one data-parallel replica each */
+    if (size % ctx.sp)
+        TS_FAIL(TS_ERR_CONFIG, "bench io: parallel.sp = %lld does not divide the job's %d ranks", ctx.sp, size);
+    const int dpsize = size / (int)ctx.sp, dprank = rank / (int)ctx.sp;
+    int64_t blo[3] = {0, 0, 0}, bsz[3] = {lopt.patch.patch[0], lopt.patch.patch[1], lopt.patch.patch[2]};
+    if (ctx.sp > 1) {
+        int dims[3];
+        MPI_Comm grp;
+        TS_CHECK(ts_spatial_plan((int)ctx.sp, ctx.sp_dims, lopt.patch.patch, 1, dims));
+        TS_MPI(MPI_Comm_split(MPI_COMM_WORLD, dprank, rank, &grp));
+        lerr = ts_spatial_create(grp, dims, &spg);
+        MPI_Comm_free(&grp);
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
+        TS_CHECK(ts_spatial_box(spg, lopt.patch.patch, blo, bsz));
+        memcpy(lopt.sub_lo, blo, sizeof blo);
+        memcpy(lopt.sub_size, bsz, sizeof bsz);
+        lopt.group = ts_spatial_comm(spg);
+        memcpy(dopt.box_hint, bsz, sizeof dopt.box_hint);
+    }
     TS_CHECK(ts_dataset_open(MPI_COMM_WORLD, path, &dopt, &ds));
+    if (dump) {
+        lerr = ts_loader_create(ds, dprank, dpsize, &lopt, &ld);
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
+        lerr = dump_patches(ld, ctx.sp > 1 ? lopt.group : MPI_COMM_NULL, lopt.patch.patch, blo, bsz,
+                            ts_dataset_channels(ds), dprank, dpsize, dump);
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
+        if (rank == 0)
+            printf("bench io: wrote %lld patches (%lldx%lldx%lld) to %s\n", (long long)ctx.batch * dpsize,
+                   (long long)lopt.patch.patch[0], (long long)lopt.patch.patch[1], (long long)lopt.patch.patch[2],
+                   dump);
+        goto cleanup;
+    }
     const int64_t N = ts_dataset_count(ds);
 
     /* phase 1: whole samples, this rank's share */
@@ -182,7 +326,7 @@ int ts_cli_bench_io(int argc, char **argv)
     /* phase 2: the loader */
     double sps = 0, wait_s = 0, load_s = 0;
     if (steps > 0) {
-        lerr = ts_loader_create(ds, rank, size, &lopt, &ld);
+        lerr = ts_loader_create(ds, dprank, dpsize, &lopt, &ld);
         TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
         const ts_batch *b = NULL;
         for (long long s = 0; s < warm && !lerr; s++) lerr = ts_loader_next(ld, &b);
@@ -194,7 +338,7 @@ int ts_cli_bench_io(int argc, char **argv)
         wait_s = ts_loader_wait_seconds(ld) - w0;
         TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
         TS_MPI(MPI_Allreduce(&dt, &load_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-        sps = (double)steps * (double)ctx.batch * size / load_s;
+        sps = (double)steps * (double)ctx.batch * dpsize / load_s;
         ts_loader_destroy(&ld);
     }
     if (rank == 0) {
@@ -209,7 +353,7 @@ int ts_cli_bench_io(int argc, char **argv)
             printf("  loader  %lld batches of %lld, patch %lldx%lldx%lld, augmentation %s, prefetch %d: %.1f "
                    "samples/s (%.1f batches/s; waited %.0f%% of the time)\n",
                    steps, ctx.batch, (long long)lopt.patch.patch[0], (long long)lopt.patch.patch[1],
-                   (long long)lopt.patch.patch[2], aug, lopt.prefetch, sps, sps / (double)ctx.batch / size,
+                   (long long)lopt.patch.patch[2], aug, lopt.prefetch, sps, sps / (double)ctx.batch / dpsize,
                    100.0 * wait_s / (load_s > 0 ? load_s : 1));
         if (json) {
             js = cJSON_CreateObject();
@@ -240,6 +384,7 @@ cleanup:
     cJSON_Delete(js);
     ts_loader_destroy(&ld);
     ts_dataset_close(&ds);
+    ts_spatial_destroy(&spg);
     free(img);
     free(lab);
     free(times);

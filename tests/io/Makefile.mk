@@ -1,9 +1,11 @@
 # tests/io: dataset schema, NIfTI import, converters, sampler, loader
 TS_IO_TESTS = tests/io/dataset_np1.sh tests/io/dataset_np2.sh tests/io/dataset_np3.sh \
 	tests/io/convert_ch2.sh tests/io/msd.sh tests/io/loader.sh tests/io/bad_input.sh tests/io/units.sh \
-	tests/io/subbox_np2.sh tests/io/subbox_np4.sh tests/io/hardening.sh
+	tests/io/subbox_np2.sh tests/io/subbox_np4.sh tests/io/hardening.sh tests/io/augment_spatial.sh \
+	tests/io/dump_patch.sh
 check_PROGRAMS += tests/io/test_dataset tests/io/test_sampler tests/io/mkmsd tests/io/test_sampler_unit \
-	tests/io/test_loader tests/io/mkbad tests/io/test_units tests/io/test_resample tests/io/test_subbox
+	tests/io/test_loader tests/io/mkbad tests/io/test_units tests/io/test_resample tests/io/test_subbox \
+	tests/io/test_augment_spatial
 tests_io_test_dataset_SOURCES = tests/io/test_dataset.c
 tests_io_test_dataset_LDADD = $(TS_LIBS)
 tests_io_test_sampler_SOURCES = tests/io/test_sampler.c
@@ -14,6 +16,8 @@ tests_io_test_loader_SOURCES = tests/io/test_loader.c
 tests_io_test_loader_LDADD = $(TS_LIBS)
 tests_io_test_subbox_SOURCES = tests/io/test_subbox.c
 tests_io_test_subbox_LDADD = $(TS_LIBS)
+tests_io_test_augment_spatial_SOURCES = tests/io/test_augment_spatial.c
+tests_io_test_augment_spatial_LDADD = $(TS_LIBS)
 tests_io_mkbad_SOURCES = tests/io/mkbad.c
 tests_io_mkbad_LDADD = $(TS_LIBS)
 tests_io_test_units_SOURCES = tests/io/test_units.c

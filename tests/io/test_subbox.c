@@ -1,8 +1,9 @@
 /* Spatial parallelism in the loader (2 or 4 ranks): every rank of a group
  * loads its own box of every patch, and that box must be bit for bit the
  * same box of the patch a whole-patch loader produces with the same seed
- * (flips, rotations, padding, foreground boxes, gamma over the whole
- * patch's range, scale, shift, Gaussian noise keyed to patch voxels), while reading exactly the chunks its box's
+ * (flips, rotations, padding, foreground boxes, rotation, zoom and elastic
+ * deformation sampled from the volume, gamma over the whole patch's range,
+ * scale, shift, Gaussian noise keyed to patch voxels), while reading exactly the chunks its box's
  * voxels come from; errors on one rank of a group (a corrupt chunk, bad
  * boxes, other options) reach every rank without a hang. Also, on each rank alone: the
  * box transform against crops of the whole transform, and ts_patch_draw_box
@@ -158,6 +159,9 @@ static ts_patch_opts aug_opts(const int64_t p[3])
     o.shift = 0.2;
     o.noise_p = 0.5;
     o.noise_std = 0.3;
+    /* rotation, zoom and elastic deformation on half the patches each */
+    o.spatial = (ts_spatial_aug_opts){.rot_p = 0.5, .rot_deg = 30, .zoom_p = 0.5, .zoom_min = 0.7, .zoom_max = 1.4,
+                                      .elastic_p = 0.5, .elastic_points = 5, .elastic_disp = 2};
     o.norm = TS_NORM_IMAGE;
     o.clip_lo = o.clip_hi = -1;
     return o;
@@ -445,6 +449,7 @@ static void test_bytes(const char *path, const int64_t P[3], int t)
     memset(&lo, 0, sizeof lo);
     lo.patch = aug_opts(P);
     lo.patch.gamma = lo.patch.scale = lo.patch.shift = lo.patch.noise_p = 0; /* values stay voxel indices */
+    memset(&lo.patch.spatial, 0, sizeof lo.patch.spatial);                    /* (no interpolation) */
     lo.patch.norm = TS_NORM_NONE;
     lo.batch = 2;
     lo.seed = 77;

@@ -1,0 +1,72 @@
+/* Spatial augmentation of training patches: random rotation about each
+ * axis, isotropic zoom and elastic deformation, applied to the image
+ * (trilinear) and the label (nearest) with one transform. It works by
+ * sampling: every output voxel of the patch computes where it comes from in
+ * the volume and interpolates there, from a box read from the dataset that
+ * covers the transformed patch (parts outside the volume are padding: 0
+ * after normalisation, label 0). The transform is a function of the whole
+ * patch's parameters and of the voxel's place in the patch only, so a box
+ * of the patch held by one rank of a spatial group is bit for bit that box
+ * of the unsplit patch. All parameters are drawn from the sample stream
+ * (ts_spatial_aug_draw); options that are off draw nothing. Defaults and
+ * where they come from: docs/medical.md, "Spatial augmentation". */
+#ifndef TS_IO_AUGMENT_SPATIAL_H
+#define TS_IO_AUGMENT_SPATIAL_H
+
+#include <stdint.h>
+
+#include "io/dataset.h"
+#include "src/core/rng.h"
+
+#define TS_ELASTIC_MAX_POINTS 16
+
+typedef struct ts_spatial_aug_opts {
+    double rot_p;       /* probability of a rotation (then about all three axes); 0: off, no draws */
+    double rot_deg;     /* each angle uniform in [-rot_deg, rot_deg] degrees */
+    double zoom_p;      /* probability of an isotropic zoom; 0: off */
+    double zoom_min, zoom_max; /* the factor s, uniform in [zoom_min, zoom_max]; the patch samples the volume
+                                * at s times its voxel spacing (s < 1 magnifies) */
+    double elastic_p;   /* probability of an elastic deformation; 0: off */
+    int elastic_points; /* control points per axis over the patch (cubic B-spline), 4..TS_ELASTIC_MAX_POINTS */
+    double elastic_disp; /* each control point's displacement uniform in [-disp, disp] voxels per axis */
+} ts_spatial_aug_opts;
+
+/* The drawn transform of one patch. A patch voxel whose read-box
+ * coordinate (after flips and 90-degree rotations) is s comes from volume
+ * coordinate lo + c + a (s - c) + e(s): c the read box's centre, e the
+ * elastic displacement (0 without). on = 0: the identity (the patch is a
+ * plain crop). */
+typedef struct ts_spatial_xform {
+    int on;
+    double a[3][3];
+    double angle[3]; /* degrees about D, H, W (0 when no rotation was drawn) */
+    double zoom;     /* 1 when no zoom was drawn */
+    int elastic;
+    uint64_t elastic_key;
+    int elastic_points;
+    double elastic_disp;
+} ts_spatial_xform;
+
+/* Local. Checks the options: 0, or TS_ERR_CONFIG naming the data.* key. */
+int ts_spatial_aug_check(const ts_spatial_aug_opts *o);
+
+/* Local. Draws one patch's transform from r: rotation (a coin, then three
+ * angles), zoom (a coin, then the factor), elastic (a coin, then a 64-bit
+ * key for the control points); each group only when its probability is > 0,
+ * always the same number of draws for given options. */
+void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xform *x);
+
+/* Local. Fills image [C, sub_size] and label [sub_size] with voxels
+ * [sub_lo, sub_lo + sub_size) of the transformed patch of sample i: patch
+ * size `patch`, flips and k 90-degree rotations as in ts_patch_transform,
+ * read box [lo, lo + box) in the volume (box = patch with H, W swapped for
+ * an odd k). normalize(ctx, buf, C, nv) normalises the read image box in
+ * place (NaN padding to 0) before the interpolation. mn/mx receive the
+ * per-channel min and max of the output box. 0, or an error (reading, or
+ * TS_ERR_NOMEM). */
+typedef void (*ts_spatial_norm_fn)(void *ctx, float *image, int64_t C, int64_t nv);
+int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, const int64_t patch[3], int k,
+                       int flips, const int64_t lo[3], const int64_t sub_lo[3], const int64_t sub_size[3],
+                       ts_spatial_norm_fn normalize, void *ctx, float *image, uint8_t *label, float *mn, float *mx);
+
+#endif
