@@ -8,7 +8,10 @@
  * checkpointed levels (the largest level's), and in backward runs its
  * convolutions, its blocks' first norms and the max-pool or transposed
  * conv before each block once more (those two twice), with the halo
- * exchanges of those convolutions. */
+ * exchanges of those convolutions. The residual encoder (model.arch =
+ * resenc) counts its stem, residual blocks (two 3x3x3 convs, a 1x1x1 skip
+ * conv where channels or stride change) instead of the plain encoder, and
+ * deep supervision its heads ds{l}. */
 #include "tsbuild.h"
 #include "src/model/cost.h"
 #include "src/core/error.h"
@@ -36,37 +39,71 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const int co = u->channels[l];
         /* encoder level l: conv(cin -> co), conv(co -> co) */
         const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
-        if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and norm's outputs */
-            const double in = (l > 0 && cin_e > co ? cin_e : co) * v;
-            if (in > scratch_in) scratch_in = in;
-            if (co * v > scratch_y) scratch_y = co * v;
-        }
-        for (int i = 0; i < 2; i++) {
-            const int ci = i ? co : cin_e;
-            const double f = 2.0 * 27 * ci * co * v;
-            w[TS_PROF_CONV_FWD] += f;
-            w[TS_PROF_CONV_WGRAD] += f;
-            if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
-            c->params += 27.0 * ci * co + co + 2.0 * co;
-            if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
-            w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
-            w[TS_PROF_OTHER] += 2 * co * v;
-            c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v; /* conv output and normalised, activated copy */
-            c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
-            c->convs++;
-            c->norms++;
-            if (ck) {
-                rw[TS_PROF_CONV_FWD] += f;
-                if (i == 0) rw[TS_PROF_NORM] += co * v;
-                c->halo_elems += ci * face * n;
-                c->convs_recomputed++;
-                c->norms_recomputed += i == 0;
+        if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no checkpointing, no pool */
+            for (int j = -1; j < u->res_blocks[l]; j++) {
+                if (j < 0 && l > 0) continue;
+                const int ci = j < 0 ? u->in_channels : j > 0 ? co : l ? u->channels[l - 1] : co;
+                /* the stem; or conv1, conv2 and (changing channels or stride) the 1x1x1 skip */
+                const int nconv = j < 0 ? 1 : ci != co || (l > 0 && j == 0) ? 3 : 2;
+                for (int i = 0; i < nconv; i++) {
+                    const int cc = i == 1 ? co : ci, k3 = i == 2 ? 1 : 27;
+                    const double f = 2.0 * k3 * cc * co * v;
+                    w[TS_PROF_CONV_FWD] += f;
+                    w[TS_PROF_CONV_WGRAD] += f;
+                    if (j >= 0) w[TS_PROF_CONV_DGRAD] += f; /* the stem's input gradient is not needed */
+                    c->params += (double)k3 * cc * co + co + 2.0 * co;
+                    if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+                    w[TS_PROF_NORM] += 2 * co * v;
+                    w[TS_PROF_OTHER] += 2 * co * v;
+                    c->act_elems += 2 * co * v;
+                    c->convs++;
+                    c->norms++;
+                }
+                if (j >= 0) w[TS_PROF_OTHER] += 2 * co * v; /* the sum with the skip and its act */
+            }
+        } else {
+            if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
+                       * norm's outputs */
+                const double in = (l > 0 && cin_e > co ? cin_e : co) * v;
+                if (in > scratch_in) scratch_in = in;
+                if (co * v > scratch_y) scratch_y = co * v;
+            }
+            for (int i = 0; i < 2; i++) {
+                const int ci = i ? co : cin_e;
+                const double f = 2.0 * 27 * ci * co * v;
+                w[TS_PROF_CONV_FWD] += f;
+                w[TS_PROF_CONV_WGRAD] += f;
+                if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
+                c->params += 27.0 * ci * co + co + 2.0 * co;
+                if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+                w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
+                w[TS_PROF_OTHER] += 2 * co * v;
+                c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v; /* conv output and normalised, activated copy */
+                c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
+                c->convs++;
+                c->norms++;
+                if (ck) {
+                    rw[TS_PROF_CONV_FWD] += f;
+                    if (i == 0) rw[TS_PROF_NORM] += co * v;
+                    c->halo_elems += ci * face * n;
+                    c->convs_recomputed++;
+                    c->norms_recomputed += i == 0;
+                }
+            }
+            if (l > 0) { /* max-pool from level l-1 */
+                w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
+                if (ck) rw[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8; /* its forward, twice */
+                else c->act_elems += u->channels[l - 1] * v;
             }
         }
-        if (l > 0) { /* max-pool from level l-1 */
-            w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
-            if (ck) rw[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8; /* its forward, twice */
-            else c->act_elems += u->channels[l - 1] * v;
+        if (l > 0 && ts_unet_ds_weight(u, l) > 0) { /* deep supervision head ds{l} and its loss */
+            const double f = 2.0 * co * u->classes * v;
+            w[TS_PROF_CONV_FWD] += f;
+            w[TS_PROF_CONV_WGRAD] += f;
+            w[TS_PROF_CONV_DGRAD] += f;
+            c->params += (double)co * u->classes + u->classes;
+            w[TS_PROF_LOSS] += 2.0 * u->classes * v;
+            c->act_elems += 2.0 * u->classes * v;
         }
         if (l < L - 1) { /* decoder level l: up from l+1, concat, two convs */
             const int cu = u->channels[l + 1];

@@ -30,8 +30,27 @@ typedef struct block { /* a conv block's parameters */
     int enc; /* 1: encoder block, 0: decoder block */
 } block;
 
+/* a conv (with bias) and the norm after it: the residual encoder's layers */
+typedef struct cnorm {
+    int cw, cb, nw, nb, rm, rv, nbt; /* arena indices, -1 if absent */
+    int cin, cout, k, stride;        /* k 3 (padding 1) or 1 (padding 0) */
+} cnorm;
+/* a residual block: conv1-norm1-act, conv2-norm2, plus the skip (the input,
+ * or a 1x1x1 conv and norm where channels or stride change), act after the sum */
+typedef struct rblock {
+    cnorm c1, c2, sk;
+    int skip; /* 1: the skip is sk (projection) */
+} rblock;
+
 /* the recompute scratch of checkpointed levels (float32; the pool indices apart) */
 enum { RS_IN = 0, RS_Y0, RS_A0, RS_N };
+
+typedef struct cacts { /* a cnorm's activations: conv output y, norm (and act) output a, saved statistics */
+    ts_tensor y, a, smean, sinv;
+} cacts;
+typedef struct racts { /* a residual block's; c2.a is the block's output (the activated sum) */
+    cacts c1, c2, sk;
+} racts;
 
 typedef struct bacts { /* a conv block's activations in one slot */
     ts_tensor y[2], a[2], smean[2], sinv[2];
@@ -46,6 +65,9 @@ typedef struct slot {
     ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits;
     ts_tensor rx[4 * L_MAX];
     bacts enc[L_MAX], dec[L_MAX];
+    cacts stem;                                    /* resenc */
+    racts rb[L_MAX][TS_UNET_MAX_RES_BLOCKS];       /* resenc */
+    ts_tensor dsl[L_MAX], dsd[L_MAX], dslab[L_MAX]; /* deep supervision: level l's logits, their gradient, labels */
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
 } slot;
@@ -56,6 +78,10 @@ struct ts_unet {
     float *init_bound; /* per arena entry: > 0 uniform bound, 0 zeros, -1 ones */
     block enc[L_MAX], dec[L_MAX];
     int upw[L_MAX], upb[L_MAX], headw, headb;
+    cnorm stem;                                   /* resenc: input -> channels[0] */
+    rblock rb[L_MAX][TS_UNET_MAX_RES_BLOCKS];     /* resenc: encoder level l's blocks */
+    int dsw[L_MAX], dsb[L_MAX];                   /* deep supervision heads ds{l} (-1: none) */
+    ts_tensor rg[L_MAX];                          /* resenc backward scratch, one per level */
     int unit_param[4 * L_MAX];     /* arena entries of unit u: [unit_param[u], unit_param[u + 1]) */
     int u0, u1, nslots;            /* this stage's units [u0, u1) and its activation slots */
     slot *slots;
@@ -88,6 +114,9 @@ static int U_E(const ts_unet *m, int l, int i) { (void)m; return 2 * l + i; }
 static int U_D(const ts_unet *m, int l, int i) { return 4 * m->cfg.levels - 4 - 2 * l + i; }
 static int U_H(const ts_unet *m) { return 4 * m->cfg.levels - 2; }
 static int here(const ts_unet *m, int u) { return u >= m->u0 && u < m->u1; }
+static int resenc(const ts_unet *m) { return m->cfg.arch == TS_ARCH_RESENC; }
+/* a residual encoder level's output: its last block's */
+static ts_tensor *res_out(ts_unet *m, slot *s, int l) { return &s->rb[l][m->cfg.res_blocks[l] - 1].c2.a; }
 /* producer unit of tensor t */
 static int producer(const ts_unet *m, int t)
 {
@@ -99,6 +128,7 @@ static ts_tensor *act(ts_unet *m, slot *s, int t)
 {
     const int L = m->cfg.levels, l = t % L, kind = t / L;
     if (!here(m, producer(m, t))) return &s->rx[t];
+    if (kind == 0 && resenc(m)) return res_out(m, s, l);
     return kind == 0 ? &s->enc[l].a[1] : kind == 1 ? &s->dec[l].a[1] : kind == 2 ? &s->enc[l].a[0] : &s->dec[l].a[0];
 }
 /* the input of up{l} (the decoder path's tensor one level down) and of the head */
@@ -108,6 +138,7 @@ static int mid_tensor(const ts_unet *m, int enc, int l) { return (enc ? 2 : 3) *
 /* level l is checkpointed; the unit of half i of a block */
 static int ck(const ts_unet *m, int l) { return (int)(m->ckpt >> l & 1u); }
 static int U_B(const ts_unet *m, const block *b, int i) { return b->enc ? U_E(m, b->level, i) : U_D(m, b->level, i); }
+
 
 void ts_unet_set_grad_hook(ts_unet *m, void (*fn)(void *ctx, int param), void *ctx)
 {
@@ -151,6 +182,9 @@ int ts_unet_set_checkpoint(ts_unet *m, unsigned levels)
     if (levels >> m->cfg.levels)
         return TS_ERR(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", levels, m->cfg.levels - 1);
     if (levels == m->ckpt) return 0;
+    if (levels && !ts_unet_is_plain(&m->cfg))
+        return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
+                      "model.arch = resenc or model.deep_supervision (only the plain UNet3D)");
     free_acts(m);
     m->ckpt = m->cfg.ckpt_levels = levels;
     return 0;
@@ -233,6 +267,70 @@ static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout
     return 0;
 }
 
+/* a conv (k = 3 or 1, with bias) named conv.weight/.bias and its norm named
+ * norm.weight/... (running statistics for batch norm) */
+static int add_cnorm(ts_unet *m, const char *conv, const char *norm, cnorm *p, int cin, int cout, int k, int stride)
+{
+    char name[TS_PARAM_NAME_MAX];
+    p->cin = cin;
+    p->cout = cout;
+    p->k = k;
+    p->stride = stride;
+    const float bound = (float)(1.0 / sqrt((double)cin * k * k * k));
+    const int64_t c = cout;
+    snprintf(name, sizeof name, "%s.weight", conv);
+    TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cout, cin, k, k, k}, bound, &p->cw));
+    snprintf(name, sizeof name, "%s.bias", conv);
+    TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, &c, bound, &p->cb));
+    snprintf(name, sizeof name, "%s.weight", norm);
+    TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, &c, -1, &p->nw));
+    snprintf(name, sizeof name, "%s.bias", norm);
+    TS_TRY(add(m, name, TS_PARAM, TS_FLOAT32, 1, &c, 0, &p->nb));
+    p->rm = p->rv = p->nbt = -1;
+    if (m->cfg.norm == TS_NORM_BATCH) {
+        snprintf(name, sizeof name, "%s.running_mean", norm);
+        TS_TRY(add(m, name, TS_BUFFER, TS_FLOAT32, 1, &c, 0, &p->rm));
+        snprintf(name, sizeof name, "%s.running_var", norm);
+        TS_TRY(add(m, name, TS_BUFFER, TS_FLOAT32, 1, &c, -1, &p->rv));
+        snprintf(name, sizeof name, "%s.num_batches_tracked", norm);
+        TS_TRY(add(m, name, TS_BUFFER, TS_INT64, 0, NULL, 0, &p->nbt));
+    }
+    return 0;
+}
+
+/* The residual encoder's parameters: stem.{conv,norm}, then per level l
+ * and block j enc{l}.block{j}.{conv1,norm1,conv2,norm2} and, where the
+ * block changes channels or stride (the first block of levels l > 0),
+ * enc{l}.block{j}.skip.{conv,norm}. The whole encoder level is unit
+ * enc{l}.conv1 (pipelines do not cut it). */
+static int add_resenc(ts_unet *m)
+{
+    const ts_unet_cfg *cfg = &m->cfg;
+    char a[TS_PARAM_NAME_MAX], b[TS_PARAM_NAME_MAX];
+    for (int l = 0; l < cfg->levels; l++) {
+        m->unit_param[U_E(m, l, 0)] = m->arena->n;
+        if (l == 0) TS_TRY(add_cnorm(m, "stem.conv", "stem.norm", &m->stem, cfg->in_channels, cfg->channels[0], 3, 1));
+        for (int j = 0; j < cfg->res_blocks[l]; j++) {
+            rblock *r = &m->rb[l][j];
+            const int cin = j ? cfg->channels[l] : l ? cfg->channels[l - 1] : cfg->channels[0];
+            const int cout = cfg->channels[l], stride = l > 0 && j == 0 ? 2 : 1;
+            for (int i = 1; i <= 2; i++) {
+                snprintf(a, sizeof a, "enc%d.block%d.conv%d", l, j, i);
+                snprintf(b, sizeof b, "enc%d.block%d.norm%d", l, j, i);
+                TS_TRY(add_cnorm(m, a, b, i == 1 ? &r->c1 : &r->c2, i == 1 ? cin : cout, cout, 3, i == 1 ? stride : 1));
+            }
+            r->skip = cin != cout || stride != 1;
+            if (r->skip) {
+                snprintf(a, sizeof a, "enc%d.block%d.skip.conv", l, j);
+                snprintf(b, sizeof b, "enc%d.block%d.skip.norm", l, j);
+                TS_TRY(add_cnorm(m, a, b, &r->sk, cin, cout, 1, stride));
+            }
+        }
+        m->unit_param[U_E(m, l, 1)] = m->arena->n;
+    }
+    return 0;
+}
+
 int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
 {
     int err = 0;
@@ -246,15 +344,29 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     if (cfg->ckpt_levels >> L)
         TS_FAIL(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", cfg->ckpt_levels, L - 1);
     m->ckpt = cfg->ckpt_levels;
+    if (m->ckpt && !ts_unet_is_plain(cfg))
+        TS_FAIL(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
+                "model.arch = resenc or model.deep_supervision (only the plain UNet3D)");
     TS_CHECK(ts_arena_create(&m->arena));
     m->u0 = 0;
     m->u1 = 4 * L - 1;
     m->nslots = 1;
-    for (int l = 0; l < L; l++) {
-        snprintf(name, sizeof name, "enc%d", l);
-        TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l,
-                           (const int[]){U_E(m, l, 0), U_E(m, l, 1)}));
+    for (int l = 0; l < L_MAX; l++) m->dsw[l] = m->dsb[l] = -1;
+    if (cfg->arch == TS_ARCH_RESENC) {
+        for (int l = 0; l < L; l++)
+            if (cfg->res_blocks[l] < 1 || cfg->res_blocks[l] > TS_UNET_MAX_RES_BLOCKS)
+                TS_FAIL(TS_ERR_ARG, "unet: %d residual blocks at level %d (1..%d)", cfg->res_blocks[l], l,
+                        TS_UNET_MAX_RES_BLOCKS);
+        TS_CHECK(add_resenc(m));
+    } else {
+        for (int l = 0; l < L; l++) {
+            snprintf(name, sizeof name, "enc%d", l);
+            TS_CHECK(add_block(m, name, &m->enc[l], l ? cfg->channels[l - 1] : cfg->in_channels, cfg->channels[l], l,
+                               (const int[]){U_E(m, l, 0), U_E(m, l, 1)}));
+        }
     }
+    if (cfg->deep_supervision && L < 4)
+        TS_FAIL(TS_ERR_ARG, "unet: deep supervision needs at least 4 levels (%d)", L);
     for (int l = L - 2; l >= 0; l--) {
         const int cin = cfg->channels[l + 1], cout = cfg->channels[l];
         m->unit_param[U_D(m, l, 0)] = m->arena->n; /* up{l} belongs to dec l's first conv */
@@ -265,6 +377,14 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
         TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cout}, bound, &m->upb[l]));
         snprintf(name, sizeof name, "dec%d", l);
         TS_CHECK(add_block(m, name, &m->dec[l], 2 * cout, cout, l, (const int[]){-1, U_D(m, l, 1)}));
+        if (l > 0 && ts_unet_ds_weight(cfg, l) > 0) { /* deep supervision head ds{l}, part of dec{l}.conv2's unit */
+            const float bound = (float)(1.0 / sqrt((double)cout));
+            snprintf(name, sizeof name, "ds%d.weight", l);
+            TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 5, (const int64_t[]){cfg->classes, cout, 1, 1, 1}, bound,
+                         &m->dsw[l]));
+            snprintf(name, sizeof name, "ds%d.bias", l);
+            TS_CHECK(add(m, name, TS_PARAM, TS_FLOAT32, 1, (const int64_t[]){cfg->classes}, bound, &m->dsb[l]));
+        }
     }
     {
         const float bound = (float)(1.0 / sqrt((double)cfg->channels[0]));
@@ -328,6 +448,14 @@ static void bacts_free(bacts *b)
     }
 }
 
+static void cacts_free(cacts *c)
+{
+    ts_tensor_free(&c->y);
+    ts_tensor_free(&c->a);
+    ts_tensor_free(&c->smean);
+    ts_tensor_free(&c->sinv);
+}
+
 static void free_acts(ts_unet *m)
 {
     for (int k = 0; m->slots && k < m->nslots; k++) {
@@ -341,7 +469,16 @@ static void free_acts(ts_unet *m)
             ts_tensor_free(&s->up[l]);
             bacts_free(&s->enc[l]);
             bacts_free(&s->dec[l]);
+            for (int j = 0; j < TS_UNET_MAX_RES_BLOCKS; j++) {
+                cacts_free(&s->rb[l][j].c1);
+                cacts_free(&s->rb[l][j].c2);
+                cacts_free(&s->rb[l][j].sk);
+            }
+            ts_tensor_free(&s->dsl[l]);
+            ts_tensor_free(&s->dsd[l]);
+            ts_tensor_free(&s->dslab[l]);
         }
+        cacts_free(&s->stem);
         for (int t = 0; t < 4 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
     }
     free(m->slots);
@@ -350,6 +487,7 @@ static void free_acts(ts_unet *m)
         halo_free(&m->gh[l]);
         ts_tensor_free(&m->gin[l]);
         ts_tensor_free(&m->dskip[l]);
+        ts_tensor_free(&m->rg[l]);
     }
     for (int r = 0; r < RS_N; r++) ts_tensor_free(&m->rs[r]);
     ts_tensor_free(&m->rsidx);
@@ -400,6 +538,9 @@ int ts_unet_set_stage(ts_unet *m, int u0, int u1, int slots)
     const int U = ts_unet_units(m);
     if (u0 < 0 || u1 > U || u0 >= u1 || slots < 1)
         return TS_ERR(TS_ERR_ARG, "unet: stage of units [%d, %d) of %d with %d slots", u0, u1, U, slots);
+    if ((u0 > 0 || u1 < U) && !ts_unet_is_plain(&m->cfg))
+        return TS_ERR(TS_ERR_CONFIG, "parallel.pp: pipeline stages are not available with model.arch = resenc or "
+                      "model.deep_supervision (only the plain UNet3D is cut into stages)");
     if (m->u0 == u0 && m->u1 == u1 && m->nslots == slots) return 0;
     free_acts(m);
     m->u0 = u0;
@@ -544,21 +685,55 @@ static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, in
     return 0;
 }
 
+/* a cnorm's activations for an output of n x d x h x w */
+static int alloc_cacts(ts_unet *m, const cnorm *p, cacts *x, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? p->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * p->cout;
+    TS_TRY(alloc5(m, &x->y, TS_FLOAT32, n, d, h, w, p->cout));
+    TS_TRY(alloc5(m, &x->a, TS_FLOAT32, n, d, h, w, p->cout));
+    TS_TRY(talloc(m, &x->smean, TS_FLOAT32, 1, &ns));
+    return talloc(m, &x->sinv, TS_FLOAT32, 1, &ns);
+}
+
+/* the residual encoder's activations in a slot (the whole model is one stage) */
+static int alloc_resenc(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    const ts_unet_cfg *c = &m->cfg;
+    TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+    TS_TRY(alloc_cacts(m, &m->stem, &s->stem, n, d, h, w));
+    for (int l = 0; l < c->levels; l++)
+        for (int j = 0; j < c->res_blocks[l]; j++) {
+            const rblock *r = &m->rb[l][j];
+            racts *x = &s->rb[l][j];
+            TS_TRY(alloc_cacts(m, &r->c1, &x->c1, n, d >> l, h >> l, w >> l));
+            TS_TRY(alloc_cacts(m, &r->c2, &x->c2, n, d >> l, h >> l, w >> l));
+            if (r->skip) TS_TRY(alloc_cacts(m, &r->sk, &x->sk, n, d >> l, h >> l, w >> l));
+        }
+    return 0;
+}
+
 /* one slot: the activations of the stage's units and the tensors it receives */
 static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
+    if (resenc(m)) TS_TRY(alloc_resenc(m, s, n, d, h, w));
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
-        if (here(m, U_E(m, l, 0))) {
+        if (m->dsw[l] >= 0) { /* deep supervision: logits, their gradient, the labels at level l */
+            TS_TRY(alloc5(m, &s->dsl[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
+            TS_TRY(alloc5(m, &s->dsd[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
+            TS_TRY(talloc(m, &s->dslab[l], TS_UINT8, 4, (const int64_t[]){n, dl, hl, wl}));
+        }
+        if (resenc(m)) { /* the encoder is allocated above */
+        } else if (here(m, U_E(m, l, 0))) {
             if (l == 0) TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
             else {
                 TS_TRY(alloc_or_view(m, ck(m, l), RS_IN, &s->pool[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l - 1]));
                 TS_TRY(alloc_or_view(m, ck(m, l), RS_N, &s->pidx[l], TS_UINT8, n, dl, hl, wl, c->channels[l - 1]));
             }
         }
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2 && !resenc(m); i++)
             if (here(m, U_E(m, l, i))) TS_TRY(alloc_half(m, &m->enc[l], &s->enc[l], i, n, dl, hl, wl));
         if (l < L - 1) {
             if (here(m, U_D(m, l, 0)))
@@ -615,6 +790,7 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         if (l < L - 1 && (here(m, U_E(m, l, 1)) || here(m, U_D(m, l, 0))))
             TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
+        if (resenc(m)) TS_CHECK(alloc5(m, &m->rg[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
     }
     if (m->dry) return 0;
     m->n = n;
@@ -659,11 +835,17 @@ static size_t bacts_bytes(const bacts *b)
     return s;
 }
 
+static size_t cacts_bytes(const cacts *c) { return own(&c->y) + own(&c->a) + own(&c->smean) + own(&c->sinv); }
+
 static size_t one_slot_bytes(const slot *x)
 {
-    size_t s = own(&x->x) + own(&x->logits) + own(&x->dlogits);
-    for (int l = 0; l < L_MAX; l++)
+    size_t s = own(&x->x) + own(&x->logits) + own(&x->dlogits) + cacts_bytes(&x->stem);
+    for (int l = 0; l < L_MAX; l++) {
         s += own(&x->pool[l]) + own(&x->pidx[l]) + own(&x->up[l]) + bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
+        s += own(&x->dsl[l]) + own(&x->dsd[l]) + own(&x->dslab[l]);
+        for (int j = 0; j < TS_UNET_MAX_RES_BLOCKS; j++)
+            s += cacts_bytes(&x->rb[l][j].c1) + cacts_bytes(&x->rb[l][j].c2) + cacts_bytes(&x->rb[l][j].sk);
+    }
     for (int t = 0; t < 4 * L_MAX; t++) s += own(&x->rx[t]);
     return s;
 }
@@ -681,7 +863,7 @@ size_t ts_unet_activation_bytes(const ts_unet *m)
 {
     size_t s = m->halo_bytes + ts_unet_recompute_bytes(m);
     for (int k = 0; m->slots && k < m->nslots; k++) s += one_slot_bytes(&m->slots[k]);
-    for (int l = 0; l < L_MAX; l++) s += own(&m->gin[l]) + own(&m->dskip[l]);
+    for (int l = 0; l < L_MAX; l++) s += own(&m->gin[l]) + own(&m->dskip[l]) + own(&m->rg[l]);
     return s;
 }
 
@@ -690,10 +872,10 @@ size_t ts_unet_activation_bytes(const ts_unet *m)
 static ts_tensor V(const ts_unet *m, int i) { return ts_arena_value(m->arena, i); }
 static ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i); }
 
-/* norms with the ReLU that follows them fused */
+/* norms with the ReLU that follows them fused (leaky ReLU: applied after the norm) */
 static ts_norm_opts norm_opts(const ts_unet *m)
 {
-    ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, 1, NULL, NULL};
+    ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, m->cfg.act == TS_ACT_RELU, NULL, NULL};
     if (m->cfg.norm == TS_NORM_BATCH && m->norm_sync) {
         o.sync = m->norm_sync;
         o.sync_ctx = m->norm_ctx;
@@ -777,6 +959,73 @@ static int norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, 
             TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y[i], &g, &be, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             break;
         }
+        if (m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_forward(&x->a[i], m->cfg.slope, &x->a[i]));
+    }
+    return 0;
+}
+
+/* ---- the residual encoder (model.arch = resenc) ---- */
+
+/* p's norm on x->y into out, followed by the activation if act; running
+ * statistics as norm_forward */
+static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out, int act, int train)
+{
+    ts_norm_opts o = norm_opts(m);
+    o.relu = act && m->cfg.act == TS_ACT_RELU;
+    ts_tensor g = V(m, p->nw), be = V(m, p->nb);
+    switch (m->cfg.norm) {
+    case TS_NORM_BATCH: {
+        ts_tensor rm = V(m, p->rm), rv = V(m, p->rv), nbt = V(m, p->nbt);
+        TIMED(m, TS_PROF_NORM, ts_batchnorm_forward(&x->y, &g, &be, &rm, &rv, train, &o, out, &x->smean, &x->sinv));
+        if (train) (*(int64_t *)nbt.data)++;
+        break;
+    }
+    case TS_NORM_GROUP:
+        TIMED(m, TS_PROF_NORM, ts_groupnorm_forward(&x->y, &g, &be, &o, out, &x->smean, &x->sinv));
+        break;
+    case TS_NORM_INSTANCE:
+        TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y, &g, &be, &o, out, &x->smean, &x->sinv));
+        break;
+    }
+    if (act && m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_forward(out, m->cfg.slope, out));
+    return 0;
+}
+
+/* p's conv on in into x->y, then its norm (and act) into x->a */
+static int cn_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train)
+{
+    ts_tensor w = V(m, p->cw), b = V(m, p->cb);
+    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, &w, &b, p->stride, p->k / 2, &x->y));
+    return cn_norm_forward(m, p, x, &x->a, act, train);
+}
+
+/* a residual block on in: out (x->c2.a) = act(norm2(conv2(act(norm1(conv1(in))))) + skip) */
+static int rblock_forward(ts_unet *m, const rblock *r, racts *x, const ts_tensor *in, int train)
+{
+    TS_TRY(cn_forward(m, &r->c1, &x->c1, in, 1, train));
+    TS_TRY(cn_forward(m, &r->c2, &x->c2, &x->c1.a, 0, train));
+    if (r->skip) TS_TRY(cn_forward(m, &r->sk, &x->sk, in, 0, train));
+    const double t0 = ts_time_now();
+    const float *k = r->skip ? x->sk.a.data : in->data, slope = m->cfg.act == TS_ACT_LEAKY ? m->cfg.slope : 0.0f;
+    float *o = x->c2.a.data;
+    const int64_t n = ts_tensor_numel(&x->c2.a);
+#pragma omp parallel for schedule(dynamic, 16384)
+    for (int64_t i = 0; i < n; i++) {
+        const float v = o[i] + k[i];
+        o[i] = v > 0.0f ? v : slope * v;
+    }
+    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+    return 0;
+}
+
+/* encoder level l: the stem first (level 0, from the image in s->x), then the blocks */
+static int resenc_forward(ts_unet *m, slot *s, int l, int train)
+{
+    const ts_tensor *in = l ? res_out(m, s, l - 1) : &s->stem.a;
+    if (l == 0) TS_TRY(cn_forward(m, &m->stem, &s->stem, &s->x, 1, train));
+    for (int j = 0; j < m->cfg.res_blocks[l]; j++) {
+        TS_TRY(rblock_forward(m, &m->rb[l][j], &s->rb[l][j], in, train));
+        in = &s->rb[l][j].c2.a;
     }
     return 0;
 }
@@ -820,10 +1069,17 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     }
     slot *s = get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
+    if (m->split_on && !ts_unet_is_plain(c))
+        return TS_ERR(TS_ERR_CONFIG, "parallel.sp: spatial parallelism is not available with model.arch = resenc or "
+                      "model.deep_supervision (only the plain UNet3D splits its volume)");
     s->have_dlogits = 0;
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
-        if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
+        if (u < 2 * L && resenc(m)) { /* residual encoder level l: all of it in unit enc l.conv1 */
+            if (u % 2) continue;
+            if (u == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
+            TS_TRY(resenc_forward(m, s, u / 2, train));
+        } else if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
             const int l = u / 2, i = u % 2;
             if (i == 1) {
                 TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 1, act(m, s, mid_tensor(m, 1, l)), NULL, train));
@@ -836,6 +1092,10 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
             const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
             if (i == 1) {
                 TS_TRY(half_forward(m, &m->dec[l], &s->dec[l], 1, act(m, s, mid_tensor(m, 0, l)), NULL, train));
+                if (m->dsw[l] >= 0) { /* deep supervision head */
+                    ts_tensor dw = V(m, m->dsw[l]), db = V(m, m->dsb[l]);
+                    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(&s->dec[l].a[1], &dw, &db, 1, 0, &s->dsl[l]));
+                }
                 continue;
             }
             TS_TRY(block_input(m, s, 0, l));
@@ -865,18 +1125,38 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
         o.sync = m->split.sum;
         o.sync_ctx = m->split.ctx;
     }
-    const float f = m->loss_scale;
     double total = 0, l, t0 = ts_time_now();
-    if (with_grad) ts_tensor_zero(&s->dlogits);
-    if (c->loss & TS_LOSS_CE) {
-        if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(&s->logits, labels, &o, f, &l, &s->dlogits));
-        else TS_TRY(ts_softmax_ce_forward(&s->logits, labels, &o, &l));
-        total += l;
-    }
-    if (c->loss & TS_LOSS_DICE) {
-        if (with_grad) TS_TRY(ts_dice_forward_backward(&s->logits, labels, &o, f, &l, &s->dlogits));
-        else TS_TRY(ts_dice_forward(&s->logits, labels, &o, &l));
-        total += l;
+    /* level 0 (the head), then with deep supervision the levels with a head ds{lv} against the labels
+     * downsampled by nearest-exact sampling (voxel i of level lv is voxel 2^lv i + 2^(lv-1)), weighted */
+    for (int lv = 0; lv < (c->levels > 1 ? c->levels - 1 : 1); lv++) {
+        const double wl = ts_unet_ds_weight(c, lv);
+        if (wl <= 0 || (lv > 0 && m->dsw[lv] < 0)) continue;
+        const float f = (float)(m->loss_scale * wl);
+        ts_tensor *lg = lv ? &s->dsl[lv] : &s->logits, *dl = lv ? &s->dsd[lv] : &s->dlogits;
+        const ts_tensor *lab = labels;
+        if (lv) {
+            const int64_t D = m->d >> lv, H = m->h >> lv, W = m->w >> lv, o0 = (int64_t)1 << (lv - 1);
+            const uint8_t *src = labels->data;
+            uint8_t *dst = s->dslab[lv].data;
+            for (int64_t n = 0; n < m->n; n++)
+                for (int64_t z = 0; z < D; z++)
+                    for (int64_t y = 0; y < H; y++)
+                        for (int64_t x = 0; x < W; x++)
+                            dst[((n * D + z) * H + y) * W + x] =
+                                src[((n * m->d + (z << lv) + o0) * m->h + (y << lv) + o0) * m->w + (x << lv) + o0];
+            lab = &s->dslab[lv];
+        }
+        if (with_grad) ts_tensor_zero(dl);
+        if (c->loss & TS_LOSS_CE) {
+            if (with_grad) TS_TRY(ts_softmax_ce_forward_backward(lg, lab, &o, f, &l, dl));
+            else TS_TRY(ts_softmax_ce_forward(lg, lab, &o, &l));
+            total += wl * l;
+        }
+        if (c->loss & TS_LOSS_DICE) {
+            if (with_grad) TS_TRY(ts_dice_forward_backward(lg, lab, &o, f, &l, dl));
+            else TS_TRY(ts_dice_forward(lg, lab, &o, &l));
+            total += wl * l;
+        }
     }
     s->have_dlogits = with_grad;
     m->prof[TS_PROF_LOSS] += ts_time_now() - t0;
@@ -918,6 +1198,7 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
                          ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
 {
     const ts_norm_opts o = norm_opts(m);
+    if (m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_backward(&xa->a[i], m->cfg.slope, g, g));
     {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
@@ -949,6 +1230,92 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
         ready2(m, b->cw[i], b->cb[i]);
         if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], dx, NULL, NULL));
     }
+    return 0;
+}
+
+/* ---- the residual encoder's backward ---- */
+
+/* Backward of cnorm p (its act if act): g holds d(x->a) (changed in place by a
+ * leaky ReLU), the norm's input gradient overwrites x->y, the conv's input
+ * gradient goes to dx (NULL: not needed); in is the conv's forward input. */
+static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train, ts_tensor *g,
+                       ts_tensor *dx)
+{
+    ts_norm_opts o = norm_opts(m);
+    o.relu = act && m->cfg.act == TS_ACT_RELU;
+    if (act && m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_backward(&x->a, m->cfg.slope, g, g));
+    ts_tensor gm = V(m, p->nw), dgm = G(m, p->nw), dbe = G(m, p->nb);
+    switch (m->cfg.norm) {
+    case TS_NORM_BATCH:
+        TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, train, &o, g, &x->y, &dgm,
+                                                     &dbe));
+        break;
+    case TS_NORM_GROUP:
+        TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, &o, g, &x->y, &dgm, &dbe));
+        break;
+    case TS_NORM_INSTANCE:
+        TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, &o, g, &x->y, &dgm,
+                                                        &dbe));
+        break;
+    }
+    ready2(m, p->nw, p->nb);
+    ts_tensor w = V(m, p->cw), dw = G(m, p->cw), db = G(m, p->cb);
+    TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, NULL, &dw, &db));
+    ready2(m, p->cw, p->cb);
+    if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, dx, NULL, NULL));
+    return 0;
+}
+
+/* Backward of residual block r on input in: g holds d(out) (consumed), gc1
+ * is scratch for d(conv1's activation), dx receives d(in) (may be gc1), tmp
+ * is scratch shaped like in (may be g). */
+static int rblock_backward(ts_unet *m, const rblock *r, racts *x, const ts_tensor *in, int train, ts_tensor *g,
+                           ts_tensor *gc1, ts_tensor *dx, ts_tensor *tmp)
+{
+    /* the act after the sum; then g is the gradient of both the main path's norm2 and the skip */
+    TIMED(m, TS_PROF_OTHER, ts_relu_backward(&x->c2.a, m->cfg.act == TS_ACT_LEAKY ? m->cfg.slope : 0.0f, g, g));
+    TS_TRY(cn_backward(m, &r->c2, &x->c2, &x->c1.a, 0, train, g, gc1));
+    if (r->skip) TS_TRY(cn_backward(m, &r->sk, &x->sk, in, 0, train, g, tmp));
+    TS_TRY(cn_backward(m, &r->c1, &x->c1, in, 1, train, gc1, dx));
+    const double t0 = ts_time_now();
+    const float *k = r->skip ? tmp->data : g->data;
+    float *d = dx->data;
+    const int64_t n = ts_tensor_numel(dx);
+#pragma omp parallel for schedule(dynamic, 16384)
+    for (int64_t i = 0; i < n; i++) d[i] += k[i];
+    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+    return 0;
+}
+
+/* Backward of residual encoder level l: d(its output) is gin[l] (from the
+ * level below, or up{l-1}... the consumers) plus dskip[l] (the decoder's
+ * skip); the blocks in reverse alternate between gin[l] and rg[l]; the
+ * first block of a level l > 0 writes d(level l-1's output) to gin[l-1]
+ * (rg[l-1] its scratch); level 0 ends with the stem. */
+static int resenc_backward(ts_unet *m, slot *s, int l, int train)
+{
+    ts_tensor *a = &m->gin[l], *b = &m->rg[l];
+    if (l < m->cfg.levels - 1) {
+        const double t0 = ts_time_now();
+        float *g = a->data;
+        const float *d = m->dskip[l].data;
+        const int64_t n = ts_tensor_numel(a);
+#pragma omp parallel for schedule(dynamic, 16384)
+        for (int64_t k = 0; k < n; k++) g[k] += d[k];
+        m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+    }
+    for (int j = m->cfg.res_blocks[l] - 1; j >= 0; j--) {
+        const ts_tensor *in = j ? &s->rb[l][j - 1].c2.a : l ? res_out(m, s, l - 1) : &s->stem.a;
+        if (j == 0 && l > 0) {
+            TS_TRY(rblock_backward(m, &m->rb[l][j], &s->rb[l][j], in, train, a, b, &m->gin[l - 1], &m->rg[l - 1]));
+        } else {
+            TS_TRY(rblock_backward(m, &m->rb[l][j], &s->rb[l][j], in, train, a, b, b, a));
+            ts_tensor *t = a;
+            a = b;
+            b = t;
+        }
+    }
+    if (l == 0) TS_TRY(cn_backward(m, &m->stem, &s->stem, &s->x, 1, train, a, NULL));
     return 0;
 }
 
@@ -1014,6 +1381,19 @@ int ts_unet_backward_slot(ts_unet *m, int k)
         } else if (u >= 2 * L) { /* dec l: conv 2, or conv 1 on [up, skip] (the up part over up[l] itself) and up{l} */
             const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
             TS_TRY(recompute_half(m, s, 0, l, i, train));
+            if (i == 1 && m->dsw[l] >= 0) { /* deep supervision head: its input gradient (via dskip[l], free
+                                             * until conv 1's backward) adds to gin[l] */
+                ts_tensor hw = V(m, m->dsw[l]), dhw = G(m, m->dsw[l]), dhb = G(m, m->dsb[l]);
+                ts_tensor *in = &s->dec[l].a[1];
+                TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dsd[l], NULL, &dhw, &dhb));
+                ready2(m, m->dsw[l], m->dsb[l]);
+                TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dsd[l], &m->dskip[l], NULL, NULL));
+                float *g = m->gin[l].data;
+                const float *d = m->dskip[l].data;
+                const int64_t n = ts_tensor_numel(&m->gin[l]);
+#pragma omp parallel for schedule(dynamic, 16384)
+                for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
+            }
             if (i == 1) { /* d(a[1]) in gin[l]; d(a[0]) goes to gin[l] too */
                 TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 1, train, act(m, s, mid_tensor(m, 0, l)), NULL,
                                      &m->gin[l], &m->gin[l], NULL));
@@ -1025,6 +1405,8 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             TIMED(m, TS_PROF_CONVT,
                   ts_convt3d_backward(act(m, s, up_input(m, l)), &w, 2, &s->up[l], &m->gin[l + 1], &dw, &db));
             ready2(m, m->upw[l], m->upb[l]);
+        } else if (resenc(m)) { /* residual encoder level l, in unit enc l.conv1 */
+            if (u % 2 == 0) TS_TRY(resenc_backward(m, s, u / 2, train));
         } else { /* enc l: conv 2 (its output's gradient is the pool's plus the skip's), or conv 1 and the pool */
             const int l = u / 2, i = u % 2;
             if (i == 1) {

@@ -19,8 +19,11 @@
 #include "src/nn/layers.h"
 
 #define TS_UNET_MAX_LEVELS 8
+#define TS_UNET_MAX_RES_BLOCKS 8 /* model.res_blocks: residual blocks per encoder level */
 
 typedef enum { TS_NORM_BATCH = 0, TS_NORM_GROUP, TS_NORM_INSTANCE } ts_norm_kind;
+typedef enum { TS_ARCH_UNET = 0, TS_ARCH_RESENC } ts_arch;
+typedef enum { TS_ACT_RELU = 0, TS_ACT_LEAKY } ts_act_kind;
 typedef enum { TS_LOSS_CE = 1, TS_LOSS_DICE = 2, TS_LOSS_CE_DICE = 3 } ts_loss_kind;
 
 typedef struct ts_unet_cfg {
@@ -38,6 +41,11 @@ typedef struct ts_unet_cfg {
     int64_t patch[3]; /* data.patch (D, H, W) */
     ts_precision precision; /* train.precision: the convolutions' (set by forward and backward) */
     unsigned ckpt_levels; /* model.checkpoint_levels: bit l set = level l is recomputed in backward */
+    ts_arch arch;         /* model.arch: plain encoder, or residual encoder (docs/engine.md) */
+    int res_blocks[TS_UNET_MAX_LEVELS]; /* resenc: residual blocks of encoder level l (1..8) */
+    int deep_supervision; /* model.deep_supervision: auxiliary heads ds1..ds{L-3}, weighted losses */
+    ts_act_kind act;      /* model.act: ReLU or leaky ReLU after each norm */
+    float slope;          /* model.leaky_slope (leaky ReLU) */
 } ts_unet_cfg;
 
 /* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
@@ -48,6 +56,20 @@ extern const ts_cfg_key ts_model_config_keys[];
  * not divisible by model.groups, patch edges not divisible by 2^(levels-1),
  * class weights count != classes ...). */
 int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
+/* The loss weight of the decoder output at level l (0 = full resolution) as
+ * nnU-Net weighs deep supervision: 1/2^l for l = 0 .. levels-2, the lowest
+ * (levels-2) set to 0, normalised to sum 1. Without deep supervision 1 for
+ * level 0 and 0 otherwise. */
+double ts_unet_ds_weight(const ts_unet_cfg *u, int l);
+/* Local. Whether the model is the plain UNet3D (model.arch = unet without
+ * model.deep_supervision; any norm and activation): the model that pipeline
+ * stages, spatial splits, activation checkpointing and bf16/fp16 support. */
+int ts_unet_is_plain(const ts_unet_cfg *u);
+/* Local. TS_ERR_CONFIG naming the keys when a model that is not plain
+ * (model.arch = resenc or model.deep_supervision) is given pp > 1
+ * (parallel.pp) or sp > 1 (parallel.sp), which support only the plain
+ * UNet3D. 0 otherwise. */
+int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp);
 /* Local. Parses a model.checkpoint_levels value ("none", "all", or a comma
  * list of levels 0 .. levels-1, level 0 being full resolution) into a bit
  * mask; errors (TS_ERR_CONFIG) name the key, where the value came from

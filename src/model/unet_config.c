@@ -14,7 +14,17 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"model.channels", TS_CFG_INTLIST, "16,32,64,128", "1:4096", "channels per level (the number of entries is the number of levels, at most 8)"},
     {"model.in_channels", TS_CFG_INT, "1", "1:4096", "input image channels"},
     {"model.classes", TS_CFG_INT, "2", "2:256", "classes K (labels 0..K-1)"},
+    {"model.arch", TS_CFG_ENUM, "unet", "unet|resenc", "unet: the plain UNet3D (two conv blocks per encoder level, "
+     "max-pool); resenc: nnU-Net's residual encoder (a stem conv, model.res_blocks residual blocks per level, strided "
+     "convs between levels) with the plain decoder"},
+    {"model.res_blocks", TS_CFG_INTLIST, "1,3,4,6,6,6,6,6", "1:8", "resenc: residual blocks per encoder level (one "
+     "entry per level of model.channels at least; nnU-Net ResEnc M/L: 1,3,4,6,6,6)"},
+    {"model.deep_supervision", TS_CFG_BOOL, "false", NULL, "auxiliary 1x1x1 heads ds1..ds{L-3} on the decoder levels "
+     "below full resolution; loss = sum of each level's loss against the labels downsampled (nearest), weights "
+     "1/2^l with the lowest decoder level's set to 0, normalised (nnU-Net); needs at least 4 levels"},
     {"model.norm", TS_CFG_ENUM, "batch", "batch|group|instance", "normalisation after each conv"},
+    {"model.act", TS_CFG_ENUM, "relu", "relu|leaky_relu", "activation after each norm (nnU-Net: leaky_relu)"},
+    {"model.leaky_slope", TS_CFG_FLOAT, "0.01", "0:1", "leaky ReLU: negative slope (nnU-Net and PyTorch: 0.01)"},
     {"model.groups", TS_CFG_INT, "8", "1:4096", "group norm: groups (must divide every level's channels)"},
     {"model.norm_eps", TS_CFG_FLOAT, "1e-5", "0:1", "epsilon of the norms"},
     {"model.bn_momentum", TS_CFG_FLOAT, "0.1", "0:1", "batch norm: running-statistics momentum (PyTorch convention)"},
@@ -72,6 +82,38 @@ const char *ts_unet_checkpoint_str(unsigned mask, char *buf, size_t n)
     return buf;
 }
 
+double ts_unet_ds_weight(const ts_unet_cfg *u, int l)
+{
+    if (!u->deep_supervision) return l == 0;
+    const int n = u->levels - 1; /* decoder outputs: levels 0 .. L-2 */
+    if (l < 0 || l >= n) return 0;
+    double sum = 0;
+    for (int i = 0; i < n - 1; i++) sum += 1.0 / (double)(1 << i);
+    return l == n - 1 ? 0 : 1.0 / (double)(1 << l) / sum;
+}
+
+int ts_unet_is_plain(const ts_unet_cfg *u) { return u->arch == TS_ARCH_UNET && !u->deep_supervision; }
+
+/* what makes the model not plain, for messages */
+static const char *not_plain(const ts_unet_cfg *u)
+{
+    return u->arch == TS_ARCH_RESENC ? (u->deep_supervision ? "model.arch = resenc with model.deep_supervision"
+                                                            : "model.arch = resenc")
+                                     : "model.deep_supervision = true";
+}
+
+int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp)
+{
+    if (ts_unet_is_plain(u)) return 0;
+    if (pp > 1)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.pp = %d: pipeline stages are not available with %s (only the plain "
+                      "UNet3D is cut into stages); use parallel.pp = 1 (data parallel)", pp, not_plain(u));
+    if (sp > 1)
+        return TS_ERR(TS_ERR_CONFIG, "parallel.sp = %d: spatial parallelism is not available with %s (only the "
+                      "plain UNet3D splits its volume); use parallel.sp = 1 (data parallel)", sp, not_plain(u));
+    return 0;
+}
+
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what)
 {
     const int64_t f = (int64_t)1 << (u->levels - 1);
@@ -127,10 +169,42 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     }
     TS_TRY(ts_config_get_str(cfg, "model.checkpoint_levels", &s));
     TS_TRY(ts_unet_parse_checkpoint_levels(s, n, ts_config_source(cfg, "model.checkpoint_levels"), &u->ckpt_levels));
+    TS_TRY(ts_config_get_str(cfg, "model.arch", &s));
+    u->arch = !strcmp(s, "resenc") ? TS_ARCH_RESENC : TS_ARCH_UNET;
+    {
+        int64_t rb[TS_UNET_MAX_LEVELS + 1];
+        int nb;
+        if (ts_config_get_intlist(cfg, "model.res_blocks", rb, TS_UNET_MAX_LEVELS + 1, &nb) ||
+            (u->arch == TS_ARCH_RESENC && nb < n))
+            return TS_ERR(TS_ERR_CONFIG, "model.res_blocks (%s): one entry (1..%d) per level, %d levels in "
+                          "model.channels (%s)", ts_config_source(cfg, "model.res_blocks"), TS_UNET_MAX_RES_BLOCKS, n,
+                          ts_config_source(cfg, "model.channels"));
+        for (int i = 0; i < n; i++) u->res_blocks[i] = i < nb ? (int)rb[i] : 1;
+    }
+    TS_TRY(ts_config_get_bool(cfg, "model.deep_supervision", &u->deep_supervision));
+    if (u->deep_supervision && n < 4)
+        return TS_ERR(TS_ERR_CONFIG, "model.deep_supervision (%s) needs at least 4 levels in model.channels (%s has "
+                      "%d): nnU-Net's weights give the lowest decoder output weight 0, so below 4 levels only the "
+                      "full-resolution output would be left", ts_config_source(cfg, "model.deep_supervision"),
+                      ts_config_source(cfg, "model.channels"), n);
+    TS_TRY(ts_config_get_str(cfg, "model.act", &s));
+    u->act = !strcmp(s, "leaky_relu") ? TS_ACT_LEAKY : TS_ACT_RELU;
+    TS_TRY(ts_config_get_float(cfg, "model.leaky_slope", &f));
+    u->slope = (float)f;
+    if (!ts_unet_is_plain(u) && u->ckpt_levels) {
+        TS_TRY(ts_config_get_str(cfg, "model.checkpoint_levels", &s));
+        return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = %s (%s): activation checkpointing is not available "
+                      "with %s (only the plain UNet3D); use none", s,
+                      ts_config_source(cfg, "model.checkpoint_levels"), not_plain(u));
+    }
     TS_TRY(ts_config_get_str(cfg, "train.loss", &s));
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
     TS_TRY(ts_config_get_str(cfg, "train.precision", &s));
     u->precision = !strcmp(s, "bf16") ? TS_PREC_BF16 : !strcmp(s, "fp16") ? TS_PREC_FP16 : TS_PREC_FP32;
+    if (!ts_unet_is_plain(u) && u->precision != TS_PREC_FP32)
+        return TS_ERR(TS_ERR_CONFIG, "train.precision = %s (%s): not available with %s (only the plain UNet3D has "
+                      "bf16/fp16 convolutions tested); use fp32", s, ts_config_source(cfg, "train.precision"),
+                      not_plain(u));
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

@@ -1,6 +1,7 @@
 /* Activation checkpointing (model.checkpoint_levels): for several sets of
- * levels and each norm, a training step gives bit-identical gradients,
- * logits, loss and batch-norm statistics to no checkpointing (memcmp), with
+ * levels and each norm (and instance norm with leaky ReLU), a training
+ * step gives bit-identical gradients, logits, loss and batch-norm
+ * statistics to no checkpointing (memcmp), with
  * less activation memory allocated (and the dry-run plan equal to what is
  * allocated); two optimizer steps give bit-identical weights that moved;
  * an eval-mode forward and backward too; a two-stage pipeline simulated in
@@ -251,10 +252,14 @@ int main(void)
 
     /* one step: every set of levels, each norm */
     static const unsigned masks[] = {1, 2, 4, 3, 6, 7};
-    static const ts_norm_kind norms[] = {TS_NORM_BATCH, TS_NORM_GROUP, TS_NORM_INSTANCE};
-    static const char *const norm_name[] = {"batch", "group", "instance"};
-    for (int k = 0; k < 3; k++) {
-        const ts_unet_cfg c = base_cfg(norms[k]);
+    static const ts_norm_kind norms[] = {TS_NORM_BATCH, TS_NORM_GROUP, TS_NORM_INSTANCE, TS_NORM_INSTANCE};
+    static const char *const norm_name[] = {"batch", "group", "instance", "leaky-ReLU instance"};
+    for (int k = 0; k < 4; k++) {
+        ts_unet_cfg c = base_cfg(norms[k]);
+        if (k == 3) { /* the leaky ReLU runs after the norm, also when a checkpointed level is recomputed */
+            c.act = TS_ACT_LEAKY;
+            c.slope = 0.01f;
+        }
         snap ref;
         rc = run(&c, 0, 0, 1, &img[0], &lab[0], &ref);
         ts_ok(rc == 0 && ref.act == ref.plan && ref.scratch == 0 && grads_nonzero(&c, &ref),

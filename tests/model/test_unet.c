@@ -2,10 +2,13 @@
  * gives bit-identical logits, loss and gradients when repeated and with 1 or
  * 2 threads (the kernels' sums do not depend on the schedule); gradients are
  * accumulated (two backward passes give twice the gradient); the tensor
- * helpers (channels-first <-> channels-last, bfloat16 storage) round-trip. */
+ * helpers (channels-first <-> channels-last, bfloat16 storage) round-trip.
+ * The residual encoder and deep supervision: the same determinism, and the
+ * cost model counts exactly the parameters and buffers the model has. */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/model/cost.h"
 #include "src/model/unet.h"
 #include "tests/tap.h"
 
@@ -139,5 +142,48 @@ int main(void)
         free(ss[i]->grads);
     }
     ts_unet_destroy(&m);
+    /* the nnU-Net variants on 4 levels (deep supervision needs them): resenc, ds, both */
+    ts_tensor img4, lab4;
+    rc = ts_tensor_alloc(&img4, TS_FLOAT32, 5, (const int64_t[]){2, 1, 8, 16, 16});
+    rc |= ts_tensor_alloc(&lab4, TS_UINT8, 4, (const int64_t[]){2, 8, 16, 16});
+    for (int64_t i = 0; !rc && i < ts_tensor_numel(&img4); i++) ((float *)img4.data)[i] = (float)ts_rng_normal(&r);
+    for (int64_t i = 0; !rc && i < ts_tensor_numel(&lab4); i++) ((uint8_t *)lab4.data)[i] = (uint8_t)ts_rng_below(&r, 3);
+    for (int v = 0; v < 3; v++) {
+        static const char *const name[] = {"resenc", "deep supervision", "resenc + deep supervision"};
+        ts_unet_cfg c4 = c;
+        c4.levels = 4;
+        c4.channels[2] = 24;
+        c4.channels[3] = 32;
+        c4.arch = v != 1 ? TS_ARCH_RESENC : TS_ARCH_UNET;
+        c4.deep_supervision = v >= 1;
+        c4.act = TS_ACT_LEAKY;
+        c4.slope = 0.01f;
+        for (int l = 0; l < 4; l++) c4.res_blocks[l] = 1 + l % 2;
+        ts_unet *m4 = NULL;
+        ts_unet_cost cost;
+        snap a, b;
+        int r4 = rc || ts_unet_create(&c4, 1, &m4) || ts_unet_init(m4, 3);
+        r4 = r4 || ts_unet_cost_of(&c4, 2, (const int64_t[]){8, 16, 16}, NULL, &cost);
+        int64_t nbuf = 0;
+        const ts_arena *a4 = r4 ? NULL : ts_unet_arena(m4);
+        for (int i = 0; a4 && i < a4->n; i++)
+            if (a4->p[i].kind == TS_BUFFER && a4->p[i].dtype == TS_FLOAT32) nbuf += a4->p[i].numel;
+        ts_ok(!r4 && cost.params == (double)ts_arena_count(a4) && cost.buffers == (double)nbuf,
+              "%s: the cost model counts %.0f parameters and %.0f buffers, the model has %lld and %lld", name[v],
+              r4 ? 0.0 : cost.params, r4 ? 0.0 : cost.buffers, a4 ? (long long)ts_arena_count(a4) : -1LL,
+              (long long)nbuf);
+        r4 = r4 || step(m4, &img4, &lab4, 2, 0, &a) || step(m4, &img4, &lab4, 1, 0, &b);
+        ts_ok(!r4 && same(&a, &b) && isfinite(a.loss), "%s: 1 and 2 threads give bit-identical logits, loss (%.6f), "
+              "gradients", name[v], r4 ? 0.0 : a.loss);
+        if (!r4) {
+            free(a.logits);
+            free(a.grads);
+            free(b.logits);
+            free(b.grads);
+        }
+        ts_unet_destroy(&m4);
+    }
+    ts_tensor_free(&img4);
+    ts_tensor_free(&lab4);
     return ts_done();
 }
