@@ -134,22 +134,10 @@ static int64_t data_length(const char *path)
     return got < 0 ? -1 : n;
 }
 
-int ts_nifti_read(const char *path, ts_nifti **out)
+/* the header's fields into n: type, dimensions, spacing, scaling, transforms; *bytes = the voxel bytes */
+static int header_fields(const char *path, const nifti_image *nim, int version, ts_nifti *n, int64_t *bytes_out)
 {
-    int err = 0, version = 0;
-    double hoff = 0;
-    nifti_image *nim = NULL;
-    ts_nifti *n = NULL;
-    gzFile f = NULL;
-    *out = NULL;
-    TS_TRY(precheck(path, &version, &hoff));
-    nifti_set_debug_level(0);
-    nim = nifti_image_read(path, 0);
-    if (!nim) return TS_ERR(TS_ERR_FORMAT, "%s: niftilib cannot read this NIfTI-%d header", path, version);
-    n = TS_CALLOC(1, sizeof *n);
-    if (!n) TS_FAIL(TS_ERR_NOMEM, "nifti");
-    n->path = strdup(path);
-    if (!n->path) TS_FAIL(TS_ERR_NOMEM, "%s", path);
+    int err = 0;
     n->version = version;
     n->datatype = nim->datatype;
     if (!supported(nim->datatype))
@@ -194,6 +182,43 @@ int ts_nifti_read(const char *path, ts_nifti **out)
                 (long long)nx, (long long)ny, (long long)nz, (long long)nt, n->nbyper);
     if (n->nvox != nim->nvox)
         TS_FAIL(TS_ERR_FORMAT, "%s: voxel count %lld does not match the dimensions", path, (long long)nim->nvox);
+    *bytes_out = bytes;
+cleanup:
+    return err;
+}
+
+/* read on to the end of a gzip stream so that its CRC and length are checked; bytes after the voxels mean the
+ * header's size or offset does not describe this file */
+static int check_tail(gzFile f, const char *iname, const ts_nifti *n, int64_t off, int64_t bytes)
+{
+    int err = 0;
+    /* read on to the end of a gzip stream so that its CRC and length
+     * are checked; bytes after the voxels mean the header's size or
+     * offset does not describe this file */
+    char tail[4096];
+    int got;
+    int64_t extra = 0;
+    while ((got = gzread(f, tail, sizeof tail)) > 0) extra += got;
+    int ze = Z_OK;
+    const char *zm = gzerror(f, &ze);
+    if (got < 0 || (ze != Z_OK && ze != Z_STREAM_END))
+        TS_FAIL(TS_ERR_FORMAT, "%s: the compressed stream is damaged or truncated (%s)", iname, zm);
+    if (extra > 0)
+        TS_FAIL(TS_ERR_FORMAT, "%s: %lld bytes follow the voxel data (vox_offset %lld + %lld x %lld x %lld x %lld "
+                "voxels of %d bytes = %lld bytes, the file holds %lld): the header does not match the file", iname,
+                (long long)extra, (long long)off, (long long)n->dim[0], (long long)n->dim[1], (long long)n->dim[2],
+                (long long)n->dim[3], n->nbyper, (long long)(off + bytes), (long long)(off + bytes + extra));
+cleanup:
+    return err;
+}
+
+/* the voxels: count them ourselves (niftilib zero-fills a short file); the buffer grows with the bytes actually
+ * read, so that a header alone cannot make the reader allocate what the file does not hold */
+static int read_voxels(const char *path, const nifti_image *nim, int version, double hoff, int64_t bytes, ts_nifti *n,
+                       gzFile *fp)
+{
+    int err = 0;
+    gzFile f = NULL;
     /* the buffer grows with the bytes actually read: a header alone cannot
      * make the reader allocate what the file does not hold */
     int64_t cap = bytes < ((int64_t)64 << 20) ? bytes : ((int64_t)64 << 20);
@@ -203,7 +228,7 @@ int ts_nifti_read(const char *path, ts_nifti **out)
     /* the voxels: count them ourselves (niftilib zero-fills a short file) */
     const char *iname = nim->iname ? nim->iname : path;
     errno = 0;
-    f = gzopen(iname, "rb");
+    f = *fp = gzopen(iname, "rb");
     if (!f) TS_FAIL(TS_ERR_IO, "%s: cannot open %s: %s", path, iname, strerror(errno ? errno : ENOENT));
     gzbuffer(f, 1 << 18);
     /* the header's vox_offset, exactly: inside the file, after the header
@@ -250,24 +275,30 @@ int ts_nifti_read(const char *path, ts_nifti **out)
                 (long long)n->dim[2], (long long)n->dim[3], n->nbyper, (long long)bytes, (long long)off,
                 (long long)done);
     }
-    {
-        /* read on to the end of a gzip stream so that its CRC and length
-         * are checked; bytes after the voxels mean the header's size or
-         * offset does not describe this file */
-        char tail[4096];
-        int got;
-        int64_t extra = 0;
-        while ((got = gzread(f, tail, sizeof tail)) > 0) extra += got;
-        int ze = Z_OK;
-        const char *zm = gzerror(f, &ze);
-        if (got < 0 || (ze != Z_OK && ze != Z_STREAM_END))
-            TS_FAIL(TS_ERR_FORMAT, "%s: the compressed stream is damaged or truncated (%s)", iname, zm);
-        if (extra > 0)
-            TS_FAIL(TS_ERR_FORMAT, "%s: %lld bytes follow the voxel data (vox_offset %lld + %lld x %lld x %lld x %lld "
-                    "voxels of %d bytes = %lld bytes, the file holds %lld): the header does not match the file", iname,
-                    (long long)extra, (long long)off, (long long)n->dim[0], (long long)n->dim[1], (long long)n->dim[2],
-                    (long long)n->dim[3], n->nbyper, (long long)(off + bytes), (long long)(off + bytes + extra));
-    }
+    TS_CHECK(check_tail(f, iname, n, off, bytes));
+cleanup:
+    return err;
+}
+
+int ts_nifti_read(const char *path, ts_nifti **out)
+{
+    int err = 0, version = 0;
+    double hoff = 0;
+    nifti_image *nim = NULL;
+    ts_nifti *n = NULL;
+    gzFile f = NULL;
+    int64_t bytes = 0;
+    *out = NULL;
+    TS_TRY(precheck(path, &version, &hoff));
+    nifti_set_debug_level(0);
+    nim = nifti_image_read(path, 0);
+    if (!nim) return TS_ERR(TS_ERR_FORMAT, "%s: niftilib cannot read this NIfTI-%d header", path, version);
+    n = TS_CALLOC(1, sizeof *n);
+    if (!n) TS_FAIL(TS_ERR_NOMEM, "nifti");
+    n->path = strdup(path);
+    if (!n->path) TS_FAIL(TS_ERR_NOMEM, "%s", path);
+    TS_CHECK(header_fields(path, nim, version, n, &bytes));
+    TS_CHECK(read_voxels(path, nim, version, hoff, bytes, n, &f));
     if (nim->byteorder != nifti_short_order() && nim->swapsize > 1)
         nifti_swap_Nbytes(n->nvox, nim->swapsize, n->data);
     *out = n;

@@ -11,6 +11,7 @@
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/optim/optim.h"
+#include "src/train/model_run.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,103 +90,33 @@ cleanup:
     return err;
 }
 
-static int write_grads(hid_t f, const char *path, const ts_arena *a)
-{
-    hid_t g = H5Gcreate2(f, "/grads", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0) return TS_ERR(TS_ERR_HDF5, "%s: cannot create /grads", path);
-    H5Gclose(g);
-    for (int i = 0; i < a->n; i++) {
-        if (a->p[i].kind != TS_PARAM) continue;
-        char name[TS_PARAM_NAME_MAX + 16];
-        snprintf(name, sizeof name, "/grads/%s", a->p[i].name);
-        ts_tensor t = ts_arena_grad(a, i);
-        TS_TRY(ts_weights_write_dataset(f, path, name, &t));
-    }
-    return 0;
-}
-
 static int model_run(int argc, char **argv)
 {
-    int err = 0, nover = 0, eval = 0, step = 0;
-    const char *cfgpath = NULL, *wpath = NULL, *inpath = NULL, *outpath = NULL;
+    int err = 0, nover = 0, have_loss = 0;
+    const char *cfgpath = NULL;
+    ts_model_run_opts o = {0};
     char **over = calloc((size_t)argc, sizeof *over);
     ts_config *cfg = NULL;
-    ts_unet *m = NULL;
-    ts_tensor image = {0}, label = {0}, logits = {0};
-    hid_t in = -1, out = -1;
+    double loss = 0;
     if (!over) TS_FAIL(TS_ERR_NOMEM, "arguments");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--eval")) eval = 1;
-        else if (!strcmp(a, "--train-step")) step = 1;
-        else if (!strncmp(a, "weights=", 8)) wpath = a + 8;
-        else if (!strncmp(a, "input=", 6)) inpath = a + 6;
-        else if (!strncmp(a, "output=", 7)) outpath = a + 7;
+        if (!strcmp(a, "--eval")) o.eval = 1;
+        else if (!strcmp(a, "--train-step")) o.train_step = 1;
+        else if (!strncmp(a, "weights=", 8)) o.weights = a + 8;
+        else if (!strncmp(a, "input=", 6)) o.input = a + 6;
+        else if (!strncmp(a, "output=", 7)) o.output = a + 7;
         else if (strchr(a, '=') && a[0] != '-') over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else TS_FAIL(TS_ERR_ARG, "model run: unexpected argument '%s' (see --help)", a);
     }
     if (!cfgpath) TS_FAIL(TS_ERR_ARG, "model run: no CONFIG given");
-    if (!wpath || !inpath || !outpath) TS_FAIL(TS_ERR_ARG, "model run: weights=, input= and output= are required");
-    if (eval && step) TS_FAIL(TS_ERR_ARG, "model run: --train-step runs the forward in train mode; drop --eval");
+    if (!o.weights || !o.input || !o.output) TS_FAIL(TS_ERR_ARG, "model run: weights=, input= and output= are required");
+    if (o.eval && o.train_step) TS_FAIL(TS_ERR_ARG, "model run: --train-step runs the forward in train mode; drop --eval");
     TS_CHECK(ts_cli_engine_config(cfgpath, nover, over, &cfg));
-    ts_unet_cfg u;
-    ts_optim opt = {0};
-    TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
-    TS_CHECK(ts_optim_cfg_from_config(cfg, &opt.cfg));
-    TS_CHECK(ts_unet_create(&u, step ? ts_optim_state_count(&opt.cfg) : 0, &m));
-    TS_CHECK(ts_weights_load(ts_unet_arena(m), wpath));
-    TS_CHECK(ts_weights_open(inpath, &in));
-    TS_CHECK(ts_weights_read_dataset(in, inpath, "/image", TS_FLOAT32, 5, &image));
-    if (image.shape[1] != u.in_channels)
-        TS_FAIL(TS_ERR_FORMAT, "%s: /image has %lld channels (dim 1 of [N, C, D, H, W]), model.in_channels is %d", inpath,
-                (long long)image.shape[1], u.in_channels);
-    {
-        char what[1100];
-        snprintf(what, sizeof what, "%s: /image", inpath);
-        TS_CHECK(ts_unet_check_input(&u, image.shape + 2, what));
-    }
-    int have_label = ts_weights_exists(in, "/label");
-    if (have_label) {
-        TS_CHECK(ts_weights_read_dataset(in, inpath, "/label", TS_UINT8, 4, &label));
-        const int64_t want[4] = {image.shape[0], image.shape[2], image.shape[3], image.shape[4]};
-        char what[1100];
-        snprintf(what, sizeof what, "%s: /label", inpath);
-        TS_CHECK(ts_tensor_check_shape(&label, what, 4, want));
-    } else if (step) {
-        TS_FAIL(TS_ERR_FORMAT, "%s: --train-step needs /label", inpath);
-    }
-    TS_CHECK(ts_unet_forward(m, &image, !eval));
-    double loss = 0;
-    if (have_label) TS_CHECK(ts_unet_loss(m, &label, step, &loss));
-    const ts_tensor *lg = ts_unet_logits(m);
-    TS_CHECK(ts_tensor_alloc(&logits, TS_FLOAT32, 5,
-                             (const int64_t[]){lg->shape[0], lg->shape[4], lg->shape[1], lg->shape[2], lg->shape[3]}));
-    TS_CHECK(ts_tensor_to_channels_first(lg, &logits));
-    if (step) {
-        ts_arena_zero_grad(ts_unet_arena(m));
-        TS_CHECK(ts_unet_backward(m));
-    }
-    TS_CHECK(ts_weights_create(outpath, &out));
-    TS_CHECK(ts_weights_write_dataset(out, outpath, "/logits", &logits));
-    if (have_label) {
-        ts_tensor l = ts_tensor_view(&loss, TS_FLOAT64, 0, NULL);
-        TS_CHECK(ts_weights_write_dataset(out, outpath, "/loss", &l));
-    }
-    if (step) {
-        TS_CHECK(write_grads(out, outpath, ts_unet_arena(m)));
-        double lr;
-        TS_CHECK(ts_optim_step(&opt, ts_unet_arena(m), &lr, NULL));
-        TS_CHECK(ts_weights_put(out, outpath, ts_unet_arena(m)));
-    }
-    if (have_label) ts_log(TS_LOG_INFO, "loss %.7g", loss);
+    TS_CHECK(ts_model_run_file(cfg, &o, &loss, &have_loss));
+    if (have_loss) ts_log(TS_LOG_INFO, "loss %.7g", loss);
 cleanup:
-    if (out >= 0 && H5Fclose(out) < 0 && !err) err = TS_ERR(TS_ERR_IO, "%s: closing failed", outpath);
-    if (in >= 0) H5Fclose(in);
-    ts_tensor_free(&image);
-    ts_tensor_free(&label);
-    ts_tensor_free(&logits);
-    ts_unet_destroy(&m);
     ts_config_destroy(&cfg);
     free(over);
     return err;

@@ -164,6 +164,7 @@ TS_BF16_TARGET static inline void zip_nat(const float *lo, const float *hi, int 
     }
 }
 
+/* long-function: a hot packing kernel with one fast path per slab layout; helpers would add calls per column */
 TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, int col0, int n, const float *a, int ca,
                                    const float *b)
 {

@@ -590,6 +590,7 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
  * each item's output-gradient rows are staged as voxel pairs
  * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
  * thread count, are those of fp32. */
+/* long-function: the weight-gradient loop nest of both precisions; its OpenMP region shares the staging buffers */
 static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp,
                       const ts_conv_sched *sch)
 {

@@ -228,6 +228,23 @@ static double layers_time(const ts_unet_cost *cost, const ts_plan_calib *c, cons
     return t;
 }
 
+/* the bottleneck: the largest part of the step (stage: the layers' compute on one rank) */
+static void bottleneck(ts_plan_layout *L, double stage)
+{
+    struct {
+        const char *what;
+        double s;
+    } parts[] = {{"compute (layers on one rank)", stage},       {"pipeline bubble", L->bubble_s},
+                 {"optimizer", L->opt_s},                       {"gradient allreduce (not hidden by backward)", L->grad_exposed_s},
+                 {"halo exchange", L->halo_s},                  {"spatial norm/loss sums (latency)", L->sums_s},
+                 {"pipeline transfers", L->p2p_s}};
+    int best = 0;
+    for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
+        if (parts[i].s > parts[best].s) best = i;
+    snprintf(L->bottleneck, sizeof L->bottleneck, "%s, %.0f%% of the step", parts[best].what,
+             L->step_s > 0 ? 100 * parts[best].s / L->step_s : 0.0);
+}
+
 void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan_machine *m, int dp, int pp, int sp,
                      ts_plan_layout *L)
 {
@@ -339,19 +356,7 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
         return;
     }
     L->feasible = 1;
-    /* the bottleneck: the largest part of the step */
-    struct {
-        const char *what;
-        double s;
-    } parts[] = {{"compute (layers on one rank)", stage},       {"pipeline bubble", L->bubble_s},
-                 {"optimizer", L->opt_s},                       {"gradient allreduce (not hidden by backward)", L->grad_exposed_s},
-                 {"halo exchange", L->halo_s},                  {"spatial norm/loss sums (latency)", L->sums_s},
-                 {"pipeline transfers", L->p2p_s}};
-    int best = 0;
-    for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
-        if (parts[i].s > parts[best].s) best = i;
-    snprintf(L->bottleneck, sizeof L->bottleneck, "%s, %.0f%% of the step", parts[best].what,
-             L->step_s > 0 ? 100 * parts[best].s / L->step_s : 0.0);
+    bottleneck(L, stage);
 }
 
 static int cmp_layout(const void *a, const void *b)

@@ -95,4 +95,54 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
 int ts_plan_layouts(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan_machine *m, ts_plan_layout **out,
                     int *n);
 
+/* `tessera plan` as calls: the job and machine from a config and a request,
+ * the layouts ranked, the scaling curve, the JSON report. All local. */
+typedef struct ts_plan_request {
+    int nodes, ranks_per_node;  /* required (ranks_per_node may be 0 with gpus_per_node) */
+    int gpus_per_node;          /* > 0: a rank per GPU */
+    int threads;                /* 0: OMP_NUM_THREADS or 1 */
+    int cores_per_node;         /* 0: this machine's with one node (no GPUs), else ranks x threads */
+    int global_batch;           /* 0: train.batch x train.accum x all ranks */
+    double net_GBps, net_latency_us, gpu_tflops, gpu_mem_gb, link_GBps, mem_per_rank_mb;
+    const char *calib;          /* calibration file; NULL: calibrate here (2 steps) */
+    const char *tuning;         /* tuning table with fits; NULL: coll.tuning or TESSERA_COLL_TUNING */
+    int layout[3];              /* all > 0: predict this dp,pp,sp only */
+    int curve;                  /* also the best layout at 1, 2, 4, ... nodes */
+} ts_plan_request;
+
+typedef struct ts_plan_curve_point {
+    int nodes, ranks, global_batch;
+    ts_plan_layout best;        /* the best runnable layout */
+} ts_plan_curve_point;
+
+typedef struct ts_plan_report {
+    ts_plan_job job;
+    ts_plan_machine machine;    /* machine.fits points into fits */
+    ts_plan_calib cal;
+    int calibrate;              /* no calibration file: ts_plan_report_run measures */
+    char tuning[1024];          /* the tuning table used, "" for none */
+    ts_coll_fit *fits;          /* owned */
+    int nfits;
+    ts_plan_layout *layouts;    /* owned; best first (feasible before infeasible) */
+    int nlayouts, nfeasible;
+    const ts_plan_layout *best; /* the fastest feasible layout this version can train, or NULL */
+    ts_plan_curve_point *curve; /* owned */
+    int ncurve;
+    int64_t batch, accum;       /* train.batch, train.accum */
+} ts_plan_report;
+
+/* Local. Defaults of a request: 12.5 GB/s and 2 us between nodes, GPUs of
+ * 50 TFLOP/s and 80 GB with 200 GB/s links; the rest 0/NULL. */
+void ts_plan_request_default(ts_plan_request *q);
+/* Local. The job and the machine from cfg and q, the tuning table's fits,
+ * the calibration file (r->calibrate = 1 without one). Errors: bad
+ * request, unreadable files (named). Free r with ts_plan_report_free. */
+int ts_plan_report_setup(const ts_config *cfg, const ts_plan_request *q, ts_plan_report *r);
+/* Local. Calibrates when r->calibrate (runs steps of the config here), then
+ * predicts the layouts and (q->curve) the curve. */
+int ts_plan_report_run(const ts_config *cfg, const ts_plan_request *q, ts_plan_report *r);
+/* Local. Writes {"layouts", "best", "curve", "machine", "assumptions"} to path. */
+int ts_plan_report_write_json(const char *path, const ts_plan_request *q, const ts_plan_report *r);
+void ts_plan_report_free(ts_plan_report *r);
+
 #endif

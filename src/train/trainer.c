@@ -784,15 +784,27 @@ static int setup_folds(trainer *t, const ts_config *cfg, int64_t n, double valf,
     return e;
 }
 
-static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
+/* what the parts of setup hand on to each other */
+typedef struct setup_ctx {
+    ts_coll_opts co;         /* coll.* */
+    ts_dp_compress compress; /* parallel.compress: checked first, applied to the stepper */
+    ts_pipe_kind kind;       /* parallel.schedule */
+    int64_t seed;            /* train.seed */
+    char dir[1024];          /* the run directory */
+    int64_t global, base;    /* the global batch; train.base_batch */
+    double base_lr;          /* train.lr before scaling */
+    const char *scaling;     /* train.lr_scaling */
+} setup_ctx;
+
+/* the grid, the spatial split of the patch and the collectives (checked before any work) */
+static int setup_grid(trainer *t, const ts_config *cfg, MPI_Comm world, setup_ctx *c)
 {
-    int err = 0, lerr = 0;
-    int64_t dp, pp, sp, v;
+    int err = 0;
+    int64_t dp, pp, sp;
     const char *spdims;
-    ts_dp_compress compress; /* parallel.compress: checked first, applied to the stepper below */
     t->cfg = cfg;
     t->rss0_mb = rss_now_mb();
-    TS_CHECK(ts_dp_compress_from_config(cfg, &compress));
+    TS_CHECK(ts_dp_compress_from_config(cfg, &c->compress));
     TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
     TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
@@ -807,15 +819,23 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_spatial_plan((int)sp, spdims, t->ucfg.patch, t->ucfg.levels, t->sp_dims));
     TS_CHECK(ts_spatial_create(t->grid->sp_comm, t->sp_dims, &t->spatial));
     TS_CHECK(ts_spatial_box(t->spatial, t->ucfg.patch, t->box_lo, t->box));
-    ts_coll_opts co;
-    TS_CHECK(ts_coll_opts_from_config(cfg, &co));
-    TS_CHECK(ts_coll_create(t->grid->stage_comm, &co, &t->coll));
-    if (t->grid->sp > 1 || t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->rcoll));
+    TS_CHECK(ts_coll_opts_from_config(cfg, &c->co));
+    TS_CHECK(ts_coll_create(t->grid->stage_comm, &c->co, &t->coll));
+    if (t->grid->sp > 1 || t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &c->co, &t->rcoll));
     else t->rcoll = t->coll;
-    if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &co, &t->acoll));
+    if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &c->co, &t->acoll));
     else t->acoll = t->coll;
-    TS_CHECK(setup_local_sgd(t, &co));
+    TS_CHECK(setup_local_sgd(t, &c->co));
     TS_CHECK(setup_zero(t));
+cleanup:
+    return err;
+}
+
+/* the optimizer, the batch and micro-batches, the model with its initial weights */
+static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
+{
+    int err = 0;
+    int64_t v;
     /* model and optimizer */
     TS_CHECK(ts_optim_cfg_from_config(cfg, &t->opt.cfg));
     TS_CHECK(ts_loss_scaler_from_config(cfg, t->ucfg.precision, &t->ls));
@@ -823,16 +843,16 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
-    ts_pipe_kind kind = TS_PIPE_1F1B;
+    c->kind = TS_PIPE_1F1B;
     if (t->grid->pp > 1) { /* checked before any work */
         const char *sched;
         TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
         TS_CHECK(ts_config_get_str(cfg, "parallel.schedule", &sched));
-        TS_CHECK(ts_pipe_kind_parse(sched, &kind));
+        TS_CHECK(ts_pipe_kind_parse(sched, &c->kind));
         if (t->accum > 1)
             TS_FAIL(TS_ERR_CONFIG, "train.accum = %d with parallel.pp = %d: a pipeline accumulates its micro-batches; "
                     "set parallel.microbatches = %d instead", t->accum, t->grid->pp, t->accum);
-        if (kind == TS_PIPE_1F1B && v < t->grid->pp)
+        if (c->kind == TS_PIPE_1F1B && v < t->grid->pp)
             TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %lld < %d "
                     "(use more micro-batches, or parallel.schedule = gpipe)", (long long)v, t->grid->pp);
         t->micro = (int)v;
@@ -852,10 +872,18 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
     TS_CHECK(ts_unet_create(&t->ucfg, t->zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
-    int64_t seed;
-    TS_CHECK(ts_config_get_int(cfg, "train.seed", &seed));
-    TS_CHECK(ts_unet_init(t->model, (uint64_t)seed)); /* same seed everywhere: identical replicas */
+    TS_CHECK(ts_config_get_int(cfg, "train.seed", &c->seed));
+    TS_CHECK(ts_unet_init(t->model, (uint64_t)c->seed)); /* same c->seed everywhere: identical replicas */
     ts_stepper_split_model(t->model, t->spatial);
+cleanup:
+    return err;
+}
+
+/* the dataset, its training/validation split (or folds) */
+static int setup_data(trainer *t, const ts_config *cfg)
+{
+    int err = 0;
+    int64_t v;
     /* data */
     t->have_data = ts_config_isset(cfg, "data.path");
     if (t->have_data) {
@@ -893,6 +921,15 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                     "training samples of %s; every step would repeat samples within a batch",
                     t->batch, t->nranks, (long long)t->ntrn, path);
     }
+cleanup:
+    return err;
+}
+
+/* the pipeline cut, the memory check, then the loader (on the stages that take data) or synthetic buffers */
+static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
+{
+    int err = 0;
+    int lerr = 0;
     if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
         const char *cut;
         const ts_spatial_stats halo0 = *ts_spatial_get_stats(t->spatial); /* the pass's exchanges are not training's */
@@ -900,7 +937,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         TS_CHECK(ts_pipeline_plan(t->model, t->grid->world, t->grid->pp, cut, t->batch, t->box, t->stage_first,
                                   t->unit_cost));
         ts_spatial_set_stats(t->spatial, &halo0);
-        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, kind, t->micro, &t->pipe));
+        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, c->kind, t->micro, &t->pipe));
     }
     {
         ts_loader_opts lo0;
@@ -914,7 +951,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
         lo.batch = t->batch;
-        lo.seed = (uint64_t)seed;
+        lo.seed = (uint64_t)c->seed;
         lo.mode = TS_SAMPLER_TRAIN;
         lo.subset = t->trn;
         lo.nsubset = t->ntrn;
@@ -937,36 +974,48 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         if (!t->syn_img || !t->syn_lab) TS_FAIL(TS_ERR_NOMEM, "synthetic batch");
         t->epoch_steps = 0;
     }
-    /* steps, global batch, learning rate */
-    int64_t epochs, base, steps;
-    const char *scaling;
+cleanup:
+    return err;
+}
+
+/* steps, global batch, learning rate */
+static int setup_schedule(trainer *t, const ts_config *cfg, setup_ctx *c)
+{
+    int err = 0;
+    int64_t epochs, steps;
     TS_CHECK(ts_config_get_int(cfg, "train.epochs", &epochs));
     TS_CHECK(ts_config_get_int(cfg, "train.steps", &steps));
     if (epochs > 0 && !t->have_data)
         TS_FAIL(TS_ERR_CONFIG, "train.epochs needs a dataset (data.path); without one use train.steps");
     t->total_steps = epochs > 0 ? epochs * t->epoch_steps : steps;
     t->opt.cfg.total_steps = t->total_steps;
-    TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &base));
-    TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &scaling));
-    int64_t global = (int64_t)t->batch * t->micro * t->nranks;
-    if (base == 0) base = (int64_t)t->batch * t->micro;
-    double base_lr = t->opt.cfg.lr;
-    if (!strcmp(scaling, "linear")) t->opt.cfg.lr = base_lr * (double)global / (double)base;
-    /* run directory */
-    char dir[1024];
+    TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &c->base));
+    TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &c->scaling));
+    c->global = (int64_t)t->batch * t->micro * t->nranks;
+    if (c->base == 0) c->base = (int64_t)t->batch * t->micro;
+    c->base_lr = t->opt.cfg.lr;
+    if (!strcmp(c->scaling, "linear")) t->opt.cfg.lr = c->base_lr * (double)c->global / (double)c->base;
+cleanup:
+    return err;
+}
+
+/* the run directory and what the run says about its setup */
+static int setup_run_dir(trainer *t, const ts_config *cfg, const char *name, setup_ctx *c)
+{
+    int err = 0;
     if (ts_config_isset(cfg, "run.dir")) {
         const char *d;
         TS_CHECK(ts_config_get_str(cfg, "run.dir", &d));
-        if (strlen(d) + sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json" > sizeof dir)
+        if (strlen(d) + sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json" > sizeof c->dir)
             TS_FAIL(TS_ERR_CONFIG, "run.dir (%s) is %zu characters long; at most %zu are supported", ts_config_source(cfg, "run.dir"),
-                    strlen(d), sizeof dir - sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json");
-        snprintf(dir, sizeof dir, "%s", d);
+                    strlen(d), sizeof c->dir - sizeof "/ckpt/.tmp-step-18446744073709551615/manifest.json");
+        snprintf(c->dir, sizeof c->dir, "%s", d);
     } else {
-        snprintf(dir, sizeof dir, "runs/%s", name);
+        snprintf(c->dir, sizeof c->dir, "runs/%s", name);
     }
     double logsec;
     TS_CHECK(ts_config_get_float(cfg, "train.log_seconds", &logsec));
-    TS_CHECK(ts_run_open(&t->run, t->grid->world, dir, cfg, logsec));
+    TS_CHECK(ts_run_open(&t->run, t->grid->world, c->dir, cfg, logsec));
     char layout[512], path[1100];
     ts_grid_describe(t->grid, layout, sizeof layout);
     ts_run_say(&t->run, "tessera train: %s", layout);
@@ -975,7 +1024,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                    "a box of %lldx%lldx%lld; layout in %s/grid.json",
                    (long long)t->ucfg.patch[0], (long long)t->ucfg.patch[1], (long long)t->ucfg.patch[2], t->grid->sp,
                    t->sp_dims[0], t->sp_dims[1], t->sp_dims[2], (long long)t->box[0], (long long)t->box[1],
-                   (long long)t->box[2], dir);
+                   (long long)t->box[2], c->dir);
     ts_run_say(&t->run, "memory plan per rank: about %.0f MiB (activations and gradients %.0f, parameters and optimizer "
                "%.0f, data %.0f, halo buffers %.0f, scratch %.0f, evaluation %.0f, process at start %.0f)%s",
                t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
@@ -989,19 +1038,27 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     {
         int coords[3];
         ts_spatial_coords(t->spatial, coords);
-        snprintf(path, sizeof path, "%s/grid.json", dir);
+        snprintf(path, sizeof path, "%s/grid.json", c->dir);
         TS_CHECK(ts_grid_write_layout(t->grid, path, t->sp_dims, coords, t->box_lo, t->box));
     }
     ts_run_say(&t->run, "global batch %lld = train.batch %d x %d micro-batches x dp %d; lr %.6g (train.lr %.6g, %s scaling "
                "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
-               (long long)global, t->batch, t->micro, t->nranks, t->opt.cfg.lr, base_lr, scaling, (long long)base,
-               (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, dir);
+               (long long)c->global, t->batch, t->micro, t->nranks, t->opt.cfg.lr, c->base_lr, c->scaling, (long long)c->base,
+               (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, c->dir);
     if (t->have_data)
         ts_run_say(&t->run, "data: %lld training and %lld validation samples%s", (long long)t->ntrn, (long long)t->nval,
                    t->nval ? "" : " (evaluation uses the training volumes)");
     else
         ts_run_say(&t->run, "data: none (data.path unset): random images and labels of the configured patch");
-    /* the step: gradient buckets during backward, synchronised batch norm */
+cleanup:
+    return err;
+}
+
+/* the step: gradient buckets during backward, synchronised batch norm, pipeline, compression,
+ * sharded optimizer, the activations, the perf machinery */
+static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
+{
+    int err = 0;
     double bmb;
     TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
@@ -1017,17 +1074,17 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
                    t->ucfg.precision == TS_PREC_BF16 ? " kernels, chosen at run time)" : "");
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
-        TS_CHECK(report_cut(t, dir));
+        TS_CHECK(report_cut(t, c->dir));
     }
-    if (compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
+    if (c->compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
         char line[1024];
         if (t->grid->sp > 1) { /* only the reduction over replicas is compressed: a replica's pieces average exactly */
-            TS_CHECK(ts_coll_create(t->grid->dp_comm, &co, &t->zcoll));
-            TS_CHECK(ts_coll_create(t->grid->sp_comm, &co, &t->zin));
-            compress.group = t->zcoll;
-            compress.inner = t->zin;
+            TS_CHECK(ts_coll_create(t->grid->dp_comm, &c->co, &t->zcoll));
+            TS_CHECK(ts_coll_create(t->grid->sp_comm, &c->co, &t->zin));
+            c->compress.group = t->zcoll;
+            c->compress.inner = t->zin;
         }
-        TS_CHECK(ts_stepper_set_compress(t->stepper, &compress));
+        TS_CHECK(ts_stepper_set_compress(t->stepper, &c->compress));
         ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
         ts_run_say(&t->run, "%s", line);
     }
@@ -1043,8 +1100,24 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
         TS_CHECK(ts_perf_create(t->grid->world, TS_PH_COUNT, ts_phase_names, events, timers, &t->perf));
         ts_stepper_set_perf(t->stepper, t->perf);
         ts_perf_describe(t->perf, line, sizeof line);
-        ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, dir);
+        ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, c->dir);
     }
+cleanup:
+    return err;
+}
+
+static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *name)
+{
+    int err = 0;
+    setup_ctx c;
+    memset(&c, 0, sizeof c);
+    TS_CHECK(setup_grid(t, cfg, world, &c));
+    TS_CHECK(setup_model(t, cfg, &c));
+    TS_CHECK(setup_data(t, cfg));
+    TS_CHECK(setup_loader(t, cfg, &c));
+    TS_CHECK(setup_schedule(t, cfg, &c));
+    TS_CHECK(setup_run_dir(t, cfg, name, &c));
+    TS_CHECK(setup_stepper(t, cfg, &c));
     TS_CHECK(resume(t));
     t->last_avg = t->step; /* a checkpoint holds one model */
 cleanup:
@@ -1197,12 +1270,233 @@ static int pipeline_perf(trainer *t, char *extra, size_t n)
     return 0;
 }
 
+/* the settings of the training loop */
+typedef struct loop_cfg {
+    int64_t log_every, eval_every, ckpt_every, warmup, max_bad;
+    int final_eval;
+    double fault_timeout, every_min;
+    int64_t per_step; /* samples per step over all replicas */
+} loop_cfg;
+
+/* the loop's running sums between log lines */
+typedef struct loop_state {
+    double t_window, loss_window, t_train0, train_s, last_ckpt, step_mean;
+    int64_t steps_window, first;
+    int bad_steps;
+} loop_state;
+
+/* A step whose optimizer step was skipped (2: fp16 overflow, 1: non-finite): said, counted, and the run
+ * stopped after fault.max_bad_steps in a row. */
+static int after_skip(trainer *t, const loop_cfg *lc, loop_state *ls, int skipped)
+{
+    int err = 0;
+    if (skipped == 2) {
+        ts_run_say(&t->run, "step %lld: fp16 gradients overflowed on some rank: the optimizer step is skipped on every "
+                   "rank and the loss scale halves to %g (not a bad step for fault.max_bad_steps)",
+                   (long long)t->step, t->ls.scale);
+    } else if (skipped) {
+        ls->bad_steps++;
+        ts_run_say(&t->run, "step %lld: non-finite loss or gradients on some rank: the optimizer step is skipped on "
+                   "every rank (%d of fault.max_bad_steps = %lld in a row)", (long long)t->step, ls->bad_steps,
+                   (long long)lc->max_bad);
+        if (ls->bad_steps >= lc->max_bad) {
+            TS_CHECK(ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0, NAN,
+                                    ts_optim_lr(&t->opt.cfg, t->step - 1), 0, NULL, 0, NULL));
+            TS_FAIL(TS_ERR_NUMERIC, "%d steps in a row with a non-finite loss or gradients (up to step %lld): the run "
+                    "stops (fault.max_bad_steps); checkpoints in %s/ckpt are only ever written from finite "
+                    "parameters, the newest resumes (lower train.lr, or set train.clip_norm)", ls->bad_steps,
+                    (long long)t->step, t->run.dir);
+        }
+    } else {
+        ls->bad_steps = 0;
+    }
+cleanup:
+    return err;
+}
+
+/* Collective. The mean loss over replicas, progress, metrics every train.log_every steps and the evaluation
+ * when due. */
+static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double loss, double *dice)
+{
+    int err = 0;
+    /* the loss people see: the mean over replicas */
+    double lsum = loss;
+    TS_CHECK(ts_coll_allreduce(t->coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
+    ls->loss_window += lsum;
+    ls->steps_window++;
+    double now = ts_time_now(), sps = (double)(ls->steps_window * lc->per_step) / (now - ls->t_window);
+    ts_run_progress(&t->run, t->step, lsum, sps, 0);
+    int do_eval = t->have_data && ((lc->eval_every > 0 && t->step % lc->eval_every == 0) || (lc->final_eval && t->step == t->total_steps));
+    if (t->step % lc->log_every == 0 || t->step == t->total_steps || do_eval) {
+        ls->train_s += now - ls->t_train0;
+        /* rank 0 writes: a full disk there fails every rank before the next collective */
+        TS_CHECK(ts_err_agree(t->grid->world,
+                              ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0,
+                                             ls->loss_window / ls->steps_window, ts_optim_lr(&t->opt.cfg, t->step - 1), sps,
+                                             NULL, 0, NULL)));
+        ls->loss_window = 0;
+        ls->steps_window = 0;
+        ls->t_window = ts_time_now();
+        ls->t_train0 = ls->t_window;
+    }
+    if (do_eval) {
+        TS_CHECK(evaluate(t, dice));
+        report_dice(t, dice);
+        const char *names[256];
+        for (int k = 0; k < t->ucfg.classes; k++) names[k] = ts_dataset_class_name(t->eval_ds, k);
+        TS_CHECK(ts_err_agree(t->grid->world,
+                              ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0, lsum,
+                                             ts_optim_lr(&t->opt.cfg, t->step - 1), sps, dice, t->ucfg.classes, names)));
+        ls->t_window = ls->t_train0 = ts_time_now();
+    }
+cleanup:
+    return err;
+}
+
+/* Collective. A checkpoint when due (by step, by the clock on any rank, at the end, or on a stop request on
+ * any rank); a stop request ends the run after it (TS_ERR_STOPPED). */
+static int checkpoint_or_stop(trainer *t, const loop_cfg *lc, loop_state *ls, int skipped,
+                              volatile sig_atomic_t *stop)
+{
+    int err = 0;
+    /* a stop request on any rank (preemption), or a checkpoint due by the clock (any rank's): leave or
+     * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
+     * overflow is not one) */
+    int flags[2] = {stop && *stop ? 1 : 0, lc->every_min > 0 && ts_time_now() - ls->last_ckpt >= 60 * lc->every_min};
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->grid->world));
+    const int stopping = flags[0];
+    if (((lc->ckpt_every > 0 && t->step % lc->ckpt_every == 0) || t->step == t->total_steps || stopping || flags[1]) &&
+        !(skipped == 1 && !stopping && t->step < t->total_steps)) {
+        TS_CHECK(save_ckpt(t));
+        ls->last_ckpt = ts_time_now();
+    }
+    if (stopping && t->step < t->total_steps) {
+        TS_CHECK(ts_err_agree(t->grid->world, ts_run_mark_stopped(&t->run, t->step, t->total_steps)));
+        ts_run_say(&t->run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
+                   "again to continue", (long long)t->step, (long long)t->total_steps);
+        TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "
+                "rerun the same command to resume", (long long)t->step, (long long)t->total_steps, t->run.dir);
+    }
+cleanup:
+    return err;
+}
+
+/* the perf.json fields beyond the phases: batch, grid, halo, memory, data-parallel reductions, optimizer
+ * state, precision (collective: the loss-scale extremes) */
+static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs, const double hv[5], int64_t steps,
+                      char *extra, size_t n)
+{
+    int err = 0;
+    const double hidden = ts_perf_seconds(t->perf, TS_PH_COMM_TOTAL) - ts_perf_seconds(t->perf, TS_PH_COMM_EXPOSED);
+    snprintf(extra, n,
+             "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
+             "\"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
+             "\"box\": [%lld, %lld, %lld],\n  \"halo\": {\"exposed_s\": %.6f, \"hidden_s\": %.6f, \"sums_s\": %.6f, "
+             "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
+             "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
+             (long long)lc->per_step, t->nranks, ts_stepper_buckets(t->stepper), t->sync_bn ? "true" : "false",
+             hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
+             (long long)t->box[0], (long long)t->box[1], (long long)t->box[2], hv[0], hv[1], hv[2], hv[3],
+             steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t->mem_plan.total_mb,
+             t->mem_plan.activations_mb, (long long)t->mem_limit_mb);
+    {
+        size_t l = strlen(extra);
+        snprintf(extra + l, n - l,
+                 ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
+                 "\"parameter_averages\": %lld}",
+                 t->local_steps, t->local_node ? "node" : "global", (long long)t->grad_xreplica,
+                 (long long)t->param_avgs);
+        l = strlen(extra);
+        snprintf(extra + l, n - l,
+                 ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
+                 "\"bytes_whole\": %.0f}", t->zero, t->zero ? ts_coll_size(t->coll) : 1, t->state_bytes_max,
+                 (double)t->arena->nparam * ts_optim_state_count(&t->opt.cfg) * sizeof(float));
+    }
+    {
+        /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
+        double lv[4] = {-t->ls.scale, t->ls.scale, -(double)t->ls.overflows, (double)t->ls.overflows};
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t->grid->world));
+        const ts_precision pr = t->ucfg.precision;
+        size_t l = strlen(extra);
+        snprintf(extra + l, n - l,
+                 ",\n  \"precision\": {\"mode\": \"%s\", \"conv_kernels\": \"%s\", \"loss_scale\": %s, "
+                 "\"loss_scale_min\": %.9g, \"loss_scale_max\": %.9g, \"overflow_steps_min\": %.0f, "
+                 "\"overflow_steps_max\": %.0f}",
+                 pr == TS_PREC_FP16 ? "fp16" : pr == TS_PREC_BF16 ? "bf16" : "fp32",
+                 pr == TS_PREC_BF16 ? ts_nn_bf16_isa() : pr == TS_PREC_FP16 ? "fp32 on fp16-rounded operands" : "fp32",
+                 t->ls.dynamic ? "\"dynamic\"" : "null", -lv[0], lv[1], -lv[2], lv[3]);
+    }
+cleanup:
+    return err;
+}
+
+/* Collective. After the last step: samples/s of the slowest rank, perf.json, the closing line. */
+static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
+{
+    int err = 0;
+    char extra[8192];
+    int64_t steps = t->step - ls->first;
+    /* samples/s of the slowest rank */
+    double slow = t->step_s, sps = 0;
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    if (slow > 0) sps = (double)(steps * lc->per_step) / slow;
+    /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
+    const ts_spatial_stats *hs = ts_spatial_get_stats(t->spatial);
+    ts_perf_add(t->perf, TS_PH_HALO_EXPOSED, hs->exposed_s);
+    ts_perf_add(t->perf, TS_PH_HALO_HIDDEN, hs->hidden_s);
+    ts_perf_add(t->perf, TS_PH_SPATIAL_SUMS, hs->sum_s);
+    if (t->pipe) { /* pipeline stages: the stage's idle wait and its messages */
+        const ts_pipeline_stats *ps = ts_pipeline_get_stats(t->pipe);
+        ts_perf_add(t->perf, TS_PH_PP_WAIT, ps->wait_s - t->pp0.wait_s);
+        ts_perf_add(t->perf, TS_PH_PP_P2P, ps->p2p_s - t->pp0.p2p_s);
+    }
+    double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    TS_CHECK(perf_extra(t, lc, hs, hv, steps, extra, sizeof extra));
+    if (t->mem_limit_mb > 0 && hv[4] > (double)t->mem_limit_mb)
+        ts_run_say(&t->run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
+                   "(the plan said %.0f MiB)", hv[4], (long long)t->mem_limit_mb, t->mem_plan.total_mb);
+    /* derived figures: the model's FLOPs for this rank's box (a stage's share with pp > 1, taken as 1/pp),
+     * bytes the collectives move */
+    ts_run_derived dv;
+    memset(&dv, 0, sizeof dv);
+    ts_unet_cost uc;
+    int split[3] = {t->sp_dims[0] > 1, t->sp_dims[1] > 1, t->sp_dims[2] > 1};
+    if (ts_unet_cost_of(&t->ucfg, t->batch * t->micro, t->box, split, &uc) == 0) {
+        dv.flops_forward = uc.flops_forward / t->grid->pp;
+        dv.flops_backward = uc.flops_backward / t->grid->pp;
+        dv.spatial_sums = t->grid->sp > 1 ? uc.norms * 2 : 0;
+    } else {
+        ts_err_clear();
+    }
+    dv.grad_bytes = (double)t->arena->nparam * sizeof(float) / t->grid->pp;
+    dv.grad_ranks = ts_coll_size(t->coll);
+    dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
+    TS_CHECK(pipeline_perf(t, extra, sizeof extra));
+    { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
+        size_t l = strlen(extra);
+        if (l + 1024 < sizeof extra) {
+            strcat(extra, ",\n  ");
+            TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t->stepper), t->grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
+        }
+    }
+    TS_CHECK(ts_run_perf(&t->run, t->grid->world, t->perf, steps, sps, &dv, extra));
+    ts_run_say(&t->run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
+               t->run.dir, t->run.dir);
+cleanup:
+    return err;
+}
+
 int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatile sig_atomic_t *stop)
 {
     trainer t;
     int err = 0;
     memset(&t, 0, sizeof t);
     double *dice = NULL;
+    loop_cfg lc;
+    loop_state ls;
+    memset(&lc, 0, sizeof lc);
+    memset(&ls, 0, sizeof ls);
     {
         /* the watchdog first: from here on no wait of this run hangs silently */
         double to;
@@ -1211,28 +1505,24 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     }
     TS_CHECK(setup(&t, cfg, world, name));
     TS_CHECK(ts_stepper_set_agree(t.stepper, t.grid->world));
-    int64_t log_every, eval_every, ckpt_every, warmup, max_bad;
-    int final_eval;
-    double fault_timeout, every_min;
-    TS_CHECK(ts_config_get_float(cfg, "fault.timeout", &fault_timeout));
-    TS_CHECK(ts_config_get_int(cfg, "fault.max_bad_steps", &max_bad));
-    TS_CHECK(ts_config_get_float(cfg, "ckpt.every_minutes", &every_min));
-    TS_CHECK(ts_config_get_int(cfg, "train.log_every", &log_every));
-    TS_CHECK(ts_config_get_int(cfg, "eval.every", &eval_every));
-    TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &ckpt_every));
-    TS_CHECK(ts_config_get_int(cfg, "perf.warmup_steps", &warmup));
-    TS_CHECK(ts_config_get_bool(cfg, "eval.final", &final_eval));
+    TS_CHECK(ts_config_get_float(cfg, "fault.timeout", &lc.fault_timeout));
+    TS_CHECK(ts_config_get_int(cfg, "fault.max_bad_steps", &lc.max_bad));
+    TS_CHECK(ts_config_get_float(cfg, "ckpt.every_minutes", &lc.every_min));
+    TS_CHECK(ts_config_get_int(cfg, "train.log_every", &lc.log_every));
+    TS_CHECK(ts_config_get_int(cfg, "eval.every", &lc.eval_every));
+    TS_CHECK(ts_config_get_int(cfg, "ckpt.every", &lc.ckpt_every));
+    TS_CHECK(ts_config_get_int(cfg, "perf.warmup_steps", &lc.warmup));
+    TS_CHECK(ts_config_get_bool(cfg, "eval.final", &lc.final_eval));
     dice = calloc((size_t)t.ucfg.classes, sizeof *dice);
     if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
     t.run.first_step = t.step;
     t.run.total_steps = t.total_steps;
     TS_CHECK(ts_err_agree(t.grid->world, ts_run_record_launch(&t.run, t.step, t.total_steps)));
-    const int64_t per_step = (int64_t)t.batch * t.micro * t.nranks;
-    double t_window = ts_time_now(), loss_window = 0;
-    int64_t steps_window = 0, first = t.step;
-    double t_train0 = ts_time_now(), train_s = 0;
-    int bad_steps = 0;
-    double last_ckpt = ts_time_now(), step_mean = 0;
+    lc.per_step = (int64_t)t.batch * t.micro * t.nranks;
+    ls.t_window = ts_time_now();
+    ls.first = t.step;
+    ls.t_train0 = ts_time_now();
+    ls.last_ckpt = ts_time_now();
     while (t.step < t.total_steps) {
         double ts0 = ts_time_now(), loss = 0;
         int skipped = 0;
@@ -1240,185 +1530,32 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         ts_watch_set_step(t.step + 1);
         ts_fault_point(NULL); /* an injected kill */
         /* inside steps the watchdog's deadline is also a multiple of the measured step time */
-        if (t.step - first >= 3 && step_mean > 0) ts_watchdog_set_timeout(fmin(fault_timeout, fmax(30.0, 20 * step_mean)));
+        if (t.step - ls.first >= 3 && ls.step_mean > 0)
+            ts_watchdog_set_timeout(fmin(lc.fault_timeout, fmax(30.0, 20 * ls.step_mean)));
         ts_perf_begin(t.perf, TS_PH_STEP);
         err = train_step(&t, &loss, &skipped);
         ts_perf_end(t.perf, TS_PH_STEP);
         TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.grid->rank));
-        ts_watchdog_set_timeout(fault_timeout);
+        ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;
         t.step_s += ts_time_now() - ts0;
-        step_mean = step_mean > 0 ? 0.8 * step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
-        if (skipped == 2) {
-            ts_run_say(&t.run, "step %lld: fp16 gradients overflowed on some rank: the optimizer step is skipped on every "
-                       "rank and the loss scale halves to %g (not a bad step for fault.max_bad_steps)",
-                       (long long)t.step, t.ls.scale);
-        } else if (skipped) {
-            bad_steps++;
-            ts_run_say(&t.run, "step %lld: non-finite loss or gradients on some rank: the optimizer step is skipped on "
-                       "every rank (%d of fault.max_bad_steps = %lld in a row)", (long long)t.step, bad_steps,
-                       (long long)max_bad);
-            if (bad_steps >= max_bad) {
-                TS_CHECK(ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, NAN,
-                                        ts_optim_lr(&t.opt.cfg, t.step - 1), 0, NULL, 0, NULL));
-                TS_FAIL(TS_ERR_NUMERIC, "%d steps in a row with a non-finite loss or gradients (up to step %lld): the run "
-                        "stops (fault.max_bad_steps); checkpoints in %s/ckpt are only ever written from finite "
-                        "parameters, the newest resumes (lower train.lr, or set train.clip_norm)", bad_steps,
-                        (long long)t.step, t.run.dir);
-            }
-        } else {
-            bad_steps = 0;
-        }
-        if (warmup > 0 && t.step - first == warmup && t.step < t.total_steps) { /* perf.json from here on */
+        ls.step_mean = ls.step_mean > 0 ? 0.8 * ls.step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
+        TS_CHECK(after_skip(&t, &lc, &ls, skipped));
+        if (lc.warmup > 0 && t.step - ls.first == lc.warmup && t.step < t.total_steps) { /* perf.json from here on */
             const ts_spatial_stats zero = {0};
             ts_perf_reset(t.perf);
             ts_spatial_set_stats(t.spatial, &zero);
             if (t.pipe) t.pp0 = *ts_pipeline_get_stats(t.pipe);
             t.step_s = 0;
-            first = t.step;
-            warmup = 0;
+            ls.first = t.step;
+            lc.warmup = 0;
         }
-        /* the loss people see: the mean over replicas */
-        double lsum = loss;
-        TS_CHECK(ts_coll_allreduce(t.coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
-        loss_window += lsum;
-        steps_window++;
-        double now = ts_time_now(), sps = (double)(steps_window * per_step) / (now - t_window);
-        ts_run_progress(&t.run, t.step, lsum, sps, 0);
-        int do_eval = t.have_data && ((eval_every > 0 && t.step % eval_every == 0) || (final_eval && t.step == t.total_steps));
-        if (t.step % log_every == 0 || t.step == t.total_steps || do_eval) {
-            train_s += now - t_train0;
-            /* rank 0 writes: a full disk there fails every rank before the next collective */
-            TS_CHECK(ts_err_agree(t.grid->world,
-                                  ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0,
-                                                 loss_window / steps_window, ts_optim_lr(&t.opt.cfg, t.step - 1), sps,
-                                                 NULL, 0, NULL)));
-            loss_window = 0;
-            steps_window = 0;
-            t_window = ts_time_now();
-            t_train0 = t_window;
-        }
-        if (do_eval) {
-            TS_CHECK(evaluate(&t, dice));
-            report_dice(&t, dice);
-            const char *names[256];
-            for (int k = 0; k < t.ucfg.classes; k++) names[k] = ts_dataset_class_name(t.eval_ds, k);
-            TS_CHECK(ts_err_agree(t.grid->world,
-                                  ts_run_metrics(&t.run, t.step, t.epoch_steps ? (t.step - 1) / t.epoch_steps : 0, lsum,
-                                                 ts_optim_lr(&t.opt.cfg, t.step - 1), sps, dice, t.ucfg.classes, names)));
-            t_window = t_train0 = ts_time_now();
-        }
-        /* a stop request on any rank (preemption), or a checkpoint due by the clock (any rank's): leave or
-         * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
-         * overflow is not one) */
-        int flags[2] = {stop && *stop ? 1 : 0, every_min > 0 && ts_time_now() - last_ckpt >= 60 * every_min};
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t.grid->world));
-        const int stopping = flags[0];
-        if (((ckpt_every > 0 && t.step % ckpt_every == 0) || t.step == t.total_steps || stopping || flags[1]) &&
-            !(skipped == 1 && !stopping && t.step < t.total_steps)) {
-            TS_CHECK(save_ckpt(&t));
-            last_ckpt = ts_time_now();
-        }
-        if (stopping && t.step < t.total_steps) {
-            TS_CHECK(ts_err_agree(t.grid->world, ts_run_mark_stopped(&t.run, t.step, t.total_steps)));
-            ts_run_say(&t.run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
-                       "again to continue", (long long)t.step, (long long)t.total_steps);
-            TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "
-                    "rerun the same command to resume", (long long)t.step, (long long)t.total_steps, t.run.dir);
-        }
+        TS_CHECK(log_and_eval(&t, &lc, &ls, loss, dice));
+        TS_CHECK(checkpoint_or_stop(&t, &lc, &ls, skipped, stop));
     }
-    train_s += ts_time_now() - t_train0;
+    ls.train_s += ts_time_now() - ls.t_train0;
     ts_run_progress(&t.run, t.step, 0, 0, 0);
-    {
-        int64_t steps = t.step - first;
-        /* samples/s of the slowest rank */
-        double slow = t.step_s, sps = 0;
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t.grid->world));
-        if (slow > 0) sps = (double)(steps * per_step) / slow;
-        char extra[8192];
-        /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
-        const ts_spatial_stats *hs = ts_spatial_get_stats(t.spatial);
-        ts_perf_add(t.perf, TS_PH_HALO_EXPOSED, hs->exposed_s);
-        ts_perf_add(t.perf, TS_PH_HALO_HIDDEN, hs->hidden_s);
-        ts_perf_add(t.perf, TS_PH_SPATIAL_SUMS, hs->sum_s);
-        if (t.pipe) { /* pipeline stages: the stage's idle wait and its messages */
-            const ts_pipeline_stats *ps = ts_pipeline_get_stats(t.pipe);
-            ts_perf_add(t.perf, TS_PH_PP_WAIT, ps->wait_s - t.pp0.wait_s);
-            ts_perf_add(t.perf, TS_PH_PP_P2P, ps->p2p_s - t.pp0.p2p_s);
-        }
-        double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t.grid->world));
-        const double hidden = ts_perf_seconds(t.perf, TS_PH_COMM_TOTAL) - ts_perf_seconds(t.perf, TS_PH_COMM_EXPOSED);
-        snprintf(extra, sizeof extra,
-                 "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
-                 "\"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
-                 "\"box\": [%lld, %lld, %lld],\n  \"halo\": {\"exposed_s\": %.6f, \"hidden_s\": %.6f, \"sums_s\": %.6f, "
-                 "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
-                 "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
-                 (long long)per_step, t.nranks, ts_stepper_buckets(t.stepper), t.sync_bn ? "true" : "false",
-                 hidden > 0 ? hidden : 0, t.grid->dp, t.grid->pp, t.grid->sp, t.sp_dims[0], t.sp_dims[1], t.sp_dims[2],
-                 (long long)t.box[0], (long long)t.box[1], (long long)t.box[2], hv[0], hv[1], hv[2], hv[3],
-                 steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t.mem_plan.total_mb,
-                 t.mem_plan.activations_mb, (long long)t.mem_limit_mb);
-        {
-            size_t l = strlen(extra);
-            snprintf(extra + l, sizeof extra - l,
-                     ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
-                     "\"parameter_averages\": %lld}",
-                     t.local_steps, t.local_node ? "node" : "global", (long long)t.grad_xreplica,
-                     (long long)t.param_avgs);
-            l = strlen(extra);
-            snprintf(extra + l, sizeof extra - l,
-                     ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
-                     "\"bytes_whole\": %.0f}", t.zero, t.zero ? ts_coll_size(t.coll) : 1, t.state_bytes_max,
-                     (double)t.arena->nparam * ts_optim_state_count(&t.opt.cfg) * sizeof(float));
-        }
-        {
-            /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
-            double lv[4] = {-t.ls.scale, t.ls.scale, -(double)t.ls.overflows, (double)t.ls.overflows};
-            TS_MPI(MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t.grid->world));
-            const ts_precision pr = t.ucfg.precision;
-            size_t l = strlen(extra);
-            snprintf(extra + l, sizeof extra - l,
-                     ",\n  \"precision\": {\"mode\": \"%s\", \"conv_kernels\": \"%s\", \"loss_scale\": %s, "
-                     "\"loss_scale_min\": %.9g, \"loss_scale_max\": %.9g, \"overflow_steps_min\": %.0f, "
-                     "\"overflow_steps_max\": %.0f}",
-                     pr == TS_PREC_FP16 ? "fp16" : pr == TS_PREC_BF16 ? "bf16" : "fp32",
-                     pr == TS_PREC_BF16 ? ts_nn_bf16_isa() : pr == TS_PREC_FP16 ? "fp32 on fp16-rounded operands" : "fp32",
-                     t.ls.dynamic ? "\"dynamic\"" : "null", -lv[0], lv[1], -lv[2], lv[3]);
-        }
-        if (t.mem_limit_mb > 0 && hv[4] > (double)t.mem_limit_mb)
-            ts_run_say(&t.run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
-                       "(the plan said %.0f MiB)", hv[4], (long long)t.mem_limit_mb, t.mem_plan.total_mb);
-        /* derived figures: the model's FLOPs for this rank's box (a stage's share with pp > 1, taken as 1/pp),
-         * bytes the collectives move */
-        ts_run_derived dv;
-        memset(&dv, 0, sizeof dv);
-        ts_unet_cost uc;
-        int split[3] = {t.sp_dims[0] > 1, t.sp_dims[1] > 1, t.sp_dims[2] > 1};
-        if (ts_unet_cost_of(&t.ucfg, t.batch * t.micro, t.box, split, &uc) == 0) {
-            dv.flops_forward = uc.flops_forward / t.grid->pp;
-            dv.flops_backward = uc.flops_backward / t.grid->pp;
-            dv.spatial_sums = t.grid->sp > 1 ? uc.norms * 2 : 0;
-        } else {
-            ts_err_clear();
-        }
-        dv.grad_bytes = (double)t.arena->nparam * sizeof(float) / t.grid->pp;
-        dv.grad_ranks = ts_coll_size(t.coll);
-        dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
-        TS_CHECK(pipeline_perf(&t, extra, sizeof extra));
-        { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
-            size_t l = strlen(extra);
-            if (l + 1024 < sizeof extra) {
-                strcat(extra, ",\n  ");
-                TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t.stepper), t.grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
-            }
-        }
-        TS_CHECK(ts_run_perf(&t.run, t.grid->world, t.perf, steps, sps, &dv, extra));
-        ts_run_say(&t.run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
-                   t.run.dir, t.run.dir);
-    }
-    (void)train_s;
+    TS_CHECK(finish_run(&t, &lc, &ls));
 cleanup:
     free(dice);
     teardown(&t);
