@@ -113,6 +113,30 @@ static void bspline(double s, int64_t len, int n, double w[4], int idx[4])
     }
 }
 
+/* adds the elastic displacement at patch position s (the B-spline of the
+ * n^3 control points coef, box the patch's extent) to v */
+static void elastic_add(const double *coef, int n, const int64_t box[3], const double s[3], double v[3])
+{
+    const int n3 = n * n * n;
+    double w[3][4];
+    int id[3][4];
+    for (int d = 0; d < 3; d++) bspline(s[d], box[d], n, w[d], id[d]);
+    double e[3] = {0, 0, 0};
+    for (int p = 0; p < 4; p++)
+        for (int q = 0; q < 4; q++) {
+            const double wpq = w[0][p] * w[1][q];
+            const int row = (id[0][p] * n + id[1][q]) * n;
+            for (int u = 0; u < 4; u++) {
+                const double ww = wpq * w[2][u];
+                const int j = row + id[2][u];
+                e[0] += ww * coef[j];
+                e[1] += ww * coef[n3 + j];
+                e[2] += ww * coef[2 * n3 + j];
+            }
+        }
+    for (int d = 0; d < 3; d++) v[d] += e[d];
+}
+
 int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, const int64_t patch[3], int k,
                        int flips, const int64_t lo[3], const int64_t sub_lo[3], const int64_t sub_size[3],
                        ts_spatial_norm_fn normalize, void *ctx, float *image, uint8_t *label, float *mn, float *mx)
@@ -148,7 +172,7 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
         rsz[d] = b > a ? b - a : 0;
         nr *= rsz[d];
     }
-    const int n = x->elastic ? x->elastic_points : 0, n3 = n * n * n;
+    const int n = x->elastic ? x->elastic_points : 0, n3 = n * n * n; /* control points */
     int err = 0;
     float *buf = nr ? malloc((size_t)(nr * C) * sizeof(float)) : NULL;
     uint8_t *lbuf = nr ? malloc((size_t)nr) : NULL;
@@ -185,27 +209,7 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
                 double v[3];
                 for (int d = 0; d < 3; d++)
                     v[d] = (double)lo[d] + ctr[d] + x->a[d][0] * s[0] + x->a[d][1] * s[1] + x->a[d][2] * s[2];
-                if (n) {
-                    double w[3][4];
-                    int id[3][4];
-                    bspline((double)sz, box[0], n, w[0], id[0]);
-                    bspline((double)sy, box[1], n, w[1], id[1]);
-                    bspline((double)sx, box[2], n, w[2], id[2]);
-                    double e[3] = {0, 0, 0};
-                    for (int p = 0; p < 4; p++)
-                        for (int q = 0; q < 4; q++) {
-                            const double wpq = w[0][p] * w[1][q];
-                            const int row = (id[0][p] * n + id[1][q]) * n;
-                            for (int u = 0; u < 4; u++) {
-                                const double ww = wpq * w[2][u];
-                                const int j = row + id[2][u];
-                                e[0] += ww * coef[j];
-                                e[1] += ww * coef[n3 + j];
-                                e[2] += ww * coef[2 * n3 + j];
-                            }
-                        }
-                    for (int d = 0; d < 3; d++) v[d] += e[d];
-                }
+                if (n) elastic_add(coef, n, box, (double[3]){(double)sz, (double)sy, (double)sx}, v);
                 /* trilinear taps relative to the read box; outside it: 0 */
                 double fl[3], f[3];
                 int64_t b0[3];

@@ -18,6 +18,34 @@
 
 #include <string.h>
 
+/* the residual encoder's level l (v voxels times the batch): the stem at
+ * level 0, then the residual blocks (conv1, conv2 and, where channels or
+ * stride change, the 1x1x1 skip); no checkpointing, no pool */
+static void resenc_level(const ts_unet_cfg *u, int l, double v, double *w, ts_unet_cost *c)
+{
+    const int co = u->channels[l];
+    for (int j = -1; j < u->res_blocks[l]; j++) {
+        if (j < 0 && l > 0) continue;
+        const int ci = j < 0 ? u->in_channels : j > 0 ? co : l ? u->channels[l - 1] : co;
+        const int nconv = j < 0 ? 1 : ci != co || (l > 0 && j == 0) ? 3 : 2;
+        for (int i = 0; i < nconv; i++) {
+            const int cc = i == 1 ? co : ci, k3 = i == 2 ? 1 : 27;
+            const double f = 2.0 * k3 * cc * co * v;
+            w[TS_PROF_CONV_FWD] += f;
+            w[TS_PROF_CONV_WGRAD] += f;
+            if (j >= 0) w[TS_PROF_CONV_DGRAD] += f; /* the stem's input gradient is not needed */
+            c->params += (double)k3 * cc * co + co + 2.0 * co;
+            if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+            w[TS_PROF_NORM] += 2 * co * v;
+            w[TS_PROF_OTHER] += 2 * co * v;
+            c->act_elems += 2 * co * v;
+            c->convs++;
+            c->norms++;
+        }
+        if (j >= 0) w[TS_PROF_OTHER] += 2 * co * v; /* the sum with the skip and its act */
+    }
+}
+
 int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int split[3], ts_unet_cost *c)
 {
     memset(c, 0, sizeof *c);
@@ -40,27 +68,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         /* encoder level l: conv(cin -> co), conv(co -> co) */
         const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no checkpointing, no pool */
-            for (int j = -1; j < u->res_blocks[l]; j++) {
-                if (j < 0 && l > 0) continue;
-                const int ci = j < 0 ? u->in_channels : j > 0 ? co : l ? u->channels[l - 1] : co;
-                /* the stem; or conv1, conv2 and (changing channels or stride) the 1x1x1 skip */
-                const int nconv = j < 0 ? 1 : ci != co || (l > 0 && j == 0) ? 3 : 2;
-                for (int i = 0; i < nconv; i++) {
-                    const int cc = i == 1 ? co : ci, k3 = i == 2 ? 1 : 27;
-                    const double f = 2.0 * k3 * cc * co * v;
-                    w[TS_PROF_CONV_FWD] += f;
-                    w[TS_PROF_CONV_WGRAD] += f;
-                    if (j >= 0) w[TS_PROF_CONV_DGRAD] += f; /* the stem's input gradient is not needed */
-                    c->params += (double)k3 * cc * co + co + 2.0 * co;
-                    if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
-                    w[TS_PROF_NORM] += 2 * co * v;
-                    w[TS_PROF_OTHER] += 2 * co * v;
-                    c->act_elems += 2 * co * v;
-                    c->convs++;
-                    c->norms++;
-                }
-                if (j >= 0) w[TS_PROF_OTHER] += 2 * co * v; /* the sum with the skip and its act */
-            }
+            resenc_level(u, l, v, w, c);
         } else {
             if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
                        * norm's outputs */
