@@ -195,8 +195,8 @@ void ts_aug_before_gamma(float *x, int64_t nv, const ts_aug_pending *p, int64_t 
     if (p->ginv[c] > 0 && mx > mn) {
         const float rng_ = mx - mn, g = (float)p->ginv[c];
         for (int64_t t = 0; t < nv; t++) {
-            const float u = (mx - x[t]) / rng_;
-            x[t] = mx - rng_ * powf(u < 0 ? 0 : u, g);
+            const float u = (mx - x[t]) / rng_, v = mx - rng_ * powf(u < 0 ? 0 : u, g);
+            x[t] = v < mn ? mn : v; /* rounding must not leave [mn, mx]: data.gamma's powf would be NaN */
         }
     }
 }

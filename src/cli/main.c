@@ -31,9 +31,9 @@ static const ts_cli_cmd commands[] = {
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): the dataset fingerprint and planner, foreground\n"
-    "  normalisation and resampling to a target spacing in convert, the augmentations that need neighbours (blur,\n"
-    "  low resolution, affine, elastic), residual and deep-supervision models, HD95/NSD and mirroring in infer";
+    "  of the nnU-Net-style medical pipeline (docs/medical.md): the dataset fingerprint and planner, CT clipping\n"
+    "  with dataset percentiles and resampling to a target spacing in convert, the spatial augmentations (affine,\n"
+    "  elastic), residual and deep-supervision models, HD95/NSD and mirroring in infer";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }
