@@ -239,7 +239,7 @@ static void test_draw_box(ts_dataset *ds)
     float *whole = malloc((size_t)(C * nv) * 4), *box = malloc((size_t)(C * nv) * 4), *want = malloc((size_t)(C * nv) * 4),
           *sc = malloc(ts_patch_scratch_floats(ds, &o) * 4);
     uint8_t *lw = malloc((size_t)nv), *lb = malloc((size_t)nv), *lwant = malloc((size_t)nv);
-    int ok = 1, local_differs = 0, draws = 0;
+    int ok = 1, local_differs = 0, draws = 0, finite = 1;
     for (int t = 0; t < 40; t++) {
         ts_rng r0;
         ts_rng_init(&r0, 17, (uint32_t)t, 3);
@@ -248,6 +248,7 @@ static void test_draw_box(ts_dataset *ds)
             break;
         }
         uint32_t after = ts_rng_u32(&r0);
+        for (int64_t v = 0; v < C * nv; v++) finite &= isfinite(whole[v]) != 0;
         ts_patch_pending pend[4];
         int64_t lo[4][3], sz[4][3];
         float *bx[4];
@@ -286,6 +287,7 @@ static void test_draw_box(ts_dataset *ds)
     }
     ts_ok(all_ok(ok), "draw_box: %d boxes (40 augmented 16x12x8 patches in 4 boxes) finished with the whole patch's "
           "range equal the boxes of ts_patch_draw, with the same number of random draws", draws);
+    ts_ok(all_ok(finite), "draw_box: every augmented patch is finite (inverted gamma then gamma stay in range)");
     ts_ok(all_ok(local_differs), "draw_box: finished with only their own range some boxes differ (gamma needs the "
           "reduction)");
     /* noise alone: the same stream with noise_std 0 makes every other choice
