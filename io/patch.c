@@ -1,6 +1,7 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
  * draws happen in a fixed order (box, flips, rotation, then per channel
- * gamma, scale, shift, noise) so a stream position always gives the same
+ * gamma, scale, shift, noise, then io/augment.c's: contrast, inverted
+ * gamma, brightness, blur, low resolution) so a stream position always gives the same
  * patch; options that are off draw nothing (so turning noise on leaves
  * every other choice as it was).
  * A box of a patch (spatial parallelism) makes the same draws, reads only

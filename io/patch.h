@@ -2,8 +2,9 @@
  * stored foreground voxel for a configurable fraction of patches), read with
  * a hyperslab of just that box (volumes smaller than the patch are padded),
  * then augmented (random flips, 90-degree rotations in the axial plane (H,
- * W), gamma, intensity scale and shift) and normalised (z-score per image or
- * per dataset, optional percentile clipping). Padding is 0 after
+ * W), gamma, intensity scale and shift, and io/augment.h's nnU-Net intensity
+ * augmentations) and normalised (z-score per image, over the image's
+ * foreground or per dataset, optional percentile clipping). Padding is 0 after
  * normalisation, label 0. All randomness comes from the caller's stream, so
  * a patch depends only on (seed, stream position), never on thread timing or
  * the number of ranks. A patch split over ranks (spatial parallelism) is
