@@ -64,6 +64,7 @@ struct ts_dataset {
     double mean[TS_IO_MAX_CHANNELS], std[TS_IO_MAX_CHANNELS];
     idx_row *rows;
     double *smean, *sstd, *spct;
+    double *sfgmean, *sfgstd; /* NULL: a dataset written before the foreground statistics */
     int64_t *scls;
     sample_h *h;
     int nopen;
@@ -297,6 +298,21 @@ static int read_index(ts_dataset *ds, const char *path)
     if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/std", H5T_NATIVE_DOUBLE, 2, dc, ds->sstd);
     if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/percentiles", H5T_NATIVE_DOUBLE, 3, dp, ds->spct);
     if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/class_voxels", H5T_NATIVE_INT64, 2, dk, ds->scls);
+    /* optional (added after format_version 1 without changing it): every
+     * rank sees the same file, so all make the same collective reads */
+    if (!lerr) {
+        ts_h5_lock();
+        htri_t ex = H5Lexists(ds->main, "/stats/fg_mean", H5P_DEFAULT);
+        if (ex <= 0) H5Eclear2(H5E_DEFAULT);
+        ts_h5_unlock();
+        if (ex > 0) {
+            ds->sfgmean = TS_CALLOC(n * C, sizeof(double));
+            ds->sfgstd = TS_CALLOC(n * C, sizeof(double));
+            if (!ds->sfgmean || !ds->sfgstd) lerr = TS_ERR(TS_ERR_NOMEM, "%s: foreground statistics", path);
+            if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/fg_mean", H5T_NATIVE_DOUBLE, 2, dc, ds->sfgmean);
+            if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/fg_std", H5T_NATIVE_DOUBLE, 2, dc, ds->sfgstd);
+        }
+    }
     for (size_t i = 0; i < n && !lerr; i++) {
         idx_row *r = &ds->rows[i];
         r->name[TS_IO_NAME_MAX - 1] = '\0';
@@ -471,6 +487,8 @@ void ts_dataset_close(ts_dataset **dsp)
     free(ds->rows);
     free(ds->smean);
     free(ds->sstd);
+    free(ds->sfgmean);
+    free(ds->sfgstd);
     free(ds->spct);
     free(ds->scls);
     free(ds->h);
@@ -493,6 +511,7 @@ const char *ts_dataset_channel_name(const ts_dataset *ds, int c)
 const char *ts_dataset_path(const ts_dataset *ds) { return ds->path; }
 const double *ts_dataset_mean(const ts_dataset *ds) { return ds->mean; }
 const double *ts_dataset_std(const ts_dataset *ds) { return ds->std; }
+int ts_dataset_has_fg_stats(const ts_dataset *ds) { return ds->sfgmean != NULL; }
 uint64_t ts_dataset_bytes_read(const ts_dataset *ds) { return ds->bytes; }
 
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *o)
@@ -508,6 +527,8 @@ int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *o)
     o->mean = ds->smean + i * ds->C;
     o->std = ds->sstd + i * ds->C;
     o->pct = ds->spct + i * ds->C * TS_IO_NPCT;
+    o->fg_mean = ds->sfgmean ? ds->sfgmean + i * ds->C : NULL;
+    o->fg_std = ds->sfgstd ? ds->sfgstd + i * ds->C : NULL;
     o->class_voxels = ds->scls + i * ds->K;
     return 0;
 }

@@ -48,6 +48,8 @@ typedef struct ts_sample_info {
     const double *mean;   /* [C] intensity mean over all voxels */
     const double *std;    /* [C] */
     const double *pct;    /* [C * TS_IO_NPCT] percentiles (levels above) */
+    const double *fg_mean; /* [C] mean over the voxels above the channel's mean; NULL in older datasets */
+    const double *fg_std;  /* [C] std over those voxels; NULL with fg_mean */
     const int64_t *class_voxels; /* [K] */
 } ts_sample_info;
 
@@ -70,6 +72,10 @@ const char *ts_dataset_path(const ts_dataset *ds);
 /* Dataset-wide per-channel intensity mean and std (over all voxels of all samples). */
 const double *ts_dataset_mean(const ts_dataset *ds);
 const double *ts_dataset_std(const ts_dataset *ds);
+/* 1 when the dataset stores per-sample foreground statistics
+ * (/stats/fg_mean, /stats/fg_std: tessera convert since data.norm =
+ * foreground); 0 for datasets written before. */
+int ts_dataset_has_fg_stats(const ts_dataset *ds);
 /* Local. Index entry of sample i (0 <= i < count); pointers stay valid until close. */
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *out);
 

@@ -39,7 +39,21 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.elastic_p", TS_CFG_FLOAT, "0", "0:1", "probability of an elastic deformation (off, as nnU-Net's 3D default)"},
     {"data.elastic_points", TS_CFG_INT, "7", "4:16", "elastic control points per axis over the patch (TorchIO: 7)"},
     {"data.elastic_disp", TS_CFG_FLOAT, "7.5", "0:1000", "largest control-point displacement in voxels (TorchIO: 7.5)"},
-    {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none", "z-score with the image's or the dataset's mean/std"},
+    {"data.brightness_p", TS_CFG_FLOAT, "0", "0:1", "probability (per patch and channel) of x*m (nnU-Net: 0.15)"},
+    {"data.brightness", TS_CFG_FLOAT, "0.25", "0:0.99", "m uniform in [1-brightness, 1+brightness] (nnU-Net: 0.25)"},
+    {"data.contrast_p", TS_CFG_FLOAT, "0", "0:1",
+     "probability (per patch and channel) of x*f about 0 clipped to the patch's range (nnU-Net: 0.15)"},
+    {"data.contrast", TS_CFG_FLOAT, "0.25", "0:0.99", "f uniform in [1-contrast, 1] or [1, 1+contrast] (nnU-Net: 0.25)"},
+    {"data.gamma_inv_p", TS_CFG_FLOAT, "0", "0:1",
+     "probability (per patch and channel) of gamma on the inverted image, data.gamma's range (nnU-Net: 0.1)"},
+    {"data.blur_p", TS_CFG_FLOAT, "0", "0:1", "probability per patch of Gaussian blur, then per channel 1/2 (nnU-Net: 0.2)"},
+    {"data.blur_sigma_min", TS_CFG_FLOAT, "0.5", "0:16", "blur sigma in voxels, uniform in [min, max] (nnU-Net: 0.5)"},
+    {"data.blur_sigma_max", TS_CFG_FLOAT, "1", "0:16", "(nnU-Net: 1)"},
+    {"data.lowres_p", TS_CFG_FLOAT, "0", "0:1",
+     "probability per patch of simulated low resolution, then per channel 1/2 (nnU-Net: 0.25)"},
+    {"data.lowres_zoom", TS_CFG_FLOAT, "0.5", "0.25:1", "zoom uniform in [lowres_zoom, 1] (nnU-Net: 0.5)"},
+    {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none|foreground",
+     "z-score with the image's or the dataset's mean/std, or the image's over its voxels above its mean"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},
     {"data.prefetch", TS_CFG_INT, "2", "0:16", "batches prepared ahead by the loader thread (0 = no thread)"},
     {"data.driver", TS_CFG_ENUM, "mpio", "mpio|posix", "HDF5 file driver: MPI-IO or POSIX"},
@@ -85,8 +99,26 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
         TS_TRY(ts_config_get_float(cfg, "data.elastic_disp", &sa->elastic_disp));
         TS_TRY(ts_spatial_aug_check(sa));
     }
+    ts_aug_opts *a = &o->patch.aug;
+    TS_TRY(ts_config_get_float(cfg, "data.brightness_p", &a->brightness_p));
+    TS_TRY(ts_config_get_float(cfg, "data.brightness", &a->brightness));
+    TS_TRY(ts_config_get_float(cfg, "data.contrast_p", &a->contrast_p));
+    TS_TRY(ts_config_get_float(cfg, "data.contrast", &a->contrast));
+    TS_TRY(ts_config_get_float(cfg, "data.gamma_inv_p", &a->gamma_inv_p));
+    TS_TRY(ts_config_get_float(cfg, "data.blur_p", &a->blur_p));
+    TS_TRY(ts_config_get_float(cfg, "data.blur_sigma_min", &a->blur_sigma_min));
+    TS_TRY(ts_config_get_float(cfg, "data.blur_sigma_max", &a->blur_sigma_max));
+    TS_TRY(ts_config_get_float(cfg, "data.lowres_p", &a->lowres_p));
+    TS_TRY(ts_config_get_float(cfg, "data.lowres_zoom", &a->lowres_zoom));
+    if (a->blur_sigma_min > a->blur_sigma_max)
+        return TS_ERR(TS_ERR_CONFIG, "data.blur_sigma_min (%g, %s) is above data.blur_sigma_max (%g, %s)",
+                      a->blur_sigma_min, ts_config_source(cfg, "data.blur_sigma_min"), a->blur_sigma_max,
+                      ts_config_source(cfg, "data.blur_sigma_max"));
     TS_TRY(ts_config_get_str(cfg, "data.norm", &s));
-    o->patch.norm = !strcmp(s, "image") ? TS_NORM_IMAGE : !strcmp(s, "dataset") ? TS_NORM_DATASET : TS_NORM_NONE;
+    o->patch.norm = !strcmp(s, "image")        ? TS_NORM_IMAGE
+                    : !strcmp(s, "dataset")    ? TS_NORM_DATASET
+                    : !strcmp(s, "foreground") ? TS_NORM_FOREGROUND
+                                               : TS_NORM_NONE;
     TS_TRY(ts_config_get_str(cfg, "data.clip", &s));
     if (ts_patch_parse_clip(s, &o->patch.clip_lo, &o->patch.clip_hi))
         return TS_ERR(TS_ERR_CONFIG, "data.clip: '%s'", s);
@@ -266,7 +298,10 @@ static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_l
     int64_t iv[] = {rank, size, o->batch, (int64_t)o->seed, o->mode, o->subset ? o->nsubset : -1,
                     ts_dataset_count(ds), ts_dataset_channels(ds), p->patch[0], p->patch[1], p->patch[2],
                     p->augment, p->flip, p->rot90, p->norm, p->clip_lo, p->clip_hi};
-    double dv[] = {p->fg_fraction, p->scale, p->shift, p->gamma, p->spatial.rot_p, p->spatial.rot_deg,
+    const ts_aug_opts *a = &p->aug;
+    double dv[] = {p->fg_fraction, p->scale, p->shift, p->gamma, p->noise_p, p->noise_std, a->brightness_p,
+                   a->brightness, a->contrast_p, a->contrast, a->gamma_inv_p, a->blur_p, a->blur_sigma_min,
+                   a->blur_sigma_max, a->lowres_p, a->lowres_zoom, p->spatial.rot_p, p->spatial.rot_deg,
                    p->spatial.zoom_p, p->spatial.zoom_min, p->spatial.zoom_max, p->spatial.elastic_p,
                    p->spatial.elastic_disp, (double)p->spatial.elastic_points};
     uint64_t h = fnv(1469598103934665603ull, iv, sizeof iv);
@@ -287,6 +322,7 @@ static int create_local(ts_dataset *ds, int rank, int size, const ts_loader_opts
     TS_TRY(ts_spatial_aug_check(&o->patch.spatial));
     if (o->patch.clip_lo >= TS_IO_NPCT || o->patch.clip_hi >= TS_IO_NPCT || (o->patch.clip_lo >= 0) != (o->patch.clip_hi >= 0))
         return TS_ERR(TS_ERR_ARG, "loader: bad clipping percentiles");
+    TS_TRY(ts_patch_check_norm(ds, &o->patch));
     /* the box: all 0 = the whole patch; otherwise inside the patch */
     const int64_t *p = o->patch.patch;
     int64_t lo[3] = {0, 0, 0}, sz[3] = {p[0], p[1], p[2]};

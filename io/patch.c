@@ -1,7 +1,8 @@
 /* Patch selection, augmentation and normalisation; see patch.h. Random
  * draws happen in a fixed order (foreground voxel, flips, 90-degree
  * rotation, the spatial transform of io/augment_spatial.c, box corner,
- * then per channel gamma, scale, shift, noise) so a stream position always gives the same
+ * then per channel gamma, scale, shift, noise, then io/augment.c's:
+ * contrast, inverted gamma, brightness, blur, low resolution) so a stream position always gives the same
  * patch; options that are off draw nothing (so turning noise on leaves
  * every other choice as it was).
  * A box of a patch (spatial parallelism) makes the same draws, reads only
@@ -143,7 +144,7 @@ static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, doub
                               const double *ipct, double dmean, double dstd, float *mn_out, float *mx_out)
 {
     double m = 0, s = 1, clo = -INFINITY, chi = INFINITY;
-    if (o->norm == TS_NORM_IMAGE) {
+    if (o->norm == TS_NORM_IMAGE || o->norm == TS_NORM_FOREGROUND) {
         m = imean;
         s = istd;
     } else if (o->norm == TS_NORM_DATASET) {
@@ -184,20 +185,31 @@ void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts
                           dstd ? dstd[c] : 1, &mn, &mx);
 }
 
+int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o)
+{
+    if (o->norm == TS_NORM_FOREGROUND && !ts_dataset_has_fg_stats(ds))
+        return TS_ERR(TS_ERR_FORMAT, "%s has no foreground statistics (/stats/fg_mean, written by tessera convert "
+                      "since data.norm = foreground): convert it again, or set data.norm = image",
+                      ts_dataset_path(ds));
+    return 0;
+}
+
 int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, float *image, uint8_t *label)
 {
     ts_sample_info in;
     TS_TRY(ts_dataset_info(ds, i, &in));
+    TS_TRY(ts_patch_check_norm(ds, o));
     TS_TRY(ts_dataset_read_sample(ds, i, image, label));
-    ts_patch_normalize(image, in.shape[0], in.shape[1] * in.shape[2] * in.shape[3], o, in.mean, in.std, in.pct,
-                       ts_dataset_mean(ds), ts_dataset_std(ds));
+    const int fgn = o->norm == TS_NORM_FOREGROUND;
+    ts_patch_normalize(image, in.shape[0], in.shape[1] * in.shape[2] * in.shape[3], o, fgn ? in.fg_mean : in.mean,
+                       fgn ? in.fg_std : in.std, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds));
     return 0;
 }
 
 /* normalisation of a box read for the spatial augmentation */
 typedef struct {
     const ts_patch_opts *o;
-    const ts_sample_info *in;
+    const double *mean, *std, *pct; /* the image's (over its foreground with data.norm = foreground) */
     const double *dmean, *dstd;
 } norm_ctx;
 
@@ -206,8 +218,8 @@ static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
     const norm_ctx *n = ctx;
     float mn, mx;
     for (int64_t c = 0; c < C; c++)
-        normalize_channel(image + c * nv, nv, n->o, n->in->mean[c], n->in->std[c], n->in->pct + c * TS_IO_NPCT,
-                          n->dmean[c], n->dstd[c], &mn, &mx);
+        normalize_channel(image + c * nv, nv, n->o, n->mean[c], n->std[c], n->pct + c * TS_IO_NPCT, n->dmean[c],
+                          n->dstd[c], &mn, &mx);
 }
 
 int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
@@ -217,6 +229,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     ts_sample_info in;
     TS_TRY(ts_dataset_info(ds, i, &in));
     const int64_t C = in.shape[0], nv = sub_size[0] * sub_size[1] * sub_size[2];
+    TS_TRY(ts_patch_check_norm(ds, o));
     if (C > TS_IO_MAX_CHANNELS) return TS_ERR(TS_ERR_ARG, "patch: %lld channels (at most %d)", (long long)C, TS_IO_MAX_CHANNELS);
     for (int d = 0; d < 3; d++)
         if (sub_lo[d] < 0 || sub_size[d] < 1 || sub_lo[d] + sub_size[d] > o->patch[d])
@@ -244,20 +257,48 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
         else if (fg) lo[d] = clamp_lo(fgc[d] - box[d] / 2, dim, box[d]);
         else lo[d] = uniform_lo(r, dim, box[d]);
     }
-    /* read only the preimage of our box inside the read box */
-    int64_t pre_lo[3], pre_size[3], rlo[3];
-    ts_patch_preimage(o->patch, sub_lo, sub_size, k, flips, pre_lo, pre_size);
-    for (int d = 0; d < 3; d++) rlo[d] = lo[d] + pre_lo[d];
-    const int direct = !k && !flips;
-    float *bimg = direct ? image : scratch;
-    uint8_t *blab = direct ? label : (uint8_t *)(scratch + nv * C);
-    norm_ctx nc = {o, &in, ts_dataset_mean(ds), ts_dataset_std(ds)};
-    if (xf.on) /* sampled through the transform, normalised before the interpolation */
-        TS_TRY(ts_spatial_aug_box(ds, i, &xf, o->patch, k, flips, lo, sub_lo, sub_size, norm_cb, &nc, image, label,
-                                  pend->mn, pend->mx));
-    else TS_TRY(ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN));
-    if (!direct && !xf.on)
-        TS_TRY(ts_patch_transform_box(bimg, blab, C, o->patch, sub_lo, sub_size, k, flips, image, label));
+    /* read only the preimage of our box inside the read box; with blur or
+     * low resolution, of the box grown by a halo of R voxels (the patch
+     * grown by R on each side, transformed alike); with the spatial
+     * transform, sampled through it (the grown patch has the same centre,
+     * so the same transform) and normalised before the interpolation */
+    const int R = aug ? ts_aug_halo(&o->aug) : 0;
+    int64_t pre_lo[3], pre_size[3], rlo[3], xp[3], xs[3], xlo[3], xnv = 1;
+    for (int d = 0; d < 3; d++) {
+        xp[d] = o->patch[d] + 2 * R;
+        xs[d] = sub_size[d] + 2 * R;
+        xlo[d] = lo[d] - R;
+        xnv *= xs[d];
+    }
+    ts_patch_preimage(xp, sub_lo, xs, k, flips, pre_lo, pre_size);
+    for (int d = 0; d < 3; d++) rlo[d] = lo[d] - R + pre_lo[d];
+    const int direct = !k && !flips && !R && !xf.on;
+    float *ext = NULL, *work = image;
+    if (R) {
+        ext = malloc(((size_t)(2 * C + 1) * (size_t)xnv + 2 * (size_t)xnv) * sizeof(float));
+        if (!ext) return TS_ERR(TS_ERR_NOMEM, "patch: a %lldx%lldx%lld box with its halo", (long long)xs[0],
+                                (long long)xs[1], (long long)xs[2]);
+        work = ext;
+    }
+    float *bimg = direct ? image : R ? ext + C * xnv : scratch;
+    uint8_t *blab = direct ? label : R ? (uint8_t *)(ext + 2 * C * xnv) : (uint8_t *)(scratch + nv * C);
+    uint8_t *xlab = R ? (uint8_t *)(ext + (2 * C + 1) * xnv) : label;
+    const double *im = o->norm == TS_NORM_FOREGROUND ? in.fg_mean : in.mean;
+    const double *is = o->norm == TS_NORM_FOREGROUND ? in.fg_std : in.std;
+    norm_ctx nc = {o, im, is, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds)};
+    int rc;
+    if (xf.on) {
+        rc = ts_spatial_aug_box(ds, i, &xf, xp, k, flips, xlo, sub_lo, xs, norm_cb, &nc, work, xlab, pend->mn,
+                                pend->mx);
+    } else {
+        rc = ts_dataset_read_box(ds, i, rlo, pre_size, bimg, blab, NAN);
+        if (!rc && !direct) rc = ts_patch_transform_box(bimg, blab, C, xp, sub_lo, xs, k, flips, work, xlab);
+    }
+    if (rc) {
+        free(ext);
+        return rc;
+    }
+    const int64_t wnv = R ? xnv : nv;
 
     /* normalisation (padding, NaN here, becomes 0); the intensity
      * augmentation's numbers are drawn per channel (gamma, scale, shift) */
@@ -270,7 +311,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     }
     for (int64_t c = 0; c < C; c++) {
         if (!xf.on)
-            normalize_channel(image + c * nv, nv, o, in.mean[c], in.std[c], in.pct + c * TS_IO_NPCT,
+            normalize_channel(work + c * wnv, wnv, o, im[c], is[c], in.pct + c * TS_IO_NPCT,
                               ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
         double g = 1, sc = 1, sh = 0;
         int do_gamma = 0;
@@ -300,6 +341,27 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
         pend->noise_sigma[c] = sigma;
     }
     if (aug && o->noise_p > 0) pend->noise_key = ts_rng_u64(r);
+    /* io/augment.c's draws last; blur and low resolution from the halo */
+    ts_aug_draw(aug ? &o->aug : &(ts_aug_opts){0}, o->gamma, r, C, &pend->aug);
+    if (R) {
+        rc = ts_aug_neighbours(ext, C, R, o->patch, sub_lo, sub_size, &pend->aug, image);
+        for (int64_t z = 0; z < sub_size[0]; z++)
+            for (int64_t y = 0; y < sub_size[1]; y++)
+                memcpy(label + (z * sub_size[1] + y) * sub_size[2], xlab + ((z + R) * xs[1] + y + R) * xs[2] + R,
+                       (size_t)sub_size[2]);
+        free(ext);
+        TS_TRY(rc);
+        for (int64_t c = 0; c < C; c++) { /* the box's range after them */
+            float mn = INFINITY, mx = -INFINITY;
+            for (int64_t t = 0; t < nv; t++) {
+                const float v = image[c * nv + t];
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+            pend->mn[c] = mn;
+            pend->mx[c] = mx;
+        }
+    }
     return 0;
 }
 
@@ -332,10 +394,12 @@ void ts_patch_finish(float *image, int64_t nv, const ts_patch_pending *p)
         float *x = image + c * nv;
         const float mn = p->mn[c], mx = p->mx[c];
         const double g = p->g[c], sc = p->scale[c], sh = p->shift[c];
+        ts_aug_before_gamma(x, nv, &p->aug, c, mn, mx);
         if (p->do_gamma[c] && mx > mn) {
             const float fmn = mn, rng_ = mx - mn, fg_ = (float)g;
             for (int64_t t = 0; t < nv; t++) x[t] = fmn + rng_ * powf((x[t] - fmn) / rng_, fg_);
         }
+        ts_aug_after_gamma(x, nv, &p->aug, c);
         if (sc != 1 || sh != 0) {
             const float a = (float)sc, b = (float)sh;
             for (int64_t t = 0; t < nv; t++) x[t] = x[t] * a + b;

@@ -3,8 +3,9 @@
  * a hyperslab of just that box (volumes smaller than the patch are padded),
  * then augmented (random flips, 90-degree rotations in the axial plane (H,
  * W), rotation, zoom and elastic deformation sampled from the volume
- * (io/augment_spatial.h), gamma, intensity scale and shift) and normalised (z-score per image or
- * per dataset, optional percentile clipping). Padding is 0 after
+ * (io/augment_spatial.h), gamma, intensity scale and shift, and io/augment.h's
+ * nnU-Net intensity augmentations) and normalised (z-score per image, over the
+ * image's foreground or per dataset, optional percentile clipping). Padding is 0 after
  * normalisation, label 0. All randomness comes from the caller's stream, so
  * a patch depends only on (seed, stream position), never on thread timing or
  * the number of ranks. A patch split over ranks (spatial parallelism) is
@@ -16,10 +17,14 @@
 #include <stdint.h>
 
 #include "io/augment_spatial.h"
+#include "io/augment.h"
 #include "io/dataset.h"
 #include "src/core/rng.h"
 
-typedef enum { TS_NORM_IMAGE = 0, TS_NORM_DATASET, TS_NORM_NONE } ts_norm_mode;
+/* image: z-score with the sample's mean/std over all voxels; dataset: with
+ * the dataset's; none; foreground: with the sample's mean/std over its
+ * voxels above the mean (ts_sample_info.fg_mean/fg_std) */
+typedef enum { TS_NORM_IMAGE = 0, TS_NORM_DATASET, TS_NORM_NONE, TS_NORM_FOREGROUND } ts_norm_mode;
 
 typedef struct ts_patch_opts {
     int64_t patch[3];    /* D, H, W */
@@ -35,6 +40,7 @@ typedef struct ts_patch_opts {
     ts_spatial_aug_opts spatial; /* rotation, zoom, elastic (io/augment_spatial.h); all 0: off */
     ts_norm_mode norm;
     int clip_lo, clip_hi; /* indices into ts_io_pct_levels, or -1: no clipping */
+    ts_aug_opts aug;      /* brightness, contrast, inverted gamma, blur, low resolution (io/augment.h) */
 } ts_patch_opts;
 
 /* Local. Fills image [C, D, H, W] and label [D, H, W] (the patch size of o)
@@ -67,6 +73,7 @@ typedef struct ts_patch_pending {
     double noise_sigma[TS_IO_MAX_CHANNELS];
     uint64_t noise_key;
     int64_t patch[3], sub_lo[3], sub_size[3];
+    ts_aug_pending aug; /* the point-wise ones of io/augment.h (blur and low resolution are applied already) */
 } ts_patch_pending;
 
 /* Local. One box of the patch ts_patch_draw would return for the same
@@ -115,11 +122,15 @@ int ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const
                            uint8_t *lout);
 
 /* Local. Normalises image [C, nv] in place as training patches are: z-score
- * with the image's per-channel mean/std (o->norm = image) or the dataset's
+ * with the per-channel mean/std given (o->norm = image: the image's over all
+ * voxels; foreground: the image's over its foreground mask) or the dataset's
  * dmean/dstd (o->norm = dataset), after clipping to the image's percentiles
  * pct [C * TS_IO_NPCT] when o->clip_* are set; NaN becomes 0. */
 void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
                         const double *std, const double *pct, const double *dmean, const double *dstd);
+/* Local. 0, or an error naming the dataset when o->norm = foreground and
+ * the dataset has no foreground statistics (written before them). */
+int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o);
 /* Local. The whole sample i, normalised like evaluation patches (no
  * augmentation): image [C, D, H, W], label [D, H, W]. */
 int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, float *image, uint8_t *label);

@@ -44,6 +44,7 @@ struct ts_dswriter {
     /* per-sample records */
     idx_row *rows;
     double *mean, *std, *min, *max, *pct; /* [n][C] ([n][C][NPCT]) */
+    double *fgmean, *fgstd;  /* [n][C] over the foreground mask */
     int64_t *cls;            /* [n][K] */
     int64_t *nvox;
     uint8_t *have;           /* sample i was written */
@@ -105,6 +106,8 @@ static int setup(ts_dswriter *w, const ts_dswriter_opts *opts)
     w->min = TS_CALLOC(n * C, sizeof(double));
     w->max = TS_CALLOC(n * C, sizeof(double));
     w->pct = TS_CALLOC(n * C * TS_IO_NPCT, sizeof(double));
+    w->fgmean = TS_CALLOC(n * C, sizeof(double));
+    w->fgstd = TS_CALLOC(n * C, sizeof(double));
     w->cls = TS_CALLOC(n * K, sizeof(int64_t));
     w->nvox = TS_CALLOC(n, sizeof(int64_t));
     w->have = TS_CALLOC(n, 1);
@@ -112,7 +115,7 @@ static int setup(ts_dswriter *w, const ts_dswriter_opts *opts)
     w->files = TS_CALLOC((size_t)w->o.shards, sizeof(hid_t));
     w->created = TS_CALLOC((size_t)w->o.shards, sizeof(int));
     w->fg = TS_CALLOC(TS_IO_FG_MAX * 3, sizeof(int32_t));
-    if (!w->rows || !w->mean || !w->std || !w->min || !w->max || !w->pct || !w->cls || !w->nvox || !w->have ||
+    if (!w->rows || !w->mean || !w->std || !w->min || !w->max || !w->pct || !w->fgmean || !w->fgstd || !w->cls || !w->nvox || !w->have ||
         !w->local || !w->files || !w->created || !w->fg)
         return TS_ERR(TS_ERR_NOMEM, "writer tables for %lld samples", (long long)w->n);
     return 0;
@@ -257,6 +260,33 @@ static void percentiles(float *v, int64_t n, double *out)
     }
 }
 
+/* Mean and std over the voxels above the channel's mean (two passes, as
+ * over all voxels); a constant channel (no voxel above) keeps the mean and
+ * std over all voxels. */
+static void fg_stats(const float *x, int64_t nv, double mean, double std, double *fmean, double *fstd)
+{
+    double sum = 0, ss = 0;
+    int64_t n = 0;
+    for (int64_t v = 0; v < nv; v++)
+        if (x[v] > mean) {
+            sum += x[v];
+            n++;
+        }
+    if (!n) {
+        *fmean = mean;
+        *fstd = std;
+        return;
+    }
+    const double m = sum / (double)n;
+    for (int64_t v = 0; v < nv; v++)
+        if (x[v] > mean) {
+            double d = x[v] - m;
+            ss += d * d;
+        }
+    *fmean = m;
+    *fstd = sqrt(ss / (double)n);
+}
+
 int ts_sample_stats(const ts_sample *s, int classes, ts_sample_meta *m)
 {
     int err = 0;
@@ -299,6 +329,7 @@ int ts_sample_stats(const ts_sample *s, int classes, ts_sample_meta *m)
         }
         m->mean[c] = mean;
         m->std[c] = sqrt(ss / (double)nv);
+        fg_stats(x, nv, mean, m->std[c], &m->fg_mean[c], &m->fg_std[c]);
         m->min[c] = mn;
         m->max[c] = mx;
         memcpy(tmp, x, (size_t)nv * sizeof(float));
@@ -369,6 +400,8 @@ static int write_sample_attrs(ts_dswriter *w, hid_t g, const ts_sample_meta *m)
     TS_TRY(ts_h5_write_attr_f64(g, "min", 1, &dc, m->min));
     TS_TRY(ts_h5_write_attr_f64(g, "max", 1, &dc, m->max));
     TS_TRY(ts_h5_write_attr_f64(g, "percentiles", 2, dcp, pct));
+    TS_TRY(ts_h5_write_attr_f64(g, "fg_mean", 1, &dc, m->fg_mean));
+    TS_TRY(ts_h5_write_attr_f64(g, "fg_std", 1, &dc, m->fg_std));
     TS_TRY(ts_h5_write_attr_i64(g, "class_voxels", 1, &dk, m->class_voxels));
     TS_TRY(ts_h5_write_attr_str(g, "source_image", m->source_image));
     TS_TRY(ts_h5_write_attr_str(g, "source_label", m->source_label));
@@ -562,6 +595,8 @@ static void record(ts_dswriter *w, const ts_sample_meta *m)
         w->min[i * C + c] = m->min[c];
         w->max[i * C + c] = m->max[c];
         memcpy(&w->pct[(i * C + c) * TS_IO_NPCT], m->pct[c], sizeof m->pct[c]);
+        w->fgmean[i * C + c] = m->fg_mean[c];
+        w->fgstd[i * C + c] = m->fg_std[c];
     }
     memcpy(&w->cls[i * K], m->class_voxels, (size_t)K * sizeof(int64_t));
     w->nvox[i] = m->nvox;
@@ -696,6 +731,8 @@ static int write_index(ts_dswriter *w, hid_t f, int writer, const char *const *s
         TS_CHECK(write_table(g, "min", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, nc, w->min, dxpl, writer));
         TS_CHECK(write_table(g, "max", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, nc, w->max, dxpl, writer));
         TS_CHECK(write_table(g, "percentiles", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 3, ncp, w->pct, dxpl, writer));
+        TS_CHECK(write_table(g, "fg_mean", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, nc, w->fgmean, dxpl, writer));
+        TS_CHECK(write_table(g, "fg_std", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, nc, w->fgstd, dxpl, writer));
         TS_CHECK(write_table(g, "class_voxels", H5T_STD_I64LE, H5T_NATIVE_INT64, 2, nk, w->cls, dxpl, writer));
     }
     {
@@ -903,6 +940,8 @@ void ts_dswriter_destroy(ts_dswriter **wp)
     free(w->min);
     free(w->max);
     free(w->pct);
+    free(w->fgmean);
+    free(w->fgstd);
     free(w->cls);
     free(w->nvox);
     free(w->have);

@@ -40,6 +40,9 @@ typedef struct ts_sample_meta {
     double mean[TS_IO_MAX_CHANNELS], std[TS_IO_MAX_CHANNELS];
     double min[TS_IO_MAX_CHANNELS], max[TS_IO_MAX_CHANNELS];
     double pct[TS_IO_MAX_CHANNELS][TS_IO_NPCT];
+    /* mean and std over the channel's foreground mask: its voxels above the
+     * channel's mean (data.norm = foreground; docs/medical.md) */
+    double fg_mean[TS_IO_MAX_CHANNELS], fg_std[TS_IO_MAX_CHANNELS];
     int64_t class_voxels[TS_IO_MAX_CLASSES];
     char source_image[TS_IO_PATH_MAX], source_label[TS_IO_PATH_MAX];
 } ts_sample_meta;

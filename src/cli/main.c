@@ -31,10 +31,10 @@ static const ts_cli_cmd commands[] = {
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): the dataset fingerprint and planner, foreground\n"
-    "  normalisation and resampling to a target spacing in convert, the augmentations blur and simulated low\n"
-    "  resolution, HD95/NSD and mirroring in infer; the residual encoder and deep supervision with pipeline or\n"
-    "  spatial parallelism, activation checkpointing or bf16/fp16 (data parallel only)";
+    "  of the nnU-Net-style medical pipeline (docs/medical.md): the dataset fingerprint and planner, CT clipping\n"
+    "  with dataset percentiles and resampling to a target spacing in convert, HD95/NSD and mirroring in infer;\n"
+    "  the residual encoder and deep supervision with pipeline or spatial parallelism, activation checkpointing or\n"
+    "  bf16/fp16 (data parallel only)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

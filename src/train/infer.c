@@ -120,7 +120,9 @@ static int load_scan(infer *t)
     /* dataset statistics come from the training dataset (dataset_norm below) */
     if (t->lo.patch.norm == TS_NORM_DATASET && !ts_config_isset(t->cfg, "data.path"))
         return TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training dataset's statistics)");
-    ts_patch_normalize(t->vol, t->C, t->nv, &t->lo.patch, meta.mean, meta.std, pct, NULL, NULL);
+    const int fgn = t->lo.patch.norm == TS_NORM_FOREGROUND; /* the same mask and statistics as convert */
+    ts_patch_normalize(t->vol, t->C, t->nv, &t->lo.patch, fgn ? meta.fg_mean : meta.mean, fgn ? meta.fg_std : meta.std,
+                       pct, NULL, NULL);
     return 0;
 }
 

@@ -66,6 +66,10 @@ with h5py.File(data, 'r') as f:
     check(list(f.attrs['class_names'])[1:] == [names.get(k, '') for k in range(1, K)], 'class names from the map')
     check(np.allclose(g.attrs['mean'][0], vox.mean(), rtol=1e-12), 'mean %.6f' % vox.mean())
     check(np.allclose(g.attrs['std'][0], vox.std(), rtol=1e-9), 'std %.6f' % vox.std())
+    fgv = vox[vox > vox.mean()]  # data.norm = foreground: the voxels above the mean
+    check(np.allclose([g.attrs['fg_mean'][0], f['stats/fg_mean'][0, 0]], fgv.mean(), rtol=1e-9) and
+          np.allclose([g.attrs['fg_std'][0], f['stats/fg_std'][0, 0]], fgv.std(), rtol=1e-9),
+          'foreground mean %.6f std %.6f over %d voxels above the mean' % (fgv.mean(), fgv.std(), fgv.size))
     levels = f.attrs['percentile_levels']
     check(np.allclose(g.attrs['percentiles'][0], np.percentile(vox, levels), rtol=1e-6, atol=1e-6),
           'percentiles %s' % np.percentile(vox, levels).tolist())

@@ -3,7 +3,8 @@
  * same box of the patch a whole-patch loader produces with the same seed
  * (flips, rotations, padding, foreground boxes, rotation, zoom and elastic
  * deformation sampled from the volume, gamma over the whole patch's range,
- * scale, shift, Gaussian noise keyed to patch voxels), while reading exactly the chunks its box's
+ * scale, shift, Gaussian noise keyed to patch voxels, contrast, inverted gamma, brightness,
+ * blur and low resolution from a halo), while reading exactly the chunks its box's
  * voxels come from; errors on one rank of a group (a corrupt chunk, bad
  * boxes, other options) reach every rank without a hang. Also, on each rank alone: the
  * box transform against crops of the whole transform, and ts_patch_draw_box
@@ -162,9 +163,75 @@ static ts_patch_opts aug_opts(const int64_t p[3])
     /* rotation, zoom and elastic deformation on half the patches each */
     o.spatial = (ts_spatial_aug_opts){.rot_p = 0.5, .rot_deg = 30, .zoom_p = 0.5, .zoom_min = 0.7, .zoom_max = 1.4,
                                       .elastic_p = 0.5, .elastic_points = 5, .elastic_disp = 2};
+    o.aug = (ts_aug_opts){.brightness_p = 0.5, .brightness = 0.25, .contrast_p = 0.5, .contrast = 0.25,
+                          .gamma_inv_p = 0.3, .blur_p = 0.5, .blur_sigma_min = 0.5, .blur_sigma_max = 1,
+                          .lowres_p = 0.5, .lowres_zoom = 0.5};
     o.norm = TS_NORM_IMAGE;
     o.clip_lo = o.clip_hi = -1;
     return o;
+}
+
+/* sum over channels and voxels of squared differences of face neighbours */
+static double roughness(const float *x, int64_t C, const int64_t P[3])
+{
+    double e = 0;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t z = 0; z < P[0]; z++)
+            for (int64_t y = 0; y < P[1]; y++)
+                for (int64_t w = 0; w < P[2]; w++) {
+                    const float *v = x + ((c * P[0] + z) * P[1] + y) * P[2] + w;
+                    if (z + 1 < P[0]) e += (double)(v[P[1] * P[2]] - v[0]) * (v[P[1] * P[2]] - v[0]);
+                    if (y + 1 < P[1]) e += (double)(v[P[2]] - v[0]) * (v[P[2]] - v[0]);
+                    if (w + 1 < P[2]) e += (double)(v[1] - v[0]) * (v[1] - v[0]);
+                }
+    return e;
+}
+
+/* blur and low resolution happened: with probability 1 each (alone), every
+ * patch is smoother than the same draw without them (the same box, flips,
+ * rotation and the same labels); the point-wise ones change the values and
+ * keep the labels */
+static void test_neighbour_aug(ts_dataset *ds)
+{
+    const int64_t P[3] = {16, 12, 8}, nv = 16 * 12 * 8, C = ts_dataset_channels(ds);
+    float *a = malloc((size_t)(C * nv) * 4), *b = malloc((size_t)(C * nv) * 4);
+    uint8_t *la = malloc((size_t)nv), *lb = malloc((size_t)nv);
+    ts_patch_opts base = aug_opts(P);
+    base.gamma = base.scale = base.shift = base.noise_p = 0;
+    base.aug = (ts_aug_opts){.blur_sigma_min = 0.5, .blur_sigma_max = 1, .lowres_zoom = 0.5};
+    float *sc = malloc(ts_patch_scratch_floats(ds, &base) * 4);
+    static const char *what[] = {"blur", "low resolution", "contrast, inverted gamma, brightness"};
+    for (int kind = 0; kind < 3; kind++) {
+        ts_patch_opts on = base;
+        if (kind == 0) on.aug.blur_p = 1;
+        if (kind == 1) on.aug.lowres_p = 1;
+        if (kind == 2) on.aug.contrast_p = on.aug.gamma_inv_p = on.aug.brightness_p = 1;
+        int ok = 1, smoother = 0, changed = 0, n = 0;
+        for (int t = 0; t < 24; t++) {
+            ts_rng ra, rb;
+            ts_rng_init(&ra, 9, (uint32_t)t, 3);
+            ts_rng_init(&rb, 9, (uint32_t)t, 3);
+            if (ts_patch_draw(ds, t % 5, &on, &ra, 1, a, la, sc) || ts_patch_draw(ds, t % 5, &base, &rb, 1, b, lb, sc)) {
+                ok = 0;
+                break;
+            }
+            ok &= !memcmp(la, lb, (size_t)nv);
+            changed += memcmp(a, b, (size_t)(C * nv) * 4) != 0;
+            smoother += roughness(a, C, P) < roughness(b, C, P);
+            n++;
+        }
+        /* blur and low resolution: each channel with probability 1/2, so
+         * most patches (3/4 with 2 channels) are smoother */
+        if (kind < 2) ok &= smoother >= n / 2 && changed >= n / 2;
+        else ok &= changed == n;
+        ts_ok(all_ok(ok), "%s alone: %d of %d patches changed, %d smoother; labels, boxes, flips as without", what[kind],
+              changed, n, smoother);
+    }
+    free(a);
+    free(b);
+    free(la);
+    free(lb);
+    free(sc);
 }
 
 /* boxes drawn one by one and finished with the whole patch's range are
@@ -176,7 +243,7 @@ static void test_draw_box(ts_dataset *ds)
     float *whole = malloc((size_t)(C * nv) * 4), *box = malloc((size_t)(C * nv) * 4), *want = malloc((size_t)(C * nv) * 4),
           *sc = malloc(ts_patch_scratch_floats(ds, &o) * 4);
     uint8_t *lw = malloc((size_t)nv), *lb = malloc((size_t)nv), *lwant = malloc((size_t)nv);
-    int ok = 1, local_differs = 0, draws = 0;
+    int ok = 1, local_differs = 0, draws = 0, finite = 1;
     for (int t = 0; t < 40; t++) {
         ts_rng r0;
         ts_rng_init(&r0, 17, (uint32_t)t, 3);
@@ -185,6 +252,7 @@ static void test_draw_box(ts_dataset *ds)
             break;
         }
         uint32_t after = ts_rng_u32(&r0);
+        for (int64_t v = 0; v < C * nv; v++) finite &= isfinite(whole[v]) != 0;
         ts_patch_pending pend[4];
         int64_t lo[4][3], sz[4][3];
         float *bx[4];
@@ -223,6 +291,7 @@ static void test_draw_box(ts_dataset *ds)
     }
     ts_ok(all_ok(ok), "draw_box: %d boxes (40 augmented 16x12x8 patches in 4 boxes) finished with the whole patch's "
           "range equal the boxes of ts_patch_draw, with the same number of random draws", draws);
+    ts_ok(all_ok(finite), "draw_box: every augmented patch is finite (inverted gamma then gamma stay in range)");
     ts_ok(all_ok(local_differs), "draw_box: finished with only their own range some boxes differ (gamma needs the "
           "reduction)");
     /* noise alone: the same stream with noise_std 0 makes every other choice
@@ -278,7 +347,7 @@ typedef struct {
     int prefetch;    /* -1: rank % 3, different on every rank */
     int eval;
     int dp;          /* data-parallel replicas (on 4 ranks: 2 = two groups of 2) */
-    int norm_clip;   /* dataset z-score and 1-99 clipping instead of the image's z-score */
+    int norm_clip;   /* 1: dataset z-score and 1-99 clipping instead of the image's z-score; 2: foreground z-score */
 } config;
 
 static const config configs[] = {
@@ -289,6 +358,7 @@ static const config configs[] = {
     {"24x10x6 (padding along D)", {24, 10, 6}, {T_D, T_MIXED}, 0, 0, 1, 0},
     {"24x10x6 (padding along D)", {24, 10, 6}, {T_W, T_MIXED}, -1, 0, 1, 0},
     {"16x12x8, dataset z-score, 1-99 clipping", {16, 12, 8}, {T_H, T_HW}, -1, 0, 1, 1},
+    {"16x12x8, foreground z-score", {16, 12, 8}, {T_W, T_DW}, 2, 0, 1, 2},
     {"16x12x8, 2 replicas x 2 ranks", {16, 12, 8}, {T_NONE, T_W}, 2, 0, 2, 0},
     {"16x12x8, evaluation (centred, an empty slot)", {16, 12, 8}, {T_H, T_DH}, 2, 1, 1, 0},
     {"16x12x8, evaluation (centred, an empty slot)", {16, 12, 8}, {T_D, T_MIXED}, 0, 1, 1, 0},
@@ -309,7 +379,8 @@ static void run_config(const config *cf, const char *path)
     ts_loader_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.patch = aug_opts(cf->patch);
-    if (cf->norm_clip) {
+    if (cf->norm_clip == 2) lo.patch.norm = TS_NORM_FOREGROUND;
+    else if (cf->norm_clip) {
         lo.patch.norm = TS_NORM_DATASET;
         lo.patch.clip_lo = 1;
         lo.patch.clip_hi = 4;
@@ -449,7 +520,8 @@ static void test_bytes(const char *path, const int64_t P[3], int t)
     memset(&lo, 0, sizeof lo);
     lo.patch = aug_opts(P);
     lo.patch.gamma = lo.patch.scale = lo.patch.shift = lo.patch.noise_p = 0; /* values stay voxel indices */
-    memset(&lo.patch.spatial, 0, sizeof lo.patch.spatial);                    /* (no interpolation) */
+    memset(&lo.patch.spatial, 0, sizeof lo.patch.spatial); /* (no interpolation) */
+    memset(&lo.patch.aug, 0, sizeof lo.patch.aug);         /* and no halo is read */
     lo.patch.norm = TS_NORM_NONE;
     lo.batch = 2;
     lo.seed = 77;
@@ -694,7 +766,10 @@ int main(int argc, char **argv)
     {
         ts_dataset *ds = NULL;
         err = ts_dataset_open(MPI_COMM_SELF, path, NULL, &ds);
-        if (ts_ok(all_ok(!err), "open %s", path)) test_draw_box(ds);
+        if (ts_ok(all_ok(!err), "open %s", path)) {
+            test_draw_box(ds);
+            test_neighbour_aug(ds);
+        }
         ts_dataset_close(&ds);
     }
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) run_config(&configs[c], path);
