@@ -209,7 +209,10 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
                 double v[3];
                 for (int d = 0; d < 3; d++)
                     v[d] = (double)lo[d] + ctr[d] + x->a[d][0] * s[0] + x->a[d][1] * s[1] + x->a[d][2] * s[2];
-                if (n) elastic_add(coef, n, box, (double[3]){(double)sz, (double)sy, (double)sx}, v);
+                if (n) {
+                    const int64_t h = x->halo, rbox[3] = {box[0] - 2 * h, box[1] - 2 * h, box[2] - 2 * h};
+                    elastic_add(coef, n, rbox, (double[3]){(double)(sz - h), (double)(sy - h), (double)(sx - h)}, v);
+                }
                 /* trilinear taps relative to the read box; outside it: 0 */
                 double fl[3], f[3];
                 int64_t b0[3];

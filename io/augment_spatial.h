@@ -45,6 +45,9 @@ typedef struct ts_spatial_xform {
     uint64_t elastic_key;
     int elastic_points;
     double elastic_disp;
+    int halo; /* set by the caller: the patch given to ts_spatial_aug_box is the
+               * real patch grown by halo voxels on each side (a blur's reach);
+               * the elastic field stays the real patch's */
 } ts_spatial_xform;
 
 /* Local. Checks the options: 0, or TS_ERR_CONFIG naming the data.* key. */

@@ -222,6 +222,50 @@ static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
                           n->dstd[c], &mn, &mx);
 }
 
+/* the patch's place: foreground coin and voxel, flips, 90-degree
+ * rotation, the spatial transform, the read box's corner lo (rotated by
+ * an odd k, (H, W) are read swapped); draws in this order */
+static int draw_place(ts_dataset *ds, int64_t i, const ts_sample_info *in, const ts_patch_opts *o, ts_rng *r,
+                      int train, int aug, int *k_out, int *flips_out, ts_spatial_xform *xf, int64_t lo[3])
+{
+    int fg = 0, k = 0, flips = 0;
+    int64_t fgc[3] = {0, 0, 0};
+    if (train) {
+        fg = in->nfg > 0 && ts_rng_uniform(r) < o->fg_fraction;
+        if (fg) TS_TRY(ts_dataset_read_foreground(ds, i, (int64_t)ts_rng_below(r, (uint64_t)in->nfg), fgc));
+    }
+    if (aug) {
+        if (o->flip) flips = (int)(ts_rng_u32(r) & 7);
+        if (o->rot90) k = (int)(ts_rng_u32(r) & 3);
+    }
+    if (aug) ts_spatial_aug_draw(&o->spatial, r, xf); /* rotation, zoom, elastic: nothing drawn when off */
+    int64_t box[3] = {o->patch[0], (k & 1) ? o->patch[2] : o->patch[1], (k & 1) ? o->patch[1] : o->patch[2]};
+    for (int d = 0; d < 3; d++) {
+        const int64_t dim = in->shape[d + 1];
+        if (!train) lo[d] = (dim - box[d]) / 2;
+        else if (fg) lo[d] = clamp_lo(fgc[d] - box[d] / 2, dim, box[d]);
+        else lo[d] = uniform_lo(r, dim, box[d]);
+    }
+    *k_out = k;
+    *flips_out = flips;
+    return 0;
+}
+
+/* per channel min and max of a box into pend->mn, mx */
+static void box_range(const float *image, int64_t C, int64_t nv, ts_patch_pending *pend)
+{
+    for (int64_t c = 0; c < C; c++) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t t = 0; t < nv; t++) {
+            const float v = image[c * nv + t];
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+        }
+        pend->mn[c] = mn;
+        pend->mx[c] = mx;
+    }
+}
+
 int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train,
                       const int64_t sub_lo[3], const int64_t sub_size[3], float *image, uint8_t *label,
                       float *scratch, ts_patch_pending *pend)
@@ -236,27 +280,10 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
             return TS_ERR(TS_ERR_ARG, "patch: box [%lld, %lld) along axis %d lies outside the patch (0..%lld)",
                           (long long)sub_lo[d], (long long)(sub_lo[d] + sub_size[d]), d, (long long)o->patch[d]);
     const int aug = train && o->augment;
-    /* the box: rotated by an odd k, (H, W) are read swapped */
-    int fg = 0, k = 0, flips = 0;
-    int64_t fgc[3] = {0, 0, 0};
-    if (train) {
-        fg = in.nfg > 0 && ts_rng_uniform(r) < o->fg_fraction;
-        if (fg) TS_TRY(ts_dataset_read_foreground(ds, i, (int64_t)ts_rng_below(r, (uint64_t)in.nfg), fgc));
-    }
-    if (aug) {
-        if (o->flip) flips = (int)(ts_rng_u32(r) & 7);
-        if (o->rot90) k = (int)(ts_rng_u32(r) & 3);
-    }
+    int k = 0, flips = 0;
     ts_spatial_xform xf = {0};
-    if (aug) ts_spatial_aug_draw(&o->spatial, r, &xf); /* rotation, zoom, elastic: nothing drawn when off */
-    int64_t box[3] = {o->patch[0], (k & 1) ? o->patch[2] : o->patch[1], (k & 1) ? o->patch[1] : o->patch[2]};
     int64_t lo[3];
-    for (int d = 0; d < 3; d++) {
-        const int64_t dim = in.shape[d + 1];
-        if (!train) lo[d] = (dim - box[d]) / 2;
-        else if (fg) lo[d] = clamp_lo(fgc[d] - box[d] / 2, dim, box[d]);
-        else lo[d] = uniform_lo(r, dim, box[d]);
-    }
+    TS_TRY(draw_place(ds, i, &in, o, r, train, aug, &k, &flips, &xf, lo));
     /* read only the preimage of our box inside the read box; with blur or
      * low resolution, of the box grown by a halo of R voxels (the patch
      * grown by R on each side, transformed alike); with the spatial
@@ -288,6 +315,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     norm_ctx nc = {o, im, is, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds)};
     int rc;
     if (xf.on) {
+        xf.halo = R;
         rc = ts_spatial_aug_box(ds, i, &xf, xp, k, flips, xlo, sub_lo, xs, norm_cb, &nc, work, xlab, pend->mn,
                                 pend->mx);
     } else {
@@ -351,16 +379,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
                        (size_t)sub_size[2]);
         free(ext);
         TS_TRY(rc);
-        for (int64_t c = 0; c < C; c++) { /* the box's range after them */
-            float mn = INFINITY, mx = -INFINITY;
-            for (int64_t t = 0; t < nv; t++) {
-                const float v = image[c * nv + t];
-                mn = v < mn ? v : mn;
-                mx = v > mx ? v : mx;
-            }
-            pend->mn[c] = mn;
-            pend->mx[c] = mx;
-        }
+        box_range(image, C, nv, pend); /* the box's range after them */
     }
     return 0;
 }
