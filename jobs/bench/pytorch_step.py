@@ -28,6 +28,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from make_golden import UNet3D, loss_fn  # noqa: E402
 
 
+def head(out):
+    """the full-resolution logits (the reference module returns a list of
+    them and the deep-supervision outputs)"""
+    return out[0] if isinstance(out, (list, tuple)) else out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
@@ -71,9 +77,9 @@ def main():
         opt.zero_grad(set_to_none=True)
         if a.bf16:
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = loss_fn(m(x).float(), y, case)
+                loss = loss_fn(head(m(x)).float(), y, case)
         else:
-            loss = loss_fn(m(x), y, case)
+            loss = loss_fn(head(m(x)), y, case)
         loss.backward()
         opt.step()
         if s >= a.warmup:
