@@ -6,6 +6,7 @@
 #include "io/nifti.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
+#include "src/parallel/grid.h"
 #include "src/parallel/spatial.h"
 
 #include <cjson/cJSON.h>
@@ -244,17 +245,18 @@ cleanup:
 typedef struct {
     ts_dataset_opts dopt;
     ts_loader_opts lopt;
+    ts_grid *grid;      /* dp x 1 x sp, as training builds it */
     ts_spatial *spg;
     int dprank, dpsize;
     int64_t blo[3], bsz[3];
 } run_setup;
 
-/* Collective on comm; errors agreed. */
+/* Collective on comm; errors agreed. The grid and the spatial group are the
+ * caller's to destroy (run_free). */
 static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
 {
-    int rank, size, lerr = 0;
+    int size, lerr = 0;
     memset(s, 0, sizeof *s);
-    MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     if (!ts_config_isset(c->cfg, "data.path"))
         return TS_ERR(TS_ERR_CONFIG, "bench io: data.path is not set in %s (or on the command line)", c->path);
@@ -264,19 +266,17 @@ static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
     s->lopt.batch = (int)c->batch;
     s->lopt.seed = (uint64_t)c->seed;
     s->lopt.mode = TS_SAMPLER_TRAIN;
-    /* spatial groups of sp consecutive ranks, one data-parallel replica each */
+    /* spatial groups of sp ranks, one data-parallel replica each: the grid training uses */
     if (size % c->sp)
         return TS_ERR(TS_ERR_CONFIG, "bench io: parallel.sp = %lld does not divide the job's %d ranks", c->sp, size);
-    s->dpsize = size / (int)c->sp;
-    s->dprank = rank / (int)c->sp;
+    TS_TRY(ts_grid_create(comm, 0, 1, (int)c->sp, &s->grid));
+    s->dpsize = s->grid->dp;
+    s->dprank = s->grid->d;
     for (int k = 0; k < 3; k++) s->bsz[k] = s->lopt.patch.patch[k];
     if (c->sp > 1) {
         int dims[3];
-        MPI_Comm grp;
         TS_TRY(ts_spatial_plan((int)c->sp, c->sp_dims, s->lopt.patch.patch, 1, dims));
-        TS_MPI_TRY(MPI_Comm_split(comm, s->dprank, rank, &grp));
-        lerr = ts_spatial_create(grp, dims, &s->spg);
-        MPI_Comm_free(&grp);
+        lerr = ts_spatial_create(s->grid->sp_comm, dims, &s->spg);
         TS_TRY(ts_err_agree(comm, lerr));
         TS_TRY(ts_spatial_box(s->spg, s->lopt.patch.patch, s->blo, s->bsz));
         memcpy(s->lopt.sub_lo, s->blo, sizeof s->blo);
@@ -285,6 +285,12 @@ static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
         memcpy(s->dopt.box_hint, s->bsz, sizeof s->dopt.box_hint);
     }
     return 0;
+}
+
+static void run_free(run_setup *s)
+{
+    ts_spatial_destroy(&s->spg);
+    ts_grid_destroy(&s->grid);
 }
 
 int ts_io_bench_dump(MPI_Comm comm, const ts_io_bench_cfg *c, const char *dir, long long *n)
@@ -310,7 +316,7 @@ int ts_io_bench_dump(MPI_Comm comm, const ts_io_bench_cfg *c, const char *dir, l
 cleanup:
     ts_loader_destroy(&ld);
     ts_dataset_close(&ds);
-    ts_spatial_destroy(&s.spg);
+    run_free(&s);
     return err;
 }
 
@@ -342,7 +348,7 @@ int ts_io_bench_run(MPI_Comm comm, const ts_io_bench_cfg *c, long long steps, lo
     if (steps > 0) TS_CHECK(loader_phase(comm, ds, &s.lopt, s.dprank, s.dpsize, steps, warm, r));
 cleanup:
     ts_dataset_close(&ds);
-    ts_spatial_destroy(&s.spg);
+    run_free(&s);
     return err;
 }
 
