@@ -39,12 +39,18 @@ b = runs["1f1b"][0]
 print(f"{b['config']}: patch {'x'.join(map(str, b['patch']))}, batch {b['batch']} x {M} micro-batches, P = {P}, "
       f"stages {[s['units'] for s in b['stages']]}; (P-1)/(M+P-1) = {formula:.4f}")
 # The formula assumes P equal stages. With the stage times measured in the
-# same run (t_k = busy_k / M per micro-batch), the span of either schedule is
-# (M - 1) max t + sum t, so stage k idles 1 - busy_k / span of it: the
-# prediction each stage's measured bubble is set against in the last column.
-print("| round | schedule | samples/s | stage busy / idle ms | bubble per stage | bottleneck bubble | / formula "
-      "| predicted from stage times | bottleneck / predicted |")
-print("| ---: | --- | ---: | --- | --- | ---: | ---: | --- | ---: |")
+# same run, stage k idles 1 - busy_k / span, with the span each schedule
+# has in a flow shop of identical micro-batches: 1F1B interleaves a stage's
+# forwards and backwards, so its span is (M - 1) max t + sum t with
+# t_k = busy_k / M; GPipe runs all forwards, then all backwards, two flow
+# shops one after the other, so its span is (M - 1) max f + sum f +
+# (M - 1) max b + sum b with f_k, b_k the forward and backward time of one
+# micro-batch: stages whose forward and backward shares differ idle more
+# under GPipe than their total times say. That prediction is the last
+# column's reference.
+print("| round | schedule | samples/s | stage busy / idle ms | stage forward / backward ms | bubble per stage "
+      "| bottleneck bubble | / formula | predicted from stage times | bottleneck / predicted |")
+print("| ---: | --- | ---: | --- | --- | --- | ---: | ---: | --- | ---: |")
 bott = {"gpipe": [], "1f1b": []}
 ratio = {"gpipe": [], "1f1b": []}
 for r in range(rounds):
@@ -52,13 +58,19 @@ for r in range(rounds):
         j = runs[s][r]
         st = j["stages"]
         k = max(range(len(st)), key=lambda i: st[i]["busy_ms"])
-        t = [x["busy_ms"] / M for x in st]
-        span = (M - 1) * max(t) + sum(t)
+        if s == "gpipe":
+            f = [x["forward_ms"] / M for x in st]
+            b = [x["backward_ms"] / M for x in st]
+            span = (M - 1) * max(f) + sum(f) + (M - 1) * max(b) + sum(b)
+        else:
+            t = [x["busy_ms"] / M for x in st]
+            span = (M - 1) * max(t) + sum(t)
         pred = [1 - x["busy_ms"] / span for x in st]
         bott[s].append(st[k]["bubble"])
         ratio[s].append(st[k]["bubble"] / pred[k] if pred[k] > 0 else float("nan"))
         print(f"| {r + 1} | {s} | {j['samples_per_s']:.3f} | "
               + ", ".join(f"{x['busy_ms']:.0f} / {x['idle_ms']:.0f}" for x in st) + " | "
+              + ", ".join(f"{x['forward_ms']:.0f} / {x['backward_ms']:.0f}" for x in st) + " | "
               + ", ".join(f"{x['bubble']:.3f}" for x in st) + f" | {st[k]['bubble']:.3f} | {st[k]['bubble'] / formula:.2f} | "
               + ", ".join(f"{x:.3f}" for x in pred) + f" | {ratio[s][-1]:.2f} |")
 for s in ("gpipe", "1f1b"):

@@ -133,3 +133,12 @@ int ts_pipe_wait(ts_pipe_msgs *m)
     if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (pipeline)");
     return 0;
 }
+
+void ts_pipe_cancel(ts_pipe_msgs *m)
+{
+    if (m->n == 0) return;
+    MPI_Status st[64];
+    for (int i = 0; i < m->n; i++) MPI_Cancel(&m->req[i]);
+    MPI_Waitall(m->n, m->req, st);
+    m->n = 0;
+}

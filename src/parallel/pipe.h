@@ -53,5 +53,8 @@ int ts_pipe_isend(ts_pipe_msgs *m, const float *buf, size_t n, int peer, int tag
 void ts_pipe_test(ts_pipe_msgs *m);
 /* Local. Waits for every message of m and empties it; the wait is timed. */
 int ts_pipe_wait(ts_pipe_msgs *m);
+/* Local. Cancels the receives of m that have not matched (receives posted
+ * ahead for work an error cut short) and empties it; sends are waited for. */
+void ts_pipe_cancel(ts_pipe_msgs *m);
 
 #endif

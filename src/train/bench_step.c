@@ -449,7 +449,7 @@ static int timed_steps(bench *b, step_sums *s)
 /* Collective. Per stage (the largest over its ranks): busy, span, in-flight activations. */
 static int stage_figures(bench *b, const step_sums *s, ts_bench_step_result *r)
 {
-    enum { NV = 6 };
+    enum { NV = 8 };
     const int steps = b->o->steps, P = b->grid->pp;
     double *sv = TS_CALLOC((size_t)P * NV, sizeof *sv);
     r->stages = TS_CALLOC((size_t)P, sizeof *r->stages);
@@ -467,6 +467,8 @@ static int stage_figures(bench *b, const step_sums *s, ts_bench_step_result *r)
     v[3] = slots;
     v[4] = (double)ts_unet_slot_bytes(b->m);
     v[5] = (double)ts_unet_activation_bytes(b->m);
+    v[6] = (ps->forward_s - s->pst0.forward_s) / steps;
+    v[7] = (ps->backward_s - s->pst0.backward_s) / steps;
     int rc = MPI_Allreduce(MPI_IN_PLACE, sv, P * NV, MPI_DOUBLE, MPI_MAX, b->comm);
     for (int k = 0; k < P; k++) {
         ts_bench_step_stage *st = &r->stages[k];
@@ -482,6 +484,8 @@ static int stage_figures(bench *b, const step_sums *s, ts_bench_step_result *r)
         st->slots = w[3];
         st->slot_bytes = w[4];
         st->act_bytes = w[5];
+        st->forward_s = w[6];
+        st->backward_s = w[7];
         for (int x = b->first[k]; x < b->first[k + 1]; x++) st->estimated_s += b->ucost[x];
     }
     free(sv);
@@ -675,6 +679,8 @@ static void json_stages(cJSON *o, const ts_bench_step_result *r)
         cJSON_AddStringToObject(e, "units", v->units);
         cJSON_AddNumberToObject(e, "estimated_ms", v->estimated_s * 1e3); /* 0 with parallel.pp_cut given */
         cJSON_AddNumberToObject(e, "busy_ms", v->busy_s * 1e3);
+        cJSON_AddNumberToObject(e, "forward_ms", v->forward_s * 1e3);
+        cJSON_AddNumberToObject(e, "backward_ms", v->backward_s * 1e3);
         cJSON_AddNumberToObject(e, "span_ms", v->span_s * 1e3);
         cJSON_AddNumberToObject(e, "idle_ms", (v->span_s - v->busy_s) * 1e3);
         cJSON_AddNumberToObject(e, "wait_ms", v->wait_s * 1e3);

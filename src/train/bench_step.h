@@ -31,6 +31,7 @@ typedef struct ts_bench_step_opts {
 typedef struct ts_bench_step_stage {
     char units[1024];        /* the layer units of the stage */
     double busy_s, span_s, wait_s, slots, slot_bytes, act_bytes; /* per step, the largest over its ranks */
+    double forward_s, backward_s; /* per step: the busy time's forward and backward parts, largest over its ranks */
     double estimated_s;      /* the cut's estimate (0 with parallel.pp_cut given) */
 } ts_bench_step_stage;
 

@@ -5,8 +5,13 @@
  * receive the gradients of the edges leaving the stage (one per edge),
  * run the units in reverse, send the gradients of the edges entering it.
  * Sends complete in the background: an activation's before its slot is
- * reused, a gradient's before the next backward (the gradient buffers are
- * shared by the slots). */
+ * reused; a gradient goes from a copy (the model's gradient buffers are
+ * shared by the slots), two sets of copies, so a backward waits only for
+ * the gradients of the backward before the previous one. The gradients a backward needs are received into
+ * the pipeline's own buffers, posted as soon as the previous backward has
+ * copied its own out (or after the step's first forward), so a sending
+ * stage's transfer never waits for the receiving stage to reach its
+ * backward. */
 #include "tsbuild.h"
 #include "src/train/pipeline.h"
 #include "src/core/error.h"
@@ -38,8 +43,14 @@ struct ts_pipeline {
     ts_pipe_msgs *act_sends; /* per slot */
     ts_pipe_msgs *act_recvs; /* per slot: the activations of its next forward, posted early */
     int *recv_mb;            /* per slot: the micro-batch act_recvs are for (-1: none) */
-    ts_pipe_msgs grad_sends, recvs;
+    ts_pipe_msgs grad_sends[2], recvs; /* grad_sends[mb % 2]: the gradients micro-batch mb's backward sends */
+    float *sbuf[2][MAX_EDGES]; /* per entering edge: a copy of its gradient while it travels */
+    size_t sbuf_n[2][MAX_EDGES];
+    float *gbuf[MAX_EDGES];  /* per leaving edge: where its gradient is received */
+    size_t gbuf_n[MAX_EDGES];
+    int grad_mb;             /* the micro-batch `recvs` are posted for (-1: none) */
     int cur;        /* the slot of the forward or backward running (for the unit hook) */
+    int cur_mb;     /* its micro-batch */
     int hook_err;   /* a send the unit hook could not post */
     ts_pipeline_stats st;
 };
@@ -82,6 +93,7 @@ int ts_pipeline_create(ts_unet *m, MPI_Comm comm, const int *first, ts_pipe_kind
     p->recv_mb = TS_CALLOC((size_t)p->slots, sizeof *p->recv_mb);
     if (!p->act_sends || !p->act_recvs || !p->recv_mb) TS_FAIL(TS_ERR_NOMEM, "pipeline");
     for (int k = 0; k < p->slots; k++) p->recv_mb[k] = -1;
+    p->grad_mb = -1;
     TS_MPI(MPI_Comm_dup(comm, &p->comm));
     TS_CHECK(ts_unet_set_stage(m, first[s], first[s + 1], p->slots));
     /* the edges crossing this stage's border, in the model's order (the same on every stage) */
@@ -112,13 +124,19 @@ void ts_pipeline_destroy(ts_pipeline **pp)
     ts_pipeline *p = *pp;
     for (int k = 0; p->act_sends && k < p->slots; k++) ts_pipe_wait(&p->act_sends[k]);
     for (int k = 0; p->act_recvs && k < p->slots; k++) ts_pipe_wait(&p->act_recvs[k]);
-    ts_pipe_wait(&p->grad_sends);
-    ts_pipe_wait(&p->recvs);
+    ts_pipe_wait(&p->grad_sends[0]);
+    ts_pipe_wait(&p->grad_sends[1]);
+    ts_pipe_cancel(&p->recvs); /* gradients posted for a backward an error cut short */
     if (p->m) ts_unet_set_unit_hook(p->m, NULL, NULL);
     if (p->comm != MPI_COMM_NULL) MPI_Comm_free(&p->comm);
     free(p->act_sends);
     free(p->act_recvs);
     free(p->recv_mb);
+    for (int i = 0; i < MAX_EDGES; i++) {
+        free(p->gbuf[i]);
+        free(p->sbuf[0][i]);
+        free(p->sbuf[1][i]);
+    }
     free(p->first);
     free(p);
     *pp = NULL;
@@ -147,6 +165,23 @@ static int post_act_recvs(ts_pipeline *p, int mb)
     return 0;
 }
 
+/* sends the gradient g of entering edge i (the backward of micro-batch
+ * cur_mb wrote it into the model's buffer, which the next backward
+ * reuses) from a copy, so the next backward need not wait for it to leave */
+static int send_grad(ts_pipeline *p, int i, const ts_tensor *g, const pedge *q)
+{
+    const int j = p->cur_mb % 2;
+    if (p->sbuf_n[j][i] != floats(g)) {
+        free(p->sbuf[j][i]);
+        p->sbuf_n[j][i] = 0;
+        p->sbuf[j][i] = TS_MALLOC(floats(g) * sizeof(float));
+        if (!p->sbuf[j][i]) return TS_ERR(TS_ERR_NOMEM, "pipeline gradient buffer of %zu floats", floats(g));
+        p->sbuf_n[j][i] = floats(g);
+    }
+    memcpy(p->sbuf[j][i], g->data, floats(g) * sizeof(float));
+    return ts_pipe_isend(&p->grad_sends[j], p->sbuf[j][i], floats(g), q->peer, 2 * q->tag + 1, p->comm);
+}
+
 /* after each unit: what it produced that leaves the stage goes now (the
  * activation of a forward, the gradient contribution of a backward), so
  * that it travels while the stage computes on; then the messages in flight
@@ -164,14 +199,16 @@ static void unit_done(void *ctx, int unit, int backward)
         }
         if (backward && q->incoming && q->e.consumer == unit) {
             p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
-            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->grad_sends, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm);
+            if (!p->hook_err) p->hook_err = send_grad(p, i, g, q);
         }
     }
     for (int s = 0; s < p->slots; s++) {
         ts_pipe_test(&p->act_sends[s]);
         ts_pipe_test(&p->act_recvs[s]);
     }
-    ts_pipe_test(&p->grad_sends);
+    ts_pipe_test(&p->grad_sends[0]);
+    ts_pipe_test(&p->grad_sends[1]);
+    ts_pipe_test(&p->recvs);
 }
 
 /* receives the activations entering the stage for micro-batch mb (slot k;
@@ -197,23 +234,53 @@ static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_
     return p->hook_err;
 }
 
-/* receives the gradients of the edges leaving the stage, runs its units backward (each sends the gradients
- * of the edges it consumed as it finishes) */
-static int backward_one(ts_pipeline *p, int k)
+/* posts the receives of the gradients of the edges leaving the stage for
+ * micro-batch mb into the pipeline's buffers (sized as the model's) */
+static int post_grad_recvs(ts_pipeline *p, int mb)
 {
-    TS_TRY(ts_pipe_wait(&p->grad_sends)); /* the shared gradient buffers are free again */
+    const int k = mb % p->slots;
     for (int i = 0; i < p->npe; i++) {
         const pedge *q = &p->pe[i];
         if (q->incoming) continue;
         ts_tensor *a, *g;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_irecv(&p->recvs, g->data, floats(g), q->peer, 2 * q->tag + 1, p->comm));
+        if (p->gbuf_n[i] != floats(g)) {
+            free(p->gbuf[i]);
+            p->gbuf_n[i] = 0;
+            p->gbuf[i] = TS_MALLOC(floats(g) * sizeof(float));
+            if (!p->gbuf[i]) return TS_ERR(TS_ERR_NOMEM, "pipeline gradient buffer of %zu floats", floats(g));
+            p->gbuf_n[i] = floats(g);
+        }
+        TS_TRY(ts_pipe_irecv(&p->recvs, p->gbuf[i], floats(g), q->peer, 2 * q->tag + 1, p->comm));
     }
+    p->grad_mb = mb;
+    return 0;
+}
+
+/* receives the gradients of the edges leaving the stage for micro-batch mb
+ * (posted already or now) into the model's buffers, posts those of
+ * micro-batch next (-1: none), runs the units backward (each sends the
+ * gradients of the edges it consumed as it finishes) */
+static int backward_one(ts_pipeline *p, int mb, int next)
+{
+    const int k = mb % p->slots;
+    TS_TRY(ts_pipe_wait(&p->grad_sends[mb % 2])); /* the copies micro-batch mb - 2 sent have left */
+    if (p->grad_mb != mb) TS_TRY(post_grad_recvs(p, mb));
     const double w0 = p->recvs.wait_s;
     TS_TRY(ts_pipe_wait(&p->recvs));
     p->st.wait_s += p->recvs.wait_s - w0;
+    p->grad_mb = -1;
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (q->incoming) continue;
+        ts_tensor *a, *g;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        memcpy(g->data, p->gbuf[i], floats(g) * sizeof(float));
+    }
+    if (next >= 0) TS_TRY(post_grad_recvs(p, next));
     const double t0 = ts_time_now();
     p->cur = k;
+    p->cur_mb = mb;
     p->hook_err = 0;
     ts_unet_set_unit_hook(p->m, unit_done, p);
     int err = ts_unet_backward_slot(p->m, k);
@@ -225,7 +292,8 @@ static int backward_one(ts_pipeline *p, int k)
 
 static double msg_s(const ts_pipeline *p)
 {
-    double s = p->grad_sends.wait_s + p->grad_sends.post_s + p->recvs.wait_s + p->recvs.post_s;
+    double s = p->recvs.wait_s + p->recvs.post_s;
+    for (int j = 0; j < 2; j++) s += p->grad_sends[j].wait_s + p->grad_sends[j].post_s;
     for (int k = 0; k < p->slots; k++)
         s += p->act_sends[k].wait_s + p->act_sends[k].post_s + p->act_recvs[k].wait_s + p->act_recvs[k].post_s;
     return s;
@@ -233,7 +301,7 @@ static double msg_s(const ts_pipeline *p)
 
 static double sent_bytes(const ts_pipeline *p)
 {
-    double b = (double)p->grad_sends.bytes;
+    double b = (double)p->grad_sends[0].bytes + (double)p->grad_sends[1].bytes;
     for (int k = 0; k < p->slots; k++) b += (double)p->act_sends[k].bytes;
     return b;
 }
@@ -258,11 +326,12 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
             double l = 0;
             TS_CHECK(forward_one(p, mb, p->s == 0 ? &img : NULL, p->s == p->P - 1 ? &lab : NULL, 1, &l));
             sum += l;
+            if (bdone == 0 && p->grad_mb < 0) TS_CHECK(post_grad_recvs(p, 0)); /* the first backward's gradients */
         } else {
             const int last = mb == p->M - 1;
             if (last && before_last) before_last(hook_ctx);
             ts_unet_set_grad_hook(p->m, last ? hook : NULL, hook_ctx);
-            err = backward_one(p, k);
+            err = backward_one(p, mb, mb + 1 < p->M ? mb + 1 : -1);
             ts_unet_set_grad_hook(p->m, NULL, NULL);
             TS_CHECK(err);
             bdone++;
@@ -276,7 +345,8 @@ int ts_pipeline_step(ts_pipeline *p, ts_pipeline_next next, void *ctx, void (*ho
         }
     }
     for (int k = 0; k < p->slots; k++) TS_CHECK(ts_pipe_wait(&p->act_sends[k]));
-    TS_CHECK(ts_pipe_wait(&p->grad_sends));
+    TS_CHECK(ts_pipe_wait(&p->grad_sends[0]));
+    TS_CHECK(ts_pipe_wait(&p->grad_sends[1]));
     p->st.span_s += ts_time_now() - t0;
     p->st.p2p_s += msg_s(p) - m0;
     p->st.busy_s = p->st.forward_s + p->st.backward_s;
