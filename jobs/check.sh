@@ -50,6 +50,23 @@ xpass=$(sed -n 's/^# XPASS: *//p' "$log" | head -1)
 skip=$(sed -n 's/^# SKIP: *//p' "$log" | head -1)
 failed=$(( ${fail:-0} + ${err:-0} + ${xpass:-0} ))
 echo "== make check took $(( $(date +%s) - start )) s; ${skip:-0} skipped; log: $top/build-check/$log"
+echo "== the release tarball holds every tracked file (make distdir against git ls-files)"
+if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+    rm -rf dist-check && make distdir distdir=dist-check >/dev/null 2>&1
+    missing_files=$(git -C "$top" ls-files | grep -v '^\.gitignore$' | while read -r f; do
+        [ -e "dist-check/$f" ] || echo "$f"; done)
+    rm -rf dist-check
+    if [ -z "$missing_files" ]; then
+        echo "ok: every tracked file is in the tarball"
+        pass=$(( ${pass:-0} + 1 ))
+    else
+        echo "not ok: tracked files missing from the tarball (add them to EXTRA_DIST):"
+        printf '  %s\n' $missing_files | head -20
+        failed=$(( failed + 1 ))
+    fi
+else
+    echo "== skipped: not a git checkout"
+fi
 echo "== fuzz: each fuzz target for 60 s (tests/fuzz/run.sh, libFuzzer + ASan + UBSan; docs/testing.md)"
 fstart=$(date +%s)
 make -j"$jobs" fuzz >fuzz-build.log 2>&1
