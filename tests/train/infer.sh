@@ -84,6 +84,14 @@ ts_step "the decision: largest component where it raises the class's mean Dice (
 ts_step "postprocess=pp.json applied to the 3 scans" run 2 $I input="$d/scans" output="$d/app" \
     postprocess="$d/pp.json"
 ts_step "the decided classes' largest components kept, the others untouched" ref applied "$d/dec" "$d/app" "$d/pp.json"
+ts_step "validation labels on which the post-processing helps: the masks with only their largest components" \
+    ref pplabels "$d/dec" "$d/pplab"
+ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec2" label="$d/pplab" decide="$d/pp2.json"
+ts_step "the decision keeps class 2 (the one predicted in several pieces) as SciPy's means say" \
+    ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" 2
+ts_step "postprocess=pp2.json applied" run 1 $I input="$d/scans" output="$d/app2" postprocess="$d/pp2.json"
+ts_step "class 2's largest components kept: the masks are the validation labels" \
+    ref applied "$d/dec2" "$d/app2" "$d/pp2.json"
 
 # bad lists and options fail on every rank, before any prediction
 mkdir -p "$d/lab2"

@@ -10,6 +10,8 @@ NumPy/SciPy computations of what src/train/infer*.c and mirror.c produce.
     infer_ref.py keep RAW KEPT CLASSES  KEPT = RAW with the largest component of CLASSES kept (something removed)
     infer_ref.py decide RAWDIR LABELDIR PP.json   the decision against NumPy/SciPy
     infer_ref.py applied RAWDIR PPDIR PP.json     PPDIR = RAWDIR post-processed by the decision
+    infer_ref.py pplabels RAWDIR OUTDIR  references = RAWDIR's masks with every class's largest component
+                                         kept: validation labels on which the post-processing must help
 
 Exits non-zero with a message on a mismatch."""
 import glob
@@ -169,7 +171,15 @@ def keep(raw, kept, classes):
     assert (k == ref).all() and (r != k).any(), "keep_largest does not match SciPy's, or removed nothing"
 
 
-def decide(rawdir, labeldir, pp):
+def pplabels(rawdir, outd):
+    os.makedirs(outd, exist_ok=True)
+    for p in sorted(glob.glob(f"{rawdir}/*.nii.gz")):
+        m = nib.load(p)
+        lab = keep_largest(np.asarray(m.dataobj), range(1, K))
+        nib.save(nib.Nifti1Image(lab, m.affine), f"{outd}/{os.path.basename(p).replace('_0000', '')}")
+
+
+def decide(rawdir, labeldir, pp, expect=""):
     j = json.load(open(pp))
     raws = sorted(glob.glob(f"{rawdir}/*.nii.gz"))
     without, with_ = [], []
@@ -186,6 +196,8 @@ def decide(rawdir, labeldir, pp):
     assert all(close(j["mean_dice_without"][k], w0[k], 1e-9) and close(j["mean_dice_with"][k], w1[k], 1e-9)
                for k in range(1, K))
     assert any(w1[k] != w0[k] for k in range(1, K)), "the post-processing changed no Dice: nothing to decide"
+    if expect:
+        assert chosen == [int(c) for c in expect.split(",")], f"expected to keep {expect}"
 
 
 def applied(rawdir, ppdir, pp):
@@ -205,4 +217,4 @@ if __name__ == "__main__":
         metrics(args[0], args[1], float(args[2]))
     else:
         {"make": make, "mirror": mirror, "same": same, "geometry": geometry, "keep": keep, "decide": decide,
-         "applied": applied}[cmd](*args)
+         "applied": applied, "pplabels": pplabels}[cmd](*args)
