@@ -4,8 +4,9 @@
 # with its scan's geometry; per-class Dice, HD95 and NSD in the metrics file
 # against NumPy/SciPy (tests/train/infer_ref.py); test-time mirroring equal
 # to the mean of the 8 flipped predictions flipped back, on 2 data-parallel
-# ranks and on a spatial group; largest-component post-processing, and its
-# decision on validation scans, against SciPy; bad lists fail on every rank.
+# ranks, on a spatial group and through pipeline stages; largest-component
+# post-processing, and its decision on validation scans, against SciPy;
+# bad lists and options fail on every rank before anything is written.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -45,7 +46,7 @@ I="$TESSERA infer $d/i.ini checkpoint=$d/run"
 # a folder of scans, labels matched by name: masks, geometry, metrics
 ts_step "infer a folder of 3 scans with a label folder, 2 ranks" run 2 $I input="$d/scans" output="$d/out" \
     label="$d/labels" nsd_tol=1.5
-ts_check "the checkpoint was named once and each of the 3 scans printed" \
+ts_check "each of the 3 scans printed once" \
     [ "$(printf '%s\n' "$ts_out" | grep -c '^infer: \[[123]/3\]')" -eq 3 ]
 ts_step "each mask has its scan's dimensions, voxel sizes, affine and sform/qform codes" ref geometry "$d/scans" "$d/out"
 ts_step "metrics.json: per-scan Dice, HD95, NSD (1.5 mm) and mean/std against NumPy/SciPy" \
@@ -72,6 +73,10 @@ ts_step "mirror=xyz on a spatial group (parallel.sp = 2)" run 2 $I input="$d/sin
     output="$d/bs.nii.gz" probabilities="$d/bs_p.nii.gz" mirror=xyz parallel.sp=2
 ts_step "the spatial group's mirrored probabilities are the data-parallel ones (1e-5)" \
     ref same "$d/bm_p.nii.gz" "$d/bs_p.nii.gz"
+ts_step "mirror=xyz through 2 pipeline stages (parallel.pp = 2)" run 2 $I input="$d/single/b.nii.gz" \
+    output="$d/bp.nii.gz" probabilities="$d/bp_p.nii.gz" mirror=xyz parallel.pp=2
+ts_step "the pipeline's mirrored probabilities are the data-parallel ones (1e-5)" \
+    ref same "$d/bm_p.nii.gz" "$d/bp_p.nii.gz"
 
 # post-processing
 ts_step "keep_largest=all on b" run 1 $I input="$d/single/b.nii.gz" output="$d/bk.nii.gz" keep_largest=all
