@@ -52,7 +52,7 @@ void ts_eval_flip(const float *in, float *out, int C, const int64_t dhw[3], int 
  * flipped back and the mean taken; pred is its argmax and prob (may be
  * NULL) the mean. axes 0 is ts_eval_predict. Errors: as ts_eval_predict;
  * TS_ERR_NOMEM (agreed on every rank) for the flipped volume and the
- * probability sums (nv x (C + 3K) floats). */
+ * probability sums (nv x (C + 2K) floats, besides ts_eval_predict's). */
 int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
                            const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob);
 

@@ -28,6 +28,20 @@ void ts_eval_flip(const float *in, float *out, int C, const int64_t dhw[3], int 
         }
 }
 
+/* acc [K, D, H, W] += in flipped along the axes of flip */
+static void flip_add(const float *in, float *acc, int K, const int64_t dhw[3], int flip)
+{
+    const int64_t D = dhw[0], H = dhw[1], W = dhw[2], nv = D * H * W;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t z = 0; z < D; z++)
+            for (int64_t y = 0; y < H; y++) {
+                int64_t zs = flip & TS_EVAL_FLIP_D ? D - 1 - z : z, ys = flip & TS_EVAL_FLIP_H ? H - 1 - y : y;
+                const float *src = in + k * nv + (zs * H + ys) * W;
+                float *dst = acc + k * nv + (z * H + y) * W;
+                for (int64_t x = 0; x < W; x++) dst[x] += src[flip & TS_EVAL_FLIP_W ? W - 1 - x : x];
+            }
+}
+
 int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
                            const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob)
 {
@@ -37,11 +51,11 @@ int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, c
     const int C = u->in_channels, K = u->classes;
     const int64_t nv = dhw[0] * dhw[1] * dhw[2];
     float *flipped = malloc(sizeof *flipped * (size_t)(nv * C));
-    float *one = malloc(sizeof *one * (size_t)(nv * K)), *back = malloc(sizeof *back * (size_t)(nv * K));
+    float *one = malloc(sizeof *one * (size_t)(nv * K));
     float *sum = calloc((size_t)(nv * K), sizeof *sum);
     uint8_t *scratch = malloc((size_t)nv);
     { /* every rank has its buffers, or all fail before the first prediction */
-        int lerr = flipped && one && back && sum && scratch
+        int lerr = flipped && one && sum && scratch
                        ? 0
                        : TS_ERR(TS_ERR_NOMEM, "test-time mirroring buffers for a %lldx%lldx%lld volume",
                                 (long long)dhw[0], (long long)dhw[1], (long long)dhw[2]);
@@ -55,8 +69,7 @@ int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, c
         if (f & ~axes) continue; /* flips only along the chosen axes */
         ts_eval_flip(image, flipped, C, dhw, f);
         TS_CHECK(ts_eval_predict(m, coll, sp, flipped, dhw, overlap, batch, scratch, one));
-        ts_eval_flip(one, back, K, dhw, f); /* a flip is its own inverse */
-        for (int64_t i = 0; i < nv * K; i++) sum[i] += back[i];
+        flip_add(one, sum, K, dhw, f); /* a flip is its own inverse */
         n++;
     }
     for (int64_t i = 0; i < nv * K; i++) sum[i] /= (float)n;
@@ -70,7 +83,6 @@ int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, c
 cleanup:
     free(flipped);
     free(one);
-    free(back);
     free(sum);
     free(scratch);
     return err;
