@@ -207,6 +207,10 @@ int ts_infer_list_make(const ts_infer_opts *o, int create, ts_infer_list *l)
     if (l->multi) {
         if (o->probabilities && !strcmp(o->probabilities, o->output))
             TS_FAIL(TS_ERR_ARG, "probabilities=%s is output=: give another folder", o->probabilities);
+        struct stat st;
+        if (o->label && stat(o->label, &st) != 0)
+            TS_FAIL(TS_ERR_IO, "label=%s: %s (a folder of references is needed: input= names %d scans)", o->label,
+                    strerror(errno), s.n);
         if (o->label && !label_dir)
             TS_FAIL(TS_ERR_ARG, "label=%s is not a folder, but input= names %d scans", o->label, s.n);
     } else if (!strcmp(o->input, o->output))
@@ -228,7 +232,10 @@ int ts_infer_list_make(const ts_infer_opts *o, int create, ts_infer_list *l)
             if (!it->label[0])
                 TS_FAIL(TS_ERR_IO, "label=%s has no reference for %s (looked for %s, .nii/.nii.gz, without _0000)",
                         o->label, it->input, b);
-        } else if (o->label) TS_CHECK(ts_path_fmt(it->label, sizeof it->label, "label", "%s", o->label));
+        } else if (o->label) {
+            if (access(o->label, R_OK) != 0) TS_FAIL(TS_ERR_IO, "label=%s: %s", o->label, strerror(errno));
+            TS_CHECK(ts_path_fmt(it->label, sizeof it->label, "label", "%s", o->label));
+        }
     }
     if (l->multi) {
         TS_CHECK(check_names(l));

@@ -103,6 +103,8 @@ mkdir -p "$d/lab2"
 cp "$d/labels/a.nii.gz" "$d/lab2/"
 ts_fails_on_all "a label folder without b's reference" "has no reference for $d/scans/b.nii.gz" 2 \
     run 2 $I input="$d/scans" output="$d/e1" label="$d/lab2"
+ts_fails_on_all "a missing label file, before any prediction" "label=$d/nothing.nii.gz: No such file" 2 \
+    run 2 $I input="$d/single/b.nii.gz" output="$d/e6.nii.gz" label="$d/nothing.nii.gz"
 ts_fails_on_all "two inputs with one file name" "have the same file name" 2 \
     run 2 $I input="$d/scans/a.nii.gz,$d/lab2/a.nii.gz" output="$d/e2"
 ts_fails_on_all "output= the scans' own folder" "would overwrite the scans" 2 \
@@ -114,5 +116,5 @@ ts_fails_on_all "keep_largest=0" "class 0 is the background" 2 \
     run 2 $I input="$d/single/b.nii.gz" output="$d/e4.nii.gz" keep_largest=0
 ts_fails_on_all "mirror=xq" "mirror=xq: give axes x, y, z" 2 \
     run 2 $I input="$d/single/b.nii.gz" output="$d/e5.nii.gz" mirror=xq
-ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" ]
+ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" ]
 ts_finish
