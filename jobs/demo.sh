@@ -66,6 +66,6 @@ mpiexec.mpich -n 1 "$tessera" bench io configs/demo.ini data.path="$run/ch2-aal3
 
 echo
 echo "demo finished in $(( $(date +%s) - start )) s (after the build)"
-grep -E "^(Dice|foreground)" "$run/infer.txt"
+grep -E "^(Dice|HD95|NSD|foreground)" "$run/infer.txt"
 echo "run directory: $run"
 echo "picture:       $run/demo.png"

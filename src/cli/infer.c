@@ -1,35 +1,145 @@
-/* tessera infer CONFIG checkpoint=DIR input=SCAN.nii.gz output=MASK.nii.gz
- * [label=SEG.nii.gz [label_map=MAP]]: the arguments of sliding-window
- * inference of a whole scan and its printed summary; the work (prediction,
- * resampling, NIfTI outputs, Dice) is ts_infer_run (src/train/infer.h). */
+/* tessera infer CONFIG checkpoint=DIR input=SCAN|DIR|LIST output=MASK|DIR
+ * [label=SEG|DIR [label_map=MAP]] [mirror=AXES] [keep_largest=CLASSES |
+ * postprocess=PP.json] [decide=PP.json] ...: the arguments of
+ * sliding-window inference and its printed summary; the work (prediction,
+ * mirroring, post-processing, NIfTI outputs, metrics) is ts_infer_run
+ * (src/train/infer.h). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
 #include "src/train/infer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void help(void)
 {
-    printf("usage: [mpiexec.mpich -n N] tessera infer CONFIG checkpoint=DIR input=SCAN.nii.gz output=MASK.nii.gz\n"
-           "                                  [label=SEG.nii.gz [label_map=MAP.txt]] [downsample=F]\n"
-           "                                  [probabilities=PROB.nii.gz]\n"
-           "                                  [section.key=value ...]\n\n"
-           "Predicts a label volume for a NIfTI scan (channels along the 4th dimension) with the model of\n"
-           "CONFIG and the parameters of a checkpoint: DIR is a checkpoint (ckpt/step-<N>), a checkpoint\n"
-           "folder (the newest complete one is used) or a run directory. The scan is normalised as training\n"
-           "patches are (data.norm, data.clip), cut into windows of data.patch with eval.overlap, predicted\n"
-           "with Gaussian weighting and written as uint8 NIfTI with the input's dimensions, voxel sizes and\n"
-           "sform/qform. The windows are split over the data-parallel replicas; parallel.sp splits each\n"
-           "window's volume over a spatial group and parallel.pp passes it through pipeline stages, as in\n"
-           "training (both taken from CONFIG: override them on the command line, e.g. parallel.sp=1 on one\n"
-           "rank). label= adds per-class Dice against a reference\n"
-           "(mapped through label_map= first, e.g. configs/labelmaps/aal-3class.txt for the AAL atlas).\n"
+    printf("usage: [mpiexec.mpich -n N] tessera infer CONFIG checkpoint=DIR input=SCAN|DIR|A,B,...|LIST\n"
+           "                                  output=MASK.nii.gz|DIR [label=SEG.nii.gz|DIR [label_map=MAP.txt]]\n"
+           "                                  [mirror=xyz] [keep_largest=all|1,2,... | postprocess=PP.json]\n"
+           "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
+           "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [section.key=value ...]\n\n"
+           "Predicts label volumes for NIfTI scans (channels along the 4th dimension) with the model of\n"
+           "CONFIG and the parameters of a checkpoint, loaded once: DIR is a checkpoint (ckpt/step-<N>), a\n"
+           "checkpoint folder (the newest complete one is used) or a run directory. input= is one scan, a\n"
+           "folder (its *.nii and *.nii.gz, by name), names separated by commas, or a list file (a path a\n"
+           "line); with several scans output= (and probabilities=) is a folder, created if missing, and\n"
+           "each mask is named as its scan. Each scan is normalised as training patches are (data.norm,\n"
+           "data.clip), cut into windows of data.patch with eval.overlap, predicted with Gaussian weighting\n"
+           "and written as uint8 NIfTI with its dimensions, voxel sizes and sform/qform. The windows are\n"
+           "split over the data-parallel replicas; parallel.sp splits each window's volume over a spatial\n"
+           "group and parallel.pp passes it through pipeline stages, as in training (both from CONFIG:\n"
+           "override them on the command line, e.g. parallel.sp=1 on one rank).\n"
+           "mirror=AXES (x, y, z: the NIfTI axes, e.g. xyz; default none) is test-time mirroring: the\n"
+           "scan is also predicted flipped along each subset of AXES (8 predictions for xyz, as nnU-Net)\n"
+           "and the class probabilities flipped back and averaged.\n"
+           "label= (a file, or with several scans a folder matched by file name; .nii/.nii.gz and an\n"
+           "nnU-Net channel suffix _0000 are tolerated) adds per-class Dice, HD95 and NSD (millimetres\n"
+           "from the header's voxel sizes; NSD within nsd_tol= mm, default 1), mapped through label_map=\n"
+           "first (e.g. configs/labelmaps/aal-3class.txt for the AAL atlas); they are printed per scan,\n"
+           "as mean and sample std over the scans, and written to metrics= (default: MASK.metrics.json\n"
+           "next to the mask, or DIR/metrics.json).\n"
+           "keep_largest= keeps only the largest 26-connected component of the classes named (all: every\n"
+           "foreground class); postprocess=PP.json applies a decision written by decide=PP.json, which\n"
+           "with label= on validation scans keeps a class's largest component where that raises its mean\n"
+           "Dice (nnU-Net's rule).\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
            "data) and writes the labels back on the scan's own grid. probabilities= also writes the\n"
-           "Gaussian-weighted class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n");
+           "class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n");
+}
+
+static void print_row(const char *title, const double *v, const ts_infer_scan *s, const ts_infer_result *r)
+{
+    printf("%s", title);
+    for (int k = 0; k < s->classes; k++)
+        printf(" %s%s%d=%.4f", r->class_names[k], *r->class_names[k] ? "/" : "class ", k, v[k]);
+    printf("\n");
+}
+
+/* rank 0 prints each scan as it is done */
+static void on_scan(const ts_infer_scan *s, void *ctx)
+{
+    const ts_infer_result *r = ctx;
+    if (ts_cli_rank() != 0) return;
+    printf("infer: [%d/%d] %s (%lldx%lldx%lld) -> %s\n", s->index + 1, s->count, s->input, (long long)s->dim[0],
+           (long long)s->dim[1], (long long)s->dim[2], s->output);
+    if (!s->have_metrics) return;
+    print_row("Dice per class:", s->dice, s, r);
+    print_row("HD95 per class (mm):", s->hd95, s, r);
+    print_row("NSD per class:", s->nsd, s, r);
+    printf("foreground mean Dice: %.4f\n", s->fg_dice);
+}
+
+static void print_stat(const char *title, const ts_infer_stat *st, const ts_infer_result *r)
+{
+    printf("%s", title);
+    for (int k = 0; k < r->classes; k++)
+        printf(" %s%s%d=%.4f+-%.4f(n=%d)", r->class_names[k], *r->class_names[k] ? "/" : "class ", k, st[k].mean,
+               st[k].std, st[k].n);
+    printf("\n");
+}
+
+static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
+{
+    printf("infer: %d scan%s with %s\n", r->nscans, r->nscans == 1 ? "" : "s", r->checkpoint);
+    if (!r->have_dice) return;
+    if (r->nscans > 1) {
+        print_stat("mean Dice over the scans:", r->mean_dice, r);
+        print_stat("mean HD95 over the scans (mm):", r->mean_hd95, r);
+        print_stat("mean NSD over the scans:", r->mean_nsd, r);
+        printf("foreground mean Dice over %d scans: %.4f +- %.4f (sample std)\n", r->fg_dice.n, r->fg_dice.mean,
+               r->fg_dice.std);
+    }
+    printf("metrics: %s (NSD tolerance %g mm)\n", r->metrics, r->nsd_tol);
+    if (r->decided) {
+        printf("post-processing decided (%s): keep the largest component of", o->decide);
+        int any = 0;
+        for (int k = 1; k < r->classes; k++)
+            if (r->decision[k]) printf(" %d", k), any = 1;
+        printf("%s\n", any ? "" : " no class");
+    }
+}
+
+/* mirror=AXES: letters x, y, z (or "none") into TS_INFER_MIRROR_* */
+static int parse_mirror(const char *a, int *mask)
+{
+    *mask = 0;
+    if (!strcmp(a, "none")) return 0;
+    for (const char *p = a; *p; p++) {
+        int b = *p == 'x' ? TS_INFER_MIRROR_X : *p == 'y' ? TS_INFER_MIRROR_Y : *p == 'z' ? TS_INFER_MIRROR_Z : 0;
+        if (!b || (*mask & b)) return TS_ERR(TS_ERR_ARG, "infer: mirror=%s: give axes x, y, z (e.g. xyz) or none", a);
+        *mask |= b;
+    }
+    return *a ? 0 : TS_ERR(TS_ERR_ARG, "infer: mirror= is empty: give axes x, y, z (e.g. xyz) or none");
+}
+
+/* one key=value argument of infer's own; 1 when a is not one of them */
+static int parse_opt(const char *a, ts_infer_opts *o, int *lerr)
+{
+    static const char *keys[] = {"checkpoint=", "input=", "output=", "label=", "label_map=", "probabilities=",
+                                 "metrics=", "keep_largest=", "postprocess=", "decide="};
+    const char **dst[] = {&o->checkpoint, &o->input, &o->output, &o->label, &o->label_map, &o->probabilities,
+                          &o->metrics, &o->keep_largest, &o->postprocess, &o->decide};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strncmp(a, keys[i], strlen(keys[i]))) {
+            *dst[i] = a + strlen(keys[i]);
+            return 0;
+        }
+    char *end;
+    if (!strncmp(a, "downsample=", 11)) {
+        long f = strtol(a + 11, &end, 10);
+        if (end == a + 11 || *end || f < 1 || f > 8)
+            *lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%s must be 1..8", a + 11);
+        o->downsample = (int)f;
+    } else if (!strncmp(a, "nsd_tol=", 8)) {
+        o->nsd_tol = strtod(a + 8, &end);
+        if (end == a + 8 || *end || !isfinite(o->nsd_tol) || o->nsd_tol < 0)
+            *lerr = TS_ERR(TS_ERR_ARG, "infer: nsd_tol=%s must be a distance in mm >= 0", a + 8);
+    } else if (!strncmp(a, "mirror=", 7)) *lerr = parse_mirror(a + 7, &o->mirror);
+    else return 1;
+    return 0;
 }
 
 int ts_cli_infer(int argc, char **argv)
@@ -38,7 +148,7 @@ int ts_cli_infer(int argc, char **argv)
     const char *cfgpath = NULL;
     char **over = NULL;
     ts_config *cfg = NULL;
-    ts_infer_opts o = {.downsample = 1};
+    ts_infer_opts o = {.downsample = 1, .nsd_tol = -1, .on_scan = on_scan};
     ts_infer_result *r = NULL;
     if (ts_cli_wants_help(argc, argv)) {
         if (rank == 0) help();
@@ -51,22 +161,11 @@ int ts_cli_infer(int argc, char **argv)
         free(r);
         return TS_ERR(TS_ERR_NOMEM, "arguments");
     }
+    o.on_scan_ctx = r;
     for (int i = 1; i < argc && !lerr; i++) {
         const char *a = argv[i];
-        if (!strncmp(a, "checkpoint=", 11)) o.checkpoint = a + 11;
-        else if (!strncmp(a, "input=", 6)) o.input = a + 6;
-        else if (!strncmp(a, "output=", 7)) o.output = a + 7;
-        else if (!strncmp(a, "label=", 6)) o.label = a + 6;
-        else if (!strncmp(a, "label_map=", 10)) o.label_map = a + 10;
-        else if (!strncmp(a, "probabilities=", 14)) o.probabilities = a + 14;
-        else if (!strncmp(a, "downsample=", 11)) {
-            char *end;
-            long f = strtol(a + 11, &end, 10);
-            if (end == a + 11 || *end || f < 1 || f > 8)
-                lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%s must be 1..8", a + 11);
-            o.downsample = (int)f;
-        }
-        else if (a[0] != '-' && strchr(a, '=')) over[nover++] = argv[i];
+        if (!parse_opt(a, &o, &lerr)) continue;
+        if (a[0] != '-' && strchr(a, '=')) over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else lerr = TS_ERR(TS_ERR_ARG, "infer: unexpected argument '%s' (see tessera infer --help)", a);
     }
@@ -75,25 +174,7 @@ int ts_cli_infer(int argc, char **argv)
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
     TS_CHECK(ts_infer_run(cfg, MPI_COMM_WORLD, &o, r));
-    if (rank == 0) {
-        printf("infer: %s (%lldx%lldx%lld) -> %s with %s\n", o.input, (long long)r->dim[0], (long long)r->dim[1],
-               (long long)r->dim[2], o.output, r->checkpoint);
-        if (r->have_dice) {
-            double mean = 0;
-            int nfg = 0;
-            printf("Dice per class:");
-            for (int k = 0; k < r->classes; k++) {
-                double d = r->dice[k];
-                const char *nm = r->class_names[k];
-                printf(" %s%s%d=%.4f", nm, *nm ? "/" : "class ", k, d);
-                if (k > 0 && d == d) {
-                    mean += d;
-                    nfg++;
-                }
-            }
-            printf("\nforeground mean Dice: %.4f\n", nfg ? mean / nfg : 0.0);
-        }
-    }
+    if (rank == 0) print_summary(&o, r);
 cleanup:
     ts_config_destroy(&cfg);
     free(r);

@@ -35,6 +35,27 @@ typedef struct ts_eval_split {
 int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
                     double overlap, int batch, uint8_t *pred, float *prob);
 
+/* Flips along D, H and W (bits of ts_eval_flip's and
+ * ts_eval_predict_mirror's masks). */
+#define TS_EVAL_FLIP_D 1
+#define TS_EVAL_FLIP_H 2
+#define TS_EVAL_FLIP_W 4
+#define TS_EVAL_FLIP_ALL 7
+
+/* Local. out [C, D, H, W] = in flipped along the axes of flip (a mask of
+ * TS_EVAL_FLIP_*); in and out do not overlap. A flip is its own inverse. */
+void ts_eval_flip(const float *in, float *out, int C, const int64_t dhw[3], int flip);
+
+/* Collective as ts_eval_predict. Test-time mirroring: image is predicted
+ * once per subset of the axes in `axes` (TS_EVAL_FLIP_* mask; 7: all 8
+ * combinations, as nnU-Net), each prediction's normalised probabilities
+ * flipped back and the mean taken; pred is its argmax and prob (may be
+ * NULL) the mean. axes 0 is ts_eval_predict. Errors: as ts_eval_predict;
+ * TS_ERR_NOMEM (agreed on every rank) for the flipped volume and the
+ * probability sums (nv x (C + 2K) floats, besides ts_eval_predict's). */
+int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
+                           const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob);
+
 /* Local. Adds true positives, false positives and false negatives per class. */
 void ts_eval_confusion(const uint8_t *pred, const uint8_t *label, int64_t n, int K, int64_t *tp, int64_t *fp,
                        int64_t *fn);

@@ -1,9 +1,12 @@
-/* Inference of one scan (src/train/infer.h): the model and checkpoint, the
- * scan read and normalised as training patches are, the sliding-window
- * prediction over the ranks (src/train/evaluate.c), resampling back to the
- * scan's grid, the NIfTI outputs and the Dice against a reference. */
+/* Inference (src/train/infer.h): the model, checkpoint and parallel layout
+ * set up once; per scan, the scan read and normalised as training patches
+ * are, the sliding-window prediction over the ranks (src/train/evaluate.c,
+ * with test-time mirroring src/train/mirror.c), resampling back to the
+ * scan's grid, post-processing, the NIfTI outputs and the metrics against
+ * a reference (src/train/infer_metrics.c); the scans come from
+ * src/train/infer_list.c. */
 #include "tsbuild.h"
-#include "src/train/infer.h"
+#include "src/train/infer_impl.h"
 #include "collectives/coll.h"
 #include "io/checkpoint.h"
 #include "io/labelmap.h"
@@ -20,6 +23,7 @@
 #include "src/train/evaluate.h"
 #include "src/train/pipeline.h"
 #include "src/train/step.h"
+#include "src/train/surface.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,8 +39,20 @@ typedef struct infer {
     ts_unet_cfg u;
     ts_loader_opts lo;
     double overlap;
+    int64_t batch, spn, pp;
     ts_unet *m;
-    ts_nifti *img;              /* the scan */
+    /* built once for every scan */
+    ts_grid *grid;
+    ts_spatial *sp;
+    ts_pipeline *pipe;
+    ts_coll *coll, *all;
+    ts_eval_split es;
+    ts_dataset *ds;             /* data.norm = dataset: the training dataset's statistics */
+    ts_labelmap *map;           /* label_map= */
+    int keep[TS_IO_MAX_CLASSES]; /* post-processing: keep the class's largest component */
+    /* the scan */
+    const ts_infer_item *it;
+    ts_nifti *img;
     int64_t C, dhw[3], nv;      /* channels; the grid predicted on (coarser with downsample) */
     int64_t fine[3], nfine;     /* the scan's grid */
     float *vol, *prob;          /* the normalised image [C, dhw]; probabilities [K, dhw] */
@@ -73,7 +89,7 @@ static int load_model(infer *t, const char *ckpt)
  * (downsample) and normalises it with its own statistics (data.norm). */
 static int load_scan(infer *t)
 {
-    const char *input = t->o->input;
+    const char *input = t->it->input;
     const int f = t->o->downsample;
     TS_TRY(ts_nifti_read(input, &t->img));
     t->C = t->img->dim[3];
@@ -126,28 +142,21 @@ static int load_scan(infer *t)
     return 0;
 }
 
-/* Collective on world. data.norm = dataset: normalises the scan again with
- * the training dataset's statistics (data.path). */
+/* Local. data.norm = dataset: normalises the scan again with the training
+ * dataset's statistics (data.path, opened by setup). */
 static int dataset_norm(infer *t)
 {
-    int err = 0;
-    const char *dpath;
-    ts_dataset *ds = NULL;
-    TS_CHECK(ts_config_get_str(t->cfg, "data.path", &dpath));
-    ts_dataset_opts dso = {.check = 0};
-    TS_CHECK(ts_dataset_open(t->world, dpath, &dso, &ds));
     if (t->o->downsample > 1)
-        TS_FAIL(TS_ERR_UNSUPPORTED, "infer: downsample= with data.norm = dataset is not available yet (use data.norm = image)");
+        return TS_ERR(TS_ERR_UNSUPPORTED, "infer: downsample= with data.norm = dataset is not available yet (use "
+                                          "data.norm = image)");
     /* undo the image z-score: normalise the scan's values again */
-    TS_CHECK(ts_err_agree(t->world, ts_nifti_to_float(t->img, t->vol)));
+    TS_TRY(ts_nifti_to_float(t->img, t->vol));
     double pct[TS_IO_MAX_CHANNELS * TS_IO_NPCT] = {0}, mean[TS_IO_MAX_CHANNELS] = {0}, sd[TS_IO_MAX_CHANNELS];
     for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) sd[c] = 1;
     ts_patch_opts po = t->lo.patch;
     po.clip_lo = po.clip_hi = -1;
-    ts_patch_normalize(t->vol, t->C, t->nv, &po, mean, sd, pct, ts_dataset_mean(ds), ts_dataset_std(ds));
-cleanup:
-    ts_dataset_close(&ds);
-    return err;
+    ts_patch_normalize(t->vol, t->C, t->nv, &po, mean, sd, pct, ts_dataset_mean(t->ds), ts_dataset_std(t->ds));
+    return 0;
 }
 
 static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
@@ -155,51 +164,73 @@ static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
     return ts_pipeline_forward(ctx, x, logits);
 }
 
-/* Collective on world. Windows over the replicas, each window's volume over
- * a spatial group (parallel.sp) or through pipeline stages (parallel.pp);
- * then the labels back onto the scan's grid. */
-static int predict(infer *t)
+/* Collective on world. The layout every scan is predicted on: windows over
+ * the replicas, each window's volume over a spatial group (parallel.sp) or
+ * through pipeline stages (parallel.pp); the training dataset for
+ * data.norm = dataset. */
+static int setup_layout(infer *t)
 {
     int err = 0, dims[3];
-    int64_t batch, spn, pp;
     const char *spdims;
-    ts_eval_split es;
-    ts_grid *grid = NULL;
-    ts_spatial *sp = NULL;
-    ts_pipeline *pipe = NULL;
-    ts_coll *coll = NULL, *all = NULL;
-    TS_CHECK(ts_config_get_int(t->cfg, "train.batch", &batch));
-    TS_CHECK(ts_config_get_int(t->cfg, "parallel.sp", &spn));
-    TS_CHECK(ts_config_get_int(t->cfg, "parallel.pp", &pp));
+    TS_CHECK(ts_config_get_int(t->cfg, "train.batch", &t->batch));
+    TS_CHECK(ts_config_get_int(t->cfg, "parallel.sp", &t->spn));
+    TS_CHECK(ts_config_get_int(t->cfg, "parallel.pp", &t->pp));
     TS_CHECK(ts_config_get_str(t->cfg, "parallel.sp_dims", &spdims));
-    TS_CHECK(ts_grid_create(t->world, 0, (int)pp, (int)spn, &grid));
-    TS_CHECK(ts_spatial_plan((int)spn, spdims, t->u.patch, t->u.levels, dims));
-    TS_CHECK(ts_spatial_create(grid->sp_comm, dims, &sp));
-    TS_CHECK(ts_spatial_box(sp, t->u.patch, es.box_lo, es.box_size));
-    TS_CHECK(ts_coll_create(grid->dp_comm, NULL, &coll));
-    TS_CHECK(ts_coll_create(grid->world, NULL, &all));
-    es.all = all;
-    es.forward = NULL;
-    es.forward_ctx = NULL;
-    ts_stepper_split_model(t->m, sp);
-    if (pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
+    TS_CHECK(ts_grid_create(t->world, 0, (int)t->pp, (int)t->spn, &t->grid));
+    TS_CHECK(ts_spatial_plan((int)t->spn, spdims, t->u.patch, t->u.levels, dims));
+    TS_CHECK(ts_spatial_create(t->grid->sp_comm, dims, &t->sp));
+    TS_CHECK(ts_spatial_box(t->sp, t->u.patch, t->es.box_lo, t->es.box_size));
+    TS_CHECK(ts_coll_create(t->grid->dp_comm, NULL, &t->coll));
+    TS_CHECK(ts_coll_create(t->grid->world, NULL, &t->all));
+    t->es.all = t->all;
+    t->es.forward = NULL;
+    t->es.forward_ctx = NULL;
+    ts_stepper_split_model(t->m, t->sp);
+    if (t->pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
         const char *cut;
         int first[4 * TS_UNET_MAX_LEVELS];
         double cost[4 * TS_UNET_MAX_LEVELS] = {0};
+        const int64_t *bs = t->es.box_size;
         TS_CHECK(ts_config_get_str(t->cfg, "parallel.pp_cut", &cut));
-        TS_CHECK(ts_pipeline_plan(t->m, grid->world, (int)pp, cut, (int)batch, es.box_size, first, cost));
-        TS_CHECK(ts_pipeline_create(t->m, grid->pp_comm, first, TS_PIPE_GPIPE, 1, &pipe));
-        TS_CHECK(ts_err_agree(grid->world, ts_unet_setup(t->m, (int)batch, (int)es.box_size[0], (int)es.box_size[1],
-                                                          (int)es.box_size[2])));
-        es.forward = pipe_forward;
-        es.forward_ctx = pipe;
+        TS_CHECK(ts_pipeline_plan(t->m, t->grid->world, (int)t->pp, cut, (int)t->batch, bs, first, cost));
+        TS_CHECK(ts_pipeline_create(t->m, t->grid->pp_comm, first, TS_PIPE_GPIPE, 1, &t->pipe));
+        TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->m, (int)t->batch, (int)bs[0], (int)bs[1], (int)bs[2])));
+        t->es.forward = pipe_forward;
+        t->es.forward_ctx = t->pipe;
     }
-    if (t->o->probabilities) {
+    if (t->lo.patch.norm == TS_NORM_DATASET) {
+        const char *dpath;
+        ts_dataset_opts dso = {.check = 0};
+        TS_CHECK(ts_config_get_str(t->cfg, "data.path", &dpath));
+        TS_CHECK(ts_dataset_open(t->world, dpath, &dso, &t->ds));
+    }
+cleanup:
+    return err;
+}
+
+static void teardown(infer *t)
+{
+    ts_dataset_close(&t->ds);
+    ts_coll_destroy(&t->coll);
+    ts_pipeline_destroy(&t->pipe);
+    ts_coll_destroy(&t->all);
+    ts_spatial_destroy(&t->sp);
+    ts_grid_destroy(&t->grid);
+    ts_labelmap_destroy(&t->map);
+    ts_unet_destroy(&t->m);
+}
+
+/* Collective on world. The scan's labels (and probabilities), mirrored as
+ * asked, then back onto the scan's grid. */
+static int predict(infer *t)
+{
+    int err = 0;
+    if (t->it->prob[0]) {
         t->prob = malloc(sizeof *t->prob * (size_t)(t->nv * t->u.classes));
-        TS_CHECK(ts_err_agree(t->world, t->prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", t->o->input)));
+        TS_CHECK(ts_err_agree(t->world, t->prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", t->it->input)));
     }
-    TS_CHECK(ts_eval_predict(t->m, coll, spn > 1 || pp > 1 ? &es : NULL, t->vol, t->dhw, t->overlap, (int)batch,
-                             t->pred, t->prob));
+    TS_CHECK(ts_eval_predict_mirror(t->m, t->coll, t->spn > 1 || t->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
+                                    t->overlap, (int)t->batch, t->o->mirror, t->pred, t->prob));
     if (t->o->downsample > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(t->pred, t->fine, t->o->downsample, t->full);
         uint8_t *p = t->pred;
@@ -208,12 +239,16 @@ static int predict(infer *t)
         t->nv = t->nfine;
     }
 cleanup:
-    ts_coll_destroy(&coll);
-    ts_pipeline_destroy(&pipe);
-    ts_coll_destroy(&all);
-    ts_spatial_destroy(&sp);
-    ts_grid_destroy(&grid);
     return err;
+}
+
+/* Local (the same on every rank: the labels are). Keeps the largest
+ * component of the classes of t->keep; s->removed counts what went. */
+static int postprocess(infer *t, ts_infer_scan *s)
+{
+    for (int k = 1; k < t->u.classes; k++)
+        if (t->keep[k]) TS_TRY(ts_keep_largest_component(t->pred, t->fine, k, &s->removed[k]));
+    return 0;
 }
 
 /* Collective on world (rank 0 writes; its error reaches every rank). The
@@ -235,95 +270,206 @@ static int write_outputs(infer *t)
         memcpy(g.qform, img->qform, sizeof g.qform);
         g.sform_code = img->sform_code;
         g.qform_code = img->qform_code;
-        lerr = ts_nifti_write(t->o->output, &g, TS_NIFTI_UINT8, img->version, t->pred);
-        if (!lerr && t->o->probabilities) { /* [K][D][H][W]: NIfTI x (W) fastest, classes along the 4th dimension */
+        lerr = ts_nifti_write(t->it->output, &g, TS_NIFTI_UINT8, img->version, t->pred);
+        if (!lerr && t->prob) { /* [K][D][H][W]: NIfTI x (W) fastest, classes along the 4th dimension */
             g.dim[3] = t->u.classes;
-            lerr = ts_nifti_write(t->o->probabilities, &g, TS_NIFTI_FLOAT32, img->version, t->prob);
+            lerr = ts_nifti_write(t->it->prob, &g, TS_NIFTI_FLOAT32, img->version, t->prob);
         }
     }
     return ts_err_agree(t->world, lerr);
 }
 
-/* Collective on world. Per-class Dice of the prediction against the
- * reference label volume (mapped through the label map first). */
-static int reference_dice(infer *t, ts_infer_result *r)
+/* Local. The reference label volume of the scan as classes (through the
+ * label map first); *out owned by the caller. */
+static int read_reference(infer *t, uint8_t **out)
 {
-    int lerr = 0;
-    const char *label = t->o->label, *lmap = t->o->label_map;
-    ts_nifti *ref = NULL;
-    ts_labelmap *map = NULL;
-    uint8_t *lab = NULL;
+    int err = 0;
+    const char *label = t->it->label, *lmap = t->o->label_map;
     const ts_nifti *img = t->img;
-    lerr = ts_nifti_read(label, &ref);
-    if (!lerr && (ref->dim[0] != img->dim[0] || ref->dim[1] != img->dim[1] || ref->dim[2] != img->dim[2] ||
-                  ref->dim[3] != 1))
-        lerr = TS_ERR(TS_ERR_FORMAT, "%s (%lldx%lldx%lldx%lld) is not on the grid of %s", label,
-                      (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2],
-                      (long long)ref->dim[3], t->o->input);
-    if (!lerr && lmap) lerr = ts_labelmap_load(lmap, &map);
-    if (!lerr) {
-        lab = malloc((size_t)t->nv);
-        if (!lab) lerr = TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", label, (long long)t->nv);
-    }
-    for (int64_t v = 0; v < t->nv && !lerr; v++) {
+    ts_nifti *ref = NULL;
+    uint8_t *lab = NULL;
+    TS_CHECK(ts_nifti_read(label, &ref));
+    if (ref->dim[0] != img->dim[0] || ref->dim[1] != img->dim[1] || ref->dim[2] != img->dim[2] || ref->dim[3] != 1)
+        TS_FAIL(TS_ERR_FORMAT, "%s (%lldx%lldx%lldx%lld) is not on the grid of %s", label, (long long)ref->dim[0],
+                (long long)ref->dim[1], (long long)ref->dim[2], (long long)ref->dim[3], t->it->input);
+    if (!(lab = malloc((size_t)t->nv))) TS_FAIL(TS_ERR_NOMEM, "%s: %lld voxels", label, (long long)t->nv);
+    for (int64_t v = 0; v < t->nv; v++) {
         double x = ts_nifti_get(ref, v);
         int c = (int)x;
-        if (map && ts_labelmap_lookup(map, (int64_t)x, &c))
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: label value %g is not in the label map %s", label, x, lmap);
+        if (t->map && ts_labelmap_lookup(t->map, (int64_t)x, &c))
+            TS_FAIL(TS_ERR_FORMAT, "%s: label value %g is not in the label map %s", label, x, lmap);
         else if (c < 0 || c >= t->u.classes)
-            lerr = TS_ERR(TS_ERR_FORMAT, "%s: label %d is not a class of the model (%d classes)%s", label, c,
-                          t->u.classes, map ? "" : "; is a label_map= needed?");
-        else lab[v] = (uint8_t)c;
+            TS_FAIL(TS_ERR_FORMAT, "%s: label %d is not a class of the model (%d classes)%s", label, c, t->u.classes,
+                    t->map ? "" : "; is a label_map= needed?");
+        lab[v] = (uint8_t)c;
     }
-    int err = ts_err_agree(t->world, lerr);
-    if (!err) {
-        int64_t tp[TS_IO_MAX_CLASSES] = {0}, fp[TS_IO_MAX_CLASSES] = {0}, fn[TS_IO_MAX_CLASSES] = {0};
-        ts_eval_confusion(t->pred, lab, t->nv, t->u.classes, tp, fp, fn);
-        for (int k = 0; k < t->u.classes; k++) {
-            r->dice[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
-            snprintf(r->class_names[k], sizeof r->class_names[k], "%s", map ? ts_labelmap_class_name(map, k) : "");
-        }
-        r->have_dice = 1;
-    }
+    *out = lab;
+    lab = NULL;
+cleanup:
     free(lab);
-    ts_labelmap_destroy(&map);
     ts_nifti_free(&ref);
     return err;
+}
+
+/* Collective on world. Per-class Dice, HD95 and NSD (and, to decide the
+ * post-processing, Dice with each class's largest component) against the
+ * reference, computed on rank 0 and sent to every rank. */
+static int scan_metrics(infer *t, ts_infer_scan *s, double tol)
+{
+    int err = 0, lerr = 0;
+    const int K = t->u.classes;
+    uint8_t *lab = NULL;
+    if (t->rank == 0) {
+        /* header voxel sizes of x, y, z; the metrics want D, H, W */
+        const double sp[3] = {fabs(t->img->pixdim[2]), fabs(t->img->pixdim[1]), fabs(t->img->pixdim[0])};
+        lerr = read_reference(t, &lab);
+        if (!lerr)
+            lerr = TS_CTX(ts_infer_scan_metrics(t->pred, lab, t->fine, sp, K, tol, t->o->decide != NULL, s),
+                          "metrics of %s against %s", t->it->output, t->it->label);
+    }
+    TS_CHECK(ts_err_agree(t->world, lerr));
+    TS_MPI(MPI_Bcast(s->dice, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(s->hd95, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(s->nsd, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(s->dice_pp, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(&s->fg_dice, 1, MPI_DOUBLE, 0, t->world));
+    s->have_metrics = 1;
+cleanup:
+    free(lab);
+    return err;
+}
+
+static void free_scan(infer *t)
+{
+    ts_nifti_free(&t->img);
+    free(t->vol);
+    free(t->prob);
+    free(t->pred);
+    free(t->full);
+    free(t->zeros);
+    t->vol = t->prob = NULL;
+    t->pred = t->full = t->zeros = NULL;
+}
+
+/* Collective on world. One scan from reading to its metrics. */
+static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan *s)
+{
+    int err = 0;
+    t->it = it;
+    s->input = it->input;
+    s->output = it->output;
+    s->label = it->label[0] ? it->label : NULL;
+    s->classes = t->u.classes;
+    TS_CHECK(ts_err_agree(t->world, load_scan(t)));
+    if (t->lo.patch.norm == TS_NORM_DATASET) TS_CHECK(ts_err_agree(t->world, dataset_norm(t)));
+    TS_CHECK(predict(t));
+    TS_CHECK(ts_err_agree(t->world, postprocess(t, s)));
+    TS_CHECK(write_outputs(t));
+    for (int k = 0; k < 3; k++) {
+        s->dim[k] = t->img->dim[k];
+        s->spacing[k] = fabs(t->img->pixdim[k]);
+    }
+    for (int k = 0; k < t->u.classes; k++) s->dice[k] = s->hd95[k] = s->nsd[k] = s->dice_pp[k] = NAN;
+    s->fg_dice = NAN;
+    if (s->label) TS_CHECK(scan_metrics(t, s, tol));
+cleanup:
+    free_scan(t);
+    return err;
+}
+
+/* Local. The options that do not go together, before any work. */
+static int check_opts(const ts_infer_opts *o)
+{
+    if (o->downsample < 1 || o->downsample > 8)
+        return TS_ERR(TS_ERR_ARG, "infer: downsample=%d must be 1..8", o->downsample);
+    if (o->probabilities && o->downsample > 1)
+        return TS_ERR(TS_ERR_ARG, "infer: probabilities= is not available with downsample= (the probabilities live "
+                                  "on the coarse grid)");
+    if (o->mirror & ~(TS_INFER_MIRROR_X | TS_INFER_MIRROR_Y | TS_INFER_MIRROR_Z))
+        return TS_ERR(TS_ERR_ARG, "infer: mirror mask %d has bits other than x, y, z", o->mirror);
+    if (o->keep_largest && o->postprocess)
+        return TS_ERR(TS_ERR_ARG, "infer: keep_largest= and postprocess= both choose the post-processing: give one");
+    if (o->decide && !o->label)
+        return TS_ERR(TS_ERR_ARG, "infer: decide=%s needs label= (reference labels of the validation scans)", o->decide);
+    if (o->decide && (o->keep_largest || o->postprocess))
+        return TS_ERR(TS_ERR_ARG, "infer: decide= compares the raw prediction with and without the post-processing: "
+                                  "drop keep_largest=/postprocess=");
+    if (o->metrics && !o->label) return TS_ERR(TS_ERR_ARG, "infer: metrics=%s needs label=", o->metrics);
+    return 0;
+}
+
+/* Local. The model, the label map, the post-processing classes. */
+static int prepare(infer *t, const char *ckpt)
+{
+    const ts_infer_opts *o = t->o;
+    TS_TRY(load_model(t, ckpt));
+    if (o->label_map) TS_TRY(ts_labelmap_load(o->label_map, &t->map));
+    if (o->keep_largest) TS_TRY(ts_infer_parse_keep(o->keep_largest, t->u.classes, t->keep));
+    if (o->postprocess) TS_TRY(ts_infer_read_decision(o->postprocess, t->u.classes, t->keep));
+    return 0;
+}
+
+/* Collective on world (rank 0 writes). Summary, metrics file, decision. */
+static int finish(infer *t, const ts_infer_scan *s, int n, const ts_infer_list *l, ts_infer_result *r)
+{
+    int lerr = 0;
+    const int K = t->u.classes;
+    double without[TS_IO_MAX_CLASSES], with[TS_IO_MAX_CLASSES];
+    ts_infer_summarise(s, n, K, r);
+    lerr = ts_infer_metrics_path(t->o, l, r->metrics, sizeof r->metrics);
+    if (!lerr && t->o->decide) {
+        ts_infer_decide(s, n, K, r->decision, without, with);
+        r->decided = 1;
+        if (t->rank == 0) lerr = ts_infer_write_decision(t->o->decide, r, n, without, with);
+    }
+    if (!lerr && t->rank == 0) lerr = ts_infer_write_metrics(r->metrics, t->o, r, s, n);
+    return ts_err_agree(t->world, lerr);
 }
 
 int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, ts_infer_result *r)
 {
     int err = 0, lerr = 0;
     infer t;
+    ts_infer_list l = {0};
+    ts_infer_scan *scans = NULL;
     memset(&t, 0, sizeof t);
     memset(r, 0, sizeof *r);
     t.cfg = cfg;
     t.o = o;
     t.world = world;
     TS_MPI(MPI_Comm_rank(world, &t.rank));
-    if (o->downsample < 1 || o->downsample > 8)
-        lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%d must be 1..8", o->downsample);
-    else if (o->probabilities && o->downsample > 1)
-        lerr = TS_ERR(TS_ERR_ARG, "infer: probabilities= is not available with downsample= (the probabilities live "
-                                  "on the coarse grid)");
+    r->nsd_tol = o->nsd_tol >= 0 ? o->nsd_tol : TS_INFER_NSD_TOL_MM;
+    lerr = check_opts(o);
     if (!lerr) lerr = ts_infer_find_checkpoint(o->checkpoint, r->checkpoint, sizeof r->checkpoint);
+    if (!lerr) lerr = ts_infer_list_make(o, t.rank == 0, &l);
+    if (!lerr && !(scans = calloc((size_t)l.n, sizeof *scans)))
+        lerr = TS_ERR(TS_ERR_NOMEM, "results of %d scans", l.n);
     TS_CHECK(ts_err_agree(world, lerr));
-    lerr = load_model(&t, r->checkpoint);
-    if (!lerr) lerr = load_scan(&t);
-    TS_CHECK(ts_err_agree(world, lerr));
-    if (t.lo.patch.norm == TS_NORM_DATASET) TS_CHECK(dataset_norm(&t));
-    TS_CHECK(predict(&t));
-    TS_CHECK(write_outputs(&t));
-    for (int k = 0; k < 3; k++) r->dim[k] = t.img->dim[k];
+    TS_CHECK(ts_err_agree(world, prepare(&t, r->checkpoint)));
+    if (t.lo.patch.norm == TS_NORM_DATASET && !ts_config_isset(cfg, "data.path"))
+        TS_CHECK(ts_err_agree(world, TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training "
+                                                           "dataset's statistics)")));
+    TS_CHECK(setup_layout(&t));
     r->classes = t.u.classes;
-    if (o->label) TS_CHECK(reference_dice(&t, r));
+    r->nscans = l.n;
+    r->have_dice = o->label != NULL;
+    memcpy(r->keep, t.keep, sizeof r->keep);
+    for (int k = 0; k < t.u.classes; k++)
+        snprintf(r->class_names[k], sizeof r->class_names[k], "%s", t.map ? ts_labelmap_class_name(t.map, k) : "");
+    for (int i = 0; i < l.n; i++) {
+        scans[i].index = i;
+        scans[i].count = l.n;
+        TS_CHECK(run_scan(&t, &l.item[i], r->nsd_tol, &scans[i]));
+        for (int k = 0; k < 3; k++) r->dim[k] = scans[i].dim[k];
+        memcpy(r->dice, scans[i].dice, sizeof r->dice);
+        if (o->on_scan) o->on_scan(&scans[i], o->on_scan_ctx);
+    }
+    if (o->label) TS_CHECK(finish(&t, scans, l.n, &l, r));
+    else r->metrics[0] = 0;
 cleanup:
-    ts_unet_destroy(&t.m);
-    ts_nifti_free(&t.img);
-    free(t.vol);
-    free(t.prob);
-    free(t.pred);
-    free(t.full);
-    free(t.zeros);
+    teardown(&t);
+    free_scan(&t);
+    free(scans);
+    ts_infer_list_free(&l);
     return err;
 }

@@ -1,0 +1,72 @@
+/* The pieces of `tessera infer` beside the prediction (src/train/infer.c):
+ * the list of scans with their output, label and probability files
+ * (infer_list.c), and per-scan metrics, their summary, the
+ * post-processing classes and decision, and the JSON files
+ * (infer_metrics.c). Internal: not installed. */
+#ifndef TS_TRAIN_INFER_IMPL_H
+#define TS_TRAIN_INFER_IMPL_H
+
+#include "src/train/infer.h"
+
+typedef struct ts_infer_item {
+    char input[4096], output[4096];
+    char label[4096], prob[4096]; /* "" when not asked for */
+} ts_infer_item;
+
+typedef struct ts_infer_list {
+    int n;
+    int multi; /* input named several scans (a folder, a comma list or a list file): outputs are folders */
+    ts_infer_item *item;
+} ts_infer_list;
+
+/* Local. The scans of o->input and, for each, its output, label and
+ * probability paths (docs/training.md, "Inference"). With several scans,
+ * output (and probabilities) are folders, created when create is 1 (rank
+ * 0); the files are named as the inputs, labels are found in the label
+ * folder by the same name (.nii and .nii.gz interchangeable). Errors name
+ * the argument and the file: no scan, a missing label, two inputs with one
+ * name, an output folder that is an input's folder, TS_ERR_IO. Free with
+ * ts_infer_list_free. */
+int ts_infer_list_make(const ts_infer_opts *o, int create, ts_infer_list *l);
+void ts_infer_list_free(ts_infer_list *l);
+
+/* Local. The metrics file's path: o->metrics, or next to the output
+ * (OUTPUT without .nii/.nii.gz + ".metrics.json"; OUTDIR/metrics.json
+ * with several scans). */
+int ts_infer_metrics_path(const ts_infer_opts *o, const ts_infer_list *l, char *path, size_t n);
+
+/* Local. keep[k] = 1 for the classes of spec: "all" (1..K-1) or a comma
+ * list of foreground classes. Errors: TS_ERR_ARG naming spec (class 0, a
+ * class >= K, not a number). */
+int ts_infer_parse_keep(const char *spec, int K, int *keep);
+
+/* Local. keep[k] from a decision file written by ts_infer_write_decision.
+ * Errors name the file: TS_ERR_IO, TS_ERR_FORMAT (not a decision, another
+ * number of classes). */
+int ts_infer_read_decision(const char *path, int K, int *keep);
+
+/* Local. Dice, HD95 and NSD (tolerance tol mm) per class of pred against
+ * ref, extent dhw, spacing mm along D, H, W, into s; with pp also
+ * s->dice_pp (each class's Dice with only its largest component kept).
+ * Errors: TS_ERR_ARG (spacing), TS_ERR_NOMEM. */
+int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t dhw[3], const double spacing[3],
+                          int K, double tol, int pp, ts_infer_scan *s);
+
+/* Local. r's per-class mean and sample std over the n scans (each over the
+ * scans where the value is finite) and of the foreground mean Dice. */
+void ts_infer_summarise(const ts_infer_scan *s, int n, int K, ts_infer_result *r);
+
+/* Local. nnU-Net's rule per foreground class: keep the largest component
+ * when it raises the class's mean Dice over the scans (strictly);
+ * without[k] and with[k] receive the two means (NaN: the class is in no
+ * scan, not applied). */
+void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with);
+
+/* Local. Writes the metrics file (per scan and summary, JSON; docs/training.md). */
+int ts_infer_write_metrics(const char *path, const ts_infer_opts *o, const ts_infer_result *r,
+                           const ts_infer_scan *s, int n);
+/* Local. Writes the decision file (JSON: keep_largest and the means). */
+int ts_infer_write_decision(const char *path, const ts_infer_result *r, int n, const double *without,
+                            const double *with);
+
+#endif
