@@ -312,6 +312,11 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     if (!lerr) lerr = load_scan(&t);
     TS_CHECK(ts_err_agree(world, lerr));
     if (t.lo.patch.norm == TS_NORM_DATASET) TS_CHECK(dataset_norm(&t));
+    if (t.lo.patch.norm == TS_NORM_CT) { /* the training dataset's CT statistics (io/patch.h) */
+        const char *dp = "";
+        if (ts_config_isset(cfg, "data.path")) TS_CHECK(ts_config_get_str(cfg, "data.path", &dp));
+        TS_CHECK(ts_patch_normalize_scan(world, dp, t.vol, t.C, t.nv));
+    }
     TS_CHECK(predict(&t));
     TS_CHECK(write_outputs(&t));
     for (int k = 0; k < 3; k++) r->dim[k] = t.img->dim[k];
