@@ -35,7 +35,8 @@ static const ts_cli_cmd commands[] = {
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
     "  of the nnU-Net-style medical pipeline (docs/medical.md): per-channel normalisation by modality (data.norm\n"
-    "  applies one rule to every channel), HD95/NSD and mirroring in infer;\n"
+    "  applies one rule to every channel), cropping and resampling a new scan in infer as its dataset records,\n"
+    "  HD95/NSD and mirroring in infer;\n"
     "  the residual encoder and deep supervision with pipeline or spatial parallelism, activation checkpointing or\n"
     "  bf16/fp16 (data parallel only)";
 

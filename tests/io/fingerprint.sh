@@ -6,7 +6,8 @@
 # their nearest stored voxel), and the foreground intensity statistics equal
 # NumPy's; --spacing median follows nnU-Net's target spacing rule, also on
 # an anisotropic set; plan-data prints it and a patch and batch; CT
-# normalisation of training patches equals NumPy's clip and z-score; bad
+# normalisation of training patches equals NumPy's clip and z-score, and
+# infer applies it with the training dataset's statistics; bad
 # input (an unknown modality, data.norm = ct on a dataset without the
 # statistics) is an error naming the value or file on every rank.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
@@ -71,6 +72,13 @@ ts_step "every patch is a box of NumPy's clip to [p0.5, p99.5] and z-score with 
 ts_step "train 2 steps with data.norm = ct on 2 ranks" \
     ts_mpirun 2 "$TESSERA" train "$d/c.ini" model.channels=4,8 model.classes=3 train.steps=2 eval.final=false \
     run.dir="$d/run"
+ts_step "infer with data.norm = ct on 2 ranks (the training dataset's statistics)" \
+    ts_mpirun 2 "$TESSERA" infer "$d/c.ini" model.channels=4,8 model.classes=3 checkpoint="$d/run" \
+    input="$d/aimg1.nii.gz" output="$d/mask.nii.gz"
+ts_check "the mask has the scan's grid" "$TS_PY" -c "
+import nibabel as nib, numpy as np
+a, m = nib.load('$d/aimg1.nii.gz'), nib.load('$d/mask.nii.gz')
+assert m.shape == a.shape and np.allclose(m.affine, a.affine, atol=1e-5)"
 ts_step "a dataset without the statistics (/fingerprint removed)" "$TS_PY" -c "
 import shutil, h5py
 shutil.copy('$d/a.h5', '$d/old.h5')
@@ -80,6 +88,10 @@ ts_fails_on_all "data.norm = ct on it: an error naming the file on both ranks" \
     "$d/old.h5 has no foreground intensity statistics" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/c.ini" data.path="$d/old.h5" model.channels=4,8 model.classes=3 \
     train.steps=2 eval.final=false run.dir="$d/old"
+ts_fails_on_all "infer with data.norm = ct and it as data.path: an error naming it on both ranks" \
+    "$d/old.h5 has no foreground intensity statistics" 2 \
+    ts_mpirun 2 "$TESSERA" infer "$d/c.ini" data.path="$d/old.h5" model.channels=4,8 model.classes=3 \
+    checkpoint="$d/run" input="$d/aimg1.nii.gz" output="$d/mask2.nii.gz"
 ts_fails_on_all "plan-data on it: an error naming the file" "$d/old.h5 has no fingerprint" 2 \
     ts_mpirun 2 "$TESSERA" plan-data "$d/old.h5"
 # shellcheck disable=SC2086
