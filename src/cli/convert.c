@@ -48,13 +48,11 @@ static void help(void)
 }
 
 /* the preprocessing options: 1 when a was one of them (value v), 0 when not */
-static int prep_option(const char *a, const char *v, ts_convert_opts *o, int *used, int *err)
+static int prep_option(const char *a, const char *v, ts_convert_opts *o, int *err)
 {
     *err = 0;
-    *used = 0;
     if (strcmp(a, "--crop") && strcmp(a, "--spacing") && strcmp(a, "--label-resample") && strcmp(a, "--modality"))
         return 0;
-    *used = 1;
     if (!v) {
         *err = TS_ERR(TS_ERR_ARG, "convert: %s needs a value", a);
     } else if (!strcmp(a, "--crop")) {
@@ -103,8 +101,7 @@ int ts_cli_convert(int argc, char **argv)
         if (!v) TS_FAIL(TS_ERR_ARG, "convert %s: %s needs a value", kind, a);   \
         i++;                                                                    \
     } while (0)
-        int used;
-        if (prep_option(a, v, &o, &used, &err)) {
+        if (prep_option(a, v, &o, &err)) {
             if (err) goto cleanup;
             i++;
         } else if (!strcmp(a, "--image") && !strcmp(kind, "nifti")) {

@@ -1,0 +1,89 @@
+/* Unit test of the fingerprint's pure parts (io/fingerprint.h,
+ * io/preprocess.h) against answers worked out by hand: nnU-Net's target
+ * spacing rule (median; an even count averages the middle two; the
+ * anisotropic axis takes its 10th percentile only when both its spacing
+ * and its size are anisotropic; raised above the other spacings when the
+ * percentile falls below them), numpy's linear percentile, modality names,
+ * the non-zero box over channels and the affine of a cropped grid. */
+#include "tsbuild.h"
+#include "io/fingerprint.h"
+#include "io/preprocess.h"
+#include "src/core/error.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <string.h>
+
+static int near3(const double *a, double x, double y, double z)
+{
+    return fabs(a[0] - x) < 1e-12 && fabs(a[1] - y) < 1e-12 && fabs(a[2] - z) < 1e-12;
+}
+
+static void spacing_rule(void)
+{
+    double t[3];
+    int ax, rc;
+    /* isotropic-ish: the medians; 4 samples: (a + b) / 2 of the middle two */
+    const double sp1[] = {1, 0.8, 0.8, 1.2, 0.9, 0.9, 1.1, 0.7, 0.7, 1.3, 1.0, 1.0};
+    const int64_t sh1[] = {100, 120, 120, 90, 110, 110, 95, 130, 130, 105, 100, 100};
+    rc = ts_fp_target_spacing(4, sp1, sh1, t, &ax);
+    ts_ok(!rc && ax == -1 && near3(t, 1.15, 0.85, 0.85),
+          "median per axis, even count (%g %g %g)", t[0], t[1], t[2]);
+    /* anisotropic spacing and size: D takes the 10th percentile of 4, 5, 6 = 4.2 */
+    const double sp2[] = {4, 1, 1, 5, 1, 1, 6, 1, 1};
+    const int64_t sh2[] = {8, 40, 40, 7, 44, 40, 9, 42, 44};
+    rc = ts_fp_target_spacing(3, sp2, sh2, t, &ax);
+    ts_ok(!rc && ax == 0 && near3(t, 4.2, 1, 1),
+          "anisotropic: the coarse axis at its 10th percentile (%g %g %g)", t[0], t[1], t[2]);
+    /* anisotropic spacing but as many voxels along the axis: the median stays */
+    const int64_t sh3[] = {40, 40, 40, 44, 44, 40, 42, 42, 44};
+    rc = ts_fp_target_spacing(3, sp2, sh3, t, &ax);
+    ts_ok(!rc && ax == -1 && near3(t, 5, 1, 1),
+          "anisotropic spacing, isotropic size: the median (%g %g %g)", t[0], t[1], t[2]);
+    /* along W (the last axis); the 10th percentile (1) below the others' 3: raised to 3 + 1e-5 */
+    const double sp4[] = {3, 3, 1, 3, 3, 1, 3, 3, 10, 3, 3, 10, 3, 3, 10, 3, 3, 10, 3, 3, 10, 3, 3, 10, 3, 3, 10, 3, 3, 10};
+    int64_t sh4[30];
+    for (int i = 0; i < 10; i++) sh4[3 * i] = sh4[3 * i + 1] = 60, sh4[3 * i + 2] = 10;
+    rc = ts_fp_target_spacing(10, sp4, sh4, t, &ax);
+    ts_ok(!rc && ax == 2 && fabs(t[2] - (3 + 1e-5)) < 1e-12,
+          "anisotropic, percentile below the other spacings: raised to them + 1e-5 (%.8g)", t[2]);
+    const double bad[] = {1, 0, 1};
+    const int64_t one[] = {10, 10, 10};
+    ts_ok(ts_fp_target_spacing(1, bad, one, t, &ax) == TS_ERR_FORMAT, "a zero spacing is an error");
+    ts_err_clear();
+}
+
+int main(void)
+{
+    spacing_rule();
+    double v[] = {5, 1, 4, 2, 3};
+    ts_ok(fabs(ts_fp_percentile(v, 5, 10) - 1.4) < 1e-12 && fabs(ts_fp_percentile(v, 5, 50) - 3) < 1e-12,
+          "numpy's linear percentile");
+    char m[16];
+    int ok = !ts_fp_parse_modality("ct", m) && !strcmp(m, "CT") && !ts_fp_parse_modality("MRI", m) && !strcmp(m, "MR");
+    ok = ok && ts_fp_parse_modality("PET", m) == TS_ERR_ARG;
+    ts_err_clear();
+    ts_ok(ok, "modalities: ct -> CT, MRI -> MR, PET refused");
+    /* the non-zero box over two channels of a 4 x 5 x 6 volume */
+    float img[2 * 120];
+    memset(img, 0, sizeof img);
+    img[(1 * 5 + 2) * 6 + 3] = 1;           /* channel 0: (1, 2, 3) */
+    img[120 + (2 * 5 + 4) * 6 + 1] = -2;    /* channel 1: (2, 4, 1) */
+    int64_t box[6];
+    const int64_t dhw[3] = {4, 5, 6};
+    ts_prep_nonzero_box(img, 2, dhw, box);
+    ts_ok(box[0] == 1 && box[1] == 2 && box[2] == 1 && box[3] == 3 && box[4] == 5 && box[5] == 4,
+          "non-zero box over channels: [%lld %lld %lld, %lld %lld %lld)", (long long)box[0], (long long)box[1],
+          (long long)box[2], (long long)box[3], (long long)box[4], (long long)box[5]);
+    memset(img, 0, sizeof img);
+    ts_prep_nonzero_box(img, 2, dhw, box);
+    ts_ok(!box[0] && !box[1] && !box[2] && box[3] == 4 && box[4] == 5 && box[5] == 6, "all zero: the whole volume");
+    /* the cropped grid's voxel 0 is the old grid's voxel lo */
+    const double a[16] = {0, 0, 2.5, -7, 0.9, 0, 0, 3, 0, 1.1, 0, 11, 0, 0, 0, 1};
+    const int64_t lo[3] = {2, 3, 5}; /* D, H, W = k, j, i */
+    double b[16];
+    ts_prep_affine_shift(a, lo, b);
+    ts_ok(fabs(b[3] - (-7 + 2.5 * 2)) < 1e-12 && fabs(b[7] - (3 + 0.9 * 5)) < 1e-12 && fabs(b[11] - (11 + 1.1 * 3)) < 1e-12,
+          "cropped affine: translation moved by A (i, j, k) of the box's corner");
+    return ts_done();
+}
