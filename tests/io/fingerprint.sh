@@ -35,6 +35,18 @@ ts_step "crop box, shapes, spacings, origin, labels and foreground statistics = 
     py convert "$d/a.h5" 1.37,0.83,1.61 "$d/aimg0.nii.gz" "$d/alab0.nii.gz" "$d/aimg1.nii.gz" "$d/alab1.nii.gz" \
     "$d/aimg2.nii.gz" "$d/alab2.nii.gz"
 # shellcheck disable=SC2086
+ts_step "the same on 1 rank" \
+    ts_mpirun 1 "$TESSERA" convert nifti $pa --crop nonzero --spacing 1.37,0.83,1.61 --modality CT --out "$d/a1.h5"
+ts_check "the fingerprint does not depend on the number of ranks" "$TS_PY" -c "
+import h5py, numpy as np
+with h5py.File('$d/a.h5', 'r') as f, h5py.File('$d/a1.h5', 'r') as g:
+    a, b = f['fingerprint'], g['fingerprint']
+    assert sorted(a.attrs) == sorted(b.attrs) and sorted(a) == sorted(b)
+    for k in a.attrs:
+        assert np.array_equal(np.asarray(a.attrs[k]), np.asarray(b.attrs[k])), k
+    for k in a:
+        assert np.array_equal(a[k][...], b[k][...]), k"
+# shellcheck disable=SC2086
 ts_step "convert set b with 2 shards: --crop nonzero --spacing median --label-resample nearest" \
     ts_mpirun 2 "$TESSERA" convert nifti $pb --crop nonzero --spacing median --label-resample nearest --shards 2 \
     --out "$d/b.h5"
