@@ -281,6 +281,10 @@ static int median_spacing(MPI_Comm comm, job *jb)
             free(tmp);
             tmp = NULL;
         }
+        for (int d = 0; d < 3 && !lerr; d++)
+            if (!(img->pixdim[d] > 0))
+                lerr = TS_ERR(TS_ERR_FORMAT, "%s: pixdim[%d] is %g: --spacing median needs positive voxel sizes",
+                              jb->images[i], d + 1, img->pixdim[d]);
         for (int d = 0; d < 3; d++) {
             sp[3 * i + d] = img->pixdim[2 - d];
             sh[3 * i + d] = box[3 + d] - box[d];

@@ -98,7 +98,7 @@ struct ts_fp_acc {
     int64_t *sh;               /* [n][3] stored shape */
 };
 
-int ts_fp_acc_create(int64_t n, int C, uint64_t seed, ts_fp_acc **out)
+int ts_fp_acc_create(int64_t n, int C, uint64_t seed, int64_t values_max, ts_fp_acc **out)
 {
     *out = NULL;
     ts_fp_acc *a = TS_CALLOC(1, sizeof *a);
@@ -106,7 +106,8 @@ int ts_fp_acc_create(int64_t n, int C, uint64_t seed, ts_fp_acc **out)
     a->n = n;
     a->C = C;
     a->seed = seed;
-    a->cap = (TS_FP_VALUES_MAX + n - 1) / n;
+    a->cap = (values_max + n - 1) / n;
+    if (a->cap < 1) a->cap = 1;
     a->rec = TS_CALLOC((size_t)n, sizeof *a->rec);
     a->sp = TS_CALLOC((size_t)n * 3, sizeof(double));
     a->sh = TS_CALLOC((size_t)n * 3, sizeof(int64_t));

@@ -42,8 +42,11 @@ double ts_fp_percentile(double *v, int64_t n, double q);
 
 typedef struct ts_fp_acc ts_fp_acc;
 
-/* Local. An accumulator for a dataset of n samples and C channels. */
-int ts_fp_acc_create(int64_t n, int C, uint64_t seed, ts_fp_acc **out);
+/* Local. An accumulator for a dataset of n samples and C channels whose
+ * percentiles are over at most values_max values per channel (the writer:
+ * TS_FP_VALUES_MAX): each sample keeps ceil(values_max / n) of its
+ * foreground values, chosen by a selection sample seeded by (seed, index). */
+int ts_fp_acc_create(int64_t n, int C, uint64_t seed, int64_t values_max, ts_fp_acc **out);
 void ts_fp_acc_destroy(ts_fp_acc **a);
 /* Local. Sample `index`'s contribution: its statistics into *fs, its
  * sampled foreground values kept in the accumulator (this rank's).

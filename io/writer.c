@@ -105,7 +105,7 @@ static int setup(ts_dswriter *w, const ts_dswriter_opts *opts)
     w->o.source = NULL;
     if (opts->prep) w->prep = *opts->prep;
     w->o.prep = NULL;
-    TS_TRY(ts_fp_acc_create(w->n, C, opts->seed, &w->fp));
+    TS_TRY(ts_fp_acc_create(w->n, C, opts->seed, TS_FP_VALUES_MAX, &w->fp));
     size_t n = (size_t)w->n;
     w->rows = TS_CALLOC(n, sizeof *w->rows);
     w->mean = TS_CALLOC(n * C, sizeof(double));

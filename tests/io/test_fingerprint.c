@@ -12,6 +12,7 @@
 #include "tests/tap.h"
 
 #include <math.h>
+#include <mpi.h>
 #include <string.h>
 
 static int near3(const double *a, double x, double y, double z)
@@ -53,9 +54,69 @@ static void spacing_rule(void)
     ts_err_clear();
 }
 
-int main(void)
+/* two samples of 100 voxels: 40 foreground in the first, 3 in the second;
+ * channel 1 = 2 x channel 0; at most 10 values (5 per sample) */
+static int accumulate(uint64_t seed, ts_fg_intensity *fi)
 {
+    ts_fp_acc *a = NULL;
+    float img[2][200];
+    uint8_t lab[2][100];
+    memset(lab, 0, sizeof lab);
+    for (int v = 0; v < 100; v++) {
+        img[0][v] = (float)(1000 + 3 * v), img[0][100 + v] = 2 * img[0][v];
+        img[1][v] = (float)(-v), img[1][100 + v] = 2 * img[1][v];
+        lab[0][v] = v % 5 < 2;     /* 40 voxels */
+        lab[1][v] = v == 7 || v == 50 || v == 99;
+    }
+    const double sp[3] = {1, 1, 1};
+    const int64_t sh[3] = {4, 5, 5};
+    TS_TRY(ts_fp_acc_create(2, 2, seed, 10, &a));
+    for (int i = 0; i < 2; i++) {
+        ts_fp_sample fs;
+        memset(&fs, 0, sizeof fs);
+        TS_TRY(ts_fp_acc_sample(a, i, img[i], lab[i], 100, &fs));
+        ts_fp_acc_record(a, i, &fs, sp, sh);
+    }
+    int err = ts_fp_acc_finish(a, MPI_COMM_WORLD, fi);
+    ts_fp_acc_destroy(&a);
+    return err;
+}
+
+static void sampling(void)
+{
+    ts_fg_intensity x, y, z;
+    int rc = accumulate(1, &x) || accumulate(1, &y) || accumulate(2, &z);
+    double s = 0, ss = 0, mn = INFINITY, mx = -INFINITY;
+    int n = 0;
+    for (int v = 0; v < 100; v++)
+        if (v % 5 < 2) s += 1000 + 3 * v, n++;
+    s += -7 - 50 - 99;
+    n += 3;
+    const double m = s / n;
+    for (int v = 0; v < 100; v++)
+        if (v % 5 < 2) ss += (1000 + 3 * v - m) * (1000 + 3 * v - m), mn = fmin(mn, 1000 + 3 * v), mx = fmax(mx, 1000 + 3 * v);
+    ss += (-7 - m) * (-7 - m) + (-50 - m) * (-50 - m) + (-99 - m) * (-99 - m);
+    mn = -99;
+    ts_ok(!rc && x.voxels == 43 && x.sampled == 8, "43 foreground voxels, 5 + 3 sampled (%lld, %lld)",
+          (long long)x.voxels, (long long)x.sampled);
+    ts_ok(fabs(x.mean[0] - m) < 1e-9 && fabs(x.std[0] - sqrt(ss / n)) < 1e-9 && x.min[0] == mn && x.max[0] == mx &&
+              fabs(x.mean[1] - 2 * m) < 1e-9 && fabs(x.std[1] - 2 * sqrt(ss / n)) < 1e-9,
+          "mean, std, min, max exact over all 43 (mean %g, std %g)", x.mean[0], x.std[0]);
+    int same = 1, other = 0, twice = 1;
+    for (int q = 0; q < TS_FP_NPCT; q++) {
+        same &= x.pct[0][q] == y.pct[0][q] && x.pct[1][q] == y.pct[1][q];
+        other |= x.pct[0][q] != z.pct[0][q];
+        twice &= fabs(x.pct[1][q] - 2 * x.pct[0][q]) < 1e-9 && x.pct[0][q] >= mn && x.pct[0][q] <= mx;
+    }
+    ts_ok(same && other && twice, "percentiles: the same for a seed, others for another seed, the same voxels in "
+          "both channels (50%%: %g / %g)", x.pct[0][1], z.pct[0][1]);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
     spacing_rule();
+    sampling();
     double v[] = {5, 1, 4, 2, 3};
     ts_ok(fabs(ts_fp_percentile(v, 5, 10) - 1.4) < 1e-12 && fabs(ts_fp_percentile(v, 5, 50) - 3) < 1e-12,
           "numpy's linear percentile");
@@ -85,5 +146,7 @@ int main(void)
     ts_prep_affine_shift(a, lo, b);
     ts_ok(fabs(b[3] - (-7 + 2.5 * 2)) < 1e-12 && fabs(b[7] - (3 + 0.9 * 5)) < 1e-12 && fabs(b[11] - (11 + 1.1 * 3)) < 1e-12,
           "cropped affine: translation moved by A (i, j, k) of the box's corner");
-    return ts_done();
+    int r = ts_done();
+    MPI_Finalize();
+    return r;
 }
