@@ -126,3 +126,33 @@ int ts_prep_resample(ts_sample *s, const double spacing[3], int K, int nearest)
     }
     return 0;
 }
+
+int ts_prep_scan(const ts_fp_prep *prep, ts_sample *s)
+{
+    ts_prep_begin(s);
+    if (prep->crop) {
+        int64_t box[6], lost = 0;
+        const int64_t dhw[3] = {s->shape[1], s->shape[2], s->shape[3]};
+        ts_prep_nonzero_box(s->image, s->shape[0], dhw, box);
+        TS_TRY(ts_prep_crop(s, box, &lost));
+    }
+    if (prep->spacing[0] > 0) TS_TRY(ts_prep_resample(s, prep->spacing, 2, 1));
+    return 0;
+}
+
+int ts_prep_undo_labels(const ts_sample *s, const uint8_t *lab, int K, int nearest, uint8_t *out)
+{
+    const int64_t in[3] = {s->shape[1], s->shape[2], s->shape[3]}, *box = s->crop, *full = s->shape_orig;
+    const int64_t cn[3] = {box[3] - box[0], box[4] - box[1], box[5] - box[2]}, nc = cn[0] * cn[1] * cn[2];
+    uint8_t *c = malloc((size_t)nc);
+    if (!c) return TS_ERR(TS_ERR_NOMEM, "%s: labels back onto the scan", s->name);
+    if (in[0] == cn[0] && in[1] == cn[1] && in[2] == cn[2]) memcpy(c, lab, (size_t)nc);
+    else ts_resample_labels(lab, in, K, cn, nearest, c);
+    memset(out, 0, (size_t)(full[0] * full[1] * full[2]));
+    for (int64_t z = 0; z < cn[0]; z++)
+        for (int64_t y = 0; y < cn[1]; y++)
+            memcpy(out + ((z + box[0]) * full[1] + y + box[1]) * full[2] + box[2], c + (z * cn[1] + y) * cn[2],
+                   (size_t)cn[2]);
+    free(c);
+    return 0;
+}

@@ -39,4 +39,20 @@ int ts_prep_resample(ts_sample *s, const double spacing[3], int K, int nearest);
  * grid that starts at voxel (d, h, w) = lo of the old one. */
 void ts_prep_affine_shift(const double m[16], const int64_t lo[3], double out[16]);
 
+/* ---- at inference: the same steps on a new scan, and back ---- */
+
+/* Local. Preprocesses a scan as a dataset recorded in prep (its
+ * /fingerprint attributes): crop to the scan's own non-zero box when
+ * prep->crop, then resample trilinearly to prep->spacing when set. s holds
+ * the scan as read (image; label may be zeros) and is changed in place as
+ * at conversion: shape, spacing, affines, and shape_orig / crop record what
+ * to undo. Errors as ts_prep_crop and ts_prep_resample. */
+int ts_prep_scan(const ts_fp_prep *prep, ts_sample *s);
+
+/* Local. Labels predicted on the preprocessed grid lab [dhw] (K classes)
+ * back onto the scan's grid out [shape_orig]: resampled to the crop box's
+ * shape (one-hot linear, or nearest), placed at the box, 0 outside. The
+ * inverse of ts_prep_scan for s as it returned. */
+int ts_prep_undo_labels(const ts_sample *s, const uint8_t *lab, int K, int nearest, uint8_t *out);
+
 #endif
