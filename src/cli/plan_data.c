@@ -17,7 +17,8 @@ static void help(void)
            "and shapes before and after cropping, per channel the modality and the foreground intensity\n"
            "statistics) and plans as nnU-Net does (docs/medical.md): the target spacing (per-axis median of\n"
            "the scans' spacings; on an axis more than 3x coarser than the others whose median size is 3x\n"
-           "smaller, the 10th percentile), the median shape of the cropped scans at that spacing, and a patch\n"
+           "smaller, the 10th percentile), the median shape of the cropped scans at that spacing (of the stored\n"
+           "volumes when convert resampled them: the plan is then for the stored grid), and a patch\n"
            "and batch for CONFIG's model (model.*, its optimizer state, data.prefetch; default: the default\n"
            "config; in_channels and classes from the dataset) within --mem-mb M MiB per rank (default 8192,\n"
            "nnU-Net's 8 GB reference) by the memory plan `tessera train` checks against run.mem_limit_mb:\n"
@@ -64,13 +65,20 @@ static void print_plan(const ts_plan_data *p)
     printf("  target spacing: %.6g x %.6g x %.6g mm (D, H, W)%s%s%s\n", p->target[0], p->target[1], p->target[2],
            p->aniso_axis >= 0 ? "; anisotropic: " : "", p->aniso_axis >= 0 ? axis[p->aniso_axis] : "",
            p->aniso_axis >= 0 ? " takes the 10th percentile of its spacings" : "");
-    printf("  median shape at the target spacing: %.1f x %.1f x %.1f\n", p->median_shape[0], p->median_shape[1],
-           p->median_shape[2]);
+    if (p->stored)
+        printf("  the dataset is resampled already: patch and batch for its stored grid (median spacing %.6g x %.6g x "
+               "%.6g mm)\n", p->grid[0], p->grid[1], p->grid[2]);
+    printf("  median shape %s: %.1f x %.1f x %.1f\n", p->stored ? "as stored" : "at the target spacing",
+           p->median_shape[0], p->median_shape[1], p->median_shape[2]);
     printf("  patch %lld x %lld x %lld, batch %d (memory allows %d, 5%% of the dataset's voxels %d): about %.0f MiB "
            "per rank\n", (long long)p->patch[0], (long long)p->patch[1], (long long)p->patch[2], p->batch, p->batch_mem,
            p->batch_cap, p->mem_mb);
-    printf("use:\n  tessera convert ... --spacing %.6g,%.6g,%.6g   (X,Y,Z = W,H,D)\n", p->target[2], p->target[1],
-           p->target[0]);
+    if (p->stored)
+        printf("use (for this dataset; at the target spacing: convert again with --spacing %.6g,%.6g,%.6g and plan "
+               "again):\n", p->target[2], p->target[1], p->target[0]);
+    else
+        printf("use:\n  tessera convert ... --spacing %.6g,%.6g,%.6g   (X,Y,Z = W,H,D)\n", p->target[2], p->target[1],
+               p->target[0]);
     printf("  data.patch = %lld,%lld,%lld\n  train.batch = %d\n  data.norm = %s\n", (long long)p->patch[0],
            (long long)p->patch[1], (long long)p->patch[2], p->batch, p->norm);
 }

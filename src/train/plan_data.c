@@ -31,15 +31,20 @@ static int mem_of(planner *p, const int64_t patch[3], int batch, double *mb)
     return 0;
 }
 
-/* the median shape at the target spacing, and the voxels of the dataset there */
-static void median_shape(const ts_fingerprint *fp, const double target[3], double out[3], double *voxels)
+/* the median shape at the target spacing (stored: the stored shapes and
+ * their median spacing, into grid), and the voxels of the dataset there */
+static void median_shape(const ts_fingerprint *fp, const double target[3], int stored, double grid[3], double out[3],
+                         double *voxels)
 {
     double *v = malloc(sizeof *v * (size_t)fp->n);
     *voxels = 0;
     for (int d = 0; d < 3; d++) {
         for (int64_t i = 0; i < fp->n && v; i++)
-            v[i] = (double)fp->shape_crop[3 * i + d] * fp->spacing_orig[3 * i + d] / target[d];
+            v[i] = stored ? (double)fp->shape[3 * i + d]
+                          : (double)fp->shape_crop[3 * i + d] * fp->spacing_orig[3 * i + d] / target[d];
         out[d] = v ? ts_fp_percentile(v, fp->n, 50) : 1;
+        for (int64_t i = 0; i < fp->n && v; i++) v[i] = fp->spacing[3 * i + d];
+        grid[d] = !stored ? target[d] : v ? ts_fp_percentile(v, fp->n, 50) : 1;
     }
     free(v);
     *voxels = out[0] * out[1] * out[2] * (double)fp->n;
@@ -90,7 +95,8 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
     out->budget_mb = budget_mb;
     TS_CHECK(ts_fp_target_spacing(fp->n, fp->spacing_orig, fp->shape_crop, out->target, &out->aniso_axis));
     double voxels;
-    median_shape(fp, out->target, out->median_shape, &voxels);
+    out->stored = fp->prep.spacing[0] > 0 || fp->prep.downsample > 1;
+    median_shape(fp, out->target, out->stored, out->grid, out->median_shape, &voxels);
     TS_CHECK(ts_unet_cfg_from_config(cfg, &p.u));
     TS_CHECK(ts_optim_cfg_from_config(cfg, &oc));
     TS_CHECK(ts_config_get_int(cfg, "data.prefetch", &pf));
@@ -101,7 +107,7 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
     out->levels = p.u.levels;
     const int64_t div = (int64_t)1 << (p.u.levels - 1);
     TS_CHECK(ts_unet_create(&p.u, ts_optim_state_count(&oc), &p.m));
-    TS_CHECK(fit_patch(&p, out->target, out->median_shape, div, budget_mb, out->patch));
+    TS_CHECK(fit_patch(&p, out->grid, out->median_shape, div, budget_mb, out->patch));
     /* the largest batch that fits (memory grows with the batch) */
     int b = 2;
     double mb = 0;

@@ -14,7 +14,10 @@
 typedef struct ts_plan_data {
     double target[3];       /* target spacing, D, H, W (mm) */
     int aniso_axis;         /* the axis the anisotropy rule set, or -1 */
-    double median_shape[3]; /* median over the samples of the cropped scan's shape at the target spacing */
+    int stored;             /* 1: the dataset is resampled already (convert --spacing or --downsample): the
+                             * patch is planned for its stored grid, not the target spacing */
+    double grid[3];         /* the spacing the patch is planned for (target, or the stored median) */
+    double median_shape[3]; /* median over the samples of the cropped scan's shape on that grid */
     int64_t patch[3];       /* proposed data.patch (multiples of 2^(levels-1)) */
     int batch;              /* proposed train.batch */
     int batch_cap;          /* nnU-Net's cap: a batch covers at most 5 % of the dataset's voxels (at least 2) */
@@ -27,7 +30,9 @@ typedef struct ts_plan_data {
 
 /* Local. Plans for the model of cfg (model.*, optimizer state, data.prefetch;
  * model.in_channels and model.classes taken from the dataset) within
- * budget_mb per rank, nnU-Net's way: the initial patch is a 256^3-voxel box
+ * budget_mb per rank, nnU-Net's way, on the grid training will see (the
+ * target spacing; the stored grid when the dataset was resampled at
+ * conversion): the initial patch is a 256^3-voxel box
  * shaped like 1 / target spacing, clipped to the median shape and rounded up
  * to multiples of 2^(levels-1); while batch 2 does not fit, the axis with
  * the largest patch / median shape ratio shrinks by 2^(levels-1); then the
