@@ -4,6 +4,8 @@
  * hands over one pair. */
 #include "tsbuild.h"
 #include "io/convert.h"
+#include "io/fingerprint.h"
+#include "io/preprocess.h"
 #include "io/resample.h"
 #include "io/labelmap.h"
 #include "io/nifti.h"
@@ -29,6 +31,7 @@ typedef struct {
     char source[1024];
     int downsample;
     const float *nan_to; /* NULL: non-finite voxels are an error */
+    ts_fp_prep prep;     /* crop, target spacing, label resampling, modalities */
 } job;
 
 static void job_free(job *j)
@@ -135,6 +138,22 @@ static int same_grid(const ts_nifti *a, const ts_nifti *b, double *diff)
     return ok;
 }
 
+/* crop to the non-zero box, then resample to the target spacing */
+static int preprocess(const job *jb, ts_sample *s)
+{
+    if (jb->prep.crop) {
+        int64_t box[6], lost = 0;
+        const int64_t dhw[3] = {s->shape[1], s->shape[2], s->shape[3]};
+        ts_prep_nonzero_box(s->image, s->shape[0], dhw, box);
+        TS_TRY(ts_prep_crop(s, box, &lost));
+        if (lost)
+            ts_log(TS_LOG_WARN, "%s: --crop nonzero drops %lld labelled voxel%s outside the non-zero image box", s->source_label,
+                   (long long)lost, lost > 1 ? "s" : "");
+    }
+    if (jb->prep.spacing[0] > 0) TS_TRY(ts_prep_resample(s, jb->prep.spacing, jb->K, jb->prep.label_nearest));
+    return 0;
+}
+
 static int load_pair(const job *jb, int64_t idx, ts_sample *s)
 {
     int err = 0;
@@ -184,6 +203,8 @@ static int load_pair(const job *jb, int64_t idx, ts_sample *s)
                    (long long)replaced, replaced > 1 ? "s" : "", (double)*jb->nan_to);
     }
     TS_CHECK(convert_labels(lab, jb->map, jb->K, s->label));
+    ts_prep_begin(s);
+    TS_CHECK(preprocess(jb, s));
     if (jb->downsample > 1) { /* coarser grid: block means and majorities, geometry adjusted */
         const int f = jb->downsample;
         int64_t dhw[3] = {s->shape[1], s->shape[2], s->shape[3]};
@@ -235,6 +256,91 @@ static int max_label(const job *jb, const int64_t *mine, int64_t nmine, int64_t 
     return 0;
 }
 
+/* --spacing median: every rank reads its share of the images (i mod
+ * size) for their spacing and (cropped) shape; the planner's rule over all */
+static int median_spacing(MPI_Comm comm, job *jb)
+{
+    int err = 0, lerr = 0, rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    const size_t n = (size_t)jb->n;
+    double *sp = TS_CALLOC(3 * n, sizeof(double));
+    int64_t *sh = TS_CALLOC(3 * n, sizeof(int64_t));
+    float *tmp = NULL;
+    if (!sp || !sh) lerr = TS_ERR(TS_ERR_NOMEM, "--spacing median");
+    for (int i = rank; i < jb->n && !lerr; i += size) {
+        ts_nifti *img = NULL;
+        lerr = ts_nifti_read(jb->images[i], &img);
+        if (lerr) break;
+        const int64_t dhw[3] = {img->dim[2], img->dim[1], img->dim[0]};
+        int64_t box[6] = {0, 0, 0, dhw[0], dhw[1], dhw[2]};
+        if (jb->prep.crop) {
+            tmp = TS_ALIGNED_ALLOC((size_t)img->nvox * sizeof(float));
+            lerr = tmp ? ts_nifti_to_float_replace(img, tmp, jb->nan_to, NULL) : TS_ERR(TS_ERR_NOMEM, "%s", jb->images[i]);
+            if (!lerr) ts_prep_nonzero_box(tmp, img->dim[3], dhw, box);
+            free(tmp);
+            tmp = NULL;
+        }
+        for (int d = 0; d < 3 && !lerr; d++)
+            if (!(img->pixdim[d] > 0))
+                lerr = TS_ERR(TS_ERR_FORMAT, "%s: pixdim[%d] is %g: --spacing median needs positive voxel sizes",
+                              jb->images[i], d + 1, img->pixdim[d]);
+        for (int d = 0; d < 3; d++) {
+            sp[3 * i + d] = img->pixdim[2 - d];
+            sh[3 * i + d] = box[3 + d] - box[d];
+        }
+        ts_nifti_free(&img);
+    }
+    TS_CHECK(ts_err_agree(comm, lerr));
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, sp, 3 * jb->n, MPI_DOUBLE, MPI_SUM, comm));
+    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, sh, 3 * jb->n, MPI_INT64_T, MPI_SUM, comm));
+    int axis;
+    TS_CHECK(ts_fp_target_spacing(jb->n, sp, sh, jb->prep.spacing, &axis));
+    if (rank == 0)
+        ts_log(TS_LOG_INFO, "convert: target spacing %g x %g x %g mm (D, H, W; the median of %d scans%s)",
+               jb->prep.spacing[0], jb->prep.spacing[1], jb->prep.spacing[2], jb->n,
+               axis >= 0 ? "; anisotropic: the coarse axis takes the 10th percentile" : "");
+cleanup:
+    free(sp);
+    free(sh);
+    return err;
+}
+
+/* the preprocessing of o into jb->prep: modalities, crop, spacing */
+static int setup_prep(MPI_Comm comm, job *jb, const ts_convert_opts *o)
+{
+    int lerr = 0;
+    jb->prep.crop = o->crop_nonzero;
+    jb->prep.label_nearest = o->label_nearest;
+    jb->prep.downsample = o->downsample;
+    for (int d = 0; d < 3; d++) jb->prep.spacing[d] = o->spacing[d] > 0 ? o->spacing[d] : 0;
+    if (o->downsample > 1 && (o->spacing_median || jb->prep.spacing[0] > 0))
+        lerr = TS_ERR(TS_ERR_ARG, "convert: --downsample and --spacing exclude each other (--spacing resamples by any factor)");
+    if (!lerr && !o->spacing_median && (jb->prep.spacing[0] > 0 || jb->prep.spacing[1] > 0 || jb->prep.spacing[2] > 0))
+        for (int d = 0; d < 3 && !lerr; d++)
+            if (!(jb->prep.spacing[d] > 0)) lerr = TS_ERR(TS_ERR_ARG, "convert: --spacing needs three positive values");
+    for (int c = 0; c < jb->C && !lerr; c++) { /* default: from the channel's name */
+        const char *nm = jb->channel_names[c] ? jb->channel_names[c] : "";
+        if (ts_fp_parse_modality(nm, jb->prep.modality[c])) {
+            ts_err_clear();
+            snprintf(jb->prep.modality[c], sizeof jb->prep.modality[c], "other");
+        }
+    }
+    if (!lerr && o->modality) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", o->modality);
+        int c = 0;
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && !lerr; t = strtok_r(NULL, ",", &save), c++)
+            lerr = c < jb->C ? ts_fp_parse_modality(t, jb->prep.modality[c]) : 0;
+        if (!lerr && c != jb->C)
+            lerr = TS_ERR(TS_ERR_ARG, "convert: --modality '%s' names %d modalit%s for %d channel%s", o->modality, c,
+                          c == 1 ? "y" : "ies", jb->C, jb->C == 1 ? "" : "s");
+    }
+    TS_TRY(ts_err_agree(comm, lerr));
+    if (o->spacing_median) TS_TRY(median_spacing(comm, jb));
+    return 0;
+}
+
 static int run(MPI_Comm comm, job *jb, const ts_convert_opts *o, const char *out)
 {
     int err = 0;
@@ -252,6 +358,7 @@ static int run(MPI_Comm comm, job *jb, const ts_convert_opts *o, const char *out
         .chunk = o->chunk,
         .source = jb->source,
         .seed = o->seed,
+        .prep = &jb->prep,
     };
     if (jb->K <= 0) {
         /* classes from the data: a first pass over this rank's labels */
@@ -343,6 +450,7 @@ int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char
     TS_CHECK(use_map(&jb, o, 1, comm));
     snprintf(jb.source, sizeof jb.source, "tessera convert nifti (%d pair%s)%s%s", n, n > 1 ? "s" : "",
              o->label_map ? " --label-map " : "", o->label_map ? o->label_map : "");
+    TS_CHECK(setup_prep(comm, &jb, o));
     err = run(comm, &jb, o, out);
 cleanup:
     job_free(&jb);
@@ -482,6 +590,7 @@ int ts_convert_msd(MPI_Comm comm, const char *dir, const ts_convert_opts *o, con
         size_t l = strlen(jb.source);
         snprintf(jb.source + l, sizeof jb.source - l, " --label-map %s", o->label_map);
     }
+    TS_CHECK(setup_prep(comm, &jb, o));
     err = run(comm, &jb, o, out);
 cleanup:
     job_free(&jb);

@@ -19,11 +19,20 @@ typedef struct ts_convert_opts {
     int nan_to_set;         /* 1: non-finite image voxels (NaN, Inf) become nan_to, with a warning per file;
                              * 0 (default): they are an error naming the file and their count */
     float nan_to;           /* finite */
+    /* preprocessing (io/preprocess.h), in this order: crop, then resample */
+    int crop_nonzero;       /* 1: crop each scan to the box of its non-zero image voxels (any channel) */
+    double spacing[3];      /* > 0: resample to this spacing, D, H, W in mm (NIfTI pixdim[3], [2], [1]) */
+    int spacing_median;     /* 1: resample to the planner's target spacing of these scans (a first pass reads
+                             * every image: ts_fp_target_spacing over their spacings and cropped shapes) */
+    int label_nearest;      /* labels resampled by nearest voxel (default 0: one-hot linear) */
+    const char *modality;   /* comma list, one per channel: CT, MR, other; NULL: a channel named CT (or MR,
+                             * MRI; any case) is that, others are "other" */
 } ts_convert_opts;
 
 /* Collective. Converts n (image, label) pairs of NIfTI files to out.
  * Errors name the file: bad headers (io/nifti.h), grid mismatches, labels
- * that are not classes, non-finite image voxels (unless nan_to_set). */
+ * that are not classes, non-finite image voxels (unless nan_to_set), an
+ * unknown modality, --downsample together with a spacing. */
 int ts_convert_nifti(MPI_Comm comm, int n, const char *const *images, const char *const *labels,
                      const ts_convert_opts *o, const char *out);
 

@@ -7,6 +7,7 @@
  * verified chunks serves overlapping boxes. */
 #include "tsbuild.h"
 #include "io/dataset.h"
+#include "io/fingerprint.h"
 #include "io/h5.h"
 #include "src/core/path.h"
 
@@ -65,6 +66,8 @@ struct ts_dataset {
     idx_row *rows;
     double *smean, *sstd, *spct;
     double *sfgmean, *sfgstd; /* NULL: a dataset written before the foreground statistics */
+    ts_fg_intensity fi;       /* the fingerprint's foreground intensities (have_fi: present) */
+    int have_fi;
     int64_t *scls;
     sample_h *h;
     int nopen;
@@ -313,6 +316,7 @@ static int read_index(ts_dataset *ds, const char *path)
             if (!lerr) lerr = read_table(ds, ds->main, path, "/stats/fg_std", H5T_NATIVE_DOUBLE, 2, dc, ds->sfgstd);
         }
     }
+    if (!lerr) lerr = ts_fp_read_intensity(ds->main, path, ds->C, &ds->fi, &ds->have_fi);
     for (size_t i = 0; i < n && !lerr; i++) {
         idx_row *r = &ds->rows[i];
         r->name[TS_IO_NAME_MAX - 1] = '\0';
@@ -512,6 +516,7 @@ const char *ts_dataset_path(const ts_dataset *ds) { return ds->path; }
 const double *ts_dataset_mean(const ts_dataset *ds) { return ds->mean; }
 const double *ts_dataset_std(const ts_dataset *ds) { return ds->std; }
 int ts_dataset_has_fg_stats(const ts_dataset *ds) { return ds->sfgmean != NULL; }
+const ts_fg_intensity *ts_dataset_fg_intensity(const ts_dataset *ds) { return ds->have_fi ? &ds->fi : NULL; }
 uint64_t ts_dataset_bytes_read(const ts_dataset *ds) { return ds->bytes; }
 
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *o)

@@ -29,6 +29,21 @@
 /* The percentile levels stored per sample and channel: 0.5 1 5 95 99 99.5. */
 extern const double ts_io_pct_levels[TS_IO_NPCT];
 
+/* The dataset fingerprint's foreground intensity statistics per channel
+ * (/fingerprint, io/fingerprint.h): over the voxels with label > 0 of every
+ * sample, at the percentile levels 0.5 50 99.5 (nnU-Net's). data.norm = ct
+ * clips to pct[c][0], pct[c][2] and z-scores with mean[c], std[c]. */
+#define TS_FP_NPCT 3
+extern const double ts_fp_pct_levels[TS_FP_NPCT];
+typedef struct ts_fg_intensity {
+    int channels;
+    double mean[TS_IO_MAX_CHANNELS], std[TS_IO_MAX_CHANNELS];
+    double min[TS_IO_MAX_CHANNELS], max[TS_IO_MAX_CHANNELS];
+    double pct[TS_IO_MAX_CHANNELS][TS_FP_NPCT];
+    int64_t voxels;   /* foreground voxels of the dataset (mean, std, min, max are over all of them) */
+    int64_t sampled;  /* of those, the values the percentiles are computed over */
+} ts_fg_intensity;
+
 typedef struct ts_dataset ts_dataset;
 
 typedef enum { TS_IO_DRIVER_MPIO = 0, TS_IO_DRIVER_POSIX } ts_io_driver;
@@ -76,6 +91,10 @@ const double *ts_dataset_std(const ts_dataset *ds);
  * (/stats/fg_mean, /stats/fg_std: tessera convert since data.norm =
  * foreground); 0 for datasets written before. */
 int ts_dataset_has_fg_stats(const ts_dataset *ds);
+/* The fingerprint's foreground intensity statistics (tessera convert since
+ * the fingerprint; NULL for datasets written before it or without any
+ * foreground voxel). */
+const ts_fg_intensity *ts_dataset_fg_intensity(const ts_dataset *ds);
 /* Local. Index entry of sample i (0 <= i < count); pointers stay valid until close. */
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *out);
 

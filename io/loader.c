@@ -52,8 +52,9 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.lowres_p", TS_CFG_FLOAT, "0", "0:1",
      "probability per patch of simulated low resolution, then per channel 1/2 (nnU-Net: 0.25)"},
     {"data.lowres_zoom", TS_CFG_FLOAT, "0.5", "0.25:1", "zoom uniform in [lowres_zoom, 1] (nnU-Net: 0.5)"},
-    {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none|foreground",
-     "z-score with the image's or the dataset's mean/std, or the image's over its voxels above its mean"},
+    {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none|foreground|ct",
+     "z-score with the image's or the dataset's mean/std, or the image's over its voxels above its mean; ct: clip to "
+     "the dataset's foreground 0.5/99.5 percentiles, z-score with its foreground mean/std"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},
     {"data.prefetch", TS_CFG_INT, "2", "0:16", "batches prepared ahead by the loader thread (0 = no thread)"},
     {"data.driver", TS_CFG_ENUM, "mpio", "mpio|posix", "HDF5 file driver: MPI-IO or POSIX"},
@@ -118,6 +119,7 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
     o->patch.norm = !strcmp(s, "image")        ? TS_NORM_IMAGE
                     : !strcmp(s, "dataset")    ? TS_NORM_DATASET
                     : !strcmp(s, "foreground") ? TS_NORM_FOREGROUND
+                    : !strcmp(s, "ct")         ? TS_NORM_CT
                                                : TS_NORM_NONE;
     TS_TRY(ts_config_get_str(cfg, "data.clip", &s));
     if (ts_patch_parse_clip(s, &o->patch.clip_lo, &o->patch.clip_hi))

@@ -141,10 +141,16 @@ static int64_t clamp_lo(int64_t lo, int64_t dim, int64_t box)
 /* z-score (per image or dataset, or none) after optional percentile
  * clipping; NaN (padding) becomes 0. Returns the channel's min and max. */
 static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, double imean, double istd,
-                              const double *ipct, double dmean, double dstd, float *mn_out, float *mx_out)
+                              const double *ipct, double dmean, double dstd, const ts_fg_intensity *ct, int64_t c,
+                              float *mn_out, float *mx_out)
 {
     double m = 0, s = 1, clo = -INFINITY, chi = INFINITY;
-    if (o->norm == TS_NORM_IMAGE || o->norm == TS_NORM_FOREGROUND) {
+    if (o->norm == TS_NORM_CT && ct) { /* the dataset's foreground: clip to 0.5/99.5 %, z-score */
+        m = ct->mean[c];
+        s = ct->std[c];
+        clo = ct->pct[c][0];
+        chi = ct->pct[c][TS_FP_NPCT - 1];
+    } else if (o->norm == TS_NORM_IMAGE || o->norm == TS_NORM_FOREGROUND) {
         m = imean;
         s = istd;
     } else if (o->norm == TS_NORM_DATASET) {
@@ -152,7 +158,7 @@ static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, doub
         s = dstd;
     }
     if (!(s > 1e-8)) s = 1;
-    if (o->clip_lo >= 0) {
+    if (o->clip_lo >= 0 && o->norm != TS_NORM_CT) {
         clo = ipct[o->clip_lo];
         chi = ipct[o->clip_hi];
     }
@@ -182,11 +188,48 @@ void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts
     float mn, mx;
     for (int64_t c = 0; c < C; c++)
         normalize_channel(image + c * nv, nv, o, mean[c], std[c], pct + c * TS_IO_NPCT, dmean ? dmean[c] : 0,
-                          dstd ? dstd[c] : 1, &mn, &mx);
+                          dstd ? dstd[c] : 1, NULL, c, &mn, &mx);
+}
+
+void ts_patch_normalize_ct(float *image, int64_t C, int64_t nv, const ts_fg_intensity *ct)
+{
+    ts_patch_opts o;
+    memset(&o, 0, sizeof o);
+    o.norm = TS_NORM_CT;
+    o.clip_lo = o.clip_hi = -1;
+    float mn, mx;
+    for (int64_t c = 0; c < C; c++) normalize_channel(image + c * nv, nv, &o, 0, 1, NULL, 0, 1, ct, c, &mn, &mx);
+}
+
+int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, float *image, int64_t C, int64_t nv)
+{
+    int err = 0, lerr = 0;
+    ts_dataset *ds = NULL;
+    ts_dataset_opts dso = {.check = 0};
+    if (!dataset || !*dataset)
+        return TS_ERR(TS_ERR_CONFIG, "data.norm = ct needs data.path: the training dataset whose fingerprint holds the "
+                      "CT statistics");
+    TS_CHECK(ts_dataset_open(comm, dataset, &dso, &ds));
+    ts_patch_opts o;
+    memset(&o, 0, sizeof o);
+    o.norm = TS_NORM_CT;
+    lerr = ts_patch_check_norm(ds, &o);
+    if (!lerr && ts_dataset_channels(ds) != C)
+        lerr = TS_ERR(TS_ERR_FORMAT, "data.norm = ct: %s has %d channel(s), the scan %lld", dataset,
+                      ts_dataset_channels(ds), (long long)C);
+    TS_CHECK(ts_err_agree(comm, lerr));
+    ts_patch_normalize_ct(image, C, nv, ts_dataset_fg_intensity(ds));
+cleanup:
+    ts_dataset_close(&ds);
+    return err;
 }
 
 int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o)
 {
+    if (o->norm == TS_NORM_CT && !ts_dataset_fg_intensity(ds))
+        return TS_ERR(TS_ERR_FORMAT, "%s has no foreground intensity statistics (/fingerprint intensity_*, written by "
+                      "tessera convert since data.norm = ct, from voxels with label > 0): data.norm = ct needs them; "
+                      "convert it again (with labels that hold foreground)", ts_dataset_path(ds));
     if (o->norm == TS_NORM_FOREGROUND && !ts_dataset_has_fg_stats(ds))
         return TS_ERR(TS_ERR_FORMAT, "%s has no foreground statistics (/stats/fg_mean, written by tessera convert "
                       "since data.norm = foreground): convert it again, or set data.norm = image",
@@ -201,8 +244,10 @@ int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, floa
     TS_TRY(ts_patch_check_norm(ds, o));
     TS_TRY(ts_dataset_read_sample(ds, i, image, label));
     const int fgn = o->norm == TS_NORM_FOREGROUND;
-    ts_patch_normalize(image, in.shape[0], in.shape[1] * in.shape[2] * in.shape[3], o, fgn ? in.fg_mean : in.mean,
-                       fgn ? in.fg_std : in.std, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds));
+    const int64_t nv = in.shape[1] * in.shape[2] * in.shape[3];
+    if (o->norm == TS_NORM_CT) ts_patch_normalize_ct(image, in.shape[0], nv, ts_dataset_fg_intensity(ds));
+    else ts_patch_normalize(image, in.shape[0], nv, o, fgn ? in.fg_mean : in.mean, fgn ? in.fg_std : in.std, in.pct,
+                            ts_dataset_mean(ds), ts_dataset_std(ds));
     return 0;
 }
 
@@ -211,6 +256,7 @@ typedef struct {
     const ts_patch_opts *o;
     const double *mean, *std, *pct; /* the image's (over its foreground with data.norm = foreground) */
     const double *dmean, *dstd;
+    const ts_fg_intensity *ct; /* data.norm = ct: the dataset's fingerprint */
 } norm_ctx;
 
 static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
@@ -219,7 +265,7 @@ static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
     float mn, mx;
     for (int64_t c = 0; c < C; c++)
         normalize_channel(image + c * nv, nv, n->o, n->mean[c], n->std[c], n->pct + c * TS_IO_NPCT, n->dmean[c],
-                          n->dstd[c], &mn, &mx);
+                          n->dstd[c], n->ct, c, &mn, &mx);
 }
 
 /* the patch's place: foreground coin and voxel, flips, 90-degree
@@ -312,7 +358,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     uint8_t *xlab = R ? (uint8_t *)(ext + (2 * C + 1) * xnv) : label;
     const double *im = o->norm == TS_NORM_FOREGROUND ? in.fg_mean : in.mean;
     const double *is = o->norm == TS_NORM_FOREGROUND ? in.fg_std : in.std;
-    norm_ctx nc = {o, im, is, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds)};
+    norm_ctx nc = {o, im, is, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds), ts_dataset_fg_intensity(ds)};
     int rc;
     if (xf.on) {
         xf.halo = R;
@@ -340,7 +386,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     for (int64_t c = 0; c < C; c++) {
         if (!xf.on)
             normalize_channel(work + c * wnv, wnv, o, im[c], is[c], in.pct + c * TS_IO_NPCT,
-                              ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], &pend->mn[c], &pend->mx[c]);
+                              ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], nc.ct, c, &pend->mn[c], &pend->mx[c]);
         double g = 1, sc = 1, sh = 0;
         int do_gamma = 0;
         if (aug) {

@@ -14,6 +14,7 @@
 #ifndef TS_IO_PATCH_H
 #define TS_IO_PATCH_H
 
+#include <mpi.h>
 #include <stdint.h>
 
 #include "io/augment_spatial.h"
@@ -23,8 +24,10 @@
 
 /* image: z-score with the sample's mean/std over all voxels; dataset: with
  * the dataset's; none; foreground: with the sample's mean/std over its
- * voxels above the mean (ts_sample_info.fg_mean/fg_std) */
-typedef enum { TS_NORM_IMAGE = 0, TS_NORM_DATASET, TS_NORM_NONE, TS_NORM_FOREGROUND } ts_norm_mode;
+ * voxels above the mean (ts_sample_info.fg_mean/fg_std); ct: clipped to
+ * the dataset's foreground 0.5 and 99.5 percentiles, z-score with its
+ * foreground mean/std (ts_dataset_fg_intensity; nnU-Net's CT scheme) */
+typedef enum { TS_NORM_IMAGE = 0, TS_NORM_DATASET, TS_NORM_NONE, TS_NORM_FOREGROUND, TS_NORM_CT } ts_norm_mode;
 
 typedef struct ts_patch_opts {
     int64_t patch[3];    /* D, H, W */
@@ -128,8 +131,19 @@ int ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const
  * pct [C * TS_IO_NPCT] when o->clip_* are set; NaN becomes 0. */
 void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
                         const double *std, const double *pct, const double *dmean, const double *dstd);
+/* Local. data.norm = ct on image [C, nv] in place: each channel clipped to
+ * [ct->pct[c][0], ct->pct[c][2]] (the 0.5 and 99.5 percentiles) and
+ * z-scored with ct->mean[c], ct->std[c]; NaN becomes 0. The float
+ * operations of training patches, so training and inference agree. */
+void ts_patch_normalize_ct(float *image, int64_t C, int64_t nv, const ts_fg_intensity *ct);
+/* Collective on comm. data.norm = ct for a scan at inference: opens the
+ * training dataset (data.path), checks it has the statistics and C
+ * channels (an error naming it on every rank if not) and applies
+ * ts_patch_normalize_ct to image [C, nv]. */
+int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, float *image, int64_t C, int64_t nv);
 /* Local. 0, or an error naming the dataset when o->norm = foreground and
- * the dataset has no foreground statistics (written before them). */
+ * the dataset has no foreground statistics (written before them), or
+ * o->norm = ct and it has no fingerprint intensity statistics. */
 int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o);
 /* Local. The whole sample i, normalised like evaluation patches (no
  * augmentation): image [C, D, H, W], label [D, H, W]. */

@@ -7,6 +7,7 @@
  * H5Dwrite_chunk, the Fletcher-32 checksum computed here. */
 #include "tsbuild.h"
 #include "io/writer.h"
+#include "io/fingerprint.h"
 #include "io/h5.h"
 #include "src/core/rng.h"
 
@@ -52,6 +53,9 @@ struct ts_dswriter {
     void *chunkbuf;
     size_t chunkcap;
     int32_t *fg;             /* foreground coordinates scratch [FG_MAX][3] */
+    ts_fp_acc *fp;           /* the fingerprint (io/fingerprint.h) */
+    ts_fp_prep prep;
+    ts_fg_intensity fi;      /* its foreground intensity statistics (finish) */
 };
 
 static int shard_of(const ts_dswriter *w, int64_t i) { return (int)(i * w->o.shards / w->n); }
@@ -99,6 +103,9 @@ static int setup(ts_dswriter *w, const ts_dswriter_opts *opts)
     w->o.class_names = NULL;
     w->o.channel_names = NULL;
     w->o.source = NULL;
+    if (opts->prep) w->prep = *opts->prep;
+    w->o.prep = NULL;
+    TS_TRY(ts_fp_acc_create(w->n, C, opts->seed, TS_FP_VALUES_MAX, &w->fp));
     size_t n = (size_t)w->n;
     w->rows = TS_CALLOC(n, sizeof *w->rows);
     w->mean = TS_CALLOC(n * C, sizeof(double));
@@ -405,7 +412,7 @@ static int write_sample_attrs(ts_dswriter *w, hid_t g, const ts_sample_meta *m)
     TS_TRY(ts_h5_write_attr_i64(g, "class_voxels", 1, &dk, m->class_voxels));
     TS_TRY(ts_h5_write_attr_str(g, "source_image", m->source_image));
     TS_TRY(ts_h5_write_attr_str(g, "source_label", m->source_label));
-    return 0;
+    return ts_fp_write_sample_attrs(g, &m->fp);
 }
 
 /* dcpl for a sample volume: chunk edge e, Fletcher-32; no fill writes */
@@ -599,8 +606,29 @@ static void record(ts_dswriter *w, const ts_sample_meta *m)
         w->fgstd[i * C + c] = m->fg_std[c];
     }
     memcpy(&w->cls[i * K], m->class_voxels, (size_t)K * sizeof(int64_t));
+    ts_fp_acc_record(w->fp, i, &m->fp, m->spacing, m->shape + 1);
     w->nvox[i] = m->nvox;
     w->have[i] = 1;
+}
+
+/* the sample's part of the fingerprint: the scan before preprocessing
+ * (the stored volume when the sample says nothing) and its foreground */
+static int fingerprint(ts_dswriter *w, const ts_sample *s, int64_t idx, ts_sample_meta *m)
+{
+    ts_fp_sample *f = &m->fp;
+    const int64_t nv = s->shape[1] * s->shape[2] * s->shape[3];
+    if (s->shape_orig[0] > 0) {
+        memcpy(f->shape_orig, s->shape_orig, sizeof f->shape_orig);
+        memcpy(f->spacing_orig, s->spacing_orig, sizeof f->spacing_orig);
+        memcpy(f->crop, s->crop, sizeof f->crop);
+    } else {
+        for (int d = 0; d < 3; d++) {
+            f->shape_orig[d] = f->crop[3 + d] = s->shape[d + 1];
+            f->spacing_orig[d] = s->spacing[d];
+            f->crop[d] = 0;
+        }
+    }
+    return ts_fp_acc_sample(w->fp, idx, s->image, s->label, nv, f);
 }
 
 int ts_dswriter_put(ts_dswriter *w, const ts_sample *s, int local_err)
@@ -621,6 +649,7 @@ int ts_dswriter_put(ts_dswriter *w, const ts_sample *s, int local_err)
             local_err = TS_ERR(TS_ERR_FORMAT, "sample %s (%s) has %lld channels, the dataset has %d", s->name,
                                s->source_image, (long long)s->shape[0], w->o.channels);
         else local_err = ts_sample_stats(s, w->o.classes, mine);
+        if (!local_err) local_err = fingerprint(w, s, idx, mine);
         if (!local_err) {
             mine->index = idx;
             mine->shard = w->collective ? 0 : shard_of(w, idx);
@@ -735,6 +764,7 @@ static int write_index(ts_dswriter *w, hid_t f, int writer, const char *const *s
         TS_CHECK(write_table(g, "fg_std", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 2, nc, w->fgstd, dxpl, writer));
         TS_CHECK(write_table(g, "class_voxels", H5T_STD_I64LE, H5T_NATIVE_INT64, 2, nk, w->cls, dxpl, writer));
     }
+    TS_CHECK(ts_fp_write(f, w->fp, &w->fi, &w->prep, dxpl, writer));
     {
         int64_t v;
         hsize_t dc = (hsize_t)C, dk = (hsize_t)K, dp = TS_IO_NPCT;
@@ -814,6 +844,7 @@ int ts_dswriter_finish(ts_dswriter *w)
     for (int64_t i = 0; i < w->n && !lerr; i++)
         if (!w->have[i]) lerr = TS_ERR(TS_ERR_INTERNAL, "writer: sample %lld never written", (long long)i);
     TS_CHECK(ts_err_agree(w->comm, lerr));
+    TS_CHECK(ts_err_agree(w->comm, ts_fp_acc_finish(w->fp, w->comm, &w->fi)));
     if (w->collective) {
         lerr = write_index(w, w->files[0], w->rank == 0, NULL);
         int cerr = close_file(&w->files[0], w->path);
@@ -949,6 +980,7 @@ void ts_dswriter_destroy(ts_dswriter **wp)
     free(w->files);
     free(w->created);
     free(w->fg);
+    ts_fp_acc_destroy(&w->fp);
     free(w->chunkbuf);
     if (w->comm != MPI_COMM_NULL) MPI_Comm_free(&w->comm);
     free(w);

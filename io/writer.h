@@ -14,6 +14,26 @@
 
 #include "io/dataset.h"
 
+/* What one sample contributes to the dataset fingerprint (io/fingerprint.h;
+ * fixed size: gathered with the sample's meta). */
+typedef struct ts_fp_sample {
+    int64_t shape_orig[3];      /* D, H, W of the scan as read */
+    double spacing_orig[3];
+    int64_t crop[6];            /* lo D, H, W, hi D, H, W (exclusive) in the scan's grid */
+    int64_t fg;                 /* voxels with label > 0 (stored volume) */
+    double mean[TS_IO_MAX_CHANNELS], m2[TS_IO_MAX_CHANNELS]; /* over them: mean, sum of squared deviations */
+    double min[TS_IO_MAX_CHANNELS], max[TS_IO_MAX_CHANNELS];
+} ts_fp_sample;
+
+/* How a dataset was preprocessed (attributes of /fingerprint). */
+typedef struct ts_fp_prep {
+    double spacing[3];          /* the target spacing resampled to; 0: not resampled */
+    int crop;                   /* 1: cropped to the non-zero box */
+    int label_nearest;          /* labels resampled by nearest (else one-hot linear) */
+    int downsample;             /* > 1: integer block downsampling instead */
+    char modality[TS_IO_MAX_CHANNELS][16]; /* per channel: CT, MR or other ("" = other) */
+} ts_fp_prep;
+
 /* One sample in memory (borrowed by the writer for one call). */
 typedef struct ts_sample {
     char name[TS_IO_PATH_MAX];       /* e.g. "hippocampus_001" */
@@ -24,6 +44,11 @@ typedef struct ts_sample {
     double sform[16], qform[16];     /* NIfTI (i, j, k, 1) -> (x, y, z, 1), row-major 4x4 */
     int sform_code, qform_code;
     char source_image[TS_IO_PATH_MAX], source_label[TS_IO_PATH_MAX];
+    /* the scan before preprocessing (io/preprocess.h); shape_orig all 0:
+     * the stored volume is the scan (no crop, no resampling) */
+    int64_t shape_orig[3];           /* D, H, W */
+    double spacing_orig[3];
+    int64_t crop[6];                 /* the box kept: lo D, H, W, hi D, H, W (exclusive), scan voxels */
 } ts_sample;
 
 /* What the writer computes per sample and stores in attributes and the index. */
@@ -45,6 +70,7 @@ typedef struct ts_sample_meta {
     double fg_mean[TS_IO_MAX_CHANNELS], fg_std[TS_IO_MAX_CHANNELS];
     int64_t class_voxels[TS_IO_MAX_CLASSES];
     char source_image[TS_IO_PATH_MAX], source_label[TS_IO_PATH_MAX];
+    ts_fp_sample fp;                 /* the fingerprint's part (filled by the writer, not ts_sample_stats) */
 } ts_sample_meta;
 
 typedef struct ts_dswriter_opts {
@@ -57,6 +83,7 @@ typedef struct ts_dswriter_opts {
     int chunk;                       /* chunk edge in voxels (default 64) */
     const char *source;              /* provenance text stored in the root attribute `source` */
     uint64_t seed;                   /* for the foreground coordinate subsample */
+    const ts_fp_prep *prep;          /* recorded in /fingerprint; NULL: no preprocessing, modalities "other" */
 } ts_dswriter_opts;
 
 typedef struct ts_dswriter ts_dswriter;

@@ -31,9 +31,51 @@ static void help(void)
            "         --chunk E (chunk edge in voxels, default 64)  --seed S (foreground subsample, default 0)\n"
            "         --nan-to V (replace non-finite image voxels, NaN and +-Inf, by the finite V, with a warning\n"
            "         naming each file and the count; without it they are an error naming the file and the count)\n"
+           "preprocessing (docs/medical.md), recorded per sample and in /fingerprint (tessera infer does not\n"
+           "crop or resample its scan yet: docs/medical.md):\n"
+           "         --crop nonzero (crop each scan to the box of its non-zero image voxels, any channel; default\n"
+           "         none) then --spacing X,Y,Z (mm along NIfTI i, j, k, as pixdim) or --spacing median (the\n"
+           "         target spacing of `tessera plan-data`: per-axis median of the scans' spacings, the 10th\n"
+           "         percentile on an anisotropic axis; one extra pass over the images): resample by any factor,\n"
+           "         images trilinear, labels one-hot linear (--label-resample linear, default; nnU-Net's order 1)\n"
+           "         or --label-resample nearest. Default: no resampling. Not with --downsample.\n"
+           "         --modality M1,M2,... (per channel: CT, MR or other; default: a channel named CT or MR in\n"
+           "         dataset.json is that, others are other); data.norm = ct uses the CT statistics\n"
+           "Every dataset records its fingerprint: shapes and spacings before and after cropping, and per\n"
+           "channel the foreground (label > 0) intensity mean, std, min, max and 0.5/50/99.5 percentiles.\n"
            "Runs on any number of ranks: each converts its share; one file is written collectively,\n"
            "shards each by one rank. Output goes to temporary names renamed at the end: a failed\n"
            "conversion leaves nothing that looks like a dataset and never replaces an existing one.\n");
+}
+
+/* the preprocessing options: 1 when a was one of them (value v), 0 when not */
+static int prep_option(const char *a, const char *v, ts_convert_opts *o, int *err)
+{
+    *err = 0;
+    if (strcmp(a, "--crop") && strcmp(a, "--spacing") && strcmp(a, "--label-resample") && strcmp(a, "--modality"))
+        return 0;
+    if (!v) {
+        *err = TS_ERR(TS_ERR_ARG, "convert: %s needs a value", a);
+    } else if (!strcmp(a, "--crop")) {
+        if (strcmp(v, "nonzero") && strcmp(v, "none")) *err = TS_ERR(TS_ERR_ARG, "convert: --crop %s (nonzero, none)", v);
+        o->crop_nonzero = !strcmp(v, "nonzero");
+    } else if (!strcmp(a, "--label-resample")) {
+        if (strcmp(v, "linear") && strcmp(v, "nearest"))
+            *err = TS_ERR(TS_ERR_ARG, "convert: --label-resample %s (linear, nearest)", v);
+        o->label_nearest = !strcmp(v, "nearest");
+    } else if (!strcmp(a, "--modality")) {
+        o->modality = v;
+    } else if (!strcmp(v, "median")) {
+        o->spacing_median = 1;
+    } else {
+        double x[3];
+        char tail;
+        if (sscanf(v, "%lf,%lf,%lf%c", &x[0], &x[1], &x[2], &tail) != 3 || !(x[0] > 0) || !(x[1] > 0) || !(x[2] > 0) ||
+            !isfinite(x[0] + x[1] + x[2]))
+            *err = TS_ERR(TS_ERR_ARG, "convert: --spacing '%s' must be three positive numbers X,Y,Z (mm) or median", v);
+        for (int d = 0; d < 3; d++) o->spacing[d] = x[2 - d]; /* NIfTI i, j, k = W, H, D */
+    }
+    return 1;
 }
 
 int ts_cli_convert(int argc, char **argv)
@@ -60,7 +102,10 @@ int ts_cli_convert(int argc, char **argv)
         if (!v) TS_FAIL(TS_ERR_ARG, "convert %s: %s needs a value", kind, a);   \
         i++;                                                                    \
     } while (0)
-        if (!strcmp(a, "--image") && !strcmp(kind, "nifti")) {
+        if (prep_option(a, v, &o, &err)) {
+            if (err) goto cleanup;
+            i++;
+        } else if (!strcmp(a, "--image") && !strcmp(kind, "nifti")) {
             NEED();
             images[ni++] = v;
         } else if (!strcmp(a, "--label") && !strcmp(kind, "nifti")) {

@@ -17,6 +17,7 @@
 int ts_cli_convert(int argc, char **argv); /* src/cli/convert.c */
 int ts_cli_synth(int argc, char **argv);   /* src/cli/synth.c */
 int ts_cli_plan(int argc, char **argv);    /* src/cli/plan.c */
+int ts_cli_plan_data(int argc, char **argv); /* src/cli/plan_data.c */
 
 static const ts_cli_cmd commands[] = {
     {"info", "build options, MPI, ranks per node, counters, GPUs", ts_cli_info},
@@ -27,12 +28,15 @@ static const ts_cli_cmd commands[] = {
     {"train", "training of a 3D U-Net from a config on a dp x pp x sp grid (under mpiexec or srun)", ts_cli_train},
     {"infer", "sliding-window prediction of a NIfTI scan with a checkpoint; NIfTI mask out, Dice", ts_cli_infer},
     {"plan", "predicted step time, communication, memory and efficiency of dp/pp/sp layouts on N nodes", ts_cli_plan},
+    {"plan-data", "a dataset's fingerprint; target spacing, patch and batch for a memory budget (nnU-Net's planner)",
+     ts_cli_plan_data},
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): the dataset fingerprint and planner, CT clipping\n"
-    "  with dataset percentiles and resampling to a target spacing in convert, HD95/NSD and mirroring in infer;\n"
+    "  of the nnU-Net-style medical pipeline (docs/medical.md): per-channel normalisation by modality (data.norm\n"
+    "  applies one rule to every channel), cropping and resampling a new scan in infer as its dataset records,\n"
+    "  HD95/NSD and mirroring in infer;\n"
     "  the residual encoder and deep supervision with pipeline or spatial parallelism, activation checkpointing or\n"
     "  bf16/fp16 (data parallel only)";
 

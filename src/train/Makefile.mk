@@ -3,3 +3,6 @@ libtessera_la_SOURCES += src/train/window.c src/train/run.c src/train/evaluate.c
 # public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
 TS_PUBLIC_HDRS += src/train/step.h src/train/pipeline.h src/train/synthetic.h src/train/trainer.h src/train/infer.h
 noinst_HEADERS += src/train/bench_step.h src/train/bench_io.h src/train/model_run.h src/train/window.h src/train/run.h src/train/evaluate.h src/train/plan.h src/train/surface.h src/train/infer_impl.h
+# tessera plan-data: patch and batch from a dataset's fingerprint
+libtessera_la_SOURCES += src/train/plan_data.c
+noinst_HEADERS += src/train/plan_data.h

@@ -362,6 +362,11 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
     s->classes = t->u.classes;
     TS_CHECK(ts_err_agree(t->world, load_scan(t)));
     if (t->lo.patch.norm == TS_NORM_DATASET) TS_CHECK(ts_err_agree(t->world, dataset_norm(t)));
+    if (t->lo.patch.norm == TS_NORM_CT) { /* the training dataset's CT statistics (io/patch.h) */
+        const char *dp = "";
+        if (ts_config_isset(t->cfg, "data.path")) TS_CHECK(ts_config_get_str(t->cfg, "data.path", &dp));
+        TS_CHECK(ts_patch_normalize_scan(t->world, dp, t->vol, t->C, t->nv));
+    }
     TS_CHECK(predict(t));
     TS_CHECK(ts_err_agree(t->world, postprocess(t, s)));
     TS_CHECK(write_outputs(t));

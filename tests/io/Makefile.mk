@@ -28,3 +28,8 @@ tests_io_test_resample_LDADD = $(TS_LIBS)
 TESTS += $(TS_IO_TESTS) tests/io/test_sampler_unit tests/io/test_resample
 EXTRA_DIST += $(TS_IO_TESTS) tests/io/lib_io.sh tests/io/check_nifti.py tests/io/check_msd.py \
 	jobs/bench/io_vs_dd.sh jobs/bench/loader_vs_step.sh configs/labelmaps/aal-3class.txt configs/labelmaps/aal-hemispheres.txt
+# the dataset fingerprint, preprocessing at conversion, data.norm = ct (io/fingerprint.c, io/preprocess.c)
+check_PROGRAMS += tests/io/test_fingerprint
+tests_io_test_fingerprint_LDADD = $(TS_LIBS)
+TESTS += tests/io/fingerprint.sh tests/io/test_fingerprint
+EXTRA_DIST += tests/io/fingerprint.sh tests/io/fingerprint_make.py tests/io/fingerprint_check.py

@@ -1,0 +1,132 @@
+/* Experiment planning from a dataset's fingerprint; see plan_data.h. The
+ * memory of a candidate is the trainer's own plan (activations, parameters
+ * and optimizer state, batch slots, kernel scratch, the process), so a
+ * proposal that fits here passes run.mem_limit_mb at the same budget. */
+#include "tsbuild.h"
+#include "src/train/plan_data.h"
+#include "src/core/error.h"
+#include "src/model/unet.h"
+#include "src/optim/optim.h"
+#include "src/train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ts_unet *m;
+    ts_unet_cfg u;
+    int prefetch;
+    double process_mb;
+} planner;
+
+static int mem_of(planner *p, const int64_t patch[3], int batch, double *mb)
+{
+    ts_mem_plan mp;
+    memcpy(p->u.patch, patch, sizeof p->u.patch);
+    TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, p->process_mb,
+                                &mp));
+    *mb = mp.total_mb;
+    return 0;
+}
+
+/* the median shape at the target spacing (stored: the stored shapes and
+ * their median spacing, into grid), and the voxels of the dataset there */
+static void median_shape(const ts_fingerprint *fp, const double target[3], int stored, double grid[3], double out[3],
+                         double *voxels)
+{
+    double *v = malloc(sizeof *v * (size_t)fp->n);
+    *voxels = 0;
+    for (int d = 0; d < 3; d++) {
+        for (int64_t i = 0; i < fp->n && v; i++)
+            v[i] = stored ? (double)fp->shape[3 * i + d]
+                          : (double)fp->shape_crop[3 * i + d] * fp->spacing_orig[3 * i + d] / target[d];
+        out[d] = v ? ts_fp_percentile(v, fp->n, 50) : 1;
+        for (int64_t i = 0; i < fp->n && v; i++) v[i] = fp->spacing[3 * i + d];
+        grid[d] = !stored ? target[d] : v ? ts_fp_percentile(v, fp->n, 50) : 1;
+    }
+    free(v);
+    *voxels = out[0] * out[1] * out[2] * (double)fp->n;
+}
+
+/* the patch: nnU-Net's initial box, clipped and rounded; then shrunk until batch 2 fits */
+static int fit_patch(planner *p, const double target[3], const double med[3], int64_t div, double budget,
+                     int64_t patch[3])
+{
+    double inv[3], prod = 1, mb = 0;
+    for (int d = 0; d < 3; d++) {
+        inv[d] = 1.0 / target[d];
+        prod *= inv[d];
+    }
+    const double f = cbrt(256.0 * 256.0 * 256.0 / prod);
+    for (int d = 0; d < 3; d++) {
+        double e = round(inv[d] * f);
+        if (e > med[d]) e = med[d];
+        patch[d] = ((int64_t)ceil(e / (double)div)) * div;
+        if (patch[d] < div) patch[d] = div;
+    }
+    for (;;) {
+        TS_TRY(mem_of(p, patch, 2, &mb));
+        if (mb <= budget) return 0;
+        int ax = -1;
+        double worst = -1;
+        for (int d = 0; d < 3; d++)
+            if (patch[d] > div && patch[d] / med[d] > worst) {
+                worst = patch[d] / med[d];
+                ax = d;
+            }
+        if (ax < 0)
+            return TS_ERR(TS_ERR_ARG, "plan-data: the smallest patch (%lld^3 voxels, batch 2) needs about %.0f MiB per "
+                          "rank, more than the %.0f MiB budget (--mem-mb): raise it or use fewer model.channels or levels",
+                          (long long)div, mb, budget);
+        patch[ax] -= div;
+    }
+}
+
+int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budget_mb, ts_plan_data *out)
+{
+    int err = 0;
+    planner p;
+    ts_optim_cfg oc;
+    int64_t pf;
+    memset(&p, 0, sizeof p);
+    memset(out, 0, sizeof *out);
+    out->budget_mb = budget_mb;
+    TS_CHECK(ts_fp_target_spacing(fp->n, fp->spacing_orig, fp->shape_crop, out->target, &out->aniso_axis));
+    double voxels;
+    out->stored = fp->prep.spacing[0] > 0 || fp->prep.downsample > 1;
+    median_shape(fp, out->target, out->stored, out->grid, out->median_shape, &voxels);
+    TS_CHECK(ts_unet_cfg_from_config(cfg, &p.u));
+    TS_CHECK(ts_optim_cfg_from_config(cfg, &oc));
+    TS_CHECK(ts_config_get_int(cfg, "data.prefetch", &pf));
+    p.u.in_channels = fp->C;
+    p.u.classes = fp->K;
+    p.prefetch = (int)pf;
+    p.process_mb = ts_train_rss_mb();
+    out->levels = p.u.levels;
+    const int64_t div = (int64_t)1 << (p.u.levels - 1);
+    TS_CHECK(ts_unet_create(&p.u, ts_optim_state_count(&oc), &p.m));
+    TS_CHECK(fit_patch(&p, out->grid, out->median_shape, div, budget_mb, out->patch));
+    /* the largest batch that fits (memory grows with the batch) */
+    int b = 2;
+    double mb = 0;
+    TS_CHECK(mem_of(&p, out->patch, b, &out->mem_mb));
+    while (b < 1024) {
+        TS_CHECK(mem_of(&p, out->patch, b + 1, &mb));
+        if (mb > budget_mb) break;
+        b++;
+    }
+    out->batch_mem = b;
+    const double pv = (double)out->patch[0] * (double)out->patch[1] * (double)out->patch[2];
+    out->batch_cap = (int)round(0.05 * voxels / pv);
+    if (out->batch_cap < 2) out->batch_cap = 2;
+    out->batch = b < out->batch_cap ? b : out->batch_cap;
+    TS_CHECK(mem_of(&p, out->patch, out->batch, &out->mem_mb));
+    int ct = 1;
+    for (int c = 0; c < fp->C; c++) ct &= !strcmp(fp->prep.modality[c], "CT");
+    snprintf(out->norm, sizeof out->norm, "%s", ct && fp->fi.voxels > 0 ? "ct" : "foreground");
+cleanup:
+    ts_unet_destroy(&p.m);
+    return err;
+}
