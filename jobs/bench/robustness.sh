@@ -8,7 +8,9 @@
 # printing per-variant foreground mean Dice and its difference from the
 # original's.
 #   jobs/bench/robustness.sh [RUN] [section.key=value ...]   (RUN default runs/robustness)
-# Environment: TESSERA (default build/tessera), NP ranks (default 2).
+# Environment: TESSERA (default build/tessera), NP ranks (default 2),
+# INFER_OPTS the infer options (default jobs/demo.sh's: keep_largest=all;
+# INFER_OPTS= for the raw prediction).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
@@ -16,6 +18,7 @@ run=${1:-$here/runs/robustness}
 shift $(( $# >= 1 ? 1 : 0 )) || true
 templates=/usr/share/mricron/templates
 mpirun=(mpiexec.mpich -n "${NP:-2}")
+infer_opts=${INFER_OPTS-keep_largest=all}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$run"
 if ! ls "$run"/ckpt/step-* >/dev/null 2>&1; then
@@ -34,7 +37,7 @@ orig=
 for v in original scale_offset gamma contrast noise blur lowres brain_only; do
     out=$("${mpirun[@]}" "$tessera" infer "$here/configs/demo.ini" checkpoint="$run" input="$run/variants/$v.nii.gz" \
         downsample=2 output="$run/variants/$v-pred.nii.gz" label="$templates/aal.nii.gz" \
-        label_map="$here/configs/labelmaps/aal-3class.txt" "$@")
+        label_map="$here/configs/labelmaps/aal-3class.txt" $infer_opts "$@")
     fg=$(printf '%s\n' "$out" | sed -n 's/^foreground mean Dice: //p')
     per=$(printf '%s\n' "$out" | sed -n 's/^Dice per class: *//p')
     [ -n "$orig" ] || orig=$fg
