@@ -1,0 +1,80 @@
+"""NumPy/nibabel side of tests/train/infer_prep.sh: argv = mode, arguments.
+make OUT: scans (a head of non-zero voxels off-centre in a zero background,
+smooth nested-sphere labels of 3 classes) with their labels;
+stored DATA.h5 I OUT.nii.gz: sample I of a dataset (its preprocessed image
+and geometry) as NIfTI; check SCAN MASK [DATA.h5 I PRE_MASK]: the mask on
+the scan's grid and affine, 0 outside the scan's non-zero box, foreground
+inside, and (with the rest) equal on >= 99 % of the voxels to the mask
+predicted on the stored sample put back by hand (the crop box, nearest
+cell-centre resampling)."""
+import sys
+import h5py
+import nibabel as nib
+import numpy as np
+
+mode = sys.argv[1]
+
+
+def save(arr, A, path):
+    h = nib.Nifti1Image(arr, A)
+    h.set_sform(A, 1)
+    h.set_qform(A, 1)
+    nib.save(h, path)
+
+
+if mode == 'make':
+    out = sys.argv[2]
+    rng = np.random.default_rng(5)
+    scans = [((46, 40, 30), (0.7, 0.8, 1.1)), ((42, 44, 28), (0.75, 0.8, 1.15)), ((48, 38, 32), (0.7, 0.85, 1.05))]
+    for i, (sh, sp) in enumerate(scans):
+        x, y, z = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in sh], indexing='ij')
+        c = np.array(sh) * np.array([0.58, 0.45, 0.55])
+        r = np.sqrt(((x - c[0]) * sp[0]) ** 2 + ((y - c[1]) * sp[1]) ** 2 + ((z - c[2]) * sp[2]) ** 2)
+        lab = ((r < 7).astype(np.uint8) + (r < 3.5)).astype(np.uint8)
+        head = r < 10.5
+        img = np.where(head, 40 + 60 * lab + rng.normal(0, 5, sh), 0).astype(np.float32)
+        A = np.diag(list(sp) + [1.0])
+        A[:3, 3] = [-10.5, 4.0, 2.25]
+        save(img, A, '%s/img%d.nii.gz' % (out, i))
+        save(lab, A, '%s/lab%d.nii.gz' % (out, i))
+
+elif mode == 'stored':
+    path, i, out = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    with h5py.File(path, 'r') as f:
+        g = f['samples/%06d' % i]
+        img = g['image'][0].astype(np.float32).transpose(2, 1, 0)  # D, H, W -> x, y, z
+        save(img, np.asarray(g.attrs['sform'], dtype=np.float64), out)
+
+elif mode == 'check':
+    scan, mask = nib.load(sys.argv[2]), nib.load(sys.argv[3])
+    x = np.asarray(scan.dataobj, dtype=np.float32).transpose(2, 1, 0)  # D, H, W
+    m = np.asarray(mask.dataobj).transpose(2, 1, 0)
+    assert m.shape == x.shape, (m.shape, x.shape)
+    assert np.allclose(mask.affine, scan.affine, atol=1e-6), (mask.affine, scan.affine)
+    assert np.allclose(mask.header.get_zooms()[:3], scan.header.get_zooms()[:3])
+    nz = np.argwhere(x != 0)
+    box = np.concatenate([nz.min(0), nz.max(0) + 1])
+    inside = np.zeros(m.shape, bool)
+    inside[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = True
+    assert not inside.all(), 'the crop box is the whole scan: nothing tested'
+    out_fg, in_fg = int((m[~inside] != 0).sum()), int((m[inside] != 0).sum())
+    print('crop box', list(box), 'foreground voxels outside', out_fg, 'inside', in_fg)
+    assert out_fg == 0 and in_fg > 0
+    if len(sys.argv) > 4:
+        with h5py.File(sys.argv[4], 'r') as f:
+            g = f['samples/%06d' % int(sys.argv[5])]
+            assert list(g.attrs['crop_box']) == list(box), (g.attrs['crop_box'], box)
+        q = np.asarray(nib.load(sys.argv[6]).dataobj).transpose(2, 1, 0)
+        cn = box[3:] - box[:3]
+        r = cn / np.array(q.shape)
+        assert all(abs(v - 1) > 0.01 for v in r), ('resampled by a factor on every axis', r)
+        idx = [np.clip(np.floor((np.arange(n) + 0.5) / rr).astype(int), 0, k - 1) for n, rr, k in zip(cn, r, q.shape)]
+        back = np.zeros_like(m)
+        back[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = q[np.ix_(*idx)]
+        agree = (back == m).mean()
+        fg = (back != 0) | (m != 0)
+        print('agreement with the stored sample predicted and put back by hand: %.5f of the voxels, %.4f of the '
+              'foreground' % (agree, (back == m)[fg].mean()))
+        assert agree >= 0.99
+else:
+    sys.exit('unknown mode ' + mode)
