@@ -98,8 +98,8 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
     if (r->prep_on) {
         printf("preprocessing of %s replayed:%s", r->prep_from, r->prep_crop ? " crop to the non-zero box" : "");
         if (r->prep_spacing[0] > 0)
-            printf("%s resampled to %g x %g x %g mm (D, H, W)", r->prep_crop ? "," : "", r->prep_spacing[0],
-                   r->prep_spacing[1], r->prep_spacing[2]);
+            printf("%s resampled to %g x %g x %g mm (x, y, z)", r->prep_crop ? "," : "", r->prep_spacing[2],
+                   r->prep_spacing[1], r->prep_spacing[0]);
         printf("\n");
     }
     if (!r->have_dice) return;

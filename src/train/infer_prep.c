@@ -8,9 +8,11 @@
 #include "io/preprocess.h"
 #include "src/core/error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int ts_infer_prep_load(const ts_config *cfg, const ts_infer_opts *o, ts_fp_prep *prep, int *on, ts_infer_result *r)
 {
@@ -21,6 +23,9 @@ int ts_infer_prep_load(const ts_config *cfg, const ts_infer_opts *o, ts_fp_prep 
     memset(prep, 0, sizeof *prep);
     if (o->preprocess == TS_INFER_PREP_NONE || !ts_config_isset(cfg, "data.path")) return 0;
     TS_TRY(ts_config_get_str(cfg, "data.path", &dp));
+    if (access(dp, R_OK) != 0)
+        return TS_ERR(TS_ERR_IO, "infer: data.path=%s: %s (its recorded preprocessing is replayed on each scan; give "
+                                 "preprocess=none to predict without it)", dp, strerror(errno));
     int e = ts_fingerprint_present(dp, &have);
     if (e)
         return TS_CTX(e, "infer: data.path=%s (its recorded preprocessing is replayed on each scan; give "

@@ -4,9 +4,10 @@ smooth nested-sphere labels of 3 classes) with their labels;
 stored DATA.h5 I OUT.nii.gz: sample I of a dataset (its preprocessed image
 and geometry) as NIfTI; check SCAN MASK [DATA.h5 I PRE_MASK]: the mask on
 the scan's grid and affine, 0 outside the scan's non-zero box, foreground
-inside, and (with the rest) equal on >= 99 % of the voxels to the mask
-predicted on the stored sample put back by hand (the crop box, nearest
-cell-centre resampling)."""
+inside, and (with the rest) equal on >= 99.9 % of the voxels to the mask
+predicted on the stored sample put back by hand (resampled to the crop box
+as io/resample.c does, one-hot linear or nearest as the dataset's labels
+were, then placed at the box)."""
 import sys
 import h5py
 import nibabel as nib
@@ -20,6 +21,30 @@ def save(arr, A, path):
     h.set_sform(A, 1)
     h.set_qform(A, 1)
     nib.save(h, path)
+
+
+def taps(n_in, n_out):
+    """io/resample.c: output voxel o samples the input at (o + 0.5) n_in / n_out - 0.5, clamped."""
+    x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+    a = np.floor(x).astype(int)
+    return a, np.minimum(a + 1, n_in - 1), x - a
+
+
+def resample_labels(lab, out, nearest):
+    """ts_resample_labels: nearest, or one-hot linear (each class's indicator
+    trilinear, the largest weight; a tie to the smaller class)."""
+    t = [taps(n, m) for n, m in zip(lab.shape, out)]
+    if nearest:
+        return lab[np.ix_(*[np.where(w >= 0.5, b, a) for a, b, w in t])]
+    ws = []
+    for k in range(int(lab.max()) + 1):
+        v = (lab == k).astype(np.float64)
+        for ax, (a, b, w) in enumerate(t):
+            sh = [1, 1, 1]
+            sh[ax] = -1
+            v = np.take(v, a, axis=ax) * (1 - w).reshape(sh) + np.take(v, b, axis=ax) * w.reshape(sh)
+        ws.append(v)
+    return np.argmax(np.stack(ws), axis=0).astype(lab.dtype)
 
 
 if mode == 'make':
@@ -64,17 +89,17 @@ elif mode == 'check':
         with h5py.File(sys.argv[4], 'r') as f:
             g = f['samples/%06d' % int(sys.argv[5])]
             assert list(g.attrs['crop_box']) == list(box), (g.attrs['crop_box'], box)
+            nearest = f['fingerprint'].attrs['label_resampling'] == 'nearest'
         q = np.asarray(nib.load(sys.argv[6]).dataobj).transpose(2, 1, 0)
         cn = box[3:] - box[:3]
         r = cn / np.array(q.shape)
         assert all(abs(v - 1) > 0.01 for v in r), ('resampled by a factor on every axis', r)
-        idx = [np.clip(np.floor((np.arange(n) + 0.5) / rr).astype(int), 0, k - 1) for n, rr, k in zip(cn, r, q.shape)]
         back = np.zeros_like(m)
-        back[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = q[np.ix_(*idx)]
+        back[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = resample_labels(q, cn, nearest)
         agree = (back == m).mean()
         fg = (back != 0) | (m != 0)
         print('agreement with the stored sample predicted and put back by hand: %.5f of the voxels, %.4f of the '
               'foreground' % (agree, (back == m)[fg].mean()))
-        assert agree >= 0.99
+        assert agree >= 0.999
 else:
     sys.exit('unknown mode ' + mode)
