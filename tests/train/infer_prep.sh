@@ -4,7 +4,8 @@
 # --spacing, a tiny model trained on them; inferring on a raw scan crops
 # and resamples it as convert did and writes the mask on the scan's grid
 # and affine, background outside the crop box, equal (>= 99.9 % of voxels)
-# to the mask predicted on the stored sample and put back by hand; a
+# to the mask predicted on the stored sample and put back by hand (also
+# with data.norm = dataset); a
 # dataset without preprocessing, and preprocess=none, give the masks of a
 # run without data.path bit for bit; probabilities=, a mismatched
 # downsample=, a missing data.path and a bad preprocess= fail on every rank.
@@ -61,6 +62,10 @@ ts_step "infer it as it is (preprocess=none)" \
     ts_mpirun 1 $I data.path="$d/p.h5" preprocess=none input="$d/pre0.nii.gz" output="$d/q0.nii.gz"
 ts_step "mask: the scan's dimensions and affine, 0 outside the crop box, = the stored sample's put back (>= 99.9 %)" \
     py check "$d/img0.nii.gz" "$d/m0.nii.gz" "$d/p.h5" 0 "$d/q0.nii.gz"
+ts_step "data.norm = dataset: the raw scan 0 with the preprocessing replayed, and the stored sample as it is" sh -c "
+    $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset input='$d/img0.nii.gz' output='$d/md.nii.gz' &&
+    $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset preprocess=none input='$d/pre0.nii.gz' output='$d/qd.nii.gz'"
+ts_step "data.norm = dataset: the same agreement" py check "$d/img0.nii.gz" "$d/md.nii.gz" "$d/p.h5" 0 "$d/qd.nii.gz"
 
 # without recorded preprocessing: today's masks, bit for bit
 ts_step "infer scans 1 and 2 without data.path" ts_mpirun 1 $I input="$d/img1.nii.gz,$d/img2.nii.gz" output="$d/n"
