@@ -5,9 +5,8 @@
 # and resamples it as convert did and writes the mask on the scan's grid
 # and affine, background outside the crop box, equal (>= 99.9 % of voxels)
 # to the mask predicted on the stored sample and put back by hand (also
-# with data.norm = dataset); a
-# dataset without preprocessing, and preprocess=none, give the masks of a
-# run without data.path bit for bit; probabilities=, a mismatched
+# with data.norm = dataset); a dataset without preprocessing, and
+# preprocess=none, give the masks of a run without data.path bit for bit; probabilities=, a mismatched
 # downsample=, a missing data.path and a bad preprocess= fail on every rank.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
