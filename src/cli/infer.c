@@ -1,9 +1,9 @@
 /* tessera infer CONFIG checkpoint=DIR input=SCAN|DIR|LIST output=MASK|DIR
  * [label=SEG|DIR [label_map=MAP]] [mirror=AXES] [keep_largest=CLASSES |
- * postprocess=PP.json] [decide=PP.json] [preprocess=dataset|none] ...: the arguments of
- * sliding-window inference and its printed summary; the work (prediction,
- * mirroring, post-processing, NIfTI outputs, metrics) is ts_infer_run
- * (src/train/infer.h). */
+ * postprocess=PP.json] [decide=PP.json] [preprocess=dataset|none] ...: the
+ * arguments of sliding-window inference and its printed summary; the work
+ * (the dataset's preprocessing, prediction, mirroring, post-processing,
+ * NIfTI outputs, metrics) is ts_infer_run (src/train/infer.h). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"

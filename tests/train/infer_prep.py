@@ -7,7 +7,8 @@ the scan's grid and affine, 0 outside the scan's non-zero box, foreground
 inside, and (with the rest) equal on >= 99.9 % of the voxels to the mask
 predicted on the stored sample put back by hand (resampled to the crop box
 as io/resample.c does, one-hot linear or nearest as the dataset's labels
-were, then placed at the box)."""
+were, or each voxel repeated F times for --downsample F, then placed at
+the box)."""
 import sys
 import h5py
 import nibabel as nib
@@ -90,12 +91,22 @@ elif mode == 'check':
             g = f['samples/%06d' % int(sys.argv[5])]
             assert list(g.attrs['crop_box']) == list(box), (g.attrs['crop_box'], box)
             nearest = f['fingerprint'].attrs['label_resampling'] == 'nearest'
+            down = int(f['fingerprint'].attrs['downsample'])
+            if down > 1:  # the stored grid starts at the crop box's corner, its voxels F times larger
+                A = scan.affine.copy()
+                A[:3, 3] += A[:3, :3] @ (box[:3][::-1] + (down - 1) / 2.0)
+                A[:3, :3] *= down
+                assert np.allclose(g.attrs['sform'], A, atol=1e-6), (g.attrs['sform'], A)
         q = np.asarray(nib.load(sys.argv[6]).dataobj).transpose(2, 1, 0)
         cn = box[3:] - box[:3]
-        r = cn / np.array(q.shape)
-        assert all(abs(v - 1) > 0.01 for v in r), ('resampled by a factor on every axis', r)
         back = np.zeros_like(m)
-        back[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = resample_labels(q, cn, nearest)
+        if down > 1:  # convert --downsample F: ts_resample_up_labels repeats each coarse voxel F times
+            up = q.repeat(down, 0).repeat(down, 1).repeat(down, 2)[:cn[0], :cn[1], :cn[2]]
+        else:
+            r = cn / np.array(q.shape)
+            assert all(abs(v - 1) > 0.01 for v in r), ('resampled by a factor on every axis', r)
+            up = resample_labels(q, cn, nearest)
+        back[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = up
         agree = (back == m).mean()
         fg = (back != 0) | (m != 0)
         print('agreement with the stored sample predicted and put back by hand: %.5f of the voxels, %.4f of the '

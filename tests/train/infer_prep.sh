@@ -5,7 +5,8 @@
 # and resamples it as convert did and writes the mask on the scan's grid
 # and affine, background outside the crop box, equal (>= 99.9 % of voxels)
 # to the mask predicted on the stored sample and put back by hand (also
-# with data.norm = dataset); a dataset without preprocessing, and
+# with data.norm = dataset, and for --crop nonzero --downsample 2 with
+# downsample=2); a dataset without preprocessing, and
 # preprocess=none, give the masks of a run without data.path bit for bit; probabilities=, a mismatched
 # downsample=, a missing data.path and a bad preprocess= fail on every rank.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
@@ -66,6 +67,19 @@ ts_step "data.norm = dataset: the raw scan 0 with the preprocessing replayed, an
     $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset preprocess=none input='$d/pre0.nii.gz' output='$d/qd.nii.gz'"
 ts_step "data.norm = dataset: the same agreement" py check "$d/img0.nii.gz" "$d/md.nii.gz" "$d/p.h5" 0 "$d/qd.nii.gz"
 
+# convert --crop nonzero --downsample 2: the crop replayed, then downsample=2
+# shellcheck disable=SC2086
+ts_step "convert --crop nonzero --downsample 2" \
+    ts_mpirun 1 "$TESSERA" convert nifti $pairs --crop nonzero --downsample 2 --out "$d/d2.h5"
+ts_step "infer the raw scan 0 with it, downsample=2, and its stored sample 0 as it is" sh -c "
+    $MPIEXEC -n 1 $I data.path='$d/d2.h5' downsample=2 input='$d/img0.nii.gz' output='$d/m2.nii.gz' &&
+    '$TS_PY' '$TS_SRCDIR/tests/train/infer_prep.py' stored '$d/d2.h5' 0 '$d/pre2.nii.gz' &&
+    $MPIEXEC -n 1 $I data.path='$d/d2.h5' preprocess=none input='$d/pre2.nii.gz' output='$d/q2.nii.gz'"
+ts_step "the mask on the scan's grid, 0 outside the crop box, = the stored sample's repeated and put back" \
+    py check "$d/img0.nii.gz" "$d/m2.nii.gz" "$d/d2.h5" 0 "$d/q2.nii.gz"
+ts_fails_on_all "downsample=1 (the default) with it" "downsample=1 does not match data.path=$d/d2.h5 (converted at downsample 2)" 2 \
+    ts_mpirun 2 $I data.path="$d/d2.h5" input="$d/img0.nii.gz" output="$d/e5.nii.gz"
+
 # without recorded preprocessing: today's masks, bit for bit
 ts_step "infer scans 1 and 2 without data.path" ts_mpirun 1 $I input="$d/img1.nii.gz,$d/img2.nii.gz" output="$d/n"
 ts_step "... with data.path = the dataset without preprocessing" \
@@ -90,5 +104,5 @@ ts_fails_on_all "a data.path that does not exist" "data.path=$d/none.h5: No such
 ts_fails_on_all "preprocess=crop" "preprocess=crop: give dataset or none" 2 \
     ts_mpirun 2 $I input="$d/img0.nii.gz" output="$d/e4.nii.gz" preprocess=crop
 ts_check "nothing was written by the failing runs" \
-    [ ! -e "$d/e1.nii.gz" -a ! -e "$d/e1p.nii.gz" -a ! -e "$d/e2.nii.gz" -a ! -e "$d/e3.nii.gz" -a ! -e "$d/e4.nii.gz" ]
+    [ ! -e "$d/e1.nii.gz" -a ! -e "$d/e1p.nii.gz" -a ! -e "$d/e2.nii.gz" -a ! -e "$d/e3.nii.gz" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e5.nii.gz" ]
 ts_finish
