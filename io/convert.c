@@ -225,8 +225,11 @@ static int load_pair(const job *jb, int64_t idx, ts_sample *s)
             s->shape[k + 1] = ts_resample_size(dhw[k], f);
             s->spacing[k] *= f;
         }
-        ts_resample_affine(img->sform, f, s->sform);
-        ts_resample_affine(img->qform, f, s->qform);
+        double a[16]; /* from the (cropped) sample's transforms: with --crop nonzero the box's corner */
+        ts_resample_affine(s->sform, f, a);
+        memcpy(s->sform, a, sizeof a);
+        ts_resample_affine(s->qform, f, a);
+        memcpy(s->qform, a, sizeof a);
     }
 cleanup:
     ts_nifti_free(&img);

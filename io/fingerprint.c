@@ -500,6 +500,26 @@ cleanup:
     return err;
 }
 
+int ts_fingerprint_present(const char *path, int *have)
+{
+    int err = 0;
+    hid_t f = -1;
+    *have = 0;
+    ts_h5_init();
+    ts_h5_lock();
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        err = ts_h5_err(__FILE__, __LINE__, "cannot open %s", path);
+        goto cleanup;
+    }
+    *have = H5Lexists(f, "/fingerprint", H5P_DEFAULT) > 0;
+    H5Eclear2(H5E_DEFAULT);
+cleanup:
+    if (f >= 0) H5Fclose(f);
+    ts_h5_unlock();
+    return err;
+}
+
 void ts_fingerprint_free(ts_fingerprint *fp)
 {
     free(fp->spacing_orig);

@@ -88,6 +88,10 @@ typedef struct ts_fingerprint {
  * convert it again). */
 int ts_fingerprint_read(const char *path, ts_fingerprint *fp);
 void ts_fingerprint_free(ts_fingerprint *fp);
+/* Local. *have = 1 when the HDF5 file at path has a /fingerprint group
+ * (datasets converted before it have none). Errors: the file cannot be
+ * opened (naming it). */
+int ts_fingerprint_present(const char *path, int *have);
 
 /* Local. Reads the intensity statistics of /fingerprint in f (C channels)
  * if there are any: *have = 1 and *fi filled; *have = 0 when the group or

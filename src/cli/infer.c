@@ -1,9 +1,9 @@
 /* tessera infer CONFIG checkpoint=DIR input=SCAN|DIR|LIST output=MASK|DIR
  * [label=SEG|DIR [label_map=MAP]] [mirror=AXES] [keep_largest=CLASSES |
- * postprocess=PP.json] [decide=PP.json] ...: the arguments of
- * sliding-window inference and its printed summary; the work (prediction,
- * mirroring, post-processing, NIfTI outputs, metrics) is ts_infer_run
- * (src/train/infer.h). */
+ * postprocess=PP.json] [decide=PP.json] [preprocess=dataset|none] ...: the
+ * arguments of sliding-window inference and its printed summary; the work
+ * (the dataset's preprocessing, prediction, mirroring, post-processing,
+ * NIfTI outputs, metrics) is ts_infer_run (src/train/infer.h). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
@@ -20,7 +20,8 @@ static void help(void)
            "                                  output=MASK.nii.gz|DIR [label=SEG.nii.gz|DIR [label_map=MAP.txt]]\n"
            "                                  [mirror=xyz] [keep_largest=all|1,2,... | postprocess=PP.json]\n"
            "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
-           "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [section.key=value ...]\n\n"
+           "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [preprocess=dataset|none]\n"
+           "                                  [section.key=value ...]\n\n"
            "Predicts label volumes for NIfTI scans (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint, loaded once: DIR is a checkpoint (ckpt/step-<N>), a\n"
            "checkpoint folder (the newest complete one is used) or a run directory. input= is one scan, a\n"
@@ -47,7 +48,13 @@ static void help(void)
            "Dice (nnU-Net's rule).\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
            "data) and writes the labels back on the scan's own grid. probabilities= also writes the\n"
-           "class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n");
+           "class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n"
+           "preprocess=dataset (the default): when data.path names a dataset whose fingerprint records a\n"
+           "crop to the non-zero box and/or a target spacing (tessera convert --crop nonzero --spacing),\n"
+           "each scan is cropped and resampled the same way before it is normalised and predicted, and\n"
+           "the labels are resampled back onto the scan's grid (background outside the crop box); then\n"
+           "probabilities= is refused and downsample= must be the dataset's. preprocess=none predicts on\n"
+           "the scan as it is.\n");
 }
 
 static void print_row(const char *title, const double *v, const ts_infer_scan *s, const ts_infer_result *r)
@@ -63,8 +70,12 @@ static void on_scan(const ts_infer_scan *s, void *ctx)
 {
     const ts_infer_result *r = ctx;
     if (ts_cli_rank() != 0) return;
-    printf("infer: [%d/%d] %s (%lldx%lldx%lld) -> %s\n", s->index + 1, s->count, s->input, (long long)s->dim[0],
+    printf("infer: [%d/%d] %s (%lldx%lldx%lld) -> %s", s->index + 1, s->count, s->input, (long long)s->dim[0],
            (long long)s->dim[1], (long long)s->dim[2], s->output);
+    if (s->prep_dim[0])
+        printf(" (predicted preprocessed: %lldx%lldx%lld)", (long long)s->prep_dim[0], (long long)s->prep_dim[1],
+               (long long)s->prep_dim[2]);
+    printf("\n");
     if (!s->have_metrics) return;
     print_row("Dice per class:", s->dice, s, r);
     print_row("HD95 per class (mm):", s->hd95, s, r);
@@ -84,6 +95,13 @@ static void print_stat(const char *title, const ts_infer_stat *st, const ts_infe
 static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
 {
     printf("infer: %d scan%s with %s\n", r->nscans, r->nscans == 1 ? "" : "s", r->checkpoint);
+    if (r->prep_on) {
+        printf("preprocessing of %s replayed:%s", r->prep_from, r->prep_crop ? " crop to the non-zero box" : "");
+        if (r->prep_spacing[0] > 0)
+            printf("%s resampled to %g x %g x %g mm (x, y, z)", r->prep_crop ? "," : "", r->prep_spacing[2],
+                   r->prep_spacing[1], r->prep_spacing[0]);
+        printf("\n");
+    }
     if (!r->have_dice) return;
     if (r->nscans > 1) {
         print_stat("mean Dice over the scans:", r->mean_dice, r);
@@ -138,6 +156,11 @@ static int parse_opt(const char *a, ts_infer_opts *o, int *lerr)
         if (end == a + 8 || *end || !isfinite(o->nsd_tol) || o->nsd_tol < 0)
             *lerr = TS_ERR(TS_ERR_ARG, "infer: nsd_tol=%s must be a distance in mm >= 0", a + 8);
     } else if (!strncmp(a, "mirror=", 7)) *lerr = parse_mirror(a + 7, &o->mirror);
+    else if (!strncmp(a, "preprocess=", 11)) {
+        if (!strcmp(a + 11, "none")) o->preprocess = TS_INFER_PREP_NONE;
+        else if (!strcmp(a + 11, "dataset")) o->preprocess = TS_INFER_PREP_DATASET;
+        else *lerr = TS_ERR(TS_ERR_ARG, "infer: preprocess=%s: give dataset or none", a + 11);
+    }
     else return 1;
     return 0;
 }

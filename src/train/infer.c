@@ -2,9 +2,10 @@
  * set up once; per scan, the scan read and normalised as training patches
  * are, the sliding-window prediction over the ranks (src/train/evaluate.c,
  * with test-time mirroring src/train/mirror.c), resampling back to the
- * scan's grid, post-processing, the NIfTI outputs and the metrics against
- * a reference (src/train/infer_metrics.c); the scans come from
- * src/train/infer_list.c. */
+ * scan's grid (undoing the dataset's recorded preprocessing replayed on
+ * the scan: src/train/infer_prep.c), post-processing, the NIfTI outputs
+ * and the metrics against a reference (src/train/infer_metrics.c); the
+ * scans come from src/train/infer_list.c. */
 #include "tsbuild.h"
 #include "src/train/infer_impl.h"
 #include "collectives/coll.h"
@@ -12,6 +13,7 @@
 #include "io/labelmap.h"
 #include "io/loader.h"
 #include "io/nifti.h"
+#include "io/preprocess.h"
 #include "io/resample.h"
 #include "io/writer.h"
 #include "src/core/error.h"
@@ -50,13 +52,18 @@ typedef struct infer {
     ts_dataset *ds;             /* data.norm = dataset: the training dataset's statistics */
     ts_labelmap *map;           /* label_map= */
     int keep[TS_IO_MAX_CLASSES]; /* post-processing: keep the class's largest component */
+    int prep_on;                /* the dataset's preprocessing replayed (src/train/infer_prep.c) */
+    ts_fp_prep prep;
     /* the scan */
     const ts_infer_item *it;
     ts_nifti *img;
     int64_t C, dhw[3], nv;      /* channels; the grid predicted on (coarser with downsample) */
-    int64_t fine[3], nfine;     /* the scan's grid */
+    int64_t fine[3], nfine;     /* the grid before downsample (the scan's, or the preprocessed one) */
+    int64_t scan[3], nscan;     /* the scan's grid */
+    ts_sample ps;               /* prep_on: what the preprocessing did (ts_prep_undo_labels) */
     float *vol, *prob;          /* the normalised image [C, dhw]; probabilities [K, dhw] */
-    uint8_t *pred, *full, *zeros;
+    float *raw;                 /* prep_on with data.norm = dataset: vol before normalising */
+    uint8_t *pred, *full, *zeros, *back;
 } infer;
 
 int ts_infer_find_checkpoint(const char *arg, char *path, size_t n)
@@ -101,10 +108,17 @@ static int load_scan(infer *t)
         return TS_ERR(TS_ERR_FORMAT, "%s has %lld channel%s, model.in_channels is %d", input, (long long)t->C,
                       t->C == 1 ? "" : "s", t->u.in_channels);
     t->vol = malloc(sizeof *t->vol * (size_t)(t->nv * t->C));
+    if (!t->vol) return TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)t->nv);
+    TS_TRY(ts_nifti_to_float(t->img, t->vol));
+    memcpy(t->scan, t->dhw, sizeof t->scan);
+    t->nscan = t->nv;
+    if (t->prep_on) { /* cropped and resampled as convert did (data.path's /fingerprint) */
+        TS_TRY(ts_infer_prep_apply(&t->prep, input, t->img, &t->vol, t->dhw, &t->ps));
+        t->nv = t->dhw[0] * t->dhw[1] * t->dhw[2];
+    }
     t->pred = malloc((size_t)t->nv);
     t->zeros = calloc((size_t)t->nv, 1);
-    if (!t->vol || !t->pred || !t->zeros) return TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)t->nv);
-    TS_TRY(ts_nifti_to_float(t->img, t->vol));
+    if (!t->pred || !t->zeros) return TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)t->nv);
     memcpy(t->fine, t->dhw, sizeof t->fine);
     t->nfine = t->nv;
     if (f > 1) {
@@ -131,6 +145,11 @@ static int load_scan(infer *t)
     s.image = t->vol;
     s.label = t->zeros;
     TS_TRY(ts_sample_stats(&s, 1, &meta));
+    if (t->prep_on && t->lo.patch.norm == TS_NORM_DATASET) { /* dataset_norm starts again from these values */
+        if (!(t->raw = malloc(sizeof *t->raw * (size_t)(t->nv * t->C))))
+            return TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)t->nv);
+        memcpy(t->raw, t->vol, sizeof *t->raw * (size_t)(t->nv * t->C));
+    }
     double pct[TS_IO_MAX_CHANNELS * TS_IO_NPCT];
     for (int64_t c = 0; c < t->C; c++) memcpy(pct + c * TS_IO_NPCT, meta.pct[c], sizeof meta.pct[c]);
     /* dataset statistics come from the training dataset (dataset_norm below) */
@@ -149,8 +168,9 @@ static int dataset_norm(infer *t)
     if (t->o->downsample > 1)
         return TS_ERR(TS_ERR_UNSUPPORTED, "infer: downsample= with data.norm = dataset is not available yet (use "
                                           "data.norm = image)");
-    /* undo the image z-score: normalise the scan's values again */
-    TS_TRY(ts_nifti_to_float(t->img, t->vol));
+    /* undo the image z-score: normalise the scan's (preprocessed) values again */
+    if (t->raw) memcpy(t->vol, t->raw, sizeof *t->vol * (size_t)(t->nv * t->C));
+    else TS_TRY(ts_nifti_to_float(t->img, t->vol));
     double pct[TS_IO_MAX_CHANNELS * TS_IO_NPCT] = {0}, mean[TS_IO_MAX_CHANNELS] = {0}, sd[TS_IO_MAX_CHANNELS];
     for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) sd[c] = 1;
     ts_patch_opts po = t->lo.patch;
@@ -237,6 +257,17 @@ static int predict(infer *t)
         t->pred = t->full;
         t->full = p;
         t->nv = t->nfine;
+    }
+    if (t->prep_on) { /* back onto the scan's grid and geometry; background outside the crop box */
+        t->back = malloc((size_t)t->nscan);
+        TS_CHECK(ts_err_agree(t->world, t->back ? ts_prep_undo_labels(&t->ps, t->pred, t->u.classes,
+                                                                      t->prep.label_nearest, t->back)
+                                                : TS_ERR(TS_ERR_NOMEM, "%s: labels back onto the scan", t->it->input)));
+        uint8_t *p = t->pred;
+        t->pred = t->back;
+        t->back = p;
+        memcpy(t->fine, t->scan, sizeof t->fine);
+        t->nv = t->nfine = t->nscan;
     }
 cleanup:
     return err;
@@ -347,8 +378,10 @@ static void free_scan(infer *t)
     free(t->pred);
     free(t->full);
     free(t->zeros);
-    t->vol = t->prob = NULL;
-    t->pred = t->full = t->zeros = NULL;
+    free(t->raw);
+    free(t->back);
+    t->vol = t->prob = t->raw = NULL;
+    t->pred = t->full = t->zeros = t->back = NULL;
 }
 
 /* Collective on world. One scan from reading to its metrics. */
@@ -373,6 +406,7 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
     for (int k = 0; k < 3; k++) {
         s->dim[k] = t->img->dim[k];
         s->spacing[k] = fabs(t->img->pixdim[k]);
+        s->prep_dim[k] = t->prep_on ? t->ps.shape[3 - k] : 0;
     }
     for (int k = 0; k < t->u.classes; k++) s->dice[k] = s->hd95[k] = s->nsd[k] = s->dice_pp[k] = NAN;
     s->fg_dice = NAN;
@@ -403,10 +437,12 @@ static int check_opts(const ts_infer_opts *o)
     return 0;
 }
 
-/* Local. The model, the label map, the post-processing classes. */
-static int prepare(infer *t, const char *ckpt)
+/* Local. The model, the label map, the post-processing classes, the
+ * preprocessing to replay. */
+static int prepare(infer *t, const char *ckpt, ts_infer_result *r)
 {
     const ts_infer_opts *o = t->o;
+    TS_TRY(ts_infer_prep_load(t->cfg, o, &t->prep, &t->prep_on, r));
     TS_TRY(load_model(t, ckpt));
     if (o->label_map) TS_TRY(ts_labelmap_load(o->label_map, &t->map));
     if (o->keep_largest) TS_TRY(ts_infer_parse_keep(o->keep_largest, t->u.classes, t->keep));
@@ -450,7 +486,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     if (!lerr && !(scans = calloc((size_t)l.n, sizeof *scans)))
         lerr = TS_ERR(TS_ERR_NOMEM, "results of %d scans", l.n);
     TS_CHECK(ts_err_agree(world, lerr));
-    TS_CHECK(ts_err_agree(world, prepare(&t, r->checkpoint)));
+    TS_CHECK(ts_err_agree(world, prepare(&t, r->checkpoint, r)));
     if (t.lo.patch.norm == TS_NORM_DATASET && !ts_config_isset(cfg, "data.path"))
         TS_CHECK(ts_err_agree(world, TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training "
                                                            "dataset's statistics)")));

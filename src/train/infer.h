@@ -22,6 +22,11 @@
 #define TS_INFER_MIRROR_Y 2 /* j: H */
 #define TS_INFER_MIRROR_Z 1 /* k: D */
 
+/* ts_infer_opts.preprocess: replay the preprocessing that data.path's
+ * dataset records (its /fingerprint: crop, target spacing), or not */
+#define TS_INFER_PREP_DATASET 0
+#define TS_INFER_PREP_NONE 1
+
 /* the NSD tolerance when none is given (mm): see docs/medical.md */
 #define TS_INFER_NSD_TOL_MM 1.0
 
@@ -40,6 +45,7 @@ typedef struct ts_infer_opts {
     const char *metrics;       /* the JSON metrics file (with label), NULL: next to the output (docs/training.md) */
     int downsample;            /* 1: the scan's grid; F = 2..8: predict on a grid F times coarser */
     int mirror;                /* test-time mirroring: a mask of TS_INFER_MIRROR_*, 0 none */
+    int preprocess;            /* TS_INFER_PREP_DATASET (default) or TS_INFER_PREP_NONE */
     double nsd_tol;            /* NSD tolerance in mm; < 0: TS_INFER_NSD_TOL_MM */
     const char *keep_largest;  /* "all" or classes "1,3": keep each one's largest component; NULL none */
     const char *postprocess;   /* a decision file (decide below) to apply, or NULL */
@@ -56,6 +62,7 @@ struct ts_infer_scan {
     const char *input, *output, *label; /* label NULL without metrics */
     int64_t dim[3];            /* nx, ny, nz */
     double spacing[3];         /* mm along x, y, z (the header's pixdim) */
+    int64_t prep_dim[3];       /* nx, ny, nz predicted on after the dataset's preprocessing (0: none) */
     int have_metrics;
     int classes;
     double dice[TS_IO_MAX_CLASSES], hd95[TS_IO_MAX_CLASSES], nsd[TS_IO_MAX_CLASSES];
@@ -83,6 +90,10 @@ typedef struct ts_infer_result {
     int decision[TS_IO_MAX_CLASSES]; /* the decision: 1 keep the largest component */
     char metrics[4096];        /* the metrics file written ("" without labels) */
     char class_names[TS_IO_MAX_CLASSES][64]; /* from the label map ("" without one) */
+    /* the preprocessing replayed on each scan, from data.path's /fingerprint */
+    int prep_on, prep_crop;    /* prep_on 0: none (prep_from "") */
+    double prep_spacing[3];    /* target spacing, mm along D, H, W; 0: not resampled */
+    char prep_from[4096];      /* the dataset */
 } ts_infer_result;
 
 /* Local. The complete checkpoint that arg names: arg itself, the newest
@@ -95,6 +106,10 @@ int ts_infer_find_checkpoint(const char *arg, char *path, size_t n);
  * checkpoint's parameters once, then predicts each scan of o->input and
  * writes its mask (and probabilities) on rank 0; with o->label, its
  * metrics, the metrics file and (o->decide) the post-processing decision.
+ * With o->preprocess = TS_INFER_PREP_DATASET and data.path naming a
+ * dataset whose /fingerprint records a crop or a target spacing, each scan
+ * is cropped and resampled as convert did before normalising, and the
+ * labels go back onto the scan's grid (io/preprocess.h).
  * Fills r on every rank. cfg and o are borrowed. Errors name the file, the
  * key or the checkpoint and are agreed on every rank; a list whose labels
  * or outputs cannot be matched fails before any prediction. */

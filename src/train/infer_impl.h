@@ -6,6 +6,8 @@
 #ifndef TS_TRAIN_INFER_IMPL_H
 #define TS_TRAIN_INFER_IMPL_H
 
+#include "io/nifti.h"
+#include "io/writer.h"
 #include "src/train/infer.h"
 
 typedef struct ts_infer_item {
@@ -68,5 +70,22 @@ int ts_infer_write_metrics(const char *path, const ts_infer_opts *o, const ts_in
 /* Local. Writes the decision file (JSON: keep_largest and the means). */
 int ts_infer_write_decision(const char *path, const ts_infer_result *r, int n, const double *without,
                             const double *with);
+
+/* ---- the dataset's preprocessing replayed on each scan (infer_prep.c) ---- */
+
+/* Local. What infer replays: nothing (*on = 0) with o->preprocess =
+ * TS_INFER_PREP_NONE, without data.path, or when its dataset has no
+ * /fingerprint or records neither a crop nor a target spacing; else *on =
+ * 1, *prep from the fingerprint and r->prep_* filled. Checks the options
+ * against it: probabilities= is refused, downsample= must be the one the
+ * dataset was converted with. Errors name data.path's file. */
+int ts_infer_prep_load(const ts_config *cfg, const ts_infer_opts *o, ts_fp_prep *prep, int *on, ts_infer_result *r);
+
+/* Local. The scan img, read into *vol [C, dhw] (malloc'd), cropped and
+ * resampled as prep says: *vol replaced, dhw the new grid; s keeps what
+ * ts_prep_undo_labels needs (its image and label are NULL). Errors name
+ * the scan (name). */
+int ts_infer_prep_apply(const ts_fp_prep *prep, const char *name, const ts_nifti *img, float **vol, int64_t dhw[3],
+                        ts_sample *s);
 
 #endif
