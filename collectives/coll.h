@@ -114,6 +114,17 @@ int ts_coll_wait(ts_coll_req **req);
 /* Local. Seconds the progress thread has spent running operations so far. */
 double ts_coll_async_seconds(ts_coll *c);
 
+/* Local. 1 when this node runs more threads than this process may use
+ * CPUs: local_size ranks on the node x threads each > the CPUs of the
+ * affinity mask (TESSERA_YIELD=0 or 1 overrides). Waiting ranks then
+ * should yield their CPU to the rank they wait for. */
+int ts_coll_oversubscribed(int local_size, int threads);
+/* Local. Waits for n plain MPI requests (statuses into st, which may be
+ * NULL): MPI_Waitall, or with yield a test loop that yields the CPU while
+ * it waits (MPI's own wait spins and, when ranks outnumber CPUs, keeps the
+ * awaited rank off the CPU). */
+int ts_coll_waitall_mpi(MPI_Request *reqs, int n, MPI_Status *st, int yield);
+
 /* Collective over the ranks of a node. Buffers in a shared window: node
  * peers read them in place, so an in-place allreduce on such a buffer moves
  * no data through staging copies. Free with ts_coll_buffer_free (collective). */

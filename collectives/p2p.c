@@ -1,9 +1,11 @@
 /* Point-to-point helpers for the algorithms: any byte count, cut into
  * pieces that fit MPI's int counts (ts_coll_pieces, unit-tested). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include <sched.h>
 #include <time.h>
@@ -27,18 +29,36 @@ void ts_coll_relax(unsigned spins, int oversub)
 
 /* Waits for reqs: MPI_Waitall, or, with more ranks than CPUs, a test loop
  * that yields the CPU so the rank we wait for can run (MPI's own wait spins). */
-static int wait_reqs(MPI_Request *reqs, int n, MPI_Status *st)
+static int wait_yield(MPI_Request *reqs, int n, MPI_Status *st, int yield)
 {
     if (n == 0) return MPI_SUCCESS;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow" /* GCC 12 misreads MPI_STATUSES_IGNORE */
-    if (!ts_p2p_yield) return MPI_Waitall(n, reqs, st ? st : MPI_STATUSES_IGNORE);
+    if (!yield) return MPI_Waitall(n, reqs, st ? st : MPI_STATUSES_IGNORE);
     for (unsigned spins = 0;; spins++) {
         int done = 0, rc = MPI_Testall(n, reqs, &done, st ? st : MPI_STATUSES_IGNORE);
 #pragma GCC diagnostic pop
         if (rc != MPI_SUCCESS || done) return rc;
         ts_coll_relax(spins, 1);
     }
+}
+
+static int wait_reqs(MPI_Request *reqs, int n, MPI_Status *st) { return wait_yield(reqs, n, st, ts_p2p_yield); }
+
+int ts_coll_waitall_mpi(MPI_Request *reqs, int n, MPI_Status *st, int yield)
+{
+    return wait_yield(reqs, n, st, yield);
+}
+
+int ts_coll_oversubscribed(int local_size, int threads)
+{
+    const char *y = getenv("TESSERA_YIELD");
+    if (y && *y) return atoi(y) != 0;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (local_size < 1) local_size = 1;
+    if (threads < 1) threads = 1;
+    return (long)local_size * threads > cpus;
 }
 
 size_t ts_coll_pieces(size_t count, size_t max, size_t i, size_t *offset, size_t *len)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # `tessera plan` against `tessera bench step` on this machine (issue [7]
 # acceptance 4: within 25% at 1, 2 and 4 ranks, data parallel, 1 thread per
-# rank; spatial sp = 2 and 4 and pipeline pp = 2 with 4 micro-batches as well). Calibrates first: the collectives'
+# rank; spatial sp = 2 and 4 and pipeline pp = 2 with 4 micro-batches as well; environment SP, PP: the spatial and pipeline rank counts, default 2,4 and 2). Calibrates first: the collectives'
 # alpha-beta fits (`bench coll --tune` at 2 and 4 ranks) and the layer rates
 # (`bench step --calibrate` on one rank, in each round: the machine drifts);
 # then per round measures bench step at every rank count and asks plan for

@@ -10,8 +10,31 @@
 #include "src/core/fault.h"
 #include "src/core/timer.h"
 #include "src/core/watchdog.h"
+#include "src/core/launch.h"
+#include "collectives/coll.h"
 
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* 1 when the node runs more threads than CPUs: waits then yield the CPU to
+ * the stage they wait for (MPI's wait spins; docs/performance.md, "More
+ * ranks than cores"). Decided once, locally: point-to-point needs no
+ * agreement. */
+static int yield_cpu(void)
+{
+    static int y = -1;
+    if (y < 0) {
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        y = ts_coll_oversubscribed(ts_launch_current()->local_size, threads);
+    }
+    return y;
+}
 
 int ts_pipe_kind_parse(const char *s, ts_pipe_kind *k)
 {
@@ -126,7 +149,7 @@ int ts_pipe_wait(ts_pipe_msgs *m)
     const double t0 = ts_time_now();
     ts_fault_point("pipeline");
     ts_watch_enter("pipeline messages", "pipeline", 0);
-    int rc = MPI_Waitall(m->n, m->req, st);
+    int rc = ts_coll_waitall_mpi(m->req, m->n, st, yield_cpu());
     ts_watch_leave();
     m->wait_s += ts_time_now() - t0;
     m->n = 0;

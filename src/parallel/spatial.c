@@ -13,10 +13,16 @@
 #include "src/core/fault.h"
 #include "src/core/timer.h"
 #include "src/core/watchdog.h"
+#include "src/core/launch.h"
+#include "collectives/coll.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define NOFF 27 /* offsets (a, b, c) in {-1, 0, 1}^3; index 13 is the box itself */
 
@@ -34,6 +40,7 @@ struct ts_spatial {
     int N, C;
     int64_t dhw[3];
     double t_start, t_done;
+    int yield; /* the node runs more threads than CPUs: waits yield the CPU (same on every rank of cart) */
     ts_spatial_stats st;
 };
 
@@ -152,6 +159,27 @@ int ts_spatial_create(MPI_Comm comm, const int dims[3], ts_spatial **out)
         }
         s->nbr[i] = MPI_PROC_NULL;
         if (i != NOFF / 2 && inside) TS_MPI(MPI_Cart_rank(s->cart, c, &s->nbr[i]));
+    }
+    /* Ranks outnumbering the node's CPUs (a development machine, a test):
+     * MPI's waits spin and keep the rank that is still computing off the
+     * CPU at each of the step's many sync points (halo waits, norm sums),
+     * so waits test and yield instead (docs/scaling.md). Agreed over cart:
+     * the sums are then nonblocking on every rank. */
+    {
+        const ts_launch *l = ts_launch_current();
+        int local = l->local_size;
+        if (local < 1) {
+            MPI_Comm node;
+            TS_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+            MPI_Comm_size(node, &local);
+            MPI_Comm_free(&node);
+        }
+        int threads = 1;
+#ifdef _OPENMP
+        threads = omp_get_max_threads();
+#endif
+        s->yield = ts_coll_oversubscribed(local, threads);
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &s->yield, 1, MPI_INT, MPI_MAX, s->cart));
     }
     *out = s;
     return 0;
@@ -371,7 +399,7 @@ int ts_spatial_halo_wait(ts_spatial *s)
     if (!s->done && s->nreq > 0) {
         ts_fault_point("halo");
         ts_watch_enter("halo exchange", "spatial", (size_t)s->st.bytes);
-        int rc = MPI_Waitall(s->nreq, s->req, s->sts);
+        int rc = ts_coll_waitall_mpi(s->req, s->nreq, s->sts, s->yield);
         ts_watch_leave();
         if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Waitall (halo)");
     }
@@ -391,7 +419,15 @@ int ts_spatial_sum(ts_spatial *s, double *buf, int n)
     const double t0 = ts_time_now();
     ts_fault_point("sum");
     ts_watch_enter("spatial sum (norm/loss statistics)", "spatial", sizeof(double) * (size_t)n);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart);
+    int rc;
+    if (s->yield) {
+        MPI_Request rq;
+        MPI_Status st;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart, &rq);
+        if (rc == MPI_SUCCESS) rc = ts_coll_waitall_mpi(&rq, 1, &st, 1);
+    } else {
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart);
+    }
     ts_watch_leave();
     s->st.sum_s += ts_time_now() - t0;
     if (rc != MPI_SUCCESS) return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce (spatial sums)");

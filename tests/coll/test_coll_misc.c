@@ -186,6 +186,32 @@ int main(int argc, char **argv)
         ts_ok(all_failed(e, MPI_COMM_WORLD) && all_msg("differ", MPI_COMM_WORLD), "dtypes differ: error on every rank");
     }
     ts_coll_destroy(&c);
+    /* waits that yield: when a node runs more threads than CPUs, and the
+     * yielding wait completes a ring exchange like MPI_Waitall */
+    {
+        unsetenv("TESSERA_YIELD");
+        int over = ts_coll_oversubscribed(1, 1), over2 = ts_coll_oversubscribed(100000, 1);
+        setenv("TESSERA_YIELD", "1", 1);
+        int forced = ts_coll_oversubscribed(1, 1);
+        setenv("TESSERA_YIELD", "0", 1);
+        int off = ts_coll_oversubscribed(100000, 4);
+        unsetenv("TESSERA_YIELD");
+        ts_ok(!over && over2 && forced && !off,
+              "oversubscribed: 1 thread no, 100000 ranks yes, TESSERA_YIELD=1/0 overrides (%d %d %d %d)", over, over2,
+              forced, off);
+        int ok = 1;
+        for (int yield = 0; yield <= 1; yield++) {
+            int sv = rank * 10 + yield, rv = -1;
+            MPI_Request rq[2];
+            MPI_Status st[2];
+            MPI_Irecv(&rv, 1, MPI_INT, (rank + p - 1) % p, 7, MPI_COMM_WORLD, &rq[0]);
+            MPI_Isend(&sv, 1, MPI_INT, (rank + 1) % p, 7, MPI_COMM_WORLD, &rq[1]);
+            int w = ts_coll_waitall_mpi(rq, 2, st, yield);
+            ok &= w == MPI_SUCCESS && rv == ((rank + p - 1) % p) * 10 + yield && rq[0] == MPI_REQUEST_NULL;
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        ts_ok(ok, "ts_coll_waitall_mpi completes a ring exchange, spinning and yielding");
+    }
     int rc = ts_done();
     MPI_Finalize();
     return rc;
