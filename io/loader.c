@@ -52,9 +52,10 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.lowres_p", TS_CFG_FLOAT, "0", "0:1",
      "probability per patch of simulated low resolution, then per channel 1/2 (nnU-Net: 0.25)"},
     {"data.lowres_zoom", TS_CFG_FLOAT, "0.5", "0.25:1", "zoom uniform in [lowres_zoom, 1] (nnU-Net: 0.5)"},
-    {"data.norm", TS_CFG_ENUM, "image", "image|dataset|none|foreground|ct",
-     "z-score with the image's or the dataset's mean/std, or the image's over its voxels above its mean; ct: clip to "
-     "the dataset's foreground 0.5/99.5 percentiles, z-score with its foreground mean/std"},
+    {"data.norm", TS_CFG_STRING, "image", NULL,
+     "image|dataset|none|foreground|ct, or one per channel (ct,foreground): z-score with the image's or the "
+     "dataset's mean/std, or the image's over its voxels above its mean; ct: clip to the dataset's foreground "
+     "0.5/99.5 percentiles, z-score with its foreground mean/std"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},
     {"data.prefetch", TS_CFG_INT, "2", "0:16", "batches prepared ahead by the loader thread (0 = no thread)"},
     {"data.driver", TS_CFG_ENUM, "mpio", "mpio|posix", "HDF5 file driver: MPI-IO or POSIX"},
@@ -116,11 +117,7 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
                       a->blur_sigma_min, ts_config_source(cfg, "data.blur_sigma_min"), a->blur_sigma_max,
                       ts_config_source(cfg, "data.blur_sigma_max"));
     TS_TRY(ts_config_get_str(cfg, "data.norm", &s));
-    o->patch.norm = !strcmp(s, "image")        ? TS_NORM_IMAGE
-                    : !strcmp(s, "dataset")    ? TS_NORM_DATASET
-                    : !strcmp(s, "foreground") ? TS_NORM_FOREGROUND
-                    : !strcmp(s, "ct")         ? TS_NORM_CT
-                                               : TS_NORM_NONE;
+    TS_TRY(ts_patch_parse_norm(s, ts_config_source(cfg, "data.norm"), &o->patch));
     TS_TRY(ts_config_get_str(cfg, "data.clip", &s));
     if (ts_patch_parse_clip(s, &o->patch.clip_lo, &o->patch.clip_hi))
         return TS_ERR(TS_ERR_CONFIG, "data.clip: '%s'", s);
@@ -309,6 +306,7 @@ static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_l
     uint64_t h = fnv(1469598103934665603ull, iv, sizeof iv);
     h = fnv(h, dv, sizeof dv);
     if (o->subset) h = fnv(h, o->subset, (size_t)o->nsubset * sizeof *o->subset);
+    if (p->norm_nch > 0) h = fnv(h, p->norm_ch, (size_t)p->norm_nch * sizeof *p->norm_ch); /* a mode per channel */
     return h;
 }
 

@@ -138,29 +138,89 @@ static int64_t clamp_lo(int64_t lo, int64_t dim, int64_t box)
     return lo < a ? a : lo > b ? b : lo;
 }
 
-/* z-score (per image or dataset, or none) after optional percentile
- * clipping; NaN (padding) becomes 0. Returns the channel's min and max. */
-static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, double imean, double istd,
-                              const double *ipct, double dmean, double dstd, const ts_fg_intensity *ct, int64_t c,
+ts_norm_mode ts_patch_norm_of(const ts_patch_opts *o, int64_t c)
+{
+    return o->norm_nch > 0 && c >= 0 && c < o->norm_nch ? o->norm_ch[c] : o->norm;
+}
+
+static int norm_word(const char *w, size_t n, ts_norm_mode *m)
+{
+    static const struct {
+        const char *name;
+        ts_norm_mode mode;
+    } t[] = {{"image", TS_NORM_IMAGE}, {"dataset", TS_NORM_DATASET}, {"none", TS_NORM_NONE},
+             {"foreground", TS_NORM_FOREGROUND}, {"ct", TS_NORM_CT}};
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+        if (strlen(t[k].name) == n && !strncmp(w, t[k].name, n)) {
+            *m = t[k].mode;
+            return 0;
+        }
+    return -1;
+}
+
+int ts_patch_parse_norm(const char *s, const char *source, ts_patch_opts *o)
+{
+    int n = 0;
+    ts_norm_mode m[TS_IO_MAX_CHANNELS];
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ') p++;
+        size_t len = strcspn(p, ",");
+        size_t w = len;
+        while (w > 0 && p[w - 1] == ' ') w--;
+        if (n == TS_IO_MAX_CHANNELS)
+            return TS_ERR(TS_ERR_CONFIG, "data.norm (%s): '%s' lists more than %d modes (one per channel)", source,
+                          s, TS_IO_MAX_CHANNELS);
+        if (norm_word(p, w, &m[n]))
+            return TS_ERR(TS_ERR_CONFIG, "data.norm (%s): '%.*s' is not one of image|dataset|none|foreground|ct",
+                          source, (int)w, p);
+        n++;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    o->norm_nch = 0;
+    o->norm = m[0];
+    if (n == 1) return 0;
+    for (int c = 0; c < n; c++) {
+        if (m[c] == TS_NORM_DATASET)
+            return TS_ERR(TS_ERR_CONFIG, "data.norm (%s): '%s': dataset applies to every channel, not in a list of "
+                          "modes per channel", source, s);
+        o->norm_ch[c] = m[c];
+    }
+    o->norm_nch = n;
+    o->norm = m[0];
+    return 0;
+}
+
+/* z-score by the channel's mode (image, foreground, dataset, ct, none)
+ * after optional percentile clipping; NaN (padding) becomes 0. Returns the
+ * channel's min and max. */
+static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, const ts_norm_stats *st, int64_t c,
                               float *mn_out, float *mx_out)
 {
+    const ts_norm_mode mode = ts_patch_norm_of(o, c);
     double m = 0, s = 1, clo = -INFINITY, chi = INFINITY;
-    if (o->norm == TS_NORM_CT && ct) { /* the dataset's foreground: clip to 0.5/99.5 %, z-score */
-        m = ct->mean[c];
-        s = ct->std[c];
-        clo = ct->pct[c][0];
-        chi = ct->pct[c][TS_FP_NPCT - 1];
-    } else if (o->norm == TS_NORM_IMAGE || o->norm == TS_NORM_FOREGROUND) {
-        m = imean;
-        s = istd;
-    } else if (o->norm == TS_NORM_DATASET) {
-        m = dmean;
-        s = dstd;
+    if (mode == TS_NORM_CT) { /* the dataset's foreground: clip to 0.5/99.5 %, z-score */
+        if (st->ct) {
+            m = st->ct->mean[c];
+            s = st->ct->std[c];
+            clo = st->ct->pct[c][0];
+            chi = st->ct->pct[c][TS_FP_NPCT - 1];
+        }
+    } else if (mode == TS_NORM_IMAGE) {
+        m = st->mean[c];
+        s = st->std[c];
+    } else if (mode == TS_NORM_FOREGROUND) {
+        m = st->fg_mean ? st->fg_mean[c] : st->mean[c];
+        s = st->fg_std ? st->fg_std[c] : st->std[c];
+    } else if (mode == TS_NORM_DATASET) {
+        m = st->dmean ? st->dmean[c] : 0;
+        s = st->dstd ? st->dstd[c] : 1;
     }
     if (!(s > 1e-8)) s = 1;
-    if (o->clip_lo >= 0 && o->norm != TS_NORM_CT) {
-        clo = ipct[o->clip_lo];
-        chi = ipct[o->clip_hi];
+    if (o->clip_lo >= 0 && mode != TS_NORM_CT) {
+        clo = st->pct[c * TS_IO_NPCT + o->clip_lo];
+        chi = st->pct[c * TS_IO_NPCT + o->clip_hi];
     }
     const float fm = (float)m, fis = (float)(1.0 / s), flo = (float)clo, fhi = (float)chi;
     float mn = INFINITY, mx = -INFINITY;
@@ -182,43 +242,41 @@ static void normalize_channel(float *x, int64_t nv, const ts_patch_opts *o, doub
     *mx_out = mx;
 }
 
-void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
-                        const double *std, const double *pct, const double *dmean, const double *dstd)
+void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const ts_norm_stats *st)
 {
     float mn, mx;
+    for (int64_t c = 0; c < C; c++) normalize_channel(image + c * nv, nv, o, st, c, &mn, &mx);
+}
+
+static int any_channel(const ts_patch_opts *o, int64_t C, ts_norm_mode mode)
+{
     for (int64_t c = 0; c < C; c++)
-        normalize_channel(image + c * nv, nv, o, mean[c], std[c], pct + c * TS_IO_NPCT, dmean ? dmean[c] : 0,
-                          dstd ? dstd[c] : 1, NULL, c, &mn, &mx);
+        if (ts_patch_norm_of(o, c) == mode) return 1;
+    return 0;
 }
 
-void ts_patch_normalize_ct(float *image, int64_t C, int64_t nv, const ts_fg_intensity *ct)
-{
-    ts_patch_opts o;
-    memset(&o, 0, sizeof o);
-    o.norm = TS_NORM_CT;
-    o.clip_lo = o.clip_hi = -1;
-    float mn, mx;
-    for (int64_t c = 0; c < C; c++) normalize_channel(image + c * nv, nv, &o, 0, 1, NULL, 0, 1, ct, c, &mn, &mx);
-}
-
-int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, float *image, int64_t C, int64_t nv)
+int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, const ts_patch_opts *o, float *image, int64_t C,
+                            int64_t nv)
 {
     int err = 0, lerr = 0;
     ts_dataset *ds = NULL;
     ts_dataset_opts dso = {.check = 0};
+    if (!any_channel(o, C, TS_NORM_CT)) return 0;
     if (!dataset || !*dataset)
         return TS_ERR(TS_ERR_CONFIG, "data.norm = ct needs data.path: the training dataset whose fingerprint holds the "
                       "CT statistics");
     TS_CHECK(ts_dataset_open(comm, dataset, &dso, &ds));
-    ts_patch_opts o;
-    memset(&o, 0, sizeof o);
-    o.norm = TS_NORM_CT;
-    lerr = ts_patch_check_norm(ds, &o);
+    lerr = ts_patch_check_norm(ds, o);
     if (!lerr && ts_dataset_channels(ds) != C)
         lerr = TS_ERR(TS_ERR_FORMAT, "data.norm = ct: %s has %d channel(s), the scan %lld", dataset,
                       ts_dataset_channels(ds), (long long)C);
     TS_CHECK(ts_err_agree(comm, lerr));
-    ts_patch_normalize_ct(image, C, nv, ts_dataset_fg_intensity(ds));
+    ts_patch_opts co = *o; /* the ct channels only; no image statistics needed */
+    co.clip_lo = co.clip_hi = -1;
+    ts_norm_stats st = {.ct = ts_dataset_fg_intensity(ds)};
+    float mn, mx;
+    for (int64_t c = 0; c < C; c++)
+        if (ts_patch_norm_of(o, c) == TS_NORM_CT) normalize_channel(image + c * nv, nv, &co, &st, c, &mn, &mx);
 cleanup:
     ts_dataset_close(&ds);
     return err;
@@ -226,15 +284,27 @@ cleanup:
 
 int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o)
 {
-    if (o->norm == TS_NORM_CT && !ts_dataset_fg_intensity(ds))
+    const int64_t C = ts_dataset_channels(ds);
+    if (o->norm_nch > 0 && o->norm_nch != C)
+        return TS_ERR(TS_ERR_CONFIG, "data.norm lists %d modes (one per channel) but %s has %lld channel(s)",
+                      o->norm_nch, ts_dataset_path(ds), (long long)C);
+    if (any_channel(o, C, TS_NORM_CT) && !ts_dataset_fg_intensity(ds))
         return TS_ERR(TS_ERR_FORMAT, "%s has no foreground intensity statistics (/fingerprint intensity_*, written by "
                       "tessera convert since data.norm = ct, from voxels with label > 0): data.norm = ct needs them; "
                       "convert it again (with labels that hold foreground)", ts_dataset_path(ds));
-    if (o->norm == TS_NORM_FOREGROUND && !ts_dataset_has_fg_stats(ds))
+    if (any_channel(o, C, TS_NORM_FOREGROUND) && !ts_dataset_has_fg_stats(ds))
         return TS_ERR(TS_ERR_FORMAT, "%s has no foreground statistics (/stats/fg_mean, written by tessera convert "
                       "since data.norm = foreground): convert it again, or set data.norm = image",
                       ts_dataset_path(ds));
     return 0;
+}
+
+/* the statistics of sample `in` of ds */
+static ts_norm_stats sample_stats(const ts_dataset *ds, const ts_sample_info *in)
+{
+    ts_norm_stats st = {in->mean, in->std, in->fg_mean, in->fg_std, in->pct, ts_dataset_mean(ds),
+                        ts_dataset_std(ds), ts_dataset_fg_intensity(ds)};
+    return st;
 }
 
 int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, float *image, uint8_t *label)
@@ -243,29 +313,22 @@ int ts_patch_read_volume(ts_dataset *ds, int64_t i, const ts_patch_opts *o, floa
     TS_TRY(ts_dataset_info(ds, i, &in));
     TS_TRY(ts_patch_check_norm(ds, o));
     TS_TRY(ts_dataset_read_sample(ds, i, image, label));
-    const int fgn = o->norm == TS_NORM_FOREGROUND;
     const int64_t nv = in.shape[1] * in.shape[2] * in.shape[3];
-    if (o->norm == TS_NORM_CT) ts_patch_normalize_ct(image, in.shape[0], nv, ts_dataset_fg_intensity(ds));
-    else ts_patch_normalize(image, in.shape[0], nv, o, fgn ? in.fg_mean : in.mean, fgn ? in.fg_std : in.std, in.pct,
-                            ts_dataset_mean(ds), ts_dataset_std(ds));
+    const ts_norm_stats st = sample_stats(ds, &in);
+    ts_patch_normalize(image, in.shape[0], nv, o, &st);
     return 0;
 }
 
 /* normalisation of a box read for the spatial augmentation */
 typedef struct {
     const ts_patch_opts *o;
-    const double *mean, *std, *pct; /* the image's (over its foreground with data.norm = foreground) */
-    const double *dmean, *dstd;
-    const ts_fg_intensity *ct; /* data.norm = ct: the dataset's fingerprint */
+    ts_norm_stats st;
 } norm_ctx;
 
 static void norm_cb(void *ctx, float *image, int64_t C, int64_t nv)
 {
     const norm_ctx *n = ctx;
-    float mn, mx;
-    for (int64_t c = 0; c < C; c++)
-        normalize_channel(image + c * nv, nv, n->o, n->mean[c], n->std[c], n->pct + c * TS_IO_NPCT, n->dmean[c],
-                          n->dstd[c], n->ct, c, &mn, &mx);
+    ts_patch_normalize(image, C, nv, n->o, &n->st);
 }
 
 /* the patch's place: foreground coin and voxel, flips, 90-degree
@@ -356,9 +419,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     float *bimg = direct ? image : R ? ext + C * xnv : scratch;
     uint8_t *blab = direct ? label : R ? (uint8_t *)(ext + 2 * C * xnv) : (uint8_t *)(scratch + nv * C);
     uint8_t *xlab = R ? (uint8_t *)(ext + (2 * C + 1) * xnv) : label;
-    const double *im = o->norm == TS_NORM_FOREGROUND ? in.fg_mean : in.mean;
-    const double *is = o->norm == TS_NORM_FOREGROUND ? in.fg_std : in.std;
-    norm_ctx nc = {o, im, is, in.pct, ts_dataset_mean(ds), ts_dataset_std(ds), ts_dataset_fg_intensity(ds)};
+    norm_ctx nc = {o, sample_stats(ds, &in)};
     int rc;
     if (xf.on) {
         xf.halo = R;
@@ -385,8 +446,7 @@ int ts_patch_draw_box(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng 
     }
     for (int64_t c = 0; c < C; c++) {
         if (!xf.on)
-            normalize_channel(work + c * wnv, wnv, o, im[c], is[c], in.pct + c * TS_IO_NPCT,
-                              ts_dataset_mean(ds)[c], ts_dataset_std(ds)[c], nc.ct, c, &pend->mn[c], &pend->mx[c]);
+            normalize_channel(work + c * wnv, wnv, o, &nc.st, c, &pend->mn[c], &pend->mx[c]);
         double g = 1, sc = 1, sh = 0;
         int do_gamma = 0;
         if (aug) {

@@ -41,7 +41,12 @@ typedef struct ts_patch_opts {
     double noise_p;      /* probability (per channel) of additive Gaussian noise; 0: no draws at all */
     double noise_std;    /* its sigma, uniform in [0, noise_std] (normalised units) */
     ts_spatial_aug_opts spatial; /* rotation, zoom, elastic (io/augment_spatial.h); all 0: off */
-    ts_norm_mode norm;
+    ts_norm_mode norm;    /* every channel's, unless norm_nch > 0 */
+    /* data.norm as a list, one mode per channel (nnU-Net's normalisation
+     * per modality: ct for a CT channel, foreground for an MR one); 0: norm
+     * for all. dataset is not allowed in a list (ts_patch_parse_norm) */
+    int norm_nch;
+    ts_norm_mode norm_ch[TS_IO_MAX_CHANNELS];
     int clip_lo, clip_hi; /* indices into ts_io_pct_levels, or -1: no clipping */
     ts_aug_opts aug;      /* brightness, contrast, inverted gamma, blur, low resolution (io/augment.h) */
 } ts_patch_opts;
@@ -124,26 +129,44 @@ int ts_patch_transform_box(const float *in, const uint8_t *lin, int64_t C, const
                            const int64_t sub_lo[3], const int64_t sub_size[3], int k, int flips, float *out,
                            uint8_t *lout);
 
-/* Local. Normalises image [C, nv] in place as training patches are: z-score
- * with the per-channel mean/std given (o->norm = image: the image's over all
- * voxels; foreground: the image's over its foreground mask) or the dataset's
- * dmean/dstd (o->norm = dataset), after clipping to the image's percentiles
- * pct [C * TS_IO_NPCT] when o->clip_* are set; NaN becomes 0. */
-void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const double *mean,
-                        const double *std, const double *pct, const double *dmean, const double *dstd);
-/* Local. data.norm = ct on image [C, nv] in place: each channel clipped to
- * [ct->pct[c][0], ct->pct[c][2]] (the 0.5 and 99.5 percentiles) and
- * z-scored with ct->mean[c], ct->std[c]; NaN becomes 0. The float
- * operations of training patches, so training and inference agree. */
-void ts_patch_normalize_ct(float *image, int64_t C, int64_t nv, const ts_fg_intensity *ct);
-/* Collective on comm. data.norm = ct for a scan at inference: opens the
- * training dataset (data.path), checks it has the statistics and C
- * channels (an error naming it on every rank if not) and applies
- * ts_patch_normalize_ct to image [C, nv]. */
-int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, float *image, int64_t C, int64_t nv);
-/* Local. 0, or an error naming the dataset when o->norm = foreground and
- * the dataset has no foreground statistics (written before them), or
- * o->norm = ct and it has no fingerprint intensity statistics. */
+/* The mode of channel c: o->norm_ch[c] when data.norm is a list, else o->norm. */
+ts_norm_mode ts_patch_norm_of(const ts_patch_opts *o, int64_t c);
+/* Local. Parses data.norm: one of image|dataset|none|foreground|ct for
+ * every channel, or a comma list of image|none|foreground|ct, one per
+ * channel (at most TS_IO_MAX_CHANNELS), into o->norm / o->norm_nch,
+ * o->norm_ch. TS_ERR_CONFIG naming the word and `source` (the key's place
+ * in the configuration) when a word is not a mode. */
+int ts_patch_parse_norm(const char *s, const char *source, ts_patch_opts *o);
+
+/* The statistics normalisation takes them from, per channel: the image's
+ * over all voxels (mean, std) and over its foreground (fg_mean, fg_std;
+ * NULL: mean, std), its percentiles pct [C * TS_IO_NPCT] (data.clip), the
+ * dataset's dmean/dstd (data.norm = dataset; NULL: 0 and 1) and its
+ * fingerprint's foreground intensities ct (data.norm = ct; NULL: a ct
+ * channel is left as it is, for ts_patch_normalize_scan to finish). */
+typedef struct ts_norm_stats {
+    const double *mean, *std, *fg_mean, *fg_std, *pct, *dmean, *dstd;
+    const ts_fg_intensity *ct;
+} ts_norm_stats;
+
+/* Local. Normalises image [C, nv] in place as training patches are, each
+ * channel by its mode (ts_patch_norm_of): image: z-score with the image's
+ * mean/std; foreground: with those over its foreground mask; dataset: the
+ * dataset's; ct: clipped to the dataset's foreground 0.5/99.5 percentiles
+ * and z-scored with its foreground mean/std; none. Clipping to the image's
+ * percentiles when o->clip_* are set (not for ct); NaN becomes 0. */
+void ts_patch_normalize(float *image, int64_t C, int64_t nv, const ts_patch_opts *o, const ts_norm_stats *st);
+/* Collective on comm. The ct channels of a scan at inference (the others
+ * are left as they are): opens the training dataset (data.path), checks
+ * it has the statistics and C channels (an error naming it on every rank
+ * if not) and normalises every channel whose mode is ct with them. Nothing
+ * to do (and no dataset needed) when no channel is ct. */
+int ts_patch_normalize_scan(MPI_Comm comm, const char *dataset, const ts_patch_opts *o, float *image, int64_t C,
+                            int64_t nv);
+/* Local. 0, or an error naming the dataset when a channel's mode is
+ * foreground and the dataset has no foreground statistics (written before
+ * them), or ct and it has no fingerprint intensity statistics, or
+ * data.norm lists a number of modes other than its channels. */
 int ts_patch_check_norm(const ts_dataset *ds, const ts_patch_opts *o);
 /* Local. The whole sample i, normalised like evaluation patches (no
  * augmentation): image [C, D, H, W], label [D, H, W]. */

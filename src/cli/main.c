@@ -34,9 +34,8 @@ static const ts_cli_cmd commands[] = {
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): per-channel normalisation by modality (data.norm\n"
-    "  applies one rule to every channel), cropping and resampling a new scan in infer as its dataset records,\n"
-    "  HD95/NSD and mirroring in infer;\n"
+    "  of the nnU-Net-style medical pipeline (docs/medical.md): class probabilities from infer when it replays its\n"
+    "  dataset's cropping and resampling, HD95/NSD and mirroring in the validation during training (infer has them);\n"
     "  the residual encoder and deep supervision with pipeline or spatial parallelism, activation checkpointing or\n"
     "  bf16/fp16 (data parallel only)";
 

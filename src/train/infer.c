@@ -145,6 +145,9 @@ static int load_scan(infer *t)
     s.image = t->vol;
     s.label = t->zeros;
     TS_TRY(ts_sample_stats(&s, 1, &meta));
+    if (t->lo.patch.norm_nch > 0 && t->lo.patch.norm_nch != t->C)
+        return TS_ERR(TS_ERR_FORMAT, "%s: %lld channel(s), data.norm lists %d modes (one per channel)", input,
+                      (long long)t->C, t->lo.patch.norm_nch);
     if (t->prep_on && t->lo.patch.norm == TS_NORM_DATASET) { /* dataset_norm starts again from these values */
         if (!(t->raw = malloc(sizeof *t->raw * (size_t)(t->nv * t->C))))
             return TS_ERR(TS_ERR_NOMEM, "%s: %lld voxels", input, (long long)t->nv);
@@ -155,9 +158,10 @@ static int load_scan(infer *t)
     /* dataset statistics come from the training dataset (dataset_norm below) */
     if (t->lo.patch.norm == TS_NORM_DATASET && !ts_config_isset(t->cfg, "data.path"))
         return TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training dataset's statistics)");
-    const int fgn = t->lo.patch.norm == TS_NORM_FOREGROUND; /* the same mask and statistics as convert */
-    ts_patch_normalize(t->vol, t->C, t->nv, &t->lo.patch, fgn ? meta.fg_mean : meta.mean, fgn ? meta.fg_std : meta.std,
-                       pct, NULL, NULL);
+    /* foreground: the same mask and statistics as convert; ct channels are
+     * finished by ts_patch_normalize_scan (the training dataset's) */
+    const ts_norm_stats st = {meta.mean, meta.std, meta.fg_mean, meta.fg_std, pct, NULL, NULL, NULL};
+    ts_patch_normalize(t->vol, t->C, t->nv, &t->lo.patch, &st);
     return 0;
 }
 
@@ -175,7 +179,8 @@ static int dataset_norm(infer *t)
     for (int c = 0; c < TS_IO_MAX_CHANNELS; c++) sd[c] = 1;
     ts_patch_opts po = t->lo.patch;
     po.clip_lo = po.clip_hi = -1;
-    ts_patch_normalize(t->vol, t->C, t->nv, &po, mean, sd, pct, ts_dataset_mean(t->ds), ts_dataset_std(t->ds));
+    const ts_norm_stats st = {mean, sd, NULL, NULL, pct, ts_dataset_mean(t->ds), ts_dataset_std(t->ds), NULL};
+    ts_patch_normalize(t->vol, t->C, t->nv, &po, &st);
     return 0;
 }
 
@@ -395,10 +400,10 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
     s->classes = t->u.classes;
     TS_CHECK(ts_err_agree(t->world, load_scan(t)));
     if (t->lo.patch.norm == TS_NORM_DATASET) TS_CHECK(ts_err_agree(t->world, dataset_norm(t)));
-    if (t->lo.patch.norm == TS_NORM_CT) { /* the training dataset's CT statistics (io/patch.h) */
+    { /* the ct channels: the training dataset's CT statistics (io/patch.h) */
         const char *dp = "";
         if (ts_config_isset(t->cfg, "data.path")) TS_CHECK(ts_config_get_str(t->cfg, "data.path", &dp));
-        TS_CHECK(ts_patch_normalize_scan(t->world, dp, t->vol, t->C, t->nv));
+        TS_CHECK(ts_patch_normalize_scan(t->world, dp, &t->lo.patch, t->vol, t->C, t->nv));
     }
     TS_CHECK(predict(t));
     TS_CHECK(ts_err_agree(t->world, postprocess(t, s)));

@@ -123,9 +123,16 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
     if (out->batch_cap < 2) out->batch_cap = 2;
     out->batch = b < out->batch_cap ? b : out->batch_cap;
     TS_CHECK(mem_of(&p, out->patch, out->batch, &out->mem_mb));
-    int ct = 1;
-    for (int c = 0; c < fp->C; c++) ct &= !strcmp(fp->prep.modality[c], "CT");
-    snprintf(out->norm, sizeof out->norm, "%s", ct && fp->fi.voxels > 0 ? "ct" : "foreground");
+    int nct = 0;
+    for (int c = 0; c < fp->C; c++) nct += fp->fi.voxels > 0 && !strcmp(fp->prep.modality[c], "CT");
+    if (nct == 0 || nct == fp->C) {
+        snprintf(out->norm, sizeof out->norm, "%s", nct ? "ct" : "foreground");
+    } else { /* nnU-Net's normalisation per modality: a mode per channel */
+        size_t at = 0;
+        for (int c = 0; c < fp->C && at < sizeof out->norm; c++)
+            at += (size_t)snprintf(out->norm + at, sizeof out->norm - at, "%s%s", c ? "," : "",
+                                   !strcmp(fp->prep.modality[c], "CT") ? "ct" : "foreground");
+    }
 cleanup:
     ts_unet_destroy(&p.m);
     return err;

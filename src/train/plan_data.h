@@ -25,7 +25,9 @@ typedef struct ts_plan_data {
     double mem_mb;          /* memory plan of patch x batch per rank (MiB) */
     double budget_mb;
     int levels;
-    char norm[16];          /* proposed data.norm: ct when every channel is CT, else foreground */
+    /* proposed data.norm: ct when every channel is CT, foreground when none
+     * is, else one per channel (ct for CT, foreground for the others) */
+    char norm[16 * TS_IO_MAX_CHANNELS];
 } ts_plan_data;
 
 /* Local. Plans for the model of cfg (model.*, optimizer state, data.prefetch;

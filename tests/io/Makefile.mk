@@ -31,5 +31,6 @@ EXTRA_DIST += $(TS_IO_TESTS) tests/io/lib_io.sh tests/io/check_nifti.py tests/io
 # the dataset fingerprint, preprocessing at conversion, data.norm = ct (io/fingerprint.c, io/preprocess.c)
 check_PROGRAMS += tests/io/test_fingerprint
 tests_io_test_fingerprint_LDADD = $(TS_LIBS)
-TESTS += tests/io/fingerprint.sh tests/io/test_fingerprint
-EXTRA_DIST += tests/io/fingerprint.sh tests/io/fingerprint_make.py tests/io/fingerprint_check.py
+TESTS += tests/io/fingerprint.sh tests/io/test_fingerprint tests/io/norm_modality.sh
+EXTRA_DIST += tests/io/fingerprint.sh tests/io/fingerprint_make.py tests/io/fingerprint_check.py \
+	tests/io/norm_modality.sh

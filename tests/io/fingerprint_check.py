@@ -112,5 +112,43 @@ elif mode == 'ct':  # DATA.h5 DUMPDIR: every dumped patch = a box of a sample's 
         n += 1
     print('patches', n, 'clipped voxels at the 0.5 percentile', clipped)
     assert n > 0 and clipped > 0
+elif mode == 'mixed':  # DATA.h5 DUMPDIR: data.norm = ct,foreground on a CT + MR dataset
+    # channel 0 of every dumped patch is a box of NumPy's clip to the
+    # dataset's foreground [p0.5, p99.5] and z-score with its foreground
+    # mean/std (channel 0's); channel 1, the same box, the z-score with the
+    # sample's own mean/std over its voxels above its mean
+    import glob
+    with h5py.File(sys.argv[2], 'r') as f:
+        fp = f['fingerprint']
+        m, s = fp.attrs['intensity_mean'][0], fp.attrs['intensity_std'][0]
+        lo, hi = fp.attrs['intensity_percentiles'][0][[0, 2]]
+        vols = []
+        for k in sorted(f['samples']):
+            x = f['samples/' + k + '/image'][...].astype(np.float32)
+            c0 = (np.clip(x[0], np.float32(lo), np.float32(hi)) - np.float32(m)) * np.float32(1 / s)
+            mr = x[1][x[1] > x[1].mean(dtype=np.float64)].astype(np.float64)
+            c1 = (x[1] - np.float32(mr.mean())) * np.float32(1 / mr.std())
+            vols.append((c0, c1))
+    n = 0
+    for p in sorted(glob.glob(sys.argv[3] + '/patch-*_image.nii')):
+        y = np.asarray(nib.load(p).dataobj, dtype=np.float32)
+        assert y.ndim == 4 and y.shape[3] == 2, (p, y.shape)
+        y = y.transpose(3, 2, 1, 0)
+        best, where = np.inf, None
+        for i, (v, _) in enumerate(vols):
+            for a in range(v.shape[0] - y.shape[1] + 1):
+                for b in range(v.shape[1] - y.shape[2] + 1):
+                    for c in range(v.shape[2] - y.shape[3] + 1):
+                        d = np.abs(v[a:a + y.shape[1], b:b + y.shape[2], c:c + y.shape[3]] - y[0]).max()
+                        if d < best:
+                            best, where = d, (i, a, b, c)
+        assert best < 1e-5, (p, best)
+        i, a, b, c = where
+        v1 = vols[i][1][a:a + y.shape[1], b:b + y.shape[2], c:c + y.shape[3]]
+        d1 = np.abs(v1 - y[1]).max()
+        assert d1 < 1e-4, (p, 'channel 1 (foreground z-score)', d1)
+        n += 1
+    print('patches', n, 'each channel by its own mode')
+    assert n > 0
 else:
     raise SystemExit('unknown mode ' + mode)
