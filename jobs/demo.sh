@@ -52,10 +52,11 @@ echo "== train: 2 ranks, data parallel (configs/demo.ini)"
 "${mpirun[@]}" "$tessera" train configs/demo.ini data.path="$run/ch2-aal3.h5" run.dir="$run" "$@"
 
 echo "== infer: the whole 1 mm scan (predicted at 2 mm, labels back on the 1 mm grid), windows split over 2 ranks,"
-echo "   each class's largest connected component kept (nnU-Net's post-processing; docs/medical.md)"
+echo "   test-time mirroring over the 3 axes and each class's largest connected component kept (nnU-Net's"
+echo "   inference defaults; docs/medical.md)"
 "${mpirun[@]}" "$tessera" infer configs/demo.ini checkpoint="$run" input="$templates/ch2.nii.gz" downsample=2 \
     output="$run/ch2-pred.nii.gz" label="$templates/aal.nii.gz" label_map=configs/labelmaps/aal-3class.txt \
-    keep_largest=all "$@" | tee "$run/infer.txt"
+    mirror=xyz keep_largest=all "$@" | tee "$run/infer.txt"
 
 echo "== picture (with an augmented training patch: rotation and zoom drawn for it, written by bench io --dump-patch)"
 mkdir -p "$run/patch"

@@ -4,13 +4,14 @@
 # AAL (as jobs/demo.sh does; skipped when RUN already holds a checkpoint),
 # writes the variants of tests/train/robustness_variants.py (intensity
 # scale and offset, gamma, contrast, noise, blur, lower resolution, the
-# skull-stripped scan) and predicts each against the same atlas labels,
-# printing per-variant foreground mean Dice and its difference from the
-# original's.
+# background zeroed outside the brain mask grown by 5 mm; and, reported
+# apart, BET's skull-stripped scan, which cuts into the cortex) and
+# predicts each against the same atlas labels, printing per-variant
+# foreground mean Dice and its difference from the original's.
 #   jobs/bench/robustness.sh [RUN] [section.key=value ...]   (RUN default runs/robustness)
 # Environment: TESSERA (default build/tessera), NP ranks (default 2),
-# INFER_OPTS the infer options (default jobs/demo.sh's: keep_largest=all;
-# INFER_OPTS= for the raw prediction).
+# INFER_OPTS the infer options (default jobs/demo.sh's: mirror=xyz
+# keep_largest=all; INFER_OPTS= for the raw prediction).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
@@ -18,7 +19,7 @@ run=${1:-$here/runs/robustness}
 shift $(( $# >= 1 ? 1 : 0 )) || true
 templates=/usr/share/mricron/templates
 mpirun=(mpiexec.mpich -n "${NP:-2}")
-infer_opts=${INFER_OPTS-keep_largest=all}
+infer_opts=${INFER_OPTS-mirror=xyz keep_largest=all}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$run"
 if ! ls "$run"/ckpt/step-* >/dev/null 2>&1; then
@@ -34,12 +35,16 @@ fi
 echo "| variant | foreground mean Dice | Dice per class (background, cerebrum, cerebellum) | vs original |"
 echo "| --- | ---: | --- | ---: |"
 orig=
-for v in original scale_offset gamma contrast noise blur lowres brain_only; do
+for v in original scale_offset gamma contrast noise blur lowres brain_only brain_only_bet; do
     out=$("${mpirun[@]}" "$tessera" infer "$here/configs/demo.ini" checkpoint="$run" input="$run/variants/$v.nii.gz" \
         downsample=2 output="$run/variants/$v-pred.nii.gz" label="$templates/aal.nii.gz" \
         label_map="$here/configs/labelmaps/aal-3class.txt" $infer_opts "$@")
     fg=$(printf '%s\n' "$out" | sed -n 's/^foreground mean Dice: //p')
     per=$(printf '%s\n' "$out" | sed -n 's/^Dice per class: *//p')
     [ -n "$orig" ] || orig=$fg
-    echo "| $v | $fg | $per | $(awk -v a="$fg" -v b="$orig" 'BEGIN { printf "%+.4f", a - b }') |"
+    d=$(awk -v a="$fg" -v b="$orig" 'BEGIN { printf "%+.4f", a - b }')
+    echo "| $v | $fg | $per | $d |"
+    # the worst change over the variants that keep the anatomy (not brain_only_bet)
+    [ "$v" = brain_only_bet ] || worst=$(awk -v d="$d" -v w="${worst:-0}" 'BEGIN { print (d < w ? d : w) + 0 }')
 done
+awk -v o="$orig" -v w="$worst" 'BEGIN { printf "original %.4f (>= 0.85: %s); worst change over the variants that keep the anatomy %+.4f (within 0.1: %s)\n", o, o >= 0.85 ? "yes" : "no", w, w >= -0.1 ? "yes" : "no" }'

@@ -3,7 +3,7 @@
 acceptance 1): each written as NIfTI with the input's geometry, so the same
 reference labels apply.
 
-    robustness_variants.py SCAN OUTDIR [--brain BRAIN_ONLY_SCAN] [--seed N]
+    robustness_variants.py SCAN OUTDIR [--brain BRAIN_ONLY_SCAN [--grow MM]] [--seed N]
 
 Variants (names are the files' stems):
   original      the scan as it is
@@ -13,8 +13,15 @@ Variants (names are the files' stems):
   noise         Gaussian noise, sigma = 8 % of the foreground's std
   blur          Gaussian blur, sigma 1.2 voxels
   lowres        every 2nd voxel along each axis, then trilinear back
-  brain_only    the skull-stripped scan (background exactly 0), when
-                --brain names it (Colin27: ch2bet.nii.gz)
+  brain_only    the scan with its background set exactly to 0: the voxels
+                farther than --grow mm (default 5) from the brain mask of
+                the skull-stripped scan --brain (its non-zero voxels;
+                Colin27: ch2bet.nii.gz) are 0, the others as they are
+  brain_only_bet  the skull-stripped scan itself. It does not keep the
+                anatomy: BET's mask cuts into the cortex (on Colin27 9.5 %
+                of the AAL atlas's grey matter lies outside it; grown by
+                5 mm, 0.01 %), so it is reported, not one of the variants
+                of issue [11] acceptance 1 (docs/medical.md)
 """
 import argparse
 import os
@@ -29,6 +36,7 @@ def main():
     ap.add_argument("scan")
     ap.add_argument("outdir")
     ap.add_argument("--brain")
+    ap.add_argument("--grow", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     os.makedirs(a.outdir, exist_ok=True)
@@ -50,7 +58,11 @@ def main():
         b = np.asarray(nib.load(a.brain).dataobj, dtype=np.float32)
         if b.shape != x.shape:
             raise SystemExit(f"{a.brain}: shape {b.shape} differs from {a.scan}'s {x.shape}")
-        v["brain_only"] = b
+        mask = b != 0
+        # distance in mm (the header's voxel sizes) to the mask
+        dist = ndimage.distance_transform_edt(~mask, sampling=img.header.get_zooms()[:3])
+        v["brain_only"] = np.where(dist <= a.grow, x, 0).astype(np.float32)
+        v["brain_only_bet"] = b
     for name, y in v.items():
         assert y.shape == x.shape, name
         out = nib.Nifti1Image(y.astype(np.float32), img.affine, img.header)
