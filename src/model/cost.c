@@ -18,10 +18,14 @@
 
 #include <string.h>
 
-/* the residual encoder's level l (v voxels times the batch): the stem at
- * level 0, then the residual blocks (conv1, conv2 and, where channels or
- * stride change, the 1x1x1 skip); no checkpointing, no pool */
-static void resenc_level(const ts_unet_cfg *u, int l, double v, double *w, ts_unet_cost *c)
+/* the residual encoder's level l (v voxels times the batch; face: a box's
+ * halo voxels per sample at level l): the stem at level 0, then the
+ * residual blocks (conv1, conv2 and, where channels or stride change, the
+ * 1x1x1 skip); no checkpointing, no pool. On a split each 3x3x3 conv
+ * exchanges its input's faces in forward (a strided conv1's at level l-1:
+ * 4 face) and its output gradient's in backward (where an input gradient
+ * is needed) */
+static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int n, double *w, ts_unet_cost *c)
 {
     const int co = u->channels[l];
     for (int j = -1; j < u->res_blocks[l]; j++) {
@@ -39,6 +43,7 @@ static void resenc_level(const ts_unet_cfg *u, int l, double v, double *w, ts_un
             w[TS_PROF_NORM] += 2 * co * v;
             w[TS_PROF_OTHER] += 2 * co * v;
             c->act_elems += 2 * co * v;
+            if (k3 == 27) c->halo_elems += (cc * (l > 0 && j == 0 && i == 0 ? 4 : 1) + (j >= 0 ? co : 0)) * face * n;
             c->convs++;
             c->norms++;
         }
@@ -68,7 +73,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         /* encoder level l: conv(cin -> co), conv(co -> co) */
         const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no checkpointing, no pool */
-            resenc_level(u, l, v, w, c);
+            resenc_level(u, l, v, face, n, w, c);
         } else {
             if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
                        * norm's outputs */

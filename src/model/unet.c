@@ -34,6 +34,7 @@ typedef struct block { /* a conv block's parameters */
 typedef struct cnorm {
     int cw, cb, nw, nb, rm, rv, nbt; /* arena indices, -1 if absent */
     int cin, cout, k, stride;        /* k 3 (padding 1) or 1 (padding 0) */
+    int level;                       /* of the output */
 } cnorm;
 /* a residual block: conv1-norm1-act, conv2-norm2, plus the skip (the input,
  * or a 1x1x1 conv and norm where channels or stride change), act after the sum */
@@ -47,6 +48,7 @@ enum { RS_IN = 0, RS_Y0, RS_A0, RS_N };
 
 typedef struct cacts { /* a cnorm's activations: conv output y, norm (and act) output a, saved statistics */
     ts_tensor y, a, smean, sinv;
+    ts_halo xh; /* split, 3x3x3 conv: the input's halo (kept for the weight gradient) */
 } cacts;
 typedef struct racts { /* a residual block's; c2.a is the block's output (the activated sum) */
     cacts c1, c2, sk;
@@ -82,6 +84,7 @@ struct ts_unet {
     rblock rb[L_MAX][TS_UNET_MAX_RES_BLOCKS];     /* resenc: encoder level l's blocks */
     int dsw[L_MAX], dsb[L_MAX];                   /* deep supervision heads ds{l} (-1: none) */
     ts_tensor rg[L_MAX];                          /* resenc backward scratch, one per level */
+    ts_tensor sx, sy; /* resenc on a split: a strided conv's input and output gradient with their halo voxels */
     int unit_param[4 * L_MAX];     /* arena entries of unit u: [unit_param[u], unit_param[u + 1]) */
     int u0, u1, nslots;            /* this stage's units [u0, u1) and its activation slots */
     slot *slots;
@@ -269,9 +272,11 @@ static int add_block(ts_unet *m, const char *prefix, block *b, int cin, int cout
 
 /* a conv (k = 3 or 1, with bias) named conv.weight/.bias and its norm named
  * norm.weight/... (running statistics for batch norm) */
-static int add_cnorm(ts_unet *m, const char *conv, const char *norm, cnorm *p, int cin, int cout, int k, int stride)
+static int add_cnorm(ts_unet *m, const char *conv, const char *norm, cnorm *p, int cin, int cout, int k, int stride,
+                     int level)
 {
     char name[TS_PARAM_NAME_MAX];
+    p->level = level;
     p->cin = cin;
     p->cout = cout;
     p->k = k;
@@ -309,7 +314,7 @@ static int add_resenc(ts_unet *m)
     char a[TS_PARAM_NAME_MAX], b[TS_PARAM_NAME_MAX];
     for (int l = 0; l < cfg->levels; l++) {
         m->unit_param[U_E(m, l, 0)] = m->arena->n;
-        if (l == 0) TS_TRY(add_cnorm(m, "stem.conv", "stem.norm", &m->stem, cfg->in_channels, cfg->channels[0], 3, 1));
+        if (l == 0) TS_TRY(add_cnorm(m, "stem.conv", "stem.norm", &m->stem, cfg->in_channels, cfg->channels[0], 3, 1, 0));
         for (int j = 0; j < cfg->res_blocks[l]; j++) {
             rblock *r = &m->rb[l][j];
             const int cin = j ? cfg->channels[l] : l ? cfg->channels[l - 1] : cfg->channels[0];
@@ -317,13 +322,14 @@ static int add_resenc(ts_unet *m)
             for (int i = 1; i <= 2; i++) {
                 snprintf(a, sizeof a, "enc%d.block%d.conv%d", l, j, i);
                 snprintf(b, sizeof b, "enc%d.block%d.norm%d", l, j, i);
-                TS_TRY(add_cnorm(m, a, b, i == 1 ? &r->c1 : &r->c2, i == 1 ? cin : cout, cout, 3, i == 1 ? stride : 1));
+                TS_TRY(add_cnorm(m, a, b, i == 1 ? &r->c1 : &r->c2, i == 1 ? cin : cout, cout, 3, i == 1 ? stride : 1,
+                                 l));
             }
             r->skip = cin != cout || stride != 1;
             if (r->skip) {
                 snprintf(a, sizeof a, "enc%d.block%d.skip.conv", l, j);
                 snprintf(b, sizeof b, "enc%d.block%d.skip.norm", l, j);
-                TS_TRY(add_cnorm(m, a, b, &r->sk, cin, cout, 1, stride));
+                TS_TRY(add_cnorm(m, a, b, &r->sk, cin, cout, 1, stride, l));
             }
         }
         m->unit_param[U_E(m, l, 1)] = m->arena->n;
@@ -454,6 +460,7 @@ static void cacts_free(cacts *c)
     ts_tensor_free(&c->a);
     ts_tensor_free(&c->smean);
     ts_tensor_free(&c->sinv);
+    halo_free(&c->xh);
 }
 
 static void free_acts(ts_unet *m)
@@ -489,6 +496,8 @@ static void free_acts(ts_unet *m)
         ts_tensor_free(&m->dskip[l]);
         ts_tensor_free(&m->rg[l]);
     }
+    ts_tensor_free(&m->sx);
+    ts_tensor_free(&m->sy);
     for (int r = 0; r < RS_N; r++) ts_tensor_free(&m->rs[r]);
     ts_tensor_free(&m->rsidx);
     m->halo_bytes = 0;
@@ -685,10 +694,12 @@ static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, in
     return 0;
 }
 
-/* a cnorm's activations for an output of n x d x h x w */
+/* a cnorm's activations for an output of n x d x h x w (and a 3x3x3 conv's input halo on a split) */
 static int alloc_cacts(ts_unet *m, const cnorm *p, cacts *x, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? p->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * p->cout;
+    const int64_t s = p->stride, in[3] = {d * s, h * s, w * s};
+    if (p->k == 3) TS_TRY(halo_alloc(m, &x->xh, n, in, p->cin));
     TS_TRY(alloc5(m, &x->y, TS_FLOAT32, n, d, h, w, p->cout));
     TS_TRY(alloc5(m, &x->a, TS_FLOAT32, n, d, h, w, p->cout));
     TS_TRY(talloc(m, &x->smean, TS_FLOAT32, 1, &ns));
@@ -709,6 +720,26 @@ static int alloc_resenc(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, in
             TS_TRY(alloc_cacts(m, &r->c2, &x->c2, n, d >> l, h >> l, w >> l));
             if (r->skip) TS_TRY(alloc_cacts(m, &r->sk, &x->sk, n, d >> l, h >> l, w >> l));
         }
+    return 0;
+}
+
+/* On a split, the scratch of the residual encoder's strided 3x3x3 convs
+ * (shared by the levels and the slots): sx, a level l-1 input with one
+ * more voxel along each dim ([N, D+1, H+1, W+1, C]: the low halo in front
+ * in forward and the weight gradient; the input gradient's box and its
+ * upper halo in backward), sy, a level l output gradient with its upper
+ * halo voxel ([N, D/2+1, ...]). */
+static int alloc_strided(ts_unet *m, int64_t n, int64_t d, int64_t h, int64_t w)
+{
+    int64_t nx = 0, ny = 0;
+    for (int l = 1; l < m->cfg.levels; l++) {
+        const int64_t a = n * ((d >> (l - 1)) + 1) * ((h >> (l - 1)) + 1) * ((w >> (l - 1)) + 1) * m->cfg.channels[l - 1];
+        const int64_t b = n * ((d >> l) + 1) * ((h >> l) + 1) * ((w >> l) + 1) * m->cfg.channels[l];
+        if (a > nx) nx = a;
+        if (b > ny) ny = b;
+    }
+    if (nx) TS_TRY(talloc(m, &m->sx, TS_FLOAT32, 1, &nx));
+    if (ny) TS_TRY(talloc(m, &m->sy, TS_FLOAT32, 1, &ny));
     return 0;
 }
 
@@ -792,6 +823,7 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
         if (resenc(m)) TS_CHECK(alloc5(m, &m->rg[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
     }
+    if (resenc(m) && m->split_on) TS_CHECK(alloc_strided(m, n, d, h, w));
     if (m->dry) return 0;
     m->n = n;
     m->d = d;
@@ -861,7 +893,7 @@ size_t ts_unet_recompute_bytes(const ts_unet *m)
 
 size_t ts_unet_activation_bytes(const ts_unet *m)
 {
-    size_t s = m->halo_bytes + ts_unet_recompute_bytes(m);
+    size_t s = m->halo_bytes + ts_unet_recompute_bytes(m) + own(&m->sx) + own(&m->sy);
     for (int k = 0; m->slots && k < m->nslots; k++) s += one_slot_bytes(&m->slots[k]);
     for (int l = 0; l < L_MAX; l++) s += own(&m->gin[l]) + own(&m->dskip[l]) + own(&m->rg[l]);
     return s;
@@ -991,11 +1023,84 @@ static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out,
     return 0;
 }
 
+/* The voxel (id, ih, iw) of box x (n-th sample, C channels) or of its halo
+ * h around it (layouts in layers.h); NULL where it reads as zero (no
+ * neighbour there, or outside the halo). */
+static const float *halo_voxel(const ts_tensor *x, const ts_halo *h, int64_t n, int64_t id, int64_t ih, int64_t iw)
+{
+    const int64_t D = x->shape[1], H = x->shape[2], W = x->shape[3], C = x->shape[4];
+    const int64_t e1 = h->on[1], e2 = h->on[2];
+    if (id < 0 || id >= D) {
+        const float *f = id < 0 ? h->lo[0] : h->hi[0];
+        if (!h->on[0] || !f || ih < -e1 || ih >= H + e1 || iw < -e2 || iw >= W + e2) return NULL;
+        return f + ((n * (H + 2 * e1) + ih + e1) * (W + 2 * e2) + iw + e2) * C;
+    }
+    if (ih < 0 || ih >= H) {
+        const float *f = ih < 0 ? h->lo[1] : h->hi[1];
+        if (!h->on[1] || !f || iw < -e2 || iw >= W + e2) return NULL;
+        return f + ((n * D + id) * (W + 2 * e2) + iw + e2) * C;
+    }
+    if (iw < 0 || iw >= W) {
+        const float *f = iw < 0 ? h->lo[2] : h->hi[2];
+        if (!h->on[2] || !f) return NULL;
+        return f + ((n * D + id) * H + ih) * C;
+    }
+    return (const float *)x->data + (((n * D + id) * H + ih) * W + iw) * C;
+}
+
+/* out = box x grown by one voxel along each dim ([N, D+1, H+1, W+1, C]),
+ * on the low side (hi = 0: out's voxel i is x's i - 1) or the high side
+ * (hi = 1: out's voxel i is x's i), the added voxels from x's halo h (zero
+ * where h has none: the volume's border, an unsplit dim) */
+static void halo_grow(const ts_tensor *x, const ts_halo *h, int hi, ts_tensor *out)
+{
+    const int64_t N = x->shape[0], D = x->shape[1] + 1, H = x->shape[2] + 1, W = x->shape[3] + 1, C = x->shape[4];
+    const int64_t o = hi ? 0 : -1;
+    float *dst = out->data;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t a = 0; a < D; a++)
+            for (int64_t b = 0; b < H; b++)
+                for (int64_t c = 0; c < W; c++) {
+                    const float *src = halo_voxel(x, h, n, a + o, b + o, c + o);
+                    float *v = dst + (((n * D + a) * H + b) * W + c) * C;
+                    if (src) memcpy(v, src, sizeof(float) * (size_t)C);
+                    else memset(v, 0, sizeof(float) * (size_t)C);
+                }
+}
+
+/* a view of scratch t shaped [N, D+1, H+1, W+1, C] for box x of [N, D, H, W] with C channels */
+static ts_tensor grown(const ts_tensor *t, const ts_tensor *x, int64_t C)
+{
+    return ts_tensor_view(t->data, TS_FLOAT32, 5,
+                          (const int64_t[]){x->shape[0], x->shape[1] + 1, x->shape[2] + 1, x->shape[3] + 1, C});
+}
+
+/* p's conv on in into x->y. On a split a 3x3x3 conv reads in's halo: at
+ * stride 1 the split kernels (interior while the halo travels), at stride
+ * 2 (padding 1, even box edges at even offsets) output voxel o reads the
+ * input voxels 2o-1 .. 2o+1, so only the low halo: in grown by it on the
+ * low side convolved with padding 0. A 1x1x1 conv reads its own box. */
+static int cn_conv_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in)
+{
+    ts_tensor w = V(m, p->cw), b = V(m, p->cb);
+    if (!m->split_on || p->k == 1) {
+        TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, &w, &b, p->stride, p->k / 2, &x->y));
+        return 0;
+    }
+    if (p->stride == 1) return conv3_forward(m, &x->xh, in, NULL, &w, &b, &x->y);
+    TS_TRY(halo_start(m, in, NULL, &x->xh));
+    TS_TRY(halo_wait(m));
+    ts_tensor g = grown(&m->sx, in, p->cin);
+    TIMED(m, TS_PROF_HALO, (halo_grow(in, &x->xh, 0, &g), 0));
+    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(&g, &w, &b, p->stride, 0, &x->y));
+    return 0;
+}
+
 /* p's conv on in into x->y, then its norm (and act) into x->a */
 static int cn_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train)
 {
-    ts_tensor w = V(m, p->cw), b = V(m, p->cb);
-    TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, &w, &b, p->stride, p->k / 2, &x->y));
+    TS_TRY(cn_conv_forward(m, p, x, in));
     return cn_norm_forward(m, p, x, &x->a, act, train);
 }
 
@@ -1069,9 +1174,6 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     }
     slot *s = get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
-    if (m->split_on && !ts_unet_is_plain(c))
-        return TS_ERR(TS_ERR_CONFIG, "parallel.sp: spatial parallelism is not available with model.arch = resenc or "
-                      "model.deep_supervision (only the plain UNet3D splits its volume)");
     s->have_dlogits = 0;
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
@@ -1171,23 +1273,25 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
 
 /* ----------------------------------------------------------- backward */
 
-/* Backward of conv i of block b on a split: dy (in y[i]) starts its halo
- * exchange, the weight gradient is taken while it travels (it reads the
- * input's halo kept from forward), then the input gradient (to dx, and dx2
- * for the second part of a concatenated input; dx NULL: not needed). */
-static int conv3_backward_split(ts_unet *m, const block *b, bacts *xa, int i, ts_tensor *x, ts_tensor *x2,
-                                const ts_tensor *w, ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw, ts_tensor *db)
+/* Backward of a 3x3x3, stride 1 conv on a split (conv i of a block, or a
+ * residual encoder's): dy starts its halo exchange into gh, the weight
+ * gradient is taken while it travels (it reads the input's halo xh kept
+ * from forward; then the gradients of arena entries iw, ib are final), then
+ * the input gradient (to dx, and dx2 for the second part of a concatenated
+ * input; dx NULL: not needed). */
+static int conv3_backward_split(ts_unet *m, const ts_halo *xh, ts_halo *gh, const ts_tensor *x, const ts_tensor *x2,
+                                const ts_tensor *w, const ts_tensor *dy, ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw,
+                                ts_tensor *db, int iw, int ib)
 {
-    ts_halo *gh = &m->gh[b->level];
-    const ts_conv_split xs = {&xa->xh[i], TS_CONV_ALL, halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
-    if (dx) TS_TRY(halo_start(m, &xa->y[i], NULL, gh));
-    if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &xa->y[i], NULL, NULL, dw, db));
-    else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &xa->y[i], NULL, dw, db));
-    ready2(m, b->cw[i], b->cb[i]);
+    const ts_conv_split xs = {xh, TS_CONV_ALL, halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
+    if (dx) TS_TRY(halo_start(m, dy, NULL, gh));
+    if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, dy, NULL, NULL, dw, db));
+    else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, dy, NULL, dw, db));
+    ready2(m, iw, ib);
     if (!dx) return 0;
     TS_TRY(halo_wait(m));
-    if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, &xa->y[i], dx, dx2, NULL, NULL));
-    else TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, &xa->y[i], dx, NULL, NULL));
+    if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, dy, dx, dx2, NULL, NULL));
+    else TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, dy, dx, NULL, NULL));
     return 0;
 }
 
@@ -1218,7 +1322,9 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
         }
         ready2(m, b->nw[i], b->nb[i]);
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
-        if (m->split_on) return conv3_backward_split(m, b, xa, i, in, in2, &w, dx, dx2, &dw, &db);
+        if (m->split_on)
+            return conv3_backward_split(m, &xa->xh[i], &m->gh[b->level], in, in2, &w, &xa->y[i], dx, dx2, &dw, &db,
+                                        b->cw[i], b->cb[i]);
         /* weight gradient first: dx may overwrite the input */
         if (in2) {
             TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], NULL, NULL, &dw, &db));
@@ -1234,6 +1340,50 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
 }
 
 /* ---- the residual encoder's backward ---- */
+
+/* Backward of p's conv (dy in x->y): the weight gradient, then the input
+ * gradient to dx (NULL: not needed). On a split, a 3x3x3 conv at stride 1
+ * takes the split kernels; at stride 2 the weight gradient convolves in
+ * grown by its low halo (as forward), and input voxel i, which the outputs
+ * ceil((i-1)/2) .. floor((i+1)/2) read (a box's last voxel: the next box's first), needs dy's upper halo voxel: dy grown by it on
+ * the high side, and the input gradient of in grown by one voxel on the
+ * high side (padding 1), of which the box is kept. */
+static int cn_conv_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, ts_tensor *dx)
+{
+    ts_tensor w = V(m, p->cw), dw = G(m, p->cw), db = G(m, p->cb);
+    if (m->split_on && p->k == 3 && p->stride == 1)
+        return conv3_backward_split(m, &x->xh, &m->gh[p->level], in, NULL, &w, &x->y, dx, NULL, &dw, &db,
+                                    p->cw, p->cb);
+    if (!m->split_on || p->k == 1) {
+        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, NULL, &dw, &db));
+        ready2(m, p->cw, p->cb);
+        if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, dx, NULL, NULL));
+        return 0;
+    }
+    ts_halo *gh = &m->gh[p->level];
+    if (dx) TS_TRY(halo_start(m, &x->y, NULL, gh));
+    ts_tensor g = grown(&m->sx, in, p->cin);
+    TIMED(m, TS_PROF_HALO, (halo_grow(in, &x->xh, 0, &g), 0));
+    TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(&g, &w, p->stride, 0, &x->y, NULL, &dw, &db));
+    ready2(m, p->cw, p->cb);
+    if (!dx) return 0;
+    TS_TRY(halo_wait(m));
+    ts_tensor gy = grown(&m->sy, &x->y, p->cout);
+    TIMED(m, TS_PROF_HALO, (halo_grow(&x->y, gh, 1, &gy), 0));
+    TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(&g, &w, p->stride, 1, &gy, &g, NULL, NULL));
+    const double t0 = ts_time_now();
+    const int64_t N = dx->shape[0], D = dx->shape[1], H = dx->shape[2], W = dx->shape[3], C = dx->shape[4];
+    const float *src = g.data;
+    float *dst = dx->data;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t a = 0; a < D; a++)
+            for (int64_t b = 0; b < H; b++)
+                memcpy(dst + ((n * D + a) * H + b) * W * C, src + ((n * (D + 1) + a) * (H + 1) + b) * (W + 1) * C,
+                       sizeof(float) * (size_t)(W * C));
+    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+    return 0;
+}
 
 /* Backward of cnorm p (its act if act): g holds d(x->a) (changed in place by a
  * leaky ReLU), the norm's input gradient overwrites x->y, the conv's input
@@ -1259,11 +1409,7 @@ static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in
         break;
     }
     ready2(m, p->nw, p->nb);
-    ts_tensor w = V(m, p->cw), dw = G(m, p->cw), db = G(m, p->cb);
-    TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, NULL, &dw, &db));
-    ready2(m, p->cw, p->cb);
-    if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, dx, NULL, NULL));
-    return 0;
+    return cn_conv_backward(m, p, x, in, dx);
 }
 
 /* Backward of residual block r on input in: g holds d(out) (consumed), gc1

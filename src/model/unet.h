@@ -63,12 +63,13 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
 double ts_unet_ds_weight(const ts_unet_cfg *u, int l);
 /* Local. Whether the model is the plain UNet3D (model.arch = unet without
  * model.deep_supervision; any norm and activation): the model that pipeline
- * stages, spatial splits, activation checkpointing and bf16/fp16 support. */
+ * stages, activation checkpointing and bf16/fp16 support (spatial splits
+ * take every model). */
 int ts_unet_is_plain(const ts_unet_cfg *u);
-/* Local. TS_ERR_CONFIG naming the keys when a model that is not plain
+/* Local. TS_ERR_CONFIG naming the key when a model that is not plain
  * (model.arch = resenc or model.deep_supervision) is given pp > 1
- * (parallel.pp) or sp > 1 (parallel.sp), which support only the plain
- * UNet3D. 0 otherwise. */
+ * (parallel.pp), which supports only the plain UNet3D; any sp
+ * (parallel.sp) is accepted. 0 otherwise. */
 int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp);
 /* Local. Parses a model.checkpoint_levels value ("none", "all", or a comma
  * list of levels 0 .. levels-1, level 0 being full resolution) into a bit
@@ -210,7 +211,10 @@ void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n),
 /* A spatial split of the model's inputs (spatial parallelism): this rank
  * holds one box of every input and so of every activation (halved per
  * level); 3x3x3 convolutions exchange one-voxel halos with the neighbours
- * (the interior is computed while they travel, the border after), group
+ * (the interior is computed while they travel, the border after; the
+ * residual encoder's stride-2 convs use the input's low side in forward
+ * and the output gradient's high side in backward), 1x1x1 convolutions
+ * (heads, strided skips) and deep supervision's labels stay in the box, group
  * and instance norm and the losses sum their statistics over the group,
  * batch norm uses the ts_unet_set_norm_sync hook if set (which must span at
  * least the group), else the group's sums. The hooks reach the other ranks

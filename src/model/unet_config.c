@@ -104,13 +104,11 @@ static const char *not_plain(const ts_unet_cfg *u)
 
 int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp)
 {
+    (void)sp; /* every model splits its volume */
     if (ts_unet_is_plain(u)) return 0;
     if (pp > 1)
         return TS_ERR(TS_ERR_CONFIG, "parallel.pp = %d: pipeline stages are not available with %s (only the plain "
                       "UNet3D is cut into stages); use parallel.pp = 1 (data parallel)", pp, not_plain(u));
-    if (sp > 1)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.sp = %d: spatial parallelism is not available with %s (only the "
-                      "plain UNet3D splits its volume); use parallel.sp = 1 (data parallel)", sp, not_plain(u));
     return 0;
 }
 
