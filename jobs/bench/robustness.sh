@@ -47,4 +47,4 @@ for v in original scale_offset gamma contrast noise blur lowres brain_only brain
     # the worst change over the variants that keep the anatomy (not brain_only_bet)
     [ "$v" = brain_only_bet ] || worst=$(awk -v d="$d" -v w="${worst:-0}" 'BEGIN { print (d < w ? d : w) + 0 }')
 done
-awk -v o="$orig" -v w="$worst" 'BEGIN { printf "original %.4f (>= 0.85: %s); worst change over the variants that keep the anatomy %+.4f (within 0.1: %s)\n", o, o >= 0.85 ? "yes" : "no", w, w >= -0.1 ? "yes" : "no" }'
+awk -v o="$orig" -v w="$worst" 'BEGIN { printf "original %.4f (>= 0.85: %s); worst change over the variants that keep the anatomy %+.4f (within 0.1: %s)\n", o, (o >= 0.85 ? "yes" : "no"), w, (w >= -0.1 ? "yes" : "no") }'
