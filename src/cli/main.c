@@ -36,8 +36,8 @@ static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
     "  of the nnU-Net-style medical pipeline (docs/medical.md): class probabilities from infer when it replays its\n"
     "  dataset's cropping and resampling, HD95/NSD and mirroring in the validation during training (infer has them);\n"
-    "  the residual encoder and deep supervision with pipeline parallelism, activation checkpointing or bf16/fp16\n"
-    "  (data and spatial parallelism only)";
+    "  the residual encoder and deep supervision with activation checkpointing or bf16/fp16 (data, spatial and\n"
+    "  pipeline parallelism work)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

@@ -62,10 +62,11 @@ typedef struct bacts { /* a conv block's activations in one slot */
 /* One micro-batch's activations of the stage's units (a slot). Tensors a
  * unit of another stage produces arrive in rx, indexed by tensor id: enc
  * l's output TE(l) = l, dec l's TD(l) = L + l, the activations between the
- * two convs of enc l and dec l, TEm(l) = 2L + l and TDm(l) = 3L + l. */
+ * two units of enc l and dec l, TEm(l) = 2L + l and TDm(l) = 3L + l, the
+ * deep supervision logits of dec l TDS(l) = 4L + l. */
 typedef struct slot {
     ts_tensor x, pool[L_MAX], pidx[L_MAX], up[L_MAX], logits, dlogits;
-    ts_tensor rx[4 * L_MAX];
+    ts_tensor rx[5 * L_MAX];
     bacts enc[L_MAX], dec[L_MAX];
     cacts stem;                                    /* resenc */
     racts rb[L_MAX][TS_UNET_MAX_RES_BLOCKS];       /* resenc */
@@ -120,24 +121,37 @@ static int here(const ts_unet *m, int u) { return u >= m->u0 && u < m->u1; }
 static int resenc(const ts_unet *m) { return m->cfg.arch == TS_ARCH_RESENC; }
 /* a residual encoder level's output: its last block's */
 static ts_tensor *res_out(ts_unet *m, slot *s, int l) { return &s->rb[l][m->cfg.res_blocks[l] - 1].c2.a; }
+/* The residual encoder's level l in two units: enc l.conv1 the stem (l =
+ * 0) and blocks 0 .. nb-2, enc l.conv2 the last block nb-1; the unit of
+ * block j */
+static int U_RB(const ts_unet *m, int l, int j) { return U_E(m, l, j == m->cfg.res_blocks[l] - 1); }
+/* enc l.conv1 produces a tensor for enc l.conv2 (TEm(l)): it holds a block or the stem */
+static int res_mid(const ts_unet *m, int l) { return l == 0 || m->cfg.res_blocks[l] > 1; }
+/* the unit that consumes enc l's output along the encoder: the one holding
+ * level l+1's first block (resenc), or the max-pool (enc l+1.conv1) */
+static int U_NEXT(const ts_unet *m, int l) { return resenc(m) ? U_RB(m, l + 1, 0) : U_E(m, l + 1, 0); }
 /* producer unit of tensor t */
 static int producer(const ts_unet *m, int t)
 {
-    const int L = m->cfg.levels, l = t % L, kind = t / L; /* TE, TD, TEm, TDm */
-    return kind == 0 ? U_E(m, l, 1) : kind == 1 ? U_D(m, l, 1) : kind == 2 ? U_E(m, l, 0) : U_D(m, l, 0);
+    const int L = m->cfg.levels, l = t % L, kind = t / L; /* TE, TD, TEm, TDm, TDS */
+    return kind == 0 ? U_E(m, l, 1) : kind == 1 ? U_D(m, l, 1) : kind == 2 ? U_E(m, l, 0) : kind == 3 ? U_D(m, l, 0)
+                                                                                           : U_D(m, l, 1);
 }
 /* a tensor's activation in slot s: the producer's output here, or what arrived */
 static ts_tensor *act(ts_unet *m, slot *s, int t)
 {
     const int L = m->cfg.levels, l = t % L, kind = t / L;
     if (!here(m, producer(m, t))) return &s->rx[t];
+    if (kind == 4) return &s->dsl[l];
     if (kind == 0 && resenc(m)) return res_out(m, s, l);
+    if (kind == 2 && resenc(m)) return m->cfg.res_blocks[l] > 1 ? &s->rb[l][m->cfg.res_blocks[l] - 2].c2.a : &s->stem.a;
     return kind == 0 ? &s->enc[l].a[1] : kind == 1 ? &s->dec[l].a[1] : kind == 2 ? &s->enc[l].a[0] : &s->dec[l].a[0];
 }
 /* the input of up{l} (the decoder path's tensor one level down) and of the head */
 static int up_input(const ts_unet *m, int l) { return l == m->cfg.levels - 2 ? l + 1 : m->cfg.levels + l + 1; }
 static int head_input(const ts_unet *m) { return m->cfg.levels == 1 ? 0 : m->cfg.levels; }
 static int mid_tensor(const ts_unet *m, int enc, int l) { return (enc ? 2 : 3) * m->cfg.levels + l; }
+static int ds_tensor(const ts_unet *m, int l) { return 4 * m->cfg.levels + l; }
 /* level l is checkpointed; the unit of half i of a block */
 static int ck(const ts_unet *m, int l) { return (int)(m->ckpt >> l & 1u); }
 static int U_B(const ts_unet *m, const block *b, int i) { return b->enc ? U_E(m, b->level, i) : U_D(m, b->level, i); }
@@ -306,8 +320,8 @@ static int add_cnorm(ts_unet *m, const char *conv, const char *norm, cnorm *p, i
 /* The residual encoder's parameters: stem.{conv,norm}, then per level l
  * and block j enc{l}.block{j}.{conv1,norm1,conv2,norm2} and, where the
  * block changes channels or stride (the first block of levels l > 0),
- * enc{l}.block{j}.skip.{conv,norm}. The whole encoder level is unit
- * enc{l}.conv1 (pipelines do not cut it). */
+ * enc{l}.block{j}.skip.{conv,norm}. Unit enc{l}.conv1 holds the stem and
+ * the blocks but the last, enc{l}.conv2 the last block (U_RB). */
 static int add_resenc(ts_unet *m)
 {
     const ts_unet_cfg *cfg = &m->cfg;
@@ -317,6 +331,7 @@ static int add_resenc(ts_unet *m)
         if (l == 0) TS_TRY(add_cnorm(m, "stem.conv", "stem.norm", &m->stem, cfg->in_channels, cfg->channels[0], 3, 1, 0));
         for (int j = 0; j < cfg->res_blocks[l]; j++) {
             rblock *r = &m->rb[l][j];
+            if (j == cfg->res_blocks[l] - 1) m->unit_param[U_E(m, l, 1)] = m->arena->n;
             const int cin = j ? cfg->channels[l] : l ? cfg->channels[l - 1] : cfg->channels[0];
             const int cout = cfg->channels[l], stride = l > 0 && j == 0 ? 2 : 1;
             for (int i = 1; i <= 2; i++) {
@@ -332,7 +347,6 @@ static int add_resenc(ts_unet *m)
                 TS_TRY(add_cnorm(m, a, b, &r->sk, cin, cout, 1, stride, l));
             }
         }
-        m->unit_param[U_E(m, l, 1)] = m->arena->n;
     }
     return 0;
 }
@@ -486,7 +500,7 @@ static void free_acts(ts_unet *m)
             ts_tensor_free(&s->dslab[l]);
         }
         cacts_free(&s->stem);
-        for (int t = 0; t < 4 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
+        for (int t = 0; t < 5 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
     }
     free(m->slots);
     m->slots = NULL;
@@ -547,9 +561,6 @@ int ts_unet_set_stage(ts_unet *m, int u0, int u1, int slots)
     const int U = ts_unet_units(m);
     if (u0 < 0 || u1 > U || u0 >= u1 || slots < 1)
         return TS_ERR(TS_ERR_ARG, "unet: stage of units [%d, %d) of %d with %d slots", u0, u1, U, slots);
-    if ((u0 > 0 || u1 < U) && !ts_unet_is_plain(&m->cfg))
-        return TS_ERR(TS_ERR_CONFIG, "parallel.pp: pipeline stages are not available with model.arch = resenc or "
-                      "model.deep_supervision (only the plain UNet3D is cut into stages)");
     if (m->u0 == u0 && m->u1 == u1 && m->nslots == slots) return 0;
     free_acts(m);
     m->u0 = u0;
@@ -570,15 +581,17 @@ int ts_unet_edges(const ts_unet *m, ts_unet_edge *e)
     const int L = m->cfg.levels;
     int n = 0;
     for (int l = 0; l < L; l++) {
-        e[n++] = (ts_unet_edge){mid_tensor(m, 1, l), U_E(m, l, 0), U_E(m, l, 1), TS_EDGE_BLOCK};
+        if (!resenc(m) || res_mid(m, l))
+            e[n++] = (ts_unet_edge){mid_tensor(m, 1, l), U_E(m, l, 0), U_E(m, l, 1), TS_EDGE_BLOCK};
         if (l + 1 < L) {
-            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_E(m, l + 1, 0), TS_EDGE_POOL};
+            e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_NEXT(m, l), TS_EDGE_POOL};
             e[n++] = (ts_unet_edge){l, U_E(m, l, 1), U_D(m, l, 0), TS_EDGE_SKIP};
         }
     }
     for (int l = L - 2; l >= 0; l--) {
         e[n++] = (ts_unet_edge){up_input(m, l), producer(m, up_input(m, l)), U_D(m, l, 0), TS_EDGE_UP};
         e[n++] = (ts_unet_edge){mid_tensor(m, 0, l), U_D(m, l, 0), U_D(m, l, 1), TS_EDGE_BLOCK};
+        if (m->dsw[l] >= 0) e[n++] = (ts_unet_edge){ds_tensor(m, l), U_D(m, l, 1), U_H(m), TS_EDGE_DS};
     }
     e[n++] = (ts_unet_edge){head_input(m), producer(m, head_input(m)), U_H(m), TS_EDGE_HEAD};
     return n;
@@ -593,9 +606,11 @@ int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **a
     if (!here(m, e->producer) && !here(m, e->consumer)) return TS_ERR(TS_ERR_ARG, "unet: edge does not touch this stage");
     *a = act(m, &m->slots[k], e->tensor);
     const int l = tensor_level(m, e->tensor);
-    /* the gradient of the edge's consumer with respect to the tensor: where the backward writes (consumer side)
-     * or reads it (producer side) */
-    *g = e->kind == TS_EDGE_SKIP ? &m->dskip[l] : &m->gin[l];
+    /* the gradient of the edge's consumer with respect to the tensor: where the backward (the loss for ds{l}'s
+     * logits) writes it (consumer side) or reads it (producer side); the residual encoder's last block writes the
+     * gradient of its input to rg[l] (resenc_backward) */
+    *g = e->kind == TS_EDGE_SKIP ? &m->dskip[l] : e->kind == TS_EDGE_DS ? &m->slots[k].dsd[l]
+       : e->kind == TS_EDGE_BLOCK && e->producer < 2 * m->cfg.levels && resenc(m) ? &m->rg[l] : &m->gin[l];
     return 0;
 }
 
@@ -706,15 +721,18 @@ static int alloc_cacts(ts_unet *m, const cnorm *p, cacts *x, int64_t n, int64_t 
     return talloc(m, &x->sinv, TS_FLOAT32, 1, &ns);
 }
 
-/* the residual encoder's activations in a slot (the whole model is one stage) */
+/* the residual encoder's activations in a slot: the stem and the blocks of the stage's units */
 static int alloc_resenc(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int64_t w)
 {
     const ts_unet_cfg *c = &m->cfg;
-    TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
-    TS_TRY(alloc_cacts(m, &m->stem, &s->stem, n, d, h, w));
+    if (here(m, U_E(m, 0, 0))) {
+        TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
+        TS_TRY(alloc_cacts(m, &m->stem, &s->stem, n, d, h, w));
+    }
     for (int l = 0; l < c->levels; l++)
         for (int j = 0; j < c->res_blocks[l]; j++) {
             const rblock *r = &m->rb[l][j];
+            if (!here(m, U_RB(m, l, j))) continue;
             racts *x = &s->rb[l][j];
             TS_TRY(alloc_cacts(m, &r->c1, &x->c1, n, d >> l, h >> l, w >> l));
             TS_TRY(alloc_cacts(m, &r->c2, &x->c2, n, d >> l, h >> l, w >> l));
@@ -751,10 +769,11 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
     if (resenc(m)) TS_TRY(alloc_resenc(m, s, n, d, h, w));
     for (int l = 0; l < L; l++) {
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
-        if (m->dsw[l] >= 0) { /* deep supervision: logits, their gradient, the labels at level l */
-            TS_TRY(alloc5(m, &s->dsl[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
-            TS_TRY(alloc5(m, &s->dsd[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
-            TS_TRY(talloc(m, &s->dslab[l], TS_UINT8, 4, (const int64_t[]){n, dl, hl, wl}));
+        if (m->dsw[l] >= 0) { /* deep supervision: logits (ds{l}'s stage), their gradient, the labels (the head's) */
+            if (here(m, U_D(m, l, 1))) TS_TRY(alloc5(m, &s->dsl[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
+            if (here(m, U_D(m, l, 1)) || here(m, U_H(m)))
+                TS_TRY(alloc5(m, &s->dsd[l], TS_FLOAT32, n, dl, hl, wl, c->classes));
+            if (here(m, U_H(m))) TS_TRY(talloc(m, &s->dslab[l], TS_UINT8, 4, (const int64_t[]){n, dl, hl, wl}));
         }
         if (resenc(m)) { /* the encoder is allocated above */
         } else if (here(m, U_E(m, l, 0))) {
@@ -778,12 +797,13 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
         TS_TRY(alloc5(m, &s->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
     }
     /* tensors made on another stage and used here (once each, whatever the edges) */
-    ts_unet_edge e[6 * L_MAX];
-    int got[4 * L_MAX] = {0};
+    ts_unet_edge e[TS_UNET_MAX_EDGES];
+    int got[5 * L_MAX] = {0};
     for (int i = 0, ne = ts_unet_edges(m, e); i < ne; i++) {
         if (here(m, e[i].producer) || !here(m, e[i].consumer) || got[e[i].tensor]++) continue;
         const int l = tensor_level(m, e[i].tensor);
-        TS_TRY(alloc5(m, &s->rx[e[i].tensor], TS_FLOAT32, n, d >> l, h >> l, w >> l, c->channels[l]));
+        TS_TRY(alloc5(m, &s->rx[e[i].tensor], TS_FLOAT32, n, d >> l, h >> l, w >> l,
+                      e[i].kind == TS_EDGE_DS ? c->classes : c->channels[l]));
     }
     return 0;
 }
@@ -815,13 +835,14 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         const int64_t dl = d >> l, hl = h >> l, wl = w >> l;
         const int e = here(m, U_E(m, l, 0)) || here(m, U_E(m, l, 1)),
                   dd = l < L - 1 && (here(m, U_D(m, l, 0)) || here(m, U_D(m, l, 1)));
-        const int gin = e || dd || (l + 1 < L && here(m, U_E(m, l + 1, 0))) || (l > 0 && here(m, U_D(m, l - 1, 0))) ||
-                        (l == 0 && here(m, U_H(m)));
+        const int next = l + 1 < L && here(m, U_NEXT(m, l)); /* consumes enc l's output along the encoder */
+        const int gin = e || dd || next || (l > 0 && here(m, U_D(m, l - 1, 0))) || (l == 0 && here(m, U_H(m)));
         if (gin) TS_CHECK(alloc5(m, &m->gin[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
-        if (l < L - 1 && (here(m, U_E(m, l, 1)) || here(m, U_D(m, l, 0))))
+        const int ds = m->dsw[l] >= 0 && here(m, U_D(m, l, 1)); /* the ds{l} head's input gradient passes there */
+        if (l < L - 1 && (here(m, U_E(m, l, 1)) || here(m, U_D(m, l, 0)) || ds))
             TS_CHECK(alloc5(m, &m->dskip[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
         if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
-        if (resenc(m)) TS_CHECK(alloc5(m, &m->rg[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
+        if (resenc(m) && (e || next)) TS_CHECK(alloc5(m, &m->rg[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
     }
     if (resenc(m) && m->split_on) TS_CHECK(alloc_strided(m, n, d, h, w));
     if (m->dry) return 0;
@@ -878,7 +899,7 @@ static size_t one_slot_bytes(const slot *x)
         for (int j = 0; j < TS_UNET_MAX_RES_BLOCKS; j++)
             s += cacts_bytes(&x->rb[l][j].c1) + cacts_bytes(&x->rb[l][j].c2) + cacts_bytes(&x->rb[l][j].sk);
     }
-    for (int t = 0; t < 4 * L_MAX; t++) s += own(&x->rx[t]);
+    for (int t = 0; t < 5 * L_MAX; t++) s += own(&x->rx[t]);
     return s;
 }
 
@@ -1123,15 +1144,25 @@ static int rblock_forward(ts_unet *m, const rblock *r, racts *x, const ts_tensor
     return 0;
 }
 
-/* encoder level l: the stem first (level 0, from the image in s->x), then the blocks */
-static int resenc_forward(ts_unet *m, slot *s, int l, int train)
+/* the input of block j of residual encoder level l: the previous block's
+ * output, the stem's, or enc l-1's output (here or arrived); the last
+ * block's comes along the edge from enc l.conv1 (TEm(l)) when that unit
+ * holds anything */
+static ts_tensor *block_in(ts_unet *m, slot *s, int l, int j)
 {
-    const ts_tensor *in = l ? res_out(m, s, l - 1) : &s->stem.a;
-    if (l == 0) TS_TRY(cn_forward(m, &m->stem, &s->stem, &s->x, 1, train));
-    for (int j = 0; j < m->cfg.res_blocks[l]; j++) {
-        TS_TRY(rblock_forward(m, &m->rb[l][j], &s->rb[l][j], in, train));
-        in = &s->rb[l][j].c2.a;
-    }
+    if (j == m->cfg.res_blocks[l] - 1) return act(m, s, res_mid(m, l) ? mid_tensor(m, 1, l) : l - 1);
+    return j ? &s->rb[l][j - 1].c2.a : l ? act(m, s, l - 1) : &s->stem.a;
+}
+
+/* encoder level l's unit enc l.conv1 (half 0: the stem at level 0, from
+ * the image in s->x, then the blocks but the last) or enc l.conv2 (half 1:
+ * the last block) */
+static int resenc_forward(ts_unet *m, slot *s, int l, int half, int train)
+{
+    const int nb = m->cfg.res_blocks[l];
+    if (l == 0 && !half) TS_TRY(cn_forward(m, &m->stem, &s->stem, &s->x, 1, train));
+    for (int j = half ? nb - 1 : 0; j < (half ? nb : nb - 1); j++)
+        TS_TRY(rblock_forward(m, &m->rb[l][j], &s->rb[l][j], block_in(m, s, l, j), train));
     return 0;
 }
 
@@ -1177,10 +1208,9 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     s->have_dlogits = 0;
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
-        if (u < 2 * L && resenc(m)) { /* residual encoder level l: all of it in unit enc l.conv1 */
-            if (u % 2) continue;
+        if (u < 2 * L && resenc(m)) { /* residual encoder level l: stem and blocks but the last, or the last */
             if (u == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
-            TS_TRY(resenc_forward(m, s, u / 2, train));
+            TS_TRY(resenc_forward(m, s, u / 2, u % 2, train));
         } else if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
             const int l = u / 2, i = u % 2;
             if (i == 1) {
@@ -1234,7 +1264,8 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
         const double wl = ts_unet_ds_weight(c, lv);
         if (wl <= 0 || (lv > 0 && m->dsw[lv] < 0)) continue;
         const float f = (float)(m->loss_scale * wl);
-        ts_tensor *lg = lv ? &s->dsl[lv] : &s->logits, *dl = lv ? &s->dsd[lv] : &s->dlogits;
+        /* ds{lv}'s logits: made here, or arrived from the stage holding dec lv.conv2 */
+        ts_tensor *lg = lv ? act(m, s, ds_tensor(m, lv)) : &s->logits, *dl = lv ? &s->dsd[lv] : &s->dlogits;
         const ts_tensor *lab = labels;
         if (lv) {
             const int64_t D = m->d >> lv, H = m->h >> lv, W = m->w >> lv, o0 = (int64_t)1 << (lv - 1);
@@ -1433,15 +1464,20 @@ static int rblock_backward(ts_unet *m, const rblock *r, racts *x, const ts_tenso
     return 0;
 }
 
-/* Backward of residual encoder level l: d(its output) is gin[l] (from the
- * level below, or up{l-1}... the consumers) plus dskip[l] (the decoder's
- * skip); the blocks in reverse alternate between gin[l] and rg[l]; the
- * first block of a level l > 0 writes d(level l-1's output) to gin[l-1]
- * (rg[l-1] its scratch); level 0 ends with the stem. */
-static int resenc_backward(ts_unet *m, slot *s, int l, int train)
+/* Backward of residual encoder level l's unit enc l.conv2 (half 1: the
+ * last block) or enc l.conv1 (half 0: the other blocks, the stem). d(the
+ * level's output) is gin[l] (from the level below's first block, or
+ * up{l-1}) plus dskip[l] (the decoder's skip); the blocks in reverse
+ * alternate between gin[l] and rg[l], so the last block leaves d(its
+ * input) in rg[l], where enc l.conv1 starts (and where a gradient for it
+ * arrives from another stage); the first block of a level l > 0 writes
+ * d(level l-1's output) to gin[l-1] (rg[l-1] its scratch); level 0 ends
+ * with the stem. */
+static int resenc_backward(ts_unet *m, slot *s, int l, int half, int train)
 {
-    ts_tensor *a = &m->gin[l], *b = &m->rg[l];
-    if (l < m->cfg.levels - 1) {
+    const int nb = m->cfg.res_blocks[l];
+    ts_tensor *a = half ? &m->gin[l] : &m->rg[l], *b = half ? &m->rg[l] : &m->gin[l];
+    if (half && l < m->cfg.levels - 1) {
         const double t0 = ts_time_now();
         float *g = a->data;
         const float *d = m->dskip[l].data;
@@ -1450,8 +1486,8 @@ static int resenc_backward(ts_unet *m, slot *s, int l, int train)
         for (int64_t k = 0; k < n; k++) g[k] += d[k];
         m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
     }
-    for (int j = m->cfg.res_blocks[l] - 1; j >= 0; j--) {
-        const ts_tensor *in = j ? &s->rb[l][j - 1].c2.a : l ? res_out(m, s, l - 1) : &s->stem.a;
+    for (int j = half ? nb - 1 : nb - 2; j >= (half ? nb - 1 : 0); j--) {
+        const ts_tensor *in = block_in(m, s, l, j);
         if (j == 0 && l > 0) {
             TS_TRY(rblock_backward(m, &m->rb[l][j], &s->rb[l][j], in, train, a, b, &m->gin[l - 1], &m->rg[l - 1]));
         } else {
@@ -1461,7 +1497,7 @@ static int resenc_backward(ts_unet *m, slot *s, int l, int train)
             b = t;
         }
     }
-    if (l == 0) TS_TRY(cn_backward(m, &m->stem, &s->stem, &s->x, 1, train, a, NULL));
+    if (l == 0 && !half) TS_TRY(cn_backward(m, &m->stem, &s->stem, &s->x, 1, train, a, NULL));
     return 0;
 }
 
@@ -1551,8 +1587,8 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             TIMED(m, TS_PROF_CONVT,
                   ts_convt3d_backward(act(m, s, up_input(m, l)), &w, 2, &s->up[l], &m->gin[l + 1], &dw, &db));
             ready2(m, m->upw[l], m->upb[l]);
-        } else if (resenc(m)) { /* residual encoder level l, in unit enc l.conv1 */
-            if (u % 2 == 0) TS_TRY(resenc_backward(m, s, u / 2, train));
+        } else if (resenc(m)) { /* residual encoder level l: its last block, or the others and the stem */
+            TS_TRY(resenc_backward(m, s, u / 2, u % 2, train));
         } else { /* enc l: conv 2 (its output's gradient is the pool's plus the skip's), or conv 1 and the pool */
             const int l = u / 2, i = u % 2;
             if (i == 1) {

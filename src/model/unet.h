@@ -62,15 +62,10 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u);
  * level 0 and 0 otherwise. */
 double ts_unet_ds_weight(const ts_unet_cfg *u, int l);
 /* Local. Whether the model is the plain UNet3D (model.arch = unet without
- * model.deep_supervision; any norm and activation): the model that pipeline
- * stages, activation checkpointing and bf16/fp16 support (spatial splits
- * take every model). */
+ * model.deep_supervision; any norm and activation): the model that
+ * activation checkpointing and bf16/fp16 support (spatial splits and
+ * pipeline stages take every model). */
 int ts_unet_is_plain(const ts_unet_cfg *u);
-/* Local. TS_ERR_CONFIG naming the key when a model that is not plain
- * (model.arch = resenc or model.deep_supervision) is given pp > 1
- * (parallel.pp), which supports only the plain UNet3D; any sp
- * (parallel.sp) is accepted. 0 otherwise. */
-int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp);
 /* Local. Parses a model.checkpoint_levels value ("none", "all", or a comma
  * list of levels 0 .. levels-1, level 0 being full resolution) into a bit
  * mask; errors (TS_ERR_CONFIG) name the key, where the value came from
@@ -139,7 +134,13 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
  * with what comes before it, and the head: enc0.conv1, enc0.conv2,
  * enc1.conv1 (with the max-pool before it), ..., enc{L-1}.conv2,
  * dec{L-2}.conv1 (with up{L-2} and the concatenation with the skip),
- * dec{L-2}.conv2, ..., dec0.conv2, head (with the loss). A stage holds the
+ * dec{L-2}.conv2, ..., dec0.conv2, head (with the loss). The residual
+ * encoder's level l is two units too: enc l.conv1 holds the stem (l = 0)
+ * and the residual blocks but the last, enc l.conv2 the last block (so
+ * with one block at l > 0, enc l.conv1 is empty and the block reads enc
+ * l-1's output directly). A deep supervision head ds{l} belongs to dec
+ * l.conv2; its logits travel to the head's unit, where every loss term is
+ * computed (edge DS), and their gradient back. A stage holds the
  * units [u0, u1) and activations for `slots` micro-batches in flight; its
  * parameters are the arena entries of its units (ts_unet_unit_params:
  * contiguous, in unit order). Tensors cross between units along edges: a
@@ -149,10 +150,14 @@ int ts_unet_loss(ts_unet *m, const ts_tensor *labels, int with_grad, double *los
  * stage's border the caller moves the activation from the producer's stage
  * into the consumer's receive buffer before the consumer's forward, and
  * the gradient back from the consumer's buffer into the producer's before
- * the producer's backward (ts_unet_edge_tensors). */
-typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD, TS_EDGE_BLOCK } ts_edge_kind;
+ * the producer's backward (ts_unet_edge_tensors). For the residual
+ * encoder the POOL edge of level l goes to the unit holding level l+1's
+ * first block (the strided conv), and BLOCK carries the output of the
+ * level's last block but one (the stem's at level 0 with one block). */
+typedef enum { TS_EDGE_POOL = 0, TS_EDGE_SKIP, TS_EDGE_UP, TS_EDGE_HEAD, TS_EDGE_BLOCK, TS_EDGE_DS } ts_edge_kind;
 typedef struct ts_unet_edge {
-    int tensor;             /* enc l's output l, dec l's L + l; between their convs 2L + l, 3L + l */
+    int tensor;             /* enc l's output l, dec l's L + l; between their units 2L + l, 3L + l; */
+                            /* ds{l}'s logits 4L + l */
     int producer, consumer; /* units */
     ts_edge_kind kind;
 } ts_unet_edge;
@@ -161,7 +166,8 @@ typedef struct ts_unet_edge {
 int ts_unet_units(const ts_unet *m);
 const char *ts_unet_unit_name(const ts_unet *m, int u, char *buf, size_t n);
 void ts_unet_unit_params(const ts_unet *m, int u, int *first, int *end);
-/* Local. Every edge of the network into e (room for 6 L); returns the count. */
+/* Local. Every edge of the network into e (room for TS_UNET_MAX_EDGES); returns the count. */
+#define TS_UNET_MAX_EDGES (6 * TS_UNET_MAX_LEVELS)
 int ts_unet_edges(const ts_unet *m, ts_unet_edge *e);
 /* Local. Makes this model the stage [u0, u1) with `slots` activation slots
  * (frees the activations; the default is every unit, 1 slot). */
@@ -170,7 +176,9 @@ void ts_unet_stage(const ts_unet *m, int *u0, int *u1, int *slots);
 /* Local. For an edge touching this stage: *act the tensor's activation in
  * slot k (the producer's output, or the consumer's receive buffer), *grad
  * the consumer's gradient with respect to it (written by the consumer's
- * backward, read by the producer's; shared by the slots). Needs setup. */
+ * backward, or for DS edges by the loss, read by the producer's backward;
+ * shared by the slots, except the DS logits' gradient, slot k's). Needs
+ * setup. */
 int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **act, ts_tensor **grad);
 /* Forward, loss and backward of the stage's units on slot k (the calls
  * above work on slot 0). image is used by the stage holding enc0 (and sets

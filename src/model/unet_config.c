@@ -102,16 +102,6 @@ static const char *not_plain(const ts_unet_cfg *u)
                                      : "model.deep_supervision = true";
 }
 
-int ts_unet_check_parallel(const ts_unet_cfg *u, int pp, int sp)
-{
-    (void)sp; /* every model splits its volume */
-    if (ts_unet_is_plain(u)) return 0;
-    if (pp > 1)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.pp = %d: pipeline stages are not available with %s (only the plain "
-                      "UNet3D is cut into stages); use parallel.pp = 1 (data parallel)", pp, not_plain(u));
-    return 0;
-}
-
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what)
 {
     const int64_t f = (int64_t)1 << (u->levels - 1);

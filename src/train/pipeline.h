@@ -3,8 +3,10 @@
  * of a step scheduled by GPipe or 1F1B (src/parallel/pipe.h). Activations
  * cross stage borders along the model's edges (ts_unet_edges): a skip
  * tensor goes straight from the encoder stage to the decoder stage that
- * consumes it, not through the stages between; gradients go back the same
- * way. Messages are nonblocking point-to-point on the pipeline
+ * consumes it, not through the stages between (the residual encoder's and
+ * deep supervision's edges, the auxiliary heads' logits going to the last
+ * stage, which computes every loss term: src/model/unet.h); gradients go
+ * back the same way. Messages are nonblocking point-to-point on the pipeline
  * communicator (rank = stage index); the time a stage waits for them is its
  * bubble. Also: the cost-balanced cut from a short timing pass, and a
  * forward through all stages for evaluation. */

@@ -253,8 +253,7 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
     L->pp = pp;
     L->sp = sp;
     const ts_unet_cfg *u = &j->u;
-    /* the residual encoder and deep supervision train without pipeline stages (ts_unet_check_parallel) */
-    L->runnable = ts_unet_is_plain(u) || pp == 1;
+    L->runnable = 1; /* every model variant trains on every grid (dp x pp x sp) */
     const int R = m->ranks_per_node, P = m->nodes * R;
     if (dp * pp * sp != P) {
         snprintf(L->why, sizeof L->why, "dp x pp x sp = %d, not the %d ranks", dp * pp * sp, P);

@@ -815,7 +815,6 @@ static int setup_grid(trainer *t, const ts_config *cfg, MPI_Comm world, setup_ct
     t->nranks = t->grid->dp;
     /* model config and the spatial split of its patch (checked before any work) */
     TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
-    TS_CHECK(ts_unet_check_parallel(&t->ucfg, t->grid->pp, t->grid->sp)); /* resenc, deep supervision: no pp */
     TS_CHECK(ts_spatial_plan((int)sp, spdims, t->ucfg.patch, t->ucfg.levels, t->sp_dims));
     TS_CHECK(ts_spatial_create(t->grid->sp_comm, t->sp_dims, &t->spatial));
     TS_CHECK(ts_spatial_box(t->spatial, t->ucfg.patch, t->box_lo, t->box));

@@ -6,8 +6,8 @@
 # sp = 4 (2,2,1 and 1,2,2: D, H and W faces, edges), sp = 8 (2,2,2:
 # corners) and dp 2 x sp 2 to the per-step losses and the weights of one
 # rank, for instance and batch norm; training moved the weights; the final
-# evaluation with sp = 2 gives the Dice of sp = 1; pipeline stages stay
-# refused for the variants on every rank.
+# evaluation with sp = 2 gives the Dice of sp = 1 (pipeline stages, also
+# over spatial splits: tests/train/pipeline_variants.sh).
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -99,10 +99,4 @@ else
     ts_skip "resenc-ds: evaluation with sp = 2" "no python3 with h5py"
 fi
 
-# pipeline stages stay refused for the variants, on every rank, naming the key
-ts_fails_on_all "resenc with pipeline stages and a spatial split: refused on all 4 ranks" \
-    "parallel.pp = 2: pipeline stages are not available with model.arch = resenc" 4 ts_mpirun 4 "$TESSERA" train \
-    "$d/v.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.arch=resenc parallel.pp=2 parallel.sp=2 \
-    parallel.microbatches=2
-ts_check "no run directory was made by the refused run" [ ! -e "$d/bad/metrics.jsonl" ]
 ts_finish

@@ -4,9 +4,11 @@
 # leaky ReLU, train the synthetic task data parallel (the loss decreases,
 # the weights move, 2 ranks = 1 rank with the same global batch, a killed
 # run resumes bit for bit), evaluate at the end, and every combination
-# that supports only the plain UNet3D is refused on every rank, naming the
-# key, before any work (and `tessera plan` does not recommend them); spatial
-# splits: tests/parallel/spatial_variants.sh.
+# that supports only the plain UNet3D (activation checkpointing, bf16/fp16)
+# is refused on every rank, naming the key, before any work; `tessera plan`
+# marks every layout trainable; spatial splits:
+# tests/parallel/spatial_variants.sh; pipeline stages:
+# tests/train/pipeline_variants.sh.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -117,20 +119,16 @@ bad() { # bad DESC TEXT ARGS...
     ts_fails_on_all "$_desc: refused on both ranks" "$_text" 2 ts_mpirun 2 "$TESSERA" train "$d/m.ini" \
         data.path="$d/syn.h5" run.dir="$d/bad" "$@"
 }
-bad "resenc with pipeline stages" "parallel.pp = 2: pipeline stages are not available with model.arch = resenc" \
-    model.arch=resenc parallel.pp=2 parallel.microbatches=2
-bad "deep supervision with pipeline stages" "parallel.pp = 2: pipeline stages are not available with model.deep_supervision" \
-    model.deep_supervision=true parallel.pp=2 parallel.microbatches=2
 bad "resenc with activation checkpointing" "model.checkpoint_levels = 0" model.arch=resenc model.checkpoint_levels=0
 bad "deep supervision in bf16" "train.precision = bf16" model.deep_supervision=true train.precision=bf16
 bad "deep supervision with 3 levels" "model.deep_supervision" model.deep_supervision=true model.channels=4,8,16
 bad "resenc with fewer model.res_blocks entries than levels" "model.res_blocks" model.arch=resenc model.res_blocks=1,2
 ts_check "no run directory was made by the refused runs" [ ! -e "$d/bad/metrics.jsonl" ]
-# tessera plan marks the layouts with pipeline stages as not trainable with them (spatial splits train:
-# tests/parallel/spatial_variants.sh)
+# tessera plan marks no layout as not trainable: the variants train with spatial splits
+# (tests/parallel/spatial_variants.sh) and pipeline stages (tests/train/pipeline_variants.sh)
 ts_step "tessera plan, resenc on 2 ranks: runs" "$TESSERA" plan "$d/m.ini" model.arch=resenc --nodes 1 --ranks-per-node 2
-ts_check "tessera plan, resenc: pp=2 marked not trainable, sp=2 not, dp=2 recommended" sh -c "
-    printf '%s\n' \"\$1\" | grep 'dp=1 pp=1 sp=2' | grep -vq 'not trainable' &&
-    printf '%s\n' \"\$1\" | grep 'dp=1 pp=2 sp=1' | grep -q 'not trainable' &&
+ts_check "tessera plan, resenc: pp=2 and sp=2 listed, none marked not trainable, dp=2 recommended" sh -c "
+    printf '%s\n' \"\$1\" | grep -q 'dp=1 pp=1 sp=2' && printf '%s\n' \"\$1\" | grep -q 'dp=1 pp=2 sp=1' &&
+    ! printf '%s\n' \"\$1\" | grep -q 'not trainable' &&
     printf '%s\n' \"\$1\" | grep -q '^recommended: parallel.dp=2 parallel.pp=1 parallel.sp=1'" sh "$ts_out"
 ts_finish
