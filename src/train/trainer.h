@@ -1,8 +1,9 @@
 /* The trainer: `tessera train CONFIG` on a dp x pp x sp grid: data-parallel
  * replicas, each a pipeline of stages, each sample split over a spatial
  * group (docs/parallelism.md); gradient buckets reduced while backward
- * runs, optional synchronised batch norm, global batch = train.batch x train.accum x dp with the linear LR scaling
- * rule and warm-up, sliding-window evaluation with per-class Dice,
+ * runs, optional synchronised batch norm, global batch = train.batch x
+ * train.accum x dp with the linear LR scaling rule and warm-up,
+ * sliding-window evaluation with per-class Dice,
  * checkpoints with resume, metrics.jsonl, perf.json and progress. */
 #ifndef TS_TRAIN_TRAINER_H
 #define TS_TRAIN_TRAINER_H
