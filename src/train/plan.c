@@ -121,6 +121,7 @@ int ts_plan_calib_load(const char *path, ts_plan_calib *c)
     NUM("step_s", c->step_s);
     NUM("threads", th);
 #undef NUM
+    if (!(th <= 65536)) TS_FAIL(TS_ERR_FORMAT, "%s: threads %g: at most 65536", path, th);
     c->threads = th >= 1 ? (int)th : 1;
     cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "what");
     snprintf(c->what, sizeof c->what, "%s (%s)", cJSON_IsString(w) ? w->valuestring : "?", path);
