@@ -52,8 +52,8 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.lowres_p", TS_CFG_FLOAT, "0", "0:1",
      "probability per patch of simulated low resolution, then per channel 1/2 (nnU-Net: 0.25)"},
     {"data.lowres_zoom", TS_CFG_FLOAT, "0.5", "0.25:1", "zoom uniform in [lowres_zoom, 1] (nnU-Net: 0.5)"},
-    {"data.norm", TS_CFG_STRING, "image", NULL,
-     "image|dataset|none|foreground|ct, or one per channel (ct,foreground): z-score with the image's or the "
+    {"data.norm", TS_CFG_ENUMLIST, "image", "image|dataset|none|foreground|ct",
+     "one for every channel, or one per channel (ct,foreground): z-score with the image's or the "
      "dataset's mean/std, or the image's over its voxels above its mean; ct: clip to the dataset's foreground "
      "0.5/99.5 percentiles, z-score with its foreground mean/std"},
     {"data.clip", TS_CFG_ENUM, "none", "none|0.5-99.5|1-99|5-95", "clip to the image's percentiles before z-score"},

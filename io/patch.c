@@ -162,24 +162,24 @@ int ts_patch_parse_norm(const char *s, const char *source, ts_patch_opts *o)
 {
     int n = 0;
     ts_norm_mode m[TS_IO_MAX_CHANNELS];
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ') p++;
-        size_t len = strcspn(p, ",");
-        size_t w = len;
-        while (w > 0 && p[w - 1] == ' ') w--;
+    for (const char *p = s;; p++) {
+        const size_t l = strcspn(p, ",");
+        const char *w = p;
+        size_t wl = l;
+        while (wl && *w == ' ') w++, wl--;
+        while (wl && w[wl - 1] == ' ') wl--;
         if (n == TS_IO_MAX_CHANNELS)
             return TS_ERR(TS_ERR_CONFIG, "data.norm (%s): '%s' lists more than %d modes (one per channel)", source,
                           s, TS_IO_MAX_CHANNELS);
-        if (norm_word(p, w, &m[n]))
+        if (norm_word(w, wl, &m[n])) /* the config checked the words (TS_CFG_ENUMLIST); a caller may not have */
             return TS_ERR(TS_ERR_CONFIG, "data.norm (%s): '%.*s' is not one of image|dataset|none|foreground|ct",
-                          source, (int)w, p);
+                          source, (int)wl, w);
         n++;
-        if (!p[len]) break;
-        p += len + 1;
+        p += l;
+        if (!*p) break;
     }
-    o->norm_nch = 0;
     o->norm = m[0];
+    o->norm_nch = 0;
     if (n == 1) return 0;
     for (int c = 0; c < n; c++) {
         if (m[c] == TS_NORM_DATASET)
@@ -188,7 +188,6 @@ int ts_patch_parse_norm(const char *s, const char *source, ts_patch_opts *o)
         o->norm_ch[c] = m[c];
     }
     o->norm_nch = n;
-    o->norm = m[0];
     return 0;
 }
 

@@ -133,6 +133,18 @@ static int in_range(const char *spec, double x, char *why, size_t n)
     return 1;
 }
 
+/* v[0 .. len) is one of the choices "a|b|c" */
+static int is_choice(const char *spec, const char *v, size_t len)
+{
+    for (const char *p = spec; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == len && !strncmp(p, v, l)) return 1;
+        p = bar ? bar + 1 : p + l;
+    }
+    return 0;
+}
+
 static int validate(const ts_cfg_key *k, const char *v, char *why, size_t n)
 {
     int64_t i;
@@ -150,17 +162,24 @@ static int validate(const ts_cfg_key *k, const char *v, char *why, size_t n)
         return 1;
     case TS_CFG_STRING:
         return 1;
-    case TS_CFG_ENUM: {
-        size_t len = strlen(v);
-        for (const char *p = k->spec; p && *p;) {
-            const char *bar = strchr(p, '|');
-            size_t l = bar ? (size_t)(bar - p) : strlen(p);
-            if (l == len && !strncmp(p, v, l)) return 1;
-            p = bar ? bar + 1 : p + l;
-        }
+    case TS_CFG_ENUM:
+        if (is_choice(k->spec, v, strlen(v))) return 1;
         snprintf(why, n, "is not one of %s", k->spec);
         return 0;
-    }
+    case TS_CFG_ENUMLIST:
+        for (const char *p = v;; p++) {
+            const size_t l = strcspn(p, ",");
+            const char *w = p;
+            size_t wl = l;
+            while (wl && *w == ' ') w++, wl--;
+            while (wl && w[wl - 1] == ' ') wl--;
+            if (!is_choice(k->spec, w, wl)) {
+                snprintf(why, n, "has '%.*s', not one of %s", (int)wl, w, k->spec);
+                return 0;
+            }
+            p += l;
+            if (!*p) return 1;
+        }
     case TS_CFG_INTLIST: {
         char *copy = strdup(v), *save = NULL;
         int ok = copy != NULL, count = 0;

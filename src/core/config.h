@@ -16,6 +16,7 @@ typedef enum {
     TS_CFG_STRING,  /* anything */
     TS_CFG_ENUM,    /* choices "a|b|c" */
     TS_CFG_INTLIST, /* comma list of ints, each within range "min:max" */
+    TS_CFG_ENUMLIST, /* one of the choices "a|b|c", or a comma list of them (one per channel, say) */
 } ts_cfg_type;
 
 /* One key of a schema. def NULL = unset unless given. A table ends with a

@@ -21,6 +21,7 @@ static const ts_cfg_key keys[] = {
     {"train.deterministic", TS_CFG_BOOL, "false", NULL, "bit-identical"},
     {"model.norm", TS_CFG_ENUM, "batch", "batch|group|instance", "norm"},
     {"data.path", TS_CFG_STRING, NULL, NULL, "dataset"},
+    {"data.norm", TS_CFG_ENUMLIST, "image", "image|ct|foreground", "per channel"},
     {NULL, 0, NULL, NULL, NULL},
 };
 
@@ -55,6 +56,15 @@ static void test_config(void)
     ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), ">= 1"), "config: range check (%s)", ts_err_message());
     e = ts_config_load_string(c, "[model]\nnorm = layer\n", "e.ini");
     ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), "batch|group|instance"), "config: enum choices listed");
+    ts_ok(ts_config_set_arg(c, "data.norm= ct , foreground") == 0 && ts_config_get_str(c, "data.norm", &s) == 0 &&
+              !strcmp(s, "ct , foreground"),
+          "config: enum list, one choice per element, spaces around them");
+    e = ts_config_set_arg(c, "data.norm=ct,zscore");
+    ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), "'zscore'") && strstr(ts_err_message(), "image|ct|foreground"),
+          "config: enum list names the element that is not a choice (%s)", ts_err_message());
+    e = ts_config_set_arg(c, "data.norm=ct,");
+    ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), "''"), "config: enum list with an empty element (%s)",
+          ts_err_message());
     e = ts_config_load_string(c, "[train\nlr = 1\n", "f.ini");
     ts_ok(e == TS_ERR_CONFIG && strstr(ts_err_message(), "f.ini:1"), "config: syntax error with line (%s)",
           ts_err_message());

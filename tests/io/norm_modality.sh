@@ -78,7 +78,7 @@ ts_fails_on_all "dataset inside a list: an error naming data.norm on both ranks"
     "dataset applies to every channel" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/c.ini" data.norm=ct,dataset train.steps=1 run.dir="$d/bad2"
 ts_fails_on_all "an unknown mode: an error naming it on both ranks" \
-    "'zscore' is not one of image|dataset|none|foreground|ct" 2 \
+    "data.norm = 'ct,zscore' has 'zscore', not one of image|dataset|none|foreground|ct" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/c.ini" data.norm=ct,zscore train.steps=1 run.dir="$d/bad3"
 ts_fails_on_all "infer with three modes for a scan of 2 channels: an error naming the scan on both ranks" \
     "img1.nii.gz: 2 channel(s), data.norm lists 3 modes" 2 \
