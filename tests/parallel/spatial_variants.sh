@@ -38,20 +38,8 @@ log_every = 1
 [eval]
 final = false
 INI
-run() { # run NP NAME ARGS...: trains into $d/NAME
-    _np=$1 _name=$2
-    shift 2
-    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/v.ini" data.path="$d/syn.h5" \
-        run.dir="$d/$_name" "$@"
-}
-same() { # same REF RUN INIT
-    if [ -n "$TS_PY" ]; then
-        ts_step "$2 = $1: losses at every step within 1e-5, weights within 1e-4 (and they moved)" \
-            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/init-$3.h5" 3
-    else
-        ts_skip "$2 = $1" "no python3 with h5py"
-    fi
-}
+ini=$d/v.ini
+. "$TS_SRCDIR/tests/train/lib_train.sh"
 for v in resenc ds resenc-ds; do
     case $v in
     resenc) a="model.arch=resenc" ;;
