@@ -117,6 +117,7 @@ int ts_dp_finish(ts_dp *dp, ts_dp_stats *st)
 {
     int err = 0;
     if (ts_coll_size(dp->coll) == 1) return 0;
+    const int early = dp->next;
     err = ts_dp_ready(dp, 0);
     double t = ts_time_now();
     for (int k = 0; k < dp->nb; k++) {
@@ -138,6 +139,7 @@ int ts_dp_finish(ts_dp *dp, ts_dp_stats *st)
         st->exposed_s += t;
         st->comm_s += ts_coll_async_seconds(step_coll(dp)) - dp->comm0;
         st->buckets += dp->nb;
+        st->early += early;
     }
     return err;
 }

@@ -26,6 +26,7 @@ typedef struct ts_dp_stats {
     double exposed_s; /* time the caller waited in ts_dp_finish */
     double comm_s;    /* time the progress thread spent reducing buckets */
     int buckets;      /* buckets reduced */
+    int early;        /* of them, queued while backward ran (before ts_dp_finish) */
 } ts_dp_stats;
 
 /* Local. grads: n floats owned by the caller (the arena's gradient region),

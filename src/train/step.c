@@ -460,7 +460,7 @@ void ts_stepper_poison(ts_stepper *s)
 
 int ts_stepper_reduce(ts_stepper *s, int accum)
 {
-    ts_dp_stats st = {0, 0, 0};
+    ts_dp_stats st = {0, 0, 0, 0};
     ts_perf_begin(s->perf, TS_PH_COMM_EXPOSED);
     int err = ts_dp_finish(s->dp, &st);
     ts_perf_end(s->perf, TS_PH_COMM_EXPOSED);
@@ -471,6 +471,7 @@ int ts_stepper_reduce(ts_stepper *s, int accum)
     TS_TRY(err);
     s->t.comm_exposed += st.exposed_s;
     s->t.comm_total += st.comm_s;
+    s->t.buckets_early += st.early;
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1 || s->loss_scale != 1.0) { /* summed over micro-batches, loss-scaled (only now: buckets were in flight) */
         float f = (float)(1.0 / ((double)accum * s->loss_scale)), *g = s->arena->grads;

@@ -18,6 +18,7 @@ typedef struct ts_stepper ts_stepper;
 
 typedef struct ts_step_times {
     double forward, backward, comm_exposed, comm_total, optimizer; /* seconds, accumulated */
+    int64_t buckets_early; /* gradient buckets queued while backward ran, accumulated */
 } ts_step_times;
 
 /* Local (the hooks it installs are collective when used). coll: the ranks

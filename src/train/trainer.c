@@ -1389,12 +1389,12 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
     const double hidden = ts_perf_seconds(t->perf, TS_PH_COMM_TOTAL) - ts_perf_seconds(t->perf, TS_PH_COMM_EXPOSED);
     snprintf(extra, n,
              "\"global_batch\": %lld, \"dp\": %d, \"buckets\": %d, \"sync_bn\": %s, "
-             "\"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
+             "\"buckets_in_backward\": %.1f, \"comm_hidden_s\": %.6f,\n  \"grid\": {\"dp\": %d, \"pp\": %d, \"sp\": %d}, \"sp_dims\": [%d, %d, %d], "
              "\"box\": [%lld, %lld, %lld],\n  \"halo\": {\"exposed_s\": %.6f, \"hidden_s\": %.6f, \"sums_s\": %.6f, "
              "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
              "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
              (long long)lc->per_step, t->nranks, ts_stepper_buckets(t->stepper), t->sync_bn ? "true" : "false",
-             hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
+             steps > 0 ? (double)ts_stepper_times(t->stepper)->buckets_early / (double)steps : 0.0, hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
              (long long)t->box[0], (long long)t->box[1], (long long)t->box[2], hv[0], hv[1], hv[2], hv[3],
              steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t->mem_plan.total_mb,
              t->mem_plan.activations_mb, (long long)t->mem_limit_mb);
