@@ -150,7 +150,7 @@ static int preprocess(const job *jb, ts_sample *s)
             ts_log(TS_LOG_WARN, "%s: --crop nonzero drops %lld labelled voxel%s outside the non-zero image box", s->source_label,
                    (long long)lost, lost > 1 ? "s" : "");
     }
-    if (jb->prep.spacing[0] > 0) TS_TRY(ts_prep_resample(s, jb->prep.spacing, jb->K, jb->prep.label_nearest));
+    if (jb->prep.spacing[0] > 0) TS_TRY(ts_prep_resample(s, &jb->prep, jb->K));
     return 0;
 }
 
@@ -315,6 +315,8 @@ static int setup_prep(MPI_Comm comm, job *jb, const ts_convert_opts *o)
     int lerr = 0;
     jb->prep.crop = o->crop_nonzero;
     jb->prep.label_nearest = o->label_nearest;
+    jb->prep.image_cubic = !o->image_linear;
+    jb->prep.separate = !o->no_separate;
     jb->prep.downsample = o->downsample;
     for (int d = 0; d < 3; d++) jb->prep.spacing[d] = o->spacing[d] > 0 ? o->spacing[d] : 0;
     if (o->downsample > 1 && (o->spacing_median || jb->prep.spacing[0] > 0))

@@ -25,6 +25,9 @@ typedef struct ts_convert_opts {
     int spacing_median;     /* 1: resample to the planner's target spacing of these scans (a first pass reads
                              * every image: ts_fp_target_spacing over their spacings and cropped shapes) */
     int label_nearest;      /* labels resampled by nearest voxel (default 0: one-hot linear) */
+    int image_linear;       /* images resampled trilinearly (default 0: cubic B-spline, nnU-Net's order 3) */
+    int no_separate;        /* 1: an anisotropic scan's coarse axis like the others (default 0: apart, by
+                             * nearest voxel, nnU-Net's "separate z": ts_resample_separate_axis) */
     const char *modality;   /* comma list, one per channel: CT, MR, other; NULL: a channel named CT (or MR,
                              * MRI; any case) is that, others are "other" */
 } ts_convert_opts;

@@ -312,6 +312,10 @@ static int write_attrs(hid_t g, const ts_fg_intensity *fi, const ts_fp_prep *pre
     TS_TRY(ts_h5_write_attr_str(g, "label_resampling", prep->spacing[0] > 0 ? (prep->label_nearest ? "nearest" : "linear")
                                                                             : ds > 1 ? "majority" : "none"));
     TS_TRY(ts_h5_write_attr_i64(g, "downsample", 0, NULL, &ds));
+    TS_TRY(ts_h5_write_attr_str(g, "image_resampling", prep->spacing[0] > 0 ? (prep->image_cubic ? "cubic" : "linear")
+                                                                            : ds > 1 ? "mean" : "none"));
+    const int64_t sep = prep->spacing[0] > 0 && prep->separate;
+    TS_TRY(ts_h5_write_attr_i64(g, "separate_anisotropic_axis", 0, NULL, &sep));
     return 0;
 }
 
@@ -428,6 +432,16 @@ static int read_prep(hid_t g, const char *path, int C, ts_fp_prep *p)
     p->downsample = (int)v;
     TS_TRY(ts_h5_read_attr_str(g, "label_resampling", lr, sizeof lr, where));
     p->label_nearest = !strcmp(lr, "nearest");
+    /* datasets converted before these attributes were resampled trilinearly, all axes alike */
+    p->image_cubic = p->separate = 0;
+    if (ts_h5_attr_exists(g, "image_resampling") > 0) {
+        TS_TRY(ts_h5_read_attr_str(g, "image_resampling", lr, sizeof lr, where));
+        p->image_cubic = !strcmp(lr, "cubic");
+    }
+    if (ts_h5_attr_exists(g, "separate_anisotropic_axis") > 0) {
+        TS_TRY(ts_h5_read_attr_i64(g, "separate_anisotropic_axis", 1, &v, where));
+        p->separate = v != 0;
+    }
     TS_TRY(ts_h5_read_attr_strs(g, "modalities", &n, &mods, where));
     int bad = n != C;
     for (int c = 0; c < C && !bad; c++) snprintf(p->modality[c], sizeof p->modality[c], "%s", mods[c]);

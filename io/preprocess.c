@@ -89,8 +89,9 @@ int ts_prep_crop(ts_sample *s, const int64_t box[6], int64_t *lost)
     return 0;
 }
 
-int ts_prep_resample(ts_sample *s, const double spacing[3], int K, int nearest)
+int ts_prep_resample(ts_sample *s, const ts_fp_prep *prep, int K)
 {
+    const double *spacing = prep->spacing;
     const int64_t C = s->shape[0], in[3] = {s->shape[1], s->shape[2], s->shape[3]};
     int64_t out[3];
     for (int d = 0; d < 3; d++) {
@@ -109,8 +110,14 @@ int ts_prep_resample(ts_sample *s, const double spacing[3], int K, int nearest)
         return TS_ERR(TS_ERR_NOMEM, "%s: resampling to %lldx%lldx%lld", s->name, (long long)out[0],
                       (long long)out[1], (long long)out[2]);
     }
-    ts_resample_linear(C, in, s->image, out, im);
-    ts_resample_labels(s->label, in, K, out, nearest, lb);
+    const int sep = prep->separate ? ts_resample_separate_axis(s->spacing, spacing) : -1;
+    int err = ts_resample_image(C, in, s->image, out, prep->image_cubic ? TS_INTERP_CUBIC : TS_INTERP_LINEAR, sep, im);
+    if (err) {
+        free(im);
+        free(lb);
+        return TS_ERR(err, "%s: %s", s->name, ts_err_message());
+    }
+    ts_resample_labels(s->label, in, K, out, prep->label_nearest, sep, lb);
     free(s->image);
     free(s->label);
     s->image = im;
@@ -136,18 +143,24 @@ int ts_prep_scan(const ts_fp_prep *prep, ts_sample *s)
         ts_prep_nonzero_box(s->image, s->shape[0], dhw, box);
         TS_TRY(ts_prep_crop(s, box, &lost));
     }
-    if (prep->spacing[0] > 0) TS_TRY(ts_prep_resample(s, prep->spacing, 2, 1));
+    if (prep->spacing[0] > 0) {
+        ts_fp_prep p = *prep;
+        p.label_nearest = 1; /* the labels are zeros */
+        TS_TRY(ts_prep_resample(s, &p, 2));
+    }
     return 0;
 }
 
-int ts_prep_undo_labels(const ts_sample *s, const uint8_t *lab, int K, int nearest, uint8_t *out)
+int ts_prep_undo_labels(const ts_sample *s, const ts_fp_prep *prep, const uint8_t *lab, int K, uint8_t *out)
 {
     const int64_t in[3] = {s->shape[1], s->shape[2], s->shape[3]}, *box = s->crop, *full = s->shape_orig;
     const int64_t cn[3] = {box[3] - box[0], box[4] - box[1], box[5] - box[2]}, nc = cn[0] * cn[1] * cn[2];
     uint8_t *c = malloc((size_t)nc);
     if (!c) return TS_ERR(TS_ERR_NOMEM, "%s: labels back onto the scan", s->name);
     if (in[0] == cn[0] && in[1] == cn[1] && in[2] == cn[2]) memcpy(c, lab, (size_t)nc);
-    else ts_resample_labels(lab, in, K, cn, nearest, c);
+    else
+        ts_resample_labels(lab, in, K, cn, prep->label_nearest,
+                           prep->separate ? ts_resample_separate_axis(s->spacing, s->spacing_orig) : -1, c);
     memset(out, 0, (size_t)(full[0] * full[1] * full[2]));
     for (int64_t z = 0; z < cn[0]; z++)
         for (int64_t y = 0; y < cn[1]; y++)

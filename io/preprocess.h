@@ -1,7 +1,7 @@
 /* Preprocessing of a scan at conversion, as nnU-Net's: cropping to the box
  * of non-zero image voxels, then resampling to a target spacing by any
- * factor (io/resample.h: images trilinear, labels one-hot linear or
- * nearest). Each step adjusts the sample's geometry (shape, spacing, sform
+ * factor (io/resample.h: images cubic or trilinear, labels one-hot linear
+ * or nearest, an anisotropic scan's coarse axis apart by nearest voxel). Each step adjusts the sample's geometry (shape, spacing, sform
  * and qform) so the stored volume sits where the scan's voxels were, and
  * records what was done (ts_sample.shape_orig, spacing_orig, crop) so that
  * inference can undo it. Local, no MPI. */
@@ -28,12 +28,15 @@ void ts_prep_begin(ts_sample *s);
  * sample). */
 int ts_prep_crop(ts_sample *s, const int64_t box[6], int64_t *lost);
 
-/* Local. Resamples s to spacing (D, H, W, mm): sizes round(n sp / target)
- * (ts_resample_size_to), image trilinear, labels of K classes one-hot
- * linear or (nearest) nearest; the stored spacing is the exact one of the
- * grid (spacing_in x n_in / n_out, within half a voxel of the target).
+/* Local. Resamples s to prep->spacing (D, H, W, mm): sizes round(n sp /
+ * target) (ts_resample_size_to), image cubic (prep->image_cubic) or
+ * trilinear, labels of K classes one-hot linear or (prep->label_nearest)
+ * nearest; with prep->separate, the coarse axis of an anisotropic scan
+ * (ts_resample_separate_axis of the scan's and the target spacing) by the
+ * nearest voxel, image and labels. The stored spacing is the exact one of
+ * the grid (spacing_in x n_in / n_out, within half a voxel of the target).
  * Errors: a spacing that is not positive, out of memory. */
-int ts_prep_resample(ts_sample *s, const double spacing[3], int K, int nearest);
+int ts_prep_resample(ts_sample *s, const ts_fp_prep *prep, int K);
 
 /* Local. Shifts a 4x4 row-major (i, j, k, 1) -> world transform to the
  * grid that starts at voxel (d, h, w) = lo of the old one. */
@@ -43,7 +46,8 @@ void ts_prep_affine_shift(const double m[16], const int64_t lo[3], double out[16
 
 /* Local. Preprocesses a scan as a dataset recorded in prep (its
  * /fingerprint attributes): crop to the scan's own non-zero box when
- * prep->crop, then resample trilinearly to prep->spacing when set. s holds
+ * prep->crop, then resample to prep->spacing when set, as conversion did
+ * (prep->image_cubic, prep->separate). s holds
  * the scan as read (image; label may be zeros) and is changed in place as
  * at conversion: shape, spacing, affines, and shape_orig / crop record what
  * to undo. Errors as ts_prep_crop and ts_prep_resample. */
@@ -51,8 +55,9 @@ int ts_prep_scan(const ts_fp_prep *prep, ts_sample *s);
 
 /* Local. Labels predicted on the preprocessed grid lab [dhw] (K classes)
  * back onto the scan's grid out [shape_orig]: resampled to the crop box's
- * shape (one-hot linear, or nearest), placed at the box, 0 outside. The
- * inverse of ts_prep_scan for s as it returned. */
-int ts_prep_undo_labels(const ts_sample *s, const uint8_t *lab, int K, int nearest, uint8_t *out);
+ * shape (one-hot linear, or nearest with prep->label_nearest; with
+ * prep->separate an anisotropic axis by the nearest voxel), placed at the
+ * box, 0 outside. The inverse of ts_prep_scan for s as it returned. */
+int ts_prep_undo_labels(const ts_sample *s, const ts_fp_prep *prep, const uint8_t *lab, int K, uint8_t *out);
 
 #endif

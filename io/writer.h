@@ -30,6 +30,9 @@ typedef struct ts_fp_prep {
     double spacing[3];          /* the target spacing resampled to; 0: not resampled */
     int crop;                   /* 1: cropped to the non-zero box */
     int label_nearest;          /* labels resampled by nearest (else one-hot linear) */
+    int image_cubic;            /* images resampled by cubic B-spline (else trilinear) */
+    int separate;               /* an anisotropic scan's coarse axis resampled apart by nearest voxel
+                                 * (ts_resample_separate_axis; nnU-Net's "separate z") */
     int downsample;             /* > 1: integer block downsampling instead */
     char modality[TS_IO_MAX_CHANNELS][16]; /* per channel: CT, MR or other ("" = other) */
 } ts_fp_prep;

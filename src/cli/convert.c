@@ -37,8 +37,12 @@ static void help(void)
            "         none) then --spacing X,Y,Z (mm along NIfTI i, j, k, as pixdim) or --spacing median (the\n"
            "         target spacing of `tessera plan-data`: per-axis median of the scans' spacings, the 10th\n"
            "         percentile on an anisotropic axis; one extra pass over the images): resample by any factor,\n"
-           "         images trilinear, labels one-hot linear (--label-resample linear, default; nnU-Net's order 1)\n"
-           "         or --label-resample nearest. Default: no resampling. Not with --downsample.\n"
+           "         images cubic B-spline (--image-resample cubic, default; nnU-Net's order 3) or\n"
+           "         --image-resample linear, labels one-hot linear (--label-resample linear, default; nnU-Net's\n"
+           "         order 1) or --label-resample nearest; on an anisotropic scan (largest spacing > 3x the\n"
+           "         smallest, one such axis) that axis by nearest voxel, images and labels (--anisotropic-axis\n"
+           "         nearest, default; nnU-Net's separate z) or like the others (--anisotropic-axis same).\n"
+           "         Default: no resampling. Not with --downsample.\n"
            "         --modality M1,M2,... (per channel: CT, MR or other; default: a channel named CT or MR in\n"
            "         dataset.json is that, others are other); data.norm = ct uses the CT statistics;\n"
            "         plan-data proposes data.norm from them (ct, foreground, or one per channel: ct,foreground)\n"
@@ -53,7 +57,8 @@ static void help(void)
 static int prep_option(const char *a, const char *v, ts_convert_opts *o, int *err)
 {
     *err = 0;
-    if (strcmp(a, "--crop") && strcmp(a, "--spacing") && strcmp(a, "--label-resample") && strcmp(a, "--modality"))
+    if (strcmp(a, "--crop") && strcmp(a, "--spacing") && strcmp(a, "--label-resample") && strcmp(a, "--modality") &&
+        strcmp(a, "--image-resample") && strcmp(a, "--anisotropic-axis"))
         return 0;
     if (!v) {
         *err = TS_ERR(TS_ERR_ARG, "convert: %s needs a value", a);
@@ -64,6 +69,14 @@ static int prep_option(const char *a, const char *v, ts_convert_opts *o, int *er
         if (strcmp(v, "linear") && strcmp(v, "nearest"))
             *err = TS_ERR(TS_ERR_ARG, "convert: --label-resample %s (linear, nearest)", v);
         o->label_nearest = !strcmp(v, "nearest");
+    } else if (!strcmp(a, "--image-resample")) {
+        if (strcmp(v, "cubic") && strcmp(v, "linear"))
+            *err = TS_ERR(TS_ERR_ARG, "convert: --image-resample %s (cubic, linear)", v);
+        o->image_linear = !strcmp(v, "linear");
+    } else if (!strcmp(a, "--anisotropic-axis")) {
+        if (strcmp(v, "nearest") && strcmp(v, "same"))
+            *err = TS_ERR(TS_ERR_ARG, "convert: --anisotropic-axis %s (nearest, same)", v);
+        o->no_separate = !strcmp(v, "same");
     } else if (!strcmp(a, "--modality")) {
         o->modality = v;
     } else if (!strcmp(v, "median")) {

@@ -265,8 +265,8 @@ static int predict(infer *t)
     }
     if (t->prep_on) { /* back onto the scan's grid and geometry; background outside the crop box */
         t->back = malloc((size_t)t->nscan);
-        TS_CHECK(ts_err_agree(t->world, t->back ? ts_prep_undo_labels(&t->ps, t->pred, t->u.classes,
-                                                                      t->prep.label_nearest, t->back)
+        TS_CHECK(ts_err_agree(t->world, t->back ? ts_prep_undo_labels(&t->ps, &t->prep, t->pred, t->u.classes,
+                                                                      t->back)
                                                 : TS_ERR(TS_ERR_NOMEM, "%s: labels back onto the scan", t->it->input)));
         uint8_t *p = t->pred;
         t->pred = t->back;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The dataset fingerprint, preprocessing in convert and data.norm = ct
 # (issue [11]): convert --crop nonzero --spacing with a non-integer factor
-# records the crop box, the scan's shape and spacing and the exact grid
+# resamples images as SciPy's cubic B-spline (or trilinear), an anisotropic
+# scan's coarse axis by nearest voxel (nnU-Net's separate z), records the crop box, the scan's shape and spacing and the exact grid
 # spacing, keeps a smooth label map (>= 97 % of the scan's voxels against
 # their nearest stored voxel), and the foreground intensity statistics equal
 # NumPy's; --spacing median follows nnU-Net's target spacing rule, also on
@@ -34,6 +35,8 @@ ts_step "convert set a on 2 ranks: --crop nonzero --spacing 1.37,0.83,1.61 --mod
 ts_step "crop box, shapes, spacings, origin, labels and foreground statistics = NumPy's" \
     py convert "$d/a.h5" 1.37,0.83,1.61 "$d/aimg0.nii.gz" "$d/alab0.nii.gz" "$d/aimg1.nii.gz" "$d/alab1.nii.gz" \
     "$d/aimg2.nii.gz" "$d/alab2.nii.gz"
+ts_step "stored images = SciPy's cubic B-spline (order 3) at the new voxel centres, background kept 0" \
+    py image "$d/a.h5" "$d/aimg0.nii.gz" "$d/aimg1.nii.gz" "$d/aimg2.nii.gz"
 # shellcheck disable=SC2086
 ts_step "the same on 1 rank" \
     ts_mpirun 1 "$TESSERA" convert nifti $pa --crop nonzero --spacing 1.37,0.83,1.61 --modality CT --out "$d/a1.h5"
@@ -52,6 +55,21 @@ ts_step "convert set b with 2 shards: --crop nonzero --spacing median --label-re
     --out "$d/b.h5"
 ts_step "set b: the target spacing is nnU-Net's rule, the anisotropic axis at its 10th percentile" \
     py spacing "$d/b.h5" aniso
+pbi="$d/bimg0.nii.gz $d/bimg1.nii.gz $d/bimg2.nii.gz"
+# shellcheck disable=SC2086
+ts_step "set b: the anisotropic axis (D, 4-6 mm against 1 mm) by nearest voxel, the others cubic (= SciPy)" \
+    py image "$d/b.h5" $pbi
+# shellcheck disable=SC2086
+ts_step "convert set b with --image-resample linear --anisotropic-axis same" \
+    ts_mpirun 1 "$TESSERA" convert nifti $pb --crop nonzero --spacing median --image-resample linear \
+    --anisotropic-axis same --out "$d/bl.h5"
+# shellcheck disable=SC2086
+ts_step "its images = SciPy's trilinear (order 1) on every axis" py image "$d/bl.h5" $pbi
+ts_check "the two conversions of set b differ (the options took effect)" "$TS_PY" -c "
+import h5py, numpy as np
+with h5py.File('$d/b.h5', 'r') as f, h5py.File('$d/bl.h5', 'r') as g:
+    assert f['fingerprint'].attrs['image_resampling'] == 'cubic' and g['fingerprint'].attrs['image_resampling'] == 'linear'
+    assert not np.array_equal(f['samples/000001/image'][...], g['samples/000001/image'][...])"
 want=$(py spacing "$d/b.h5" aniso | tail -n 1)
 ts_step "plan-data on set b prints that spacing, a patch and a batch" \
     sh -c "'$TESSERA' plan-data '$d/b.h5' model.channels=4,8,16 --mem-mb 2000 >'$d/plan.txt'"
@@ -112,5 +130,9 @@ ts_fails_on_all "convert --modality PET: an error naming the value on both ranks
 # shellcheck disable=SC2086
 ts_fails_on_all "convert --modality CT,MR for one channel" "names 2 modalities for 1 channel" 2 \
     ts_mpirun 2 "$TESSERA" convert nifti $pa --modality CT,MR --out "$d/bad.h5"
+# shellcheck disable=SC2086
+ts_fails_on_all "convert --image-resample quintic: an error naming the value on both ranks" \
+    "image-resample quintic (cubic, linear)" 2 \
+    ts_mpirun 2 "$TESSERA" convert nifti $pa --spacing 1,1,1 --image-resample quintic --out "$d/bad.h5"
 ts_check "no output left behind" [ ! -e "$d/bad.h5" ]
 ts_finish

@@ -151,7 +151,7 @@ static void inference_steps(void)
     const int64_t dhw[3] = {40, 36, 30};
     ts_prep_begin(&a); /* as convert does */
     ts_prep_nonzero_box(a.image, 1, dhw, box);
-    int rc = ts_prep_crop(&a, box, &lost) || ts_prep_resample(&a, prep.spacing, 3, 0);
+    int rc = ts_prep_crop(&a, box, &lost) || ts_prep_resample(&a, &prep, 3);
     rc = rc || ts_prep_scan(&prep, &b);
     int same = !rc && !memcmp(a.shape, b.shape, sizeof a.shape) && !memcmp(a.crop, b.crop, sizeof a.crop) &&
                !memcmp(a.sform, b.sform, sizeof a.sform) && !memcmp(a.spacing, b.spacing, sizeof a.spacing) &&
@@ -159,7 +159,7 @@ static void inference_steps(void)
     ts_ok(same && lost == 0 && a.crop[0] > 0 && a.shape[1] != a.crop[3] - a.crop[0],
           "ts_prep_scan: the grid, affine and image of conversion (crop [%lld, %lld) along D, %lld stored)",
           (long long)a.crop[0], (long long)a.crop[3], (long long)a.shape[1]);
-    rc = rc || ts_prep_undo_labels(&a, a.label, 3, 0, back);
+    rc = rc || ts_prep_undo_labels(&a, &prep, a.label, 3, back);
     int64_t agree = 0;
     for (int64_t v = 0; v < nv; v++) agree += back[v] == orig[v];
     ts_ok(!rc && agree >= 0.99 * nv, "labels cropped, resampled to 1.37 x 0.83 x 1.61 mm and back: %.2f %% agree",
