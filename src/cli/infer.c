@@ -18,7 +18,7 @@ static void help(void)
 {
     printf("usage: [mpiexec.mpich -n N] tessera infer CONFIG checkpoint=DIR input=SCAN|DIR|A,B,...|LIST\n"
            "                                  output=MASK.nii.gz|DIR [label=SEG.nii.gz|DIR [label_map=MAP.txt]]\n"
-           "                                  [mirror=xyz] [keep_largest=all|1,2,... | postprocess=PP.json]\n"
+           "                                  [mirror=xyz] [keep_largest=all|foreground,1,2,... | postprocess=PP.json]\n"
            "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
            "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [preprocess=dataset|none]\n"
            "                                  [section.key=value ...]\n\n"
@@ -43,9 +43,10 @@ static void help(void)
            "as mean and sample std over the scans, and written to metrics= (default: MASK.metrics.json\n"
            "next to the mask, or DIR/metrics.json).\n"
            "keep_largest= keeps only the largest 26-connected component of the classes named (all: every\n"
-           "foreground class); postprocess=PP.json applies a decision written by decide=PP.json, which\n"
-           "with label= on validation scans keeps a class's largest component where that raises its mean\n"
-           "Dice (nnU-Net's rule).\n"
+           "foreground class; foreground: of the whole foreground as one region, before the classes);\n"
+           "postprocess=PP.json applies a decision written by decide=PP.json, which with label= on\n"
+           "validation scans follows nnU-Net's rule: the whole foreground's largest component where that\n"
+           "raises the mean over the classes of their mean Dice, then a class's where that raises its own.\n"
            "downsample=F predicts on a grid F times coarser (as `convert --downsample F` stored the training\n"
            "data) and writes the labels back on the scan's own grid. probabilities= also writes the\n"
            "class probabilities (float32, 4-D: x, y, z, class; not with downsample=).\n"
@@ -112,7 +113,8 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
     }
     printf("metrics: %s (NSD tolerance %g mm)\n", r->metrics, r->nsd_tol);
     if (r->decided) {
-        printf("post-processing decided (%s): keep the largest component of", o->decide);
+        printf("post-processing decided (%s): %skeep the largest component of", o->decide,
+               r->decision[0] ? "keep the whole foreground's largest component, then " : "");
         int any = 0;
         for (int k = 1; k < r->classes; k++)
             if (r->decision[k]) printf(" %d", k), any = 1;

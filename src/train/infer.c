@@ -51,7 +51,7 @@ typedef struct infer {
     ts_eval_split es;
     ts_dataset *ds;             /* data.norm = dataset: the training dataset's statistics */
     ts_labelmap *map;           /* label_map= */
-    int keep[TS_IO_MAX_CLASSES]; /* post-processing: keep the class's largest component */
+    int keep[TS_IO_MAX_CLASSES]; /* post-processing: keep the class's largest component ([0]: the foreground's) */
     int prep_on;                /* the dataset's preprocessing replayed (src/train/infer_prep.c) */
     ts_fp_prep prep;
     /* the scan */
@@ -279,9 +279,11 @@ cleanup:
 }
 
 /* Local (the same on every rank: the labels are). Keeps the largest
- * component of the classes of t->keep; s->removed counts what went. */
+ * component of the whole foreground (t->keep[0]), then of the classes of
+ * t->keep, as nnU-Net applies its decision; s->removed counts what went. */
 static int postprocess(infer *t, ts_infer_scan *s)
 {
+    if (t->keep[0]) TS_TRY(ts_keep_largest_component(t->pred, t->fine, TS_FOREGROUND, &s->removed[0]));
     for (int k = 1; k < t->u.classes; k++)
         if (t->keep[k]) TS_TRY(ts_keep_largest_component(t->pred, t->fine, k, &s->removed[k]));
     return 0;
@@ -368,6 +370,8 @@ static int scan_metrics(infer *t, ts_infer_scan *s, double tol)
     TS_MPI(MPI_Bcast(s->hd95, K, MPI_DOUBLE, 0, t->world));
     TS_MPI(MPI_Bcast(s->nsd, K, MPI_DOUBLE, 0, t->world));
     TS_MPI(MPI_Bcast(s->dice_pp, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(s->dice_fg, K, MPI_DOUBLE, 0, t->world));
+    TS_MPI(MPI_Bcast(s->dice_fg_pp, K, MPI_DOUBLE, 0, t->world));
     TS_MPI(MPI_Bcast(&s->fg_dice, 1, MPI_DOUBLE, 0, t->world));
     s->have_metrics = 1;
 cleanup:
@@ -413,7 +417,8 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
         s->spacing[k] = fabs(t->img->pixdim[k]);
         s->prep_dim[k] = t->prep_on ? t->ps.shape[3 - k] : 0;
     }
-    for (int k = 0; k < t->u.classes; k++) s->dice[k] = s->hd95[k] = s->nsd[k] = s->dice_pp[k] = NAN;
+    for (int k = 0; k < t->u.classes; k++)
+        s->dice[k] = s->hd95[k] = s->nsd[k] = s->dice_pp[k] = s->dice_fg[k] = s->dice_fg_pp[k] = NAN;
     s->fg_dice = NAN;
     if (s->label) TS_CHECK(scan_metrics(t, s, tol));
 cleanup:
@@ -460,13 +465,13 @@ static int finish(infer *t, const ts_infer_scan *s, int n, const ts_infer_list *
 {
     int lerr = 0;
     const int K = t->u.classes;
-    double without[TS_IO_MAX_CLASSES], with[TS_IO_MAX_CLASSES];
+    double without[TS_IO_MAX_CLASSES], with[TS_IO_MAX_CLASSES], fg[2];
     ts_infer_summarise(s, n, K, r);
     lerr = ts_infer_metrics_path(t->o, l, r->metrics, sizeof r->metrics);
     if (!lerr && t->o->decide) {
-        ts_infer_decide(s, n, K, r->decision, without, with);
+        ts_infer_decide(s, n, K, r->decision, without, with, fg);
         r->decided = 1;
-        if (t->rank == 0) lerr = ts_infer_write_decision(t->o->decide, r, n, without, with);
+        if (t->rank == 0) lerr = ts_infer_write_decision(t->o->decide, r, n, without, with, fg);
     }
     if (!lerr && t->rank == 0) lerr = ts_infer_write_metrics(r->metrics, t->o, r, s, n);
     return ts_err_agree(t->world, lerr);

@@ -68,7 +68,11 @@ struct ts_infer_scan {
     double dice[TS_IO_MAX_CLASSES], hd95[TS_IO_MAX_CLASSES], nsd[TS_IO_MAX_CLASSES];
     double fg_dice;            /* the mean Dice of the foreground classes present (NaN: none) */
     double dice_pp[TS_IO_MAX_CLASSES]; /* with decide: the Dice of the class with its largest component kept */
-    int64_t removed[TS_IO_MAX_CLASSES]; /* voxels the post-processing set to background, per class */
+    double dice_fg[TS_IO_MAX_CLASSES]; /* with decide: each class's Dice after keeping the largest component of
+                                        * the whole foreground (nnU-Net's first step) */
+    double dice_fg_pp[TS_IO_MAX_CLASSES]; /* with decide: after that step and the class's largest component */
+    int64_t removed[TS_IO_MAX_CLASSES]; /* voxels the post-processing set to background: [0] by the
+                                         * whole-foreground step, [k] by class k's */
 };
 
 typedef struct ts_infer_stat {
@@ -85,9 +89,10 @@ typedef struct ts_infer_result {
     ts_infer_stat mean_dice[TS_IO_MAX_CLASSES], mean_hd95[TS_IO_MAX_CLASSES], mean_nsd[TS_IO_MAX_CLASSES];
     ts_infer_stat fg_dice;     /* the scans' foreground mean Dice (classes 1..K-1 present) */
     double nsd_tol;            /* the NSD tolerance used, mm */
-    int keep[TS_IO_MAX_CLASSES]; /* 1: the largest component of the class was kept (post-processing applied) */
+    int keep[TS_IO_MAX_CLASSES]; /* 1: the largest component of the class was kept (post-processing applied);
+                                  * keep[0]: of the whole foreground, first */
     int decided;               /* opts->decide was written */
-    int decision[TS_IO_MAX_CLASSES]; /* the decision: 1 keep the largest component */
+    int decision[TS_IO_MAX_CLASSES]; /* the decision: 1 keep the largest component ([0]: the whole foreground's) */
     char metrics[4096];        /* the metrics file written ("" without labels) */
     char class_names[TS_IO_MAX_CLASSES][64]; /* from the label map ("" without one) */
     /* the preprocessing replayed on each scan, from data.path's /fingerprint */

@@ -38,8 +38,9 @@ void ts_infer_list_free(ts_infer_list *l);
 int ts_infer_metrics_path(const ts_infer_opts *o, const ts_infer_list *l, char *path, size_t n);
 
 /* Local. keep[k] = 1 for the classes of spec: "all" (1..K-1) or a comma
- * list of foreground classes. Errors: TS_ERR_ARG naming spec (class 0, a
- * class >= K, not a number). */
+ * list of foreground classes and "foreground" (keep[0]: the whole
+ * foreground's largest component, applied first). Errors: TS_ERR_ARG naming
+ * spec (class 0, a class >= K, not a number). */
 int ts_infer_parse_keep(const char *spec, int K, int *keep);
 
 /* Local. keep[k] from a decision file written by ts_infer_write_decision.
@@ -49,7 +50,9 @@ int ts_infer_read_decision(const char *path, int K, int *keep);
 
 /* Local. Dice, HD95 and NSD (tolerance tol mm) per class of pred against
  * ref, extent dhw, spacing mm along D, H, W, into s; with pp also
- * s->dice_pp (each class's Dice with only its largest component kept).
+ * s->dice_pp (each class's Dice with only its largest component kept),
+ * s->dice_fg (each class's Dice with only the whole foreground's largest
+ * component kept) and s->dice_fg_pp (after that, the class's too).
  * Errors: TS_ERR_ARG (spacing), TS_ERR_NOMEM. */
 int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t dhw[3], const double spacing[3],
                           int K, double tol, int pp, ts_infer_scan *s);
@@ -58,18 +61,24 @@ int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t
  * scans where the value is finite) and of the foreground mean Dice. */
 void ts_infer_summarise(const ts_infer_scan *s, int n, int K, ts_infer_result *r);
 
-/* Local. nnU-Net's rule per foreground class: keep the largest component
- * when it raises the class's mean Dice over the scans (strictly);
- * without[k] and with[k] receive the two means (NaN: the class is in no
- * scan, not applied). */
-void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with);
+/* Local. nnU-Net's determine_postprocessing: first the whole foreground as
+ * one region, decision[0] = 1 when keeping its largest component raises the
+ * mean over the foreground classes of their mean Dice over the scans
+ * (strictly; fg[0] without, fg[1] with); then per foreground class, on the
+ * prediction that step leaves, keep the largest component when it raises
+ * the class's mean Dice (strictly); without[k] and with[k] receive those
+ * two means. Means are over the scans where the Dice is finite (NaN: the
+ * class is in no scan, not applied). */
+void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with,
+                     double fg[2]);
 
 /* Local. Writes the metrics file (per scan and summary, JSON; docs/training.md). */
 int ts_infer_write_metrics(const char *path, const ts_infer_opts *o, const ts_infer_result *r,
                            const ts_infer_scan *s, int n);
-/* Local. Writes the decision file (JSON: keep_largest and the means). */
+/* Local. Writes the decision file (JSON: keep_largest_foreground,
+ * keep_largest and the means). */
 int ts_infer_write_decision(const char *path, const ts_infer_result *r, int n, const double *without,
-                            const double *with);
+                            const double *with, const double fg[2]);
 
 /* ---- the dataset's preprocessing replayed on each scan (infer_prep.c) ---- */
 

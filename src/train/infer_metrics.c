@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,15 @@ int ts_infer_parse_keep(const char *spec, int K, int *keep)
     }
     for (const char *p = spec; *p;) {
         char *end;
+        if (!strncmp(p, "foreground", 10) && (p[10] == ',' || !p[10])) { /* the whole foreground, first */
+            keep[0] = 1;
+            p += p[10] ? 11 : 10;
+            continue;
+        }
         long c = strtol(p, &end, 10);
         if (end == p || (*end && *end != ','))
-            return TS_ERR(TS_ERR_ARG, "keep_largest=%s: not \"all\" or a comma list of classes", spec);
+            return TS_ERR(TS_ERR_ARG, "keep_largest=%s: not \"all\" or a comma list of classes and \"foreground\"",
+                          spec);
         if (c < 1 || c >= K)
             return TS_ERR(TS_ERR_ARG, "keep_largest=%s: class %ld is %s", spec, c,
                           c == 0 ? "the background" : "not a class of the model");
@@ -58,6 +65,10 @@ int ts_infer_read_decision(const char *path, int K, int *keep)
     if (nk->valueint != K)
         TS_FAIL(TS_ERR_FORMAT, "postprocess=%s: decided for %d classes, the model has %d", path, nk->valueint, K);
     for (int k = 0; k < K; k++) keep[k] = 0;
+    const cJSON *fg = cJSON_GetObjectItemCaseSensitive(j, "keep_largest_foreground"); /* absent in older files */
+    if (fg && !cJSON_IsBool(fg))
+        TS_FAIL(TS_ERR_FORMAT, "postprocess=%s: keep_largest_foreground is not true or false", path);
+    keep[0] = cJSON_IsTrue(fg);
     const cJSON *c;
     cJSON_ArrayForEach(c, kl)
     {
@@ -74,13 +85,25 @@ cleanup:
 
 static double fg_mean(const ts_infer_scan *s, int K);
 
+/* class k's Dice of pred against ref */
+static double class_dice(const uint8_t *pred, const uint8_t *ref, int64_t nv, int k)
+{
+    int64_t tp = 0, fp = 0, fn = 0;
+    for (int64_t v = 0; v < nv; v++) {
+        int p = pred[v] == k, r = ref[v] == k;
+        tp += p && r, fp += p && !r, fn += !p && r;
+    }
+    return ts_eval_dice(tp, fp, fn);
+}
+
 int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t dhw[3], const double spacing[3],
                           int K, double tol, int pp, ts_infer_scan *s)
 {
     int err = 0;
     const int64_t nv = dhw[0] * dhw[1] * dhw[2];
     int64_t tp[TS_IO_MAX_CLASSES] = {0}, fp[TS_IO_MAX_CLASSES] = {0}, fn[TS_IO_MAX_CLASSES] = {0};
-    uint8_t *copy = NULL;
+    int64_t ftp[TS_IO_MAX_CLASSES] = {0}, ffp[TS_IO_MAX_CLASSES] = {0}, ffn[TS_IO_MAX_CLASSES] = {0};
+    uint8_t *copy = NULL, *fg = NULL;
     ts_eval_confusion(pred, ref, nv, K, tp, fp, fn);
     for (int k = 0; k < K; k++) {
         ts_surface_metrics sm;
@@ -92,21 +115,30 @@ int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t
     }
     s->fg_dice = fg_mean(s, K);
     if (pp) {
-        if (!(copy = TS_MALLOC((size_t)nv))) TS_FAIL(TS_ERR_NOMEM, "post-processing a %lld-voxel mask", (long long)nv);
+        /* from the raw prediction (copy), and after the whole-foreground step (fg), each class's largest
+         * component kept in turn (copy) */
+        if (!(copy = TS_MALLOC((size_t)nv)) || !(fg = TS_MALLOC((size_t)nv)))
+            TS_FAIL(TS_ERR_NOMEM, "post-processing a %lld-voxel mask", (long long)nv);
+        memcpy(fg, pred, (size_t)nv);
+        TS_CHECK(ts_keep_largest_component(fg, dhw, TS_FOREGROUND, NULL));
+        ts_eval_confusion(fg, ref, nv, K, ftp, ffp, ffn);
+        for (int k = 0; k < K; k++) s->dice_fg[k] = s->dice_fg_pp[k] = ts_eval_dice(ftp[k], ffp[k], ffn[k]);
         for (int k = 1; k < K; k++) {
-            if (!fp[k] && !tp[k]) continue; /* not predicted: nothing to remove */
-            int64_t ctp = 0, cfp = 0, cfn = 0, removed;
-            memcpy(copy, pred, (size_t)nv);
-            TS_CHECK(ts_keep_largest_component(copy, dhw, k, &removed));
-            for (int64_t v = 0; v < nv; v++) {
-                int p = copy[v] == k, r = ref[v] == k;
-                ctp += p && r, cfp += p && !r, cfn += !p && r;
+            if (fp[k] || tp[k]) { /* predicted: something to remove */
+                memcpy(copy, pred, (size_t)nv);
+                TS_CHECK(ts_keep_largest_component(copy, dhw, k, NULL));
+                s->dice_pp[k] = class_dice(copy, ref, nv, k);
             }
-            s->dice_pp[k] = ts_eval_dice(ctp, cfp, cfn);
+            if (ffp[k] || ftp[k]) {
+                memcpy(copy, fg, (size_t)nv);
+                TS_CHECK(ts_keep_largest_component(copy, dhw, k, NULL));
+                s->dice_fg_pp[k] = class_dice(copy, ref, nv, k);
+            }
         }
     }
 cleanup:
     free(copy);
+    free(fg);
     return err;
 }
 
@@ -155,16 +187,47 @@ void ts_infer_summarise(const ts_infer_scan *s, int n, int K, ts_infer_result *r
     r->fg_dice = stat_of(s, n, 3, 0, K);
 }
 
-void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with)
+/* the mean over the n scans of a per-class value (member at byte offset off) where it is finite
+ * (nnU-Net's nanmean: a class in neither map has no Dice) */
+static double class_mean(const ts_infer_scan *s, int n, size_t off, int k)
 {
+    double a = 0;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const double v = ((const double *)((const char *)&s[i] + off))[k];
+        if (v == v) a += v, m++;
+    }
+    return m ? a / m : NAN;
+}
+
+/* the mean over the foreground classes of their finite means */
+static double over_classes(const double *v, int K)
+{
+    double a = 0;
+    int m = 0;
+    for (int k = 1; k < K; k++)
+        if (v[k] == v[k]) a += v[k], m++;
+    return m ? a / m : NAN;
+}
+
+void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with,
+                     double fg[2])
+{
+    double raw[TS_IO_MAX_CLASSES], fgs[TS_IO_MAX_CLASSES];
     for (int k = 0; k < K; k++) {
-        double a = 0, b = 0;
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if (s[i].dice[k] == s[i].dice[k]) a += s[i].dice[k], b += s[i].dice_pp[k], m++;
-        without[k] = m ? a / m : NAN;
-        with[k] = m ? b / m : NAN;
-        decision[k] = k > 0 && m && with[k] > without[k];
+        raw[k] = class_mean(s, n, offsetof(ts_infer_scan, dice), k);
+        fgs[k] = class_mean(s, n, offsetof(ts_infer_scan, dice_fg), k);
+    }
+    /* 1. the whole foreground as one region: kept when it raises the mean over the classes */
+    fg[0] = over_classes(raw, K);
+    fg[1] = over_classes(fgs, K);
+    decision[0] = fg[0] == fg[0] && fg[1] == fg[1] && fg[1] > fg[0];
+    /* 2. each class on what step 1 left: kept when it raises that class's mean */
+    for (int k = 0; k < K; k++) {
+        without[k] = decision[0] ? fgs[k] : raw[k];
+        with[k] = class_mean(s, n, decision[0] ? offsetof(ts_infer_scan, dice_fg_pp) : offsetof(ts_infer_scan, dice_pp),
+                             k);
+        decision[k] = k == 0 ? decision[0] : without[k] == without[k] && with[k] == with[k] && with[k] > without[k];
     }
 }
 
@@ -223,7 +286,7 @@ static cJSON *scan_json(const ts_infer_scan *s, const ts_infer_result *r, int K,
     cJSON_AddItemToObject(o, "foreground_mean_dice", num(s->fg_dice));
     if (pp) {
         for (int k = 0; k < K; k++) rem[k] = r->keep[k] ? (double)s->removed[k] : 0;
-        cJSON_AddItemToObject(o, "removed_voxels", num_array(rem, K));
+        cJSON_AddItemToObject(o, "removed_voxels", num_array(rem, K)); /* [0]: by the whole-foreground step */
     }
     if ((a = cJSON_CreateArray())) { /* in either map: where HD95 is null, was it absent from both? */
         for (int k = 0; k < K; k++) cJSON_AddItemToArray(a, cJSON_CreateBool(s->dice[k] == s->dice[k]));
@@ -246,8 +309,10 @@ int ts_infer_write_metrics(const char *path, const ts_infer_opts *o, const ts_in
     snprintf(mirror, sizeof mirror, "%s%s%s", o->mirror & TS_INFER_MIRROR_X ? "x" : "",
              o->mirror & TS_INFER_MIRROR_Y ? "y" : "", o->mirror & TS_INFER_MIRROR_Z ? "z" : "");
     cJSON_AddStringToObject(j, "mirror", mirror);
+    cJSON_AddBoolToObject(j, "keep_largest_foreground", r->keep[0]);
+    pp = r->keep[0];
     a = cJSON_AddArrayToObject(j, "keep_largest");
-    for (int k = 0; k < K; k++)
+    for (int k = 1; k < K; k++)
         if (r->keep[k]) cJSON_AddItemToArray(a, cJSON_CreateNumber(k)), pp = 1;
     a = cJSON_AddArrayToObject(j, "class_names");
     for (int k = 0; k < K; k++) cJSON_AddItemToArray(a, cJSON_CreateString(r->class_names[k]));
@@ -266,17 +331,22 @@ int ts_infer_write_metrics(const char *path, const ts_infer_opts *o, const ts_in
 }
 
 int ts_infer_write_decision(const char *path, const ts_infer_result *r, int n, const double *without,
-                            const double *with)
+                            const double *with, const double fg[2])
 {
     const int K = r->classes;
     cJSON *j = cJSON_CreateObject(), *a;
     if (!j) return TS_ERR(TS_ERR_NOMEM, "decide=%s", path);
     cJSON_AddStringToObject(j, "format", "tessera-postprocess-1");
-    cJSON_AddStringToObject(j, "rule", "keep the largest 26-connected component of a class where that raises the "
-                                       "class's mean Dice over the scans");
+    cJSON_AddStringToObject(j, "rule", "first keep the largest 26-connected component of the whole foreground where "
+                                       "that raises the mean over the classes of their mean Dice over the scans; then, "
+                                       "on what that left, keep the largest component of a class where that raises the "
+                                       "class's mean Dice");
     cJSON_AddStringToObject(j, "checkpoint", r->checkpoint);
     cJSON_AddNumberToObject(j, "classes", K);
     cJSON_AddNumberToObject(j, "scans", n);
+    cJSON_AddBoolToObject(j, "keep_largest_foreground", r->decision[0]);
+    cJSON_AddItemToObject(j, "foreground_mean_dice_without", num(fg[0]));
+    cJSON_AddItemToObject(j, "foreground_mean_dice_with", num(fg[1]));
     a = cJSON_AddArrayToObject(j, "keep_largest");
     for (int k = 1; k < K; k++)
         if (r->decision[k]) cJSON_AddItemToArray(a, cJSON_CreateNumber(k));

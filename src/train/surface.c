@@ -175,6 +175,9 @@ done:
     return e;
 }
 
+/* voxel of the region: class cls, or any foreground class (cls < 0) */
+static inline int in_region(uint8_t v, int cls) { return cls < 0 ? v != 0 : v == cls; }
+
 int ts_keep_largest_component(uint8_t *label, const int64_t dhw[3], int cls, int64_t *removed)
 {
     int64_t nv = dhw[0] * dhw[1] * dhw[2];
@@ -189,7 +192,7 @@ int ts_keep_largest_component(uint8_t *label, const int64_t dhw[3], int cls, int
     int32_t ncomp = 0, best = 0;
     int64_t best_size = 0;
     for (int64_t s = 0; s < nv; s++) {
-        if (label[s] != cls || comp[s]) continue;
+        if (!in_region(label[s], cls) || comp[s]) continue;
         int32_t id = ++ncomp;
         int64_t head = 0, tail = 0;
         queue[tail++] = s;
@@ -203,7 +206,7 @@ int ts_keep_largest_component(uint8_t *label, const int64_t dhw[3], int cls, int
                         int64_t zz = z + dz, yy = y + dy, xx = x + dx;
                         if (zz < 0 || zz >= dhw[0] || yy < 0 || yy >= dhw[1] || xx < 0 || xx >= dhw[2]) continue;
                         int64_t j = idx3(dhw, zz, yy, xx);
-                        if (label[j] != cls || comp[j]) continue;
+                        if (!in_region(label[j], cls) || comp[j]) continue;
                         comp[j] = id;
                         queue[tail++] = j;
                     }

@@ -32,8 +32,12 @@ int ts_surface_metrics_class(const uint8_t *pred, const uint8_t *ref, const int6
                              int cls, double tol_mm, ts_surface_metrics *out);
 
 /* Local. Keeps, of class cls, only its largest 26-connected component: the
- * other components' voxels become background (0). *removed (may be NULL)
- * receives the number of voxels changed. Errors: TS_ERR_NOMEM. */
+ * other components' voxels become background (0). cls = TS_FOREGROUND
+ * takes every voxel > 0 as one region (nnU-Net's whole-foreground step):
+ * the components of the foreground, whatever their classes, but the
+ * largest become background. *removed (may be NULL) receives the number of
+ * voxels changed. Errors: TS_ERR_NOMEM. */
+#define TS_FOREGROUND (-1)
 int ts_keep_largest_component(uint8_t *label, const int64_t dhw[3], int cls, int64_t *removed);
 
 #endif

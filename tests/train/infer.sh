@@ -92,11 +92,23 @@ ts_step "the decided classes' largest components kept, the others untouched" ref
 ts_step "validation labels on which the post-processing helps: the masks with only their largest components" \
     ref pplabels "$d/dec" "$d/pplab"
 ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec2" label="$d/pplab" decide="$d/pp2.json"
-ts_step "the decision keeps class 2 (the one predicted in several pieces) as SciPy's means say" \
-    ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" 2
+# The model predicts one foreground class (2, in several pieces), so its components are the foreground's:
+# nnU-Net's first step, the whole foreground, already gives the labels and no class step is left to gain
+# (tests/train/test_infer checks the class step after a rejected and after a taken foreground step).
+ts_step "the decision takes nnU-Net's whole-foreground step, then no class (SciPy's means)" \
+    ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" foreground
 ts_step "postprocess=pp2.json applied" run 1 $I input="$d/scans" output="$d/app2" postprocess="$d/pp2.json"
-ts_step "class 2's largest components kept: the masks are the validation labels" \
+ts_step "the foreground's largest components kept: the masks are the validation labels" \
     ref applied "$d/dec2" "$d/app2" "$d/pp2.json"
+ts_step "keep_largest=foreground,2 by hand" run 1 $I input="$d/single/b.nii.gz" output="$d/bf.nii.gz" \
+    keep_largest=foreground,2
+ts_step "the foreground's largest component, then class 2's (SciPy)" \
+    "$TS_PY" -c "
+import sys; sys.path.insert(0, '$TS_SRCDIR/tests/train')
+import infer_ref as r
+a, b = r.load('$d/out/b.nii.gz'), r.load('$d/bf.nii.gz')
+assert (r.keep_largest(a, [2], True) == b).all() and (a != b).any()
+print('voxels removed', int((a != b).sum()))"
 
 # bad lists and options fail on every rank, before any prediction
 mkdir -p "$d/lab2"

@@ -10,8 +10,9 @@ NumPy/SciPy computations of what src/train/infer*.c and mirror.c produce.
     infer_ref.py keep RAW KEPT CLASSES  KEPT = RAW with the largest component of CLASSES kept (something removed)
     infer_ref.py decide RAWDIR LABELDIR PP.json   the decision against NumPy/SciPy
     infer_ref.py applied RAWDIR PPDIR PP.json     PPDIR = RAWDIR post-processed by the decision
-    infer_ref.py pplabels RAWDIR OUTDIR  references = RAWDIR's masks with every class's largest component
-                                         kept: validation labels on which the post-processing must help
+    infer_ref.py pplabels RAWDIR OUTDIR [foreground]  references = RAWDIR's masks with every class's (or
+                                         the whole foreground's) largest component kept: validation labels
+                                         on which the post-processing must help
 
 Exits non-zero with a message on a mismatch."""
 import glob
@@ -154,10 +155,11 @@ def metrics(path, labeldir, tol):
     print("summary: foreground mean Dice", f["mean"], "+-", f["std"], "over", f["n"], "scans")
 
 
-def keep_largest(a, classes):
+def keep_largest(a, classes, foreground=False):
+    """the largest 26-connected component of the whole foreground (first, when foreground), then of each class"""
     a = a.copy()
-    for k in classes:
-        lab, n = ndimage.label(a == k, structure=np.ones((3, 3, 3)))
+    for k in (["fg"] if foreground else []) + list(classes):
+        lab, n = ndimage.label(a > 0 if k == "fg" else a == k, structure=np.ones((3, 3, 3)))
         if n > 1:
             sizes = ndimage.sum(np.ones_like(lab), lab, index=range(1, n + 1))
             a[(lab > 0) & (lab != 1 + int(np.argmax(sizes)))] = 0
@@ -171,44 +173,61 @@ def keep(raw, kept, classes):
     assert (k == ref).all() and (r != k).any(), "keep_largest does not match SciPy's, or removed nothing"
 
 
-def pplabels(rawdir, outd):
+def pplabels(rawdir, outd, what="classes"):
     os.makedirs(outd, exist_ok=True)
     for p in sorted(glob.glob(f"{rawdir}/*.nii.gz")):
         m = nib.load(p)
-        lab = keep_largest(np.asarray(m.dataobj), range(1, K))
+        a = np.asarray(m.dataobj)
+        lab = keep_largest(a, [], True) if what == "foreground" else keep_largest(a, range(1, K))
         nib.save(nib.Nifti1Image(lab, m.affine), f"{outd}/{os.path.basename(p).replace('_0000', '')}")
 
 
+def nanmean(rows):
+    with np.errstate(all="ignore"):
+        return np.array([np.nanmean(c) if np.isfinite(c).any() else math.nan for c in np.array(rows).T])
+
+
 def decide(rawdir, labeldir, pp, expect=""):
+    """nnU-Net's determine_postprocessing: the whole foreground first (kept if it raises the mean over the
+    classes of their mean Dice), then each class on what that left (kept if it raises the class's mean Dice)"""
     j = json.load(open(pp))
     raws = sorted(glob.glob(f"{rawdir}/*.nii.gz"))
-    without, with_ = [], []
+    pairs = []
     for p in raws:
         name = os.path.basename(p).replace("_0000", "")
-        a, r = load(p), load(f"{labeldir}/{name}")
-        without.append([dice(a, r, k) for k in range(K)])
-        with_.append([dice(keep_largest(a, [k]), r, k) for k in range(K)])
-    w0, w1 = np.nanmean(np.array(without), 0), np.nanmean(np.array(with_), 0)
+        pairs.append((load(p), load(f"{labeldir}/{name}")))
+    raw = nanmean([[dice(a, r, k) for k in range(K)] for a, r in pairs])
+    fgd = nanmean([[dice(keep_largest(a, [], True), r, k) for k in range(K)] for a, r in pairs])
+    f0, f1 = np.nanmean(raw[1:]), np.nanmean(fgd[1:])
+    keep_fg = bool(f1 > f0)
+    w0 = fgd if keep_fg else raw
+    w1 = nanmean([[dice(keep_largest(a, [k], keep_fg), r, k) for k in range(K)] for a, r in pairs])
     chosen = [k for k in range(1, K) if w1[k] > w0[k]]
+    print("foreground step: mean over the classes", f0, "->", f1, "keep:", keep_fg, "; tessera:",
+          j["keep_largest_foreground"])
     print("mean Dice without", w0, "with", w1, "-> keep", chosen, "; tessera:", j["keep_largest"])
     assert j["format"] == "tessera-postprocess-1" and j["classes"] == K and j["scans"] == len(raws) == 3
-    assert j["keep_largest"] == chosen
+    assert j["keep_largest_foreground"] == keep_fg and j["keep_largest"] == chosen
+    assert close(j["foreground_mean_dice_without"], f0, 1e-9) and close(j["foreground_mean_dice_with"], f1, 1e-9)
     assert all(close(j["mean_dice_without"][k], w0[k], 1e-9) and close(j["mean_dice_with"][k], w1[k], 1e-9)
                for k in range(1, K))
-    assert any(w1[k] != w0[k] for k in range(1, K)), "the post-processing changed no Dice: nothing to decide"
+    assert f1 != f0 or any(w1[k] != w0[k] for k in range(1, K)), "the post-processing changed no Dice: nothing to decide"
     if expect:
-        assert chosen == [int(c) for c in expect.split(",")], f"expected to keep {expect}"
+        want = [c for c in expect.split(",") if c]
+        assert keep_fg == ("foreground" in want), f"expected the foreground step: {'foreground' in want}"
+        assert chosen == [int(c) for c in want if c != "foreground"], f"expected to keep {expect}"
 
 
 def applied(rawdir, ppdir, pp):
-    classes = json.load(open(pp))["keep_largest"]
+    j = json.load(open(pp))
+    classes, fg = j["keep_largest"], j["keep_largest_foreground"]
     n = 0
     for p in sorted(glob.glob(f"{rawdir}/*.nii.gz")):
         a, b = load(p), load(f"{ppdir}/{os.path.basename(p)}")
-        assert (keep_largest(a, classes) == b).all(), p
+        assert (keep_largest(a, classes, fg) == b).all(), p
         n += int((a != b).sum())
-    print(f"decision {classes} applied: {n} voxels changed")
-    assert (n > 0) == bool(classes)
+    print(f"decision: foreground {fg}, classes {classes} applied: {n} voxels changed")
+    assert (n > 0) == (bool(classes) or fg)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ static void test_keep_parse(void)
     ts_ok(ts_infer_parse_keep("4", 4, keep) == TS_ERR_ARG && strstr(ts_err_message(), "not a class"),
           "keep_largest=4 with 4 classes refused");
     ts_ok(ts_infer_parse_keep("1;2", 4, keep) == TS_ERR_ARG, "keep_largest=1;2 refused");
+    ts_ok(ts_infer_parse_keep("foreground,2", 4, keep) == 0 && keep[0] && !keep[1] && keep[2] && !keep[3],
+          "keep_largest=foreground,2: the whole foreground's, then class 2's");
+    ts_ok(ts_infer_parse_keep("foregroundx", 4, keep) == TS_ERR_ARG, "keep_largest=foregroundx refused");
 }
 
 /* a 1x6x6 slab: class 1 in two components (4 + 1 voxels), class 2 only in the reference */
@@ -86,6 +89,7 @@ static void test_summary_decide(void)
         s[i].dice[1] = d1[i], s[i].dice_pp[1] = p1[i];
         s[i].dice[2] = d2[i], s[i].dice_pp[2] = p2[i];
         s[i].dice[3] = s[i].dice_pp[3] = NAN; /* class 3 in no scan */
+        for (int k = 0; k < 4; k++) s[i].dice_fg[k] = s[i].dice[k], s[i].dice_fg_pp[k] = s[i].dice_pp[k];
         s[i].hd95[1] = h1[i];
         s[i].nsd[1] = 0.5;
     }
@@ -99,21 +103,43 @@ static void test_summary_decide(void)
     ts_ok(r.mean_dice[3].n == 0 && isnan(r.mean_dice[3].mean), "class 3 in no scan: n 0, mean NaN");
     ts_ok(fabs(r.fg_dice.mean - 0.65) < 1e-12 && r.fg_dice.n == 3, "foreground mean Dice over scans %.4f",
           r.fg_dice.mean);
-    double wo[4], wi[4];
+    double wo[4], wi[4], fg[2];
     int dec[4];
-    ts_infer_decide(s, 3, 4, dec, wo, wi);
-    ts_ok(!dec[0] && dec[1] && !dec[2] && !dec[3] && fabs(wi[1] - 0.7333333333333) < 1e-9,
-          "decision: class 1 kept (mean 0.7 -> %.4f), class 2 not (a tie), background and absent class 3 not",
+    ts_infer_decide(s, 3, 4, dec, wo, wi, fg);
+    ts_ok(!dec[0] && dec[1] && !dec[2] && !dec[3] && fabs(wi[1] - 0.7333333333333) < 1e-9 && fg[0] == fg[1],
+          "decision: the whole-foreground step changes nothing (not taken), class 1 kept (mean 0.7 -> %.4f), "
+          "class 2 not (a tie), absent class 3 not",
           wi[1]);
+    /* the whole-foreground step raising the mean over the classes (class 2 gains more than class 1 loses);
+     * the classes then decided on what it left */
+    ts_infer_scan t[3];
+    memcpy(t, s, sizeof t);
+    for (int i = 0; i < 3; i++) {
+        t[i].dice_fg[1] = d1[i] - 0.05, t[i].dice_fg_pp[1] = d1[i] - 0.05; /* class 1: nothing more to gain */
+        t[i].dice_fg[2] = d2[i] + 0.1, t[i].dice_fg_pp[2] = d2[i] + 0.15;  /* class 2: its own step helps */
+    }
+    int dt[4];
+    double to[4], ti[4], tf[2];
+    ts_infer_decide(t, 3, 4, dt, to, ti, tf);
+    ts_ok(dt[0] && !dt[1] && dt[2] && !dt[3] && fabs(tf[0] - 0.65) < 1e-9 && fabs(tf[1] - 0.675) < 1e-9 &&
+              fabs(to[2] - 0.7) < 1e-9 && fabs(ti[2] - 0.75) < 1e-9,
+          "decision: the whole foreground kept (mean over classes 0.65 -> %.4f), then class 2 on it (0.70 -> 0.75), "
+          "class 1 not (no gain after the step, though it gained from raw)",
+          tf[1]);
     /* written and read back */
     char path[] = "/tmp/tessera-test-infer-XXXXXX";
     int fd = mkstemp(path);
     memcpy(r.decision, dec, sizeof dec);
     r.classes = 4;
     int keep[4] = {1, 1, 1, 1};
-    int e = fd < 0 ? -1 : ts_infer_write_decision(path, &r, 3, wo, wi);
+    int e = fd < 0 ? -1 : ts_infer_write_decision(path, &r, 3, wo, wi, fg);
     if (!e) e = ts_infer_read_decision(path, 4, keep);
     ts_ok(!e && !keep[0] && keep[1] && !keep[2] && !keep[3], "the decision file read back: keep class 1 only");
+    memcpy(r.decision, dt, sizeof dt);
+    e = fd < 0 ? -1 : ts_infer_write_decision(path, &r, 3, to, ti, tf);
+    if (!e) e = ts_infer_read_decision(path, 4, keep);
+    ts_ok(!e && keep[0] && !keep[1] && keep[2] && !keep[3],
+          "the second decision read back: the whole foreground, then class 2");
     ts_ok(ts_infer_read_decision(path, 3, keep) == TS_ERR_FORMAT && strstr(ts_err_message(), "the model has 3"),
           "a decision for 4 classes refused for a 3-class model: %s", ts_err_message());
     FILE *f = fopen(path, "w");
