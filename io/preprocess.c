@@ -169,3 +169,29 @@ int ts_prep_undo_labels(const ts_sample *s, const ts_fp_prep *prep, const uint8_
     free(c);
     return 0;
 }
+
+int ts_prep_undo_probs(const ts_sample *s, const ts_fp_prep *prep, const float *prob, int K, float *out)
+{
+    const int64_t in[3] = {s->shape[1], s->shape[2], s->shape[3]}, *box = s->crop, *full = s->shape_orig;
+    const int64_t cn[3] = {box[3] - box[0], box[4] - box[1], box[5] - box[2]}, nc = cn[0] * cn[1] * cn[2];
+    const int64_t nf = full[0] * full[1] * full[2];
+    float *c = malloc(sizeof *c * (size_t)(K * nc));
+    if (!c) return TS_ERR(TS_ERR_NOMEM, "%s: class probabilities back onto the scan", s->name);
+    const int sep = prep->separate ? ts_resample_separate_axis(s->spacing, s->spacing_orig) : -1;
+    int err = 0;
+    if (in[0] == cn[0] && in[1] == cn[1] && in[2] == cn[2])
+        memcpy(c, prob, sizeof *c * (size_t)(K * nc));
+    else if ((err = ts_resample_image(K, in, prob, cn, TS_INTERP_LINEAR, sep, c)))
+        err = TS_ERR(err, "%s: %s", s->name, ts_err_message());
+    for (int k = 0; k < K && !err; k++) {
+        float *o = out + k * nf;
+        const float fill = k == 0 ? 1.0f : 0.0f;
+        for (int64_t v = 0; v < nf; v++) o[v] = fill;
+        for (int64_t z = 0; z < cn[0]; z++)
+            for (int64_t y = 0; y < cn[1]; y++)
+                memcpy(o + ((z + box[0]) * full[1] + y + box[1]) * full[2] + box[2], c + k * nc + (z * cn[1] + y) * cn[2],
+                       sizeof *c * (size_t)cn[2]);
+    }
+    free(c);
+    return err;
+}

@@ -60,4 +60,12 @@ int ts_prep_scan(const ts_fp_prep *prep, ts_sample *s);
  * box, 0 outside. The inverse of ts_prep_scan for s as it returned. */
 int ts_prep_undo_labels(const ts_sample *s, const ts_fp_prep *prep, const uint8_t *lab, int K, uint8_t *out);
 
+/* Local. Class probabilities predicted on the preprocessed grid prob [K,
+ * dhw] back onto the scan's grid out [K, shape_orig], as nnU-Net exports
+ * them: each class resampled trilinearly to the crop box's shape (with
+ * prep->separate an anisotropic axis by the nearest voxel: order 1,
+ * order_z 0), which keeps every voxel's sum, placed at the box; outside it
+ * the background (class 0) has probability 1. Errors: out of memory. */
+int ts_prep_undo_probs(const ts_sample *s, const ts_fp_prep *prep, const float *prob, int K, float *out);
+
 #endif

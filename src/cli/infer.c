@@ -53,9 +53,9 @@ static void help(void)
            "preprocess=dataset (the default): when data.path names a dataset whose fingerprint records a\n"
            "crop to the non-zero box and/or a target spacing (tessera convert --crop nonzero --spacing),\n"
            "each scan is cropped and resampled the same way before it is normalised and predicted, and\n"
-           "the labels are resampled back onto the scan's grid (background outside the crop box); then\n"
-           "probabilities= is refused and downsample= must be the dataset's. preprocess=none predicts on\n"
-           "the scan as it is.\n");
+           "the labels are resampled back onto the scan's grid (background outside the crop box), the\n"
+           "probabilities= too (each class linearly, background 1 outside the box, as nnU-Net exports\n"
+           "them); downsample= must be the dataset's. preprocess=none predicts on the scan as it is.\n");
 }
 
 static void print_row(const char *title, const double *v, const ts_infer_scan *s, const ts_infer_result *r)

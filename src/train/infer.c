@@ -271,6 +271,14 @@ static int predict(infer *t)
         uint8_t *p = t->pred;
         t->pred = t->back;
         t->back = p;
+        if (t->prob) { /* the probabilities too (nnU-Net: linear, background 1 outside the crop box) */
+            float *q = malloc(sizeof *q * (size_t)(t->nscan * t->u.classes));
+            int e = q ? ts_prep_undo_probs(&t->ps, &t->prep, t->prob, t->u.classes, q)
+                      : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities back onto the scan", t->it->input);
+            free(e ? q : t->prob);
+            if (!e) t->prob = q;
+            TS_CHECK(ts_err_agree(t->world, e));
+        }
         memcpy(t->fine, t->scan, sizeof t->fine);
         t->nv = t->nfine = t->nscan;
     }

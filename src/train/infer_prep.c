@@ -36,9 +36,6 @@ int ts_infer_prep_load(const ts_config *cfg, const ts_infer_opts *o, ts_fp_prep 
     ts_fingerprint_free(&fp);
     if (!prep->crop && !(prep->spacing[0] > 0)) return 0;
     const int f = prep->downsample > 1 ? prep->downsample : 1;
-    if (o->probabilities)
-        return TS_ERR(TS_ERR_ARG, "infer: probabilities= is not available when the preprocessing of data.path=%s is "
-                                  "replayed (the probabilities live on its grid); give preprocess=none", dp);
     if (o->downsample != f)
         return TS_ERR(TS_ERR_ARG, "infer: downsample=%d does not match data.path=%s (converted at downsample %d), "
                                   "whose preprocessing is replayed: give downsample=%d, or preprocess=none",

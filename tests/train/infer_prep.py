@@ -112,5 +112,39 @@ elif mode == 'check':
         print('agreement with the stored sample predicted and put back by hand: %.5f of the voxels, %.4f of the '
               'foreground' % (agree, (back == m)[fg].mean()))
         assert agree >= 0.999
+elif mode == 'probs':  # SCAN PROBS DATA.h5 I PRE_PROBS: PROBS = PRE_PROBS (predicted on stored sample I) put back
+    from scipy import ndimage as ndi
+    scan, pr = nib.load(sys.argv[2]), nib.load(sys.argv[3])
+    x = np.asarray(scan.dataobj, dtype=np.float32).transpose(2, 1, 0)  # D, H, W
+    p = np.asarray(pr.dataobj, dtype=np.float64).transpose(3, 2, 1, 0)  # K, D, H, W
+    q = np.asarray(nib.load(sys.argv[6]).dataobj, dtype=np.float64).transpose(3, 2, 1, 0)
+    assert p.shape[1:] == x.shape and p.shape[0] == q.shape[0], (p.shape, x.shape, q.shape)
+    assert np.allclose(pr.affine, scan.affine, atol=1e-6)
+    with h5py.File(sys.argv[4], 'r') as f:
+        g = f['samples/%06d' % int(sys.argv[5])]
+        box = np.asarray(g.attrs['crop_box'])
+        assert int(f['fingerprint'].attrs['downsample']) <= 1
+        sp = np.asarray(g.attrs['spacing_original'])
+        assert sp.max() / sp.min() <= 3, 'an anisotropic scan: this check resamples every axis linearly'
+    cn = box[3:] - box[:3]
+    # nnU-Net's export: each class linearly (scipy order 1 at the voxel centres, clamped), background 1 outside
+    pos = np.meshgrid(*[np.clip((np.arange(m) + 0.5) * n / m - 0.5, 0, n - 1) for n, m in zip(q.shape[1:], cn)],
+                      indexing='ij')
+    want = np.zeros_like(p)
+    want[0] = 1
+    for k in range(q.shape[0]):
+        want[k, box[0]:box[3], box[1]:box[4], box[2]:box[5]] = ndi.map_coordinates(q[k], pos, order=1)
+    err = np.abs(p - want).max()
+    s = p.sum(0)
+    print('probabilities put back: max difference %.3g, sums in [%.6f, %.6f], box' % (err, s.min(), s.max()),
+          list(box))
+    assert err < 1e-5 and np.abs(s - 1).max() < 1e-5
+    outside = np.ones(x.shape, bool)
+    outside[box[0]:box[3], box[1]:box[4], box[2]:box[5]] = False
+    assert outside.any() and (p[0][outside] == 1).all()
+    m = np.asarray(nib.load(sys.argv[7]).dataobj).transpose(2, 1, 0)
+    agree = (p.argmax(0) == m).mean()
+    print('the mask (labels resampled one-hot linear) = the probabilities\' argmax on %.5f of the voxels' % agree)
+    assert agree >= 0.99
 else:
     sys.exit('unknown mode ' + mode)
