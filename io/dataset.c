@@ -519,6 +519,33 @@ int ts_dataset_has_fg_stats(const ts_dataset *ds) { return ds->sfgmean != NULL; 
 const ts_fg_intensity *ts_dataset_fg_intensity(const ts_dataset *ds) { return ds->have_fi ? &ds->fi : NULL; }
 uint64_t ts_dataset_bytes_read(const ts_dataset *ds) { return ds->bytes; }
 
+int ts_dataset_spacing(ts_dataset *ds, int64_t i, double spacing[3])
+{
+    if (i < 0 || i >= ds->n)
+        return TS_ERR(TS_ERR_ARG, "%s: sample %lld out of range (0..%lld)", ds->path, (long long)i,
+                      (long long)ds->n - 1);
+    const idx_row *r = &ds->rows[i];
+    const char *fname = ds->fnames[r->shard];
+    char gn[48], where[TS_IO_PATH_MAX + 64];
+    snprintf(gn, sizeof gn, "/samples/%06lld", (long long)i);
+    snprintf(where, sizeof where, "%s: %s (sample '%s')", fname, gn, r->name);
+    ts_h5_lock();
+    htri_t ex = H5Lexists(ds->files[r->shard], "/samples", H5P_DEFAULT);
+    if (ex > 0) ex = H5Lexists(ds->files[r->shard], gn, H5P_DEFAULT);
+    hid_t g = ex > 0 ? H5Gopen2(ds->files[r->shard], gn, H5P_DEFAULT) : -1;
+    if (g < 0) H5Eclear2(H5E_DEFAULT);
+    ts_h5_unlock();
+    if (g < 0) return TS_ERR(TS_ERR_FORMAT, "%s is missing", where);
+    int err = ts_h5_read_attr_f64(g, "spacing", 3, spacing, where);
+    ts_h5_lock();
+    H5Gclose(g);
+    ts_h5_unlock();
+    for (int d = 0; d < 3 && !err; d++)
+        if (!(spacing[d] > 0) || !isfinite(spacing[d]))
+            err = TS_ERR(TS_ERR_FORMAT, "%s: spacing[%d] is %g, not a positive voxel size", where, d, spacing[d]);
+    return err;
+}
+
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *o)
 {
     if (i < 0 || i >= ds->n)

@@ -34,10 +34,8 @@ static const ts_cli_cmd commands[] = {
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): class probabilities from infer when it replays its\n"
-    "  dataset's cropping and resampling, HD95/NSD and mirroring in the validation during training (infer has them);\n"
-    "  the residual encoder and deep supervision with activation checkpointing or bf16/fp16 (data, spatial and\n"
-    "  pipeline parallelism work)";
+    "  of the nnU-Net-style medical pipeline (docs/medical.md): the residual encoder and deep supervision with\n"
+    "  activation checkpointing or bf16/fp16 (data, spatial and pipeline parallelism work)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

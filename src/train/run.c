@@ -138,7 +138,7 @@ void ts_run_close(ts_run *r)
 }
 
 int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double lr, double samples_per_s,
-                   const double *dice, int K, const char *const *class_names)
+                   const double *dice, const double *hd95, const double *nsd, int K, const char *const *class_names)
 {
     if (r->rank != 0 || !r->metrics) return 0;
     /* JSON has no NaN or Inf: a non-finite loss is null, flagged */
@@ -152,6 +152,16 @@ int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double l
         fprintf(r->metrics, ", \"dice\": [");
         for (int k = 0; k < K; k++) fprintf(r->metrics, "%s%.6g", k ? ", " : "", dice[k] != dice[k] ? -1.0 : dice[k]);
         fprintf(r->metrics, "]");
+        for (int m = 0; m < 2; m++) { /* eval.surface: null where not finite (a class missed or absent) */
+            const double *v = m ? nsd : hd95;
+            if (!v) continue;
+            fprintf(r->metrics, ", \"%s\": [", m ? "nsd" : "hd95_mm");
+            for (int k = 0; k < K; k++) {
+                if (isfinite(v[k])) fprintf(r->metrics, "%s%.9g", k ? ", " : "", v[k]);
+                else fprintf(r->metrics, "%snull", k ? ", " : "");
+            }
+            fprintf(r->metrics, "]");
+        }
         if (class_names) {
             fprintf(r->metrics, ", \"classes\": [");
             for (int k = 0; k < K; k++) fprintf(r->metrics, "%s\"%s\"", k ? ", " : "", class_names[k]);

@@ -34,9 +34,10 @@ void ts_run_close(ts_run *r);
  * `step` (a resumed run repeats them otherwise). */
 int ts_run_truncate_metrics(ts_run *r, int64_t step);
 /* Local (rank 0 writes). One metrics line: step, epoch, loss, lr,
- * samples_per_s; dice (K values) when not NULL. */
+ * samples_per_s; dice (K values) when not NULL, and with it hd95 and nsd
+ * (K values each, null where not finite) when not NULL. */
 int ts_run_metrics(ts_run *r, int64_t step, int64_t epoch, double loss, double lr, double samples_per_s,
-                   const double *dice, int K, const char *const *class_names);
+                   const double *dice, const double *hd95, const double *nsd, int K, const char *const *class_names);
 /* Local (rank 0 prints). Progress for step (1-based count done). */
 void ts_run_progress(ts_run *r, int64_t step, double loss, double samples_per_s, int force);
 /* Local (rank 0 prints). A message line that does not break the bar. */

@@ -29,6 +29,7 @@
 #include "src/train/run.h"
 #include "src/train/pipeline.h"
 #include "src/train/step.h"
+#include "src/train/surface.h"
 #include "src/train/synthetic.h"
 
 #include <math.h>
@@ -69,6 +70,12 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
     {"eval.max_volumes", TS_CFG_INT, "0", "0:", "volumes evaluated (0: all validation volumes)"},
     {"eval.final", TS_CFG_BOOL, "true", NULL, "evaluate after the last step"},
+    {"eval.mirror", TS_CFG_ENUM, "none", "none|x|y|z|xy|xz|yz|xyz", "test-time mirroring of the validation volumes "
+     "(as tessera infer mirror=): the volume and its flips along every subset of these axes (x = NIfTI i) predicted, "
+     "the probabilities flipped back and averaged (xyz: 8 predictions, nnU-Net's default)"},
+    {"eval.surface", TS_CFG_BOOL, "false", NULL, "also HD95 (mm) and NSD per class: each validation volume's, from its "
+     "stored voxel spacing, averaged over the volumes where finite"},
+    {"eval.nsd_tol", TS_CFG_FLOAT, "1", "0:", "NSD tolerance in mm (eval.surface)"},
     {"run.dir", TS_CFG_STRING, NULL, NULL, "run directory (default runs/<config name>)"},
     {"run.mem_limit_mb", TS_CFG_INT, "0", "0:", "per-rank memory ceiling in MiB checked at start (0: none)"},
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
@@ -495,19 +502,60 @@ static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
     return ts_pipeline_forward(ctx, x, logits);
 }
 
-static int evaluate(trainer *t, double *dice_out)
+/* eval.mirror's axes as a TS_EVAL_FLIP_* mask (x = W, y = H, z = D) */
+static int eval_mirror_axes(const ts_config *cfg, int *axes)
+{
+    const char *m;
+    TS_TRY(ts_config_get_str(cfg, "eval.mirror", &m));
+    *axes = 0;
+    for (const char *c = strcmp(m, "none") ? m : ""; *c; c++)
+        *axes |= *c == 'x' ? TS_EVAL_FLIP_W : *c == 'y' ? TS_EVAL_FLIP_H : TS_EVAL_FLIP_D;
+    return 0;
+}
+
+/* Collective. HD95 and NSD of every class of one volume (rank 0 computes, every rank gets them) */
+static int volume_surface(trainer *t, int64_t vol, const uint8_t *pred, const uint8_t *lab, const int64_t dhw[3],
+                          double tol, double *hd95, double *nsd)
+{
+    int err = 0, lerr = 0;
+    const int K = t->ucfg.classes;
+    if (t->rank == 0) {
+        double sp[3];
+        lerr = ts_dataset_spacing(t->eval_ds, vol, sp);
+        for (int k = 0; k < K && !lerr; k++) {
+            ts_surface_metrics sm;
+            lerr = ts_surface_metrics_class(pred, lab, dhw, sp, k, tol, &sm);
+            hd95[k] = sm.hd95;
+            nsd[k] = sm.nsd;
+        }
+    }
+    TS_CHECK(ts_err_agree(t->grid->world, lerr));
+    TS_MPI(MPI_Bcast(hd95, K, MPI_DOUBLE, 0, t->grid->world));
+    TS_MPI(MPI_Bcast(nsd, K, MPI_DOUBLE, 0, t->grid->world));
+cleanup:
+    return err;
+}
+
+/* Collective. Dice per class over the validation volumes (their voxels pooled); with eval.surface, hd95_out and
+ * nsd_out the mean over the volumes where finite (NaN: none); eval.mirror mirrors each prediction. */
+static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_out)
 {
     int err = 0;
     const int K = t->ucfg.classes;
     int64_t *tp = calloc((size_t)K * 3, sizeof *tp), *fp = tp + K, *fn = tp + 2 * K, maxv;
     float *img = NULL;
     uint8_t *lab = NULL, *pred = NULL;
-    double overlap;
+    double overlap, tol, hsum[TS_IO_MAX_CLASSES] = {0}, nsum[TS_IO_MAX_CLASSES] = {0};
+    double hv[TS_IO_MAX_CLASSES], nvv[TS_IO_MAX_CLASSES];
+    int surface, axes, hn[TS_IO_MAX_CLASSES] = {0}, nn[TS_IO_MAX_CLASSES] = {0};
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     ts_perf_begin(t->perf, TS_PH_EVAL);
     TS_CHECK(local_average(t, t->step));
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
+    TS_CHECK(ts_config_get_float(t->cfg, "eval.nsd_tol", &tol));
+    TS_CHECK(ts_config_get_bool(t->cfg, "eval.surface", &surface));
+    TS_CHECK(eval_mirror_axes(t->cfg, &axes));
     const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
     TS_CHECK(sync_buffers(t));
     const int64_t *vol = t->nval ? t->val : t->trn;
@@ -535,11 +583,22 @@ static int evaluate(trainer *t, double *dice_out)
         es.all = t->acoll;
         es.forward = t->pipe ? pipe_forward : NULL;
         es.forward_ctx = t->pipe;
-        TS_CHECK(ts_eval_predict(t->model, t->rcoll, t->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw, overlap,
-                                 t->batch, pred, NULL));
+        TS_CHECK(ts_eval_predict_mirror(t->model, t->rcoll, t->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
+                                        overlap, t->batch, axes, pred, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
+        if (surface) {
+            TS_CHECK(volume_surface(t, vol[v], pred, lab, dhw, tol, hv, nvv));
+            for (int k = 0; k < K; k++) {
+                if (isfinite(hv[k])) hsum[k] += hv[k], hn[k]++;
+                if (isfinite(nvv[k])) nsum[k] += nvv[k], nn[k]++;
+            }
+        }
     }
-    for (int k = 0; k < K; k++) dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
+    for (int k = 0; k < K; k++) {
+        dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
+        if (hd95_out) hd95_out[k] = surface && hn[k] ? hsum[k] / hn[k] : NAN;
+        if (nsd_out) nsd_out[k] = surface && nn[k] ? nsum[k] / nn[k] : NAN;
+    }
 cleanup:
     ts_spatial_set_stats(t->spatial, &halo_before);
     ts_perf_end(t->perf, TS_PH_EVAL);
@@ -550,10 +609,10 @@ cleanup:
     return err;
 }
 
-static void report_dice(trainer *t, const double *dice)
+static void report_dice(trainer *t, const double *dice, const double *hd95, const double *nsd)
 {
     const int K = t->ucfg.classes;
-    char line[2048];
+    char line[4096];
     size_t l = (size_t)snprintf(line, sizeof line, "eval at step %lld: Dice", (long long)t->step);
     double mean = 0;
     int nfg = 0;
@@ -565,7 +624,14 @@ static void report_dice(trainer *t, const double *dice)
             nfg++;
         }
     }
-    if (nfg && l < sizeof line) snprintf(line + l, sizeof line - l, "  (foreground mean %.4f)", mean / nfg);
+    if (nfg && l < sizeof line) l += (size_t)snprintf(line + l, sizeof line - l, "  (foreground mean %.4f)", mean / nfg);
+    for (int m = 0; hd95 && m < 2 && l < sizeof line; m++) { /* eval.surface: the foreground classes */
+        const double *v = m ? nsd : hd95;
+        l += (size_t)snprintf(line + l, sizeof line - l, m ? "; NSD" : "; HD95 mm");
+        for (int k = 1; k < K && l < sizeof line; k++) /* "-": in no volume finite (missed everywhere, or absent) */
+            l += isfinite(v[k]) ? (size_t)snprintf(line + l, sizeof line - l, " %.4g", v[k])
+                                : (size_t)snprintf(line + l, sizeof line - l, " -");
+    }
     ts_run_say(&t->run, "%s", line);
 }
 
@@ -673,9 +739,10 @@ static int check_memory(trainer *t, int prefetch)
 static int check_eval_memory(trainer *t)
 {
     int64_t every;
-    int fin;
+    int fin, axes;
     TS_TRY(ts_config_get_int(t->cfg, "eval.every", &every));
     TS_TRY(ts_config_get_bool(t->cfg, "eval.final", &fin));
+    TS_TRY(eval_mirror_axes(t->cfg, &axes));
     if (!t->have_data || (every <= 0 && !fin)) return 0;
     const int64_t *vol = t->nval ? t->val : t->trn, nvol = t->nval ? t->nval : t->ntrn;
     double most = 0;
@@ -683,7 +750,9 @@ static int check_eval_memory(trainer *t)
         ts_sample_info in;
         TS_TRY(ts_dataset_info(t->eval_ds, vol[v], &in));
         const double nv = (double)in.shape[1] * (double)in.shape[2] * (double)in.shape[3];
-        const double mb = nv * (4.0 * (t->ucfg.classes + 1) + 4.0 * (double)in.shape[0] + 2.0) / 1048576.0;
+        /* eval.mirror: a flipped copy of the volume and two more sets of class sums (ts_eval_predict_mirror) */
+        const double mirror = axes ? 4.0 * ((double)in.shape[0] + 2.0 * t->ucfg.classes) : 0;
+        const double mb = nv * (4.0 * (t->ucfg.classes + 1) + 4.0 * (double)in.shape[0] + 2.0 + mirror) / 1048576.0;
         if (mb > most) most = mb;
     }
     t->mem_plan.eval_mb = most;
@@ -1300,7 +1369,7 @@ static int after_skip(trainer *t, const loop_cfg *lc, loop_state *ls, int skippe
                    (long long)lc->max_bad);
         if (ls->bad_steps >= lc->max_bad) {
             TS_CHECK(ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0, NAN,
-                                    ts_optim_lr(&t->opt.cfg, t->step - 1), 0, NULL, 0, NULL));
+                                    ts_optim_lr(&t->opt.cfg, t->step - 1), 0, NULL, NULL, NULL, 0, NULL));
             TS_FAIL(TS_ERR_NUMERIC, "%d steps in a row with a non-finite loss or gradients (up to step %lld): the run "
                     "stops (fault.max_bad_steps); checkpoints in %s/ckpt are only ever written from finite "
                     "parameters, the newest resumes (lower train.lr, or set train.clip_norm)", ls->bad_steps,
@@ -1332,20 +1401,24 @@ static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double l
         TS_CHECK(ts_err_agree(t->grid->world,
                               ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0,
                                              ls->loss_window / ls->steps_window, ts_optim_lr(&t->opt.cfg, t->step - 1), sps,
-                                             NULL, 0, NULL)));
+                                             NULL, NULL, NULL, 0, NULL)));
         ls->loss_window = 0;
         ls->steps_window = 0;
         ls->t_window = ts_time_now();
         ls->t_train0 = ls->t_window;
     }
     if (do_eval) {
-        TS_CHECK(evaluate(t, dice));
-        report_dice(t, dice);
+        double hd95[TS_IO_MAX_CLASSES], nsd[TS_IO_MAX_CLASSES];
+        int surface;
+        TS_CHECK(ts_config_get_bool(t->cfg, "eval.surface", &surface));
+        TS_CHECK(evaluate(t, dice, hd95, nsd));
+        report_dice(t, dice, surface ? hd95 : NULL, surface ? nsd : NULL);
         const char *names[256];
         for (int k = 0; k < t->ucfg.classes; k++) names[k] = ts_dataset_class_name(t->eval_ds, k);
         TS_CHECK(ts_err_agree(t->grid->world,
                               ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0, lsum,
-                                             ts_optim_lr(&t->opt.cfg, t->step - 1), sps, dice, t->ucfg.classes, names)));
+                                             ts_optim_lr(&t->opt.cfg, t->step - 1), sps, dice, surface ? hd95 : NULL,
+                                             surface ? nsd : NULL, t->ucfg.classes, names)));
         ls->t_window = ls->t_train0 = ts_time_now();
     }
 cleanup:
