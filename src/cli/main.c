@@ -35,7 +35,7 @@ static const ts_cli_cmd commands[] = {
 static const char *const not_yet =
     "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
     "  of the nnU-Net-style medical pipeline (docs/medical.md): the residual encoder and deep supervision with\n"
-    "  activation checkpointing or bf16/fp16 (data, spatial and pipeline parallelism work)";
+    "  activation checkpointing (data, spatial and pipeline parallelism and bf16/fp16 work)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

@@ -189,10 +189,6 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
     TS_TRY(ts_config_get_str(cfg, "train.precision", &s));
     u->precision = !strcmp(s, "bf16") ? TS_PREC_BF16 : !strcmp(s, "fp16") ? TS_PREC_FP16 : TS_PREC_FP32;
-    if (!ts_unet_is_plain(u) && u->precision != TS_PREC_FP32)
-        return TS_ERR(TS_ERR_CONFIG, "train.precision = %s (%s): not available with %s (only the plain UNet3D has "
-                      "bf16/fp16 convolutions tested); use fp32", s, ts_config_source(cfg, "train.precision"),
-                      not_plain(u));
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

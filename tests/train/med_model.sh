@@ -4,7 +4,7 @@
 # leaky ReLU, train the synthetic task data parallel (the loss decreases,
 # the weights move, 2 ranks = 1 rank with the same global batch, a killed
 # run resumes bit for bit), evaluate at the end, and every combination
-# that supports only the plain UNet3D (activation checkpointing, bf16/fp16)
+# that supports only the plain UNet3D (activation checkpointing)
 # is refused on every rank, naming the key, before any work; `tessera plan`
 # marks every layout trainable; spatial splits:
 # tests/parallel/spatial_variants.sh; pipeline stages:
@@ -120,7 +120,6 @@ bad() { # bad DESC TEXT ARGS...
         data.path="$d/syn.h5" run.dir="$d/bad" "$@"
 }
 bad "resenc with activation checkpointing" "model.checkpoint_levels = 0" model.arch=resenc model.checkpoint_levels=0
-bad "deep supervision in bf16" "train.precision = bf16" model.deep_supervision=true train.precision=bf16
 bad "deep supervision with 3 levels" "model.deep_supervision" model.deep_supervision=true model.channels=4,8,16
 bad "resenc with fewer model.res_blocks entries than levels" "model.res_blocks" model.arch=resenc model.res_blocks=1,2
 ts_check "no run directory was made by the refused runs" [ ! -e "$d/bad/metrics.jsonl" ]
