@@ -199,9 +199,9 @@ int ts_unet_set_checkpoint(ts_unet *m, unsigned levels)
     if (levels >> m->cfg.levels)
         return TS_ERR(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", levels, m->cfg.levels - 1);
     if (levels == m->ckpt) return 0;
-    if (levels && !ts_unet_is_plain(&m->cfg))
+    if (levels && m->cfg.arch == TS_ARCH_RESENC)
         return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
-                      "model.arch = resenc or model.deep_supervision (only the plain UNet3D)");
+                      "model.arch = resenc (the plain UNet3D's encoder only, deep supervision included)");
     free_acts(m);
     m->ckpt = m->cfg.ckpt_levels = levels;
     return 0;
@@ -364,9 +364,9 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     if (cfg->ckpt_levels >> L)
         TS_FAIL(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", cfg->ckpt_levels, L - 1);
     m->ckpt = cfg->ckpt_levels;
-    if (m->ckpt && !ts_unet_is_plain(cfg))
+    if (m->ckpt && cfg->arch == TS_ARCH_RESENC)
         TS_FAIL(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
-                "model.arch = resenc or model.deep_supervision (only the plain UNet3D)");
+                "model.arch = resenc (the plain UNet3D's encoder only, deep supervision included)");
     TS_CHECK(ts_arena_create(&m->arena));
     m->u0 = 0;
     m->u1 = 4 * L - 1;

@@ -179,10 +179,10 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     u->act = !strcmp(s, "leaky_relu") ? TS_ACT_LEAKY : TS_ACT_RELU;
     TS_TRY(ts_config_get_float(cfg, "model.leaky_slope", &f));
     u->slope = (float)f;
-    if (!ts_unet_is_plain(u) && u->ckpt_levels) {
+    if (u->arch == TS_ARCH_RESENC && u->ckpt_levels) {
         TS_TRY(ts_config_get_str(cfg, "model.checkpoint_levels", &s));
         return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = %s (%s): activation checkpointing is not available "
-                      "with %s (only the plain UNet3D); use none", s,
+                      "with %s (the plain UNet3D's encoder only, deep supervision included); use none", s,
                       ts_config_source(cfg, "model.checkpoint_levels"), not_plain(u));
     }
     TS_TRY(ts_config_get_str(cfg, "train.loss", &s));

@@ -7,8 +7,10 @@
 # spatial group again) and on
 # dp = 2 x pp = 2 (1F1B, the cut inside a checkpointed level); `bench step
 # --compare-checkpoint` on sp = 2 finds bit-identical gradients and less
-# activation memory; bad level lists (out of range, duplicate, not a
-# number) fail on every rank naming the key, before any work.
+# activation memory; so does deep supervision (1 rank, fp32 and bf16,
+# dp 2 x sp 2, dp 2 x pp 2); the residual encoder is refused; bad level
+# lists (out of range, duplicate, not a number) fail on every rank naming
+# the key, before any work.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -89,6 +91,44 @@ assert c['act_bytes_b'] < 0.8 * c['act_bytes_a'] and c['plan_bytes_a'] == c['act
 else
     ts_skip "bench step JSON" "no python3"
 fi
+# deep supervision (nnU-Net's instance norm and leaky ReLU, 4 levels): its heads read the decoder blocks'
+# outputs, which checkpointing keeps; bit-identical on 1 rank (fp32, bf16), dp 2 x sp 2 and dp 2 x pp 2
+ds="model.deep_supervision=true model.channels=4,8,16,32 model.norm=instance model.act=leaky_relu"
+# shellcheck disable=SC2086
+ts_step "initial weights (deep supervision)" "$TESSERA" model init "$d/a.ini" $ds --out "$d/init-ds.h5" --seed 0
+for prec in fp32 bf16; do
+    # shellcheck disable=SC2086
+    run 1 "ds-$prec" $ds train.precision=$prec
+    # shellcheck disable=SC2086
+    run 1 "ds-$prec-ck" $ds train.precision=$prec model.checkpoint_levels=0,1,2
+    same "ds-$prec" "ds-$prec-ck" init-ds.h5 0 0
+done
+# shellcheck disable=SC2086
+run 4 ds-sp $ds parallel.sp=2
+# shellcheck disable=SC2086
+run 4 ds-sp-ck $ds parallel.sp=2 model.checkpoint_levels=all
+same ds-sp ds-sp-ck init-ds.h5 0 0
+# shellcheck disable=SC2086
+run 4 ds-pp $ds parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=dec1.conv2
+# shellcheck disable=SC2086
+run 4 ds-pp-ck $ds parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=dec1.conv2 \
+    model.checkpoint_levels=0,1,2
+same ds-pp ds-pp-ck init-ds.h5 0 0
+# shellcheck disable=SC2086
+ts_step "bench step --compare-checkpoint 0,1,2 with deep supervision: gradients bit-identical, less memory" \
+    ts_mpirun 1 "$TESSERA" bench step "$d/a.ini" $ds data.patch=32 --compare-checkpoint 0,1,2 --steps 1 \
+    --warmup 0 --rounds 1 --json "$d/cmp-ds.json"
+if [ -n "$TS_PY" ]; then
+    ts_step "deep supervision: activations with levels 0,1,2 below those without, as the memory plan says" "$TS_PY" -c "
+import json; c = json.load(open('$d/cmp-ds.json'))['checkpoint_compare']
+print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
+assert c['grads_identical'] and c['act_bytes_b'] < 0.8 * c['act_bytes_a']
+assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
+"
+fi
+ts_fails_on_all "the residual encoder with checkpointing: refused on both ranks" "not available with model.arch = resenc" 2 \
+    ts_mpirun 2 "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.arch=resenc \
+    model.res_blocks=1,1,1 model.checkpoint_levels=0
 # bad values: every rank fails before any work, naming the key
 for bad in 9 -1 x 1,1; do
     ts_fails_on_all "model.checkpoint_levels=$bad refused on both ranks" "model.checkpoint_levels = '$bad'" 2 \
