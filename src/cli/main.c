@@ -33,9 +33,7 @@ static const ts_cli_cmd commands[] = {
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "the GPU engine (the CUDA code builds, the layers run on the CPU)\n"
-    "  of the nnU-Net-style medical pipeline (docs/medical.md): the residual encoder with activation checkpointing\n"
-    "  (data, spatial and pipeline parallelism and bf16/fp16 work; deep supervision is checkpointed)";
+    "the GPU engine (the CUDA code builds, the layers run on the CPU)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

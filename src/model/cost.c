@@ -25,9 +25,10 @@
  * exchanges its input's faces in forward (a strided conv1's at level l-1:
  * 4 face) and its output gradient's in backward (where an input gradient
  * is needed) */
-static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int n, double *w, ts_unet_cost *c)
+static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int n, double *w, double *rw,
+                         ts_unet_cost *c)
 {
-    const int co = u->channels[l];
+    const int co = u->channels[l], ck = (int)(u->ckpt_levels >> l & 1u);
     for (int j = -1; j < u->res_blocks[l]; j++) {
         if (j < 0 && l > 0) continue;
         const int ci = j < 0 ? u->in_channels : j > 0 ? co : l ? u->channels[l - 1] : co;
@@ -42,10 +43,20 @@ static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int
             if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
             w[TS_PROF_NORM] += 2 * co * v;
             w[TS_PROF_OTHER] += 2 * co * v;
-            c->act_elems += 2 * co * v;
+            /* checkpointed (the blocks, not the stem): only conv2's normalised output, the block's output, is
+             * kept; conv1, norm1, conv2 and the skip's conv and norm run again in backward */
+            const int again = ck && j >= 0;
+            c->act_elems += again ? (i == 1 ? co * v : 0) : 2 * co * v;
             if (k3 == 27) c->halo_elems += (cc * (l > 0 && j == 0 && i == 0 ? 4 : 1) + (j >= 0 ? co : 0)) * face * n;
             c->convs++;
             c->norms++;
+            if (again) {
+                rw[TS_PROF_CONV_FWD] += f;
+                if (i != 1) rw[TS_PROF_NORM] += co * v;
+                if (k3 == 27) c->halo_elems += cc * (l > 0 && j == 0 && i == 0 ? 4 : 1) * face * n;
+                c->convs_recomputed++;
+                c->norms_recomputed += i != 1;
+            }
         }
         if (j >= 0) w[TS_PROF_OTHER] += 2 * co * v; /* the sum with the skip and its act */
     }
@@ -62,6 +73,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                           (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)div, L);
     double *w = c->work, rw[TS_PROF_COUNT] = {0}; /* rw: the recomputation's work */
     double scratch_in = 0, scratch_y = 0;          /* the recompute scratch: first-conv input / second-conv output, conv outputs */
+    double scratch_r = 0;                          /* the residual encoder's: conv2's output, the skip's two */
     for (int l = 0; l < L; l++) {
         const int ck = (int)(u->ckpt_levels >> l & 1u);
         const double D = (double)(dhw[0] >> l), H = (double)(dhw[1] >> l), W = (double)(dhw[2] >> l);
@@ -72,8 +84,12 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const int co = u->channels[l];
         /* encoder level l: conv(cin -> co), conv(co -> co) */
         const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
-        if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no checkpointing, no pool */
-            resenc_level(u, l, v, face, n, w, c);
+        if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no pool */
+            resenc_level(u, l, v, face, n, w, rw, c);
+            if (ck) { /* the scratch: conv1's, norm1's, conv2's outputs and the skip's two (as scratch_y) */
+                if (co * v > scratch_y) scratch_y = co * v;
+                if (co * v > scratch_r) scratch_r = co * v;
+            }
         } else {
             if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
                        * norm's outputs */
@@ -165,7 +181,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
     c->flops_forward = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONVT] / 3;
     c->flops_backward = w[TS_PROF_CONV_WGRAD] + w[TS_PROF_CONV_DGRAD] + 2 * w[TS_PROF_CONVT] / 3;
     c->flops_recompute = rw[TS_PROF_CONV_FWD] + rw[TS_PROF_CONVT];
-    c->act_elems += scratch_in + 2 * scratch_y;
+    c->act_elems += scratch_in + 2 * scratch_y + 3 * scratch_r;
     for (int k = 0; k < TS_PROF_COUNT; k++) w[k] += rw[k];
     return 0;
 }

@@ -43,8 +43,9 @@ typedef struct rblock {
     int skip; /* 1: the skip is sk (projection) */
 } rblock;
 
-/* the recompute scratch of checkpointed levels (float32; the pool indices apart) */
-enum { RS_IN = 0, RS_Y0, RS_A0, RS_N };
+/* the recompute scratch of checkpointed levels (float32; the pool indices apart); RS_Y1, RS_SY and RS_SA
+ * only for the residual encoder: a block's second conv output, its skip's conv and norm outputs */
+enum { RS_IN = 0, RS_Y0, RS_A0, RS_Y1, RS_SY, RS_SA, RS_N };
 
 typedef struct cacts { /* a cnorm's activations: conv output y, norm (and act) output a, saved statistics */
     ts_tensor y, a, smean, sinv;
@@ -199,9 +200,6 @@ int ts_unet_set_checkpoint(ts_unet *m, unsigned levels)
     if (levels >> m->cfg.levels)
         return TS_ERR(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", levels, m->cfg.levels - 1);
     if (levels == m->ckpt) return 0;
-    if (levels && m->cfg.arch == TS_ARCH_RESENC)
-        return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
-                      "model.arch = resenc (the plain UNet3D's encoder only, deep supervision included)");
     free_acts(m);
     m->ckpt = m->cfg.ckpt_levels = levels;
     return 0;
@@ -364,9 +362,6 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     if (cfg->ckpt_levels >> L)
         TS_FAIL(TS_ERR_ARG, "unet: checkpointed levels 0x%x, but the model has levels 0..%d", cfg->ckpt_levels, L - 1);
     m->ckpt = cfg->ckpt_levels;
-    if (m->ckpt && cfg->arch == TS_ARCH_RESENC)
-        TS_FAIL(TS_ERR_CONFIG, "model.checkpoint_levels: activation checkpointing is not available with "
-                "model.arch = resenc (the plain UNet3D's encoder only, deep supervision included)");
     TS_CHECK(ts_arena_create(&m->arena));
     m->u0 = 0;
     m->u1 = 4 * L - 1;
@@ -672,7 +667,18 @@ static int alloc_scratch(ts_unet *m, int64_t n, int64_t d, int64_t h, int64_t w)
     for (int l = 0; l < L; l++) {
         if (!ck(m, l)) continue;
         const int64_t v = n * (d >> l) * (h >> l) * (w >> l), cl = c->channels[l];
-        for (int enc = 1; enc >= 0; enc--) {
+        if (resenc(m)) /* a block of the level: its conv outputs, first norm's, skip's (the stem is kept) */
+            for (int j = 0; j < c->res_blocks[l]; j++) {
+                if (!here(m, U_RB(m, l, j))) continue;
+                NEED(need[RS_Y0], cl * v);
+                NEED(need[RS_A0], cl * v);
+                NEED(need[RS_Y1], cl * v);
+                if (m->rb[l][j].skip) {
+                    NEED(need[RS_SY], cl * v);
+                    NEED(need[RS_SA], cl * v);
+                }
+            }
+        for (int enc = resenc(m) ? 0 : 1; enc >= 0; enc--) {
             if (!enc && l == L - 1) break; /* the bottom level has no decoder block */
             const int u0 = enc ? U_E(m, l, 0) : U_D(m, l, 0);
             const int64_t cin = enc ? (l ? c->channels[l - 1] : 0) : cl; /* the image stays in the slot */
@@ -709,14 +715,16 @@ static int alloc_half(ts_unet *m, const block *b, bacts *x, int i, int64_t n, in
     return 0;
 }
 
-/* a cnorm's activations for an output of n x d x h x w (and a 3x3x3 conv's input halo on a split) */
-static int alloc_cacts(ts_unet *m, const cnorm *p, cacts *x, int64_t n, int64_t d, int64_t h, int64_t w)
+/* a cnorm's activations for an output of n x d x h x w (and a 3x3x3 conv's input halo on a split); y and a
+ * are views of recompute scratch ry and ra where those are >= 0 (a checkpointed level) */
+static int alloc_cacts(ts_unet *m, const cnorm *p, cacts *x, int64_t n, int64_t d, int64_t h, int64_t w, int ry,
+                       int ra)
 {
     const int64_t ns = m->cfg.norm == TS_NORM_BATCH ? p->cout : m->cfg.norm == TS_NORM_GROUP ? n * m->cfg.groups : n * p->cout;
     const int64_t s = p->stride, in[3] = {d * s, h * s, w * s};
     if (p->k == 3) TS_TRY(halo_alloc(m, &x->xh, n, in, p->cin));
-    TS_TRY(alloc5(m, &x->y, TS_FLOAT32, n, d, h, w, p->cout));
-    TS_TRY(alloc5(m, &x->a, TS_FLOAT32, n, d, h, w, p->cout));
+    TS_TRY(alloc_or_view(m, ry >= 0, ry, &x->y, TS_FLOAT32, n, d, h, w, p->cout));
+    TS_TRY(alloc_or_view(m, ra >= 0, ra, &x->a, TS_FLOAT32, n, d, h, w, p->cout));
     TS_TRY(talloc(m, &x->smean, TS_FLOAT32, 1, &ns));
     return talloc(m, &x->sinv, TS_FLOAT32, 1, &ns);
 }
@@ -727,16 +735,18 @@ static int alloc_resenc(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, in
     const ts_unet_cfg *c = &m->cfg;
     if (here(m, U_E(m, 0, 0))) {
         TS_TRY(alloc5(m, &s->x, TS_FLOAT32, n, d, h, w, c->in_channels));
-        TS_TRY(alloc_cacts(m, &m->stem, &s->stem, n, d, h, w));
+        TS_TRY(alloc_cacts(m, &m->stem, &s->stem, n, d, h, w, -1, -1)); /* kept, checkpointed or not */
     }
     for (int l = 0; l < c->levels; l++)
         for (int j = 0; j < c->res_blocks[l]; j++) {
             const rblock *r = &m->rb[l][j];
             if (!here(m, U_RB(m, l, j))) continue;
             racts *x = &s->rb[l][j];
-            TS_TRY(alloc_cacts(m, &r->c1, &x->c1, n, d >> l, h >> l, w >> l));
-            TS_TRY(alloc_cacts(m, &r->c2, &x->c2, n, d >> l, h >> l, w >> l));
-            if (r->skip) TS_TRY(alloc_cacts(m, &r->sk, &x->sk, n, d >> l, h >> l, w >> l));
+            const int k = ck(m, l); /* checkpointed: only the block's output c2.a (and statistics, halos) kept */
+            TS_TRY(alloc_cacts(m, &r->c1, &x->c1, n, d >> l, h >> l, w >> l, k ? RS_Y0 : -1, k ? RS_A0 : -1));
+            TS_TRY(alloc_cacts(m, &r->c2, &x->c2, n, d >> l, h >> l, w >> l, k ? RS_Y1 : -1, -1));
+            if (r->skip)
+                TS_TRY(alloc_cacts(m, &r->sk, &x->sk, n, d >> l, h >> l, w >> l, k ? RS_SY : -1, k ? RS_SA : -1));
         }
     return 0;
 }
@@ -1020,8 +1030,8 @@ static int norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, 
 /* ---- the residual encoder (model.arch = resenc) ---- */
 
 /* p's norm on x->y into out, followed by the activation if act; running
- * statistics as norm_forward */
-static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out, int act, int train)
+ * statistics as norm_forward (again: a recomputation, which leaves them) */
+static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out, int act, int train, int again)
 {
     ts_norm_opts o = norm_opts(m);
     o.relu = act && m->cfg.act == TS_ACT_RELU;
@@ -1029,8 +1039,10 @@ static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out,
     switch (m->cfg.norm) {
     case TS_NORM_BATCH: {
         ts_tensor rm = V(m, p->rm), rv = V(m, p->rv), nbt = V(m, p->nbt);
-        TIMED(m, TS_PROF_NORM, ts_batchnorm_forward(&x->y, &g, &be, &rm, &rv, train, &o, out, &x->smean, &x->sinv));
-        if (train) (*(int64_t *)nbt.data)++;
+        const int update = train && !again; /* eval mode reads them */
+        TIMED(m, TS_PROF_NORM, ts_batchnorm_forward(&x->y, &g, &be, update || !train ? &rm : NULL,
+                                                    update || !train ? &rv : NULL, train, &o, out, &x->smean, &x->sinv));
+        if (update) (*(int64_t *)nbt.data)++;
         break;
     }
     case TS_NORM_GROUP:
@@ -1119,18 +1131,18 @@ static int cn_conv_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor
 }
 
 /* p's conv on in into x->y, then its norm (and act) into x->a */
-static int cn_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train)
+static int cn_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train, int again)
 {
     TS_TRY(cn_conv_forward(m, p, x, in));
-    return cn_norm_forward(m, p, x, &x->a, act, train);
+    return cn_norm_forward(m, p, x, &x->a, act, train, again);
 }
 
 /* a residual block on in: out (x->c2.a) = act(norm2(conv2(act(norm1(conv1(in))))) + skip) */
 static int rblock_forward(ts_unet *m, const rblock *r, racts *x, const ts_tensor *in, int train)
 {
-    TS_TRY(cn_forward(m, &r->c1, &x->c1, in, 1, train));
-    TS_TRY(cn_forward(m, &r->c2, &x->c2, &x->c1.a, 0, train));
-    if (r->skip) TS_TRY(cn_forward(m, &r->sk, &x->sk, in, 0, train));
+    TS_TRY(cn_forward(m, &r->c1, &x->c1, in, 1, train, 0));
+    TS_TRY(cn_forward(m, &r->c2, &x->c2, &x->c1.a, 0, train, 0));
+    if (r->skip) TS_TRY(cn_forward(m, &r->sk, &x->sk, in, 0, train, 0));
     const double t0 = ts_time_now();
     const float *k = r->skip ? x->sk.a.data : in->data, slope = m->cfg.act == TS_ACT_LEAKY ? m->cfg.slope : 0.0f;
     float *o = x->c2.a.data;
@@ -1160,7 +1172,7 @@ static ts_tensor *block_in(ts_unet *m, slot *s, int l, int j)
 static int resenc_forward(ts_unet *m, slot *s, int l, int half, int train)
 {
     const int nb = m->cfg.res_blocks[l];
-    if (l == 0 && !half) TS_TRY(cn_forward(m, &m->stem, &s->stem, &s->x, 1, train));
+    if (l == 0 && !half) TS_TRY(cn_forward(m, &m->stem, &s->stem, &s->x, 1, train, 0));
     for (int j = half ? nb - 1 : 0; j < (half ? nb : nb - 1); j++)
         TS_TRY(rblock_forward(m, &m->rb[l][j], &s->rb[l][j], block_in(m, s, l, j), train));
     return 0;
@@ -1464,6 +1476,20 @@ static int rblock_backward(ts_unet *m, const rblock *r, racts *x, const ts_tenso
     return 0;
 }
 
+/* A checkpointed level's residual block before its backward: what the
+ * recompute scratch held in forward, from the kept input by the forward's
+ * kernels (halos exchanged and batch-norm statistics summed again, running
+ * statistics left): conv1, norm1 and its act, conv2, and the skip's conv
+ * and norm. norm2 is not redone: its statistics are kept, and its output
+ * became the block's output (kept). */
+static int recompute_rblock(ts_unet *m, const rblock *r, racts *x, const ts_tensor *in, int train)
+{
+    TS_TRY(cn_forward(m, &r->c1, &x->c1, in, 1, train, 1));
+    TS_TRY(cn_conv_forward(m, &r->c2, &x->c2, &x->c1.a));
+    if (r->skip) TS_TRY(cn_forward(m, &r->sk, &x->sk, in, 0, train, 1));
+    return 0;
+}
+
 /* Backward of residual encoder level l's unit enc l.conv2 (half 1: the
  * last block) or enc l.conv1 (half 0: the other blocks, the stem). d(the
  * level's output) is gin[l] (from the level below's first block, or
@@ -1488,6 +1514,7 @@ static int resenc_backward(ts_unet *m, slot *s, int l, int half, int train)
     }
     for (int j = half ? nb - 1 : nb - 2; j >= (half ? nb - 1 : 0); j--) {
         const ts_tensor *in = block_in(m, s, l, j);
+        if (ck(m, l)) TS_TRY(recompute_rblock(m, &m->rb[l][j], &s->rb[l][j], in, train));
         if (j == 0 && l > 0) {
             TS_TRY(rblock_backward(m, &m->rb[l][j], &s->rb[l][j], in, train, a, b, &m->gin[l - 1], &m->rg[l - 1]));
         } else {

@@ -94,14 +94,6 @@ double ts_unet_ds_weight(const ts_unet_cfg *u, int l)
 
 int ts_unet_is_plain(const ts_unet_cfg *u) { return u->arch == TS_ARCH_UNET && !u->deep_supervision; }
 
-/* what makes the model not plain, for messages */
-static const char *not_plain(const ts_unet_cfg *u)
-{
-    return u->arch == TS_ARCH_RESENC ? (u->deep_supervision ? "model.arch = resenc with model.deep_supervision"
-                                                            : "model.arch = resenc")
-                                     : "model.deep_supervision = true";
-}
-
 int ts_unet_check_input(const ts_unet_cfg *u, const int64_t dhw[3], const char *what)
 {
     const int64_t f = (int64_t)1 << (u->levels - 1);
@@ -179,12 +171,6 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     u->act = !strcmp(s, "leaky_relu") ? TS_ACT_LEAKY : TS_ACT_RELU;
     TS_TRY(ts_config_get_float(cfg, "model.leaky_slope", &f));
     u->slope = (float)f;
-    if (u->arch == TS_ARCH_RESENC && u->ckpt_levels) {
-        TS_TRY(ts_config_get_str(cfg, "model.checkpoint_levels", &s));
-        return TS_ERR(TS_ERR_CONFIG, "model.checkpoint_levels = %s (%s): activation checkpointing is not available "
-                      "with %s (the plain UNet3D's encoder only, deep supervision included); use none", s,
-                      ts_config_source(cfg, "model.checkpoint_levels"), not_plain(u));
-    }
     TS_TRY(ts_config_get_str(cfg, "train.loss", &s));
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
     TS_TRY(ts_config_get_str(cfg, "train.precision", &s));

@@ -7,10 +7,11 @@
 # spatial group again) and on
 # dp = 2 x pp = 2 (1F1B, the cut inside a checkpointed level); `bench step
 # --compare-checkpoint` on sp = 2 finds bit-identical gradients and less
-# activation memory; so does deep supervision (1 rank, fp32 and bf16,
-# dp 2 x sp 2, dp 2 x pp 2); the residual encoder is refused; bad level
-# lists (out of range, duplicate, not a number) fail on every rank naming
-# the key, before any work.
+# activation memory; so do deep supervision (1 rank, fp32 and bf16,
+# dp 2 x sp 2, dp 2 x pp 2) and the residual encoder (1 rank with batch
+# norm and fp16, dp 2 x sp 2, dp 2 x pp 2 cut inside a checkpointed
+# level); bad level lists (out of range, duplicate, not a number) fail on
+# every rank naming the key, before any work.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -126,9 +127,50 @@ assert c['grads_identical'] and c['act_bytes_b'] < 0.8 * c['act_bytes_a']
 assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
 "
 fi
-ts_fails_on_all "the residual encoder with checkpointing: refused on both ranks" "not available with model.arch = resenc" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.arch=resenc \
-    model.res_blocks=1,1,1 model.checkpoint_levels=0
+# nnU-Net's residual encoder (with deep supervision): a checkpointed level keeps each block's output and
+# recomputes its convs, first norm and skip; batch norm's running statistics are left alone by the
+# recomputation; on 1 rank (batch norm, fp16), dp 2 x sp 2 (batch norm summed over the group again) and
+# dp 2 x pp 2 with the cut between the blocks of checkpointed level 1
+res="$ds model.arch=resenc model.res_blocks=1,2,2,2"
+# shellcheck disable=SC2086
+ts_step "initial weights (residual encoder, batch norm)" "$TESSERA" model init "$d/a.ini" $res model.norm=batch \
+    --out "$d/init-res.h5" --seed 0
+# shellcheck disable=SC2086
+ts_step "initial weights (residual encoder, instance norm)" "$TESSERA" model init "$d/a.ini" $res \
+    --out "$d/init-resi.h5" --seed 0
+# shellcheck disable=SC2086
+run 1 res-1 $res model.norm=batch
+# shellcheck disable=SC2086
+run 1 res-1-ck $res model.norm=batch model.checkpoint_levels=0,1
+same res-1 res-1-ck init-res.h5 0 0
+# shellcheck disable=SC2086
+run 1 res-fp16 $res train.precision=fp16
+# shellcheck disable=SC2086
+run 1 res-fp16-ck $res train.precision=fp16 model.checkpoint_levels=all
+same res-fp16 res-fp16-ck init-resi.h5 0 0
+# shellcheck disable=SC2086
+run 4 res-sp $res model.norm=batch parallel.sp=2
+# shellcheck disable=SC2086
+run 4 res-sp-ck $res model.norm=batch parallel.sp=2 model.checkpoint_levels=all
+same res-sp res-sp-ck init-res.h5 0 0
+# shellcheck disable=SC2086
+run 4 res-pp $res parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=enc1.conv2
+# shellcheck disable=SC2086
+run 4 res-pp-ck $res parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=enc1.conv2 \
+    model.checkpoint_levels=0,1,2
+same res-pp res-pp-ck init-resi.h5 0 0
+# shellcheck disable=SC2086
+ts_step "bench step --compare-checkpoint 0,1,2, residual encoder: gradients bit-identical, less memory" \
+    ts_mpirun 1 "$TESSERA" bench step "$d/a.ini" $res data.patch=32 --compare-checkpoint 0,1,2 --steps 1 \
+    --warmup 0 --rounds 1 --json "$d/cmp-res.json"
+if [ -n "$TS_PY" ]; then
+    ts_step "residual encoder: activations with levels 0,1,2 below those without, as the memory plan says" "$TS_PY" -c "
+import json; c = json.load(open('$d/cmp-res.json'))['checkpoint_compare']
+print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
+assert c['grads_identical'] and c['act_bytes_b'] < 0.8 * c['act_bytes_a']
+assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
+"
+fi
 # bad values: every rank fails before any work, naming the key
 for bad in 9 -1 x 1,1; do
     ts_fails_on_all "model.checkpoint_levels=$bad refused on both ranks" "model.checkpoint_levels = '$bad'" 2 \

@@ -3,8 +3,8 @@
 # (model.arch = resenc), deep supervision and both, with instance norm and
 # leaky ReLU, train the synthetic task data parallel (the loss decreases,
 # the weights move, 2 ranks = 1 rank with the same global batch, a killed
-# run resumes bit for bit), evaluate at the end, and every combination
-# that supports only the plain UNet3D (activation checkpointing)
+# run resumes bit for bit), evaluate at the end, and what the variants
+# refuse (fewer res_blocks than levels, deep supervision with 3 levels)
 # is refused on every rank, naming the key, before any work; `tessera plan`
 # marks every layout trainable; spatial splits:
 # tests/parallel/spatial_variants.sh; pipeline stages:
@@ -112,14 +112,13 @@ ts_step "resenc-ds: kill at step 7 and resume = the uninterrupted run, bit for b
 # evaluation (sliding window, Dice) and inference take the full-resolution head
 run 2 ev model.arch=resenc model.deep_supervision=true train.steps=2 eval.final=true
 ts_check "resenc-ds: the final evaluation wrote per-class Dice" grep -q '"dice"' "$d/ev/metrics.jsonl"
-# what only the plain UNet3D supports: refused on every rank, naming the key
+# what the variants cannot take: refused on every rank, naming the key
 bad() { # bad DESC TEXT ARGS...
     _desc=$1 _text=$2
     shift 2
     ts_fails_on_all "$_desc: refused on both ranks" "$_text" 2 ts_mpirun 2 "$TESSERA" train "$d/m.ini" \
         data.path="$d/syn.h5" run.dir="$d/bad" "$@"
 }
-bad "resenc with activation checkpointing" "model.checkpoint_levels = 0" model.arch=resenc model.checkpoint_levels=0
 bad "deep supervision with 3 levels" "model.deep_supervision" model.deep_supervision=true model.channels=4,8,16
 bad "resenc with fewer model.res_blocks entries than levels" "model.res_blocks" model.arch=resenc model.res_blocks=1,2
 ts_check "no run directory was made by the refused runs" [ ! -e "$d/bad/metrics.jsonl" ]
