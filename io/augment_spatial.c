@@ -28,6 +28,8 @@ int ts_spatial_aug_check(const ts_spatial_aug_opts *o)
                       "<= 10", o->zoom_min, o->zoom_max);
     if (!(o->elastic_p >= 0 && o->elastic_p <= 1))
         return TS_ERR(TS_ERR_CONFIG, "data.elastic_p (%g) must lie in 0..1", o->elastic_p);
+    if (o->plane && !(o->rot_deg_plane >= 0 && o->rot_deg_plane <= 180))
+        return TS_ERR(TS_ERR_CONFIG, "data.rot_deg_2d (%g) must lie in 0..180", o->rot_deg_plane);
     if (o->elastic_p > 0 && (o->elastic_points < 4 || o->elastic_points > TS_ELASTIC_MAX_POINTS ||
                              !(o->elastic_disp >= 0 && o->elastic_disp <= 1000)))
         return TS_ERR(TS_ERR_CONFIG, "data.elastic_points (%d) must lie in 4..%d and data.elastic_disp (%g) in 0..1000",
@@ -35,16 +37,23 @@ int ts_spatial_aug_check(const ts_spatial_aug_opts *o)
     return 0;
 }
 
+int ts_spatial_aug_plane_auto(const int64_t patch[3])
+{
+    const int64_t m = patch[0] > patch[1] ? (patch[0] > patch[2] ? patch[0] : patch[2]) : (patch[1] > patch[2] ? patch[1] : patch[2]);
+    return (double)m / (double)patch[0] > 3.0;
+}
+
 void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xform *x)
 {
     memset(x, 0, sizeof *x);
     x->zoom = 1;
+    x->plane = o->plane;
     int rot = 0, zoom = 0;
     if (o->rot_p > 0) {
         rot = ts_rng_uniform(r) < o->rot_p;
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < 3; d++) { /* three draws either way: in the plane only the first is used */
             double u = ts_rng_uniform(r);
-            x->angle[d] = rot ? o->rot_deg * (2 * u - 1) : 0;
+            x->angle[d] = !rot || (o->plane && d) ? 0 : (o->plane ? o->rot_deg_plane : o->rot_deg) * (2 * u - 1);
         }
     }
     if (o->zoom_p > 0) {
@@ -76,9 +85,9 @@ void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xfo
     double t[3][3];
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) t[i][j] = rd[i][0] * rh[0][j] + rd[i][1] * rh[1][j] + rd[i][2] * rh[2][j];
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) /* in the plane the zoom scales H and W only */
         for (int j = 0; j < 3; j++)
-            x->a[i][j] = x->zoom * (t[i][0] * rw[0][j] + t[i][1] * rw[1][j] + t[i][2] * rw[2][j]);
+            x->a[i][j] = (o->plane && j == 0 ? 1 : x->zoom) * (t[i][0] * rw[0][j] + t[i][1] * rw[1][j] + t[i][2] * rw[2][j]);
 }
 
 /* the control points' displacements [3][n^3], uniform in [-disp, disp]:
@@ -92,7 +101,7 @@ static void control_points(const ts_spatial_xform *x, double *coef)
             const uint32_t ctr[4] = {(uint32_t)j, (uint32_t)a, 0x454c0000u, 0};
             uint32_t o[4];
             ts_philox4x32(ctr, key, o);
-            coef[a * n3 + j] = x->elastic_disp * (2 * ((double)(o[0] >> 8) / 16777216.0) - 1);
+            coef[a * n3 + j] = a == 0 && x->plane ? 0 : x->elastic_disp * (2 * ((double)(o[0] >> 8) / 16777216.0) - 1);
         }
 }
 

@@ -29,7 +29,15 @@ typedef struct ts_spatial_aug_opts {
     double elastic_p;   /* probability of an elastic deformation; 0: off */
     int elastic_points; /* control points per axis over the patch (cubic B-spline), 4..TS_ELASTIC_MAX_POINTS */
     double elastic_disp; /* each control point's displacement uniform in [-disp, disp] voxels per axis */
+    int plane;          /* 1: in the H-W plane only (nnU-Net's "dummy 2D" augmentation of anisotropic patches):
+                         * the rotation about D only, by rot_deg_plane; the zoom of H and W only; the elastic
+                         * displacement along H and W only */
+    double rot_deg_plane; /* with plane: the angle uniform in [-rot_deg_plane, rot_deg_plane] degrees */
 } ts_spatial_aug_opts;
+
+/* Local. nnU-Net's rule for the in-plane mode: the patch's largest edge is
+ * more than 3 times its D edge (ANISO_THRESHOLD). */
+int ts_spatial_aug_plane_auto(const int64_t patch[3]);
 
 /* The drawn transform of one patch. A patch voxel whose read-box
  * coordinate (after flips and 90-degree rotations) is s comes from volume
@@ -42,6 +50,7 @@ typedef struct ts_spatial_xform {
     double angle[3]; /* degrees about D, H, W (0 when no rotation was drawn) */
     double zoom;     /* 1 when no zoom was drawn */
     int elastic;
+    int plane;       /* the elastic displacement has no D component (opts.plane) */
     uint64_t elastic_key;
     int elastic_points;
     double elastic_disp;

@@ -36,6 +36,11 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.zoom_p", TS_CFG_FLOAT, "0.2", "0:1", "probability of a random isotropic zoom (nnU-Net's scaling: 0.2)"},
     {"data.zoom_min", TS_CFG_FLOAT, "0.7", "0.05:10", "zoom factor uniform in [zoom_min, zoom_max]; < 1 magnifies (nnU-Net: 0.7)"},
     {"data.zoom_max", TS_CFG_FLOAT, "1.4", "0.05:10", "upper end of the zoom factor (nnU-Net: 1.4)"},
+    {"data.aug_2d", TS_CFG_ENUM, "auto", "auto|on|off", "spatial augmentation in the H-W plane only (nnU-Net's dummy 2D "
+     "augmentation): rotation about D by data.rot_deg_2d, zoom and elastic displacement of H and W; auto: when the "
+     "patch's largest edge is more than 3 times its D edge (nnU-Net's rule)"},
+    {"data.rot_deg_2d", TS_CFG_FLOAT, "180", "0:180", "the in-plane rotation angle uniform in [-rot_deg_2d, rot_deg_2d] "
+     "degrees (data.aug_2d; nnU-Net: 180)"},
     {"data.elastic_p", TS_CFG_FLOAT, "0", "0:1", "probability of an elastic deformation (off, as nnU-Net's 3D default)"},
     {"data.elastic_points", TS_CFG_INT, "7", "4:16", "elastic control points per axis over the patch (TorchIO: 7)"},
     {"data.elastic_disp", TS_CFG_FLOAT, "7.5", "0:1000", "largest control-point displacement in voxels (TorchIO: 7.5)"},
@@ -99,6 +104,10 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
         TS_TRY(ts_config_get_int(cfg, "data.elastic_points", &v));
         sa->elastic_points = (int)v;
         TS_TRY(ts_config_get_float(cfg, "data.elastic_disp", &sa->elastic_disp));
+        const char *m2;
+        TS_TRY(ts_config_get_str(cfg, "data.aug_2d", &m2));
+        sa->plane = !strcmp(m2, "on") || (!strcmp(m2, "auto") && ts_spatial_aug_plane_auto(o->patch.patch));
+        TS_TRY(ts_config_get_float(cfg, "data.rot_deg_2d", &sa->rot_deg_plane));
         TS_TRY(ts_spatial_aug_check(sa));
     }
     ts_aug_opts *a = &o->patch.aug;
@@ -307,6 +316,7 @@ static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_l
     h = fnv(h, dv, sizeof dv);
     if (o->subset) h = fnv(h, o->subset, (size_t)o->nsubset * sizeof *o->subset);
     if (p->norm_nch > 0) h = fnv(h, p->norm_ch, (size_t)p->norm_nch * sizeof *p->norm_ch); /* a mode per channel */
+    if (p->spatial.plane) h = fnv(h, &p->spatial.rot_deg_plane, sizeof p->spatial.rot_deg_plane); /* data.aug_2d */
     return h;
 }
 

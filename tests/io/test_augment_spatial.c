@@ -4,7 +4,9 @@
  * the rot90 crop; a zoom by 2 on an odd patch picks every other voxel; an
  * elastic deformation moves no voxel's label farther than its largest
  * displacement and is the same for the same key; the draws have the
- * configured probabilities and ranges and always the same count.
+ * configured probabilities and ranges and always the same count; in the
+ * H-W plane (data.aug_2d) the rotation is about D only, the zoom and the
+ * elastic displacement leave D.
  * usage: test_augment_spatial DIR */
 #include "tsbuild.h"
 #include "io/augment_spatial.h"
@@ -236,6 +238,89 @@ int main(int argc, char **argv)
         e1 = ts_spatial_aug_check(&bad);
         ts_ok(e1 == TS_ERR_CONFIG && strstr(ts_err_message(), "data.elastic_points"), "check: %s", ts_err_message());
         ts_ok(ts_spatial_aug_check(&o) == 0, "check: the defaults pass");
+    }
+    /* 6. in the H-W plane (data.aug_2d, nnU-Net's dummy 2D augmentation of anisotropic patches) */
+    {
+        ts_ok(ts_spatial_aug_plane_auto((const int64_t[3]){8, 64, 64}) &&
+                  ts_spatial_aug_plane_auto((const int64_t[3]){4, 12, 13}) &&
+                  !ts_spatial_aug_plane_auto((const int64_t[3]){32, 64, 64}) &&
+                  !ts_spatial_aug_plane_auto((const int64_t[3]){4, 12, 12}) &&
+                  !ts_spatial_aug_plane_auto((const int64_t[3]){64, 16, 16}),
+              "in-plane rule: the largest edge more than 3 times the D edge (8x64x64, 4x12x13 yes; 32x64x64, "
+              "4x12x12, 64x16x16 no)");
+        ts_spatial_aug_opts po = {.rot_p = 1, .rot_deg = 30, .zoom_p = 1, .zoom_min = 0.7, .zoom_max = 1.4,
+                                  .plane = 1, .rot_deg_plane = 180};
+        int planar = 1;
+        double amax = 0;
+        for (int t = 0; t < 5000; t++) {
+            ts_rng r1;
+            ts_rng_init(&r1, 4, (uint32_t)t, 1);
+            ts_spatial_xform x;
+            ts_spatial_aug_draw(&po, &r1, &x);
+            amax = fmax(amax, fabs(x.angle[0]));
+            planar &= x.angle[1] == 0 && x.angle[2] == 0 && x.a[0][0] == 1 && x.a[0][1] == 0 && x.a[0][2] == 0 &&
+                      x.a[1][0] == 0 && x.a[2][0] == 0;
+            /* the H-W block: zoom x a rotation */
+            const double s = x.a[1][1] * x.a[1][1] + x.a[1][2] * x.a[1][2], q = x.a[1][1] * x.a[2][1] + x.a[1][2] * x.a[2][2];
+            planar &= fabs(s - x.zoom * x.zoom) < 1e-12 && fabs(q) < 1e-12;
+        }
+        ts_ok(planar && amax > 175 && amax <= 180,
+              "in-plane draws: a rotation about D only, up to 180 degrees (largest %.1f), the zoom of H and W only",
+              amax);
+        /* zoom 2 in the plane on an odd patch: patch voxel s is volume voxel (lo + s) along D, lo + c + 2 (s - c)
+         * along H and W */
+        const int64_t Q[3] = {5, 5, 7}, nq = 5 * 5 * 7, lo[3] = {6, 4, 9}, nvol = VOL[0] * VOL[1] * VOL[2];
+        ts_spatial_aug_opts zo = {.zoom_p = 1, .zoom_min = 2, .zoom_max = 2, .plane = 1, .rot_deg_plane = 180};
+        ts_spatial_xform x;
+        ts_spatial_aug_draw(&zo, &r, &x);
+        float *whole = malloc((size_t)(C * nvol) * 4);
+        uint8_t *lwhole = malloc((size_t)nvol);
+        err = ts_dataset_read_sample(ds, 2, whole, lwhole);
+        if (!err) err = ts_spatial_aug_box(ds, 2, &x, Q, 0, 0, lo, z3, Q, nan_to_zero, NULL, a, la, mn, mx);
+        int same = !err && x.on;
+        for (int64_t z = 0; z < Q[0] && same; z++)
+            for (int64_t y = 0; y < Q[1]; y++)
+                for (int64_t w = 0; w < Q[2]; w++) {
+                    const int64_t vz = lo[0] + z, vy = lo[1] + 2 + 2 * (y - 2), vx = lo[2] + 3 + 2 * (w - 3);
+                    const int64_t t = (z * Q[1] + y) * Q[2] + w, v = (vz * VOL[1] + vy) * VOL[2] + vx;
+                    const int in = vz >= 0 && vz < VOL[0] && vy >= 0 && vy < VOL[1] && vx >= 0 && vx < VOL[2];
+                    for (int64_t c = 0; c < C; c++) same &= a[c * nq + t] == (in ? whole[c * nvol + v] : 0);
+                    same &= la[t] == (in ? lwhole[v] : 0);
+                }
+        ts_ok(same, "in-plane zoom 2: D kept, H and W sampled every other voxel about the centre (%s)",
+              err ? ts_err_message() : "ok");
+        /* elastic in the plane: every label comes from its own D slice (within 3 voxels in H and W); in 3D
+         * some do not */
+        int own[2] = {1, 1};
+        for (int pl = 0; pl < 2; pl++) {
+            ts_spatial_aug_opts eo = {.elastic_p = 1, .elastic_points = 5, .elastic_disp = 2.5, .plane = pl,
+                                      .rot_deg_plane = 180};
+            for (int rep = 0; rep < 4; rep++) {
+                ts_spatial_xform xe;
+                ts_spatial_aug_draw(&eo, &r, &xe);
+                const int64_t elo[3] = {3 + rep, 1, 5 + 2 * rep};
+                err = ts_spatial_aug_box(ds, 2, &xe, P, 0, 0, elo, z3, P, nan_to_zero, NULL, a, la, mn, mx);
+                own[pl] &= !err;
+                for (int64_t z = 0; z < P[0]; z++)
+                    for (int64_t y = 0; y < P[1]; y++)
+                        for (int64_t w = 0; w < P[2]; w++) {
+                            const int64_t t = (z * P[1] + y) * P[2] + w, c0[3] = {elo[0] + z, elo[1] + y, elo[2] + w};
+                            int found = 0;
+                            for (int64_t dy = -3; dy <= 3 && !found; dy++)
+                                for (int64_t dx = -3; dx <= 3 && !found; dx++) {
+                                    const int64_t q[3] = {c0[0], c0[1] + dy, c0[2] + dx};
+                                    const int in = q[0] >= 0 && q[0] < VOL[0] && q[1] >= 0 && q[1] < VOL[1] &&
+                                                   q[2] >= 0 && q[2] < VOL[2];
+                                    found = (in ? lwhole[(q[0] * VOL[1] + q[1]) * VOL[2] + q[2]] : 0) == la[t];
+                                }
+                            own[pl] &= found;
+                        }
+            }
+        }
+        ts_ok(own[1] && !own[0], "elastic in the plane: every label from its own D slice; the 3D field moves some "
+              "across slices");
+        free(whole);
+        free(lwhole);
     }
     free(a);
     free(b);
