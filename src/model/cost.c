@@ -62,6 +62,47 @@ static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int
     }
 }
 
+/* plain encoder level l: max-pool from level l-1 (l > 0), conv(cin -> co), conv(co -> co); with ck, the
+ * recomputation's work in rw and the scratch it needs */
+static void plain_level(const ts_unet_cfg *u, int l, int ck, double v, double face, int n, double *w, double *rw,
+                        ts_unet_cost *c, double *scratch_in, double *scratch_y)
+{
+    const int co = u->channels[l], cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
+    if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
+               * norm's outputs */
+        const double in = (l > 0 && cin_e > co ? cin_e : co) * v;
+        if (in > *scratch_in) *scratch_in = in;
+        if (co * v > *scratch_y) *scratch_y = co * v;
+    }
+    for (int i = 0; i < 2; i++) {
+        const int ci = i ? co : cin_e;
+        const double f = 2.0 * 27 * ci * co * v;
+        w[TS_PROF_CONV_FWD] += f;
+        w[TS_PROF_CONV_WGRAD] += f;
+        if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
+        c->params += 27.0 * ci * co + co + 2.0 * co;
+        if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
+        w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
+        w[TS_PROF_OTHER] += 2 * co * v;
+        c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v; /* conv output and normalised, activated copy */
+        c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
+        c->convs++;
+        c->norms++;
+        if (ck) {
+            rw[TS_PROF_CONV_FWD] += f;
+            if (i == 0) rw[TS_PROF_NORM] += co * v;
+            c->halo_elems += ci * face * n;
+            c->convs_recomputed++;
+            c->norms_recomputed += i == 0;
+        }
+    }
+    if (l > 0) { /* max-pool from level l-1 */
+        w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
+        if (ck) rw[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8; /* its forward, twice */
+        else c->act_elems += u->channels[l - 1] * v;
+    }
+}
+
 int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int split[3], ts_unet_cost *c)
 {
     memset(c, 0, sizeof *c);
@@ -82,8 +123,6 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const double face = (split && split[0] ? 2 * H * W : 0) + (split && split[1] ? 2 * D * W : 0) +
                             (split && split[2] ? 2 * D * H : 0);
         const int co = u->channels[l];
-        /* encoder level l: conv(cin -> co), conv(co -> co) */
-        const int cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no pool */
             resenc_level(u, l, v, face, n, w, rw, c);
             if (ck) { /* the scratch: conv1's, norm1's, conv2's outputs and the skip's two (as scratch_y) */
@@ -91,39 +130,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                 if (co * v > scratch_r) scratch_r = co * v;
             }
         } else {
-            if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
-                       * norm's outputs */
-                const double in = (l > 0 && cin_e > co ? cin_e : co) * v;
-                if (in > scratch_in) scratch_in = in;
-                if (co * v > scratch_y) scratch_y = co * v;
-            }
-            for (int i = 0; i < 2; i++) {
-                const int ci = i ? co : cin_e;
-                const double f = 2.0 * 27 * ci * co * v;
-                w[TS_PROF_CONV_FWD] += f;
-                w[TS_PROF_CONV_WGRAD] += f;
-                if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
-                c->params += 27.0 * ci * co + co + 2.0 * co;
-                if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
-                w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
-                w[TS_PROF_OTHER] += 2 * co * v;
-                c->act_elems += ck ? (i ? co * v : 0) : 2 * co * v; /* conv output and normalised, activated copy */
-                c->halo_elems += 2.0 * ci * face * n; /* input faces, forward; gradient faces, backward */
-                c->convs++;
-                c->norms++;
-                if (ck) {
-                    rw[TS_PROF_CONV_FWD] += f;
-                    if (i == 0) rw[TS_PROF_NORM] += co * v;
-                    c->halo_elems += ci * face * n;
-                    c->convs_recomputed++;
-                    c->norms_recomputed += i == 0;
-                }
-            }
-            if (l > 0) { /* max-pool from level l-1 */
-                w[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8;
-                if (ck) rw[TS_PROF_POOL] += 2.0 * u->channels[l - 1] * v * 8; /* its forward, twice */
-                else c->act_elems += u->channels[l - 1] * v;
-            }
+            plain_level(u, l, ck, v, face, n, w, rw, c, &scratch_in, &scratch_y);
         }
         if (l > 0 && ts_unet_ds_weight(u, l) > 0) { /* deep supervision head ds{l} and its loss */
             const double f = 2.0 * co * u->classes * v;
