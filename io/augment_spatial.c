@@ -37,6 +37,23 @@ int ts_spatial_aug_check(const ts_spatial_aug_opts *o)
     return 0;
 }
 
+double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t box[3], const int64_t vol[3])
+{
+    if (!(o->rot_p > 0) && !(o->zoom_p > 0) && !(o->elastic_p > 0 && o->elastic_disp > 0)) return 0;
+    const double z = o->zoom_p > 0 && o->zoom_max > 1 ? o->zoom_max : 1;
+    const double m = 2 * (o->elastic_p > 0 ? o->elastic_disp : 0) + 4; /* ts_spatial_aug_box's margins */
+    const double b[3] = {(double)box[0], (double)box[1], (double)box[2]};
+    const double diag = sqrt(b[0] * b[0] + b[1] * b[1] + b[2] * b[2]), hw = sqrt(b[1] * b[1] + b[2] * b[2]);
+    double n = 1;
+    for (int d = 0; d < 3; d++) {
+        double e = !(o->rot_p > 0) ? z * b[d] : o->plane ? (d ? z * hw : b[d]) : z * diag;
+        e = ceil(e + m);
+        if (vol && e > (double)vol[d]) e = (double)vol[d];
+        n *= e;
+    }
+    return n;
+}
+
 int ts_spatial_aug_plane_auto(const int64_t patch[3])
 {
     const int64_t m = patch[0] > patch[1] ? (patch[0] > patch[2] ? patch[0] : patch[2]) : (patch[1] > patch[2] ? patch[1] : patch[2]);
@@ -146,20 +163,16 @@ static void elastic_add(const double *coef, int n, const int64_t box[3], const d
     for (int d = 0; d < 3; d++) v[d] += e[d];
 }
 
-int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, const int64_t patch[3], int k,
-                       int flips, const int64_t lo[3], const int64_t sub_lo[3], const int64_t sub_size[3],
-                       ts_spatial_norm_fn normalize, void *ctx, float *image, uint8_t *label, float *mn, float *mx)
+void ts_spatial_aug_read_box(const ts_spatial_xform *x, const int64_t patch[3], int k, int flips, const int64_t lo[3],
+                             const int64_t sub_lo[3], const int64_t sub_size[3], const int64_t dim[3], int64_t rlo[3],
+                             int64_t rsz[3])
 {
-    ts_sample_info in;
-    TS_TRY(ts_dataset_info(ds, i, &in));
-    const int64_t C = in.shape[0], dim[3] = {in.shape[1], in.shape[2], in.shape[3]};
-    const int64_t D = patch[0], H = patch[1], W = patch[2];
-    const int64_t box[3] = {D, (k & 1) ? W : H, (k & 1) ? H : W};
+    const int64_t box[3] = {patch[0], (k & 1) ? patch[2] : patch[1], (k & 1) ? patch[1] : patch[2]};
     double ctr[3];
     for (int d = 0; d < 3; d++) ctr[d] = (double)(box[d] - 1) / 2;
     /* the read-box coordinates of our voxels span the preimage box; its
      * corners bound the affine image, the elastic part adds at most disp */
-    int64_t pre_lo[3], pre_size[3], rlo[3], rsz[3];
+    int64_t pre_lo[3], pre_size[3];
     ts_patch_preimage(patch, sub_lo, sub_size, k, flips, pre_lo, pre_size);
     double vmin[3] = {INFINITY, INFINITY, INFINITY}, vmax[3] = {-INFINITY, -INFINITY, -INFINITY};
     for (int corner = 0; corner < 8; corner++) {
@@ -172,15 +185,29 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
         }
     }
     const double margin = x->elastic ? x->elastic_disp : 0;
-    int64_t nr = 1;
     for (int d = 0; d < 3; d++) {
         int64_t a = (int64_t)floor(vmin[d] - margin) - 1, b = (int64_t)floor(vmax[d] + margin) + 2;
         a = a < 0 ? 0 : a;
         b = b > dim[d] ? dim[d] : b;
         rlo[d] = a;
         rsz[d] = b > a ? b - a : 0;
-        nr *= rsz[d];
     }
+}
+
+int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, const int64_t patch[3], int k,
+                       int flips, const int64_t lo[3], const int64_t sub_lo[3], const int64_t sub_size[3],
+                       ts_spatial_norm_fn normalize, void *ctx, float *image, uint8_t *label, float *mn, float *mx)
+{
+    ts_sample_info in;
+    TS_TRY(ts_dataset_info(ds, i, &in));
+    const int64_t C = in.shape[0], dim[3] = {in.shape[1], in.shape[2], in.shape[3]};
+    const int64_t D = patch[0], H = patch[1], W = patch[2];
+    const int64_t box[3] = {D, (k & 1) ? W : H, (k & 1) ? H : W};
+    double ctr[3];
+    for (int d = 0; d < 3; d++) ctr[d] = (double)(box[d] - 1) / 2;
+    int64_t rlo[3], rsz[3];
+    ts_spatial_aug_read_box(x, patch, k, flips, lo, sub_lo, sub_size, dim, rlo, rsz);
+    const int64_t nr = rsz[0] * rsz[1] * rsz[2];
     const int n = x->elastic ? x->elastic_points : 0, n3 = n * n * n; /* control points */
     int err = 0;
     float *buf = nr ? malloc((size_t)(nr * C) * sizeof(float)) : NULL;

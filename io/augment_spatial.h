@@ -35,6 +35,16 @@ typedef struct ts_spatial_aug_opts {
     double rot_deg_plane; /* with plane: the angle uniform in [-rot_deg_plane, rot_deg_plane] degrees */
 } ts_spatial_aug_opts;
 
+/* Local. The most voxels the box read for one transformed patch (or a
+ * rank's box of it) of size box can hold: per axis, the extent of the box
+ * rotated and zoomed (zoom_max times its diagonal with a rotation, the H-W
+ * plane's diagonal with o->plane, zoom_max times its edge with a zoom
+ * alone), plus the elastic displacement on both sides and the
+ * interpolation's margin, at most the volume's edge vol[d] (vol NULL: no
+ * bound); 0 when no spatial transform can be drawn (the plain crop reads
+ * a patch). */
+double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t box[3], const int64_t vol[3]);
+
 /* Local. nnU-Net's rule for the in-plane mode: the patch's largest edge is
  * more than 3 times its D edge (ANISO_THRESHOLD). */
 int ts_spatial_aug_plane_auto(const int64_t patch[3]);
@@ -67,6 +77,13 @@ int ts_spatial_aug_check(const ts_spatial_aug_opts *o);
  * key for the control points); each group only when its probability is > 0,
  * always the same number of draws for given options. */
 void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xform *x);
+
+/* Local. The box [rlo, rlo + rsz) of a volume of extent dim that
+ * ts_spatial_aug_box reads for the same arguments (the transformed
+ * sub-box's place, its elastic reach and a voxel of margin, clipped). */
+void ts_spatial_aug_read_box(const ts_spatial_xform *x, const int64_t patch[3], int k, int flips, const int64_t lo[3],
+                             const int64_t sub_lo[3], const int64_t sub_size[3], const int64_t dim[3], int64_t rlo[3],
+                             int64_t rsz[3]);
 
 /* Local. Fills image [C, sub_size] and label [sub_size] with voxels
  * [sub_lo, sub_lo + sub_size) of the transformed patch of sample i: patch

@@ -212,7 +212,7 @@ static int setup_data(bench *b)
     ts_unet_split own;
     own_split(b, &own);
     TS_TRY(ts_train_memory_plan(b->m, b->spn > 1 ? &own : NULL, &b->u, (int)b->batch, b->u.in_channels, 0, b->box,
-                                b->dims, b->o->rss0_mb, &b->plan));
+                                b->dims, 0, b->o->rss0_mb, &b->plan)); /* synthetic batches: nothing is read */
     double most = b->plan.total_mb;
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, b->comm));
     if (b->memlim > 0 && most > (double)b->memlim)

@@ -4,6 +4,8 @@
  * proposal that fits here passes run.mem_limit_mb at the same budget. */
 #include "tsbuild.h"
 #include "src/train/plan_data.h"
+#include "io/augment_spatial.h"
+#include "io/loader.h"
 #include "src/core/error.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
@@ -19,14 +21,21 @@ typedef struct {
     ts_unet_cfg u;
     int prefetch;
     double process_mb;
+    int augment;                  /* data.augment: the spatial transform's read box counts */
+    ts_spatial_aug_opts spatial;  /* data.rot_p, zoom_p, ...; plane decided per patch as the loader does */
+    const char *aug_2d;
+    int64_t vol[3];               /* the largest stored volume */
 } planner;
 
 static int mem_of(planner *p, const int64_t patch[3], int batch, double *mb)
 {
     ts_mem_plan mp;
     memcpy(p->u.patch, patch, sizeof p->u.patch);
-    TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, p->process_mb,
-                                &mp));
+    ts_spatial_aug_opts sa = p->spatial;
+    sa.plane = !strcmp(p->aug_2d, "on") || (!strcmp(p->aug_2d, "auto") && ts_spatial_aug_plane_auto(patch));
+    const double rv = p->augment ? ts_spatial_aug_read_voxels(&sa, patch, p->vol) : 0;
+    TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, rv,
+                                p->process_mb, &mp));
     *mb = mp.total_mb;
     return 0;
 }
@@ -104,6 +113,20 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
     p.u.classes = fp->K;
     p.prefetch = (int)pf;
     p.process_mb = ts_train_rss_mb();
+    { /* the spatial augmentation's read box, bounded by the largest volume on the planned grid */
+        ts_loader_opts lo;
+        TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
+        TS_CHECK(ts_config_get_str(cfg, "data.aug_2d", &p.aug_2d));
+        p.augment = lo.patch.augment;
+        p.spatial = lo.patch.spatial;
+        for (int64_t i = 0; i < fp->n; i++)
+            for (int d = 0; d < 3; d++) {
+                const double e = out->stored ? (double)fp->shape[3 * i + d]
+                                             : ceil((double)fp->shape_crop[3 * i + d] * fp->spacing_orig[3 * i + d] /
+                                                    out->target[d]);
+                if (e > (double)p.vol[d]) p.vol[d] = (int64_t)e;
+            }
+    }
     out->levels = p.u.levels;
     const int64_t div = (int64_t)1 << (p.u.levels - 1);
     TS_CHECK(ts_unet_create(&p.u, ts_optim_state_count(&oc), &p.m));

@@ -657,7 +657,8 @@ double ts_train_peak_rss_mb(void)
 double ts_train_rss_mb(void) { return rss_now_mb(); }
 
 int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
-                         int prefetch, const int64_t box[3], const int sp_dims[3], double process_mb, ts_mem_plan *mp)
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double read_vox, double process_mb,
+                         ts_mem_plan *mp)
 {
     const ts_arena *a = ts_unet_arena(m);
     size_t act;
@@ -666,8 +667,9 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
     memset(mp, 0, sizeof *mp);
     mp->activations_mb = (double)act / MiB;
     mp->params_mb = (double)(a->nparam * (size_t)(2 + a->nstate) + a->nbuf) * 4 / MiB;
-    /* batch slots (the loader's ring, or the synthetic batch) and a patch of reading scratch */
-    mp->data_mb = ((double)(prefetch + 1) * batch + 1) * nv * (4.0 * channels + 1) / MiB;
+    /* batch slots (the loader's ring, or the synthetic batch) and the reading scratch: a patch, or the box a
+     * spatially augmented patch is read from (read_vox) */
+    mp->data_mb = ((double)(prefetch + 1) * batch * nv + (read_vox > nv ? read_vox : nv)) * (4.0 * channels + 1) / MiB;
     /* the convolution kernels' per-thread slabs, packed weights and partial sums */
     const int cmax = u->channels[u->levels - 1];
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
@@ -682,7 +684,7 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
 
 /* run.mem_limit_mb: the plan of this configuration against the limit, and
  * the smallest parallel.sp that would fit (same model, auto split) */
-static int check_memory(trainer *t, int prefetch)
+static int check_memory(trainer *t, int prefetch, double read_vox)
 {
     ts_mem_plan mp;
     const ts_unet_cfg *u = &t->ucfg;
@@ -692,7 +694,7 @@ static int check_memory(trainer *t, int prefetch)
     for (int d = 0; d < 3; d++)
         for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
     TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
-                                t->sp_dims, t->rss0_mb, &mp));
+                                t->sp_dims, read_vox, t->rss0_mb, &mp));
     if (t->zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
         const double st = (double)ts_optim_state_count(&t->opt.cfg) * (double)t->arena->nparam * 4 /
                           ts_coll_size(t->coll) / 1048576.0;
@@ -718,7 +720,10 @@ static int check_memory(trainer *t, int prefetch)
             box[d] = u->patch[d] / dims[d];
         }
         ts_mem_plan q;
-        TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims, t->rss0_mb, &q));
+        TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims,
+                                    read_vox * (double)(box[0] * box[1] * box[2]) /
+                                        (double)(t->box[0] * t->box[1] * t->box[2]),
+                                    t->rss0_mb, &q));
         if (q.total_mb <= (double)t->mem_limit_mb) {
             snprintf(hint, sizeof hint, "; parallel.sp = %d (sp_dims %d,%d,%d) would need about %.0f MiB per rank", sp,
                      dims[0], dims[1], dims[2], q.total_mb);
@@ -1010,7 +1015,18 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
     {
         ts_loader_opts lo0;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
-        TS_CHECK(ts_err_agree(t->grid->world, check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0)));
+        double read_vox = 0; /* the box a spatially augmented patch is read from, at most the largest volume */
+        if (t->have_data && lo0.patch.augment) {
+            int64_t vol[3] = {0, 0, 0};
+            for (int64_t i = 0; i < ts_dataset_count(t->eval_ds); i++) {
+                ts_sample_info in;
+                TS_CHECK(ts_dataset_info(t->eval_ds, i, &in));
+                for (int d = 0; d < 3; d++) vol[d] = in.shape[d + 1] > vol[d] ? in.shape[d + 1] : vol[d];
+            }
+            read_vox = ts_spatial_aug_read_voxels(&lo0.patch.spatial, t->box, vol);
+        }
+        TS_CHECK(ts_err_agree(t->grid->world,
+                              check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0, read_vox)));
     }
     /* data, part 2: the loader (on the stages that take data), or synthetic buffers */
     if (t->have_data) {

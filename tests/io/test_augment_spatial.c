@@ -322,6 +322,42 @@ int main(int argc, char **argv)
         free(whole);
         free(lwhole);
     }
+    /* 7. the memory plan's read box (ts_spatial_aug_read_voxels) bounds every box read, and is not loose */
+    for (int pl = 0; pl < 2; pl++) {
+        const int64_t Pm[3] = {pl ? 8 : 48, 64, pl ? 64 : 40}, big[3] = {1000, 1000, 1000};
+        ts_spatial_aug_opts mo = {.rot_p = 1, .rot_deg = 30, .zoom_p = 1, .zoom_min = 0.7, .zoom_max = 1.4,
+                                  .elastic_p = 1, .elastic_points = 7, .elastic_disp = 7.5, .plane = pl,
+                                  .rot_deg_plane = 180};
+        const double bound = ts_spatial_aug_read_voxels(&mo, Pm, big);
+        double most = 0;
+        int within = 1;
+        for (int t = 0; t < 3000; t++) {
+            ts_rng r1;
+            ts_rng_init(&r1, 5, (uint32_t)t, 2);
+            ts_spatial_xform x;
+            ts_spatial_aug_draw(&mo, &r1, &x);
+            const int k = (int)(t % 4), fl = (int)(t % 8);
+            const int64_t lo[3] = {400, 400, 400};
+            int64_t rlo[3], rsz[3];
+            ts_spatial_aug_read_box(&x, Pm, k, fl, lo, z3, Pm, big, rlo, rsz);
+            const double n = (double)rsz[0] * (double)rsz[1] * (double)rsz[2];
+            most = fmax(most, n);
+            within &= n <= bound;
+        }
+        const int64_t small[3] = {30, 30, 30};
+        /* clipped: 30 per axis, but D in the plane is 8 + 2 x 7.5 + 4 = 27 */
+        const double clipped = ts_spatial_aug_read_voxels(&mo, Pm, small);
+        ts_ok(within && most > 0.4 * bound && clipped == (pl ? 27.0 * 30 * 30 : 27000.0),
+              "%s: 3000 read boxes of a %lldx%lldx%lld patch at most %.0f voxels, the plan's bound %.0f (%.2f of it); "
+              "clipped to a 30^3 volume",
+              pl ? "in the plane" : "3D", (long long)Pm[0], (long long)Pm[1], (long long)Pm[2], most, bound,
+              most / bound);
+    }
+    {
+        ts_spatial_aug_opts none;
+        memset(&none, 0, sizeof none);
+        ts_ok(ts_spatial_aug_read_voxels(&none, P, NULL) == 0, "no spatial transform: no read box beyond the patch");
+    }
     free(a);
     free(b);
     free(la);
