@@ -41,7 +41,7 @@ double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t bo
 {
     if (!(o->rot_p > 0) && !(o->zoom_p > 0) && !(o->elastic_p > 0 && o->elastic_disp > 0)) return 0;
     const double z = o->zoom_p > 0 && o->zoom_max > 1 ? o->zoom_max : 1;
-    const double m = 2 * (o->elastic_p > 0 ? o->elastic_disp : 0) + 4; /* ts_spatial_aug_box's margins */
+    const double m = 2 * (o->elastic_p > 0 ? o->elastic_disp : 0) + 4 + (o->cubic ? 1 : 0); /* the read box's margins */
     const double b[3] = {(double)box[0], (double)box[1], (double)box[2]};
     const double diag = sqrt(b[0] * b[0] + b[1] * b[1] + b[2] * b[2]), hw = sqrt(b[1] * b[1] + b[2] * b[2]);
     double n = 1;
@@ -65,6 +65,8 @@ void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xfo
     memset(x, 0, sizeof *x);
     x->zoom = 1;
     x->plane = o->plane;
+    x->cubic = o->cubic;
+    x->label_linear = o->label_linear;
     int rot = 0, zoom = 0;
     if (o->rot_p > 0) {
         rot = ts_rng_uniform(r) < o->rot_p;
@@ -163,6 +165,48 @@ static void elastic_add(const double *coef, int n, const int64_t box[3], const d
     for (int d = 0; d < 3; d++) v[d] += e[d];
 }
 
+/* Keys' cubic convolution kernel (a = -0.5) at distance t */
+static double keys(double t)
+{
+    t = fabs(t);
+    if (t < 1) return (1.5 * t - 2.5) * t * t + 1;
+    if (t < 2) return ((-0.5 * t + 2.5) * t - 4) * t + 2;
+    return 0;
+}
+
+/* The image at a sampling place by cubic convolution: 4 taps per axis from b0 - 1 to b0 + 2 (relative to the
+ * read box of rsz voxels, taps outside it 0), fractions f; into image[c * nv + t], min and max kept. */
+static void cubic_sample(const float *buf, int64_t C, int64_t nr, const int64_t rsz[3], const int64_t b0[3],
+                         const double f[3], float *image, int64_t nv, int64_t t, float *mn, float *mx)
+{
+    double w[3][4];
+    for (int d = 0; d < 3; d++)
+        for (int j = 0; j < 4; j++) w[d][j] = keys(f[d] - (double)(j - 1));
+    for (int64_t c = 0; c < C; c++) {
+        const float *src = buf + c * nr;
+        double acc = 0;
+        for (int i = 0; i < 4; i++) {
+            const int64_t p0 = b0[0] - 1 + i;
+            if (p0 < 0 || p0 >= rsz[0] || w[0][i] == 0) continue;
+            for (int j = 0; j < 4; j++) {
+                const int64_t p1 = b0[1] - 1 + j;
+                if (p1 < 0 || p1 >= rsz[1] || w[1][j] == 0) continue;
+                const float *row = src + (p0 * rsz[1] + p1) * rsz[2];
+                double r = 0;
+                for (int q = 0; q < 4; q++) {
+                    const int64_t p2 = b0[2] - 1 + q;
+                    if (p2 >= 0 && p2 < rsz[2]) r += w[2][q] * (double)row[p2];
+                }
+                acc += w[0][i] * w[1][j] * r;
+            }
+        }
+        const float val = (float)acc;
+        image[c * nv + t] = val;
+        mn[c] = val < mn[c] ? val : mn[c];
+        mx[c] = val > mx[c] ? val : mx[c];
+    }
+}
+
 void ts_spatial_aug_read_box(const ts_spatial_xform *x, const int64_t patch[3], int k, int flips, const int64_t lo[3],
                              const int64_t sub_lo[3], const int64_t sub_size[3], const int64_t dim[3], int64_t rlo[3],
                              int64_t rsz[3])
@@ -185,8 +229,8 @@ void ts_spatial_aug_read_box(const ts_spatial_xform *x, const int64_t patch[3], 
         }
     }
     const double margin = x->elastic ? x->elastic_disp : 0;
-    for (int d = 0; d < 3; d++) {
-        int64_t a = (int64_t)floor(vmin[d] - margin) - 1, b = (int64_t)floor(vmax[d] + margin) + 2;
+    for (int d = 0; d < 3; d++) { /* the taps: floor(v) and the next (trilinear), from floor(v) - 1 to + 2 (cubic) */
+        int64_t a = (int64_t)floor(vmin[d] - margin) - 1, b = (int64_t)floor(vmax[d] + margin) + 2 + (x->cubic ? 1 : 0);
         a = a < 0 ? 0 : a;
         b = b > dim[d] ? dim[d] : b;
         rlo[d] = a;
@@ -266,15 +310,35 @@ int ts_spatial_aug_box(ts_dataset *ds, int64_t i, const ts_spatial_xform *x, con
                     wt[corner] = ((corner >> 2) ? f[0] : 1 - f[0]) * (((corner >> 1) & 1) ? f[1] : 1 - f[1]) *
                                  ((corner & 1) ? f[2] : 1 - f[2]);
                 }
-                for (int64_t c = 0; c < C; c++) {
-                    const float *src = buf + c * nr;
-                    double acc = 0;
-                    for (int corner = 0; corner < 8; corner++)
-                        if (off[corner] >= 0) acc += wt[corner] * (double)src[off[corner]];
-                    const float val = (float)acc;
-                    image[c * nv + t] = val;
-                    mn[c] = val < mn[c] ? val : mn[c];
-                    mx[c] = val > mx[c] ? val : mx[c];
+                if (x->cubic) {
+                    cubic_sample(buf, C, nr, rsz, b0, f, image, nv, t, mn, mx);
+                } else {
+                    for (int64_t c = 0; c < C; c++) {
+                        const float *src = buf + c * nr;
+                        double acc = 0;
+                        for (int corner = 0; corner < 8; corner++)
+                            if (off[corner] >= 0) acc += wt[corner] * (double)src[off[corner]];
+                        const float val = (float)acc;
+                        image[c * nv + t] = val;
+                        mn[c] = val < mn[c] ? val : mn[c];
+                        mx[c] = val > mx[c] ? val : mx[c];
+                    }
+                }
+                if (x->label_linear) { /* one-hot linear: the class with the largest summed weight (0 outside) */
+                    uint8_t cls[8];
+                    double cw[8];
+                    int nc = 0, best = 0;
+                    for (int corner = 0; corner < 8; corner++) {
+                        const uint8_t kk = off[corner] >= 0 ? lbuf[off[corner]] : 0;
+                        int j = 0;
+                        while (j < nc && cls[j] != kk) j++;
+                        if (j == nc) cls[nc] = kk, cw[nc++] = 0;
+                        cw[j] += wt[corner];
+                    }
+                    for (int j = 1; j < nc; j++)
+                        if (cw[j] > cw[best] || (cw[j] == cw[best] && cls[j] < cls[best])) best = j;
+                    label[t] = cls[best];
+                    continue;
                 }
                 /* nearest voxel for the label */
                 const int64_t q0 = (int64_t)floor(v[0] + 0.5) - rlo[0], q1 = (int64_t)floor(v[1] + 0.5) - rlo[1],

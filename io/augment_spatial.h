@@ -33,6 +33,9 @@ typedef struct ts_spatial_aug_opts {
                          * the rotation about D only, by rot_deg_plane; the zoom of H and W only; the elastic
                          * displacement along H and W only */
     double rot_deg_plane; /* with plane: the angle uniform in [-rot_deg_plane, rot_deg_plane] degrees */
+    int cubic;          /* the image by cubic convolution (Keys, a = -0.5: 4 taps per axis), else trilinear */
+    int label_linear;   /* the label one-hot linear (each class's indicator trilinear, the largest; ties to the
+                         * lower class), else the nearest voxel */
 } ts_spatial_aug_opts;
 
 /* Local. The most voxels the box read for one transformed patch (or a
@@ -61,6 +64,7 @@ typedef struct ts_spatial_xform {
     double zoom;     /* 1 when no zoom was drawn */
     int elastic;
     int plane;       /* the elastic displacement has no D component (opts.plane) */
+    int cubic, label_linear; /* the interpolation (opts) */
     uint64_t elastic_key;
     int elastic_points;
     double elastic_disp;

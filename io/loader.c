@@ -39,6 +39,10 @@ const ts_cfg_key ts_io_config_keys[] = {
     {"data.aug_2d", TS_CFG_ENUM, "auto", "auto|on|off", "spatial augmentation in the H-W plane only (nnU-Net's dummy 2D "
      "augmentation): rotation about D by data.rot_deg_2d, zoom and elastic displacement of H and W; auto: when the "
      "patch's largest edge is more than 3 times its D edge (nnU-Net's rule)"},
+    {"data.aug_image", TS_CFG_ENUM, "linear", "linear|cubic", "the image's interpolation in the spatial augmentation: "
+     "trilinear, or cubic convolution (Keys, 4 taps per axis; nnU-Net: cubic B-spline, order 3)"},
+    {"data.aug_label", TS_CFG_ENUM, "nearest", "nearest|linear", "the label's interpolation in the spatial "
+     "augmentation: the nearest voxel, or one-hot linear (nnU-Net: order 1 per class)"},
     {"data.rot_deg_2d", TS_CFG_FLOAT, "180", "0:180", "the in-plane rotation angle uniform in [-rot_deg_2d, rot_deg_2d] "
      "degrees (data.aug_2d; nnU-Net: 180)"},
     {"data.elastic_p", TS_CFG_FLOAT, "0", "0:1", "probability of an elastic deformation (off, as nnU-Net's 3D default)"},
@@ -108,6 +112,10 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
         TS_TRY(ts_config_get_str(cfg, "data.aug_2d", &m2));
         sa->plane = !strcmp(m2, "on") || (!strcmp(m2, "auto") && ts_spatial_aug_plane_auto(o->patch.patch));
         TS_TRY(ts_config_get_float(cfg, "data.rot_deg_2d", &sa->rot_deg_plane));
+        TS_TRY(ts_config_get_str(cfg, "data.aug_image", &m2));
+        sa->cubic = !strcmp(m2, "cubic");
+        TS_TRY(ts_config_get_str(cfg, "data.aug_label", &m2));
+        sa->label_linear = !strcmp(m2, "linear");
         TS_TRY(ts_spatial_aug_check(sa));
     }
     ts_aug_opts *a = &o->patch.aug;
@@ -317,6 +325,10 @@ static uint64_t fingerprint(const ts_dataset *ds, int rank, int size, const ts_l
     if (o->subset) h = fnv(h, o->subset, (size_t)o->nsubset * sizeof *o->subset);
     if (p->norm_nch > 0) h = fnv(h, p->norm_ch, (size_t)p->norm_nch * sizeof *p->norm_ch); /* a mode per channel */
     if (p->spatial.plane) h = fnv(h, &p->spatial.rot_deg_plane, sizeof p->spatial.rot_deg_plane); /* data.aug_2d */
+    if (p->spatial.cubic || p->spatial.label_linear) { /* data.aug_image, data.aug_label */
+        const int64_t il[2] = {p->spatial.cubic, p->spatial.label_linear};
+        h = fnv(h, il, sizeof il);
+    }
     return h;
 }
 

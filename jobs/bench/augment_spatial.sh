@@ -3,8 +3,10 @@
 # bench io` on one rank, loader in the caller's thread (data.prefetch = 0,
 # one OpenMP thread), alternating rounds of three settings on the same
 # dataset: spatial off (data.rot_p = data.zoom_p = 0), the defaults (0.2 and
-# 0.2: 36 % of patches transformed), and on for every patch (1 and 1);
-# prints samples/s per round, then the medians and their ratios to "off".
+# 0.2: 36 % of patches transformed), on for every patch (1 and 1), and on
+# for every patch with nnU-Net's interpolation orders (data.aug_image =
+# cubic, data.aug_label = linear); prints samples/s per round, then the
+# medians and their ratios to "off".
 # The loader runs on its own thread during training, so what matters is
 # that it stays well above a training step's samples/s
 # (jobs/bench/loader_vs_step.sh).
@@ -36,17 +38,20 @@ run() { # NAME KEYS...: one bench io run, samples/s appended to $dir/NAME
     echo "$(num "$dir/$n.json" samples_per_s)" >> "$dir/$n"
 }
 echo "uptime: $(uptime)"
-rm -f "$dir/off" "$dir/default" "$dir/all"
+rm -f "$dir/off" "$dir/default" "$dir/all" "$dir/cubic"
 r=1
 while [ "$r" -le "$rounds" ]; do
     run off data.rot_p=0 data.zoom_p=0
     run default
     run all data.rot_p=1 data.zoom_p=1
-    echo "round $r: off $(tail -n 1 "$dir/off"), default $(tail -n 1 "$dir/default"), all $(tail -n 1 "$dir/all") samples/s"
+    run cubic data.rot_p=1 data.zoom_p=1 data.aug_image=cubic data.aug_label=linear
+    echo "round $r: off $(tail -n 1 "$dir/off"), default $(tail -n 1 "$dir/default"), all $(tail -n 1 "$dir/all")," \
+        "all cubic $(tail -n 1 "$dir/cubic") samples/s"
     r=$((r + 1))
 done
 med() { sort -g "$dir/$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-off=$(med off) def=$(med default) all=$(med all)
-echo "median samples/s: off $off, default $def, all $all"
-awk -v o="$off" -v d="$def" -v a="$all" 'BEGIN { printf "ratio to off: default %.2f, all %.2f\n", d / o, a / o }'
+off=$(med off) def=$(med default) all=$(med all) cub=$(med cubic)
+echo "median samples/s: off $off, default $def, all $all, all cubic $cub"
+awk -v o="$off" -v d="$def" -v a="$all" -v c="$cub" \
+    'BEGIN { printf "ratio to off: default %.2f, all %.2f, all cubic %.2f\n", d / o, a / o, c / o }'
 echo "uptime: $(uptime)"

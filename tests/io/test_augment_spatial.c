@@ -322,6 +322,86 @@ int main(int argc, char **argv)
         free(whole);
         free(lwhole);
     }
+    /* 8. cubic convolution and one-hot linear labels: the identity is the plain crop (the kernels interpolate);
+     * a zoom of 1/2 on an odd patch samples half-way between voxels, where Keys' weights are -1/16, 9/16,
+     * 9/16, -1/16 and one-hot linear takes the class of the larger share, ties to the lower class */
+    {
+        int same = 1;
+        for (int k = 0; k < 4; k++)
+            for (int fl = 0; fl < 8; fl += 3) {
+                const int64_t box[3] = {P[0], (k & 1) ? P[2] : P[1], (k & 1) ? P[1] : P[2]};
+                int64_t lo[3];
+                for (int d = 0; d < 3; d++) lo[d] = -3 + (int64_t)ts_rng_below(&r, (uint64_t)(VOL[d] - box[d] + 7));
+                ts_spatial_xform x = identity();
+                x.cubic = x.label_linear = 1;
+                err = ts_spatial_aug_box(ds, fl % 3, &x, P, k, fl, lo, z3, P, nan_to_zero, NULL, a, la, mn, mx);
+                if (!err) err = plain(ds, fl % 3, P, k, fl, lo, b, lb);
+                same &= !err && !memcmp(a, b, (size_t)(C * nv) * 4) && !memcmp(la, lb, (size_t)nv);
+            }
+        ts_ok(same, "cubic image, one-hot linear label: the identity is the plain crop (4 rotations, flip sets, boxes "
+              "partly outside)");
+        const int64_t Q[3] = {5, 5, 7}, nq = 5 * 5 * 7, lo[3] = {6, 4, 9}, nvol = VOL[0] * VOL[1] * VOL[2];
+        ts_spatial_xform x = identity();
+        x.cubic = x.label_linear = 1;
+        for (int d = 0; d < 3; d++) x.a[d][d] = 0.5;
+        float *whole = malloc((size_t)(C * nvol) * 4);
+        uint8_t *lwhole = malloc((size_t)nvol);
+        err = ts_dataset_read_sample(ds, 1, whole, lwhole);
+        if (!err) err = ts_spatial_aug_box(ds, 1, &x, Q, 0, 0, lo, z3, Q, nan_to_zero, NULL, a, la, mn, mx);
+        double worst = 0;
+        int labels = !err, halves = 0;
+        for (int64_t z = 0; z < Q[0] && !err; z++)
+            for (int64_t y = 0; y < Q[1]; y++)
+                for (int64_t w = 0; w < Q[2]; w++) {
+                    /* per axis: the place lo + c + (s - c)/2, its taps and weights */
+                    const int64_t s3[3] = {z, y, w};
+                    int64_t i0[3], nt[3];
+                    double cw[3][4], lw[3][2];
+                    for (int d = 0; d < 3; d++) {
+                        /* 4 x place = 4 lo + 2c + 2s with 2c = Q - 1; half-way when s - c is odd */
+                        const int64_t c2 = Q[d] - 1, odd = (2 * s3[d] - c2) % 4 != 0;
+                        i0[d] = (4 * lo[d] + c2 + 2 * s3[d]) / 4;
+                        nt[d] = odd ? 2 : 1;
+                        halves += odd && d == 0;
+                        const double kw[4] = {-1.0 / 16, 9.0 / 16, 9.0 / 16, -1.0 / 16};
+                        for (int j = 0; j < 4; j++) cw[d][j] = odd ? kw[j] : j == 1;
+                        lw[d][0] = odd ? 0.5 : 1;
+                        lw[d][1] = odd ? 0.5 : 0;
+                    }
+                    const int64_t t = (z * Q[1] + y) * Q[2] + w;
+                    for (int64_t c = 0; c < C; c++) {
+                        double acc = 0;
+                        for (int i = 0; i < 4; i++)
+                            for (int j = 0; j < 4; j++)
+                                for (int q = 0; q < 4; q++) {
+                                    const int64_t p0 = i0[0] - 1 + i, p1 = i0[1] - 1 + j, p2 = i0[2] - 1 + q;
+                                    const int in = p0 >= 0 && p0 < VOL[0] && p1 >= 0 && p1 < VOL[1] && p2 >= 0 &&
+                                                   p2 < VOL[2];
+                                    if (in) acc += cw[0][i] * cw[1][j] * cw[2][q] *
+                                                   whole[c * nvol + (p0 * VOL[1] + p1) * VOL[2] + p2];
+                                }
+                        worst = fmax(worst, fabs(acc - a[c * nq + t]));
+                    }
+                    double share[256] = {0};
+                    for (int i = 0; i < nt[0]; i++)
+                        for (int j = 0; j < nt[1]; j++)
+                            for (int q = 0; q < nt[2]; q++) {
+                                const int64_t p0 = i0[0] + i, p1 = i0[1] + j, p2 = i0[2] + q;
+                                const int in = p0 < VOL[0] && p1 < VOL[1] && p2 < VOL[2];
+                                share[in ? lwhole[(p0 * VOL[1] + p1) * VOL[2] + p2] : 0] += lw[0][i] * lw[1][j] * lw[2][q];
+                            }
+                    int best = 0;
+                    for (int cl = 1; cl < 256; cl++)
+                        if (share[cl] > share[best]) best = cl;
+                    labels &= la[t] == best;
+                }
+        ts_ok(!err && worst < 1e-4 && labels && halves > 0,
+              "zoom 1/2 with cubic and one-hot linear: half-way samples take Keys' weights (max difference %.2g) "
+              "and the label of the larger share, ties to the lower class",
+              worst);
+        free(whole);
+        free(lwhole);
+    }
     /* 7. the memory plan's read box (ts_spatial_aug_read_voxels) bounds every box read, and is not loose */
     for (int pl = 0; pl < 2; pl++) {
         const int64_t Pm[3] = {pl ? 8 : 48, 64, pl ? 64 : 40}, big[3] = {1000, 1000, 1000};

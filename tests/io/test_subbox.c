@@ -348,6 +348,7 @@ typedef struct {
     int eval;
     int dp;          /* data-parallel replicas (on 4 ranks: 2 = two groups of 2) */
     int norm_clip;   /* 1: dataset z-score and 1-99 clipping instead of the image's z-score; 2: foreground z-score */
+    int interp;      /* 1: cubic image, one-hot linear label (data.aug_image, aug_label); 2: also in the H-W plane */
 } config;
 
 static const config configs[] = {
@@ -362,6 +363,8 @@ static const config configs[] = {
     {"16x12x8, 2 replicas x 2 ranks", {16, 12, 8}, {T_NONE, T_W}, 2, 0, 2, 0},
     {"16x12x8, evaluation (centred, an empty slot)", {16, 12, 8}, {T_H, T_DH}, 2, 1, 1, 0},
     {"16x12x8, evaluation (centred, an empty slot)", {16, 12, 8}, {T_D, T_MIXED}, 0, 1, 1, 0},
+    {"16x12x8, cubic image, one-hot linear label", {16, 12, 8}, {T_H, T_MIXED}, 2, 0, 1, 0, 1},
+    {"24x10x6, cubic, one-hot linear, in the H-W plane", {24, 10, 6}, {T_D, T_DW}, 0, 0, 1, 0, 2},
 };
 
 /* runs one configuration: whole-patch loader vs this rank's box loader */
@@ -379,6 +382,9 @@ static void run_config(const config *cf, const char *path)
     ts_loader_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.patch = aug_opts(cf->patch);
+    lo.patch.spatial.cubic = lo.patch.spatial.label_linear = cf->interp > 0;
+    lo.patch.spatial.plane = cf->interp == 2;
+    lo.patch.spatial.rot_deg_plane = 180;
     if (cf->norm_clip == 2) lo.patch.norm = TS_NORM_FOREGROUND;
     else if (cf->norm_clip) {
         lo.patch.norm = TS_NORM_DATASET;
