@@ -150,6 +150,15 @@ static int preprocess(const job *jb, ts_sample *s)
             ts_log(TS_LOG_WARN, "%s: --crop nonzero drops %lld labelled voxel%s outside the non-zero image box", s->source_label,
                    (long long)lost, lost > 1 ? "s" : "");
     }
+    if (jb->prep.spacing[0] > 0 || jb->downsample > 1) { /* the fingerprint's statistics: this volume, as nnU-Net's */
+        const int64_t nv = s->shape[1] * s->shape[2] * s->shape[3];
+        s->fp_image = malloc((size_t)(nv * s->shape[0]) * sizeof(float));
+        s->fp_label = malloc((size_t)nv);
+        if (!s->fp_image || !s->fp_label) return TS_ERR(TS_ERR_NOMEM, "%s: a copy for the fingerprint", s->name);
+        memcpy(s->fp_image, s->image, (size_t)(nv * s->shape[0]) * sizeof(float));
+        memcpy(s->fp_label, s->label, (size_t)nv);
+        for (int d = 0; d < 3; d++) s->fp_shape[d] = s->shape[d + 1];
+    }
     if (jb->prep.spacing[0] > 0) TS_TRY(ts_prep_resample(s, &jb->prep, jb->K));
     return 0;
 }
@@ -237,8 +246,10 @@ cleanup:
     if (err) {
         free(s->image);
         free(s->label);
-        s->image = NULL;
-        s->label = NULL;
+        free(s->fp_image);
+        free(s->fp_label);
+        s->image = s->fp_image = NULL;
+        s->label = s->fp_label = NULL;
     }
     return err;
 }
@@ -391,6 +402,8 @@ static int run(MPI_Comm comm, job *jb, const ts_convert_opts *o, const char *out
         err = ts_dswriter_put(w, have && !lerr ? &s : NULL, lerr);
         free(s.image);
         free(s.label);
+        free(s.fp_image);
+        free(s.fp_label);
         if (err) goto cleanup;
     }
     TS_CHECK(ts_dswriter_finish(w));

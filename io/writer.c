@@ -628,6 +628,9 @@ static int fingerprint(ts_dswriter *w, const ts_sample *s, int64_t idx, ts_sampl
             f->crop[d] = 0;
         }
     }
+    if (s->fp_image && s->fp_label)
+        return ts_fp_acc_sample(w->fp, idx, s->fp_image, s->fp_label, s->fp_shape[0] * s->fp_shape[1] * s->fp_shape[2],
+                                f);
     return ts_fp_acc_sample(w->fp, idx, s->image, s->label, nv, f);
 }
 

@@ -52,6 +52,12 @@ typedef struct ts_sample {
     int64_t shape_orig[3];           /* D, H, W */
     double spacing_orig[3];
     int64_t crop[6];                 /* the box kept: lo D, H, W, hi D, H, W (exclusive), scan voxels */
+    /* the volume the fingerprint's foreground intensity statistics are over, as nnU-Net's: the scan
+     * cropped, before resampling or downsampling ([C, fp_shape], [fp_shape]); NULL: the stored volume.
+     * Owned like image and label. */
+    float *fp_image;
+    uint8_t *fp_label;
+    int64_t fp_shape[3];
 } ts_sample;
 
 /* What the writer computes per sample and stores in attributes and the index. */

@@ -2,10 +2,11 @@
 # The dataset fingerprint, preprocessing in convert and data.norm = ct
 # (issue [11]): convert --crop nonzero --spacing with a non-integer factor
 # resamples images as SciPy's cubic B-spline (or trilinear), an anisotropic
-# scan's coarse axis by nearest voxel (nnU-Net's separate z), records the crop box, the scan's shape and spacing and the exact grid
-# spacing, keeps a smooth label map (>= 97 % of the scan's voxels against
-# their nearest stored voxel), and the foreground intensity statistics equal
-# NumPy's; --spacing median follows nnU-Net's target spacing rule, also on
+# scan's coarse axis by nearest voxel (nnU-Net's separate z), records the
+# crop box, the scan's shape and spacing and the exact grid spacing, keeps
+# a smooth label map (>= 97 % of the scan's voxels against their nearest
+# stored voxel), and the foreground intensity statistics equal NumPy's over
+# the cropped scans before resampling (nnU-Net's); --spacing median follows nnU-Net's target spacing rule, also on
 # an anisotropic set; plan-data prints it and a patch and batch; CT
 # normalisation of training patches equals NumPy's clip and z-score, and
 # infer applies it with the training dataset's statistics; bad

@@ -65,8 +65,9 @@ if mode == 'convert':  # DATA.h5 TARGET_X,Y,Z img0 lab0 img1 lab1 ...
             agree.append((back == lc).mean())
             # nothing labelled lay outside the crop
             assert lc.sum() == lab.sum()
-            si, sl = g['image'][...].astype(np.float64), g['label'][...]
-            allv.append(si[0][sl > 0])
+            # the foreground statistics are over the cropped scan before resampling, as nnU-Net's
+            xc = x[box[0]:box[3], box[1]:box[4], box[2]:box[5]].astype(np.float64)
+            allv.append(xc[lc > 0])
         v = np.concatenate(allv)
         assert fp.attrs['foreground_voxels'] == v.size == fp.attrs['intensity_sampled']
         worst = max(rel(fp.attrs['intensity_mean'][0], v.mean()), rel(fp.attrs['intensity_std'][0], v.std()),
