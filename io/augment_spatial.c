@@ -42,16 +42,20 @@ double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t bo
     if (!(o->rot_p > 0) && !(o->zoom_p > 0) && !(o->elastic_p > 0 && o->elastic_disp > 0)) return 0;
     const double z = o->zoom_p > 0 && o->zoom_max > 1 ? o->zoom_max : 1;
     const double m = 2 * (o->elastic_p > 0 ? o->elastic_disp : 0) + 4 + (o->cubic ? 1 : 0); /* the read box's margins */
-    const double b[3] = {(double)box[0], (double)box[1], (double)box[2]};
-    const double diag = sqrt(b[0] * b[0] + b[1] * b[1] + b[2] * b[2]), hw = sqrt(b[1] * b[1] + b[2] * b[2]);
-    double n = 1;
-    for (int d = 0; d < 3; d++) {
-        double e = !(o->rot_p > 0) ? z * b[d] : o->plane ? (d ? z * hw : b[d]) : z * diag;
-        e = ceil(e + m);
-        if (vol && e > (double)vol[d]) e = (double)vol[d];
-        n *= e;
+    double most = 0;
+    for (int k = 0; k < 2; k++) { /* a 90-degree rotation about D (data.rot90) swaps the read box's H and W */
+        const double b[3] = {(double)box[0], (double)box[k ? 2 : 1], (double)box[k ? 1 : 2]};
+        const double diag = sqrt(b[0] * b[0] + b[1] * b[1] + b[2] * b[2]), hw = sqrt(b[1] * b[1] + b[2] * b[2]);
+        double n = 1;
+        for (int d = 0; d < 3; d++) {
+            double e = !(o->rot_p > 0) ? z * b[d] : o->plane ? (d ? z * hw : b[d]) : z * diag;
+            e = ceil(e + m);
+            if (vol && e > (double)vol[d]) e = (double)vol[d];
+            n *= e;
+        }
+        most = n > most ? n : most;
     }
-    return n;
+    return most;
 }
 
 int ts_spatial_aug_plane_auto(const int64_t patch[3])

@@ -44,8 +44,9 @@ typedef struct ts_spatial_aug_opts {
  * plane's diagonal with o->plane, zoom_max times its edge with a zoom
  * alone), plus the elastic displacement on both sides and the
  * interpolation's margin, at most the volume's edge vol[d] (vol NULL: no
- * bound); 0 when no spatial transform can be drawn (the plain crop reads
- * a patch). */
+ * bound), the larger of box and box with H and W swapped (a 90-degree
+ * rotation about D); 0 when no spatial transform can be drawn (the plain
+ * crop reads a patch). */
 double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t box[3], const int64_t vol[3]);
 
 /* Local. nnU-Net's rule for the in-plane mode: the patch's largest edge is

@@ -541,3 +541,14 @@ int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, 
     ts_patch_finish(image, o->patch[0] * o->patch[1] * o->patch[2], &p);
     return 0;
 }
+
+double ts_patch_read_bytes(const ts_patch_opts *o, const int64_t box[3], int64_t C, const int64_t vol[3])
+{
+    if (!o->augment) return 0;
+    const int R = ts_aug_halo(&o->aug);
+    const int64_t g[3] = {box[0] + 2 * R, box[1] + 2 * R, box[2] + 2 * R};
+    const double gv = (double)g[0] * (double)g[1] * (double)g[2];
+    double b = ts_spatial_aug_read_voxels(&o->spatial, g, vol) * (4.0 * (double)C + 1);
+    if (R) b += (2.0 * (double)C + 3) * gv * 4;
+    return b;
+}

@@ -60,6 +60,14 @@ typedef struct ts_patch_opts {
 int ts_patch_draw(ts_dataset *ds, int64_t i, const ts_patch_opts *o, ts_rng *r, int train, float *image,
                   uint8_t *label, float *scratch);
 size_t ts_patch_scratch_floats(const ts_dataset *ds, const ts_patch_opts *o);
+/* Local. The most bytes the loader allocates for one augmented patch (or a
+ * rank's box of it) of size box with C channels, beyond the batch slots:
+ * the box a spatially transformed patch is read from, grown by the blur and
+ * low-resolution halo (ts_spatial_aug_read_voxels; C floats and a label
+ * byte per voxel), plus that halo's work buffer ((2C + 3) floats per voxel
+ * of the grown box); 0 when o->augment is off. vol: the largest volume
+ * (NULL: no bound). */
+double ts_patch_read_bytes(const ts_patch_opts *o, const int64_t box[3], int64_t C, const int64_t vol[3]);
 /* Local. Scratch floats ts_patch_draw_box needs for a sub-box of this size. */
 size_t ts_patch_scratch_floats_box(const ts_dataset *ds, const int64_t sub_size[3]);
 

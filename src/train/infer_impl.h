@@ -68,7 +68,9 @@ void ts_infer_summarise(const ts_infer_scan *s, int n, int K, ts_infer_result *r
  * prediction that step leaves, keep the largest component when it raises
  * the class's mean Dice (strictly); without[k] and with[k] receive those
  * two means. Means are over the scans where the Dice is finite (NaN: the
- * class is in no scan, not applied). */
+ * class is in no scan, not applied). As nnU-Net's foreground_mean, the
+ * average over the classes is NaN when one class has no Dice in any scan,
+ * and the whole-foreground step is then not taken. */
 void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with,
                      double fg[2]);
 

@@ -200,14 +200,13 @@ static double class_mean(const ts_infer_scan *s, int n, size_t off, int k)
     return m ? a / m : NAN;
 }
 
-/* the mean over the foreground classes of their finite means */
+/* the mean over the foreground classes of their means: NaN when one of them is (a class in no scan), as
+ * nnU-Net's foreground_mean (np.mean over the classes' nanmeans), so that its step is then not taken */
 static double over_classes(const double *v, int K)
 {
     double a = 0;
-    int m = 0;
-    for (int k = 1; k < K; k++)
-        if (v[k] == v[k]) a += v[k], m++;
-    return m ? a / m : NAN;
+    for (int k = 1; k < K; k++) a += v[k];
+    return K > 1 ? a / (K - 1) : NAN;
 }
 
 void ts_infer_decide(const ts_infer_scan *s, int n, int K, int *decision, double *without, double *with,

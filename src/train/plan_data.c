@@ -21,8 +21,8 @@ typedef struct {
     ts_unet_cfg u;
     int prefetch;
     double process_mb;
-    int augment;                  /* data.augment: the spatial transform's read box counts */
-    ts_spatial_aug_opts spatial;  /* data.rot_p, zoom_p, ...; plane decided per patch as the loader does */
+    ts_patch_opts patch;          /* data.augment, the spatial and intensity augmentations: the read box counts;
+                                   * the in-plane mode decided per patch as the loader does */
     const char *aug_2d;
     int64_t vol[3];               /* the largest stored volume */
 } planner;
@@ -31,10 +31,10 @@ static int mem_of(planner *p, const int64_t patch[3], int batch, double *mb)
 {
     ts_mem_plan mp;
     memcpy(p->u.patch, patch, sizeof p->u.patch);
-    ts_spatial_aug_opts sa = p->spatial;
-    sa.plane = !strcmp(p->aug_2d, "on") || (!strcmp(p->aug_2d, "auto") && ts_spatial_aug_plane_auto(patch));
-    const double rv = p->augment ? ts_spatial_aug_read_voxels(&sa, patch, p->vol) : 0;
-    TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, rv,
+    ts_patch_opts po = p->patch;
+    po.spatial.plane = !strcmp(p->aug_2d, "on") || (!strcmp(p->aug_2d, "auto") && ts_spatial_aug_plane_auto(patch));
+    const double rb = ts_patch_read_bytes(&po, patch, p->u.in_channels, p->vol);
+    TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, rb,
                                 p->process_mb, &mp));
     *mb = mp.total_mb;
     return 0;
@@ -117,8 +117,7 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
         ts_loader_opts lo;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo));
         TS_CHECK(ts_config_get_str(cfg, "data.aug_2d", &p.aug_2d));
-        p.augment = lo.patch.augment;
-        p.spatial = lo.patch.spatial;
+        p.patch = lo.patch;
         for (int64_t i = 0; i < fp->n; i++)
             for (int d = 0; d < 3; d++) {
                 const double e = out->stored ? (double)fp->shape[3 * i + d]

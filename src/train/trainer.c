@@ -132,6 +132,7 @@ typedef struct trainer {
     ts_perf *perf;      /* per-phase timers and counters (perf.json) */
     double step_s;      /* wall time of the training steps, with or without perf.timers */
     ts_pipeline_stats pp0; /* the pipeline's figures when perf.warmup_steps ended */
+    int64_t early0;        /* the gradient buckets queued in backward by then */
     ts_mem_plan mem_plan;
     double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
@@ -657,7 +658,7 @@ double ts_train_peak_rss_mb(void)
 double ts_train_rss_mb(void) { return rss_now_mb(); }
 
 int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
-                         int prefetch, const int64_t box[3], const int sp_dims[3], double read_vox, double process_mb,
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double read_bytes, double process_mb,
                          ts_mem_plan *mp)
 {
     const ts_arena *a = ts_unet_arena(m);
@@ -667,9 +668,10 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
     memset(mp, 0, sizeof *mp);
     mp->activations_mb = (double)act / MiB;
     mp->params_mb = (double)(a->nparam * (size_t)(2 + a->nstate) + a->nbuf) * 4 / MiB;
-    /* batch slots (the loader's ring, or the synthetic batch) and the reading scratch: a patch, or the box a
-     * spatially augmented patch is read from (read_vox) */
-    mp->data_mb = ((double)(prefetch + 1) * batch * nv + (read_vox > nv ? read_vox : nv)) * (4.0 * channels + 1) / MiB;
+    /* batch slots (the loader's ring, or the synthetic batch) and the reading scratch: a patch, or what the
+     * loader allocates for an augmented one (read_bytes) */
+    const double patch_bytes = nv * (4.0 * channels + 1);
+    mp->data_mb = ((double)(prefetch + 1) * batch * patch_bytes + (read_bytes > patch_bytes ? read_bytes : patch_bytes)) / MiB;
     /* the convolution kernels' per-thread slabs, packed weights and partial sums */
     const int cmax = u->channels[u->levels - 1];
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
@@ -684,7 +686,7 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
 
 /* run.mem_limit_mb: the plan of this configuration against the limit, and
  * the smallest parallel.sp that would fit (same model, auto split) */
-static int check_memory(trainer *t, int prefetch, double read_vox)
+static int check_memory(trainer *t, int prefetch, double read_bytes)
 {
     ts_mem_plan mp;
     const ts_unet_cfg *u = &t->ucfg;
@@ -694,7 +696,7 @@ static int check_memory(trainer *t, int prefetch, double read_vox)
     for (int d = 0; d < 3; d++)
         for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
     TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
-                                t->sp_dims, read_vox, t->rss0_mb, &mp));
+                                t->sp_dims, read_bytes, t->rss0_mb, &mp));
     if (t->zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
         const double st = (double)ts_optim_state_count(&t->opt.cfg) * (double)t->arena->nparam * 4 /
                           ts_coll_size(t->coll) / 1048576.0;
@@ -721,7 +723,7 @@ static int check_memory(trainer *t, int prefetch, double read_vox)
         }
         ts_mem_plan q;
         TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims,
-                                    read_vox * (double)(box[0] * box[1] * box[2]) /
+                                    read_bytes * (double)(box[0] * box[1] * box[2]) /
                                         (double)(t->box[0] * t->box[1] * t->box[2]),
                                     t->rss0_mb, &q));
         if (q.total_mb <= (double)t->mem_limit_mb) {
@@ -1015,7 +1017,7 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
     {
         ts_loader_opts lo0;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
-        double read_vox = 0; /* the box a spatially augmented patch is read from, at most the largest volume */
+        double read_bytes = 0; /* what the loader allocates for an augmented patch (at most the largest volume) */
         if (t->have_data && lo0.patch.augment) {
             int64_t vol[3] = {0, 0, 0};
             for (int64_t i = 0; i < ts_dataset_count(t->eval_ds); i++) {
@@ -1023,10 +1025,10 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
                 TS_CHECK(ts_dataset_info(t->eval_ds, i, &in));
                 for (int d = 0; d < 3; d++) vol[d] = in.shape[d + 1] > vol[d] ? in.shape[d + 1] : vol[d];
             }
-            read_vox = ts_spatial_aug_read_voxels(&lo0.patch.spatial, t->box, vol);
+            read_bytes = ts_patch_read_bytes(&lo0.patch, t->box, t->ucfg.in_channels, vol);
         }
         TS_CHECK(ts_err_agree(t->grid->world,
-                              check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0, read_vox)));
+                              check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0, read_bytes)));
     }
     /* data, part 2: the loader (on the stages that take data), or synthetic buffers */
     if (t->have_data) {
@@ -1483,7 +1485,7 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
              "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
              "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
              (long long)lc->per_step, t->nranks, ts_stepper_buckets(t->stepper), t->sync_bn ? "true" : "false",
-             steps > 0 ? (double)ts_stepper_times(t->stepper)->buckets_early / (double)steps : 0.0, hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
+             steps > 0 ? (double)(ts_stepper_times(t->stepper)->buckets_early - t->early0) / (double)steps : 0.0, hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
              (long long)t->box[0], (long long)t->box[1], (long long)t->box[2], hv[0], hv[1], hv[2], hv[3],
              steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t->mem_plan.total_mb,
              t->mem_plan.activations_mb, (long long)t->mem_limit_mb);
@@ -1634,6 +1636,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             ts_perf_reset(t.perf);
             ts_spatial_set_stats(t.spatial, &zero);
             if (t.pipe) t.pp0 = *ts_pipeline_get_stats(t.pipe);
+            t.early0 = ts_stepper_times(t.stepper)->buckets_early;
             t.step_s = 0;
             ls.first = t.step;
             lc.warmup = 0;

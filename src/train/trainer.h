@@ -41,12 +41,12 @@ typedef struct ts_mem_plan {
 /* Local. The plan for m with the given split (NULL: none; the model's own
  * buffers are untouched) and batches of `batch` boxes of box voxels with
  * `channels` image channels, prefetch batches ahead, sp_dims the spatial
- * grid (NULL: none); read_vox the voxels of the box the loader reads a
- * spatially augmented patch from (ts_spatial_aug_read_voxels; 0 or less
- * than a box: a box); process_mb what the process held before (the
+ * grid (NULL: none); read_bytes what the loader allocates for an augmented
+ * patch (ts_patch_read_bytes; 0 or less than a box's: a box's); process_mb
+ * what the process held before (the
  * baseline, e.g. ts_train_rss_mb() at start). eval_mb is left 0. */
 int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
-                         int prefetch, const int64_t box[3], const int sp_dims[3], double read_vox, double process_mb,
+                         int prefetch, const int64_t box[3], const int sp_dims[3], double read_bytes, double process_mb,
                          ts_mem_plan *mp);
 /* Local. Resident memory of this process now, MiB. */
 double ts_train_rss_mb(void);

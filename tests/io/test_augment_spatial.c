@@ -433,6 +433,28 @@ int main(int argc, char **argv)
               pl ? "in the plane" : "3D", (long long)Pm[0], (long long)Pm[1], (long long)Pm[2], most, bound,
               most / bound);
     }
+    { /* a zoom alone on a long H x W box, a volume that clips one in-plane axis: the 90-degree rotations
+       * swap the read box's H and W, and the bound takes the larger */
+        const int64_t Pz[3] = {8, 64, 256}, vz[3] = {1000, 300, 80};
+        ts_spatial_aug_opts zo = {.zoom_p = 1, .zoom_min = 0.7, .zoom_max = 1.4};
+        const double bound = ts_spatial_aug_read_voxels(&zo, Pz, vz);
+        double most = 0;
+        int within = 1;
+        for (int t = 0; t < 400; t++) {
+            ts_rng r1;
+            ts_rng_init(&r1, 6, (uint32_t)t, 2);
+            ts_spatial_xform x;
+            ts_spatial_aug_draw(&zo, &r1, &x);
+            const int64_t lo[3] = {100, 0, 0};
+            int64_t rlo[3], rsz[3];
+            ts_spatial_aug_read_box(&x, Pz, t % 4, t % 8, lo, z3, Pz, vz, rlo, rsz);
+            const double n = (double)rsz[0] * (double)rsz[1] * (double)rsz[2];
+            most = fmax(most, n);
+            within &= n <= bound;
+        }
+        ts_ok(within && most > 0.5 * bound, "a zoom alone, 8x64x256 patch in a 1000x300x80 volume, every 90-degree "
+              "rotation: read boxes at most %.0f voxels, the bound %.0f", most, bound);
+    }
     {
         ts_spatial_aug_opts none;
         memset(&none, 0, sizeof none);

@@ -92,14 +92,23 @@ ts_step "the decided classes' largest components kept, the others untouched" ref
 ts_step "validation labels on which the post-processing helps: the masks with only their largest components" \
     ref pplabels "$d/dec" "$d/pplab"
 ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec2" label="$d/pplab" decide="$d/pp2.json"
-# The model predicts one foreground class (2, in several pieces), so its components are the foreground's:
-# nnU-Net's first step, the whole foreground, already gives the labels and no class step is left to gain
-# (tests/train/test_infer checks the class step after a rejected and after a taken foreground step).
-ts_step "the decision takes nnU-Net's whole-foreground step, then no class (SciPy's means)" \
-    ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" foreground
+# The model predicts one foreground class (2, in several pieces) and no class 1, so these labels have no
+# class 1 either: class 1 has no Dice in any scan, nnU-Net's mean over the classes is NaN and the
+# whole-foreground step is not taken; class 2's own step is.
+ts_step "the decision: no whole-foreground step (a class in no scan), class 2 kept (SciPy's means)" \
+    ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" 2
 ts_step "postprocess=pp2.json applied" run 1 $I input="$d/scans" output="$d/app2" postprocess="$d/pp2.json"
-ts_step "the foreground's largest components kept: the masks are the validation labels" \
+ts_step "class 2's largest components kept: the masks are the validation labels" \
     ref applied "$d/dec2" "$d/app2" "$d/pp2.json"
+# the masks with only the whole foreground's largest component, and a class-1 corner in each (missed by the
+# model: Dice 0 with or without post-processing, but every class has a Dice)
+ts_step "validation labels = the masks' largest foreground component, plus a class-1 corner" \
+    ref pplabels "$d/dec" "$d/fglab" foreground
+ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec3" label="$d/fglab" decide="$d/pp3.json"
+ts_step "the decision takes nnU-Net's whole-foreground step, then no class (SciPy's means)" \
+    ref decide "$d/dec3" "$d/fglab" "$d/pp3.json" foreground
+ts_step "postprocess=pp3.json applied" run 1 $I input="$d/scans" output="$d/app3" postprocess="$d/pp3.json"
+ts_step "the foreground's largest components kept" ref applied "$d/dec3" "$d/app3" "$d/pp3.json"
 ts_step "keep_largest=foreground,2 by hand" run 1 $I input="$d/single/b.nii.gz" output="$d/bf.nii.gz" \
     keep_largest=foreground,2
 ts_step "the foreground's largest component, then class 2's (SciPy)" \

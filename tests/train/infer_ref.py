@@ -178,7 +178,12 @@ def pplabels(rawdir, outd, what="classes"):
     for p in sorted(glob.glob(f"{rawdir}/*.nii.gz")):
         m = nib.load(p)
         a = np.asarray(m.dataobj)
-        lab = keep_largest(a, [], True) if what == "foreground" else keep_largest(a, range(1, K))
+        if what == "foreground":  # and a class-1 corner the masks do not have
+            lab = keep_largest(a, [], True)
+            assert (a[:2, :2, :2] == 0).all(), p
+            lab[:2, :2, :2] = 1
+        else:
+            lab = keep_largest(a, range(1, K))
         nib.save(nib.Nifti1Image(lab, m.affine), f"{outd}/{os.path.basename(p).replace('_0000', '')}")
 
 
@@ -198,7 +203,7 @@ def decide(rawdir, labeldir, pp, expect=""):
         pairs.append((load(p), load(f"{labeldir}/{name}")))
     raw = nanmean([[dice(a, r, k) for k in range(K)] for a, r in pairs])
     fgd = nanmean([[dice(keep_largest(a, [], True), r, k) for k in range(K)] for a, r in pairs])
-    f0, f1 = np.nanmean(raw[1:]), np.nanmean(fgd[1:])
+    f0, f1 = np.mean(raw[1:]), np.mean(fgd[1:])  # nnU-Net's foreground_mean: NaN if a class has no Dice
     keep_fg = bool(f1 > f0)
     w0 = fgd if keep_fg else raw
     w1 = nanmean([[dice(keep_largest(a, [k], keep_fg), r, k) for k in range(K)] for a, r in pairs])

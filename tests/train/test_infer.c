@@ -106,12 +106,13 @@ static void test_summary_decide(void)
     double wo[4], wi[4], fg[2];
     int dec[4];
     ts_infer_decide(s, 3, 4, dec, wo, wi, fg);
-    ts_ok(!dec[0] && dec[1] && !dec[2] && !dec[3] && fabs(wi[1] - 0.7333333333333) < 1e-9 && fg[0] == fg[1],
-          "decision: the whole-foreground step changes nothing (not taken), class 1 kept (mean 0.7 -> %.4f), "
+    ts_ok(!dec[0] && dec[1] && !dec[2] && !dec[3] && fabs(wi[1] - 0.7333333333333) < 1e-9 && isnan(fg[0]),
+          "decision: no whole-foreground step (class 3 in no scan), class 1 kept (mean 0.7 -> %.4f), "
           "class 2 not (a tie), absent class 3 not",
           wi[1]);
     /* the whole-foreground step raising the mean over the classes (class 2 gains more than class 1 loses);
-     * the classes then decided on what it left */
+     * the classes then decided on what it left. With class 3 in no scan nnU-Net's mean over the classes is
+     * NaN and the step is never taken; class 3 present (Dice 0.5 either way) lets it be. */
     ts_infer_scan t[3];
     memcpy(t, s, sizeof t);
     for (int i = 0; i < 3; i++) {
@@ -121,9 +122,13 @@ static void test_summary_decide(void)
     int dt[4];
     double to[4], ti[4], tf[2];
     ts_infer_decide(t, 3, 4, dt, to, ti, tf);
-    ts_ok(dt[0] && !dt[1] && dt[2] && !dt[3] && fabs(tf[0] - 0.65) < 1e-9 && fabs(tf[1] - 0.675) < 1e-9 &&
+    ts_ok(!dt[0] && isnan(tf[0]) && isnan(tf[1]), "decision: a class in no scan makes the mean over the classes NaN "
+          "(nnU-Net's np.mean): no whole-foreground step");
+    for (int i = 0; i < 3; i++) t[i].dice[3] = t[i].dice_pp[3] = t[i].dice_fg[3] = t[i].dice_fg_pp[3] = 0.5;
+    ts_infer_decide(t, 3, 4, dt, to, ti, tf);
+    ts_ok(dt[0] && !dt[1] && dt[2] && !dt[3] && fabs(tf[0] - 0.6) < 1e-9 && fabs(tf[1] - 0.6166666666667) < 1e-9 &&
               fabs(to[2] - 0.7) < 1e-9 && fabs(ti[2] - 0.75) < 1e-9,
-          "decision: the whole foreground kept (mean over classes 0.65 -> %.4f), then class 2 on it (0.70 -> 0.75), "
+          "decision: the whole foreground kept (mean over classes 0.60 -> %.4f), then class 2 on it (0.70 -> 0.75), "
           "class 1 not (no gain after the step, though it gained from raw)",
           tf[1]);
     /* written and read back */

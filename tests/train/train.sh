@@ -110,15 +110,15 @@ else
 fi
 ts_step "overlap: many small buckets while backward runs" \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/o" parallel.bucket_mb=0.002 \
-    train.steps=4 model.channels=8,16
+    train.steps=4 model.channels=8,16 perf.warmup_steps=1
 if [ -n "$TS_PY" ]; then
     # How much of the reduction the backward pass hides is a timing (a starved progress thread on a busy
     # 2-core machine hides nothing); it is measured by jobs/bench/dp_scaling.sh and docs/performance.md.
     # What must hold on any machine: the buckets go out while backward runs, not after it.
-    ts_step "perf.json: gradient buckets queued while backward runs (all but the last of > 5 per step)" "$TS_PY" -c "
+    ts_step "perf.json: gradient buckets queued while backward runs (> 5 per step; at most all of them, after a warm-up step)" "$TS_PY" -c "
 import json; p = json.load(open('$d/o/perf.json')); ph = p['phases_s']
 print(p['buckets'], p['buckets_in_backward'], p['comm_hidden_s'], ph['comm_exposed'], ph['comm_total'])
-assert p['buckets'] > 5 and p['buckets_in_backward'] >= p['buckets'] - 1 and p['comm_hidden_s'] >= 0"
+assert p['buckets'] > 5 and p['buckets'] - 1 <= p['buckets_in_backward'] <= p['buckets']"
     # infer on a NIfTI volume shorter than the window along one axis (padded)
     "$TS_PY" -c "
 import nibabel as nib, numpy as np
