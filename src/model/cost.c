@@ -21,7 +21,8 @@
 /* the residual encoder's level l (v voxels times the batch; face: a box's
  * halo voxels per sample at level l): the stem at level 0, then the
  * residual blocks (conv1, conv2 and, where channels or stride change, the
- * 1x1x1 skip); no checkpointing, no pool. On a split each 3x3x3 conv
+ * 1x1x1 skip), no pool; with the level checkpointed, only each block's
+ * output kept and the rest recomputed (work into rw). On a split each 3x3x3 conv
  * exchanges its input's faces in forward (a strided conv1's at level l-1:
  * 4 face) and its output gradient's in backward (where an input gradient
  * is needed) */
@@ -114,7 +115,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                           (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)div, L);
     double *w = c->work, rw[TS_PROF_COUNT] = {0}; /* rw: the recomputation's work */
     double scratch_in = 0, scratch_y = 0;          /* the recompute scratch: first-conv input / second-conv output, conv outputs */
-    double scratch_r = 0;                          /* the residual encoder's: conv2's output, the skip's two */
+    double scratch_r = 0, scratch_s = 0;           /* the residual encoder's: conv2's output; the skip's two */
     for (int l = 0; l < L; l++) {
         const int ck = (int)(u->ckpt_levels >> l & 1u);
         const double D = (double)(dhw[0] >> l), H = (double)(dhw[1] >> l), W = (double)(dhw[2] >> l);
@@ -125,9 +126,11 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const int co = u->channels[l];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no pool */
             resenc_level(u, l, v, face, n, w, rw, c);
-            if (ck) { /* the scratch: conv1's, norm1's, conv2's outputs and the skip's two (as scratch_y) */
+            if (ck) { /* the scratch: conv1's, norm1's (as scratch_y), conv2's outputs; the skip's two where a block
+                       * has one (every level but 0: the stem gives level 0's channels) */
                 if (co * v > scratch_y) scratch_y = co * v;
                 if (co * v > scratch_r) scratch_r = co * v;
+                if (l > 0 && co * v > scratch_s) scratch_s = co * v;
             }
         } else {
             plain_level(u, l, ck, v, face, n, w, rw, c, &scratch_in, &scratch_y);
@@ -188,7 +191,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
     c->flops_forward = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONVT] / 3;
     c->flops_backward = w[TS_PROF_CONV_WGRAD] + w[TS_PROF_CONV_DGRAD] + 2 * w[TS_PROF_CONVT] / 3;
     c->flops_recompute = rw[TS_PROF_CONV_FWD] + rw[TS_PROF_CONVT];
-    c->act_elems += scratch_in + 2 * scratch_y + 3 * scratch_r;
+    c->act_elems += scratch_in + 2 * scratch_y + scratch_r + 2 * scratch_s;
     for (int k = 0; k < TS_PROF_COUNT; k++) w[k] += rw[k];
     return 0;
 }

@@ -1,6 +1,7 @@
 """Synthetic scans for tests/io/fingerprint.sh: smooth nested-sphere labels
 (3 classes) inside a non-zero head on a zero background, per-scan spacings;
-set A (isotropic-ish, 3 scans) and set B (anisotropic along k: 4, 5, 6 mm)."""
+set A (isotropic-ish, 3 scans) and set B (anisotropic along k: 4, 5, 6 mm;
+in-plane 0.8-1.2 mm, so two of them are resampled in-plane too)."""
 import sys
 import numpy as np
 import nibabel as nib
@@ -9,7 +10,7 @@ out = sys.argv[1]
 rng = np.random.default_rng(3)
 sets = {
     'a': [((34, 30, 26), (0.8, 0.9, 1.1)), ((30, 32, 24), (0.85, 0.8, 1.2)), ((36, 28, 28), (0.9, 0.95, 1.0))],
-    'b': [((44, 40, 8), (1.0, 1.0, 4.0)), ((40, 44, 7), (1.0, 1.0, 5.0)), ((42, 42, 9), (1.0, 1.0, 6.0))],
+    'b': [((44, 40, 8), (0.8, 0.9, 4.0)), ((40, 44, 7), (1.0, 1.0, 5.0)), ((42, 42, 9), (1.2, 1.1, 6.0))],
 }
 for name, scans in sets.items():
     for i, (sh, sp) in enumerate(scans):

@@ -158,7 +158,10 @@ nearv rsp-fp32 rsp-fp16 5e-4 0.1 fp16
 # shellcheck disable=SC2086
 run 4 rpp-fp32 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant
 # shellcheck disable=SC2086
+run 4 rpp-bf16 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant train.precision=bf16
+# shellcheck disable=SC2086
 run 4 rpp-fp16 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant train.precision=fp16
+nearv rpp-fp32 rpp-bf16 5e-3 0.15 bf16
 nearv rpp-fp32 rpp-fp16 5e-4 0.1 fp16
 
 # --- inference follows train.precision: bf16 and fp16 probabilities near fp32's, not equal ---
