@@ -8,8 +8,8 @@
 # pp = 3, pp = 4, pp 2 x sp 2 and dp 2 x pp 2 to the per-step losses and
 # the weights of one rank accumulating the same micro-batches, for instance
 # and batch norm; training moved the weights; evaluation through the stages
-# gives the Dice of one rank; activation checkpointing stays refused for the
-# variants.
+# gives the Dice of one rank. Activation checkpointing of the variants, with
+# pipeline stages too: tests/train/act_checkpoint.sh.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 . "$TS_SRCDIR/tests/io/lib_io.sh"
 TESSERA="$TS_BUILDDIR/tessera"
@@ -97,11 +97,4 @@ a, b = dice('ev-1'), dice('ev-pp2'); print(a, b); assert len(a) == 1 and a == b"
 else
     ts_skip "resenc-ds: evaluation through 2 stages" "no python3 with h5py"
 fi
-
-# activation checkpointing stays refused for the variants, with pipeline stages too, on every rank
-ts_fails_on_all "resenc with pipeline stages and activation checkpointing: refused on both ranks" \
-    "activation checkpointing is not available with model.arch = resenc" 2 ts_mpirun 2 "$TESSERA" train \
-    "$d/v.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.arch=resenc parallel.pp=2 parallel.microbatches=2 \
-    model.checkpoint_levels=0
-ts_check "no run directory was made by the refused run" [ ! -e "$d/bad/metrics.jsonl" ]
 ts_finish
