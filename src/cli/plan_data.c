@@ -24,8 +24,12 @@ static void help(void)
            "nnU-Net's 8 GB reference) by the memory plan `tessera train` checks against run.mem_limit_mb:\n"
            "the initial patch is a 256^3-voxel box shaped like 1/spacing, clipped to the median shape, in\n"
            "multiples of 2^(levels-1); the axis largest against the median shape shrinks until batch 2 fits;\n"
-           "the batch is the largest that fits, at most 5%% of the dataset's voxels, at least 2. It prints\n"
-           "the convert option for the spacing and the data.patch, train.batch and data.norm to use.\n");
+           "the batch is the largest that fits, at most 5%% of the dataset's voxels, at least 2. Without\n"
+           "model.channels in CONFIG or the overrides the network follows the patch as nnU-Net's planner\n"
+           "does: a level per pooling that keeps at least 4 voxels on every axis (pooling is isotropic),\n"
+           "32 features doubling per level up to 320 (and residual blocks 1,3,4,6,... with model.arch =\n"
+           "resenc), recomputed as the patch shrinks. It prints the convert option for the spacing and the\n"
+           "data.patch, train.batch, data.norm (and model.channels, model.res_blocks) to use.\n");
 }
 
 static void print_fingerprint(const char *path, const ts_fingerprint *fp)
@@ -81,6 +85,16 @@ static void print_plan(const ts_plan_data *p)
                p->target[0]);
     printf("  data.patch = %lld,%lld,%lld\n  train.batch = %d\n  data.norm = %s\n", (long long)p->patch[0],
            (long long)p->patch[1], (long long)p->patch[2], p->batch, p->norm);
+    if (p->topology) { /* nnU-Net's network topology for the patch */
+        printf("  model.channels = ");
+        for (int l = 0; l < p->levels; l++) printf("%s%d", l ? "," : "", p->channels[l]);
+        printf("\n");
+        if (p->resenc) {
+            printf("  model.res_blocks = ");
+            for (int l = 0; l < p->levels; l++) printf("%s%d", l ? "," : "", p->res_blocks[l]);
+            printf("\n");
+        }
+    }
 }
 
 int ts_cli_plan_data(int argc, char **argv)

@@ -420,6 +420,12 @@ int ts_config_get_intlist(const ts_config *cfg, const char *key, int64_t *vals, 
     return 0;
 }
 
+int ts_config_given(const ts_config *cfg, const char *key)
+{
+    cfg_entry *e = find(cfg, key);
+    return e && e->value && e->source && strcmp(e->source, "default") != 0;
+}
+
 const char *ts_config_source(const ts_config *cfg, const char *key)
 {
     cfg_entry *e = find(cfg, key);

@@ -51,6 +51,9 @@ int ts_config_set(ts_config *cfg, const char *key, const char *value, const char
  * returns TS_ERR_INTERNAL). Unset keys without default give TS_ERR_CONFIG
  * unless ts_config_isset() was checked. */
 int ts_config_isset(const ts_config *cfg, const char *key);
+/* Local. 1 when key's value was given (a config file or an override), not
+ * its default. */
+int ts_config_given(const ts_config *cfg, const char *key);
 int ts_config_get_int(const ts_config *cfg, const char *key, int64_t *out);
 int ts_config_get_float(const ts_config *cfg, const char *key, double *out);
 int ts_config_get_bool(const ts_config *cfg, const char *key, int *out);

@@ -59,6 +59,76 @@ static void median_shape(const ts_fingerprint *fp, const double target[3], int s
     *voxels = out[0] * out[1] * out[2] * (double)fp->n;
 }
 
+/* nnU-Net's topology for a patch (get_pool_and_conv_props with isotropic pooling, which is what the model
+ * has): pool while every axis keeps at least TS_PLAN_MIN_FEATURE voxels, at most TS_UNET_MAX_LEVELS - 1
+ * times; features 32 doubling per level, capped at 320; residual blocks 1, 3, 4, 6, 6, ... (ResEnc M) */
+#define TS_PLAN_MIN_FEATURE 4
+static void topology(const int64_t patch[3], ts_unet_cfg *u)
+{
+    static const int blocks[TS_UNET_MAX_LEVELS] = {1, 3, 4, 6, 6, 6, 6, 6};
+    int pools = TS_UNET_MAX_LEVELS - 1;
+    for (int d = 0; d < 3; d++) {
+        int k = 0;
+        while (k < pools && patch[d] >> (k + 1) >= TS_PLAN_MIN_FEATURE) k++;
+        pools = k;
+    }
+    u->levels = pools + 1;
+    for (int l = 0; l < u->levels; l++) {
+        u->channels[l] = 32 << l > 320 ? 320 : 32 << l;
+        u->res_blocks[l] = blocks[l];
+    }
+}
+
+/* the model of planner p for its configuration (p->u) */
+static int remodel(planner *p, const ts_optim_cfg *oc)
+{
+    ts_unet_destroy(&p->m);
+    return ts_unet_create(&p->u, ts_optim_state_count(oc), &p->m);
+}
+
+/* With the topology chosen (model.channels not given): nnU-Net's initial box, clipped to the median shape;
+ * while batch 2 does not fit, the axis with the largest patch / median ratio shrinks by the current
+ * 2^(levels-1), the topology following the patch; the patch rounded up to multiples of 2^(levels-1). */
+static int fit_patch_topology(planner *p, const ts_optim_cfg *oc, const double target[3], const double med[3],
+                              double budget, int64_t patch[3])
+{
+    double inv[3], prod = 1, mb = 0;
+    for (int d = 0; d < 3; d++) {
+        inv[d] = 1.0 / target[d];
+        prod *= inv[d];
+    }
+    const double f = cbrt(256.0 * 256.0 * 256.0 / prod);
+    double want[3];
+    for (int d = 0; d < 3; d++) {
+        want[d] = round(inv[d] * f);
+        if (want[d] > med[d]) want[d] = med[d];
+        if (want[d] < 1) want[d] = 1;
+    }
+    for (;;) {
+        int64_t raw[3];
+        for (int d = 0; d < 3; d++) raw[d] = (int64_t)want[d];
+        topology(raw, &p->u);
+        const int64_t div = (int64_t)1 << (p->u.levels - 1);
+        for (int d = 0; d < 3; d++) patch[d] = ((int64_t)ceil(want[d] / (double)div)) * div;
+        TS_TRY(remodel(p, oc));
+        TS_TRY(mem_of(p, patch, 2, &mb));
+        if (mb <= budget) return 0;
+        int ax = -1;
+        double worst = -1;
+        for (int d = 0; d < 3; d++)
+            if (want[d] > TS_PLAN_MIN_FEATURE && want[d] / med[d] > worst) {
+                worst = want[d] / med[d];
+                ax = d;
+            }
+        if (ax < 0)
+            return TS_ERR(TS_ERR_ARG, "plan-data: the smallest patch (%lldx%lldx%lld voxels, batch 2, %d levels) needs "
+                          "about %.0f MiB per rank, more than the %.0f MiB budget (--mem-mb): raise it, or give "
+                          "model.channels", (long long)patch[0], (long long)patch[1], (long long)patch[2],
+                          p->u.levels, mb, budget);
+        want[ax] = want[ax] - (double)div > TS_PLAN_MIN_FEATURE ? want[ax] - (double)div : TS_PLAN_MIN_FEATURE;
+    }
+}
+
 /* the patch: nnU-Net's initial box, clipped and rounded; then shrunk until batch 2 fits */
 static int fit_patch(planner *p, const double target[3], const double med[3], int64_t div, double budget,
                      int64_t patch[3])
@@ -126,10 +196,20 @@ int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budg
                 if (e > (double)p.vol[d]) p.vol[d] = (int64_t)e;
             }
     }
+    out->topology = !ts_config_given(cfg, "model.channels");
+    if (out->topology) { /* nnU-Net's: the levels follow the patch */
+        TS_CHECK(fit_patch_topology(&p, &oc, out->grid, out->median_shape, budget_mb, out->patch));
+    } else {
+        const int64_t div = (int64_t)1 << (p.u.levels - 1);
+        TS_CHECK(ts_unet_create(&p.u, ts_optim_state_count(&oc), &p.m));
+        TS_CHECK(fit_patch(&p, out->grid, out->median_shape, div, budget_mb, out->patch));
+    }
     out->levels = p.u.levels;
-    const int64_t div = (int64_t)1 << (p.u.levels - 1);
-    TS_CHECK(ts_unet_create(&p.u, ts_optim_state_count(&oc), &p.m));
-    TS_CHECK(fit_patch(&p, out->grid, out->median_shape, div, budget_mb, out->patch));
+    out->resenc = p.u.arch == TS_ARCH_RESENC;
+    for (int l = 0; l < p.u.levels; l++) {
+        out->channels[l] = p.u.channels[l];
+        out->res_blocks[l] = p.u.res_blocks[l];
+    }
     /* the largest batch that fits (memory grows with the batch) */
     int b = 2;
     double mb = 0;

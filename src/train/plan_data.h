@@ -10,6 +10,7 @@
 
 #include "io/fingerprint.h"
 #include "src/core/config.h"
+#include "src/model/unet.h"
 
 typedef struct ts_plan_data {
     double target[3];       /* target spacing, D, H, W (mm) */
@@ -25,6 +26,10 @@ typedef struct ts_plan_data {
     double mem_mb;          /* memory plan of patch x batch per rank (MiB) */
     double budget_mb;
     int levels;
+    int topology;           /* 1: model.channels was not given: the levels and channels below are proposed */
+    int channels[TS_UNET_MAX_LEVELS]; /* model.channels (proposed, or the config's) */
+    int resenc;             /* model.arch = resenc: res_blocks proposed with the levels */
+    int res_blocks[TS_UNET_MAX_LEVELS];
     /* proposed data.norm: ct when every channel is CT, foreground when none
      * is, else one per channel (ct for CT, foreground for the others) */
     char norm[16 * TS_IO_MAX_CHANNELS];
@@ -39,8 +44,13 @@ typedef struct ts_plan_data {
  * to multiples of 2^(levels-1); while batch 2 does not fit, the axis with
  * the largest patch / median shape ratio shrinks by 2^(levels-1); then the
  * batch is the largest that fits, capped at 5 % of the dataset's voxels and
- * at least 2. Errors: the budget does not hold the smallest patch at batch 2
- * (naming what it needs), a bad model config. */
+ * at least 2. Without model.channels in cfg the network's depth follows the
+ * patch, as nnU-Net's planner does: pooling while every axis keeps at least
+ * 4 voxels (isotropic pooling, the model's), 32 features doubling per level
+ * up to 320, residual blocks 1, 3, 4, 6, ... for model.arch = resenc; the
+ * patch shrinks with the topology recomputed. Errors: the budget does not
+ * hold the smallest patch at batch 2 (naming what it needs), a bad model
+ * config. */
 int ts_plan_data_run(const ts_config *cfg, const ts_fingerprint *fp, double budget_mb, ts_plan_data *out);
 
 #endif

@@ -83,6 +83,20 @@ ts_check "plan-data: a smaller budget gives a smaller patch or batch" sh -c "
     '$TESSERA' plan-data '$d/b.h5' model.channels=4,8,16 --mem-mb 2000 | grep -E 'patch|batch =' >'$d/p1'
     '$TESSERA' plan-data '$d/b.h5' model.channels=4,8,16 --mem-mb 150 | grep -E 'patch|batch =' >'$d/p2'
     ! cmp -s '$d/p1' '$d/p2'"
+ts_step "plan-data on set a without model.channels proposes nnU-Net's topology for its patch" \
+    sh -c "'$TESSERA' plan-data '$d/a.h5' --mem-mb 4000 >'$d/plan-a.txt'"
+ts_check "the topology: 32 features doubling (at most 320), a level per pooling that keeps >= 4 voxels per axis" \
+    "$TS_PY" -c "
+import re
+t = open('$d/plan-a.txt').read()
+p = [int(v) for v in re.search(r'data.patch = ([0-9,]+)', t).group(1).split(',')]
+ch = [int(v) for v in re.search(r'model.channels = ([0-9,]+)', t).group(1).split(',')]
+L = len(ch)
+print('patch', p, 'channels', ch)
+assert ch == [min(32 << l, 320) for l in range(L)] and ('model with %d levels' % L) in t
+assert all(e % (1 << (L - 1)) == 0 and e >> (L - 1) >= 4 for e in p) and min(p) >> L <= 4 and L >= 2"
+ts_check "with model.channels given, plan-data keeps it and proposes none" \
+    sh -c "! grep -q 'model.channels =' '$d/plan.txt' && grep -q 'model with 3 levels' '$d/plan.txt'"
 ts_check "plan-data on set a proposes data.norm = ct (every channel CT)" \
     sh -c "'$TESSERA' plan-data '$d/a.h5' | grep -q '^  data.norm = ct$'"
 cat >"$d/c.ini" <<INI
