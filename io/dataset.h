@@ -97,8 +97,9 @@ int ts_dataset_has_fg_stats(const ts_dataset *ds);
 const ts_fg_intensity *ts_dataset_fg_intensity(const ts_dataset *ds);
 /* Local. Index entry of sample i (0 <= i < count); pointers stay valid until close. */
 int ts_dataset_info(const ts_dataset *ds, int64_t i, ts_sample_info *out);
-/* Local (reads an attribute). The voxel size (mm along D, H, W) of sample
- * i as stored: its group's `spacing`. Errors name the file and sample:
+/* Collective on the dataset's communicator with the MPI-IO driver (HDF5's
+ * metadata reads are collective there; local with POSIX). The voxel size
+ * (mm along D, H, W) of sample i as stored: its group's `spacing`. Errors name the file and sample:
  * out of range, a group or attribute missing or not 3 positive values. */
 int ts_dataset_spacing(ts_dataset *ds, int64_t i, double spacing[3]);
 

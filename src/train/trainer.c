@@ -520,9 +520,10 @@ static int volume_surface(trainer *t, int64_t vol, const uint8_t *pred, const ui
 {
     int err = 0, lerr = 0;
     const int K = t->ucfg.classes;
+    double sp[3];
+    /* every rank reads the spacing: with the MPI-IO driver HDF5's metadata reads are collective */
+    TS_CHECK(ts_err_agree(t->grid->world, ts_dataset_spacing(t->eval_ds, vol, sp)));
     if (t->rank == 0) {
-        double sp[3];
-        lerr = ts_dataset_spacing(t->eval_ds, vol, sp);
         for (int k = 0; k < K && !lerr; k++) {
             ts_surface_metrics sm;
             lerr = ts_surface_metrics_class(pred, lab, dhw, sp, k, tol, &sm);
