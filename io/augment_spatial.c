@@ -64,6 +64,11 @@ int ts_spatial_aug_plane_auto(const int64_t patch[3])
     return (double)m / (double)patch[0] > 3.0;
 }
 
+int ts_spatial_aug_plane_of(const char *mode, const int64_t patch[3])
+{
+    return !strcmp(mode, "on") || (!strcmp(mode, "auto") && ts_spatial_aug_plane_auto(patch));
+}
+
 void ts_spatial_aug_draw(const ts_spatial_aug_opts *o, ts_rng *r, ts_spatial_xform *x)
 {
     memset(x, 0, sizeof *x);

@@ -52,6 +52,9 @@ double ts_spatial_aug_read_voxels(const ts_spatial_aug_opts *o, const int64_t bo
 /* Local. nnU-Net's rule for the in-plane mode: the patch's largest edge is
  * more than 3 times its D edge (ANISO_THRESHOLD). */
 int ts_spatial_aug_plane_auto(const int64_t patch[3]);
+/* Local. data.aug_2d's mode ("on", "off", "auto": the rule above) for a
+ * patch: 1 when the augmentation is in the H-W plane. */
+int ts_spatial_aug_plane_of(const char *mode, const int64_t patch[3]);
 
 /* The drawn transform of one patch. A patch voxel whose read-box
  * coordinate (after flips and 90-degree rotations) is s comes from volume

@@ -110,7 +110,7 @@ int ts_loader_opts_from_config(const ts_config *cfg, ts_loader_opts *o)
         TS_TRY(ts_config_get_float(cfg, "data.elastic_disp", &sa->elastic_disp));
         const char *m2;
         TS_TRY(ts_config_get_str(cfg, "data.aug_2d", &m2));
-        sa->plane = !strcmp(m2, "on") || (!strcmp(m2, "auto") && ts_spatial_aug_plane_auto(o->patch.patch));
+        sa->plane = ts_spatial_aug_plane_of(m2, o->patch.patch);
         TS_TRY(ts_config_get_float(cfg, "data.rot_deg_2d", &sa->rot_deg_plane));
         TS_TRY(ts_config_get_str(cfg, "data.aug_image", &m2));
         sa->cubic = !strcmp(m2, "cubic");

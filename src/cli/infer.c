@@ -7,6 +7,7 @@
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
+#include "src/train/evaluate.h"
 #include "src/train/infer.h"
 
 #include <math.h>
@@ -125,14 +126,9 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
 /* mirror=AXES: letters x, y, z (or "none") into TS_INFER_MIRROR_* */
 static int parse_mirror(const char *a, int *mask)
 {
-    *mask = 0;
-    if (!strcmp(a, "none")) return 0;
-    for (const char *p = a; *p; p++) {
-        int b = *p == 'x' ? TS_INFER_MIRROR_X : *p == 'y' ? TS_INFER_MIRROR_Y : *p == 'z' ? TS_INFER_MIRROR_Z : 0;
-        if (!b || (*mask & b)) return TS_ERR(TS_ERR_ARG, "infer: mirror=%s: give axes x, y, z (e.g. xyz) or none", a);
-        *mask |= b;
-    }
-    return *a ? 0 : TS_ERR(TS_ERR_ARG, "infer: mirror= is empty: give axes x, y, z (e.g. xyz) or none");
+    if (!ts_eval_parse_axes(a, mask)) return 0; /* TS_INFER_MIRROR_* are the TS_EVAL_FLIP_* bits */
+    return *a ? TS_ERR(TS_ERR_ARG, "infer: mirror=%s: give axes x, y, z (e.g. xyz) or none", a)
+              : TS_ERR(TS_ERR_ARG, "infer: mirror= is empty: give axes x, y, z (e.g. xyz) or none");
 }
 
 /* one key=value argument of infer's own; 1 when a is not one of them */

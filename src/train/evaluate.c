@@ -116,3 +116,15 @@ double ts_eval_dice(int64_t tp, int64_t fp, int64_t fn)
     int64_t d = 2 * tp + fp + fn;
     return d ? 2.0 * (double)tp / (double)d : NAN;
 }
+
+int ts_eval_parse_axes(const char *s, int *mask)
+{
+    *mask = 0;
+    if (!strcmp(s, "none")) return 0;
+    for (const char *p = s; *p; p++) {
+        const int b = *p == 'x' ? TS_EVAL_FLIP_W : *p == 'y' ? TS_EVAL_FLIP_H : *p == 'z' ? TS_EVAL_FLIP_D : 0;
+        if (!b || (*mask & b)) return -1;
+        *mask |= b;
+    }
+    return *s ? 0 : -1;
+}

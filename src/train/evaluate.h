@@ -46,6 +46,11 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
  * TS_EVAL_FLIP_*); in and out do not overlap. A flip is its own inverse. */
 void ts_eval_flip(const float *in, float *out, int C, const int64_t dhw[3], int flip);
 
+/* Local. Mirroring axes as letters x, y, z (NIfTI i, j, k = W, H, D; each
+ * at most once, e.g. "xyz") or "none", into a TS_EVAL_FLIP_* mask. Returns
+ * 0, or -1 for anything else (the caller names the option). */
+int ts_eval_parse_axes(const char *s, int *mask);
+
 /* Collective as ts_eval_predict. Test-time mirroring: image is predicted
  * once per subset of the axes in `axes` (TS_EVAL_FLIP_* mask; 7: all 8
  * combinations, as nnU-Net), each prediction's normalised probabilities

@@ -85,15 +85,12 @@ cleanup:
 
 static double fg_mean(const ts_infer_scan *s, int K);
 
-/* class k's Dice of pred against ref */
-static double class_dice(const uint8_t *pred, const uint8_t *ref, int64_t nv, int k)
+/* class k's Dice of pred against ref (K classes) */
+static double class_dice(const uint8_t *pred, const uint8_t *ref, int64_t nv, int K, int k)
 {
-    int64_t tp = 0, fp = 0, fn = 0;
-    for (int64_t v = 0; v < nv; v++) {
-        int p = pred[v] == k, r = ref[v] == k;
-        tp += p && r, fp += p && !r, fn += !p && r;
-    }
-    return ts_eval_dice(tp, fp, fn);
+    int64_t tp[TS_IO_MAX_CLASSES] = {0}, fp[TS_IO_MAX_CLASSES] = {0}, fn[TS_IO_MAX_CLASSES] = {0};
+    ts_eval_confusion(pred, ref, nv, K, tp, fp, fn);
+    return ts_eval_dice(tp[k], fp[k], fn[k]);
 }
 
 int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t dhw[3], const double spacing[3],
@@ -127,12 +124,12 @@ int ts_infer_scan_metrics(const uint8_t *pred, const uint8_t *ref, const int64_t
             if (fp[k] || tp[k]) { /* predicted: something to remove */
                 memcpy(copy, pred, (size_t)nv);
                 TS_CHECK(ts_keep_largest_component(copy, dhw, k, NULL));
-                s->dice_pp[k] = class_dice(copy, ref, nv, k);
+                s->dice_pp[k] = class_dice(copy, ref, nv, K, k);
             }
             if (ffp[k] || ftp[k]) {
                 memcpy(copy, fg, (size_t)nv);
                 TS_CHECK(ts_keep_largest_component(copy, dhw, k, NULL));
-                s->dice_fg_pp[k] = class_dice(copy, ref, nv, k);
+                s->dice_fg_pp[k] = class_dice(copy, ref, nv, K, k);
             }
         }
     }

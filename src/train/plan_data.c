@@ -32,7 +32,7 @@ static int mem_of(planner *p, const int64_t patch[3], int batch, double *mb)
     ts_mem_plan mp;
     memcpy(p->u.patch, patch, sizeof p->u.patch);
     ts_patch_opts po = p->patch;
-    po.spatial.plane = !strcmp(p->aug_2d, "on") || (!strcmp(p->aug_2d, "auto") && ts_spatial_aug_plane_auto(patch));
+    po.spatial.plane = ts_spatial_aug_plane_of(p->aug_2d, patch); /* decided per patch, as the loader does */
     const double rb = ts_patch_read_bytes(&po, patch, p->u.in_channels, p->vol);
     TS_TRY(ts_train_memory_plan(p->m, NULL, &p->u, batch, p->u.in_channels, p->prefetch, patch, NULL, rb,
                                 p->process_mb, &mp));
@@ -57,6 +57,23 @@ static void median_shape(const ts_fingerprint *fp, const double target[3], int s
     }
     free(v);
     *voxels = out[0] * out[1] * out[2] * (double)fp->n;
+}
+
+/* nnU-Net's initial patch: a box of 256^3 voxels shaped like 1 / spacing, clipped to the median shape (at
+ * least a voxel) */
+static void initial_box(const double target[3], const double med[3], double box[3])
+{
+    double inv[3], prod = 1;
+    for (int d = 0; d < 3; d++) {
+        inv[d] = 1.0 / target[d];
+        prod *= inv[d];
+    }
+    const double f = cbrt(256.0 * 256.0 * 256.0 / prod);
+    for (int d = 0; d < 3; d++) {
+        box[d] = round(inv[d] * f);
+        if (box[d] > med[d]) box[d] = med[d];
+        if (box[d] < 1) box[d] = 1;
+    }
 }
 
 /* nnU-Net's topology for a patch (get_pool_and_conv_props with isotropic pooling, which is what the model
@@ -92,18 +109,8 @@ static int remodel(planner *p, const ts_optim_cfg *oc)
 static int fit_patch_topology(planner *p, const ts_optim_cfg *oc, const double target[3], const double med[3],
                               double budget, int64_t patch[3])
 {
-    double inv[3], prod = 1, mb = 0;
-    for (int d = 0; d < 3; d++) {
-        inv[d] = 1.0 / target[d];
-        prod *= inv[d];
-    }
-    const double f = cbrt(256.0 * 256.0 * 256.0 / prod);
-    double want[3];
-    for (int d = 0; d < 3; d++) {
-        want[d] = round(inv[d] * f);
-        if (want[d] > med[d]) want[d] = med[d];
-        if (want[d] < 1) want[d] = 1;
-    }
+    double want[3], mb = 0;
+    initial_box(target, med, want);
     for (;;) {
         int64_t raw[3];
         for (int d = 0; d < 3; d++) raw[d] = (int64_t)want[d];
@@ -133,16 +140,10 @@ static int fit_patch_topology(planner *p, const ts_optim_cfg *oc, const double t
 static int fit_patch(planner *p, const double target[3], const double med[3], int64_t div, double budget,
                      int64_t patch[3])
 {
-    double inv[3], prod = 1, mb = 0;
+    double box[3], mb = 0;
+    initial_box(target, med, box);
     for (int d = 0; d < 3; d++) {
-        inv[d] = 1.0 / target[d];
-        prod *= inv[d];
-    }
-    const double f = cbrt(256.0 * 256.0 * 256.0 / prod);
-    for (int d = 0; d < 3; d++) {
-        double e = round(inv[d] * f);
-        if (e > med[d]) e = med[d];
-        patch[d] = ((int64_t)ceil(e / (double)div)) * div;
+        patch[d] = ((int64_t)ceil(box[d] / (double)div)) * div;
         if (patch[d] < div) patch[d] = div;
     }
     for (;;) {

@@ -508,9 +508,8 @@ static int eval_mirror_axes(const ts_config *cfg, int *axes)
 {
     const char *m;
     TS_TRY(ts_config_get_str(cfg, "eval.mirror", &m));
-    *axes = 0;
-    for (const char *c = strcmp(m, "none") ? m : ""; *c; c++)
-        *axes |= *c == 'x' ? TS_EVAL_FLIP_W : *c == 'y' ? TS_EVAL_FLIP_H : TS_EVAL_FLIP_D;
+    if (ts_eval_parse_axes(m, axes)) /* the key's choices are checked at load */
+        return TS_ERR(TS_ERR_CONFIG, "eval.mirror = %s (%s)", m, ts_config_source(cfg, "eval.mirror"));
     return 0;
 }
 
@@ -538,9 +537,10 @@ cleanup:
     return err;
 }
 
-/* Collective. Dice per class over the validation volumes (their voxels pooled); with eval.surface, hd95_out and
- * nsd_out the mean over the volumes where finite (NaN: none); eval.mirror mirrors each prediction. */
-static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_out)
+/* Collective. Dice per class over the validation volumes (their voxels pooled); with eval.surface (*surface
+ * set) hd95_out and nsd_out the mean over the volumes where finite (NaN: none); eval.mirror mirrors each
+ * prediction. */
+static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_out, int *surface_out)
 {
     int err = 0;
     const int K = t->ucfg.classes;
@@ -549,7 +549,7 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
     uint8_t *lab = NULL, *pred = NULL;
     double overlap, tol, hsum[TS_IO_MAX_CLASSES] = {0}, nsum[TS_IO_MAX_CLASSES] = {0};
     double hv[TS_IO_MAX_CLASSES], nvv[TS_IO_MAX_CLASSES];
-    int surface, axes, hn[TS_IO_MAX_CLASSES] = {0}, nn[TS_IO_MAX_CLASSES] = {0};
+    int surface = 0, axes, hn[TS_IO_MAX_CLASSES] = {0}, nn[TS_IO_MAX_CLASSES] = {0};
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     ts_perf_begin(t->perf, TS_PH_EVAL);
     TS_CHECK(local_average(t, t->step));
@@ -598,9 +598,10 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
     }
     for (int k = 0; k < K; k++) {
         dice_out[k] = ts_eval_dice(tp[k], fp[k], fn[k]);
-        if (hd95_out) hd95_out[k] = surface && hn[k] ? hsum[k] / hn[k] : NAN;
-        if (nsd_out) nsd_out[k] = surface && nn[k] ? nsum[k] / nn[k] : NAN;
+        hd95_out[k] = surface && hn[k] ? hsum[k] / hn[k] : NAN;
+        nsd_out[k] = surface && nn[k] ? nsum[k] / nn[k] : NAN;
     }
+    *surface_out = surface;
 cleanup:
     ts_spatial_set_stats(t->spatial, &halo_before);
     ts_perf_end(t->perf, TS_PH_EVAL);
@@ -1428,9 +1429,8 @@ static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double l
     }
     if (do_eval) {
         double hd95[TS_IO_MAX_CLASSES], nsd[TS_IO_MAX_CLASSES];
-        int surface;
-        TS_CHECK(ts_config_get_bool(t->cfg, "eval.surface", &surface));
-        TS_CHECK(evaluate(t, dice, hd95, nsd));
+        int surface = 0;
+        TS_CHECK(evaluate(t, dice, hd95, nsd, &surface));
         report_dice(t, dice, surface ? hd95 : NULL, surface ? nsd : NULL);
         const char *names[256];
         for (int k = 0; k < t->ucfg.classes; k++) names[k] = ts_dataset_class_name(t->eval_ds, k);

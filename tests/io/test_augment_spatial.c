@@ -62,6 +62,28 @@ static int plain(ts_dataset *ds, int64_t i, const int64_t P[3], int k, int fl, c
     return e;
 }
 
+/* The largest box ts_spatial_aug_read_box reads for n draws of o (stream seed), every 90-degree rotation and
+ * flip set, patch P at lo in a volume of vol; *within: every one at most bound. */
+static double largest_read(const ts_spatial_aug_opts *o, const int64_t P[3], const int64_t lo[3], const int64_t vol[3],
+                           int n, uint64_t seed, double bound, int *within)
+{
+    static const int64_t z3[3] = {0, 0, 0};
+    double most = 0;
+    *within = 1;
+    for (int t = 0; t < n; t++) {
+        ts_rng r1;
+        ts_rng_init(&r1, seed, (uint32_t)t, 2);
+        ts_spatial_xform x;
+        ts_spatial_aug_draw(o, &r1, &x);
+        int64_t rlo[3], rsz[3];
+        ts_spatial_aug_read_box(&x, P, t % 4, t % 8, lo, z3, P, vol, rlo, rsz);
+        const double v = (double)rsz[0] * (double)rsz[1] * (double)rsz[2];
+        most = fmax(most, v);
+        *within &= v <= bound;
+    }
+    return most;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -409,21 +431,8 @@ int main(int argc, char **argv)
                                   .elastic_p = 1, .elastic_points = 7, .elastic_disp = 7.5, .plane = pl,
                                   .rot_deg_plane = 180};
         const double bound = ts_spatial_aug_read_voxels(&mo, Pm, big);
-        double most = 0;
-        int within = 1;
-        for (int t = 0; t < 3000; t++) {
-            ts_rng r1;
-            ts_rng_init(&r1, 5, (uint32_t)t, 2);
-            ts_spatial_xform x;
-            ts_spatial_aug_draw(&mo, &r1, &x);
-            const int k = (int)(t % 4), fl = (int)(t % 8);
-            const int64_t lo[3] = {400, 400, 400};
-            int64_t rlo[3], rsz[3];
-            ts_spatial_aug_read_box(&x, Pm, k, fl, lo, z3, Pm, big, rlo, rsz);
-            const double n = (double)rsz[0] * (double)rsz[1] * (double)rsz[2];
-            most = fmax(most, n);
-            within &= n <= bound;
-        }
+        int within;
+        const double most = largest_read(&mo, Pm, (const int64_t[3]){400, 400, 400}, big, 3000, 5, bound, &within);
         const int64_t small[3] = {30, 30, 30};
         /* clipped: 30 per axis, but D in the plane is 8 + 2 x 7.5 + 4 = 27 */
         const double clipped = ts_spatial_aug_read_voxels(&mo, Pm, small);
@@ -438,20 +447,8 @@ int main(int argc, char **argv)
         const int64_t Pz[3] = {8, 64, 256}, vz[3] = {1000, 300, 80};
         ts_spatial_aug_opts zo = {.zoom_p = 1, .zoom_min = 0.7, .zoom_max = 1.4};
         const double bound = ts_spatial_aug_read_voxels(&zo, Pz, vz);
-        double most = 0;
-        int within = 1;
-        for (int t = 0; t < 400; t++) {
-            ts_rng r1;
-            ts_rng_init(&r1, 6, (uint32_t)t, 2);
-            ts_spatial_xform x;
-            ts_spatial_aug_draw(&zo, &r1, &x);
-            const int64_t lo[3] = {100, 0, 0};
-            int64_t rlo[3], rsz[3];
-            ts_spatial_aug_read_box(&x, Pz, t % 4, t % 8, lo, z3, Pz, vz, rlo, rsz);
-            const double n = (double)rsz[0] * (double)rsz[1] * (double)rsz[2];
-            most = fmax(most, n);
-            within &= n <= bound;
-        }
+        int within;
+        const double most = largest_read(&zo, Pz, (const int64_t[3]){100, 0, 0}, vz, 400, 6, bound, &within);
         ts_ok(within && most > 0.5 * bound, "a zoom alone, 8x64x256 patch in a 1000x300x80 volume, every 90-degree "
               "rotation: read boxes at most %.0f voxels, the bound %.0f", most, bound);
     }

@@ -78,20 +78,28 @@ run 4 dp2pp2 $pp
 run 4 dp2pp2-ck01 $pp model.checkpoint_levels=0,1
 same dp2pp2 dp2pp2-ck01 init-batch.h5 0 0
 # the benchmark's side-by-side comparison on a spatial split
-ts_step "bench step --compare-checkpoint 0,1 on sp = 2: gradients bit-identical" \
-    ts_mpirun 2 "$TESSERA" bench step "$d/a.ini" parallel.sp=2 data.patch=32 --compare-checkpoint 0,1 --steps 1 \
-    --warmup 0 --rounds 1 --json "$d/cmp.json"
-ts_check "its report says bit-identical" sh -c "printf '%s\n' \"\$0\" | grep -q 'same weights bit-identical'" "$ts_out"
-if [ -n "$TS_PY" ]; then
-    ts_step "bench step JSON: activations with levels 0,1 below those without, as the memory plan says" "$TS_PY" -c "
-import json; c = json.load(open('$d/cmp.json'))['checkpoint_compare']
+# compare NP NAME LEVELS WHAT ARGS...: `bench step --compare-checkpoint LEVELS` (32^3, 1 step) on NP ranks: the
+# report says bit-identical, and its JSON has less than 0.8 of the activations without, equal to the memory plan
+compare() {
+    _np=$1 _name=$2 _lv=$3 _what=$4
+    shift 4
+    ts_step "bench step --compare-checkpoint $_lv, $_what: gradients bit-identical" \
+        ts_mpirun "$_np" "$TESSERA" bench step "$d/a.ini" "$@" data.patch=32 --compare-checkpoint "$_lv" --steps 1 \
+        --warmup 0 --rounds 1 --json "$d/$_name.json"
+    ts_check "$_what: its report says bit-identical" \
+        sh -c "printf '%s\n' \"\$0\" | grep -q 'same weights bit-identical'" "$ts_out"
+    if [ -n "$TS_PY" ]; then
+        ts_step "$_what: activations with levels $_lv below those without, as the memory plan says" "$TS_PY" -c "
+import json; c = json.load(open('$d/$_name.json'))['checkpoint_compare']
 print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
-assert c['levels_a'] == 'none' and c['levels_b'] == '0,1' and c['grads_identical']
-assert c['act_bytes_b'] < 0.8 * c['act_bytes_a'] and c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
-"
-else
-    ts_skip "bench step JSON" "no python3"
-fi
+assert c['levels_a'] == 'none' and c['levels_b'] == '$_lv' and c['grads_identical']
+assert c['act_bytes_b'] < 0.8 * c['act_bytes_a']
+assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']"
+    else
+        ts_skip "$_what: bench step JSON" "no python3"
+    fi
+}
+compare 2 cmp 0,1 "plain UNet3D on sp = 2" parallel.sp=2
 # deep supervision (nnU-Net's instance norm and leaky ReLU, 4 levels): its heads read the decoder blocks'
 # outputs, which checkpointing keeps; bit-identical on 1 rank (fp32, bf16), dp 2 x sp 2 and dp 2 x pp 2
 ds="model.deep_supervision=true model.channels=4,8,16,32 model.norm=instance model.act=leaky_relu"
@@ -116,17 +124,7 @@ run 4 ds-pp-ck $ds parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.
     model.checkpoint_levels=0,1,2
 same ds-pp ds-pp-ck init-ds.h5 0 0
 # shellcheck disable=SC2086
-ts_step "bench step --compare-checkpoint 0,1,2 with deep supervision: gradients bit-identical, less memory" \
-    ts_mpirun 1 "$TESSERA" bench step "$d/a.ini" $ds data.patch=32 --compare-checkpoint 0,1,2 --steps 1 \
-    --warmup 0 --rounds 1 --json "$d/cmp-ds.json"
-if [ -n "$TS_PY" ]; then
-    ts_step "deep supervision: activations with levels 0,1,2 below those without, as the memory plan says" "$TS_PY" -c "
-import json; c = json.load(open('$d/cmp-ds.json'))['checkpoint_compare']
-print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
-assert c['grads_identical'] and c['act_bytes_b'] < 0.8 * c['act_bytes_a']
-assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
-"
-fi
+compare 1 cmp-ds 0,1,2 "deep supervision" $ds
 # nnU-Net's residual encoder (with deep supervision): a checkpointed level keeps each block's output and
 # recomputes its convs, first norm and skip; batch norm's running statistics are left alone by the
 # recomputation; on 1 rank (batch norm, fp16), dp 2 x sp 2 (batch norm summed over the group again) and
@@ -160,17 +158,7 @@ run 4 res-pp-ck $res parallel.pp=2 parallel.microbatches=2 train.batch=1 paralle
     model.checkpoint_levels=0,1,2
 same res-pp res-pp-ck init-resi.h5 0 0
 # shellcheck disable=SC2086
-ts_step "bench step --compare-checkpoint 0,1,2, residual encoder: gradients bit-identical, less memory" \
-    ts_mpirun 1 "$TESSERA" bench step "$d/a.ini" $res data.patch=32 --compare-checkpoint 0,1,2 --steps 1 \
-    --warmup 0 --rounds 1 --json "$d/cmp-res.json"
-if [ -n "$TS_PY" ]; then
-    ts_step "residual encoder: activations with levels 0,1,2 below those without, as the memory plan says" "$TS_PY" -c "
-import json; c = json.load(open('$d/cmp-res.json'))['checkpoint_compare']
-print(c['levels_a'], c['act_bytes_a'], c['levels_b'], c['act_bytes_b'], c['act_reduction'])
-assert c['grads_identical'] and c['act_bytes_b'] < 0.8 * c['act_bytes_a']
-assert c['plan_bytes_a'] == c['act_bytes_a'] and c['plan_bytes_b'] == c['act_bytes_b']
-"
-fi
+compare 1 cmp-res 0,1,2 "residual encoder" $res
 # bad values: every rank fails before any work, naming the key
 for bad in 9 -1 x 1,1; do
     ts_fails_on_all "model.checkpoint_levels=$bad refused on both ranks" "model.checkpoint_levels = '$bad'" 2 \

@@ -106,10 +106,10 @@ unset TESSERA_FAULT
 # --- bf16 and fp16 against fp32 on the same grid ---
 # tolerances (docs/training.md): losses over 6 steps within 5e-3 (bf16) and 5e-4 (fp16) relative, weights
 # within 0.1 and 0.03 of their scale; the precisions must change the arithmetic (not bit-identical to fp32)
-near() { # near REF RUN LOSS_RTOL WEIGHT_TOL MODE
+near() { # near REF RUN LOSS_RTOL WEIGHT_TOL MODE [INIT]: from $d/INIT.h5 (default init)
     if [ -n "$TS_PY" ]; then
         ts_step "$2 = $1 within $3 (losses) and $4 (weights), weights moved, not identical to fp32, perf.json says $5" \
-            sh -c "'$TS_PY' '$TS_SRCDIR/tests/train/compare_runs.py' '$d/$1' '$d/$2' '$d/init.h5' 6 $3 $4 &&
+            sh -c "'$TS_PY' '$TS_SRCDIR/tests/train/compare_runs.py' '$d/$1' '$d/$2' '$d/${6:-init}.h5' 6 $3 $4 &&
                    ! h5diff -q '$d/$1/ckpt/step-6/state.h5' '$d/$2/ckpt/step-6/state.h5' /params /params &&
                    '$TS_PY' -c \"import json; p = json.load(open('$d/$2/perf.json'))['precision']; print(p); assert p['mode'] == '$5'\""
     else
@@ -137,32 +137,22 @@ variant="model.arch=resenc model.res_blocks=1,2,2,2 model.deep_supervision=true 
 # shellcheck disable=SC2086
 ts_step "initial weights of the residual encoder with deep supervision" \
     "$TESSERA" model init "$d/p.ini" $variant --out "$d/init-res.h5" --seed 0
-nearv() { # nearv REF RUN LOSS_RTOL WEIGHT_TOL MODE
-    if [ -n "$TS_PY" ]; then
-        ts_step "resenc + deep supervision: $2 = $1 within $3 (losses) and $4 (weights), weights moved, not identical" \
-            sh -c "'$TS_PY' '$TS_SRCDIR/tests/train/compare_runs.py' '$d/$1' '$d/$2' '$d/init-res.h5' 6 $3 $4 &&
-                   ! h5diff -q '$d/$1/ckpt/step-6/state.h5' '$d/$2/ckpt/step-6/state.h5' /params /params &&
-                   '$TS_PY' -c \"import json; p = json.load(open('$d/$2/perf.json'))['precision']; assert p['mode'] == '$5'\""
-    else
-        ts_skip "resenc: $2 = $1" "no python3 with h5py"
-    fi
-}
 # shellcheck disable=SC2086
 run 4 rsp-fp32 parallel.sp=2 $variant
 # shellcheck disable=SC2086
 run 4 rsp-bf16 parallel.sp=2 $variant train.precision=bf16
 # shellcheck disable=SC2086
 run 4 rsp-fp16 parallel.sp=2 $variant train.precision=fp16
-nearv rsp-fp32 rsp-bf16 5e-3 0.15 bf16
-nearv rsp-fp32 rsp-fp16 5e-4 0.1 fp16
+near rsp-fp32 rsp-bf16 5e-3 0.15 bf16 init-res
+near rsp-fp32 rsp-fp16 5e-4 0.1 fp16 init-res
 # shellcheck disable=SC2086
 run 4 rpp-fp32 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant
 # shellcheck disable=SC2086
 run 4 rpp-bf16 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant train.precision=bf16
 # shellcheck disable=SC2086
 run 4 rpp-fp16 parallel.pp=2 parallel.microbatches=2 train.batch=1 $variant train.precision=fp16
-nearv rpp-fp32 rpp-bf16 5e-3 0.15 bf16
-nearv rpp-fp32 rpp-fp16 5e-4 0.1 fp16
+near rpp-fp32 rpp-bf16 5e-3 0.15 bf16 init-res
+near rpp-fp32 rpp-fp16 5e-4 0.1 fp16 init-res
 
 # --- inference follows train.precision: bf16 and fp16 probabilities near fp32's, not equal ---
 if [ -n "$TS_PY" ]; then
