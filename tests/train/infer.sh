@@ -56,8 +56,8 @@ ts_step "one scan: the mask of the folder run" run 1 $I input="$d/single/b.nii.g
 ts_check "one scan: metrics next to the mask (b1.metrics.json)" [ -s "$d/b1.metrics.json" ]
 ts_step "one scan: the same mask as in the folder run" ref same "$d/b1.nii.gz" "$d/out/b.nii.gz"
 printf '# a comment\n%s\n\n%s\n' "$d/scans/a.nii.gz" "$d/scans/c_0000.nii.gz" >"$d/list.txt"
-ts_step "a list file and a comma list" sh -c "$MPIEXEC -n 1 $I input='$d/list.txt' output='$d/lst' >/dev/null &&
-    $MPIEXEC -n 1 $I input='$d/scans/a.nii.gz,$d/scans/c_0000.nii.gz' output='$d/cm'"
+ts_step "a list file and a comma list" sh -c "timeout -k 10 300 $MPIEXEC -n 1 $I input='$d/list.txt' output='$d/lst' >/dev/null &&
+    timeout -k 10 300 $MPIEXEC -n 1 $I input='$d/scans/a.nii.gz,$d/scans/c_0000.nii.gz' output='$d/cm'"
 ts_check "both wrote a.nii.gz and c_0000.nii.gz, the folder run's masks" sh -c \
     "cmp '$d/lst/a.nii.gz' '$d/cm/a.nii.gz' && cmp '$d/lst/c_0000.nii.gz' '$d/cm/c_0000.nii.gz' &&
      [ ! -e '$d/lst/b.nii.gz' ] && [ ! -e '$d/lst/metrics.json' ]"

@@ -64,14 +64,14 @@ ts_step "infer it as it is (preprocess=none)" \
 ts_step "mask: the scan's dimensions and affine, 0 outside the crop box, = the stored sample's put back (>= 99.9 %)" \
     py check "$d/img0.nii.gz" "$d/m0.nii.gz" "$d/p.h5" 0 "$d/q0.nii.gz"
 ts_step "probabilities= with the preprocessing replayed (2 ranks), and of the stored sample as it is" sh -c "
-    $MPIEXEC -n 2 $I data.path='$d/p.h5' input='$d/img0.nii.gz' output='$d/mp.nii.gz' probabilities='$d/pp.nii.gz' &&
-    $MPIEXEC -n 1 $I data.path='$d/p.h5' preprocess=none input='$d/pre0.nii.gz' output='$d/qp.nii.gz' \
+    timeout -k 10 300 $MPIEXEC -n 2 $I data.path='$d/p.h5' input='$d/img0.nii.gz' output='$d/mp.nii.gz' probabilities='$d/pp.nii.gz' &&
+    timeout -k 10 300 $MPIEXEC -n 1 $I data.path='$d/p.h5' preprocess=none input='$d/pre0.nii.gz' output='$d/qp.nii.gz' \
         probabilities='$d/qpp.nii.gz'"
 ts_step "probabilities: the stored sample's put back (each class linear, background 1 outside the box; 1e-5)" \
     py probs "$d/img0.nii.gz" "$d/pp.nii.gz" "$d/p.h5" 0 "$d/qpp.nii.gz" "$d/mp.nii.gz"
 ts_step "data.norm = dataset: the raw scan 0 with the preprocessing replayed, and the stored sample as it is" sh -c "
-    $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset input='$d/img0.nii.gz' output='$d/md.nii.gz' &&
-    $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset preprocess=none input='$d/pre0.nii.gz' output='$d/qd.nii.gz'"
+    timeout -k 10 300 $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset input='$d/img0.nii.gz' output='$d/md.nii.gz' &&
+    timeout -k 10 300 $MPIEXEC -n 1 $I data.path='$d/p.h5' data.norm=dataset preprocess=none input='$d/pre0.nii.gz' output='$d/qd.nii.gz'"
 ts_step "data.norm = dataset: the same agreement" py check "$d/img0.nii.gz" "$d/md.nii.gz" "$d/p.h5" 0 "$d/qd.nii.gz"
 
 # convert --crop nonzero --downsample 2: the crop replayed, then downsample=2
@@ -79,9 +79,9 @@ ts_step "data.norm = dataset: the same agreement" py check "$d/img0.nii.gz" "$d/
 ts_step "convert --crop nonzero --downsample 2" \
     ts_mpirun 1 "$TESSERA" convert nifti $pairs --crop nonzero --downsample 2 --out "$d/d2.h5"
 ts_step "infer the raw scan 0 with it, downsample=2, and its stored sample 0 as it is" sh -c "
-    $MPIEXEC -n 1 $I data.path='$d/d2.h5' downsample=2 input='$d/img0.nii.gz' output='$d/m2.nii.gz' &&
+    timeout -k 10 300 $MPIEXEC -n 1 $I data.path='$d/d2.h5' downsample=2 input='$d/img0.nii.gz' output='$d/m2.nii.gz' &&
     '$TS_PY' '$TS_SRCDIR/tests/train/infer_prep.py' stored '$d/d2.h5' 0 '$d/pre2.nii.gz' &&
-    $MPIEXEC -n 1 $I data.path='$d/d2.h5' preprocess=none input='$d/pre2.nii.gz' output='$d/q2.nii.gz'"
+    timeout -k 10 300 $MPIEXEC -n 1 $I data.path='$d/d2.h5' preprocess=none input='$d/pre2.nii.gz' output='$d/q2.nii.gz'"
 ts_step "the mask on the scan's grid, 0 outside the crop box, = the stored sample's repeated and put back" \
     py check "$d/img0.nii.gz" "$d/m2.nii.gz" "$d/d2.h5" 0 "$d/q2.nii.gz"
 ts_fails_on_all "downsample=1 (the default) with it" "downsample=1 does not match data.path=$d/d2.h5 (converted at downsample 2)" 2 \

@@ -28,7 +28,7 @@ final = false
 INI
 # a scheduler's job ID without the scheduler: the variables tessera reads
 ts_step "2 ranks, perf.papi_events=PAPI_TOT_INS,perf::TASK-CLOCK" env SLURM_JOB_ID=4242 SLURM_JOB_NAME=perftest \
-    SLURM_RESTART_COUNT=1 "$MPIEXEC" -n 2 "$TESSERA" train "$d/t.ini" run.dir="$d/a" \
+    SLURM_RESTART_COUNT=1 timeout -k 10 300 "$MPIEXEC" -n 2 "$TESSERA" train "$d/t.ini" run.dir="$d/a" \
     perf.papi_events=PAPI_TOT_INS,perf::TASK-CLOCK
 out=$ts_out
 if printf '%s\n' "$out" | grep -q "PAPI_TOT_INS (papi"; then
@@ -75,9 +75,9 @@ else
     ts_skip "perf.json contents" "no python3 with h5py, nibabel and numpy"
 fi
 ts_step "the rusage fallback (TESSERA_PERF_SOFTWARE=rusage) and perf.timers=false also run" sh -c "
-    TESSERA_PERF_SOFTWARE=rusage $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' run.dir='$d/b' perf.papi_events=perf::TASK-CLOCK >/dev/null &&
+    TESSERA_PERF_SOFTWARE=rusage timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' run.dir='$d/b' perf.papi_events=perf::TASK-CLOCK >/dev/null &&
     grep -q '\"source\": \"rusage\"' '$d/b/perf.json' &&
-    $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' run.dir='$d/c' perf.timers=false | grep -q 'timers and counters off'"
+    timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' run.dir='$d/c' perf.timers=false | grep -q 'timers and counters off'"
 # a stop request exits with 75 (EX_TEMPFAIL) on every rank: the job scripts requeue on it
 ( timeout 300 "$MPIEXEC" -n 2 "$TESSERA" train "$d/t.ini" run.dir="$d/sig" train.steps=1000000 >"$d/sig.log" 2>&1
   echo "exit $?" >>"$d/sig.log" ) &

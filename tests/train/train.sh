@@ -54,8 +54,8 @@ else
     ts_skip "2 ranks x batch 1 vs 1 rank x batch 2" "no python3 with h5py"
 fi
 ts_step "with train.accum=2: 2 ranks x batch 1 and 1 rank x batch 2" sh -c "
-    $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc2' train.accum=2 >/dev/null &&
-    $MPIEXEC -n 1 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc1' train.accum=2 train.batch=2 >/dev/null"
+    timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc2' train.accum=2 >/dev/null &&
+    timeout -k 10 300 $MPIEXEC -n 1 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc1' train.accum=2 train.batch=2 >/dev/null"
 if [ -n "$TS_PY" ]; then
     ts_step "accumulated steps agree too (max relative error <= 1e-4)" "$TS_PY" -c "
 import h5py, numpy as np
@@ -69,7 +69,7 @@ ts_check "perf.json: gradient buckets reduced on the progress thread (comm_total
     grep -q '"comm_total": {"min": [0-9.]*[1-9]' "$d/a/perf.json"
 
 ts_step "uneven data: 5 samples, 2 ranks, batch 1, 3 epochs" sh -c "
-    $MPIEXEC -n 2 '$TESSERA' synth --out '$d/syn5.h5' --count 5 --size 16 --classes 3 --seed 4 >/dev/null &&
+    timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' synth --out '$d/syn5.h5' --count 5 --size 16 --classes 3 --seed 4 >/dev/null &&
     timeout 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn5.h5' run.dir='$d/u' train.epochs=3 train.deterministic=false"
 ts_check "every rank took ceil(5/2) = 3 steps per epoch: 9 steps" grep -q '"step": 9,' "$d/u/metrics.jsonl"
 ts_step "resume: train.steps=5 continues from step-3" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
