@@ -97,7 +97,7 @@ struct ts_unet {
     void *grad_ctx;
     void (*unit_hook)(void *ctx, int unit, int backward); /* called after each unit's forward or backward */
     void *unit_ctx;
-    int (*norm_sync)(void *ctx, double *buf, int n); /* synchronised batch norm */
+    ts_nn_sync_fn norm_sync; /* synchronised batch norm */
     void *norm_ctx;
     int split_on;        /* a spatial split is set */
     ts_unet_split split;
@@ -170,7 +170,7 @@ void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backw
     m->unit_ctx = ctx;
 }
 
-void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx)
+void ts_unet_set_norm_sync(ts_unet *m, ts_nn_sync_fn fn, void *ctx)
 {
     m->norm_sync = fn;
     m->norm_ctx = ctx;
@@ -183,7 +183,7 @@ static int same_split(const ts_unet_split *a, const ts_unet_split *b)
     for (int d = 0; d < 3; d++)
         if (a->on[d] != b->on[d] || a->nbr[d][0] != b->nbr[d][0] || a->nbr[d][1] != b->nbr[d][1]) return 0;
     return a->halo_start == b->halo_start && a->halo_progress == b->halo_progress && a->halo_wait == b->halo_wait &&
-           a->sum == b->sum && a->ctx == b->ctx;
+           a->reduce == b->reduce && a->ctx == b->ctx;
 }
 
 void ts_unet_set_split(ts_unet *m, const ts_unet_split *s)
@@ -943,7 +943,7 @@ static ts_norm_opts norm_opts(const ts_unet *m)
         o.sync = m->norm_sync;
         o.sync_ctx = m->norm_ctx;
     } else if (m->split_on) { /* the statistics of a sample are those of all its boxes */
-        o.sync = m->split.sum;
+        o.sync = m->split.reduce;
         o.sync_ctx = m->split.ctx;
     }
     return o;
@@ -1266,7 +1266,7 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
     if (labels->dtype != TS_UINT8) return TS_ERR(TS_ERR_ARG, "labels must be uint8");
     ts_loss_opts o = {c->ignore_index, c->weighted ? c->class_weights : NULL, 1e-5f, NULL, NULL};
     if (m->split_on) { /* the loss of whole samples over their boxes */
-        o.sync = m->split.sum;
+        o.sync = m->split.reduce;
         o.sync_ctx = m->split.ctx;
     }
     double total = 0, l, t0 = ts_time_now();

@@ -214,7 +214,7 @@ void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backw
  * doubles over the ranks sharing the statistics (in the same order on every
  * rank); forward uses the group's statistics, backward the group's sums for
  * the input gradient (PyTorch SyncBatchNorm). */
-void ts_unet_set_norm_sync(ts_unet *m, int (*fn)(void *ctx, double *buf, int n), void *ctx);
+void ts_unet_set_norm_sync(ts_unet *m, ts_nn_sync_fn fn, void *ctx);
 
 /* A spatial split of the model's inputs (spatial parallelism): this rank
  * holds one box of every input and so of every activation (halved per
@@ -234,7 +234,7 @@ struct ts_unet_split {
                       const ts_halo *h);
     void (*halo_progress)(void *ctx);
     int (*halo_wait)(void *ctx);
-    int (*sum)(void *ctx, double *buf, int n); /* over the group, same order on every rank */
+    ts_nn_sync_fn reduce; /* sum or max over the group, same order on every rank (src/nn/layers.h) */
     void *ctx;
 };
 /* ---- activation checkpointing (model.checkpoint_levels) ----

@@ -1,6 +1,6 @@
 /* Batch norm (PyTorch BatchNorm3d semantics) on channels-last activations:
- * batch statistics in training (one pass of shifted sums, double across
- * blocks), running
+ * batch statistics in training (exact sums, the same over any split of the
+ * batch: norm_impl.h), running
  * statistics with momentum and the unbiased variance, eval mode with the
  * running statistics; optionally with a fused ReLU. */
 #include "tsbuild.h"
@@ -8,6 +8,7 @@
 #include "src/nn/norm_impl.h"
 #include "src/core/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,36 +48,20 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     if (!train && (!running_mean || !running_var)) TS_FAIL(TS_ERR_ARG, "batchnorm: eval mode needs the running statistics");
     /* with sync the count that matters is the group's (checked after the sums, on every rank alike) */
     if (train && !o->sync && M < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel");
-    s = TS_CALLOC((size_t)2 * C, sizeof(double));
-    sc = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
+    if (o->sync && 8 * (size_t)C + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "batchnorm: %d channels to synchronise", C);
+    s = TS_CALLOC((size_t)3 * C, sizeof(double));
+    sc = TS_ALIGNED_ALLOC((size_t)2 * C * sizeof(float));
     if (!s || !sc) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
-    float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C, *K = sc + 2 * C;
+    float *mean = ts_tensor_f32(save_mean), *inv = ts_tensor_f32(save_invstd), *scale = sc, *shift = sc + C;
     const float *g = gamma->data, *b = beta->data;
     double Mt = (double)M; /* values per channel over the ranks that share the statistics */
     if (train) {
-        ts_nn_shift(x->data, M, C, K);
-        if (o->sync) { /* one shift for all ranks: the average of theirs */
-            for (int c = 0; c < C; c++) s[c] = K[c];
-            s[C] = 1;
-            TS_CHECK(o->sync(o->sync_ctx, s, C + 1));
-            for (int c = 0; c < C; c++) K[c] = (float)(s[c] / s[C]);
-        }
-        TS_CHECK(ts_nn_channel_moments(x->data, K, 1, M, C, s, s + C));
-        if (o->sync) { /* shifted sums and counts over the group */
-            double *t = TS_CALLOC((size_t)2 * C + 1, sizeof(double));
-            if (!t) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
-            memcpy(t, s, sizeof *t * (size_t)(2 * C));
-            t[2 * C] = (double)M;
-            int e = o->sync(o->sync_ctx, t, 2 * C + 1);
-            memcpy(s, t, sizeof *t * (size_t)(2 * C));
-            Mt = t[2 * C];
-            free(t);
-            TS_CHECK(e);
-            if (Mt < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel (the group has %.0f)", Mt);
-        }
+        /* mean and variance per channel over the ranks that share them (norm_impl.h) */
+        TS_CHECK(ts_nn_exact_stats(x->data, 1, M, C, C, o, s, s + C, s + 2 * C));
+        Mt = s[2 * C];
+        if (o->sync && Mt < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel (the group has %.0f)", Mt);
         for (int c = 0; c < C; c++) {
-            double mu, var;
-            ts_nn_mean_var(s[c], s[C + c], K[c], Mt, &mu, &var);
+            const double mu = s[c], var = s[C + c];
             mean[c] = (float)mu;
             inv[c] = (float)(1.0 / sqrt(var + o->eps));
             if (running_mean && running_var) {
@@ -143,7 +128,7 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
         if (!t) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
         memcpy(t, s, sizeof *t * (size_t)(2 * C));
         t[2 * C] = (double)M;
-        int e = o->sync(o->sync_ctx, t, 2 * C + 1);
+        int e = o->sync(o->sync_ctx, t, 2 * C + 1, TS_SYNC_SUM);
         memcpy(s, t, sizeof *t * (size_t)(2 * C));
         Mt = t[2 * C];
         free(t);

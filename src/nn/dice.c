@@ -68,7 +68,7 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
     if (sync) {
         s[ns] = label_err ? 1.0 : 0.0;
         s[ns + 1] = err && !label_err ? 1.0 : 0.0;
-        const int e = o->sync(o->sync_ctx, s, (int)(ns + 2));
+        const int e = o->sync(o->sync_ctx, s, (int)(ns + 2), TS_SYNC_SUM);
         if (!err && e) err = e;
         else if (!err && s[ns] > 0)
             err = TS_ERR(TS_ERR_ARG, "dice: a label on another rank of the group is not a class (0..%d) nor the ignore index",

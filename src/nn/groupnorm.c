@@ -2,8 +2,9 @@
  * affine=True) on channels-last activations: statistics per sample and group
  * over the voxels and the group's channels, affine per channel. With
  * o->sync the voxels of a sample are spread over the ranks of a group
- * (spatial parallelism): as synchronised batch norm, the ranks agree on a
- * common shift, then sum the shifted moments and the voxel counts. */
+ * (spatial parallelism): the forward statistics are exact sums over the
+ * group (norm_impl.h), the same on every layout; backward sums its two
+ * gradient sums and the voxel counts over the group. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/norm_impl.h"
@@ -54,47 +55,24 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
         TS_CHECK(ts_tensor_check_shape(beta, "groupnorm bias", 1, &c));
     }
     if (d.S * d.cg < 1) TS_FAIL(TS_ERR_ARG, "groupnorm: empty groups");
-    const size_t nc = (size_t)d.N * d.C;
-    if (o->sync && 2 * nc + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "groupnorm: %zu statistics to synchronise", nc);
-    s = TS_CALLOC(2 * nc + 1, sizeof(double));
-    t = TS_ALIGNED_ALLOC(3 * nc * sizeof(float));
+    const size_t nc = (size_t)d.N * d.C, ng = (size_t)d.N * d.G;
+    if (o->sync && 8 * ng + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "groupnorm: %zu statistics to synchronise", ng);
+    s = TS_CALLOC(3 * ng, sizeof(double));
+    t = TS_ALIGNED_ALLOC(2 * nc * sizeof(float));
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
-    float *K = t, *scale = t + nc, *shift = t + 2 * nc, *mean = save_mean->data, *inv = save_invstd->data;
-    const float *g = gamma->data, *b = beta->data, *px = x->data;
-    for (int n = 0; n < d.N; n++) ts_nn_shift(px + (size_t)n * d.S * d.C, d.S, d.C, K + (size_t)n * d.C);
-    double St = (double)d.S; /* voxels per sample over the ranks that share the statistics */
-    if (o->sync) { /* one shift per sample and channel for all ranks: the average of theirs */
-        for (size_t i = 0; i < nc; i++) s[i] = K[i];
-        s[nc] = 1;
-        TS_CHECK(o->sync(o->sync_ctx, s, (int)nc + 1));
-        for (size_t i = 0; i < nc; i++) K[i] = (float)(s[i] / s[nc]);
-    }
-    TS_CHECK(ts_nn_channel_moments(x->data, K, d.N, d.S, d.C, s, s + nc));
-    if (o->sync) { /* shifted sums and voxel counts over the group */
-        s[2 * nc] = (double)d.S;
-        TS_CHECK(o->sync(o->sync_ctx, s, (int)(2 * nc + 1)));
-        St = s[2 * nc];
-    }
+    float *scale = t, *shift = t + nc, *mean = save_mean->data, *inv = save_invstd->data;
+    const float *g = gamma->data, *b = beta->data;
+    /* mean and variance per sample and group over the ranks that share them (norm_impl.h) */
+    TS_CHECK(ts_nn_exact_stats(x->data, d.N, d.S, d.C, d.G, o, s, s + ng, s + 2 * ng));
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
-            /* group mean and variance from the channels' (equal-count) means and variances */
-            double mu_c[4096], v_sum = 0, mu = 0, between = 0;
-            for (int j = 0; j < d.cg; j++) {
-                const size_t i = (size_t)n * d.C + gi * d.cg + j;
-                double v;
-                ts_nn_mean_var(s[i], s[nc + i], K[i], St, &mu_c[j], &v);
-                v_sum += v;
-                mu += mu_c[j];
-            }
-            mu /= d.cg;
-            for (int j = 0; j < d.cg; j++) between += (mu_c[j] - mu) * (mu_c[j] - mu);
-            const double var = (v_sum + between) / d.cg;
-            const float iv = (float)(1.0 / sqrt(var + o->eps));
-            mean[n * d.G + gi] = (float)mu;
-            inv[n * d.G + gi] = iv;
+            const size_t j = (size_t)n * d.G + gi;
+            const float iv = (float)(1.0 / sqrt(s[ng + j] + o->eps));
+            mean[j] = (float)s[j];
+            inv[j] = iv;
             for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
                 scale[(size_t)n * d.C + c] = g[c] * iv;
-                shift[(size_t)n * d.C + c] = b[c] - mean[n * d.G + gi] * g[c] * iv;
+                shift[(size_t)n * d.C + c] = b[c] - mean[j] * g[c] * iv;
             }
         }
     ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, o->relu, y->data);
@@ -145,7 +123,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     double St = (double)d.S;
     if (o->sync) { /* the input gradient from the group's sums over the group's count */
         s[2 * nc] = (double)d.S;
-        TS_CHECK(o->sync(o->sync_ctx, s, (int)(2 * nc + 1)));
+        TS_CHECK(o->sync(o->sync_ctx, s, (int)(2 * nc + 1), TS_SYNC_SUM));
         St = s[2 * nc];
     }
     const double m = St * d.cg;

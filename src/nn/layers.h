@@ -173,19 +173,26 @@ int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_t
  * are not NULL, and stores mean and 1/sqrt(var + eps) per channel in
  * save_mean/save_invstd [C] for backward. train = 0: uses the running
  * statistics (and still fills save_* with them). gamma/beta [C]. y may be x. */
+/* A reduction over the ranks that hold pieces of the same statistics: n
+ * doubles in buf summed (TS_SYNC_SUM) or maximised (TS_SYNC_MAX) in place,
+ * called in the same order on every rank of the group; 0 or an error. */
+enum { TS_SYNC_SUM = 0, TS_SYNC_MAX = 1 };
+typedef int (*ts_nn_sync_fn)(void *ctx, double *buf, int n, int op);
+
 typedef struct ts_norm_opts {
     float eps;      /* 1e-5 */
     float momentum; /* 0.1, batch norm only */
     int groups;     /* group norm only: groups dividing C */
     int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
                      * takes that output y and passes dy only where y > 0 */
-    /* may be NULL: sums n doubles over the ranks that share the statistics
-     * (batch norm: synchronised batch norm and/or the pieces of a spatially
-     * split batch; group and instance norm: the ranks holding pieces of the
-     * same samples); called in the same order on every rank of the group,
-     * returns 0 or an error. Parameter gradients (dgamma, dbeta) stay this
-     * rank's share; input gradients use the group's sums. */
-    int (*sync)(void *ctx, double *buf, int n);
+    /* may be NULL: reduces n doubles (op TS_SYNC_SUM or TS_SYNC_MAX) over
+     * the ranks that share the statistics (batch norm: synchronised batch
+     * norm and/or the pieces of a spatially split batch; group and instance
+     * norm: the ranks holding pieces of the same samples); called in the
+     * same order on every rank of the group, returns 0 or an error.
+     * Parameter gradients (dgamma, dbeta) stay this rank's share; input
+     * gradients use the group's sums. */
+    ts_nn_sync_fn sync;
     void *sync_ctx;
 } ts_norm_opts;
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
@@ -239,7 +246,7 @@ typedef struct ts_loss_opts {
      * loss and the gradient are then those of the whole samples (the
      * gradient restricted to this rank's voxels). A label error on one rank
      * is agreed through the same sums: every rank fails. */
-    int (*sync)(void *ctx, double *buf, int n);
+    ts_nn_sync_fn sync; /* called with TS_SYNC_SUM */
     void *sync_ctx;
 } ts_loss_opts;
 int ts_softmax_ce_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss);

@@ -7,6 +7,9 @@
 #include "src/nn/norm_impl.h"
 #include "src/core/error.h"
 
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -164,4 +167,162 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const flo
                     db[v * C + c] = gb[v * C + c] * a[o + c] + (xb[v * C + c] - center[o + c]) * b[o + c] + k[o + c];
         }
     }
+}
+
+/* ---- statistics independent of the layout (norm_impl.h) ---- */
+
+#define EXACT_BITS 26 /* |q| <= 2^26: q^2 <= 2^52, BLOCK of them fit an int64 */
+
+typedef __int128 i128;
+
+/* amax[n][c] = max |x| over the S voxels; +inf where a value is not finite */
+static int channel_absmax(const float *x, int N, size_t S, int C, float *amax)
+{
+    const size_t nblk = (S + BLOCK - 1) / BLOCK, items = (size_t)N * nblk;
+    float *part = TS_ALIGNED_ALLOC(items * (size_t)C * sizeof(float));
+    if (!part) return TS_ERR_NOMEM;
+#pragma omp parallel for schedule(dynamic, 8)
+    for (size_t it = 0; it < items; it++) {
+        const size_t v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
+        const float *xb = x + ((it / nblk) * S + v0) * C;
+        float *p = part + it * C;
+        for (int c = 0; c < C; c++) p[c] = 0.0f;
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c++) {
+                const float a = fabsf(xb[v * C + c]), m = a <= FLT_MAX ? a : INFINITY; /* NaN: inf */
+                p[c] = m > p[c] ? m : p[c];
+            }
+    }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            float m = 0.0f;
+            for (size_t b = 0; b < nblk; b++) m = fmaxf(m, part[((size_t)n * nblk + b) * C + c]);
+            amax[(size_t)n * C + c] = m;
+        }
+    free(part);
+    return 0;
+}
+
+/* s1[n][c] = sum q, s2[n][c] = sum q^2 with q = rint(x * scale[n][c]) (|q| <= 2^26): exact */
+static int channel_qsums(const float *x, const double *scale, int N, size_t S, int C, i128 *s1, i128 *s2)
+{
+    const size_t nblk = (S + BLOCK - 1) / BLOCK, items = (size_t)N * nblk;
+    int64_t *part = TS_ALIGNED_ALLOC(items * 2 * (size_t)C * sizeof(int64_t));
+    if (!part) return TS_ERR_NOMEM;
+#pragma omp parallel for schedule(dynamic, 8)
+    for (size_t it = 0; it < items; it++) {
+        const size_t n = it / nblk, v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
+        const float *xb = x + (n * S + v0) * C;
+        const double *sc = scale + n * C;
+        int64_t *p1 = part + it * 2 * C, *p2 = p1 + C;
+        for (int c = 0; c < C; c++) p1[c] = p2[c] = 0;
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c++) {
+                const int64_t q = (int64_t)rint((double)xb[v * C + c] * sc[c]);
+                p1[c] += q;
+                p2[c] += q * q;
+            }
+    }
+    memset(s1, 0, sizeof(i128) * (size_t)N * C);
+    memset(s2, 0, sizeof(i128) * (size_t)N * C);
+    for (size_t it = 0; it < items; it++) {
+        const size_t n = it / nblk;
+        for (int c = 0; c < C; c++) {
+            s1[n * C + c] += part[it * 2 * C + c];
+            s2[n * C + c] += part[it * 2 * C + C + c];
+        }
+    }
+    free(part);
+    return 0;
+}
+
+/* v as 4 limbs of 32 bits (the top one signed) in doubles: sums of limbs over
+ * fewer than 2^21 ranks stay exact integers */
+static void to_limbs(i128 v, double *l)
+{
+    const i128 b = (i128)1 << 32;
+    for (int k = 0; k < 3; k++) {
+        i128 r = v % b;
+        if (r < 0) r += b;
+        l[k] = (double)(int64_t)r;
+        v = (v - r) / b;
+    }
+    l[3] = (double)(int64_t)v;
+}
+
+static i128 from_limbs(const double *l)
+{
+    i128 v = 0;
+    for (int k = 3; k >= 0; k--) v = v * ((i128)1 << 32) + (i128)(int64_t)l[k];
+    return v;
+}
+
+int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_norm_opts *o, double *mean, double *var,
+                      double *count)
+{
+    int err = 0;
+    const int cg = C / G, NG = N * G;
+    const size_t nc = (size_t)N * C;
+    float *amax = TS_ALIGNED_ALLOC(nc * sizeof(float));
+    double *buf = TS_CALLOC((size_t)NG * 8 + 1, sizeof(double)), *scale = TS_ALIGNED_ALLOC(nc * sizeof(double));
+    i128 *s1 = TS_ALIGNED_ALLOC(nc * sizeof(i128)), *s2 = TS_ALIGNED_ALLOC(nc * sizeof(i128));
+    int *ex = TS_CALLOC((size_t)NG * 2, sizeof(int)), *bad = ex + NG;
+    if (!amax || !buf || !scale || !s1 || !s2 || !ex) TS_FAIL(TS_ERR_NOMEM, "norm statistics");
+    /* the scale of each statistic: from its largest |value| over the group */
+    TS_CHECK(channel_absmax(x, N, S, C, amax));
+    for (int j = 0; j < NG; j++) {
+        float m = 0.0f;
+        for (int c = 0; c < cg; c++) m = fmaxf(m, amax[(size_t)j * cg + c]);
+        buf[j] = m;
+    }
+    if (o->sync && (err = o->sync(o->sync_ctx, buf, NG, TS_SYNC_MAX))) goto cleanup;
+    for (int j = 0; j < NG; j++) {
+        int k = 0;
+        bad[j] = !(buf[j] <= DBL_MAX);
+        if (buf[j] > 0 && !bad[j]) frexp(buf[j], &k); /* max < 2^k */
+        ex[j] = EXACT_BITS - k;
+        for (int c = 0; c < cg; c++) scale[(size_t)j * cg + c] = bad[j] ? 0.0 : ldexp(1.0, ex[j]);
+    }
+    /* the exact integer sums, then their exact sum over the group */
+    TS_CHECK(channel_qsums(x, scale, N, S, C, s1, s2));
+    {
+        for (int j = 0; j < NG; j++) {
+            i128 a = 0, b = 0;
+            for (int c = 0; c < cg; c++) {
+                a += s1[(size_t)j * cg + c];
+                b += s2[(size_t)j * cg + c];
+            }
+            to_limbs(a, buf + (size_t)j * 8);
+            to_limbs(b, buf + (size_t)j * 8 + 4);
+        }
+        buf[(size_t)NG * 8] = (double)S;
+        if (o->sync && (err = o->sync(o->sync_ctx, buf, NG * 8 + 1, TS_SYNC_SUM))) goto cleanup;
+    }
+    {
+        const double St = buf[(size_t)NG * 8], m = St * cg;
+        for (int j = 0; j < NG; j++) {
+            count[j] = m;
+            if (bad[j]) {
+                mean[j] = var[j] = NAN;
+                continue;
+            }
+            const i128 a = from_limbs(buf + (size_t)j * 8), b = from_limbs(buf + (size_t)j * 8 + 4);
+            const i128 mi = (i128)m;
+            i128 ma, aa;
+            mean[j] = ldexp((double)a / m, -ex[j]);
+            if (!__builtin_mul_overflow(mi, b, &ma) && !__builtin_mul_overflow(a, a, &aa))
+                var[j] = ldexp((double)(ma - aa) / (m * m), -2 * ex[j]); /* exact m S2 - S1^2, then one rounding */
+            else
+                var[j] = ldexp((double)((long double)b / m - ((long double)a / m) * ((long double)a / m)), -2 * ex[j]);
+            if (var[j] < 0) var[j] = 0;
+        }
+    }
+cleanup:
+    free(amax);
+    free(buf);
+    free(scale);
+    free(s1);
+    free(s2);
+    free(ex);
+    return err;
 }

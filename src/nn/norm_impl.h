@@ -8,9 +8,25 @@
 
 #include <stddef.h>
 
-/* One pass: s1[n][c] = sum (x - K[n][c]), s2[n][c] = sum (x - K[n][c])^2
- * (K: a shift near the mean, from ts_nn_shift, against cancellation). */
-int ts_nn_channel_moments(const float *x, const float *K, int N, size_t S, int C, double *s1, double *s2);
+#include "src/nn/layers.h"
+
+/* Forward statistics that do not depend on how the voxels are spread over
+ * ranks or threads (docs/parallelism.md, "Equal to one rank"). Statistic j
+ * of N * G covers sample j / G (n) and its channels [g * C/G, (g+1) * C/G)
+ * (g = j % G) over all S voxels of x [N][S][C] (batch norm: N = 1, the
+ * batch folded into S, G = C; instance norm: G = C). Each value is rounded
+ * to an integer multiple of 2^-e, e chosen from the largest |value| of the
+ * statistic over the group (a MAX reduction), so that every value has at
+ * most 26 bits; the sums of these integers and of their squares are exact
+ * (and so is their reduction over the group, carried in 32-bit limbs of
+ * doubles), and mean and variance follow from them by the same arithmetic
+ * on every rank and every layout: bit-identical to one rank's. A non-finite
+ * value makes its statistic NaN. count[j] receives the number of values of
+ * statistic j over the group. Collective over o->sync's group when
+ * o->sync is set; errors: out of memory, the reduction's. */
+int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_norm_opts *o, double *mean, double *var,
+                      double *count);
+
 /* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy, or 0 where mask <= 0. */
 int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, const float *center, int N, size_t S,
                             int C, double *s1, double *s2);
@@ -21,25 +37,4 @@ void ts_nn_channel_affine(const float *x, const float *scale, const float *shift
  * (the shape of every norm's input gradient; dx may alias dy or x). */
 void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const float *center, const float *a,
                    const float *b, const float *k, int N, size_t S, int C, float *dx);
-/* K[c] = mean of x[0..min(S,256))[c] (x [S][C]): a shift for the moments,
- * close to the mean even where the first voxels are atypical (borders). */
-static inline void ts_nn_shift(const float *x, size_t S, int C, float *K)
-{
-    const size_t m = S < 256 ? S : 256;
-    for (int c = 0; c < C; c++) {
-        double s = 0;
-        for (size_t v = 0; v < m; v++) s += x[v * C + c];
-        K[c] = (float)(s / (double)m);
-    }
-}
-
-/* Mean and variance per channel from moments with shift K over m values. */
-static inline void ts_nn_mean_var(double s1, double s2, double K, double m, double *mean, double *var)
-{
-    const double d = s1 / m;
-    *mean = K + d;
-    *var = s2 / m - d * d;
-    if (*var < 0) *var = 0;
-}
-
 #endif

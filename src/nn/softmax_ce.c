@@ -87,7 +87,7 @@ static int ce(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_op
     if (!err) label_err = (err = ce_den(labels, K, o, &den)) != 0;
     if (o && o->sync) {
         double t[3] = {err ? 0.0 : den, label_err ? 1.0 : 0.0, err && !label_err ? 1.0 : 0.0};
-        TS_TRY(o->sync(o->sync_ctx, t, 3));
+        TS_TRY(o->sync(o->sync_ctx, t, 3, TS_SYNC_SUM));
         if (err) return err; /* this rank's own message */
         if (t[1] > 0)
             return TS_ERR(TS_ERR_ARG, "cross-entropy: a label on another rank of the group is not a class (0..%d) nor the "
@@ -103,7 +103,7 @@ static int ce(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_op
     err = ce_pass(logits, labels, o, (float)(scale / den), dlogits ? dlogits->data : NULL, &num);
     if (o && o->sync && loss) { /* the numerator over the group (with a failure flag) */
         double t[2] = {err ? 0.0 : num, err ? 1.0 : 0.0};
-        TS_TRY(o->sync(o->sync_ctx, t, 2));
+        TS_TRY(o->sync(o->sync_ctx, t, 2, TS_SYNC_SUM));
         if (err) return err;
         if (t[1] > 0) return TS_ERR(TS_ERR_REMOTE, "cross-entropy: another rank of the group failed");
         num = t[0];

@@ -414,7 +414,7 @@ int ts_spatial_halo_wait(ts_spatial *s)
     return 0;
 }
 
-int ts_spatial_sum(ts_spatial *s, double *buf, int n)
+int ts_spatial_reduce(ts_spatial *s, double *buf, int n, int max)
 {
     const double t0 = ts_time_now();
     ts_fault_point("sum");
@@ -423,10 +423,10 @@ int ts_spatial_sum(ts_spatial *s, double *buf, int n)
     if (s->yield) {
         MPI_Request rq;
         MPI_Status st;
-        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart, &rq);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, s->cart, &rq);
         if (rc == MPI_SUCCESS) rc = ts_coll_waitall_mpi(&rq, 1, &st, 1);
     } else {
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->cart);
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, s->cart);
     }
     ts_watch_leave();
     s->st.sum_s += ts_time_now() - t0;

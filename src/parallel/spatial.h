@@ -74,9 +74,9 @@ void ts_spatial_halo_progress(ts_spatial *s);
 /* Local. Waits for the exchange in flight and fills the faces. */
 int ts_spatial_halo_wait(ts_spatial *s);
 
-/* Collective on the group. buf[0..n) summed over the group's ranks (the
- * same result on every rank). */
-int ts_spatial_sum(ts_spatial *s, double *buf, int n);
+/* Collective on the group. buf[0..n) summed (max = 0) or maximised
+ * (max = 1) over the group's ranks (the same result on every rank). */
+int ts_spatial_reduce(ts_spatial *s, double *buf, int n, int max);
 
 /* Local. Accumulated figures; set replaces them (e.g. to leave out an
  * evaluation's exchanges, or to zero them). */

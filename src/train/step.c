@@ -58,10 +58,10 @@ static void grad_ready(void *ctx, int i)
     s->hook_err = ts_dp_ready(s->dp, lo - s->off0);
 }
 
-static int norm_sync(void *ctx, double *buf, int n)
+static int norm_sync(void *ctx, double *buf, int n, int op)
 {
     ts_stepper *s = ctx;
-    return ts_coll_allreduce(s->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, TS_OP_SUM);
+    return ts_coll_allreduce(s->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, op == TS_SYNC_MAX ? TS_OP_MAX : TS_OP_SUM);
 }
 
 /* the model's split hooks on src/parallel's spatial group */
@@ -72,7 +72,7 @@ static int sp_halo_start(void *ctx, const float *a, int ca, const float *b, int 
 }
 static void sp_halo_progress(void *ctx) { ts_spatial_halo_progress(ctx); }
 static int sp_halo_wait(void *ctx) { return ts_spatial_halo_wait(ctx); }
-static int sp_sum(void *ctx, double *buf, int n) { return ts_spatial_sum(ctx, buf, n); }
+static int sp_reduce(void *ctx, double *buf, int n, int op) { return ts_spatial_reduce(ctx, buf, n, op == TS_SYNC_MAX); }
 
 void ts_stepper_split_model(ts_unet *m, ts_spatial *sp)
 {
@@ -88,7 +88,7 @@ void ts_stepper_split_model(ts_unet *m, ts_spatial *sp)
     u.halo_start = sp_halo_start;
     u.halo_progress = sp_halo_progress;
     u.halo_wait = sp_halo_wait;
-    u.sum = sp_sum;
+    u.reduce = sp_reduce;
     u.ctx = sp;
     ts_unet_set_split(m, &u);
 }
@@ -450,6 +450,13 @@ void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi)
 {
     *lo = s->off0;
     *hi = s->off1;
+}
+
+void ts_stepper_shard(const ts_stepper *s, int *n, const size_t **lo, const size_t **len)
+{
+    *n = s->zero ? s->npieces : 0;
+    *lo = s->zero ? s->plo : NULL;
+    *len = s->zero ? s->plen : NULL;
 }
 
 void ts_stepper_poison(ts_stepper *s)

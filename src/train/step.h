@@ -83,6 +83,9 @@ int ts_stepper_apply(ts_stepper *s);
 /* Local. The floats [*lo, *hi) of the parameter region this rank steps
  * (its pipeline stage's; all without one). */
 void ts_stepper_param_range(const ts_stepper *s, size_t *lo, size_t *hi);
+/* Local. Sharded (parallel.zero): *n pieces [lo[k], lo[k] + len[k]) of the
+ * parameter region whose reduced gradients this rank holds; else *n = 0. */
+void ts_stepper_shard(const ts_stepper *s, int *n, const size_t **lo, const size_t **len);
 /* Local. 1 if this rank's reduced gradients (its stage's range; its shard
  * when sharded) are all finite. */
 int ts_stepper_grads_finite(const ts_stepper *s);

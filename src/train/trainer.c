@@ -27,6 +27,7 @@
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
+#include "src/train/grad_dump.h"
 #include "src/train/pipeline.h"
 #include "src/train/step.h"
 #include "src/train/surface.h"
@@ -45,6 +46,8 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.base_batch", TS_CFG_INT, "0", "0:", "global batch train.lr was tuned for (0: train.batch x micro-batches per step)"},
     {"train.deterministic", TS_CFG_BOOL, "false", NULL, "bit-identical reruns (fixed reduction orders)"},
     {"train.log_every", TS_CFG_INT, "10", "1:", "steps between metrics.jsonl lines"},
+    {"train.dump_grads", TS_CFG_STRING, "", NULL, "write the first step's gradients (reduced, before the optimizer) and "
+     "buffers to this HDF5 file, the same from any layout (docs/parallelism.md, \"Equal to one rank\")"},
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
     {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
@@ -137,6 +140,7 @@ typedef struct trainer {
     double rss0_mb; /* resident memory before the model */
     int64_t samples_done;
     const ts_batch *cur; /* the loader's batch being trained on (error context) */
+    int grads_dumped;    /* train.dump_grads written (or not asked for) */
 } trainer;
 
 /* averages the batch-norm buffers over the group (replicas then evaluate
@@ -1259,6 +1263,28 @@ static int batch_ctx(const trainer *t, int rc)
     return TS_CTX(rc, "the batch of samples %s of %s", names, ts_dataset_path(t->ds));
 }
 
+/* train.dump_grads: the first step's reduced gradients and buffers (grad_dump.h) */
+static int dump_grads(trainer *t, double loss)
+{
+    const char *path;
+    t->grads_dumped = 1;
+    TS_TRY(ts_config_get_str(t->cfg, "train.dump_grads", &path));
+    if (!path || !*path) return 0;
+    ts_grad_share sh = {0, t->arena->n, 0, NULL, NULL};
+    if (t->pipe) {
+        int u0, u1, slots, x;
+        ts_unet_stage(t->model, &u0, &u1, &slots);
+        ts_unet_unit_params(t->model, u0, &sh.e0, &x);
+        ts_unet_unit_params(t->model, u1 - 1, &x, &sh.e1);
+    }
+    ts_stepper_shard(t->stepper, &sh.npieces, &sh.plo, &sh.plen);
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->world));
+    loss /= t->grid->size; /* every rank holds its replica's loss */
+    TS_TRY(ts_grad_dump(path, t->arena, t->grid, &sh, loss, t->step + 1));
+    ts_run_say(&t->run, "gradients of step %lld: %s", (long long)(t->step + 1), path);
+    return 0;
+}
+
 /* *skipped: 0 the step was applied; 1 skipped for a non-finite loss or
  * gradient (counts toward fault.max_bad_steps); 2 skipped for an fp16
  * loss-scale overflow (finite loss, non-finite gradients: the scale halves) */
@@ -1289,6 +1315,7 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
     }
     if (inject) ts_stepper_inject_overflow(t->stepper, 0);
     TS_TRY(ts_stepper_reduce(t->stepper, t->micro));
+    if (!t->grads_dumped) TS_TRY(dump_grads(t, loss_sum / t->micro));
     /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together; with fp16 a
      * finite loss and non-finite gradients are a loss-scale overflow (the scale halves on every rank) */
     int bad[2] = {!isfinite(loss_sum), !ts_stepper_grads_finite(t->stepper)};

@@ -1065,6 +1065,50 @@ static void test_bn_accuracy(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* The forward statistics are exact sums (src/nn/norm_impl.h): any order of
+ * the voxels gives bitwise the same statistics and outputs, over a dynamic
+ * range of 2^80 with a mean far from zero; a non-finite value makes its
+ * statistic (and only its) NaN. */
+static void test_norm_order(void)
+{
+    const int64_t V = 7 * 9 * 11;
+    ts_tensor x = MK(-1, 1, 1, 7, 9, 11, 3), r = MK(0, 0, 1, 7, 9, 11, 3), g = MK(0.5f, 1.5f, 3), b = MK(-1, 1, 3);
+    ts_tensor y1 = MK(0, 0, 1, 7, 9, 11, 3), y2 = MK(0, 0, 1, 7, 9, 11, 3);
+    ts_tensor m1 = MK(0, 0, 3), i1 = MK(0, 0, 3), m2 = MK(0, 0, 3), i2 = MK(0, 0, 3);
+    float *p = x.data, *q = r.data;
+    for (int64_t v = 0; v < V; v++) {
+        p[3 * v] = 100.0f + p[3 * v];                               /* mean far from 0 */
+        p[3 * v + 1] = ldexpf(p[3 * v + 1], (int)(v % 80) - 60);    /* 2^-60 .. 2^19 */
+        p[3 * v + 2] = v % 5 ? 0.0f : p[3 * v + 2];                 /* mostly zeros (after a ReLU) */
+    }
+    for (int64_t v = 0; v < V; v++) /* a permutation of the voxels: v -> (v * 97) mod V */
+        for (int c = 0; c < 3; c++) q[(v * 97 % V) * 3 + c] = p[v * 3 + c];
+    int rc = 0, same = 1;
+    for (int kind = 0; kind < 2; kind++) {
+        ts_norm_opts o = nopt(0, 0);
+        if (kind == 0) {
+            rc |= ts_batchnorm_forward(&x, &g, &b, NULL, NULL, 1, &o, &y1, &m1, &i1);
+            rc |= ts_batchnorm_forward(&r, &g, &b, NULL, NULL, 1, &o, &y2, &m2, &i2);
+        } else {
+            rc |= ts_instancenorm_forward(&x, &g, &b, &o, &y1, &m1, &i1);
+            rc |= ts_instancenorm_forward(&r, &g, &b, &o, &y2, &m2, &i2);
+        }
+        same = same && !memcmp(m1.data, m2.data, 12) && !memcmp(i1.data, i2.data, 12);
+        const float *a = y1.data, *c2 = y2.data;
+        for (int64_t v = 0; v < V; v++)
+            for (int c = 0; c < 3; c++) same = same && a[v * 3 + c] == c2[(v * 97 % V) * 3 + c];
+    }
+    ts_ok(rc == 0 && same, "batch and instance norm: a permutation of the voxels gives bitwise the same statistics "
+                           "and outputs (mean 100, a 2^80 range, mostly zeros)");
+    p[3 * 5 + 1] = NAN;
+    rc = ts_instancenorm_forward(&x, &g, &b, &(ts_norm_opts){.eps = 1e-5f}, &y1, &m1, &i1);
+    const float *mm = m1.data;
+    ts_ok(rc == 0 && isfinite(mm[0]) && isnan(mm[1]) && isfinite(mm[2]),
+          "instance norm: a NaN in channel 1 makes its statistics NaN, the others' stay finite (%g %g %g)", mm[0], mm[1], mm[2]);
+    ts_tensor *all[] = {&x, &r, &g, &b, &y1, &y2, &m1, &i1, &m2, &i2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1159,5 +1203,6 @@ int main(int argc, char **argv)
     test_loss_values();
     test_bn_running();
     test_bn_accuracy();
+    test_norm_order();
     return ts_done();
 }
