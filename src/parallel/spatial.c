@@ -41,6 +41,7 @@ struct ts_spatial {
     int64_t dhw[3];
     double t_start, t_done;
     int yield; /* the node runs more threads than CPUs: waits yield the CPU (same on every rank of cart) */
+    int skip;  /* TESSERA_TEST_SKIP_HALO: the offset whose face is left empty (tests only), else -1 */
     ts_spatial_stats st;
 };
 
@@ -159,6 +160,21 @@ int ts_spatial_create(MPI_Comm comm, const int dims[3], ts_spatial **out)
         }
         s->nbr[i] = MPI_PROC_NULL;
         if (i != NOFF / 2 && inside) TS_MPI(MPI_Cart_rank(s->cart, c, &s->nbr[i]));
+    }
+    /* TESSERA_TEST_SKIP_HALO = D-|D+|H-|H+|W-|W+: a deliberately broken
+     * exchange for the tests that must catch one (tests/train/grad_equiv.sh):
+     * what arrives across that face is dropped, the face stays zero */
+    s->skip = -1;
+    {
+        const char *e = getenv("TESSERA_TEST_SKIP_HALO");
+        if (e && *e) {
+            const char *dn = "DHW", *p = strchr(dn, e[0]);
+            if (!p || !e[0] || (e[1] != '-' && e[1] != '+') || e[2])
+                TS_FAIL(TS_ERR_CONFIG, "TESSERA_TEST_SKIP_HALO = '%s': expected D-, D+, H-, H+, W- or W+", e);
+            int o[3] = {0, 0, 0};
+            o[p - dn] = e[1] == '-' ? -1 : 1;
+            s->skip = off_index(o[0], o[1], o[2]);
+        }
     }
     /* Ranks outnumbering the node's CPUs (a development machine, a test):
      * MPI's waits spin and keep the rank that is still computing off the
@@ -405,7 +421,7 @@ int ts_spatial_halo_wait(ts_spatial *s)
     }
     s->active = 0; /* every request completed */
     for (int i = 0; i < NOFF; i++) {
-        if (s->nbr[i] == MPI_PROC_NULL) continue;
+        if (s->nbr[i] == MPI_PROC_NULL || i == s->skip) continue;
         int o[3];
         off_of(i, o);
         unpack(&s->h, s->N, s->C, s->dhw, o, s->rbuf[i]);

@@ -27,6 +27,7 @@
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
+#include "src/model/weights.h"
 #include "src/train/grad_dump.h"
 #include "src/train/pipeline.h"
 #include "src/train/step.h"
@@ -69,6 +70,8 @@ const ts_cfg_key ts_train_config_keys[] = {
      "of the gradient group (dp x sp) steps its shard of the parameters and holds only its shard's optimizer state, "
      "parameters all-gathered; checkpoints stay whole"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
+    {"model.init", TS_CFG_STRING, "", NULL, "start from these weights (a weights file: tessera model init, model run, or "
+     "exported from PyTorch; docs/formats-weights.md) instead of train.seed's; a checkpoint resumed replaces them"},
     {"eval.every", TS_CFG_INT, "0", "0:", "steps between evaluations (0: only at the end)"},
     {"eval.overlap", TS_CFG_FLOAT, "0.5", "0:0.95", "sliding-window overlap"},
     {"eval.max_volumes", TS_CFG_INT, "0", "0:", "volumes evaluated (0: all validation volumes)"},
@@ -955,6 +958,12 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
     t->arena = ts_unet_arena(t->model);
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &c->seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)c->seed)); /* same c->seed everywhere: identical replicas */
+    {
+        const char *init;
+        TS_CHECK(ts_config_get_str(cfg, "model.init", &init));
+        if (*init) /* every rank reads the same file: identical replicas */
+            TS_CHECK(ts_err_agree(t->grid->world, TS_CTX(ts_weights_load(t->arena, init), "model.init = %s", init)));
+    }
     ts_stepper_split_model(t->model, t->spatial);
 cleanup:
     return err;
