@@ -1,7 +1,8 @@
 #!/bin/bash
 # The test command of the README: on Debian 12 as root, installs the Debian
 # packages tessera and its tests need, bootstraps, configures, builds and
-# runs `make check` in build-check/, then the job scripts against a real
+# runs `make check` in build-check/, then the whole gradient-equivalence
+# matrix (tests/train/grad_equiv.sh, TS_GRAD_MATRIX=full), then the job scripts against a real
 # one-node Slurm (jobs/slurm/selftest.sh; skipped when not root), then
 # prints "N passed, N failed" over both.
 #   bash jobs/check.sh [--distcheck]     (--distcheck also runs make distcheck)
@@ -84,6 +85,18 @@ else
     failed=$(( failed + ffail ))
     echo "== fuzz: $fpass passed, $ffail failed in $(( $(date +%s) - fstart )) s; findings in $top/build-check/fuzz-build/findings/"
 fi
+echo "== gradient equivalence, the whole matrix (tests/train/grad_equiv.sh with TS_GRAD_MATRIX=full; make check runs a subset)"
+gstart=$(date +%s)
+TS_GRAD_MATRIX=full MPIEXEC=mpiexec.mpich TS_BUILDDIR="$top/build-check" TS_SRCDIR="$top" \
+    timeout -k 30 2400 sh "$top/tests/train/grad_equiv.sh" >grad-matrix.log 2>&1
+gstatus=$?
+grep -E '^(not ok|ok [0-9]+ - .*# SKIP)' grad-matrix.log | head -50
+gpass=$(grep -c '^ok ' grad-matrix.log)
+gfail=$(grep -c '^not ok ' grad-matrix.log)
+if [ "$gstatus" -ne 0 ] && [ "$gfail" -eq 0 ]; then gfail=1; tail -20 grad-matrix.log; fi
+echo "== gradient matrix: $gpass passed, $gfail failed in $(( $(date +%s) - gstart )) s; log: $top/build-check/grad-matrix.log"
+pass=$(( ${pass:-0} + gpass ))
+failed=$(( failed + gfail ))
 echo "== Slurm: the job scripts on a one-node Slurm started for the test (jobs/slurm/selftest.sh)"
 sstart=$(date +%s)
 timeout -k 30 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera" >slurm-selftest.log 2>&1

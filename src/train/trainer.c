@@ -1173,6 +1173,11 @@ static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
                    t->ucfg.precision == TS_PREC_BF16 ? "bf16" : "fp32", t->ucfg.precision == TS_PREC_BF16 ? " (" : "",
                    t->ucfg.precision == TS_PREC_BF16 ? ts_nn_bf16_isa() : "",
                    t->ucfg.precision == TS_PREC_BF16 ? " kernels, chosen at run time)" : "");
+    if (t->ucfg.norm == TS_NORM_BATCH && t->grid->dp > 1 && !t->sync_bn) /* said, not silently different */
+        ts_run_say(&t->run, "note: batch norm with %d replicas and model.sync_bn = false: each replica normalises its own "
+                   "micro-batch of %d (as PyTorch DDP), so training differs from one rank with the global batch; "
+                   "model.sync_bn = true computes one rank's statistics (docs/parallelism.md, \"Equal to one rank\")",
+                   t->grid->dp, t->batch);
     if (t->pipe) {
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
         TS_CHECK(report_cut(t, c->dir));

@@ -7,7 +7,8 @@
 # supervision) x layouts (sp 2 along D, H and W; sp 4 as 4,1,1, 2,2,1 and
 # 1,2,2; sp 8 as 2,2,2; dp 2 x sp 2; pp 2; pp 2 x sp 2; dp 2 x pp 2 x sp 2),
 # boxes 1, 2 and 3 voxels thick at the deepest level, bf16 against bf16,
-# activation checkpointing; a deliberately broken halo must be caught; and
+# activation checkpointing, ZeRO-1, fp16; a deliberately broken halo must be
+# caught; and
 # `tessera infer` under sp gives one rank's probabilities.
 # make check runs a subset that touches every norm, model, layout, thickness,
 # precision and checkpointing at least once; TS_GRAD_MATRIX=full (jobs/check.sh)
@@ -105,6 +106,11 @@ if [ "$full" = full ]; then
             refs "$norm-$m-bf16" model.norm=$norm $(model_args $m) train.precision=bf16
             for l in sp2d sp4dh dp2sp2 pp2sp2; do layout "$norm-$m-bf16" $B16 $l; done
         done
+        # ZeRO-1 (sharded optimizer state) and fp16 (loss scaling) on dp 2 x sp 2 and sp 2
+        grad_eq "$norm-plain" 4 $B parallel.sp=2 train.batch=1 parallel.zero=1
+        grad_ref "$norm-fp16" model.norm=$norm train.precision=fp16
+        grad_eq "$norm-fp16" 2 $B parallel.sp=2
+        grad_eq "$norm-fp16" 4 $B parallel.sp=2 train.batch=1
         # the deepest level's box 1, 2 (above) and 3 voxels thick along the split axis
         for t in 8 24; do
             grad_ref "$norm-D$t" model.norm=$norm data.patch=$t,16,16
@@ -145,12 +151,17 @@ else
     grad_ref batch-bf16 model.norm=batch train.precision=bf16
     grad_eq batch-bf16 4 $B16 parallel.sp=2 train.batch=1
     grad_eq instance 2 $B parallel.sp=2 model.checkpoint_levels=0,1,2
+    grad_eq group 4 $B parallel.sp=2 train.batch=1 parallel.zero=1
+    grad_ref instance-fp16 model.norm=instance train.precision=fp16
+    grad_eq instance-fp16 2 $B parallel.sp=2
     grad_eq group-p 2 $B parallel.pp=2 parallel.microbatches=2 train.accum=1 model.checkpoint_levels=0,1
 fi
 
 # a deliberately broken halo (one face's exchange dropped): the harness must catch it
-TESSERA_TEST_SKIP_HALO=D- grad_ne instance 2 parallel.sp=2 parallel.sp_dims=2,1,1
-TESSERA_TEST_SKIP_HALO=W+ grad_ne batch 4 parallel.sp=4 parallel.sp_dims=1,2,2
+p=
+[ "$full" = full ] && p=-plain
+TESSERA_TEST_SKIP_HALO=D- grad_ne instance$p 2 parallel.sp=2 parallel.sp_dims=2,1,1
+TESSERA_TEST_SKIP_HALO=W+ grad_ne batch$p 4 parallel.sp=4 parallel.sp_dims=1,2,2
 
 # tessera infer under sp: the probabilities of one rank (a model trained 40 steps, so that they say something)
 "$TS_PY" -c "
