@@ -9,8 +9,14 @@
 #include "src/core/error.h"
 #include "src/core/timer.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +33,19 @@ typedef struct slot {
     char op[40], comm[24];
 } slot;
 
+/* Another node, as the watchdog probes it when a wait times out: its
+ * leader (node-local rank 0) listens on a TCP port on every address it
+ * has; a node that accepts no connection within PROBE_S on any of them is
+ * lost or cut off (its processes killed, its link down) */
+#define MAX_ADDRS 4
+#define PROBE_S 2.0
+typedef struct node_info {
+    char name[64];
+    uint32_t addr[MAX_ADDRS]; /* IPv4, network order; 0: none */
+    int port;                 /* 0: no listener */
+    int first, count;         /* its world ranks, as a list in node_ranks[first .. first + count) */
+} node_info;
+
 static struct {
     int on;
     MPI_Comm world, node;
@@ -37,6 +56,10 @@ static struct {
     volatile int stop_thread;
     volatile double timeout, grace;
     volatile sig_atomic_t *stop;
+    int listen_fd;          /* the node leader's probe listener, else -1 */
+    int nnodes, mynode;
+    node_info *nodes;       /* every node (nnodes) */
+    int *node_ranks;        /* world ranks grouped by node */
 } w;
 
 void ts_watch_set_step(int64_t step)
@@ -79,14 +102,172 @@ static int pid_ended(pid_t pid)
     return p && (p[2] == 'Z' || p[2] == 'X');
 }
 
+/* ---- probing the other nodes over the network (node_info above) ---- */
+
+/* a listener on every address, an ephemeral port (*port), close-on-exec, nonblocking */
+static int probe_listen(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    if (fd < 0) return -1;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* this machine's IPv4 addresses but loopback (at most MAX_ADDRS) */
+static void my_addrs(uint32_t *out)
+{
+    struct ifaddrs *ifs = NULL;
+    int n = 0;
+    memset(out, 0, sizeof(uint32_t) * MAX_ADDRS);
+    if (getifaddrs(&ifs) != 0) return;
+    for (struct ifaddrs *i = ifs; i && n < MAX_ADDRS; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        const uint32_t a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        if ((ntohl(a) >> 24) == 127) continue;
+        out[n++] = a;
+    }
+    freeifaddrs(ifs);
+}
+
+/* Collective on w.world: the node table (every node's name, its leader's
+ * listener and addresses, its ranks). A node whose leader has no listener
+ * (no socket here) has port 0 and is not probed. */
+static int gather_nodes(int rank, int size)
+{
+    typedef struct {
+        int leader, port;
+        uint32_t addr[MAX_ADDRS];
+        char host[64];
+    } rec;
+    rec mine;
+    memset(&mine, 0, sizeof mine);
+    mine.leader = rank;
+    TS_MPI_TRY(MPI_Bcast(&mine.leader, 1, MPI_INT, 0, w.node));
+    gethostname(mine.host, sizeof mine.host - 1);
+    w.listen_fd = -1;
+    if (w.me == 0) {
+        w.listen_fd = probe_listen(&mine.port);
+        if (w.listen_fd >= 0) my_addrs(mine.addr);
+    }
+    rec *all = calloc((size_t)size, sizeof *all);
+    w.nodes = calloc((size_t)size, sizeof *w.nodes);
+    w.node_ranks = calloc((size_t)size, sizeof *w.node_ranks);
+    if (!all || !w.nodes || !w.node_ranks) {
+        free(all);
+        return TS_ERR(TS_ERR_NOMEM, "watchdog node table");
+    }
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, w.world);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allgather (watchdog node table)");
+    }
+    w.nnodes = 0;
+    int k = 0;
+    for (int r = 0; r < size; r++) { /* nodes in the order of their leaders; ranks grouped */
+        if (all[r].leader != r) continue;
+        node_info *n = &w.nodes[w.nnodes];
+        snprintf(n->name, sizeof n->name, "%s", all[r].host[0] ? all[r].host : "?");
+        memcpy(n->addr, all[r].addr, sizeof n->addr);
+        n->port = all[r].port;
+        n->first = k;
+        for (int q = 0; q < size; q++)
+            if (all[q].leader == r) w.node_ranks[k++] = q;
+        n->count = k - n->first;
+        if (r == all[rank].leader) w.mynode = w.nnodes;
+        w.nnodes++;
+    }
+    free(all);
+    return 0;
+}
+
+/* alive[j] = 1 if node j's listener accepted a connection within PROBE_S on any address */
+static void probe_nodes(int *alive)
+{
+    int fds[64 * MAX_ADDRS], owner[64 * MAX_ADDRS], n = 0;
+    for (int j = 0; j < w.nnodes; j++) alive[j] = j == w.mynode || w.nodes[j].port == 0; /* not probed: assumed */
+    for (int j = 0; j < w.nnodes && n + MAX_ADDRS <= (int)(sizeof fds / sizeof *fds); j++) {
+        if (alive[j]) continue;
+        for (int a = 0; a < MAX_ADDRS && w.nodes[j].addr[a]; a++) {
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (fd < 0) continue;
+            struct sockaddr_in sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sin_family = AF_INET;
+            sa.sin_port = htons((uint16_t)w.nodes[j].port);
+            sa.sin_addr.s_addr = w.nodes[j].addr[a];
+            if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) alive[j] = 1;
+            if (alive[j] || errno != EINPROGRESS) {
+                close(fd);
+                continue;
+            }
+            fds[n] = fd;
+            owner[n++] = j;
+        }
+    }
+    const double t0 = ts_time_now();
+    int left = n;
+    struct pollfd p[64 * MAX_ADDRS];
+    for (int i = 0; i < n; i++) p[i] = (struct pollfd){fds[i], POLLOUT, 0};
+    while (left > 0) {
+        const int ms = (int)((PROBE_S - (ts_time_now() - t0)) * 1000);
+        if (ms <= 0 || poll(p, (nfds_t)n, ms) <= 0) break;
+        for (int i = 0; i < n; i++) {
+            if (p[i].fd < 0 || !p[i].revents) continue;
+            int e = 1;
+            socklen_t len = sizeof e;
+            if (getsockopt(p[i].fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 && e == 0) alive[owner[i]] = 1;
+            close(p[i].fd);
+            p[i].fd = -1;
+            left--;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (p[i].fd >= 0) close(p[i].fd);
+}
+
+/* " node n2 (ranks 2, 3) does not answer ...;" for every other node that
+ * does not answer, or that they all do */
+static size_t report_nodes(char *msg, size_t l, size_t cap)
+{
+    if (w.nnodes < 2 || l >= cap) return l;
+    int alive[64];
+    const int nn = w.nnodes < 64 ? w.nnodes : 64;
+    probe_nodes(alive);
+    int lost = 0;
+    for (int j = 0; j < nn && l < cap; j++) {
+        if (alive[j]) continue;
+        const node_info *n = &w.nodes[j];
+        lost++;
+        l += (size_t)snprintf(msg + l, cap - l, " node %s (rank%s", n->name, n->count > 1 ? "s" : "");
+        for (int i = 0; i < n->count && i < 16 && l < cap; i++)
+            l += (size_t)snprintf(msg + l, cap - l, "%s %d", i ? "," : "", w.node_ranks[n->first + i]);
+        if (l < cap)
+            l += (size_t)snprintf(msg + l, cap - l, "%s) does not answer over the network within %.0f s: lost, or "
+                                  "its link is down;", n->count > 16 ? ", ..." : "", PROBE_S);
+    }
+    if (!lost && l < cap) l += (size_t)snprintf(msg + l, cap - l, " the other %d node(s) answer;", nn - 1);
+    return l;
+}
+
 static void report(const char *why, double waited)
 {
     const slot *me = &w.slots[w.me];
     char msg[4096];
     size_t l = (size_t)snprintf(msg, sizeof msg,
-                                "tessera: error (rank %d): watchdog: %s after %.0f s in %s (%s, %zu bytes) at step %lld;",
-                                me->world_rank, why, waited, me->op, me->comm[0] ? me->comm : "-", me->bytes,
-                                (long long)me->step);
+                                "tessera: error (rank %d): watchdog on node %s: %s after %.0f s in %s (%s, %zu bytes) at "
+                                "step %lld;", me->world_rank, w.nodes ? w.nodes[w.mynode].name : "?", why, waited,
+                                me->op, me->comm[0] ? me->comm : "-", me->bytes, (long long)me->step);
     for (int i = 0; i < w.nlocal && l < sizeof msg; i++) {
         if (i == w.me) continue;
         const slot *o = &w.slots[i];
@@ -99,9 +280,8 @@ static void report(const char *why, double waited)
             l += (size_t)snprintf(msg + l, sizeof msg - l, " rank %d has not arrived (working at step %lld);",
                                   o->world_rank, (long long)o->step);
     }
-    if (l < sizeof msg)
-        snprintf(msg + l, sizeof msg - l, "%s ending the job\n",
-                 w.nlocal < 2 ? " other ranks are on other nodes (not visible here);" : "");
+    l = report_nodes(msg, l, sizeof msg);
+    if (l < sizeof msg) snprintf(msg + l, sizeof msg - l, " ending the job\n");
     fputs(msg, stderr);
     fflush(stderr);
 }
@@ -111,6 +291,8 @@ static void *watch(void *arg)
     (void)arg;
     while (!w.stop_thread) {
         usleep(250000);
+        if (w.listen_fd >= 0) /* the probes of other nodes' watchdogs: the kernel answered them, drain the queue */
+            for (int c; (c = accept(w.listen_fd, NULL, NULL)) >= 0;) close(c);
         const slot *me = &w.slots[w.me];
         if (me->depth <= 0) continue;
         const double waited = ts_time_now() - me->since;
@@ -135,9 +317,20 @@ static void *watch(void *arg)
     return NULL;
 }
 
+static void free_nodes(void)
+{
+    if (w.listen_fd >= 0) close(w.listen_fd);
+    w.listen_fd = -1;
+    free(w.nodes);
+    free(w.node_ranks);
+    w.nodes = NULL;
+    w.node_ranks = NULL;
+    w.nnodes = 0;
+}
+
 int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *stop, double grace_s)
 {
-    int err = 0, rank;
+    int err = 0, rank, size;
     if (timeout_s <= 0) return TS_ERR(TS_ERR_ARG, "fault.timeout = %g must be > 0", timeout_s);
     if (w.on) { /* already watching: only the settings change */
         w.timeout = timeout_s;
@@ -150,6 +343,8 @@ int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *s
     w.win = MPI_WIN_NULL;
     TS_MPI(MPI_Comm_dup(world, &w.world));
     TS_MPI(MPI_Comm_rank(world, &rank));
+    TS_MPI(MPI_Comm_size(world, &size));
+    w.listen_fd = -1;
     TS_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &w.node));
     TS_MPI(MPI_Comm_rank(w.node, &w.me));
     TS_MPI(MPI_Comm_size(w.node, &w.nlocal));
@@ -164,6 +359,7 @@ int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *s
         mine->world_rank = rank;
     }
     TS_MPI(MPI_Barrier(w.node)); /* every slot filled before anyone reads them */
+    TS_CHECK(gather_nodes(rank, size));
     w.timeout = timeout_s;
     w.grace = grace_s;
     w.stop = stop;
@@ -175,6 +371,7 @@ int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *s
     }
     return 0;
 cleanup:
+    free_nodes();
     if (w.win != MPI_WIN_NULL) MPI_Win_free(&w.win);
     if (w.node != MPI_COMM_NULL) MPI_Comm_free(&w.node);
     if (w.world != MPI_COMM_NULL) MPI_Comm_free(&w.world);
@@ -193,6 +390,7 @@ void ts_watchdog_stop(void)
     w.stop_thread = 1;
     pthread_join(w.th, NULL);
     w.on = 0;
+    free_nodes();
     MPI_Win_free(&w.win);
     MPI_Comm_free(&w.node);
     MPI_Comm_free(&w.world);

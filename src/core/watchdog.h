@@ -35,6 +35,15 @@ void ts_watchdog_stop(void);
  * recv", ...); comm: a static name of the group ("dp x sp", "spatial"). */
 void ts_watch_enter(const char *op, const char *comm, size_t bytes);
 void ts_watch_leave(void);
+/* A blocking MPI call (or any call that can wait for other ranks) bracketed
+ * for the watchdog: TS_MPI(TS_WATCHED("bad-step agreement", MPI_Allreduce(...))).
+ * Evaluates to the call's return code. */
+static inline int ts_watched_rc(int rc)
+{
+    ts_watch_leave();
+    return rc;
+}
+#define TS_WATCHED(op, call) (ts_watch_enter((op), "world", 0), ts_watched_rc(call))
 /* Local. The training step shown in reports (1-based; 0 outside training). */
 void ts_watch_set_step(int64_t step);
 

@@ -4,6 +4,7 @@
 #include "src/core/error.h"
 #include "src/core/fault.h"
 #include "src/core/timer.h"
+#include "src/core/watchdog.h"
 #include "src/train/run.h"
 
 #include <limits.h>
@@ -501,7 +502,7 @@ static int apply_sharded(ts_stepper *s)
         double sq = 0;
         for (int k = 0; k < s->npieces; k++) sq += ts_optim_sumsq(s->arena, s->plo[k], s->plo[k] + s->plen[k]);
         TS_TRY(ts_coll_allreduce(s->coll, TS_IN_PLACE, &sq, 1, TS_FLOAT64, TS_OP_SUM));
-        if (s->pipe) TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
+        if (s->pipe) TS_MPI_TRY(TS_WATCHED("gradient norm over the stages", MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm)));
         norm = sqrt(sq);
     }
     /* the norm is the same on every rank, so an error here is too: no gather is left half-started */
@@ -525,7 +526,7 @@ int ts_stepper_apply(ts_stepper *s)
     }
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
         norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
-        int mrc = MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm);
+        int mrc = TS_WATCHED("gradient norm over the stages", MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
         if (mrc != MPI_SUCCESS) {
             ts_perf_end(s->perf, TS_PH_OPTIM);
             return ts_err_mpi(mrc, __FILE__, __LINE__, "MPI_Allreduce");

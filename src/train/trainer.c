@@ -322,7 +322,7 @@ static int gather_stages(trainer *t)
     for (int r = 0; r < nr; r++)
         for (size_t off = 0; off < sizes[r]; off += (size_t)1 << 28) { /* pieces below INT_MAX ints */
             const size_t n = sizes[r] - off < ((size_t)1 << 28) ? sizes[r] - off : ((size_t)1 << 28);
-            TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->grid->pp_comm));
+            TS_MPI_TRY(TS_WATCHED("checkpoint: gathering the stages", MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->grid->pp_comm)));
         }
     return 0;
 }
@@ -376,7 +376,7 @@ static int save_ckpt(trainer *t)
     {
         /* never a checkpoint from non-finite parameters (it would rotate good ones out) */
         int bad = !params_finite(t->arena);
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world));
+        TS_MPI(TS_WATCHED("checkpoint: finite parameters", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world)));
         if (bad)
             TS_FAIL(TS_ERR_NUMERIC, "step %lld: the parameters are not finite (NaN or Inf): no checkpoint is written "
                     "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
@@ -404,8 +404,11 @@ static int save_ckpt(trainer *t)
     TS_CHECK(ts_config_get_int(t->cfg, "train.seed", &seed));
     m.seed = (uint64_t)seed;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
-    TS_CHECK(TS_CTX(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path),
-                    "the checkpoint of step %lld in %s", (long long)t->step, dir));
+    ts_watch_enter("checkpoint write (parallel HDF5)", "world", 0); /* collective HDF5 calls wait for every rank */
+    err = TS_CTX(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path), "the checkpoint of step %lld "
+                 "in %s", (long long)t->step, dir);
+    ts_watch_leave();
+    TS_CHECK(err);
     ts_run_say(&t->run, "checkpoint: %s", path);
 cleanup:
     ts_perf_end(t->perf, TS_PH_CKPT);
@@ -1312,7 +1315,7 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
         TS_TRY(ts_stepper_pipe_step(t->stepper, pipe_next, t, &loss));
-        TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->pp_comm)); /* the last stage's */
+        TS_MPI_TRY(TS_WATCHED("pipeline loss", MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->pp_comm))); /* the last stage's */
         loss_sum = loss * t->micro;
     } else {
         for (int a = 0; a < t->accum; a++) {
@@ -1333,7 +1336,7 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
     /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together; with fp16 a
      * finite loss and non-finite gradients are a loss-scale overflow (the scale halves on every rank) */
     int bad[2] = {!isfinite(loss_sum), !ts_stepper_grads_finite(t->stepper)};
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->grid->world));
+    TS_MPI_TRY(TS_WATCHED("bad-step agreement", MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->grid->world)));
     if (bad[0] || bad[1]) {
         t->opt.step++; /* the schedule moves on as if the step had been taken */
         *skipped = 1;
@@ -1495,7 +1498,7 @@ static int checkpoint_or_stop(trainer *t, const loop_cfg *lc, loop_state *ls, in
      * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
      * overflow is not one) */
     int flags[2] = {stop && *stop ? 1 : 0, lc->every_min > 0 && ts_time_now() - ls->last_ckpt >= 60 * lc->every_min};
-    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->grid->world));
+    TS_MPI(TS_WATCHED("checkpoint/stop agreement", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->grid->world)));
     const int stopping = flags[0];
     if (((lc->ckpt_every > 0 && t->step % lc->ckpt_every == 0) || t->step == t->total_steps || stopping || flags[1]) &&
         !(skipped == 1 && !stopping && t->step < t->total_steps)) {
@@ -1547,7 +1550,7 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
     {
         /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
         double lv[4] = {-t->ls.scale, t->ls.scale, -(double)t->ls.overflows, (double)t->ls.overflows};
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t->grid->world));
+        TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t->grid->world)));
         const ts_precision pr = t->ucfg.precision;
         size_t l = strlen(extra);
         snprintf(extra + l, n - l,
@@ -1570,7 +1573,7 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
     int64_t steps = t->step - ls->first;
     /* samples/s of the slowest rank */
     double slow = t->step_s, sps = 0;
-    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t->grid->world)));
     if (slow > 0) sps = (double)(steps * lc->per_step) / slow;
     /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
     const ts_spatial_stats *hs = ts_spatial_get_stats(t->spatial);
@@ -1583,7 +1586,7 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
         ts_perf_add(t->perf, TS_PH_PP_P2P, ps->p2p_s - t->pp0.p2p_s);
     }
     double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
-    TS_MPI(MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t->grid->world));
+    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t->grid->world)));
     TS_CHECK(perf_extra(t, lc, hs, hv, steps, extra, sizeof extra));
     if (t->mem_limit_mb > 0 && hv[4] > (double)t->mem_limit_mb)
         ts_run_say(&t->run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
