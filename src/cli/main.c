@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int ts_cli_convert(int argc, char **argv); /* src/cli/convert.c */
 int ts_cli_synth(int argc, char **argv);   /* src/cli/synth.c */
@@ -110,8 +111,7 @@ static int finish(int err)
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    MPI_Finalize();
-    return worst == 2 ? 1 : worst == 1 ? TS_EXIT_STOPPED : 0;
+    return ts_mpi_finalize(worst == 2 ? 1 : worst == 1 ? TS_EXIT_STOPPED : 0);
 }
 
 int main(int argc, char **argv)

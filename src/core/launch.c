@@ -3,9 +3,12 @@
 #include "src/core/launch.h"
 #include "src/core/error.h"
 
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static ts_launch current;
@@ -136,3 +139,36 @@ void ts_launch_json(const ts_launch *l, char *buf, size_t n)
              l->scheduler, id, arr, name, l->restarts, lau, l->size, l->nodes, l->local_size, l->threads, l->expected,
              l->allocated, host);
 }
+
+/* MPI_Finalize of MPICH 4.0.x over UCX's TCP transport (Debian 12's MPICH
+ * on Ethernet, and jobs/cluster) can hang: a rank still waiting for a peer
+ * to acknowledge its endpoint's close while the peer already waits in the
+ * PMI barrier that follows (MPICH fixed it in 4.2, pmodels/mpich#6596).
+ * Every rank has finished its work and agreed on the status by then, so a
+ * finalize that has not returned after TESSERA_FINALIZE_GRACE seconds
+ * (default 20) ends the process with that status. */
+static int exit_status;
+static void *finalize_guard(void *arg)
+{
+    const double grace = *(double *)arg;
+    struct timespec ts = {(time_t)grace, (long)((grace - floor(grace)) * 1e9)};
+    nanosleep(&ts, NULL);
+    fprintf(stderr, "tessera: note: MPI_Finalize did not return within %.0f s (MPICH 4.0 over TCP); exiting with "
+                    "status %d\n", grace, exit_status);
+    fflush(stderr);
+    _exit(exit_status);
+    return NULL;
+}
+
+int ts_mpi_finalize(int status)
+{
+    static double grace;
+    const char *g = getenv("TESSERA_FINALIZE_GRACE");
+    grace = g && atof(g) > 0 ? atof(g) : 20.0;
+    exit_status = status;
+    pthread_t th;
+    if (pthread_create(&th, NULL, finalize_guard, &grace) == 0) pthread_detach(th);
+    MPI_Finalize();
+    return status;
+}
+

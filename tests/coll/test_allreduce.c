@@ -4,6 +4,7 @@
  * INT_MAX runs on every large message. Usage: test_allreduce [algo,...]
  * (default: every host algorithm that serves this communicator). */
 #include "tsbuild.h"
+#include "src/core/launch.h"
 #include "collectives/coll_impl.h"
 #include "tests/coll/common.h"
 #include "tests/tap.h"
@@ -98,6 +99,5 @@ int main(int argc, char **argv)
     free(ref);
     ts_coll_destroy(&c);
     int rc = ts_done();
-    MPI_Finalize();
-    return rc;
+    return ts_mpi_finalize(rc); /* guarded: jobs/cluster runs these over TCP */
 }

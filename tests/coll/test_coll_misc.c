@@ -3,6 +3,7 @@
  * forced algorithms that cannot serve a call, uint8 reductions, counts that
  * differ between ranks (an error on every rank, not a hang). */
 #include "tsbuild.h"
+#include "src/core/launch.h"
 #include "collectives/coll_impl.h"
 #include "tests/coll/common.h"
 #include "tests/tap.h"
@@ -213,6 +214,5 @@ int main(int argc, char **argv)
         ts_ok(ok, "ts_coll_waitall_mpi completes a ring exchange, spinning and yielding");
     }
     int rc = ts_done();
-    MPI_Finalize();
-    return rc;
+    return ts_mpi_finalize(rc); /* guarded: jobs/cluster runs these over TCP */
 }

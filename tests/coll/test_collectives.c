@@ -2,6 +2,7 @@
  * and zero counts, several dtypes and ops, roots; results against
  * MPI_Allreduce / the known pattern. */
 #include "tsbuild.h"
+#include "src/core/launch.h"
 #include "collectives/coll_impl.h"
 #include "tests/coll/common.h"
 #include "tests/tap.h"
@@ -92,6 +93,5 @@ int main(int argc, char **argv)
     free(ref);
     ts_coll_destroy(&c);
     int rc = ts_done();
-    MPI_Finalize();
-    return rc;
+    return ts_mpi_finalize(rc); /* guarded: jobs/cluster runs these over TCP */
 }
