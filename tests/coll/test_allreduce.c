@@ -1,8 +1,9 @@
 /* MPI test: every allreduce algorithm x dtypes x ops x counts {0, 1, 7,
  * 1M+3} x in place / out of place, against MPI_Allreduce. Point-to-point
  * pieces are cut at 64 KiB + 5 bytes so the splitting used for counts above
- * INT_MAX runs on every large message. Usage: test_allreduce [algo,...]
- * (default: every host algorithm that serves this communicator). */
+ * INT_MAX runs on every large message. Usage: test_allreduce [algo,...|all
+ * [MAXCOUNT]] (default: every host algorithm that serves this communicator;
+ * MAXCOUNT replaces the largest count). */
 #include "tsbuild.h"
 #include "src/core/launch.h"
 #include "collectives/coll_impl.h"
@@ -29,7 +30,7 @@ int main(int argc, char **argv)
     const char *algos[16];
     int na = 0;
     char buf[512];
-    if (argc > 1) {
+    if (argc > 1 && strcmp(argv[1], "all")) {
         snprintf(buf, sizeof buf, "%s", argv[1]);
         for (char *s = NULL, *t = strtok_r(buf, ",", &s); t && na < 16; t = strtok_r(NULL, ",", &s)) algos[na++] = t;
     } else {
@@ -41,7 +42,9 @@ int main(int argc, char **argv)
         }
         algos[na++] = "auto";
     }
-    const size_t counts[] = {0, 1, 7, (1u << 20) + 3};
+    /* argv[2]: the largest count instead of 2^20 + 3 (jobs/cluster/selftest.sh's short matrix over TCP) */
+    size_t counts[] = {0, 1, 7, (1u << 20) + 3};
+    if (argc > 2 && atol(argv[2]) > 7 && (size_t)atol(argv[2]) < counts[3]) counts[3] = (size_t)atol(argv[2]);
     const ts_dtype dts[] = {TS_FLOAT32, TS_FLOAT64, TS_BFLOAT16, TS_FLOAT16, TS_INT32, TS_INT64};
     const size_t maxn = (1u << 20) + 3;
     char *send = malloc(maxn * 8), *recv = malloc(maxn * 8), *orig = malloc(maxn * 8);

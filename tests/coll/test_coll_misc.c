@@ -52,8 +52,18 @@ int main(int argc, char **argv)
         int all;
         MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         ts_ok(all, "TESSERA_RANKS_PER_NODE=%d: %d nodes, local rank/size and node index right", k, want_nodes);
-    } else {
-        ts_ok(ts_coll_nodes(c) == 1 && ts_coll_local_size(c) == p, "one machine = one node of %d ranks", p);
+    } else { /* the nodes MPI sees (one machine, or jobs/cluster's namespaces): counted here independently */
+        MPI_Comm node;
+        int lsize, lrank, leader, nodes;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        MPI_Comm_size(node, &lsize);
+        MPI_Comm_rank(node, &lrank);
+        leader = lrank == 0;
+        MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Comm_free(&node);
+        int ok = ts_coll_nodes(c) == nodes && ts_coll_local_size(c) == lsize && ts_coll_local_rank(c) == lrank, all;
+        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+        ts_ok(all, "the nodes MPI sees: %d node(s), this rank %d of %d on its node", nodes, lrank, lsize);
     }
 
     /* registered buffers: in-place allreduce without staging */
