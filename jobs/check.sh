@@ -3,8 +3,9 @@
 # packages tessera and its tests need, bootstraps, configures, builds and
 # runs `make check` in build-check/, then the whole gradient-equivalence
 # matrix (tests/train/grad_equiv.sh, TS_GRAD_MATRIX=full), then the job scripts against a real
-# one-node Slurm (jobs/slurm/selftest.sh; skipped when not root), then
-# prints "N passed, N failed" over both.
+# one-node Slurm (jobs/slurm/selftest.sh; skipped when not root), then a
+# 2-node cluster of network namespaces (jobs/cluster/selftest.sh; root), then
+# prints "N passed, N failed" over all of them.
 #   bash jobs/check.sh [--distcheck]     (--distcheck also runs make distcheck)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ packages=(
     libnifti2-dev libniftiio-dev libinih-dev libcjson-dev zlib1g-dev
     libpapi-dev papi-tools mricron-data clang libclang-rt-dev
     python3 python3-numpy python3-scipy python3-h5py python3-nibabel python3-matplotlib
-    munge slurmctld slurmd slurm-client
+    munge slurmctld slurmd slurm-client iproute2 util-linux bc procps
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -109,6 +110,18 @@ if [ "$sstatus" -ne 0 ] && [ "$sstatus" -ne 77 ] && [ "$sfail" -eq 0 ]; then sfa
 echo "== Slurm selftest: $spass passed, $sfail failed in $(( $(date +%s) - sstart )) s; log: $top/build-check/slurm-selftest.log"
 pass=$(( ${pass:-0} + spass ))
 failed=$(( failed + sfail ))
+echo "== a real network: 2 nodes of network namespaces (jobs/cluster/selftest.sh; --full for the longer target)"
+cstart=$(date +%s)
+timeout -k 30 1200 bash "$top/jobs/cluster/selftest.sh" "$top/build-check" >cluster-selftest.log 2>&1
+cstatus=$?
+grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' cluster-selftest.log | head -50
+cpass=$(grep -c '^ok ' cluster-selftest.log)
+cfail=$(grep -c '^not ok ' cluster-selftest.log)
+if [ "$cstatus" -ne 0 ] && [ "$cstatus" -ne 77 ] && [ "$cfail" -eq 0 ]; then cfail=1; tail -20 cluster-selftest.log; fi
+[ "$cstatus" -eq 77 ] && skip=$(( ${skip:-0} + 1 ))
+echo "== cluster selftest: $cpass passed, $cfail failed in $(( $(date +%s) - cstart )) s; log: $top/build-check/cluster-selftest.log"
+pass=$(( ${pass:-0} + cpass ))
+failed=$(( failed + cfail ))
 if [ "${1:-}" = "--distcheck" ]; then
     echo "== make distcheck"
     make distcheck >distcheck.log 2>&1 && echo "distcheck passed" || { tail -30 distcheck.log; failed=$((failed + 1)); }

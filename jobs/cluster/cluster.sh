@@ -260,7 +260,7 @@ slurm_start() {
         --log-file="$s/munged.log" --seed-file="$s/munged.seed"
     for _ in $(seq 1 50); do [ -s "$s/munged.pid" ] && break; sleep 0.1; done
     cat "$s/munged.pid" >>"$dir/slurm.pids"
-    cpus=$(nproc)
+    cpus=$(nproc --all) # (plain nproc follows OMP_NUM_THREADS)
     mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9 / 4)}' /proc/meminfo)
     {
         cat <<EOF

@@ -86,7 +86,7 @@ munge -S "$d/munge.sock" -n </dev/null | unmunge -S "$d/munge.sock" >/dev/null 2
 ok $? "munged runs with a private key and socket"
 
 host=$(hostname -s)
-cpus=$(nproc)
+cpus=$(nproc --all) # (plain nproc follows OMP_NUM_THREADS)
 mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 cat >"$d/slurm.conf" <<EOF
 ClusterName=tessera-selftest
