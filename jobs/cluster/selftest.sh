@@ -40,6 +40,21 @@ skip_all() { echo "1..0 # SKIP $1"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip_all "needs root (network namespaces, veth links, a bridge)"
 for t in ip nsenter unshare tc; do command -v $t >/dev/null || skip_all "$t is missing (iproute2, util-linux)"; done
 [ -x "$tessera" ] || { echo "Bail out! no tessera binary at $tessera"; exit 1; }
+# can this machine (or container) make namespaces and shape links?
+probe=tscl-probe-$$
+ip netns add "$probe" 2>/dev/null || skip_all "cannot create network namespaces here (ip netns add: no CAP_NET_ADMIN?)"
+touch "/tmp/$probe.uts"
+if ! unshare --uts="/tmp/$probe.uts" true 2>/dev/null; then
+    ip netns del "$probe"; rm -f "/tmp/$probe.uts"
+    skip_all "cannot create UTS namespaces here (unshare --uts: no CAP_SYS_ADMIN?)"
+fi
+umount "/tmp/$probe.uts" 2>/dev/null; rm -f "/tmp/$probe.uts"
+link="--link 1gbit"
+if ! ip netns exec "$probe" tc qdisc add dev lo root tbf rate 1gbit burst 128k latency 100ms 2>/dev/null; then
+    link=
+    echo "# tc tbf is not available here: the links are not shaped"
+fi
+ip netns del "$probe"
 py=/usr/bin/python3
 "$py" -c 'import h5py, numpy' 2>/dev/null || py=
 
@@ -89,8 +104,8 @@ INI
     { echo "Bail out! tessera synth failed"; exit 1; }
 
 # ---- 1. two nodes of two ranks, seen by MPI
-up 2 --ranks-per-node 2 --link 1gbit
-ok $? "jobs/cluster/up 2 --ranks-per-node 2 --link 1gbit"
+up 2 --ranks-per-node 2 $link
+ok $? "jobs/cluster/up 2 --ranks-per-node 2 $link"
 out=$(cl 4 "$tessera" info 2>&1)
 printf '%s\n' "$out" | grep -E '^(ranks|nodes|ranks per node):' | diag
 ok "$(printf '%s\n' "$out" | grep -q '^nodes: *2$' && printf '%s\n' "$out" | grep -q '^ranks per node: *2$'; echo $?)" \
@@ -138,7 +153,7 @@ ref() { # KEY ARGS...
     grad_ref "$key" "$@"
     ok $? "one-rank reference $key ($*)"
 }
-up 2 --ranks-per-node 4 --link 1gbit
+up 2 --ranks-per-node 4 $link
 ref q model.norm=batch train.accum=2
 grad_eq q 8 "dp 2 x pp 2 x sp 2 on 2 nodes x 4 ranks: every gradient within 1e-4 of one rank's" \
     parallel.pp=2 parallel.sp=2 parallel.microbatches=2 train.batch=1 train.accum=1
@@ -147,7 +162,7 @@ ok "$(grep -q 'dp 2 x pp 2 x sp 2 on 2 nodes' "$d/run-q-8.log"; echo $?)" "... t
 # ---- 4. a lost node: killed mid-training; the survivors end naming it; training resumes on the node left
 lost_node() { # MODE (kill | link)
     local mode=$1 start k gone t0 rc log=$d/lost-$1.log run=$d/lost-$1
-    up 2 --ranks-per-node 2 --link 1gbit
+    up 2 --ranks-per-node 2 $link
     cl 4 "$tessera" train "$d/g.ini" data.path="$d/syn.h5" run.dir="$run" train.steps=400 train.batch=1 \
         ckpt.every=5 fault.timeout=10 train.log_every=1 >"$log" 2>&1 &
     local job=$!
