@@ -179,7 +179,7 @@ lost_node() { # MODE (kill | link)
     done
     wait $job
     grep 'watchdog' "$log" | cut -c1-400 | diag
-    ok "$([ -n "$gone" ] && awk "BEGIN{exit !($gone <= 20)}" && grep -q 'watchdog on node n1: .*node n2 (ranks 2, 3) does not answer' "$log"; echo $?)" \
+    ok "$([ -n "$gone" ] && awk "BEGIN{exit !($gone <= 20)}" && grep -q 'node n1: watchdog: .*node n2 (ranks 2, 3) does not answer' "$log"; echo $?)" \
         "n2 $([ "$mode" = kill ] && echo killed || echo 'cut off (link down)') at step 8: every rank ended ${gone:-never} s later (fault.timeout 10 + 10), the survivors naming node n2 and its ranks"
     local last
     last=$(ls -d "$run"/ckpt/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1)

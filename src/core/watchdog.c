@@ -265,7 +265,7 @@ static void report(const char *why, double waited)
     const slot *me = &w.slots[w.me];
     char msg[4096];
     size_t l = (size_t)snprintf(msg, sizeof msg,
-                                "tessera: error (rank %d): watchdog on node %s: %s after %.0f s in %s (%s, %zu bytes) at "
+                                "tessera: error (rank %d): node %s: watchdog: %s after %.0f s in %s (%s, %zu bytes) at "
                                 "step %lld;", me->world_rank, w.nodes ? w.nodes[w.mynode].name : "?", why, waited,
                                 me->op, me->comm[0] ? me->comm : "-", me->bytes, (long long)me->step);
     for (int i = 0; i < w.nlocal && l < sizeof msg; i++) {

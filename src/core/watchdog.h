@@ -9,8 +9,10 @@
  * behind the stuck wait; the launcher then ends the other nodes', or their
  * own watchdogs do). A peer process on the node that
  * has died ends the job at once; a stop request (SIGTERM) while a rank
- * waits ends it after `grace` seconds instead of the deadline. Ranks of
- * other nodes are not visible: the message says so. */
+ * waits ends it after `grace` seconds instead of the deadline. Other
+ * nodes are probed over the network when the deadline passes: each node's
+ * leader listens on a TCP port, and the message names the nodes (and their
+ * ranks) whose leader does not accept a connection within 2 s. */
 #ifndef TS_CORE_WATCHDOG_H
 #define TS_CORE_WATCHDOG_H
 
