@@ -75,13 +75,24 @@ print('largest relative difference', dif); assert dif > 1e-3"
 fi
 # composition: the split runs give the unsplit local run's weights
 # sp changes the order of the weight gradient's sums (boxes, then the group), so the
-# weights differ in their last bits from step 1; over 6 steps a ReLU input that lies
-# within such a difference of 0 can flip and amplify it (seen once: 5e-4 at step 6 from
-# 4e-6 at step 3). Compared through the first parameter average (step 2), the part
-# local SGD adds; one step's gradients are compared per tensor by tests/train/grad_equiv.sh.
-run 2 h2-s2 parallel.local_steps=2 train.steps=2
-run 4 h2-sp2 parallel.local_steps=2 parallel.sp=2 train.steps=2
-same h2-s2 h2-sp2 2
+# weights differ in their last bits from step 1, and a ReLU input within such a
+# difference of 0 can flip at step 2 and move the deep levels' gradients by ~0.5 %
+# (seen: the momentum of enc2 after 2 steps; docs/parallelism.md, "Equal to one
+# rank"): weights after several steps are no measure of equality. What must be equal
+# is compared instead: the first step's gradients per tensor (the harness of
+# tests/train/grad_equiv.sh, from the same weights), and the losses of all 6 steps.
+run 4 h2-sp2 parallel.local_steps=2 parallel.sp=2
+if [ -n "$TS_PY" ]; then
+    ts_step "h2-sp2 = h2: the losses of all 6 steps within 1e-5 (and the weights moved)" \
+        "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/h2" "$d/h2-sp2" "$d/init.h5" 6 1e-5 1
+    run 2 h2-g parallel.local_steps=2 model.init="$d/init.h5" train.steps=1 train.dump_grads="$d/h2-g.h5"
+    run 4 h2-sp2-g parallel.local_steps=2 parallel.sp=2 model.init="$d/init.h5" train.steps=1 \
+        train.dump_grads="$d/h2-sp2-g.h5"
+    ts_step "h2-sp2 = h2: the first step's gradients per tensor within 1e-4 of their scale" \
+        "$TS_PY" "$TS_SRCDIR/tests/train/grad_compare.py" "$d/h2-g.h5" "$d/h2-sp2-g.h5" 1e-4
+else
+    ts_skip "h2-sp2 = h2" "no python3 with h5py"
+fi
 run 2 h2-a2 parallel.local_steps=2 train.batch=1 train.accum=2
 run 4 h2-pp2 parallel.local_steps=2 parallel.pp=2 parallel.microbatches=2 train.batch=1
 same h2-a2 h2-pp2
