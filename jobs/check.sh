@@ -86,42 +86,30 @@ else
     failed=$(( failed + ffail ))
     echo "== fuzz: $fpass passed, $ffail failed in $(( $(date +%s) - fstart )) s; findings in $top/build-check/fuzz-build/findings/"
 fi
+# tap_step NAME LOG SECONDS CMD...: a TAP script under a timeout, its failures and skips shown,
+# its counts added (exit 77: skipped as a whole, with the reason in its log)
+tap_step() {
+    local name=$1 log=$2 limit=$3 start st p f
+    shift 3
+    start=$(date +%s)
+    timeout -k 30 "$limit" "$@" >"$log" 2>&1
+    st=$?
+    grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' "$log" | head -50
+    p=$(grep -c '^ok ' "$log")
+    f=$(grep -c '^not ok ' "$log")
+    if [ "$st" -ne 0 ] && [ "$st" -ne 77 ] && [ "$f" -eq 0 ]; then f=1; tail -20 "$log"; fi
+    [ "$st" -eq 77 ] && skip=$(( ${skip:-0} + 1 ))
+    echo "== $name: $p passed, $f failed in $(( $(date +%s) - start )) s; log: $(pwd)/$log"
+    pass=$(( ${pass:-0} + p ))
+    failed=$(( failed + f ))
+}
 echo "== gradient equivalence, the whole matrix (tests/train/grad_equiv.sh with TS_GRAD_MATRIX=full; make check runs a subset)"
-gstart=$(date +%s)
-TS_GRAD_MATRIX=full MPIEXEC=mpiexec.mpich TS_BUILDDIR="$top/build-check" TS_SRCDIR="$top" \
-    timeout -k 30 2400 sh "$top/tests/train/grad_equiv.sh" >grad-matrix.log 2>&1
-gstatus=$?
-grep -E '^(not ok|ok [0-9]+ - .*# SKIP)' grad-matrix.log | head -50
-gpass=$(grep -c '^ok ' grad-matrix.log)
-gfail=$(grep -c '^not ok ' grad-matrix.log)
-if [ "$gstatus" -ne 0 ] && [ "$gfail" -eq 0 ]; then gfail=1; tail -20 grad-matrix.log; fi
-echo "== gradient matrix: $gpass passed, $gfail failed in $(( $(date +%s) - gstart )) s; log: $top/build-check/grad-matrix.log"
-pass=$(( ${pass:-0} + gpass ))
-failed=$(( failed + gfail ))
+tap_step "gradient matrix" grad-matrix.log 2400 env TS_GRAD_MATRIX=full MPIEXEC=mpiexec.mpich \
+    TS_BUILDDIR="$top/build-check" TS_SRCDIR="$top" sh "$top/tests/train/grad_equiv.sh"
 echo "== Slurm: the job scripts on a one-node Slurm started for the test (jobs/slurm/selftest.sh)"
-sstart=$(date +%s)
-timeout -k 30 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera" >slurm-selftest.log 2>&1
-sstatus=$?
-grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' slurm-selftest.log | head -50
-spass=$(grep -c '^ok ' slurm-selftest.log)
-sfail=$(grep -c '^not ok ' slurm-selftest.log)
-if [ "$sstatus" -ne 0 ] && [ "$sstatus" -ne 77 ] && [ "$sfail" -eq 0 ]; then sfail=1; tail -20 slurm-selftest.log; fi
-[ "$sstatus" -eq 77 ] && skip=$(( ${skip:-0} + 1 ))
-echo "== Slurm selftest: $spass passed, $sfail failed in $(( $(date +%s) - sstart )) s; log: $top/build-check/slurm-selftest.log"
-pass=$(( ${pass:-0} + spass ))
-failed=$(( failed + sfail ))
+tap_step "Slurm selftest" slurm-selftest.log 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera"
 echo "== a real network: 2 nodes of network namespaces (jobs/cluster/selftest.sh; --full for the longer target)"
-cstart=$(date +%s)
-timeout -k 30 1200 bash "$top/jobs/cluster/selftest.sh" "$top/build-check" >cluster-selftest.log 2>&1
-cstatus=$?
-grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' cluster-selftest.log | head -50
-cpass=$(grep -c '^ok ' cluster-selftest.log)
-cfail=$(grep -c '^not ok ' cluster-selftest.log)
-if [ "$cstatus" -ne 0 ] && [ "$cstatus" -ne 77 ] && [ "$cfail" -eq 0 ]; then cfail=1; tail -20 cluster-selftest.log; fi
-[ "$cstatus" -eq 77 ] && skip=$(( ${skip:-0} + 1 ))
-echo "== cluster selftest: $cpass passed, $cfail failed in $(( $(date +%s) - cstart )) s; log: $top/build-check/cluster-selftest.log"
-pass=$(( ${pass:-0} + cpass ))
-failed=$(( failed + cfail ))
+tap_step "cluster selftest" cluster-selftest.log 1200 bash "$top/jobs/cluster/selftest.sh" "$top/build-check"
 if [ "${1:-}" = "--distcheck" ]; then
     echo "== make distcheck"
     make distcheck >distcheck.log 2>&1 && echo "distcheck passed" || { tail -30 distcheck.log; failed=$((failed + 1)); }
