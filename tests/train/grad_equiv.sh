@@ -96,20 +96,15 @@ if [ "$full" = full ]; then
         for m in plain resenc ds; do
             refs "$norm-$m" model.norm=$norm $(model_args $m)
             for l in $LAYOUTS; do layout "$norm-$m" $B $l; done
-            # activation checkpointing (every level recomputed) on the split, dp x sp and the pipeline
+            # activation checkpointing (every level recomputed) on the split and the pipeline
             ck=model.checkpoint_levels=0,1,2
             [ $m = ds ] && ck=model.checkpoint_levels=0,1,2,3
             grad_eq "$norm-$m" 2 $B parallel.sp=2 $ck
+            grad_eq "$norm-$m" 4 $B parallel.sp=2 train.batch=1 $ck
             grad_eq "$norm-$m-p" 2 $B parallel.pp=2 parallel.microbatches=2 train.accum=1 $ck
-            [ $m = plain ] && grad_eq "$norm-$m" 4 $B parallel.sp=2 train.batch=1 $ck
-            # bf16 against bf16 (the plain model on four layouts, the others on the split)
-            if [ $m = plain ]; then
-                refs "$norm-$m-bf16" model.norm=$norm $(model_args $m) train.precision=bf16
-                for l in sp2d sp4dh dp2sp2 pp2sp2; do layout "$norm-$m-bf16" $B16 $l; done
-            else
-                grad_ref "$norm-$m-bf16" model.norm=$norm $(model_args $m) train.precision=bf16
-                layout "$norm-$m-bf16" $B16 sp2d
-            fi
+            # bf16 against bf16
+            refs "$norm-$m-bf16" model.norm=$norm $(model_args $m) train.precision=bf16
+            for l in sp2d sp4dh dp2sp2 pp2sp2; do layout "$norm-$m-bf16" $B16 $l; done
         done
         # ZeRO-1 (sharded optimizer state) and fp16 (loss scaling) on dp 2 x sp 2 and sp 2
         grad_eq "$norm-plain" 4 $B parallel.sp=2 train.batch=1 parallel.zero=1
