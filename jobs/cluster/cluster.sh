@@ -24,7 +24,9 @@
 #   jobs/cluster/status              the nodes, their addresses, links and processes
 #   jobs/cluster/down                removes every namespace, link, mount and process it made
 #
-# State: $TESSERA_CLUSTER_DIR (default /run/tessera-cluster): the nodes file,
+# State: $TESSERA_CLUSTER_DIR (default /run/tessera-cluster); namespaces
+# named $TESSERA_CLUSTER_NS (default tscl-) + node, so that two clusters (a
+# user's and jobs/cluster/selftest.sh's) do not touch each other; the nodes file,
 # the host list for mpiexec, the ssh stand-in hydra launches proxies with, the
 # UTS and IPC namespace files, the Slurm configuration. The nodes share one
 # kernel, so cross-memory attach (process_vm_readv) would reach across
@@ -34,7 +36,7 @@
 set -u -o pipefail
 dir=${TESSERA_CLUSTER_DIR:-/run/tessera-cluster}
 net=${TESSERA_CLUSTER_NET:-10.250.0}
-ns_prefix=tscl-
+ns_prefix=${TESSERA_CLUSTER_NS:-tscl-} # names of its namespaces: PREFIX head, PREFIX n1, ...
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 die() { echo "jobs/cluster: $*" >&2; exit 1; }

@@ -60,7 +60,7 @@ py=/usr/bin/python3
 
 d=$(mktemp -d /tmp/tessera-cluster-test.XXXXXX)
 chmod 755 "$d"
-export TESSERA_CLUSTER_DIR=$d/cluster TESSERA_FINALIZE_GRACE=10 TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
+export TESSERA_CLUSTER_DIR=$d/cluster TESSERA_CLUSTER_NS=tsct$$- TESSERA_FINALIZE_GRACE=10 TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
 unset TESSERA_RANKS_PER_NODE
 cleanup() {
     "$C/slurm" stop >/dev/null 2>&1
@@ -124,6 +124,23 @@ coll_matrix() { # SHAPE-NAME NP [MAXCOUNT]
     done
 }
 coll_matrix "2 nodes x 2 ranks" 4 $([ $full = 0 ] && echo 65539)
+if [ $full = 1 ]; then
+    # the hierarchical allreduce against the flat ones where the link is the bottleneck (one run)
+    out=$(cl 4 "$tessera" bench coll --algo ring,hierarchical,rabenseifner,mpi --min-bytes 64M --max-bytes 64M --repeat 3 \
+        --time-ms 1 --check --json "$d/coll64.json" 2>&1)
+    printf '%s\n' "$out" | tail -6 | diag
+    ok "$("${py:-python3}" - "$d/coll64.json" <<'PY'
+import json, sys
+r = {x['algo']: x for x in json.load(open(sys.argv[1])) if x['bytes'] == 64 << 20}
+h, g = r['hierarchical']['time_us'], r['ring']['time_us']
+print(int(not (h < g and all(x['wrong'] == 0 for x in r.values()))))
+PY
+)" "64 MiB allreduce on 2 x 2 ranks${link:+ over a 1 Gbit/s link}: hierarchical faster than ring, nothing wrong (one run)"
+    up 4 --ranks-per-node 1 $link
+    coll_matrix "4 nodes x 1 rank" 4
+    up 3 --ranks-per-node 1,2,1 $link
+    coll_matrix "3 nodes of 1/2/1 ranks" 4
+fi
 
 # ---- 3. dp 2 x pp 2 x sp 2 on 2 nodes x 4 ranks against one rank
 grad_ref() { # KEY ARGS...: weights and the one-rank reference (outside the cluster: one machine)
@@ -171,7 +188,7 @@ lost_node() { # MODE (kill | link)
     if [ "$mode" = kill ]; then "$C/kill" n2 | diag; else "$C/link" n2 down; fi
     gone=
     for _ in $(seq 1 240); do
-        if [ -z "$(for x in n1 n2; do ip netns pids "tscl-$x" 2>/dev/null; done | xargs -r ps -o comm= -p 2>/dev/null | grep -x tessera)" ]; then
+        if [ -z "$(for x in n1 n2; do ip netns pids "$TESSERA_CLUSTER_NS$x" 2>/dev/null; done | xargs -r ps -o comm= -p 2>/dev/null | grep -x tessera)" ]; then
             gone=$(echo "$(date +%s.%N) - $k" | bc)
             break
         fi
@@ -237,7 +254,7 @@ fi
 
 # ---- 6. down leaves nothing
 "$C/down"
-left_ns=$(ip netns list 2>/dev/null | grep -c '^tscl-')
+left_ns=$(ip netns list 2>/dev/null | grep -c "^$TESSERA_CLUSTER_NS")
 left_mounts=$(grep -c "$TESSERA_CLUSTER_DIR" /proc/mounts)
 left_procs=$(pgrep -f "$TESSERA_CLUSTER_DIR" | wc -l)
 ok "$([ "$left_ns" -eq 0 ] && [ "$left_mounts" -eq 0 ] && [ "$left_procs" -eq 0 ] && [ ! -e "$TESSERA_CLUSTER_DIR" ] && ! ip link show br0 >/dev/null 2>&1; echo $?)" \
