@@ -6,6 +6,7 @@
 #include "src/cli/engine.h"
 #include "src/core/error.h"
 #include "src/model/unet.h"
+#include "src/parallel/spatial.h"
 #include "src/train/bench_step.h"
 #include "src/train/trainer.h"
 
@@ -28,7 +29,8 @@ static void help(void)
            "batch, patch. --profile adds the time per kind of layer. --calibrate FILE writes the rates of\n"
            "every layer kind (work from the model's analytic cost over the measured time), the optimizer's\n"
            "time per parameter and the activation bytes per element, for `tessera plan --calib FILE`\n"
-           "(measure on one rank, with the threads per rank the plan assumes). --perf-overhead alternates\n"
+           "(measure on one rank, with the threads per rank the plan assumes; there it also runs the boxes\n"
+           "of parallel.sp = 2, 4 and 8 as patches, N steps each, and writes their rates as \"boxes\"). --perf-overhead alternates\n"
            "steps with the per-phase timers and counters of `tessera train` (perf.papi_events, default the\n"
            "software counters) and steps without, and reports both medians and their ratio.\n"
            "On N ranks (mpiexec -n N) the steps run on the grid `tessera train` would use: parallel.dp\n"
@@ -163,6 +165,47 @@ static int parse(int argc, char **argv, ts_bench_step_opts *o, const char **cfgp
     return 0;
 }
 
+/* --calibrate on one rank: the config's patch (done), then the boxes of
+ * sp = 2, 4 and 8 (parallel.sp_dims = auto) as patches of their own, so that
+ * plan has the rates of the small boxes strong scaling makes; rank 0
+ * writes them all. On more ranks: the run's box only. */
+static int calibrate_boxes(ts_config *cfg, const ts_bench_step_opts *o, ts_bench_step_result *r)
+{
+    int err = 0, size;
+    ts_unet_cfg u;
+    ts_plan_calib cal = r->cal;
+    ts_bench_step_result rb;
+    memset(&rb, 0, sizeof rb);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
+    if (size == 1) {
+        ts_plan_calib_add_box(&cal, &r->cal, u.patch);
+        for (int sp = 2; sp <= 8; sp *= 2) {
+            int dims[3];
+            if (ts_spatial_plan(sp, "auto", u.patch, u.levels, dims)) {
+                ts_err_clear(); /* the patch cannot be split that far: the boxes stop here */
+                break;
+            }
+            int64_t box[3];
+            char v[96];
+            for (int d = 0; d < 3; d++) box[d] = u.patch[d] / dims[d];
+            snprintf(v, sizeof v, "%lld,%lld,%lld", (long long)box[0], (long long)box[1], (long long)box[2]);
+            TS_CHECK(ts_config_set(cfg, "data.patch", v, "bench step --calibrate"));
+            ts_bench_step_opts ob = *o;
+            ob.overhead = 0;
+            TS_CHECK(ts_bench_step_run(MPI_COMM_WORLD, cfg, &ob, &rb));
+            ts_plan_calib_add_box(&cal, &rb.cal, box);
+            printf("  calibration: box %s (the box of sp %d) step %.1f ms, conv forward %.3g work/s (patch: %.3g)\n", v,
+                   sp, rb.step_s * 1e3, rb.cal.rate[TS_PROF_CONV_FWD], r->cal.rate[TS_PROF_CONV_FWD]);
+            ts_bench_step_result_free(&rb);
+        }
+    }
+    TS_CHECK(ts_plan_calib_write(o->calibrate, &cal));
+cleanup:
+    ts_bench_step_result_free(&rb);
+    return err;
+}
+
 int ts_cli_bench_step(int argc, char **argv)
 {
     int err = 0, nover = 0, lerr = 0;
@@ -185,6 +228,7 @@ int ts_cli_bench_step(int argc, char **argv)
         if (r.compared) report_compare(cfgpath, &r);
         else report(cfgpath, &o, &r);
         if (json) lerr = ts_bench_step_write_json(json, &r, cfgpath);
+        if (!lerr && o.calibrate && !r.compared) lerr = calibrate_boxes(cfg, &o, &r);
     }
     TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
     TS_CHECK(ts_bench_step_verdict(&r));

@@ -21,15 +21,18 @@ static void help(void)
         "by compute, the memory per rank and the parallel efficiency of training the config's UNet3D, names\n"
         "each layout's bottleneck and recommends the fastest layout that fits in memory. The model\n"
         "(docs/scaling.md): the work of every layer kind from the model's shape over rates calibrated on this\n"
-        "machine (--calib FILE from `tessera bench step CONFIG --calibrate FILE` on one rank; without it\n"
-        "plan runs 2 steps of the config here first), each rank getting C / (R x T) of a core when ranks\n"
-        "outnumber cores (--cores-per-node, default this machine's when N = 1, else R x T); collectives from\n"
-        "the alpha-beta fits of `tessera bench coll --tune FILE` inside a node (--tuning, default coll.tuning\n"
-        "or TESSERA_COLL_TUNING; else shared-memory defaults) and a hierarchical allreduce over a network of\n"
-        "--net GB/s per node and latency in us between nodes (default 12.5,2: 100 Gb/s InfiniBand); the\n"
+        "machine (--calib FILE from `tessera bench step CONFIG --calibrate FILE` on one rank: the patch and\n"
+        "the boxes of sp 2, 4, 8, each box's rates used for the boxes near its size; without it plan runs 2\n"
+        "steps of the config here first), each rank getting C / (R x T) of a core when ranks outnumber\n"
+        "cores (--cores-per-node, a fraction where nodes share cores, as jobs/cluster's do; default this\n"
+        "machine's when N = 1, else R x T); collectives from the alpha-beta fits of `tessera bench coll\n"
+        "--tune FILE` (--tuning, default coll.tuning or TESSERA_COLL_TUNING; else shared-memory defaults):\n"
+        "inside a node, and across nodes the fits measured on that many nodes, else a hierarchical\n"
+        "allreduce over a network of --net GB/s per node and latency in us between nodes (default: the\n"
+        "table's fit of 2 ranks on 2 nodes when it has one, else 12.5,2: 100 Gb/s InfiniBand); the\n"
         "pipeline bubble (pp - 1) / m of a stage's work for m micro-batches of train.batch samples per\n"
-        "replica (parallel.pp, as tessera train runs them); 90%% of\n"
-        "halo transfers hidden behind compute. GPUs: --gpus-per-node G puts a rank on each GPU, convolutions\n"
+        "replica (parallel.pp, as tessera train runs them); halo transfers hidden behind the convolutions'\n"
+        "interiors, at most 90%%. GPUs: --gpus-per-node G puts a rank on each GPU, convolutions\n"
         "at --gpu-tflops (default 50), other layers 20x one CPU rank, NVLink at --link-GBps (default 200),\n"
         "--gpu-mem-gb (default 80). The global batch (--global-batch, default train.batch x N x R) is the\n"
         "same for every layout: batch per replica = B / dp. Efficiency = (one rank's time for the global\n"
@@ -88,7 +91,7 @@ static int parse(int argc, char **argv, ts_plan_request *q, const char **cfgpath
         else if (!strcmp(a, "--ranks-per-node")) lerr = parse_int(a, v, 1, &q->ranks_per_node);
         else if (!strcmp(a, "--gpus-per-node")) lerr = parse_int(a, v, 1, &q->gpus_per_node);
         else if (!strcmp(a, "--threads")) lerr = parse_int(a, v, 1, &q->threads);
-        else if (!strcmp(a, "--cores-per-node")) lerr = parse_int(a, v, 1, &q->cores_per_node);
+        else if (!strcmp(a, "--cores-per-node")) lerr = parse_num(a, v, &q->cores_per_node);
         else if (!strcmp(a, "--global-batch")) lerr = parse_int(a, v, 1, &q->global_batch);
         else if (!strcmp(a, "--top")) lerr = parse_int(a, v, 1, top);
         else if (!strcmp(a, "--gpu-tflops")) lerr = parse_num(a, v, &q->gpu_tflops);
@@ -102,6 +105,7 @@ static int parse(int argc, char **argv, ts_plan_request *q, const char **cfgpath
         else if (!strcmp(a, "--net")) {
             if (sscanf(v, "%lf,%lf", &q->net_GBps, &q->net_latency_us) != 2 || !(q->net_GBps > 0) || !(q->net_latency_us >= 0))
                 lerr = TS_ERR(TS_ERR_ARG, "plan: --net '%s': GBps,latency_us (e.g. 12.5,2)", v);
+            q->net_given = 1;
         } else if (!strcmp(a, "--layout")) {
             if (sscanf(v, "%d,%d,%d", &lay[0], &lay[1], &lay[2]) != 3 || lay[0] < 1 || lay[1] < 1 || lay[2] < 1)
                 lerr = TS_ERR(TS_ERR_ARG, "plan: --layout '%s': dp,pp,sp", v);
@@ -126,13 +130,13 @@ static int parse(int argc, char **argv, ts_plan_request *q, const char **cfgpath
 static void print_header(const char *cfgpath, const ts_plan_request *q, const ts_plan_report *r)
 {
     const ts_plan_machine *m = &r->machine;
-    printf("tessera plan: %s on %d node%s x %d rank%s per node (%d ranks, %d thread%s each, %d cores per node%s)\n",
+    printf("tessera plan: %s on %d node%s x %d rank%s per node (%d ranks, %d thread%s each, %g cores per node%s)\n",
            cfgpath, q->nodes, q->nodes > 1 ? "s" : "", m->ranks_per_node, m->ranks_per_node > 1 ? "s" : "",
            q->nodes * m->ranks_per_node, m->threads, m->threads > 1 ? "s" : "", m->cores_per_node,
            q->gpus_per_node ? ", a GPU per rank" : "");
-    printf("  global batch %d, patch %lldx%lldx%lld, network %.1f GB/s and %.1f us between nodes\n", r->job.global_batch,
-           (long long)r->job.u.patch[0], (long long)r->job.u.patch[1], (long long)r->job.u.patch[2], q->net_GBps,
-           q->net_latency_us);
+    printf("  global batch %d, patch %lldx%lldx%lld, network %.3g GB/s and %.1f us between nodes (%s)\n",
+           r->job.global_batch, (long long)r->job.u.patch[0], (long long)r->job.u.patch[1], (long long)r->job.u.patch[2],
+           m->net_GBps, m->net_latency_us, m->net_from);
     printf("  compute rates: %s; collectives: %s\n", r->cal.what,
            r->nfits ? r->tuning : "no tuning table with models (shared-memory defaults; `tessera bench coll --tune FILE`)");
 }

@@ -124,6 +124,11 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
         const double face = (split && split[0] ? 2 * H * W : 0) + (split && split[1] ? 2 * D * W : 0) +
                             (split && split[2] ? 2 * D * H : 0);
         const int co = u->channels[l];
+        /* the share of the level's voxels more than one voxel from a split face */
+        const double inner = (split && split[0] ? (D > 2 ? (D - 2) / D : 0) : 1) *
+                             (split && split[1] ? (H > 2 ? (H - 2) / H : 0) : 1) *
+                             (split && split[2] ? (W > 2 ? (W - 2) / W : 0) : 1);
+        const double conv0 = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONV_DGRAD];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no pool */
             resenc_level(u, l, v, face, n, w, rw, c);
             if (ck) { /* the scratch: conv1's, norm1's (as scratch_y), conv2's outputs; the skip's two where a block
@@ -174,6 +179,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                 }
             }
         }
+        if (face > 0) c->conv_interior_flops += inner * (w[TS_PROF_CONV_FWD] + w[TS_PROF_CONV_DGRAD] - conv0);
         if (l == 0) { /* head and loss */
             const double f = 2.0 * co * u->classes * v;
             w[TS_PROF_CONV_FWD] += f;

@@ -27,6 +27,9 @@ typedef struct ts_unet_cost {
     double halo_elems;      /* elements of the one-voxel faces a split box exchanges per step
                              * (each split axis: 2 faces per conv input, forward and backward, and
                              * once more per recomputed conv) */
+    double conv_interior_flops; /* forward and input-gradient FLOPs of the convolutions at the voxels of a split
+                                 * box whose 3x3x3 neighbourhood lies inside it: the work that runs while
+                                 * the halo is in flight (0 unsplit) */
     int convs;              /* 3x3x3 convolutions (each exchanges halos under a split) */
     int norms;              /* normalisation layers (each reduces statistics over a spatial group) */
     int convs_recomputed;   /* of those, run again in backward (checkpointed levels) */

@@ -556,15 +556,13 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     return 0;
 }
 
-/* rank 0: the rates of every layer kind for `tessera plan` */
-static int calibrate(bench *b, const ts_bench_step_result *r)
+/* rank 0: the rates of every layer kind for `tessera plan` (the caller writes them) */
+static int calibrate(bench *b, ts_bench_step_result *r)
 {
-    ts_plan_calib pc;
     const char *th = getenv("OMP_NUM_THREADS");
-    TS_TRY(ts_plan_calib_from_profile(&b->u, (int)b->batch, b->box, r->prof, r->optimizer_s, r->step_s, r->act_bytes,
+    return ts_plan_calib_from_profile(&b->u, (int)b->batch, b->box, r->prof, r->optimizer_s, r->step_s, r->act_bytes,
                                       (double)ts_unet_arena(b->m)->nparam, b->plan.process_mb,
-                                      th ? atoi(th) : r->threads, &pc));
-    return ts_plan_calib_write(b->o->calibrate, &pc);
+                                      th ? atoi(th) : r->threads, &r->cal);
 }
 
 static void bench_free(bench *b)

@@ -17,12 +17,13 @@
 
 #include "src/core/config.h"
 #include "src/model/unet.h"
+#include "src/train/plan.h"
 
 typedef struct ts_bench_step_opts {
     int steps, warmup;       /* timed steps (>= 1) after warm-up steps (>= 0) */
     int profile;             /* the time per kind of layer */
     int overhead;            /* alternate steps with and without the per-phase timers and counters */
-    const char *calibrate;   /* write the rates for `tessera plan` here (rank 0), or NULL */
+    const char *calibrate;   /* measure the rates for `tessera plan` (result.cal; the CLI writes them here), or NULL */
     const char *compare;     /* checkpoint levels B to compare with the config's (A), or NULL */
     int rounds;              /* compare: rounds of B then A (>= 1) */
     double rss0_mb;          /* resident memory before the config was loaded (ts_train_rss_mb) */
@@ -65,6 +66,7 @@ typedef struct ts_bench_step_result {
     int perf_on_n, perf_off_n;
     char perf_what[1024];
     double prof[TS_PROF_COUNT]; /* seconds per step per layer kind (profile) */
+    ts_plan_calib cal;          /* with opts.calibrate, rank 0: the rates of this run's box (not written) */
     int compared;            /* compare ran: only cmp and the header fields are set */
     ts_bench_step_compare cmp;
 } ts_bench_step_result;

@@ -75,6 +75,16 @@ int ts_plan_calib_write(const char *path, const ts_plan_calib *c)
     cJSON_AddNumberToObject(o, "other_s_per_act_elem", c->other_s_per_elem);
     cJSON_AddNumberToObject(o, "act_bytes_per_elem", c->act_bytes_per_elem);
     cJSON_AddNumberToObject(o, "process_mb", c->process_mb);
+    cJSON *bs = cJSON_AddArrayToObject(o, "boxes"); /* rates at smaller boxes (docs/formats.md) */
+    for (int i = 0; i < c->nbox; i++) {
+        const ts_plan_box_rates *b = &c->boxes[i];
+        cJSON *e = cJSON_CreateObject(), *bx = cJSON_AddArrayToObject(e, "box"), *br = cJSON_AddObjectToObject(e, "rates_per_s");
+        for (int d = 0; d < 3; d++) cJSON_AddItemToArray(bx, cJSON_CreateNumber((double)b->box[d]));
+        for (int k = 0; k < TS_PROF_COUNT; k++)
+            if (b->rate[k] > 0) cJSON_AddNumberToObject(br, kind_keys[k], b->rate[k]);
+        cJSON_AddNumberToObject(e, "other_s_per_act_elem", b->other_s_per_elem);
+        cJSON_AddItemToArray(bs, e);
+    }
     txt = cJSON_Print(o);
     if (!txt) TS_FAIL(TS_ERR_NOMEM, "calibration");
     f = fopen(path, "w");
@@ -123,13 +133,76 @@ int ts_plan_calib_load(const char *path, ts_plan_calib *c)
 #undef NUM
     if (!(th <= 65536)) TS_FAIL(TS_ERR_FORMAT, "%s: threads %g: at most 65536", path, th);
     c->threads = th >= 1 ? (int)th : 1;
-    cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "what");
+    cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "what"), *bs = cJSON_GetObjectItemCaseSensitive(o, "boxes"), *e;
     snprintf(c->what, sizeof c->what, "%s (%s)", cJSON_IsString(w) ? w->valuestring : "?", path);
+    cJSON_ArrayForEach(e, bs) {
+        cJSON *bx = cJSON_GetObjectItemCaseSensitive(e, "box"), *br = cJSON_GetObjectItemCaseSensitive(e, "rates_per_s");
+        cJSON *ot = cJSON_GetObjectItemCaseSensitive(e, "other_s_per_act_elem");
+        if (c->nbox == TS_PLAN_MAX_BOXES) TS_FAIL(TS_ERR_FORMAT, "%s: more than %d boxes", path, TS_PLAN_MAX_BOXES);
+        if (cJSON_GetArraySize(bx) != 3 || !cJSON_IsObject(br))
+            TS_FAIL(TS_ERR_FORMAT, "%s: boxes[%d] needs box [d, h, w] and rates_per_s", path, c->nbox);
+        ts_plan_box_rates *b = &c->boxes[c->nbox];
+        for (int d = 0; d < 3; d++) {
+            cJSON *x = cJSON_GetArrayItem(bx, d);
+            if (!cJSON_IsNumber(x) || x->valuedouble < 1)
+                TS_FAIL(TS_ERR_FORMAT, "%s: boxes[%d].box: three sizes >= 1", path, c->nbox);
+            b->box[d] = (int64_t)x->valuedouble;
+        }
+        for (int k = 0; k < TS_PROF_COUNT; k++) {
+            cJSON *x = cJSON_GetObjectItemCaseSensitive(br, kind_keys[k]);
+            if (cJSON_IsNumber(x) && x->valuedouble > 0) b->rate[k] = x->valuedouble;
+        }
+        if (b->rate[TS_PROF_CONV_FWD] <= 0) TS_FAIL(TS_ERR_FORMAT, "%s: boxes[%d]: no conv_forward rate", path, c->nbox);
+        b->other_s_per_elem = cJSON_IsNumber(ot) && ot->valuedouble > 0 ? ot->valuedouble : 0;
+        c->nbox++;
+    }
 cleanup:
     if (f) fclose(f);
     free(text);
     cJSON_Delete(o);
     return err;
+}
+
+static double voxels(const int64_t b[3])
+{
+    return (double)b[0] * (double)b[1] * (double)b[2];
+}
+
+void ts_plan_calib_add_box(ts_plan_calib *c, const ts_plan_calib *bc, const int64_t box[3])
+{
+    int i = 0;
+    while (i < c->nbox && memcmp(c->boxes[i].box, box, sizeof c->boxes[i].box)) i++;
+    if (i == TS_PLAN_MAX_BOXES) return;
+    if (i == c->nbox) c->nbox++;
+    ts_plan_box_rates *b = &c->boxes[i];
+    memcpy(b->box, box, sizeof b->box);
+    memcpy(b->rate, bc->rate, sizeof b->rate);
+    b->other_s_per_elem = bc->other_s_per_elem;
+}
+
+void ts_plan_calib_rates(const ts_plan_calib *c, const int64_t box[3], double rate[TS_PROF_COUNT], double *other)
+{
+    memcpy(rate, c->rate, sizeof c->rate);
+    *other = c->other_s_per_elem;
+    if (c->nbox == 0) return;
+    /* the nearest measured box below and above in voxels (log scale) */
+    const double v = log(voxels(box));
+    int lo = -1, hi = -1;
+    for (int i = 0; i < c->nbox; i++) {
+        const double x = log(voxels(c->boxes[i].box));
+        if (x <= v && (lo < 0 || x > log(voxels(c->boxes[lo].box)))) lo = i;
+        if (x >= v && (hi < 0 || x < log(voxels(c->boxes[hi].box)))) hi = i;
+    }
+    if (lo < 0) lo = hi;
+    if (hi < 0) hi = lo;
+    const double xl = log(voxels(c->boxes[lo].box)), xh = log(voxels(c->boxes[hi].box));
+    const double f = xh > xl ? (v - xl) / (xh - xl) : 0;
+    const ts_plan_box_rates *a = &c->boxes[lo], *b = &c->boxes[hi];
+    for (int k = 0; k < TS_PROF_COUNT; k++) {
+        if (a->rate[k] > 0 && b->rate[k] > 0) rate[k] = exp((1 - f) * log(a->rate[k]) + f * log(b->rate[k]));
+        else if (a->rate[k] > 0 || b->rate[k] > 0) rate[k] = a->rate[k] > 0 ? a->rate[k] : b->rate[k];
+    }
+    if (a->other_s_per_elem > 0 || b->other_s_per_elem > 0) *other = (1 - f) * a->other_s_per_elem + f * b->other_s_per_elem;
 }
 
 int ts_plan_calibrate(const ts_config *cfg, int steps, ts_plan_calib *c)
@@ -198,6 +271,9 @@ static double group_allreduce(const ts_plan_machine *m, int g, int g_node, doubl
     if (g <= 1) return 0;
     if (g_node >= g) return intra_allreduce(m, g, bytes);
     int nn = (g + g_node - 1) / g_node;
+    /* measured on nn nodes (bench coll --tune there): the fastest fit */
+    double t = m->fits ? ts_coll_model_best(m->fits, m->nfits, "allreduce", nn, g, bytes, NULL) : -1;
+    if (t >= 0) return t;
     /* hierarchical: within the node, then a ring between nodes carrying the
      * node's whole message through its network link, then back in the node */
     return intra_allreduce(m, g_node, bytes) + 2.0 * (nn - 1) * m->net_latency_us * 1e-6 +
@@ -213,12 +289,12 @@ static double p2p(const ts_plan_machine *m, double bytes, int across)
 }
 
 /* seconds for the layers of cost at the rank's speed */
-static double layers_time(const ts_unet_cost *cost, const ts_plan_calib *c, const ts_plan_machine *m, double speed)
+static double layers_time(const ts_unet_cost *cost, const double *rate, const ts_plan_machine *m, double speed)
 {
     double t = 0;
     for (int k = 0; k < TS_PROF_COUNT; k++) {
         if (k == TS_PROF_HALO || cost->work[k] <= 0) continue;
-        double r = c->rate[k] > 0 ? c->rate[k] : c->rate[TS_PROF_OTHER] > 0 ? c->rate[TS_PROF_OTHER] : 1e9;
+        double r = rate[k] > 0 ? rate[k] : rate[TS_PROF_OTHER] > 0 ? rate[TS_PROF_OTHER] : 1e9;
         if (m->gpus_per_node > 0) {
             const int conv = k == TS_PROF_CONV_FWD || k == TS_PROF_CONV_WGRAD || k == TS_PROF_CONV_DGRAD || k == TS_PROF_CONVT;
             t += conv ? cost->work[k] / (m->gpu_tflops * 1e12) : cost->work[k] / (r * GPU_MEMBOUND_FACTOR);
@@ -297,11 +373,14 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
     }
     /* a rank's speed: its threads over the calibration's, times its share of the cores */
     const int threads = m->threads > 0 ? m->threads : 1;
-    double share = (double)m->cores_per_node / ((double)R * threads);
+    double share = m->cores_per_node / ((double)R * threads);
     const double speed = (double)threads / c->threads * (share < 1 ? share : 1);
-    /* compute of the whole model for this rank's box, then split over stages */
-    const double layers = layers_time(&cost, c, m, speed);
-    const double other = m->gpus_per_node > 0 ? 0 : c->other_s_per_elem * cost.act_elems / speed;
+    /* compute of the whole model for this rank's box (rates measured at that box size), then split over stages */
+    double rate[TS_PROF_COUNT], other_pe, rate1[TS_PROF_COUNT], other1_pe;
+    ts_plan_calib_rates(c, L->box, rate, &other_pe);
+    ts_plan_calib_rates(c, u->patch, rate1, &other1_pe);
+    const double layers = layers_time(&cost, rate, m, speed);
+    const double other = m->gpus_per_node > 0 ? 0 : other_pe * cost.act_elems / speed;
     const double params = cost.params / pp;
     L->opt_s = m->gpus_per_node > 0 ? params * c->opt_s_per_param / GPU_MEMBOUND_FACTOR
                                     : params * c->opt_s_per_param / speed;
@@ -326,7 +405,15 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
         double msgs = 2.0 * cost.convs * nbrs;
         double bytes = cost.halo_elems * 4.0;
         double t_lat = msgs * p2p(m, 0, sp_across), t_bw = p2p(m, bytes, sp_across) - p2p(m, 0, sp_across);
-        L->halo_s = t_lat + (1 - m->halo_hidden) * t_bw;
+        /* the interior of every convolution runs while its faces are in flight: what it cannot cover is
+         * exposed (small boxes have little interior), and at least (1 - halo_hidden) of the transfer is
+         * (packing, unpacking, the waits themselves: measured, docs/scaling.md) */
+        const double r_conv = rate[TS_PROF_CONV_FWD] > 0 ? rate[TS_PROF_CONV_FWD] : 1e9;
+        const double t_hide = m->gpus_per_node > 0 ? cost.conv_interior_flops / (m->gpu_tflops * 1e12)
+                                                   : cost.conv_interior_flops / (r_conv * speed);
+        double exposed = t_bw - t_hide;
+        if (exposed < (1 - m->halo_hidden) * t_bw) exposed = (1 - m->halo_hidden) * t_bw;
+        L->halo_s = t_lat + exposed;
         const double sums = 2.0 * cost.norms + 2; /* statistics forward, gradients backward, loss terms */
         L->sums_s = sums * group_allreduce(m, sp, sp < R ? sp : R, 64.0);
     }
@@ -339,8 +426,8 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
     L->step_s = L->compute_s + L->comm_s;
     L->samples_per_s = L->step_s > 0 ? j->global_batch / L->step_s : 0;
     /* ideal: one rank (same threads, a core per thread) doing the whole global batch, over P */
-    const double t1 = (layers_time(&one, c, m, (double)threads / c->threads) +
-                       (m->gpus_per_node > 0 ? 0 : c->other_s_per_elem * one.act_elems / ((double)threads / c->threads))) *
+    const double t1 = (layers_time(&one, rate1, m, (double)threads / c->threads) +
+                       (m->gpus_per_node > 0 ? 0 : other1_pe * one.act_elems / ((double)threads / c->threads))) *
                           j->global_batch +
                       cost.params * c->opt_s_per_param / (m->gpus_per_node > 0 ? GPU_MEMBOUND_FACTOR : (double)threads / c->threads);
     L->efficiency = L->step_s > 0 ? t1 / P / L->step_s : 0;

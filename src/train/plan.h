@@ -22,6 +22,17 @@
 #include "src/core/config.h"
 #include "src/model/unet.h"
 
+/* Rates at one box size (voxels per sample); a calibration holds the
+ * config's patch and the smaller boxes of sp = 2, 4, 8 (bench step
+ * --calibrate on one rank), since small layers run below the rate of large
+ * ones and strong scaling makes the boxes small. */
+#define TS_PLAN_MAX_BOXES 6
+typedef struct ts_plan_box_rates {
+    int64_t box[3];
+    double rate[TS_PROF_COUNT];
+    double other_s_per_elem;
+} ts_plan_box_rates;
+
 /* Rates measured on one rank. */
 typedef struct ts_plan_calib {
     double rate[TS_PROF_COUNT]; /* work units (src/model/cost.h) per second, per kind; 0: unmeasured */
@@ -32,15 +43,19 @@ typedef struct ts_plan_calib {
     double step_s;              /* the calibration's step time */
     int threads;                /* threads per rank it ran with */
     char what[256];             /* config, patch and batch it ran */
+    int nbox;                   /* rates per box size (0: only the rates above, the patch's) */
+    ts_plan_box_rates boxes[TS_PLAN_MAX_BOXES];
 } ts_plan_calib;
 
 typedef struct ts_plan_machine {
-    int nodes, ranks_per_node, threads, cores_per_node;
+    int nodes, ranks_per_node, threads;
+    double cores_per_node;     /* may be a fraction: nodes sharing cores (jobs/cluster on one machine) */
     int gpus_per_node;         /* > 0: a rank per GPU, compute at gpu_tflops */
     double gpu_tflops;         /* convolution throughput of one GPU, TFLOP/s */
     double gpu_mem_gb;         /* memory of one GPU */
     double link_GBps;          /* intra-node GPU links (NVLink), GB/s */
     double net_GBps, net_latency_us; /* between nodes, per node */
+    char net_from[160];        /* where those came from: --net, the default, or the tuning table's 2-node fit */
     double mem_per_rank_mb;    /* limit; 0: none (GPU: gpu_mem_gb) */
     double bucket_mb;          /* gradient bucket size */
     double halo_hidden;        /* share of halo transfer time hidden behind compute */
@@ -75,6 +90,12 @@ typedef struct ts_plan_layout {
 
 /* Local. Rates from a calibration file (bench step --calibrate). */
 int ts_plan_calib_load(const char *path, ts_plan_calib *c);
+/* Local. Adds (or replaces, same box) the rates of `box`'s calibration to
+ * c->boxes; c's own rates stay those of its patch. */
+void ts_plan_calib_add_box(ts_plan_calib *c, const ts_plan_calib *box_cal, const int64_t box[3]);
+/* Local. The rates (and overhead per element) for a box: measured boxes
+ * interpolated in log voxels, the nearest outside the measured range. */
+void ts_plan_calib_rates(const ts_plan_calib *c, const int64_t box[3], double rate[TS_PROF_COUNT], double *other);
 /* Local. Writes c as JSON. */
 int ts_plan_calib_write(const char *path, const ts_plan_calib *c);
 /* Local. Derives rates from a measured step of u on n samples of a box:
@@ -101,7 +122,8 @@ typedef struct ts_plan_request {
     int nodes, ranks_per_node;  /* required (ranks_per_node may be 0 with gpus_per_node) */
     int gpus_per_node;          /* > 0: a rank per GPU */
     int threads;                /* 0: OMP_NUM_THREADS or 1 */
-    int cores_per_node;         /* 0: this machine's with one node (no GPUs), else ranks x threads */
+    double cores_per_node;      /* 0: this machine's with one node (no GPUs), else ranks x threads */
+    int net_given;              /* --net given; else the tuning table's 2-node fits when it has them */
     int global_batch;           /* 0: train.batch x train.accum x all ranks */
     double net_GBps, net_latency_us, gpu_tflops, gpu_mem_gb, link_GBps, mem_per_rank_mb;
     const char *calib;          /* calibration file; NULL: calibrate here (2 steps) */

@@ -34,17 +34,41 @@ static int machine_setup(const ts_config *cfg, const ts_plan_request *q, ts_plan
     m->threads = q->threads ? q->threads : omp ? atoi(omp) : 1;
     if (m->threads < 1) m->threads = 1;
     long here = sysconf(_SC_NPROCESSORS_ONLN);
-    m->cores_per_node = q->cores_per_node ? q->cores_per_node
-                        : q->nodes == 1 && !q->gpus_per_node && here > 0 ? (int)here
-                                                                        : m->ranks_per_node * m->threads;
+    m->cores_per_node = q->cores_per_node > 0 ? q->cores_per_node
+                        : q->nodes == 1 && !q->gpus_per_node && here > 0 ? (double)here
+                                                                        : (double)m->ranks_per_node * m->threads;
     m->net_GBps = q->net_GBps;
     m->net_latency_us = q->net_latency_us;
+    snprintf(m->net_from, sizeof m->net_from, "%s", q->net_given ? "--net" : "the default (100 Gb/s InfiniBand)");
     m->gpu_tflops = q->gpu_tflops;
     m->gpu_mem_gb = q->gpu_mem_gb;
     m->link_GBps = q->link_GBps;
     m->mem_per_rank_mb = q->mem_per_rank_mb;
     m->halo_hidden = 0.9;
     return ts_config_get_float(cfg, "parallel.bucket_mb", &m->bucket_mb);
+}
+
+/* the link between nodes from the tuning table: an allreduce of 2 ranks on 2
+ * nodes (bench coll --tune on jobs/cluster's 2 x 1, or 2 nodes of a real
+ * machine) sends the message across the link once each way in 2 latencies,
+ * so its fitted alpha and beta are the link's latency and seconds per byte;
+ * the algorithm fastest at 64 MiB (the one bandwidth-bound runs use) */
+static void net_from_fits(ts_plan_machine *m, const char *tuning)
+{
+    const ts_coll_fit *best = NULL;
+    double tb = 0;
+    for (int i = 0; i < m->nfits; i++) {
+        const ts_coll_fit *f = &m->fits[i];
+        if (strcmp(f->op, "allreduce") || f->nodes != 2 || f->ranks != 2 || !(f->beta_s > 0)) continue;
+        double t = ts_coll_model_time(f, 2, 64.0 * 1048576);
+        if (!best || t < tb) best = f, tb = t;
+    }
+    if (!best) return;
+    double L, B;
+    ts_coll_model_shape("allreduce", best->algo, 2, &L, &B);
+    m->net_latency_us = best->alpha_s * (L > 0 ? L / 2 : 1) * 1e6; /* per message: 2 of them per allreduce */
+    m->net_GBps = 1e-9 / (best->beta_s * (B > 0 ? B : 1));    /* the message crosses once per direction */
+    snprintf(m->net_from, sizeof m->net_from, "the 2-node fit of %s in %s", best->algo, tuning);
 }
 
 int ts_plan_report_setup(const ts_config *cfg, const ts_plan_request *q, ts_plan_report *r)
@@ -75,6 +99,7 @@ int ts_plan_report_setup(const ts_config *cfg, const ts_plan_request *q, ts_plan
     }
     r->machine.fits = r->fits;
     r->machine.nfits = r->nfits;
+    if (!q->net_given) net_from_fits(&r->machine, r->tuning);
     /* compute rates */
     if (q->calib) TS_TRY(ts_plan_calib_load(q->calib, &r->cal));
     else r->calibrate = 1;
@@ -195,8 +220,9 @@ int ts_plan_report_write_json(const char *path, const ts_plan_request *q, const 
     cJSON_AddNumberToObject(mj, "threads", m->threads);
     cJSON_AddNumberToObject(mj, "cores_per_node", m->cores_per_node);
     cJSON_AddNumberToObject(mj, "gpus_per_node", q->gpus_per_node);
-    cJSON_AddNumberToObject(mj, "net_GBps", q->net_GBps);
-    cJSON_AddNumberToObject(mj, "net_latency_us", q->net_latency_us);
+    cJSON_AddNumberToObject(mj, "net_GBps", m->net_GBps);
+    cJSON_AddNumberToObject(mj, "net_latency_us", m->net_latency_us);
+    cJSON_AddStringToObject(mj, "net_from", m->net_from);
     cJSON_AddNumberToObject(mj, "global_batch", r->job.global_batch);
     cJSON *as = cJSON_AddObjectToObject(root, "assumptions");
     cJSON_AddStringToObject(as, "compute", r->cal.what);

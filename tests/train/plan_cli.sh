@@ -21,6 +21,15 @@ batch = 2
 INI
 ts_step "bench step --calibrate on one rank" ts_mpirun 1 "$TESSERA" bench step "$d/p.ini" --steps 2 --warmup 1 \
     --calibrate "$d/cal.json"
+if [ -n "$TS_PY" ]; then
+    ts_step "... with the rates of the patch and of the boxes of sp 2, 4 and 8 (issue [13])" "$TS_PY" -c "
+import json
+c = json.load(open('$d/cal.json'))
+b = [tuple(x['box']) for x in c['boxes']]
+assert b[0] == (32, 32, 32) and [x[0] * x[1] * x[2] for x in b] == [32768, 16384, 8192, 4096], b
+assert all(x['rates_per_s']['conv_forward'] > 0 for x in c['boxes'])
+assert c['boxes'][0]['rates_per_s']['conv_forward'] == c['rates_per_s']['conv_forward']"
+fi
 ts_step "bench coll --tune at 2 ranks writes alpha-beta models" ts_mpirun 2 "$TESSERA" bench coll --tune "$d/tun.json" \
     --max-bytes 4M --repeat 1 --time-ms 2
 ts_check "... next to the tuning entries" grep -q '"beta_ns_per_byte"' "$d/tun.json"
@@ -46,6 +55,26 @@ fi
 ts_step "GPUs: 1024 nodes x 4 GPUs, global batch 256, one layout" ts_mpirun 1 "$TESSERA" plan "$d/p.ini" --nodes 1024 \
     --gpus-per-node 4 --global-batch 256 --calib "$d/cal.json" --layout 256,1,16
 ts_check "... predicted (a batch of 1 per replica, 16-way spatial)" sh -c "printf '%s\n' \"\$1\" | grep -q '^  dp=256 pp=1 sp=16 '" _ "$ts_out"
+# the link between nodes from a 2-node fit (2 ranks on 2 nodes: latency alpha, bandwidth 1 / beta), and
+# nodes sharing cores (jobs/cluster): half a core per node doubles the compute
+cat >"$d/net.json" <<'JSON'
+{"version": 1, "entries": [], "models": [
+ {"op": "allreduce", "algo": "ring", "ranks": 2, "nodes": 2, "alpha_us": 40, "beta_ns_per_byte": 8, "max_rel_err": 0.1,
+  "min_bytes": 8, "max_bytes": 16777216}]}
+JSON
+ts_step "plan on 2 nodes with a tuning table that has a 2-node fit" ts_mpirun 1 "$TESSERA" plan "$d/p.ini" --nodes 2 \
+    --ranks-per-node 1 --calib "$d/cal.json" --tuning "$d/net.json" --layout 2,1,1 --json "$d/net-plan.json"
+ts_check "... takes the link from it: 0.125 GB/s and 40 us" sh -c "printf '%s\n' \"\$1\" | grep -q 'network 0.125 GB/s and 40.0 us between nodes (the 2-node fit of ring in '" _ "$ts_out"
+for c in 1 0.5; do
+    ts_step "plan with --cores-per-node $c" ts_mpirun 1 "$TESSERA" plan "$d/p.ini" --nodes 4 --ranks-per-node 1 \
+        --cores-per-node $c --calib "$d/cal.json" --layout 4,1,1 --json "$d/cores-$c.json"
+done
+if [ -n "$TS_PY" ]; then
+    ts_step "... half a core per node: twice the compute" "$TS_PY" -c "
+import json
+a, b = (json.load(open('$d/cores-%s.json' % c))['layouts'][0]['compute_ms'] for c in ('1', '0.5'))
+assert abs(b / a - 2) < 1e-6, (a, b)"
+fi
 ts_fails_on_all "no --nodes: error naming it" "--nodes N is required" 2 ts_mpirun 2 "$TESSERA" plan "$d/p.ini" \
     --ranks-per-node 2 --calib "$d/cal.json"
 ts_fails_on_all "a missing calibration file: error naming it" "nope.json: cannot open the calibration" 1 \

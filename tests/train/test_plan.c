@@ -200,11 +200,118 @@ static void test_plan(void)
     free(all);
 }
 
+/* issue [13]: rates per box size, fits measured on several nodes, cores shared by nodes, halos small boxes
+ * cannot hide */
+static void test_cluster_terms(void)
+{
+    ts_plan_job j;
+    memset(&j, 0, sizeof j);
+    j.u.levels = 3;
+    j.u.channels[0] = 8;
+    j.u.channels[1] = 16;
+    j.u.channels[2] = 32;
+    j.u.in_channels = 1;
+    j.u.classes = 3;
+    j.u.norm = TS_NORM_BATCH;
+    for (int d = 0; d < 3; d++) j.u.patch[d] = 32;
+    j.nstate = 1;
+    j.global_batch = 4;
+    j.micro_batch = 1;
+    ts_plan_calib c, half;
+    calib(&c);
+    calib(&half);
+    for (int k = 0; k < TS_PROF_COUNT; k++) half.rate[k] /= 2;
+    const int64_t b32[3] = {32, 32, 32}, b16[3] = {16, 32, 32}, b8[3] = {8, 32, 32}, b24[3] = {24, 32, 32};
+    ts_plan_calib_add_box(&c, &c, b32);
+    ts_plan_calib_add_box(&c, &half, b16);
+    ts_plan_calib_add_box(&c, &half, b16); /* the same box again: replaced, not added */
+    double r[TS_PROF_COUNT], o;
+    ts_ok(c.nbox == 2, "calibration boxes: 2 (%d)", c.nbox);
+    ts_plan_calib_rates(&c, b32, r, &o);
+    ts_ok(near(r[TS_PROF_CONV_FWD], 1e9, 1e-12), "the patch's box: its rate (%g)", r[TS_PROF_CONV_FWD]);
+    ts_plan_calib_rates(&c, b16, r, &o);
+    ts_ok(near(r[TS_PROF_CONV_FWD], 5e8, 1e-12), "the box of sp 2: its own rate (%g)", r[TS_PROF_CONV_FWD]);
+    ts_plan_calib_rates(&c, b8, r, &o);
+    ts_ok(near(r[TS_PROF_CONV_FWD], 5e8, 1e-12), "a smaller box than measured: the smallest's rate (%g)", r[TS_PROF_CONV_FWD]);
+    ts_plan_calib_rates(&c, b24, r, &o);
+    ts_ok(r[TS_PROF_CONV_FWD] > 5e8 && r[TS_PROF_CONV_FWD] < 1e9, "in between: in between (%g)", r[TS_PROF_CONV_FWD]);
+    /* the calibration file keeps the boxes */
+    const char *path = "test_plan_cal.json";
+    ts_plan_calib back;
+    ts_ok(ts_plan_calib_write(path, &c) == 0 && ts_plan_calib_load(path, &back) == 0 && back.nbox == 2 &&
+              back.boxes[1].box[0] == 16 && near(back.boxes[1].rate[TS_PROF_CONV_FWD], 5e8, 1e-12),
+          "calibration boxes written and read back");
+    remove(path);
+    /* a layout with sp 2 runs at the rate of its box: slower per FLOP than the patch */
+    ts_plan_machine m;
+    memset(&m, 0, sizeof m);
+    m.nodes = 1;
+    m.ranks_per_node = 2;
+    m.threads = 1;
+    m.cores_per_node = 2;
+    m.net_GBps = 12.5;
+    m.net_latency_us = 2;
+    m.halo_hidden = 0.9;
+    m.bucket_mb = 25;
+    ts_plan_layout ls, lf;
+    ts_plan_calib flat;
+    calib(&flat);
+    ts_plan_predict(&j, &c, &m, 1, 1, 2, &ls);
+    ts_plan_predict(&j, &flat, &m, 1, 1, 2, &lf);
+    ts_ok(ls.feasible && lf.feasible && ls.compute_s > 1.8 * lf.compute_s,
+          "sp 2 with the box's own (half) rates: compute %.4f s, about twice %.4f s", ls.compute_s, lf.compute_s);
+    /* nodes sharing cores: 4 nodes of 1 rank on 2 cores, half a core each */
+    ts_plan_layout l1, lq;
+    m.ranks_per_node = 1;
+    m.cores_per_node = 1;
+    ts_plan_predict(&j, &flat, &m, 1, 1, 1, &l1);
+    m.cores_per_node = 0.5;
+    ts_plan_predict(&j, &flat, &m, 1, 1, 1, &lq);
+    ts_ok(near(lq.compute_s, 2 * l1.compute_s, 1e-9), "half a core per node: compute %.4f s = 2 x %.4f s", lq.compute_s,
+          l1.compute_s);
+    /* fits measured on 2 nodes are used for groups across 2 nodes */
+    ts_coll_fit f2;
+    memset(&f2, 0, sizeof f2);
+    snprintf(f2.op, sizeof f2.op, "allreduce");
+    snprintf(f2.algo, sizeof f2.algo, "ring");
+    f2.ranks = 2;
+    f2.nodes = 2;
+    f2.alpha_s = 50e-6;
+    f2.beta_s = 8e-9; /* 125 MB/s */
+    m.fits = &f2;
+    m.nfits = 1;
+    m.nodes = 2;
+    m.cores_per_node = 1;
+    ts_plan_layout l2;
+    ts_plan_predict(&j, &flat, &m, 2, 1, 1, &l2);
+    ts_unet_cost cost;
+    ts_unet_cost_of(&j.u, 2, j.u.patch, NULL, &cost);
+    ts_ok(near(l2.grad_s, ts_coll_model_time(&f2, 2, cost.params * 4), 1e-9),
+          "dp 2 on 2 nodes: the allreduce of the 2-node fit (%.4g s)", l2.grad_s);
+    /* a halo across a slow link: a small box cannot hide it, a large one hides 90 % of it */
+    m.fits = NULL;
+    m.nfits = 0;
+    m.net_GBps = 0.125;
+    m.net_latency_us = 0;
+    ts_plan_layout big, tiny;
+    ts_plan_predict(&j, &flat, &m, 1, 1, 2, &big); /* boxes of 16x32x32 across the 2 nodes */
+    ts_unet_cost_of(&j.u, 4, big.box, (int[3]){1, 0, 0}, &cost);
+    const double t_bw = cost.halo_elems * 4 / 0.125e9;
+    ts_ok(cost.conv_interior_flops > 0 && cost.conv_interior_flops < cost.work[TS_PROF_CONV_FWD] + cost.work[TS_PROF_CONV_DGRAD],
+          "interior FLOPs of a split box: some, less than all");
+    flat.rate[TS_PROF_CONV_FWD] = 1e15; /* convolutions so fast that nothing hides the halo */
+    ts_plan_predict(&j, &flat, &m, 1, 1, 2, &tiny);
+    ts_ok(near(big.halo_s, 0.1 * t_bw, 1e-6) && near(tiny.halo_s, t_bw, 1e-3),
+          "halo over 1 Gbit/s: 10%% exposed behind slow convolutions (%.4g s), all of it behind instant ones (%.4g of %.4g s)",
+          big.halo_s, tiny.halo_s, t_bw);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     test_fit();
     test_plan();
+    test_cluster_terms();
     int rc = ts_done();
     MPI_Finalize();
     return rc;
