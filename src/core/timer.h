@@ -7,6 +7,9 @@
 
 /* Local. Seconds on a monotonic clock. */
 double ts_time_now(void);
+/* Local. Seconds since the epoch (CLOCK_REALTIME): times that other
+ * processes compare, e.g. across a relaunch. */
+double ts_wall_now(void);
 
 typedef struct ts_timer {
     double total;   /* accumulated seconds */

@@ -30,6 +30,7 @@ typedef struct slot {
     volatile int64_t step;
     volatile double since;  /* start of the outermost wait (this process's clock) */
     volatile size_t bytes;
+    volatile int saving;    /* the end hook: 1 running (the node's other ranks run theirs), 2 done */
     char op[40], comm[24];
 } slot;
 
@@ -60,7 +61,14 @@ static struct {
     int nnodes, mynode;
     node_info *nodes;       /* every node (nnodes) */
     int *node_ranks;        /* world ranks grouped by node */
+    ts_watchdog_end_fn on_end; /* run before the job is ended (emergency state), or NULL */
+    char lost[256];         /* the nodes the last probe found lost: "n2 (ranks 2, 3)" */
 } w;
+
+void ts_watchdog_on_end(ts_watchdog_end_fn fn)
+{
+    w.on_end = fn;
+}
 
 void ts_watch_set_step(int64_t step)
 {
@@ -249,12 +257,17 @@ static size_t report_nodes(char *msg, size_t l, size_t cap)
         if (alive[j]) continue;
         const node_info *n = &w.nodes[j];
         lost++;
+        const size_t l0 = l;
         l += (size_t)snprintf(msg + l, cap - l, " node %s (rank%s", n->name, n->count > 1 ? "s" : "");
         for (int i = 0; i < n->count && i < 16 && l < cap; i++)
             l += (size_t)snprintf(msg + l, cap - l, "%s %d", i ? "," : "", w.node_ranks[n->first + i]);
-        if (l < cap)
+        if (l < cap) {
+            size_t k = strlen(w.lost);
+            snprintf(w.lost + k, sizeof w.lost - k, "%s%.*s%s)", k ? ", " : "", (int)(l - l0 - 6), msg + l0 + 6,
+                     n->count > 16 ? ", ..." : ""); /* "n2 (ranks 2, 3)" */
             l += (size_t)snprintf(msg + l, cap - l, "%s) does not answer over the network within %.0f s: lost, or "
                                   "its link is down;", n->count > 16 ? ", ..." : "", PROBE_S);
+        }
     }
     if (!lost && l < cap) l += (size_t)snprintf(msg + l, cap - l, " the other %d node(s) answer;", nn - 1);
     return l;
@@ -286,6 +299,41 @@ static void report(const char *why, double waited)
     fflush(stderr);
 }
 
+/* The end: the hook (each rank writes what it holds; the node's other ranks see `saving` and run theirs at
+ * once), then, after the node's ranks are done or 30 s, every rank of the node is killed */
+static void end_job(const char *why, double waited)
+{
+    slot *me = &w.slots[w.me];
+    int status = 1;
+    report(why, waited);
+    if (w.on_end) {
+        char lost[256];
+        snprintf(lost, sizeof lost, "%s", w.lost);
+        for (int i = 0; i < w.nlocal; i++) /* a dead rank of this node */
+            if (i != w.me && pid_ended(w.slots[i].pid)) {
+                size_t k = strlen(lost);
+                snprintf(lost + k, sizeof lost - k, "%srank %d", k ? ", " : "", w.slots[i].world_rank);
+            }
+        me->saving = 1;
+        status = w.on_end(why, lost);
+        me->saving = 2;
+        const double t0 = ts_time_now();
+        for (int busy = 1; busy && ts_time_now() - t0 < 30;) {
+            busy = 0;
+            for (int i = 0; i < w.nlocal; i++)
+                if (i != w.me && !pid_ended(w.slots[i].pid) && w.slots[i].saving != 2) busy = 1;
+            if (busy) usleep(50000);
+        }
+    }
+    /* MPI_Abort can block behind the stuck wait (MPICH's lock), and a hung peer may ignore
+     * SIGTERM: the node's ranks are ended directly; the launcher then ends the rest of the job
+     * (or, without its clean-up, the other nodes' watchdogs do) */
+    for (int i = 0; i < w.nlocal; i++) /* (a rank done saving exits by itself, with its status) */
+        if (i != w.me && w.slots[i].pid > 0 && !(w.on_end && w.slots[i].saving == 2)) kill(w.slots[i].pid, SIGKILL);
+    if (!w.on_end) kill(getpid(), SIGKILL);
+    _exit(status);
+}
+
 static void *watch(void *arg)
 {
     (void)arg;
@@ -294,6 +342,10 @@ static void *watch(void *arg)
         if (w.listen_fd >= 0) /* the probes of other nodes' watchdogs: the kernel answered them, drain the queue */
             for (int c; (c = accept(w.listen_fd, NULL, NULL)) >= 0;) close(c);
         const slot *me = &w.slots[w.me];
+        if (w.on_end) /* a rank of this node is ending the job: this one saves what it holds too, waiting or not */
+            for (int i = 0; i < w.nlocal; i++)
+                if (i != w.me && w.slots[i].saving != 0)
+                    end_job("another rank of this node lost a peer", me->depth > 0 ? ts_time_now() - me->since : 0);
         if (me->depth <= 0) continue;
         const double waited = ts_time_now() - me->since;
         const char *why = NULL;
@@ -303,16 +355,7 @@ static void *watch(void *arg)
             for (int i = 0; i < w.nlocal; i++)
                 if (i != w.me && pid_ended(w.slots[i].pid) && waited > 1.0)
                     why = "a rank of this node died";
-        if (why && me->depth > 0) {
-            report(why, waited);
-            /* MPI_Abort can block behind the stuck wait (MPICH's lock), and a hung peer may ignore
-             * SIGTERM: the node's ranks are ended directly; the launcher then ends the rest of the job
-             * (or, without its clean-up, the other nodes' watchdogs do) */
-            for (int i = 0; i < w.nlocal; i++)
-                if (i != w.me && w.slots[i].pid > 0) kill(w.slots[i].pid, SIGKILL);
-            kill(getpid(), SIGKILL);
-            _exit(1);
-        }
+        if (why && me->depth > 0) end_job(why, waited);
     }
     return NULL;
 }

@@ -7,6 +7,7 @@
 #include "src/train/trainer.h"
 #include "collectives/coll.h"
 #include "io/checkpoint.h"
+#include "src/train/emergency.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "src/core/error.h"
@@ -87,6 +88,8 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"ckpt.every", TS_CFG_INT, "0", "0:", "steps between checkpoints (0: only at the end)"},
     {"ckpt.keep", TS_CFG_INT, "2", "0:", "checkpoints kept (0: all)"},
     {"ckpt.resume", TS_CFG_STRING, "auto", NULL, "auto (latest in run.dir/ckpt), none, or a checkpoint directory"},
+    {"ckpt.emergency", TS_CFG_BOOL, "true", NULL, "when a peer is lost, every surviving rank writes the state it holds (docs/training.md, \"Losing a node\"); the next run resumes from it"},
+    {"ckpt.emergency_dir", TS_CFG_STRING, "", NULL, "where (default run.dir/emergency; node-local storage works when the relaunch can read every survivor's)"},
     {"ckpt.every_minutes", TS_CFG_FLOAT, "30", "0:", "also checkpoint when this many minutes passed since the last one (0: off), so a lost rank costs at most that much"},
     {"fault.timeout", TS_CFG_FLOAT, "120", "1:", "watchdog deadline (s) for any single wait; a stuck rank ends the job with a report"},
     {"fault.max_bad_steps", TS_CFG_INT, "5", "1:", "steps in a row with a non-finite loss or gradient before the run stops"},
@@ -144,6 +147,9 @@ typedef struct trainer {
     int64_t samples_done;
     const ts_batch *cur; /* the loader's batch being trained on (error context) */
     int grads_dumped;    /* train.dump_grads written (or not asked for) */
+    char edir[1100];     /* ckpt.emergency_dir, resolved ("" when off) */
+    double lost_at;      /* resumed from an emergency state: when the peer was lost (epoch seconds), else 0 */
+    char lost[256];      /* ... and what was lost */
 } trainer;
 
 /* averages the batch-norm buffers over the group (replicas then evaluate
@@ -418,6 +424,91 @@ cleanup:
     return err;
 }
 
+/* ckpt.resume = auto: an emergency state newer than the newest checkpoint,
+ * complete over the survivors' files, becomes a checkpoint (rank 0 writes
+ * it) that the search below then finds; otherwise says why it is not used.
+ * Collective on world. */
+static int emergency_resume(trainer *t, const char *dir, ts_ckpt_item *it, int n)
+{
+    if (!t->edir[0]) return 0;
+    int err = 0, lerr = 0;
+    char line[1400] = "", path[4096];
+    int64_t last = -1, done = -1;
+    if (t->grid->rank == 0) {
+        ts_emergency_meta em;
+        ts_emergency_found f;
+        if (ts_ckpt_latest(dir, path, sizeof path, &last) != 0) last = -1;
+        lerr = ts_emergency_assemble(t->edir, last, it, n, &em, &f);
+        if (!lerr && f.step >= 0) {
+            ts_ckpt_meta m = {.step = em.step, .sampler_position = em.sampler_position, .seed = em.seed,
+                              .config_hash = em.config_hash, .ranks = f.world_size, .loss_scale = em.loss_scale,
+                              .loss_scale_good = em.loss_scale_good,
+                              .epoch = t->epoch_steps ? em.step / t->epoch_steps : 0};
+            lerr = TS_CTX(ts_ckpt_save(MPI_COMM_SELF, dir, it, n, &m, 0, path, sizeof path),
+                          "the emergency state of step %lld as a checkpoint in %s", (long long)em.step, dir);
+            if (!lerr) lerr = ts_emergency_remove(t->edir, em.step);
+            if (!lerr) {
+                done = em.step;
+                t->lost_at = f.lost_at;
+                snprintf(t->lost, sizeof t->lost, "%s", f.lost[0] ? f.lost : "a peer");
+                snprintf(line, sizeof line, "emergency state: %s lost at step %lld; the %d surviving rank file%s "
+                         "(of %d ranks) hold%s all of step %lld, now %s", t->lost, (long long)em.step + 1, f.files,
+                         f.files == 1 ? "" : "s", f.world_size, f.files == 1 ? "s" : "", (long long)em.step, path);
+                const int64_t gb = (int64_t)t->batch * t->micro * t->nranks;
+                if (f.global_batch > 0 && f.global_batch != gb) {
+                    size_t k = strlen(line);
+                    snprintf(line + k, sizeof line - k, "; note: the global batch is %lld, the run had %lld "
+                             "(set train.accum or parallel.microbatches to keep it; jobs/elastic.sh does)",
+                             (long long)gb, (long long)f.global_batch);
+                }
+            }
+        } else if (!lerr && f.why[0]) {
+            snprintf(line, sizeof line, "emergency state not used: %s; resuming from the last checkpoint%s", f.why,
+                     last >= 0 ? "" : " (none: from the start)");
+        }
+    }
+    TS_CHECK(ts_err_agree(t->grid->world, lerr));
+    TS_MPI(MPI_Bcast(line, (int)sizeof line, MPI_CHAR, 0, t->grid->world));
+    TS_MPI(MPI_Bcast(&done, 1, MPI_INT64_T, 0, t->grid->world));
+    TS_MPI(MPI_Bcast(&t->lost_at, 1, MPI_DOUBLE, 0, t->grid->world));
+    if (line[0]) ts_run_say(&t->run, "%s", line);
+cleanup:
+    return err;
+}
+
+/* the emergency state: armed after the resume, committed after every step (docs/training.md) */
+static int emergency_end(const char *why, const char *lost)
+{
+    return ts_emergency_write(why, lost) == 0 ? TS_EXIT_PEER_LOST : 1;
+}
+
+static int emergency_arm(trainer *t)
+{
+    if (!t->edir[0]) return 0;
+    const char *names[TS_ARENA_MAX_STATE];
+    ts_emergency_cfg c = {.dir = t->edir, .arena = t->arena, .e0 = 0, .e1 = t->arena->n,
+                          .state_sharded = t->zero, .state_names = names, .world_rank = t->grid->rank,
+                          .world_size = t->grid->size,
+                          .grid = {t->grid->d, t->grid->dp, t->grid->p, t->grid->pp, t->grid->s, t->grid->sp},
+                          .config_hash = ts_config_hash(t->cfg),
+                          .global_batch = (int64_t)t->batch * t->micro * t->nranks};
+    int64_t seed;
+    TS_TRY(ts_config_get_int(t->cfg, "train.seed", &seed));
+    c.seed = (uint64_t)seed;
+    for (int s = 0; s < ts_optim_state_count(&t->opt.cfg) && s < TS_ARENA_MAX_STATE; s++) names[s] = state_name(&t->opt.cfg, s);
+    if (t->pipe) { /* the entries of this rank's stage */
+        int u0, u1, slots, x;
+        ts_unet_stage(t->model, &u0, &u1, &slots);
+        ts_unet_unit_params(t->model, u0, &c.e0, &x);
+        ts_unet_unit_params(t->model, u1 - 1, &x, &c.e1);
+    }
+    TS_TRY(ts_emergency_setup(&c));
+    ts_emergency_commit(t->step, t->opt.step, t->loader ? ts_loader_position(t->loader) : 0,
+                        t->ls.dynamic ? t->ls.scale : 0, t->ls.good);
+    ts_watchdog_on_end(emergency_end);
+    return 0;
+}
+
 /* Resumes from ckpt.resume: a path, or (auto) the newest checkpoint in
  * run.dir/ckpt; a corrupt one (checksum, format) or one with non-finite
  * parameters is reported and, under auto, the one before it is tried.
@@ -439,6 +530,7 @@ static int resume(trainer *t)
     if (!autom) TS_CHECK(ts_err_agree(t->grid->world, ts_path_check(how, sizeof path - 16, "ckpt.resume")));
     TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
     TS_CHECK(ckpt_items(t, full, &it, &n));
+    if (autom) TS_CHECK(emergency_resume(t, dir, it, n));
     ts_ckpt_meta m;
     for (;;) {
         if (autom) {
@@ -1227,8 +1319,17 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     TS_CHECK(setup_schedule(t, cfg, &c));
     TS_CHECK(setup_run_dir(t, cfg, name, &c));
     TS_CHECK(setup_stepper(t, cfg, &c));
+    {
+        int on;
+        const char *ed;
+        TS_CHECK(ts_config_get_bool(cfg, "ckpt.emergency", &on));
+        TS_CHECK(ts_config_get_str(cfg, "ckpt.emergency_dir", &ed));
+        if (on && ed[0]) TS_CHECK(ts_path_fmt(t->edir, sizeof t->edir, "ckpt.emergency_dir", "%s", ed));
+        else if (on) TS_CHECK(ts_path_fmt(t->edir, sizeof t->edir, "ckpt.emergency_dir", "%s/emergency", t->run.dir));
+    }
     TS_CHECK(resume(t));
     t->last_avg = t->step; /* a checkpoint holds one model */
+    TS_CHECK(emergency_arm(t));
 cleanup:
     return err;
 }
@@ -1345,6 +1446,7 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
             ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
         }
     } else {
+        ts_emergency_begin_update(); /* the parameters change until the step is committed */
         TS_TRY(ts_stepper_apply(t->stepper));
         if (t->ls.dynamic) {
             ts_loss_scaler_update(&t->ls, 0);
@@ -1352,7 +1454,10 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         }
     }
     if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
-    if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) TS_TRY(local_average(t, t->step + 1));
+    if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) {
+        ts_emergency_begin_update();
+        TS_TRY(local_average(t, t->step + 1));
+    }
     *loss_out = loss_sum / t->micro;
     return 0;
 }
@@ -1673,6 +1778,13 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.grid->rank));
         ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;
+        ts_emergency_commit(t.step, t.opt.step, t.loader ? ts_loader_position(t.loader) : 0,
+                            t.ls.dynamic ? t.ls.scale : 0, t.ls.good);
+        if (t.lost_at > 0) { /* the first step after a lost peer */
+            ts_run_say(&t.run, "resumed after the loss of %s: step %lld done %.1f s after the loss", t.lost,
+                       (long long)t.step, ts_wall_now() - t.lost_at);
+            t.lost_at = 0;
+        }
         t.step_s += ts_time_now() - ts0;
         ls.step_mean = ls.step_mean > 0 ? 0.8 * ls.step_mean + 0.2 * (ts_time_now() - ts0) : ts_time_now() - ts0;
         TS_CHECK(after_skip(&t, &lc, &ls, skipped));
@@ -1694,6 +1806,8 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     TS_CHECK(finish_run(&t, &lc, &ls));
 cleanup:
     free(dice);
+    ts_watchdog_on_end(NULL);
+    ts_emergency_teardown();
     teardown(&t);
     ts_watchdog_stop();
     return err;
