@@ -13,7 +13,7 @@
 #
 #   jobs/cluster/up N [--ranks-per-node R|R1,R2,...] [--link RATE]
 #                           N nodes n1..nN (RATE: tc's units, e.g. 1gbit, 10gbit)
-#   jobs/cluster/mpiexec [--nodes n1,n3] [mpiexec.mpich options] -n NP PROGRAM ARGS...
+#   jobs/cluster/mpiexec [--nodes n1,n3 | -hosts n1:2,n3:1] [mpiexec.mpich options] -n NP PROGRAM ARGS...
 #                           from the head, ranks placed ranks-per-node per node on
 #                           the nodes alive (or those named)
 #   jobs/cluster/on NODE CMD...      runs CMD on NODE (head, n1 .. nN)
@@ -181,6 +181,9 @@ cmd_mpiexec() {
     if [ "${1:-}" = --nodes ]; then
         only=,${2:?--nodes needs a list, e.g. n1,n3},
         shift 2
+    elif [ "${1:-}" = -hosts ]; then # a host list with counts (jobs/elastic.sh): used as given
+        in_node head mpiexec.mpich -launcher ssh -launcher-exec "$dir/ssh" -iface br0 "$@"
+        return
     fi
     while read -r node addr r; do
         if [ -n "$only" ]; then

@@ -315,7 +315,7 @@ static void end_job(const char *why, double waited)
                 snprintf(lost + k, sizeof lost - k, "%srank %d", k ? ", " : "", w.slots[i].world_rank);
             }
         me->saving = 1;
-        status = w.on_end(why, lost);
+        status = w.on_end(why, lost, waited);
         me->saving = 2;
         const double t0 = ts_time_now();
         for (int busy = 1; busy && ts_time_now() - t0 < 30;) {

@@ -47,12 +47,13 @@ static inline int ts_watched_rc(int rc)
 }
 #define TS_WATCHED(op, call) (ts_watch_enter((op), "world", 0), ts_watched_rc(call))
 /* Local. fn runs on the watchdog's thread when it ends the job, after the
- * report and before the node's ranks are killed, with why and the lost
- * nodes and ranks ("n2 (ranks 2, 3)", may be ""); it must not use MPI. The
+ * report and before the node's ranks are killed, with why, the lost
+ * nodes and ranks ("n2 (ranks 2, 3)", may be "") and how long the rank
+ * had been waiting (0: not waiting); it must not use MPI. The
  * process then exits with the status fn returns (without fn: killed).
  * The node's other ranks run theirs too (at once, waiting or not), and the
  * ranks are killed when all are done or after 30 s. NULL: none. */
-typedef int (*ts_watchdog_end_fn)(const char *why, const char *lost);
+typedef int (*ts_watchdog_end_fn)(const char *why, const char *lost, double waited_s);
 void ts_watchdog_on_end(ts_watchdog_end_fn fn);
 /* Local. The training step shown in reports (1-based; 0 outside training). */
 void ts_watch_set_step(int64_t step);

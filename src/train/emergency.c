@@ -122,7 +122,7 @@ static const void *entry_data(int i, int s)
 }
 
 
-int ts_emergency_write(const char *why, const char *lost)
+int ts_emergency_write(const char *why, const char *lost, double waited_s)
 {
     if (!E.armed) return 1;
     const ts_arena *a = E.c.arena;
@@ -173,7 +173,7 @@ int ts_emergency_write(const char *why, const char *lost)
     snprintf(hx, sizeof hx, "%llu", (unsigned long long)E.c.seed);
     cJSON_AddStringToObject(o, "seed", hx);
     cJSON_AddNumberToObject(o, "global_batch", (double)E.c.global_batch);
-    cJSON_AddNumberToObject(o, "lost_at", ts_wall_now());
+    cJSON_AddNumberToObject(o, "lost_at", ts_wall_now() - (waited_s > 0 ? waited_s : 0));
     cJSON_AddStringToObject(o, "why", why ? why : "");
     cJSON_AddStringToObject(o, "lost", lost ? lost : "");
     if (E.c.state_sharded) cJSON_AddStringToObject(o, "state", "sharded (parallel.zero = 1): not kept");

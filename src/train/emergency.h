@@ -57,9 +57,10 @@ void ts_emergency_begin_update(void);
 void ts_emergency_commit(int64_t step, int64_t opt_step, int64_t sampler_position, double loss_scale,
                          int64_t loss_scale_good);
 /* Local, from any thread, no MPI. Writes this rank's file; why and lost
- * (may be NULL) go into its header. Returns 0 when written (or nothing was
+ * (may be NULL) go into its header, and the time of the loss: now less
+ * waited_s (how long the rank had waited for the lost peer). Returns 0 when written (or nothing was
  * armed: 1), else an error code (the message on stderr). */
-int ts_emergency_write(const char *why, const char *lost);
+int ts_emergency_write(const char *why, const char *lost, double waited_s);
 /* Local. Disarms (the end of training). */
 void ts_emergency_teardown(void);
 

@@ -477,9 +477,9 @@ cleanup:
 }
 
 /* the emergency state: armed after the resume, committed after every step (docs/training.md) */
-static int emergency_end(const char *why, const char *lost)
+static int emergency_end(const char *why, const char *lost, double waited_s)
 {
-    return ts_emergency_write(why, lost) == 0 ? TS_EXIT_PEER_LOST : 1;
+    return ts_emergency_write(why, lost, waited_s) == 0 ? TS_EXIT_PEER_LOST : 1;
 }
 
 static int emergency_arm(trainer *t)
