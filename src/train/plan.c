@@ -305,6 +305,29 @@ static double layers_time(const ts_unet_cost *cost, const double *rate, const ts
     return t;
 }
 
+/* the spatial terms of a layout: halo faces of every conv (forward and backward), in flight while its
+ * interior runs; the norm and loss sums over the spatial group */
+static void spatial_terms(const ts_plan_machine *m, const ts_unet_cost *cost, const double *rate, double speed,
+                          const int split[3], int sp, int R, ts_plan_layout *L)
+{
+    const int sp_across = sp > R; /* a spatial group larger than a node */
+    int nbrs = 2 * (split[0] + split[1] + split[2]);
+    double msgs = 2.0 * cost->convs * nbrs;
+    double bytes = cost->halo_elems * 4.0;
+    double t_lat = msgs * p2p(m, 0, sp_across), t_bw = p2p(m, bytes, sp_across) - p2p(m, 0, sp_across);
+    /* the interior of every convolution runs while its faces are in flight: what it cannot cover is
+     * exposed (small boxes have little interior), and at least (1 - halo_hidden) of the transfer is
+     * (packing, unpacking, the waits themselves: measured, docs/scaling.md) */
+    const double r_conv = rate[TS_PROF_CONV_FWD] > 0 ? rate[TS_PROF_CONV_FWD] : 1e9;
+    const double t_hide = m->gpus_per_node > 0 ? cost->conv_interior_flops / (m->gpu_tflops * 1e12)
+                                               : cost->conv_interior_flops / (r_conv * speed);
+    double exposed = t_bw - t_hide;
+    if (exposed < (1 - m->halo_hidden) * t_bw) exposed = (1 - m->halo_hidden) * t_bw;
+    L->halo_s = t_lat + exposed;
+    const double sums = 2.0 * cost->norms + 2; /* statistics forward, gradients backward, loss terms */
+    L->sums_s = sums * group_allreduce(m, sp, sp < R ? sp : R, 64.0);
+}
+
 /* the bottleneck: the largest part of the step (stage: the layers' compute on one rank) */
 static void bottleneck(ts_plan_layout *L, double stage)
 {
@@ -399,24 +422,7 @@ void ts_plan_predict(const ts_plan_job *j, const ts_plan_calib *c, const ts_plan
     if (exposed < L->grad_s / nb) exposed = L->grad_s / nb;
     L->grad_exposed_s = g > 1 ? exposed : 0;
     /* spatial: halo faces every conv (forward and backward), mostly hidden; norm and loss sums */
-    const int sp_across = sp > R; /* a spatial group larger than a node */
-    if (sp > 1) {
-        int nbrs = 2 * (split[0] + split[1] + split[2]);
-        double msgs = 2.0 * cost.convs * nbrs;
-        double bytes = cost.halo_elems * 4.0;
-        double t_lat = msgs * p2p(m, 0, sp_across), t_bw = p2p(m, bytes, sp_across) - p2p(m, 0, sp_across);
-        /* the interior of every convolution runs while its faces are in flight: what it cannot cover is
-         * exposed (small boxes have little interior), and at least (1 - halo_hidden) of the transfer is
-         * (packing, unpacking, the waits themselves: measured, docs/scaling.md) */
-        const double r_conv = rate[TS_PROF_CONV_FWD] > 0 ? rate[TS_PROF_CONV_FWD] : 1e9;
-        const double t_hide = m->gpus_per_node > 0 ? cost.conv_interior_flops / (m->gpu_tflops * 1e12)
-                                                   : cost.conv_interior_flops / (r_conv * speed);
-        double exposed = t_bw - t_hide;
-        if (exposed < (1 - m->halo_hidden) * t_bw) exposed = (1 - m->halo_hidden) * t_bw;
-        L->halo_s = t_lat + exposed;
-        const double sums = 2.0 * cost.norms + 2; /* statistics forward, gradients backward, loss terms */
-        L->sums_s = sums * group_allreduce(m, sp, sp < R ? sp : R, 64.0);
-    }
+    if (sp > 1) spatial_terms(m, &cost, rate, speed, split, sp, R, L);
     /* pipeline: each micro-batch's boundary activations forward and their gradients back, per stage boundary */
     if (pp > 1) {
         double per_micro = micro.act_elems / (2.0 * micro.convs) * 4.0 * 2; /* a typical layer's output, plus skips */
