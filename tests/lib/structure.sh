@@ -64,4 +64,17 @@ out=$(python3 "$S" cli "$TS_SRCDIR")
 r=$?
 ok $r "src/cli/*.c: argument parsing and printing only"
 [ $r -eq 0 ] || echo "$out" | sed 's/^/# /'
+# every tracked script under jobs/ is named in an EXTRA_DIST (Makefile.am or a Makefile.mk),
+# so the release tarball holds it (jobs/check.sh checks the whole tarball
+# with make distdir; this catches the common case inside make check)
+if git -C "$TS_SRCDIR" rev-parse --git-dir >/dev/null 2>&1; then
+    miss=$(git -C "$TS_SRCDIR" ls-files jobs | grep -v '/Makefile.mk$' | while read -r f; do
+        cat "$TS_SRCDIR/Makefile.am" $(git -C "$TS_SRCDIR" ls-files '*Makefile.mk' | sed "s|^|$TS_SRCDIR/|") |
+            grep -q "$f" || echo "$f"; done)
+    [ -z "$miss" ]
+    ok $? "every tracked file under jobs/ is named in a Makefile's EXTRA_DIST"
+    [ -z "$miss" ] || printf '# missing: %s\n' $miss
+else
+    echo "# skipped the jobs/ EXTRA_DIST check: $TS_SRCDIR is not a git checkout"
+fi
 done_testing
