@@ -157,6 +157,7 @@ static int write_state(const char *file, const ts_ckpt_item *items, int n, const
         TS_H5M(ds, "%s: cannot create %s", file, items[i].name);
         TS_H5M(H5Dwrite(ds, h5type(items[i].t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, items[i].t.data),
                "%s: cannot write %s", file, items[i].name);
+        if (i == 0) ts_fault_point("ckpt"); /* an injected kill at=ckpt: the file half written */
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
         H5Sclose(sp);
@@ -276,6 +277,7 @@ int ts_ckpt_save(MPI_Comm comm, const char *dir, const ts_ckpt_item *items, int 
     if (!err) err = ts_path_fmt(state, sizeof state, "the checkpoint directory", "%s/state.h5", tmp);
     if (!err) err = ts_path_fmt(man, sizeof man, "the checkpoint directory", "%s/manifest.json", tmp);
     if (err) return ts_err_agree(comm, err);
+    if (rank != 0) ts_fault_point("ckpt"); /* an injected kill at=ckpt (rank 0's is inside the file) */
     if (rank == 0) {
         ts_h5_init();
         ts_h5_lock();

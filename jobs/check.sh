@@ -106,6 +106,9 @@ tap_step() {
 echo "== gradient equivalence, the whole matrix (tests/train/grad_equiv.sh with TS_GRAD_MATRIX=full; make check runs a subset)"
 tap_step "gradient matrix" grad-matrix.log 2400 env TS_GRAD_MATRIX=full MPIEXEC=mpiexec.mpich \
     TS_BUILDDIR="$top/build-check" TS_SRCDIR="$top" sh "$top/tests/train/grad_equiv.sh"
+echo "== a lost rank at 50 random points (tests/train/emergency_random.sh with TS_EMERGENCY_TRIALS=50; make check runs 4)"
+tap_step "random kill points" emergency-random.log 2400 env TS_EMERGENCY_TRIALS=50 MPIEXEC=mpiexec.mpich \
+    TS_BUILDDIR="$top/build-check" TS_SRCDIR="$top" sh "$top/tests/train/emergency_random.sh"
 echo "== Slurm: the job scripts on a one-node Slurm started for the test (jobs/slurm/selftest.sh)"
 tap_step "Slurm selftest" slurm-selftest.log 1200 bash "$top/jobs/slurm/selftest.sh" "$top/build-check/tessera"
 echo "== a real network: 2 nodes of network namespaces (jobs/cluster/selftest.sh; --full for the longer target)"

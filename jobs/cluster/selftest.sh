@@ -43,7 +43,12 @@
 #      --time=2 --signal=B:USR1@60 jobs/slurm/train.sbatch` for about 80 s of
 #      training: the ranks checkpoint on the signal and exit 75, the script
 #      requeues the job, which resumes from that checkpoint on 2 nodes and
-#      completes (COMPLETED after one or more requeues).
+#      completes (COMPLETED after one or more requeues); a lost node under
+#      Slurm: n2's link taken down in the middle of a 2-node train.sbatch
+#      job; the survivors write their state, jobs/elastic.sh (launched by
+#      the script) relaunches with srun on n1 inside the allocation
+#      (train.accum 2), and the job completes; the same under PBS
+#      (jobs/pbs/train.pbs with a node file of n1 and n2).
 # Prints TAP; exit 0 when all pass, 77 when it cannot run here (not root).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -522,6 +527,56 @@ PY
     fi
 fi
 
+# lost_batch slurm|pbs: a lost node under the batch scripts (issue [14]): a 2-node job of 4 ranks, n2's
+# link taken down after step 35 of 60; the survivors on n1 write their state, jobs/elastic.sh (the
+# scripts' launcher) relaunches on n1 alone (train.accum 2: the global batch kept) and the job completes
+lost_batch() {
+    local kind=$1 run out st= ec= rc job k
+    mkdir -p "$d/runs" "$d/out"
+    if [ "$kind" = slurm ]; then
+        job=$(TESSERA=$tessera TESSERA_JOBS=$here/jobs TESSERA_RUNS=$d/runs "$C/on" head sbatch --parsable -N 2 \
+            --ntasks-per-node=2 -o "$d/out/%j.out" "$here/jobs/slurm/train.sbatch" "$d/tiny.ini" train.steps=60 \
+            train.log_every=1 fault.timeout=10 ckpt.every=50 2>&1)
+        run=$d/runs/tessera-train-$job
+        out=$d/out/$job.out
+    else
+        job=pbs
+        run=$d/runs/pbs-lost
+        out=$d/out/pbs-lost.out
+        printf 'n1\nn1\nn2\nn2\n' >"$d/pbs-nodes"
+        PBS_JOBID=4242.head PBS_JOBNAME=tessera PBS_O_WORKDIR=$d PBS_NODEFILE=$d/pbs-nodes TESSERA=$tessera \
+            TESSERA_JOBS=$here/jobs TESSERA_MPIEXEC=$C/mpiexec TESSERA_WALLTIME=3600 TESSERA_RUN_DIR=$run \
+            timeout -k 10 600 bash "$here/jobs/pbs/train.pbs" "$d/tiny.ini" train.steps=60 train.log_every=1 \
+            fault.timeout=10 ckpt.every=50 >"$out" 2>&1 &
+        job=$!
+    fi
+    for _ in $(seq 1 1200); do grep -q '"step": 35,' "$run/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+    "$C/link" n2 down
+    k=$(grep -o '"step": [0-9]*' "$run/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
+    if [ "$kind" = slurm ]; then
+        for _ in $(seq 1 200); do
+            st=$("$C/on" head scontrol -o show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p')
+            case $st in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+            sleep 2
+        done
+        ec=$("$C/on" head scontrol -o show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n 's/^ExitCode=//p')
+        [ "$st" = COMPLETED ] && [ "$ec" = 0:0 ]
+        rc=$?
+    else
+        wait "$job"
+        rc=$?
+        st="exit $rc"
+    fi
+    grep -E '^train\.|watchdog|emergency state|elastic|resumed|^done' "$out" | cut -c1-300 | diag
+    ok "$([ $rc -eq 0 ] && grep -q 'relaunching on n1:2 (2 ranks, dp 2, train.accum=2)' "$out" &&
+        grep -Eq 'emergency state: n2 \(ranks 2, 3\) lost at step [0-9]+; the [24] surviving rank files \(of 4 ranks\) hold all of step' "$out" &&
+        grep -q 'resumed after the loss of n2 (ranks 2, 3): step [0-9]* done' "$out" && [ -d "$run/ckpt/step-60" ] &&
+        grep -q '"step": 60,' "$run/metrics.jsonl"; echo $?)" \
+        "$([ "$kind" = slurm ] && echo "Slurm: n2 cut off after step ${k:-none} of a 2-node train.sbatch job; elastic.sh relaunched with srun on n1 inside the allocation (train.accum 2) and the job completed ($st, exit code ${ec:-none})" ||
+            echo "PBS: n2 cut off after step ${k:-none} of a train.pbs job on a node file of n1 and n2; elastic.sh relaunched on n1 (train.accum 2) and the job completed ($st)")"
+    "$C/link" n2 up
+}
+
 # ---- 5. Slurm on two nodes
 up 2 --ranks-per-node 2
 slurm_out=$("$C/slurm" start 2>&1)
@@ -545,7 +600,7 @@ log_every = 10
 final = false
 INI
     mkdir -p "$d/runs" "$d/out"
-    job=$(TESSERA=$tessera TESSERA_RUNS=$d/runs "$C/on" head sbatch --parsable -N 2 --ntasks-per-node=2 \
+    job=$(TESSERA=$tessera TESSERA_JOBS=$here/jobs TESSERA_RUNS=$d/runs "$C/on" head sbatch --parsable -N 2 --ntasks-per-node=2 \
         -o "$d/out/%j.out" "$here/jobs/slurm/train.sbatch" "$d/tiny.ini" 2>&1)
     ok $? "sbatch -N 2 --ntasks-per-node=2 jobs/slurm/train.sbatch: job $job"
     st=
@@ -574,7 +629,7 @@ m = [json.loads(x) for x in open('$run/metrics.jsonl')]
 r = [x['samples_per_s'] for x in m if x.get('step') == 20 and x.get('samples_per_s')]
 print(max(100, int(80 * r[-1] / 4)))" 2>/dev/null)
         steps=${steps:-800}
-        job2=$(TESSERA=$tessera TESSERA_RUNS=$d/runs "$C/on" head sbatch --parsable -N 2 --ntasks-per-node=2 --time=2 \
+        job2=$(TESSERA=$tessera TESSERA_JOBS=$here/jobs TESSERA_RUNS=$d/runs "$C/on" head sbatch --parsable -N 2 --ntasks-per-node=2 --time=2 \
             --signal=B:USR1@60 -o "$d/out/%j.out" "$here/jobs/slurm/train.sbatch" "$d/tiny.ini" train.steps="$steps" \
             train.log_every=50 2>&1)
         ok $? "sbatch -N 2 --ntasks-per-node=2 --time=2 --signal=B:USR1@60 train.sbatch, $steps steps (about 80 s of training): job $job2"
@@ -595,9 +650,11 @@ print(max(100, int(80 * r[-1] / 4)))" 2>/dev/null)
             grep -q "resumed from .*step-$k at step $k" "$d/out/$job2.out" && grep -q 'requeueing job' "$d/out/$job2.out" &&
             [ "$(grep -c '4 ranks = .* on 2 nodes' "$d/out/$job2.out")" -ge 2 ] && grep -q "\"step\": $steps," "$run2/metrics.jsonl"; echo $?)" \
             "the job completed ($st, exit code $ec) after $restarts requeue(s): stopped by the signal at step ${k:-none} on 2 nodes, requeued, resumed from step-${k:-none} on 2 nodes, trained to step $steps"
+        lost_batch slurm
     fi
 fi
 "$C/slurm" stop >/dev/null 2>&1
+[ $full = 1 ] && { up 2 --ranks-per-node 2 $link; lost_batch pbs; }
 
 # ---- 6. down leaves nothing
 "$C/down"

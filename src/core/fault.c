@@ -60,6 +60,14 @@ int ts_fault_init(int world_rank)
                 if (*end || f.step < 1) return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': bad %s", e, tok);
             } else if (!strncmp(tok, "op=", 3) && k == TS_FAULT_HANG) {
                 snprintf(f.op, sizeof f.op, "%s", tok + 3);
+            } else if (!strncmp(tok, "at=", 3) && k == TS_FAULT_KILL) {
+                static const char *const points[] = {"forward", "backward", "reduce", "update", "ckpt"};
+                int known = 0;
+                for (size_t q = 0; q < sizeof points / sizeof *points; q++) known |= !strcmp(tok + 3, points[q]);
+                if (!known)
+                    return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': unknown kill point '%s' (forward, backward, reduce, "
+                                  "update, ckpt)", e, tok + 3);
+                snprintf(f.op, sizeof f.op, "%s", tok + 3);
             } else if (!strcmp(tok, "ckpt") && (k == TS_FAULT_ENOSPC || k == TS_FAULT_CORRUPT)) {
                 /* the only target of these */
             } else {
@@ -83,6 +91,7 @@ int ts_fault_at(ts_fault_kind k, int64_t step, const char *op)
         const fault *f = &faults[i];
         if (f->kind != k || (f->step >= 0 && (f->from ? step < f->step : f->step != step))) continue;
         if (k == TS_FAULT_HANG && f->op[0] && op && strcmp(f->op, op)) continue;
+        if (k == TS_FAULT_KILL && f->op[0] && (!op || strcmp(f->op, op))) continue; /* a kill at= fires only there */
         return 1;
     }
     return 0;
@@ -91,8 +100,8 @@ int ts_fault_at(ts_fault_kind k, int64_t step, const char *op)
 void ts_fault_point(const char *op)
 {
     if (!nfaults) return;
-    if (ts_fault_at(TS_FAULT_KILL, cur_step, NULL)) {
-        fprintf(stderr, "tessera: fault injected: SIGKILL at step %lld\n", (long long)cur_step);
+    if (ts_fault_at(TS_FAULT_KILL, cur_step, op)) {
+        fprintf(stderr, "tessera: fault injected: SIGKILL at step %lld%s%s\n", (long long)cur_step, op ? " in " : "", op ? op : "");
         fflush(stderr);
         raise(SIGKILL);
     }

@@ -2,6 +2,12 @@
  * environment variable TESSERA_FAULT holds a list of faults separated by
  * ';', each a kind and key=value options separated by ':':
  *   kill:rank=1:step=4        the rank kills itself (SIGKILL) when step 4 begins
+ *   kill:rank=1:step=4:at=P   ... at point P of step 4 instead: forward (the
+ *                             forward pass begins), backward (it begins),
+ *                             reduce (the gradient reduction is waited for),
+ *                             update (the optimizer step begins), ckpt (the
+ *                             checkpoint written after step 4: rank 0 after
+ *                             the first tensor, the others as it begins)
  *   hang:rank=1:op=allreduce:step=3
  *                             the rank stops in operation `op` (its name as the
  *                             watchdog reports it) at step 3, as a lost rank would
@@ -34,7 +40,7 @@ void ts_fault_set_step(int64_t step);
 int64_t ts_fault_step(void);
 /* Local. If a hang is set for op at the current step: never returns (the
  * watchdog or the launcher ends the process). If a kill is set for the
- * current step: SIGKILL now. */
+ * current step (and, with at=, op is its point): SIGKILL now. */
 void ts_fault_point(const char *op);
 /* Local. 1 if any fault is configured (for messages). */
 int ts_fault_any(void);

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -63,7 +64,29 @@ static struct {
     int *node_ranks;        /* world ranks grouped by node */
     ts_watchdog_end_fn on_end; /* run before the job is ended (emergency state), or NULL */
     char lost[256];         /* the nodes the last probe found lost: "n2 (ranks 2, 3)" */
+    struct sigaction old_abrt; /* SIGABRT's action before the watchdog's */
 } w;
+
+/* SIGABRT while the end hook is set: the MPI library aborts a rank whose
+ * node-local peer died in the middle of a transfer (UCX's cross-memory
+ * copy finds the process gone). The handler only flags it and waits; the
+ * watchdog thread checks that a peer is really gone (a rank of the node
+ * ended, or a node that does not answer) and then ends the job as for a
+ * lost peer (the hook writes this rank's state, exit status from the
+ * hook); otherwise it lets the abort go on. */
+static volatile sig_atomic_t aborting, abort_go;
+
+static void on_abort(int sig)
+{
+    if (!w.on || !w.on_end || pthread_equal(pthread_self(), w.th)) abort_go = 1;
+    aborting = 1;
+    for (int i = 0; i < 400 && !abort_go; i++) { /* at most 40 s: the thread ends the process before */
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    sigaction(SIGABRT, &w.old_abrt, NULL);
+    raise(sig);
+}
 
 void ts_watchdog_on_end(ts_watchdog_end_fn fn)
 {
@@ -342,6 +365,20 @@ static void *watch(void *arg)
         if (w.listen_fd >= 0) /* the probes of other nodes' watchdogs: the kernel answered them, drain the queue */
             for (int c; (c = accept(w.listen_fd, NULL, NULL)) >= 0;) close(c);
         const slot *me = &w.slots[w.me];
+        if (aborting && !abort_go) { /* the MPI library aborts this rank: a lost peer, or not */
+            int peer = 0;
+            char scratch[1024];
+            for (int i = 0; i < w.nlocal; i++) peer |= i != w.me && pid_ended(w.slots[i].pid);
+            w.lost[0] = '\0';
+            report_nodes(scratch, 0, sizeof scratch);
+            peer |= w.lost[0] != '\0';
+            w.lost[0] = '\0'; /* (end_job's report probes again and names them) */
+            if (peer)
+                end_job("the MPI library aborted this rank (a peer gone in the middle of a transfer)",
+                        me->depth > 0 ? ts_time_now() - me->since : 0);
+            abort_go = 1; /* no peer is gone: the abort is this rank's own */
+            continue;
+        }
         if (w.on_end) /* a rank of this node is ending the job: this one saves what it holds too, waiting or not */
             for (int i = 0; i < w.nlocal; i++)
                 if (i != w.me && w.slots[i].saving != 0)
@@ -412,6 +449,14 @@ int ts_watchdog_start(MPI_Comm world, double timeout_s, volatile sig_atomic_t *s
         w.on = 0;
         TS_FAIL(TS_ERR_INTERNAL, "cannot start the watchdog thread");
     }
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_abort;
+        sigemptyset(&sa.sa_mask);
+        aborting = abort_go = 0;
+        sigaction(SIGABRT, &sa, &w.old_abrt);
+    }
     return 0;
 cleanup:
     free_nodes();
@@ -430,6 +475,7 @@ double ts_watchdog_timeout(void) { return w.on ? w.timeout : 0; }
 void ts_watchdog_stop(void)
 {
     if (!w.on) return;
+    sigaction(SIGABRT, &w.old_abrt, NULL);
     w.stop_thread = 1;
     pthread_join(w.th, NULL);
     w.on = 0;

@@ -387,20 +387,47 @@ done:
     return rc;
 }
 
+/* the lost peer and the time of the loss from the first readable file of step f->stale */
+static void stale_loss(const char *dir, ts_emergency_found *f)
+{
+    char sdir[1100], path[1400], why[400];
+    snprintf(sdir, sizeof sdir, "%s/step-%lld", dir, (long long)f->stale);
+    DIR *d = opendir(sdir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name + (strlen(e->d_name) > 4 ? strlen(e->d_name) - 4 : 0), ".bin")) continue;
+        rank_file r;
+        snprintf(path, sizeof path, "%s/%s", sdir, e->d_name);
+        if (rank_file_read(path, &r, why, sizeof why) == 0) {
+            const cJSON *lo = cJSON_GetObjectItemCaseSensitive(r.hdr, "lost");
+            snprintf(f->lost, sizeof f->lost, "%s", cJSON_IsString(lo) ? lo->valuestring : "");
+            f->lost_at = num(r.hdr, "lost_at");
+            rank_file_free(&r);
+            break;
+        }
+        rank_file_free(&r);
+    }
+    closedir(d);
+}
+
 int ts_emergency_assemble(const char *dir, int64_t after, ts_ckpt_item *items, int n, ts_emergency_meta *m,
                           ts_emergency_found *f)
 {
     memset(f, 0, sizeof *f);
     memset(m, 0, sizeof *m);
     f->step = -1;
+    f->stale = -1;
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? 0 : TS_ERR(TS_ERR_IO, "%s: cannot read the emergency states: %s", dir, strerror(errno));
     int64_t steps[256];
     int ns = 0;
+    f->stale = -1;
     for (struct dirent *e; (e = readdir(d)) && ns < 256;) {
         long long s;
         char c;
-        if (sscanf(e->d_name, "step-%lld%c", &s, &c) == 1 && s > after) steps[ns++] = s;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &c) != 1) continue;
+        if (s > after) steps[ns++] = s;
+        else if (s > f->stale) f->stale = s;
     }
     closedir(d);
     qsort(steps, (size_t)ns, sizeof *steps, cmp_desc);
@@ -411,7 +438,25 @@ int ts_emergency_assemble(const char *dir, int64_t after, ts_ckpt_item *items, i
     }
     f->step = -1;
     snprintf(f->why, sizeof f->why, "%s", first_why);
+    if (ns == 0 && f->stale >= 0) stale_loss(dir, f); /* a loss right after a checkpoint: who and when */
+    else f->stale = -1;
     return 0;
+}
+
+int ts_emergency_remove_upto(const char *dir, int64_t upto)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int64_t steps[256];
+    int ns = 0, err = 0;
+    for (struct dirent *e; (e = readdir(d)) && ns < 256;) {
+        long long s;
+        char c;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &c) == 1 && s <= upto) steps[ns++] = s;
+    }
+    closedir(d);
+    for (int i = 0; i < ns && !err; i++) err = ts_emergency_remove(dir, steps[i]);
+    return err;
 }
 
 int ts_emergency_remove(const char *dir, int64_t step)

@@ -72,6 +72,8 @@ typedef struct ts_emergency_found {
     char lost[256];                /* the lost nodes, as the survivors named them */
     char why[512];                 /* why nothing was assembled (when step < 0 and there were files) */
     int64_t global_batch;
+    int64_t stale;                 /* when step < 0: the newest state not newer than `after` (the
+                                      checkpoint covers it; lost and lost_at are its), else -1 */
 } ts_emergency_found;
 
 /* Local. Scans `dir` for emergency states newer than `after` (the last
@@ -90,5 +92,7 @@ int ts_emergency_assemble(const char *dir, int64_t after, struct ts_ckpt_item *i
                           ts_emergency_found *f);
 /* Local. Removes dir/step-<step> (after it became a checkpoint). */
 int ts_emergency_remove(const char *dir, int64_t step);
+/* Local. Removes every dir/step-<S> with S <= upto (states a checkpoint covers). */
+int ts_emergency_remove_upto(const char *dir, int64_t upto);
 
 #endif

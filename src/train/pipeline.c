@@ -15,6 +15,7 @@
 #include "tsbuild.h"
 #include "src/train/pipeline.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/rng.h"
 #include "src/core/timer.h"
 
@@ -226,6 +227,7 @@ static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_
     p->cur = k;
     p->hook_err = 0;
     ts_unet_set_unit_hook(p->m, unit_done, p);
+    ts_fault_point("forward"); /* an injected kill at=forward */
     int err = ts_unet_forward_slot(p->m, k, image, train);
     if (!err && labels) err = ts_unet_loss_slot(p->m, k, labels, train, loss);
     ts_unet_set_unit_hook(p->m, NULL, NULL);
@@ -283,6 +285,7 @@ static int backward_one(ts_pipeline *p, int mb, int next)
     p->cur_mb = mb;
     p->hook_err = 0;
     ts_unet_set_unit_hook(p->m, unit_done, p);
+    ts_fault_point("backward"); /* an injected kill at=backward */
     int err = ts_unet_backward_slot(p->m, k);
     ts_unet_set_unit_hook(p->m, NULL, NULL);
     p->st.backward_s += ts_time_now() - t0;

@@ -235,6 +235,7 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
     }
     ts_perf_begin(s->perf, TS_PH_FORWARD);
     double t0 = ts_time_now();
+    ts_fault_point("forward"); /* an injected kill at=forward */
     int err = ts_unet_forward(s->model, image, 1);
     if (!err) err = ts_unet_loss(s->model, label, 1, loss);
     if (!err && ts_fault_at(TS_FAULT_ERROR, ts_fault_step(), NULL))
@@ -248,6 +249,7 @@ int ts_stepper_micro(ts_stepper *s, const ts_tensor *image, const ts_tensor *lab
     if (last) begin_buckets(s); /* buckets go out as backward finishes them */
     ts_unet_set_grad_hook(s->model, last ? grad_ready : NULL, s);
     ts_perf_begin(s->perf, TS_PH_BACKWARD);
+    ts_fault_point("backward"); /* an injected kill at=backward */
     err = ts_unet_backward(s->model);
     ts_perf_end(s->perf, TS_PH_BACKWARD);
     if (!err) err = s->hook_err;
@@ -469,6 +471,7 @@ void ts_stepper_poison(ts_stepper *s)
 int ts_stepper_reduce(ts_stepper *s, int accum)
 {
     ts_dp_stats st = {0, 0, 0, 0};
+    ts_fault_point("reduce"); /* an injected kill at=reduce: buckets may be in flight */
     ts_perf_begin(s->perf, TS_PH_COMM_EXPOSED);
     int err = ts_dp_finish(s->dp, &st);
     ts_perf_end(s->perf, TS_PH_COMM_EXPOSED);
@@ -518,6 +521,7 @@ int ts_stepper_apply(ts_stepper *s)
     int err;
     ts_perf_begin(s->perf, TS_PH_OPTIM);
     double t = ts_time_now(), norm = -1;
+    ts_fault_point("update"); /* an injected kill at=update */
     if (s->zero) {
         err = apply_sharded(s);
         s->t.optimizer += ts_time_now() - t;

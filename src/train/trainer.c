@@ -465,7 +465,14 @@ static int emergency_resume(trainer *t, const char *dir, ts_ckpt_item *it, int n
         } else if (!lerr && f.why[0]) {
             snprintf(line, sizeof line, "emergency state not used: %s; resuming from the last checkpoint%s", f.why,
                      last >= 0 ? "" : " (none: from the start)");
+        } else if (!lerr && f.stale >= 0) { /* lost right after a checkpoint: it holds what the survivors did */
+            t->lost_at = f.lost_at;
+            snprintf(t->lost, sizeof t->lost, "%s", f.lost[0] ? f.lost : "a peer");
+            snprintf(line, sizeof line, "emergency state: %s lost at step %lld; the survivors' state of step %lld is "
+                     "no newer than the checkpoint of step %lld, which is used", t->lost, (long long)f.stale + 1,
+                     (long long)f.stale, (long long)last);
         }
+        if (!lerr && last >= 0) lerr = ts_emergency_remove_upto(t->edir, last); /* states a checkpoint covers */
     }
     TS_CHECK(ts_err_agree(t->grid->world, lerr));
     TS_MPI(MPI_Bcast(line, (int)sizeof line, MPI_CHAR, 0, t->grid->world));

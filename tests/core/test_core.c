@@ -1,11 +1,13 @@
 /* Unit tests of src/core: config (INI, overrides, strict keys with file and
  * line, values, hash), Philox streams (known answer, independence),
- * bfloat16/float16 rounding, error recording, tensor shapes; and of the
+ * bfloat16/float16 rounding, error recording, tensor shapes, the fault
+ * injection list (TESSERA_FAULT); and of the
  * collectives' pure helpers (large-count pieces, blocks). */
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "src/core/config.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/core/rng.h"
 #include "src/core/tensor.h"
 #include "tests/tap.h"
@@ -221,6 +223,29 @@ static void test_pieces(void)
     ts_ok(ok, "blocks: tile the buffer, 64-byte aligned, for 1..9 ranks");
 }
 
+/* TESSERA_FAULT's kill points: kill:...:at=P fires only at point P of its step
+ * (ts_fault_at with that op), a kill without at= at any point; an unknown
+ * point is an error naming the entry */
+static void test_fault(void)
+{
+    setenv("TESSERA_FAULT", "kill:rank=1:step=4:at=update;kill:rank=0:step=2", 1);
+    ts_ok(ts_fault_init(1) == 0, "fault: kill with at= parses");
+    ts_ok(ts_fault_at(TS_FAULT_KILL, 4, "update") && !ts_fault_at(TS_FAULT_KILL, 4, "forward") &&
+              !ts_fault_at(TS_FAULT_KILL, 4, NULL) && !ts_fault_at(TS_FAULT_KILL, 3, "update"),
+          "fault: kill at=update fires in the update of step 4 only (not at the step's start, not in forward)");
+    ts_ok(ts_fault_init(0) == 0 && ts_fault_at(TS_FAULT_KILL, 2, NULL) && ts_fault_at(TS_FAULT_KILL, 2, "halo") &&
+              !ts_fault_at(TS_FAULT_KILL, 4, "update"),
+          "fault: a kill without at= fires at any point of its step, on its rank only");
+    ts_err_clear();
+    setenv("TESSERA_FAULT", "kill:rank=1:at=sideways", 1);
+    ts_ok(ts_fault_init(1) == TS_ERR_CONFIG && strstr(ts_err_message(), "'kill:rank=1:at=sideways': unknown kill point 'sideways'"),
+          "fault: an unknown kill point names the entry (%s)", ts_err_message());
+    setenv("TESSERA_FAULT", "hang:at=update", 1);
+    ts_ok(ts_fault_init(0) == TS_ERR_CONFIG, "fault: at= belongs to kill only");
+    unsetenv("TESSERA_FAULT");
+    ts_ok(ts_fault_init(0) == 0 && !ts_fault_any(), "fault: no variable, no faults");
+}
+
 int main(void)
 {
     test_config();
@@ -228,5 +253,6 @@ int main(void)
     test_dtype();
     test_err_tensor();
     test_pieces();
+    test_fault();
     return ts_done();
 }
