@@ -120,8 +120,8 @@ for ((k = 0; ; k++)); do
             break
         fi
     done
-    while :; do # (a signal passed on ends `wait` early: wait again)
-        wait "$lp"
+    while :; do # (a signal passed on ends `wait` early: wait again; bash's note on a killed launcher silenced)
+        { wait "$lp"; } 2>/dev/null
         rc=$?
         kill -0 "$lp" 2>/dev/null || break
     done
