@@ -71,7 +71,7 @@ one() {
     wait "$el"
     from=$(grep -o 'resumed from .*ckpt/step-[0-9]* at step [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
     "$C/down" >/dev/null 2>&1
-    echo "${ks:-?} ${from:-0} $( [ -n "$t1" ] && echo "$t1 - $t0" | bc || echo never)"
+    echo "${ks:-?} ${from:-0} $( [ -n "$t1" ] && printf '%.1f' "$(echo "$t1 - $t0" | bc)" || echo never)"
 }
 printf '%-10s %5s %12s %12s %10s %26s\n' mode round "last done" "resumed at" "steps lost" "s to step (last done + 1)"
 for r in $(seq 1 "$rounds"); do
