@@ -32,7 +32,10 @@
 #      to one rank's: dp 2 x sp 2 on 2 x 2 (each spatial group inside a node,
 #      the replicas on different nodes: the log and grid.json), dp 2 and
 #      pp 2 on 2 x 1 (a replica, a stage, per node);
-#   4. the lost node again with n2's link taken down instead of killed; a
+#   4. the lost node again with n2's link taken down instead of killed, and
+#      killed under dp 2 x sp 2 and dp 2 x pp 2 (a replica per node: its
+#      spatial group, its 2 stages), each relaunched on n1 (sp 2 or pp 2) and
+#      ending within 1e-4 of its uninterrupted run; a
 #      checkpoint written by 4 ranks on 2 nodes resumed by 2 ranks on n1
 #      alone; parallel HDF5: `tessera convert nifti` of 4 NIfTI pairs on
 #      2 x 2 (one file written collectively) bit-identical, every dataset and
@@ -345,15 +348,19 @@ fi
 # dp 4 run; the survivors write their emergency state and end within fault.timeout + 10 s naming it;
 # jobs/elastic.sh relaunches on n1 (dp 2, train.accum 2: the global batch kept), which resumes from step 36
 # or 37 (checkpoints every 50) and ends at step 60 as an uninterrupted run does
-lost_ref=
-lost_node() { # MODE (kill | link)
-    local mode=$1 k gone log=$d/lost-$1.log run=$d/lost-$1 args
+lost_node() { # MODE (kill | link) [LAYOUT (dp | sp | pp)]
+    local mode=$1 lay=${2:-dp} k gone log=$d/lost-$1-${2:-dp}.log run=$d/lost-$1-${2:-dp} args keys=() grid=dp4 again
+    case $lay in # the replicas outermost: replica 0 on n1, replica 1 on n2 (a spatial group, or the 2 stages, per node)
+    sp) keys=(parallel.sp=2) grid="dp 2 x sp 2" again="dp 1, train.accum=2" ;;
+    pp) keys=(parallel.pp=2 parallel.microbatches=2) grid="dp 2 x pp 2" again="dp 1, parallel.microbatches=4" ;;
+    *) grid="dp 4" again="dp 2, train.accum=2" ;;
+    esac
     args=(train "$d/g.ini" data.path="$d/syn.h5" train.steps=60 train.batch=1 model.sync_bn=false ckpt.every=50
-        fault.timeout=10 train.log_every=1)
-    if [ -z "$lost_ref" ]; then # the uninterrupted run: 4 ranks on one machine
-        lost_ref=$d/lost-ref
+        fault.timeout=10 train.log_every=1 "${keys[@]}")
+    local lost_ref=$d/lost-ref-$lay
+    if [ ! -d "$lost_ref" ]; then # the uninterrupted run: 4 ranks on one machine
         timeout -k 10 600 mpiexec.mpich -n 4 "$tessera" "${args[@]}" run.dir="$lost_ref" >"$lost_ref.log" 2>&1
-        ok $? "uninterrupted reference: dp 4, 60 steps, checkpoints every 50"
+        ok $? "uninterrupted reference: $grid, 60 steps, checkpoints every 50"
     fi
     up 2 --ranks-per-node 2 $link
     "$here/jobs/elastic.sh" --hosts n1:2,n2:2 --launcher "$C/mpiexec" -- "$tessera" "${args[@]}" run.dir="$run" \
@@ -380,12 +387,12 @@ lost_node() { # MODE (kill | link)
     es=$(grep -o 'rank 0: emergency state of step [0-9]*' "$log" | head -1 | grep -o '[0-9]*$')
     ok "$([ -n "$gone" ] && awk "BEGIN{exit !($gone <= 20)}" && grep -q 'node n1: watchdog: .*node n2 (ranks 2, 3) does not answer' "$log" &&
         [ "$(grep -c "rank [01]: emergency state of step $es written" "$log")" -eq 2 ] && [ "${es:-0}" -ge $((ks - 1)) ]; echo $?)" \
-        "n2 $([ "$mode" = kill ] && echo killed || echo 'cut off (link down)') after step $ks: ranks 0 and 1 wrote their state of step ${es:-none} (at most one step lost) and every rank had ended ${gone:-never} s after the loss (fault.timeout 10 + 10)"
-    ok "$([ $rc -eq 0 ] && grep -q 'relaunching on n1:2 (2 ranks, dp 2, train.accum=2)' "$log" &&
+        "$grid: n2 $([ "$mode" = kill ] && echo killed || echo 'cut off (link down)') after step $ks: ranks 0 and 1 wrote their state of step ${es:-none} (at most one step lost) and every rank had ended ${gone:-never} s after the loss (fault.timeout 10 + 10)"
+    ok "$([ $rc -eq 0 ] && grep -q "relaunching on n1:2 (2 ranks, $again)" "$log" &&
         grep -Eq "emergency state: n2 \(ranks 2, 3\) lost at step $((es + 1)); the [24] surviving rank files \(of 4 ranks\) hold all of step $es" "$log" &&
         grep -q "resumed from .*ckpt/step-$es at step $es" "$log" && grep -q 'on 1 node' "$log" &&
         grep -q "resumed after the loss of n2 (ranks 2, 3): step $((es + 1)) done" "$log"; echo $?)" \
-        "jobs/elastic.sh relaunched on n1 (dp 2, train.accum 2), which resumed from the emergency state of step ${es:-none} (checkpoints every 50: not 0) and trained to step 60"
+        "jobs/elastic.sh relaunched on n1 ($again), which resumed from the emergency state of step ${es:-none} (checkpoints every 50: not 0) and trained to step 60"
     if [ -n "$py" ]; then
         out=$("$py" - "$lost_ref" "$run" <<'PY'
 import h5py, numpy as np, sys
@@ -410,7 +417,7 @@ PY
     fi
 }
 lost_node kill
-[ $full = 1 ] && lost_node link
+[ $full = 1 ] && { lost_node link; lost_node kill sp; lost_node kill pp; }
 if [ $full = 1 ]; then
     # a checkpoint written on 2 nodes resumed on 1 (cleanly: no fault)
     up 2 --ranks-per-node 2 $link
