@@ -16,6 +16,8 @@
  *   overflow:rank=1:step=2    the rank's loss gradient at step 2 is infinite: its
  *                             gradients overflow, its loss stays finite (an fp16
  *                             loss-scale overflow)
+ *   mpierr:rank=0:step=5      the rank's step 5 returns an MPI error as it
+ *                             begins (as a broken connection does)
  *   enospc:ckpt               checkpoint writes fail with ENOSPC
  *   corrupt:ckpt              the checkpoint file is corrupted after it is written
  * rank is the world rank (any rank when absent), step the 1-based training
@@ -27,7 +29,7 @@
 #include <stdint.h>
 
 typedef enum { TS_FAULT_KILL = 0, TS_FAULT_HANG, TS_FAULT_NAN, TS_FAULT_ERROR, TS_FAULT_ENOSPC, TS_FAULT_CORRUPT,
-               TS_FAULT_OVERFLOW, TS_FAULT_KINDS } ts_fault_kind;
+               TS_FAULT_OVERFLOW, TS_FAULT_MPIERR, TS_FAULT_KINDS } ts_fault_kind;
 
 /* Local. Parses TESSERA_FAULT for this rank (errors name the entry); no
  * variable: no faults. Call once at start. */

@@ -326,6 +326,9 @@ static void report(const char *why, double waited)
  * once), then, after the node's ranks are done or 30 s, every rank of the node is killed */
 static void end_job(const char *why, double waited)
 {
+    static int ending; /* the main thread (after an MPI error) and the watchdog's may both come: one goes on */
+    if (__atomic_exchange_n(&ending, 1, __ATOMIC_SEQ_CST))
+        for (;;) pause(); /* the other ends the process */
     slot *me = &w.slots[w.me];
     int status = 1;
     report(why, waited);
@@ -357,6 +360,32 @@ static void end_job(const char *why, double waited)
     _exit(status);
 }
 
+/* a rank of this node ended (waiting up to wait_s for one to), or a node does not answer */
+static int peer_gone(double wait_s)
+{
+    const double t0 = ts_time_now();
+    for (;;) {
+        for (int i = 0; i < w.nlocal; i++)
+            if (i != w.me && pid_ended(w.slots[i].pid)) return 1;
+        if (ts_time_now() - t0 >= wait_s) break;
+        usleep(100000);
+    }
+    char scratch[1024];
+    w.lost[0] = '\0';
+    report_nodes(scratch, 0, sizeof scratch);
+    const int lost = w.lost[0] != '\0';
+    w.lost[0] = '\0'; /* (end_job's report probes again and names them) */
+    return lost;
+}
+
+int ts_watchdog_end_if_peer_gone(const char *why)
+{
+    if (!w.on || !w.on_end || !peer_gone(2.0)) return 0;
+    const slot *me = &w.slots[w.me];
+    end_job(why, me->depth > 0 ? ts_time_now() - me->since : 0);
+    return 1; /* (not reached: end_job exits) */
+}
+
 static void *watch(void *arg)
 {
     (void)arg;
@@ -366,14 +395,7 @@ static void *watch(void *arg)
             for (int c; (c = accept(w.listen_fd, NULL, NULL)) >= 0;) close(c);
         const slot *me = &w.slots[w.me];
         if (aborting && !abort_go) { /* the MPI library aborts this rank: a lost peer, or not */
-            int peer = 0;
-            char scratch[1024];
-            for (int i = 0; i < w.nlocal; i++) peer |= i != w.me && pid_ended(w.slots[i].pid);
-            w.lost[0] = '\0';
-            report_nodes(scratch, 0, sizeof scratch);
-            peer |= w.lost[0] != '\0';
-            w.lost[0] = '\0'; /* (end_job's report probes again and names them) */
-            if (peer)
+            if (peer_gone(0))
                 end_job("the MPI library aborted this rank (a peer gone in the middle of a transfer)",
                         me->depth > 0 ? ts_time_now() - me->since : 0);
             abort_go = 1; /* no peer is gone: the abort is this rank's own */

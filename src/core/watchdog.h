@@ -55,6 +55,13 @@ static inline int ts_watched_rc(int rc)
  * ranks are killed when all are done or after 30 s. NULL: none. */
 typedef int (*ts_watchdog_end_fn)(const char *why, const char *lost, double waited_s);
 void ts_watchdog_on_end(ts_watchdog_end_fn fn);
+/* Local, main thread. After an MPI error: if the end hook is set and a
+ * peer is gone (a rank of this node ended, or a node that does not answer;
+ * up to 2 s are given for a dying peer's process to end), ends the job as
+ * the watchdog does (the report, the hook writes this rank's state, the
+ * exit status from the hook) and never returns; else returns 0 (the error
+ * is this rank's own). why names the error. */
+int ts_watchdog_end_if_peer_gone(const char *why);
 /* Local. The training step shown in reports (1-based; 0 outside training). */
 void ts_watch_set_step(int64_t step);
 

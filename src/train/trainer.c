@@ -1417,6 +1417,8 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
 {
     double loss_sum = 0;
     *skipped = 0;
+    if (ts_fault_at(TS_FAULT_MPIERR, ts_fault_step(), NULL)) /* injected: what a broken connection returns */
+        return ts_err_mpi(MPI_ERR_OTHER, __FILE__, __LINE__, "MPI_Allreduce (injected by TESSERA_FAULT=mpierr)");
     const int inject = ts_fault_at(TS_FAULT_OVERFLOW, ts_fault_step(), NULL); /* injected: this rank's gradients overflow */
     if (inject) ts_stepper_inject_overflow(t->stepper, 1);
     if (t->pipe) {
@@ -1782,6 +1784,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         ts_perf_begin(t.perf, TS_PH_STEP);
         err = train_step(&t, &loss, &skipped);
         ts_perf_end(t.perf, TS_PH_STEP);
+        if (err == TS_ERR_MPI) { /* a peer gone? then this rank writes what it holds and exits 76 (never returns) */
+            char why[600];
+            snprintf(why, sizeof why, "an MPI error in step %lld (%.500s)", (long long)t.step + 1, ts_err_message());
+            ts_watchdog_end_if_peer_gone(why);
+        }
         TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.grid->rank));
         ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;

@@ -5,7 +5,9 @@
 # status 76; the next run (fewer ranks, the global batch kept with
 # train.accum or parallel.microbatches) assembles the survivors' files into
 # a checkpoint of the last finished step and continues from it, and ends
-# where an uninterrupted run ends (every loss, every final tensor). With
+# where an uninterrupted run ends (every loss, every final tensor). An MPI
+# error with a peer gone (TESSERA_FAULT=mpierr) writes the state at once,
+# one without a peer gone fails as any error. With
 # parallel.zero = 1 (a shard of the optimizer state exists once) the run
 # falls back to the last checkpoint and says why. The ranks run under a
 # shell that outlives them, so that the launcher does not end the
@@ -81,6 +83,20 @@ ts_step "resume as sp 2 on 2 ranks, train.accum = 2" ts_mpirun 2 "$TESSERA" trai
     run.dir="$d/sp" parallel.sp=2 train.accum=2
 ts_check "... from the emergency state of step 4" sh -c "printf '%s\n' \"\$1\" | grep -q 'resumed from .*ckpt/step-4 at step 4'" _ "$ts_out"
 ts_step "... ends as the uninterrupted run" same_run refsp sp
+
+# --- an MPI error with a peer gone: the rank writes at once (not after fault.timeout = 20 s), and without
+killed mpierr 2 "kill:rank=1:step=5;mpierr:rank=0:step=5"
+el=$(sed -n 's/^elapsed //p' "$d/mpierr.out/elapsed" 2>/dev/null)
+ts_check "an MPI error at step 5 with rank 1 gone: rank 0 names it, writes its state of step 4 and exits 76 (after ${el:-?} s, fault.timeout 20)" sh -c "
+    [ \"\$(cat '$d/mpierr.out/rc.0')\" = 76 ] && [ '${el:-99}' -lt 15 ] &&
+    grep -q 'watchdog: an MPI error in step 5 (MPI_Allreduce (injected by TESSERA_FAULT=mpierr) failed' '$d/mpierr.out/err.0' &&
+    grep -q 'rank 1 is gone' '$d/mpierr.out/err.0' && grep -q 'rank 0: emergency state of step 4 written' '$d/mpierr.out/err.0'"
+TESSERA_FAULT=mpierr:rank=0:step=5 timeout -k 5 100 "$MPIEXEC" -n 1 "$TESSERA" train "$d/e.ini" data.path="$d/syn.h5" \
+    run.dir="$d/mpierr1" train.steps=6 >"$d/mpierr1.log" 2>&1
+rc=$?
+ts_check "an MPI error with no peer gone (one rank): it fails as any error (status $rc), names the MPI call, writes no emergency state" sh -c "
+    [ $rc -ne 0 ] && [ $rc -ne 76 ] && grep -q 'MPI_Allreduce (injected by TESSERA_FAULT=mpierr) failed' '$d/mpierr1.log' &&
+    [ ! -e '$d/mpierr1/emergency/step-4' ]"
 
 # --- ZeRO: the lost rank's optimizer shard exists nowhere else: the last checkpoint, and why
 killed zero 2 kill:rank=1:step=5 parallel.zero=1

@@ -20,8 +20,10 @@ killed() {
     TS_EM_OUT=$d/$_n.out TESSERA_FAULT=$_f timeout -k 5 200 "$MPIEXEC" -n "$_np" "$d/w.sh" train "$d/e.ini" \
         data.path="$d/syn.h5" run.dir="$d/$_n" fault.timeout=20 "$@" >"$d/$_n.log" 2>&1 &
     _bg=$!
+    _t0=$(date +%s)
     _i=0
     while [ $_i -lt 120 ] && [ "$(ls "$d/$_n.out"/rc.* 2>/dev/null | wc -l)" -lt "$_np" ]; do sleep 0.5; _i=$((_i + 1)); done
+    echo "elapsed $(($(date +%s) - _t0))" >"$d/$_n.out/elapsed" # (seconds until every rank had ended)
     kill "$_bg" 2>/dev/null
     pkill -f "$d/w.sh" 2>/dev/null
     wait "$_bg" 2>/dev/null
