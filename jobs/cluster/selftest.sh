@@ -17,7 +17,7 @@
 #      that step and ends at step 60 within 1e-4 of an uninterrupted run;
 #   5. Slurm on the 2 nodes: `sbatch -N 2 jobs/slurm/train.sbatch` completes;
 #   6. `jobs/cluster/down` leaves no namespace, link, mount or process.
-# --full (the longer target, docs/scaling.md; about RUNTIME here) adds, in order:
+# --full (the longer target, docs/scaling.md; about 22 minutes here) adds, in order:
 #   2. the matrix at full size (counts to 2^20 + 3) on 2 x 2; `bench coll
 #      --tune` on 2 x 2 over the 1 Gbit/s link (ring, hierarchical,
 #      rabenseifner, mpi; 1 KiB to 64 MiB) into tune.json: hierarchical the
@@ -282,7 +282,7 @@ grad_eq() { # KEY NP DESC ARGS...: one step on the cluster, compared
     $launch "$np" "$tessera" train "$d/g.ini" data.path="$d/syn.h5" $(cat "$d/args-$key") model.init="$d/init-$key.h5" \
         run.dir="$d/run-$key-$np" train.dump_grads="$d/g-$key-$np.h5" "$@" >"$d/run-$key-$np.log" 2>&1
     rc=$?
-    [ $rc -ne 0 ] && tail -5 "$d/run-$key-$np.log" | diag
+    [ $rc -ne 0 ] && grep -vE "^(  |[a-z ]*: )" "$d/run-$key-$np.log" | tail -40 | diag # (what the launcher and the ranks said at the end)
     grep -m1 'ranks = ' "$d/run-$key-$np.log" | diag
     grep '^clt: ' "$d/run-$key-$np.log" | diag
     out=$("$py" "$here/tests/train/grad_compare.py" "$d/ref-$key.h5" "$d/g-$key-$np.h5" 1e-4 2>&1)
