@@ -102,11 +102,17 @@ void ts_watch_enter(const char *op, const char *comm, size_t bytes)
 {
     if (!w.on || !pthread_equal(pthread_self(), w.owner)) return;
     slot *s = &w.slots[w.me];
-    if (s->depth++ > 0) return; /* the outer wait stands */
+    if (s->depth > 0) { /* the outer wait stands */
+        s->depth++;
+        return;
+    }
+    /* what and since when first, then the depth that makes the watchdog's thread read them (it once saw
+     * depth 1 with since still 0 and reported a wait of the machine's uptime at start-up) */
     snprintf(s->op, sizeof s->op, "%s", op ? op : "?");
     snprintf(s->comm, sizeof s->comm, "%s", comm ? comm : "");
     s->bytes = bytes;
     s->since = ts_time_now();
+    __atomic_store_n(&s->depth, 1, __ATOMIC_RELEASE);
 }
 
 void ts_watch_leave(void)
@@ -405,7 +411,7 @@ static void *watch(void *arg)
             for (int i = 0; i < w.nlocal; i++)
                 if (i != w.me && w.slots[i].saving != 0)
                     end_job("another rank of this node lost a peer", me->depth > 0 ? ts_time_now() - me->since : 0);
-        if (me->depth <= 0) continue;
+        if (__atomic_load_n(&me->depth, __ATOMIC_ACQUIRE) <= 0) continue;
         const double waited = ts_time_now() - me->since;
         const char *why = NULL;
         if (waited > w.timeout) why = "no progress (fault.timeout)";
