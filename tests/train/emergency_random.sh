@@ -24,29 +24,6 @@ echo "# $trials trials, seed $seed (TS_EMERGENCY_SEED=$seed replays them)"
 d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-emrand.XXXXXX")
 trap 'pkill -f "$d/w.sh" 2>/dev/null; [ -n "${TS_KEEP:-}" ] && echo "# kept $d" || rm -rf "$d"' EXIT
 
-ts_step "synthetic dataset: 8 samples of 20^3, 3 classes" \
-    ts_mpirun 1 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 20 --classes 3 --seed 5
-cat >"$d/e.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 8
-lr = 0.05
-momentum = 0.9
-deterministic = true
-log_every = 1
-[ckpt]
-every = 3
-keep = 10
-[eval]
-final = false
-INI
 . "$TS_SRCDIR/tests/train/lib_emergency.sh"
 
 # layout NAME: ranks, the keys of the killed run, ranks and keys of the resumed run
