@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* the stepper's progress thread */
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     static const ts_cfg_key *const tables[] = {ts_model_config_keys, ts_optim_config_keys, ts_io_config_keys,
-                                               ts_train_config_keys, ts_coll_config_keys, NULL};
+                                               ts_train_config_keys, ts_layout_config_keys, ts_coll_config_keys, NULL};
     ts_config *cfg = NULL;
     ts_unet *m = NULL;
     ts_coll *coll = NULL;

@@ -62,6 +62,7 @@
 #include <tessera/dp.h>
 #include <tessera/spatial.h>
 #include <tessera/pipe.h>
+#include <tessera/layout.h>
 
 /* training: the data-parallel stepper, pipeline stages, synthetic batches, the trainer (`tessera train`), inference (`tessera infer`) */
 #include <tessera/step.h>

@@ -8,6 +8,7 @@
 #include "src/model/unet.h"
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
+#include "src/parallel/layout.h"
 #include "src/train/trainer.h"
 
 #include <libgen.h>
@@ -17,7 +18,7 @@
 
 /* every config key of tessera: any command accepts any config file */
 const ts_cfg_key *const ts_cli_all_keys[] = {ts_model_config_keys, ts_optim_config_keys, ts_io_config_keys,
-                                             ts_train_config_keys, ts_coll_config_keys, ts_loss_scale_config_keys,
+                                             ts_train_config_keys, ts_layout_config_keys, ts_coll_config_keys, ts_loss_scale_config_keys,
                                              NULL};
 
 int ts_cli_load_config(const char *path, int nover, char **over, MPI_Comm comm, ts_config **out)

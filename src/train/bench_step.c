@@ -9,6 +9,7 @@
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/grid.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/pipe.h"
 #include "src/parallel/spatial.h"
 #include "src/train/pipeline.h"
@@ -100,91 +101,78 @@ typedef struct bench {
     const ts_bench_step_opts *o;
     ts_unet_cfg u;
     ts_optim opt;
-    int64_t batch, seed, dp, pp, spn, memlim;
-    int dims[3], M, first[4 * TS_UNET_MAX_LEVELS];
-    int64_t box_lo[3], box[3];
+    int64_t batch, seed, memlim;
+    int first[4 * TS_UNET_MAX_LEVELS];
     double ucost[4 * TS_UNET_MAX_LEVELS];
-    ts_pipe_kind kind;
     ts_mem_plan plan;
     ts_unet *m;
-    ts_coll *coll;
-    ts_grid *grid;
-    ts_spatial *sp;
+    ts_layout *L; /* the grid, the collectives, the spatial split, the gradient path: as `tessera train` */
     ts_pipeline *pipe;
+    int64_t updates, param_avgs; /* optimizer steps taken; local SGD's parameter averages among them */
+    double avg_s;                /* time in those averages (the timed steps') */
     ts_stepper *stepper;
     ts_perf *perf;
     ts_tensor image, label;
     struct batch_pair bb;
 } bench;
 
-/* one training step (through the pipeline when there is one); update = 0:
- * the gradients are reduced but not applied */
+/* one training step as `tessera train` takes it: the micro-batches
+ * (through the pipeline when there is one, else train.accum of them), the
+ * gradient path's reduction, and with local SGD the parameter average every
+ * parallel.local_steps updates; update = 0: the gradients are reduced but
+ * not applied */
 static int one_step(bench *b, int update, double *loss)
 {
+    const int M = b->L->micro;
     if (b->pipe) TS_TRY(ts_stepper_pipe_step(b->stepper, same_batch, &b->bb, loss));
-    else TS_TRY(ts_stepper_micro(b->stepper, b->bb.image, b->bb.label, 1, 1, loss));
-    return update ? ts_stepper_update(b->stepper, b->pipe ? b->M : 1) : ts_stepper_reduce(b->stepper, b->pipe ? b->M : 1);
+    else
+        for (int k = 0; k < M; k++) TS_TRY(ts_stepper_micro(b->stepper, b->bb.image, b->bb.label, k == 0, k == M - 1, loss));
+    if (!update) return ts_stepper_reduce(b->stepper, M);
+    TS_TRY(ts_stepper_update(b->stepper, M));
+    const int H = b->L->spec.local_steps;
+    if (H > 1 && ++b->updates % H == 0 && ts_coll_size(b->L->replicas) > 1) {
+        const double t0 = ts_time_now();
+        TS_TRY(ts_stepper_average_params(b->stepper, b->L->replicas));
+        b->avg_s += ts_time_now() - t0;
+        b->param_avgs++;
+    }
+    return 0;
 }
 
 static void own_split(const bench *b, ts_unet_split *own)
 {
     memset(own, 0, sizeof *own);
-    ts_spatial_split_dims(b->sp, own->on);
+    ts_spatial_split_dims(b->L->spatial, own->on);
     for (int d = 0; d < 3; d++)
-        for (int side = 0; side < 2; side++) own->nbr[d][side] = ts_spatial_neighbor(b->sp, d, side);
+        for (int side = 0; side < 2; side++) own->nbr[d][side] = ts_spatial_neighbor(b->L->spatial, d, side);
 }
 
-/* the grid of `tessera train` and the pipeline schedule */
+/* the layout of `tessera train`: grid, spatial split, pipeline schedule, gradient path (its rules too) */
 static int setup_grid(bench *b)
 {
     const ts_config *cfg = b->cfg;
-    const char *spdims;
+    ts_layout_spec spec;
     TS_TRY(ts_unet_cfg_from_config(cfg, &b->u));
     TS_TRY(ts_optim_cfg_from_config(cfg, &b->opt.cfg));
     TS_TRY(ts_config_get_int(cfg, "train.batch", &b->batch));
     TS_TRY(ts_config_get_int(cfg, "train.seed", &b->seed));
-    TS_TRY(ts_config_get_int(cfg, "parallel.dp", &b->dp));
-    TS_TRY(ts_config_get_int(cfg, "parallel.pp", &b->pp));
-    TS_TRY(ts_config_get_int(cfg, "parallel.sp", &b->spn));
-    TS_TRY(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
     TS_TRY(ts_config_get_int(cfg, "run.mem_limit_mb", &b->memlim));
-    TS_TRY(ts_grid_create(b->comm, (int)b->dp, (int)b->pp, (int)b->spn, &b->grid));
-    b->kind = TS_PIPE_1F1B;
-    b->M = 1;
-    if (b->pp > 1) {
-        const char *sched;
-        int64_t mb;
-        TS_TRY(ts_config_get_int(cfg, "parallel.microbatches", &mb));
-        TS_TRY(ts_config_get_str(cfg, "parallel.schedule", &sched));
-        TS_TRY(ts_pipe_kind_parse(sched, &b->kind));
-        b->M = (int)mb;
-        if (b->kind == TS_PIPE_1F1B && b->M < b->pp)
-            return TS_ERR(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %d < %lld "
-                          "(use more micro-batches, or parallel.schedule = gpipe)", b->M, (long long)b->pp);
-        if (b->pp > 4 * b->u.levels - 1)
-            return TS_ERR(TS_ERR_CONFIG, "parallel.pp = %lld stages, but the model has only %d layer units to cut between",
-                          (long long)b->pp, 4 * b->u.levels - 1);
-    }
-    TS_TRY(ts_spatial_plan((int)b->spn, spdims, b->u.patch, b->u.levels, b->dims));
-    TS_TRY(ts_spatial_create(b->grid->sp_comm, b->dims, &b->sp));
-    return ts_spatial_box(b->sp, b->u.patch, b->box_lo, b->box);
+    TS_TRY(ts_layout_spec_from_config(cfg, TS_LAYOUT_TRAIN, b->u.patch, b->u.levels, &spec));
+    TS_TRY(ts_layout_create(b->comm, &spec, cfg, &b->L));
+    if (b->L->note[0] && b->L->world_rank == 0) fprintf(stderr, "tessera bench step: note: %s\n", b->L->note);
+    return 0;
 }
 
-/* the model, the stepper (buckets, sharded optimizer), the pipeline and the perf machinery */
+/* the model, the stepper on the layout's gradient path (buckets, compression,
+ * sharded optimizer, local SGD's group), the pipeline and the perf machinery */
 static int setup_model(bench *b)
 {
     const ts_config *cfg = b->cfg;
-    int64_t zero;
-    TS_TRY(ts_config_get_int(cfg, "parallel.zero", &zero));
-    TS_TRY(ts_unet_create(&b->u, zero ? 0 : ts_optim_state_count(&b->opt.cfg), &b->m));
-    ts_coll_opts co;
-    double bmb;
+    const ts_layout *L = b->L;
+    TS_TRY(ts_unet_create(&b->u, L->spec.zero ? 0 : ts_optim_state_count(&b->opt.cfg), &b->m));
     int sync;
-    TS_TRY(ts_coll_opts_from_config(cfg, &co));
-    TS_TRY(ts_coll_create(b->grid->stage_comm, &co, &b->coll));
-    TS_TRY(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
     TS_TRY(ts_config_get_bool(cfg, "model.sync_bn", &sync));
-    TS_TRY(ts_stepper_create(b->m, &b->opt, b->coll, bmb, sync, b->sp, &b->stepper));
+    TS_TRY(ts_stepper_create(b->m, &b->opt, L->grad_reduce, L->spec.bucket_mb, sync, L->spatial, &b->stepper));
     ts_loss_scaler ls; /* fp16: the initial loss scale, fixed (a speed measurement; no overflow handling) */
     TS_TRY(ts_loss_scaler_from_config(cfg, b->u.precision, &ls));
     ts_stepper_set_loss_scale(b->stepper, ls.scale);
@@ -194,14 +182,14 @@ static int setup_model(bench *b)
         TS_TRY(ts_perf_create(b->comm, TS_PH_COUNT, ts_phase_names, ev, 1, &b->perf));
     }
     TS_TRY(ts_unet_init(b->m, (uint64_t)b->seed));
-    if (b->pp > 1) { /* the cut of `tessera train` */
-        const char *cut;
-        TS_TRY(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        TS_TRY(ts_pipeline_plan(b->m, b->comm, (int)b->pp, cut, (int)b->batch, b->box, b->first, b->ucost));
-        TS_TRY(ts_pipeline_create(b->m, b->grid->pp_comm, b->first, b->kind, b->M, &b->pipe));
-        TS_TRY(ts_stepper_set_pipeline(b->stepper, b->pipe, b->grid->pp_comm));
+    TS_TRY(ts_pipeline_create_on(b->m, L, (int)b->batch, b->first, b->ucost, &b->pipe)); /* the cut of `tessera train` */
+    if (b->pipe) TS_TRY(ts_stepper_set_pipeline(b->stepper, b->pipe, L->grid->pp_comm));
+    if (L->grad_kind == TS_GRAD_COMPRESS) {
+        ts_dp_compress comp;
+        ts_layout_compress(L, &comp);
+        TS_TRY(ts_stepper_set_compress(b->stepper, &comp));
     }
-    if (zero) TS_TRY(ts_err_agree(b->comm, ts_stepper_set_zero(b->stepper))); /* the sharded optimizer */
+    if (L->grad_kind == TS_GRAD_ZERO) TS_TRY(ts_err_agree(b->comm, ts_stepper_set_zero(b->stepper)));
     return 0;
 }
 
@@ -211,20 +199,20 @@ static int setup_data(bench *b)
 {
     ts_unet_split own;
     own_split(b, &own);
-    TS_TRY(ts_train_memory_plan(b->m, b->spn > 1 ? &own : NULL, &b->u, (int)b->batch, b->u.in_channels, 0, b->box,
-                                b->dims, 0, b->o->rss0_mb, &b->plan)); /* synthetic batches: nothing is read */
+    TS_TRY(ts_train_memory_plan(b->m, b->L->grid->sp > 1 ? &own : NULL, &b->u, (int)b->batch, b->u.in_channels, 0, b->L->box,
+                                b->L->sp_dims, 0, b->o->rss0_mb, &b->plan)); /* synthetic batches: nothing is read */
     double most = b->plan.total_mb;
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_DOUBLE, MPI_MAX, b->comm));
     if (b->memlim > 0 && most > (double)b->memlim)
         return TS_ERR(TS_ERR_CONFIG, "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB on some rank "
                       "(this rank: activations and gradients %.0f MiB for a box of %lldx%lldx%lld); `tessera train` "
                       "names a parallel.sp that fits", (long long)b->memlim, most, b->plan.activations_mb,
-                      (long long)b->box[0], (long long)b->box[1], (long long)b->box[2]);
-    const int64_t *box = b->box;
+                      (long long)b->L->box[0], (long long)b->L->box[1], (long long)b->L->box[2]);
+    const int64_t *box = b->L->box;
     TS_TRY(ts_tensor_alloc(&b->image, TS_FLOAT32, 5, (const int64_t[]){b->batch, b->u.in_channels, box[0], box[1], box[2]}));
     TS_TRY(ts_tensor_alloc(&b->label, TS_UINT8, 4, (const int64_t[]){b->batch, box[0], box[1], box[2]}));
-    ts_synthetic_batch((uint64_t)b->seed, b->grid->d, 0, (int)b->batch, b->u.in_channels, b->u.classes, b->u.patch,
-                       b->box_lo, box, b->image.data, b->label.data);
+    ts_synthetic_batch((uint64_t)b->seed, b->L->grid->d, 0, (int)b->batch, b->u.in_channels, b->u.classes, b->u.patch,
+                       b->L->box_lo, box, b->image.data, b->label.data);
     b->bb.image = &b->image;
     b->bb.label = &b->label;
     return ts_err_agree(b->comm, ts_unet_setup(b->m, (int)b->batch, (int)box[0], (int)box[1], (int)box[2]));
@@ -233,23 +221,23 @@ static int setup_data(bench *b)
 static void header(const bench *b, ts_bench_step_result *r)
 {
     MPI_Comm_size(b->comm, &r->ranks);
-    r->dp = b->grid->dp;
-    r->pp = b->grid->pp;
-    r->sp = b->grid->sp;
-    r->micro = b->M;
+    r->dp = b->L->grid->dp;
+    r->pp = b->L->grid->pp;
+    r->sp = b->L->grid->sp;
+    r->micro = b->L->micro;
     r->steps = b->o->steps;
     r->warmup = b->o->warmup;
     r->batch = b->batch;
     for (int d = 0; d < 3; d++) {
-        r->dims[d] = b->dims[d];
-        r->box[d] = b->box[d];
+        r->dims[d] = b->L->sp_dims[d];
+        r->box[d] = b->L->box[d];
         r->patch[d] = b->u.patch[d];
     }
     r->threads = 1;
 #ifdef _OPENMP
     r->threads = omp_get_max_threads();
 #endif
-    r->schedule = b->kind == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
+    r->schedule = b->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
     r->precision = b->u.precision == TS_PREC_BF16 ? "bf16" : b->u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->kernels = b->u.precision == TS_PREC_BF16   ? ts_nn_bf16_isa()
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"
@@ -271,7 +259,7 @@ static int compare_gradients(bench *b, ck_variant v[2], ts_bench_step_compare *r
     const ts_arena *a = ts_unet_arena(b->m);
     float *g = TS_MALLOC(a->nparam * sizeof(float) + 1);
     double loss, nz = 0;
-    const int64_t *box = b->box;
+    const int64_t *box = b->L->box;
     if (!g) return TS_ERR(TS_ERR_NOMEM, "bench step: gradient copy");
     for (int k = 0; k < 2; k++) {
         TS_CHECK(ts_unet_set_checkpoint(b->m, v[k].mask));
@@ -293,7 +281,7 @@ cleanup:
 /* Collective. One round of variant x: warm-up and timed steps, then its memory. */
 static int compare_round(bench *b, const ts_unet_split *split, ck_variant *x)
 {
-    const int64_t *box = b->box;
+    const int64_t *box = b->L->box;
     const int warmup = b->o->warmup, steps = b->o->steps;
     double loss;
     TS_TRY(ts_unet_set_checkpoint(b->m, x->mask));
@@ -378,7 +366,7 @@ static int compare_checkpoint(bench *b, ts_bench_step_compare *r)
     if (!r->round_step_ratio || !r->round_cpu_ratio) TS_FAIL(TS_ERR_NOMEM, "bench step: step times");
     TS_CHECK(compare_gradients(b, v, r));
     for (int k = 0; k < rounds; k++)
-        for (int x = 1; x >= 0; x--) TS_CHECK(compare_round(b, b->spn > 1 ? &own : NULL, &v[x]));
+        for (int x = 1; x >= 0; x--) TS_CHECK(compare_round(b, b->L->grid->sp > 1 ? &own : NULL, &v[x]));
     compare_figures(v, rounds, steps, r);
     ts_unet_checkpoint_str(v[0].mask, r->levels[0], sizeof r->levels[0]);
     ts_unet_checkpoint_str(v[1].mask, r->levels[1], sizeof r->levels[1]);
@@ -409,8 +397,10 @@ static int timed_steps(bench *b, step_sums *s)
     for (int k = 0; k < warmup + steps; k++) {
         const int timed = k >= warmup;
         if (k == warmup) {
+            b->param_avgs = 0;
+            b->avg_s = 0;
             ts_unet_profile_reset(b->m);
-            ts_spatial_set_stats(b->sp, &halo0);
+            ts_spatial_set_stats(b->L->spatial, &halo0);
             if (b->pipe) s->pst0 = *ts_pipeline_get_stats(b->pipe);
         }
         const int with_perf = overhead && (k % 2 == 0);
@@ -442,7 +432,7 @@ static int timed_steps(bench *b, step_sums *s)
             if (t3 - t0 < s->best) s->best = t3 - t0;
         }
     }
-    if (b->pipe) TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &s->loss, 1, MPI_DOUBLE, MPI_SUM, b->grid->pp_comm)); /* the last stage's */
+    if (b->pipe) TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &s->loss, 1, MPI_DOUBLE, MPI_SUM, b->L->grid->pp_comm)); /* the last stage's */
     return 0;
 }
 
@@ -450,7 +440,7 @@ static int timed_steps(bench *b, step_sums *s)
 static int stage_figures(bench *b, const step_sums *s, ts_bench_step_result *r)
 {
     enum { NV = 8 };
-    const int steps = b->o->steps, P = b->grid->pp;
+    const int steps = b->o->steps, P = b->L->grid->pp;
     double *sv = TS_CALLOC((size_t)P * NV, sizeof *sv);
     r->stages = TS_CALLOC((size_t)P, sizeof *r->stages);
     if (!sv || !r->stages) {
@@ -460,7 +450,7 @@ static int stage_figures(bench *b, const step_sums *s, ts_bench_step_result *r)
     const ts_pipeline_stats *ps = ts_pipeline_get_stats(b->pipe);
     int u0, u1, slots;
     ts_unet_stage(b->m, &u0, &u1, &slots);
-    double *v = sv + b->grid->p * NV;
+    double *v = sv + b->L->grid->p * NV;
     v[0] = (ps->busy_s - s->pst0.busy_s) / steps;
     v[1] = (ps->span_s - s->pst0.span_s) / steps;
     v[2] = (ps->wait_s - s->pst0.wait_s) / steps;
@@ -515,6 +505,25 @@ static void overhead_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     r->brackets_per_step = (double)pairs / s->n_on;
 }
 
+/* Local. The gradient path's figures: local SGD's averages, compression's bytes. */
+static void grad_figures(const bench *b, ts_bench_step_result *r)
+{
+    const ts_layout *L = b->L;
+    r->grad_path = ts_layout_grad_name(L->grad_kind);
+    r->local_steps = L->spec.local_steps;
+    r->local_sgd = L->spec.local_node ? "node" : "global";
+    r->param_averages = b->param_avgs;
+    r->param_average_s = b->avg_s / b->o->steps;
+    ts_dp_compress_stats cs;
+    ts_dp_compress_get(ts_stepper_dp(b->stepper), &cs);
+    if (L->grad_kind == TS_GRAD_COMPRESS) ts_compress_name(&L->spec.compress.cfg, r->compress, sizeof r->compress);
+    else snprintf(r->compress, sizeof r->compress, "none");
+    r->compressed_steps = cs.compressed_steps;
+    r->reduced_steps = cs.steps;
+    r->grad_bytes = cs.step.wire;
+    r->grad_bytes_fp32 = cs.step.wire_fp32;
+}
+
 /* Collective. The figures of the timed steps. */
 static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
 {
@@ -523,7 +532,7 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     double slowest = s->total;
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, b->comm));
     r->step_s = slowest / steps;
-    r->samples_per_s = (double)b->batch * b->M * b->grid->dp / r->step_s;
+    r->samples_per_s = (double)b->batch * b->L->micro * b->L->grid->dp / r->step_s;
     r->voxels_per_s = r->samples_per_s * (double)b->u.patch[0] * b->u.patch[1] * b->u.patch[2];
     r->best_s = s->best;
     r->forward_s = s->fwd / steps;
@@ -535,12 +544,13 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     r->comm_exposed_s = s->comm_exposed / steps;
     r->buckets = ts_stepper_buckets(b->stepper);
     r->loss = s->loss;
-    r->bubble_formula = ts_pipe_bubble(b->grid->pp, b->M);
+    r->bubble_formula = ts_pipe_bubble(b->L->grid->pp, b->L->micro);
+    grad_figures(b, r);
     if (b->pipe) TS_TRY(stage_figures(b, s, r));
     double rss_all = peak_rss_mb();
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &rss_all, 1, MPI_DOUBLE, MPI_MAX, b->comm));
     r->rss_mb = rss_all; /* the largest over ranks */
-    const ts_spatial_stats *hs = ts_spatial_get_stats(b->sp);
+    const ts_spatial_stats *hs = ts_spatial_get_stats(b->L->spatial);
     double hv[4] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)ts_unet_activation_bytes(b->m)};
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, hv, 4, MPI_DOUBLE, MPI_MAX, b->comm));
     r->halo_exposed_s = hv[0] / steps;
@@ -560,7 +570,7 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
 static int calibrate(bench *b, ts_bench_step_result *r)
 {
     const char *th = getenv("OMP_NUM_THREADS");
-    return ts_plan_calib_from_profile(&b->u, (int)b->batch, b->box, r->prof, r->optimizer_s, r->step_s, r->act_bytes,
+    return ts_plan_calib_from_profile(&b->u, (int)b->batch, b->L->box, r->prof, r->optimizer_s, r->step_s, r->act_bytes,
                                       (double)ts_unet_arena(b->m)->nparam, b->plan.process_mb,
                                       th ? atoi(th) : r->threads, &r->cal);
 }
@@ -570,9 +580,7 @@ static void bench_free(bench *b)
     ts_stepper_destroy(&b->stepper);
     ts_pipeline_destroy(&b->pipe);
     ts_perf_destroy(&b->perf);
-    ts_coll_destroy(&b->coll);
-    ts_spatial_destroy(&b->sp);
-    ts_grid_destroy(&b->grid);
+    ts_layout_destroy(&b->L);
     ts_tensor_free(&b->image);
     ts_tensor_free(&b->label);
     ts_unet_destroy(&b->m);
@@ -728,6 +736,17 @@ static void json_steps(cJSON *o, const ts_bench_step_result *r, const char *conf
     cJSON_AddNumberToObject(o, "halo_hidden_ms", r->halo_hidden_s * 1e3);
     cJSON_AddNumberToObject(o, "spatial_sums_ms", r->spatial_sums_s * 1e3);
     cJSON_AddNumberToObject(o, "microbatches", r->micro);
+    cJSON *gp = cJSON_AddObjectToObject(o, "grad_path");
+    cJSON_AddStringToObject(gp, "kind", r->grad_path);
+    cJSON_AddNumberToObject(gp, "local_steps", r->local_steps);
+    cJSON_AddStringToObject(gp, "local_sgd", r->local_sgd);
+    cJSON_AddNumberToObject(gp, "parameter_averages", (double)r->param_averages);
+    cJSON_AddNumberToObject(gp, "param_average_ms", r->param_average_s * 1e3);
+    cJSON_AddStringToObject(gp, "compress", r->compress);
+    cJSON_AddNumberToObject(gp, "reduced_steps", (double)r->reduced_steps);
+    cJSON_AddNumberToObject(gp, "compressed_steps", (double)r->compressed_steps);
+    cJSON_AddNumberToObject(gp, "bytes_per_step", r->grad_bytes);
+    cJSON_AddNumberToObject(gp, "bytes_per_step_fp32", r->grad_bytes_fp32);
     if (r->stages) json_stages(o, r);
     cJSON_AddNumberToObject(o, "threads", r->threads);
     cJSON_AddStringToObject(o, "config", config);

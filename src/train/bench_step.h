@@ -67,6 +67,15 @@ typedef struct ts_bench_step_result {
     char perf_what[1024];
     double prof[TS_PROF_COUNT]; /* seconds per step per layer kind (profile) */
     ts_plan_calib cal;          /* with opts.calibrate, rank 0: the rates of this run's box (not written) */
+    /* the gradient path, as `tessera train` takes it (src/parallel/layout.h) */
+    const char *grad_path;      /* plain, compress, zero or local (static) */
+    int local_steps;            /* parallel.local_steps */
+    const char *local_sgd;      /* parallel.local_sgd: global or node (static) */
+    int64_t param_averages;     /* local SGD: parameter averages in the timed steps */
+    double param_average_s;     /* their time per timed step (inside step_s) */
+    char compress[64];          /* parallel.compress ("none") */
+    int64_t compressed_steps, reduced_steps; /* steps whose buckets went compressed, of the steps reduced */
+    double grad_bytes, grad_bytes_fp32; /* bytes one rank sends per step for its gradients: as run, as float32 */
     int compared;            /* compare ran: only cmp and the header fields are set */
     ts_bench_step_compare cmp;
 } ts_bench_step_result;

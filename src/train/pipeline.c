@@ -503,3 +503,14 @@ int ts_pipeline_cut(const ts_unet *m, int P, const char *spec, const double *cos
     first[P] = U;
     return 0;
 }
+
+int ts_pipeline_create_on(ts_unet *m, const ts_layout *L, int batch, int *first, double *cost, ts_pipeline **out)
+{
+    *out = NULL;
+    const int P = L->grid->pp;
+    if (P == 1) return 0;
+    const ts_spatial_stats halo0 = *ts_spatial_get_stats(L->spatial); /* the timing pass's exchanges are not a step's */
+    TS_TRY(ts_pipeline_plan(m, L->grid->world, P, L->spec.pp_cut, batch, L->box, first, cost));
+    ts_spatial_set_stats(L->spatial, &halo0);
+    return ts_pipeline_create(m, L->grid->pp_comm, first, L->spec.schedule, L->micro, out);
+}

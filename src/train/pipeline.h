@@ -17,6 +17,7 @@
 
 #include "src/core/tensor.h"
 #include "src/model/unet.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/pipe.h"
 
 typedef struct ts_pipeline ts_pipeline;
@@ -88,5 +89,12 @@ int ts_pipeline_plan(ts_unet *m, MPI_Comm world, int P, const char *spec, int ba
  * otherwise a comma list of the units that start stages 1 .. P-1 ("enc2,dec1");
  * errors name parallel.pp_cut and the units. */
 int ts_pipeline_cut(const ts_unet *m, int P, const char *spec, const double *cost, int *first);
+/* Collective on L's world. The pipeline of a layout with pp > 1 (*out NULL
+ * when pp = 1): the cut of parallel.pp_cut planned on L's world for a box of
+ * L's (ts_pipeline_plan, the timing pass's halo figures not counted), then
+ * the stages on L's pipeline group with its schedule and micro-batches.
+ * first (pp + 1 entries) and cost (the model's units) receive the cut and
+ * the measured costs. Errors agreed. */
+int ts_pipeline_create_on(ts_unet *m, const ts_layout *L, int batch, int *first, double *cost, ts_pipeline **out);
 
 #endif

@@ -573,3 +573,25 @@ const ts_dp *ts_stepper_dp(const ts_stepper *s) { return s->dp; }
 
 const ts_step_times *ts_stepper_times(const ts_stepper *s) { return &s->t; }
 int ts_stepper_buckets(const ts_stepper *s) { return ts_dp_buckets(s->dp); }
+
+int ts_stepper_average_params(ts_stepper *s, ts_coll *replicas)
+{
+    if (ts_coll_size(replicas) == 1) return 0;
+    ts_arena *a = s->arena;
+    size_t lo, hi;
+    ts_stepper_param_range(s, &lo, &hi);
+    ts_perf_begin(s->perf, TS_PH_PARAM_AVG);
+    int err = 0;
+    if (hi > lo) {
+        err = ts_coll_allreduce(replicas, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+        for (int k = 0; !err && k < a->nstate; k++)
+            err = ts_coll_allreduce(replicas, TS_IN_PLACE, a->state[k] + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
+    }
+    for (int i = 0; !err && i < a->n; i++) {
+        if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
+        ts_tensor b = ts_arena_value(a, i);
+        err = ts_coll_allreduce(replicas, TS_IN_PLACE, b.data, (size_t)b.shape[0], TS_FLOAT32, TS_OP_AVG);
+    }
+    ts_perf_end(s->perf, TS_PH_PARAM_AVG);
+    return err;
+}

@@ -112,6 +112,11 @@ void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
 /* Local. Gradient compression of the buckets from the next step on
  * (src/parallel/dp.h; kept across ts_stepper_set_pipeline). */
 int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c);
+/* Collective on replicas. Local SGD's parameter average: this stage's
+ * parameters, the optimizer state and the float buffers (batch-norm
+ * statistics) averaged over replicas (the layout's replicas group), timed as
+ * TS_PH_PARAM_AVG. A group of one rank does nothing. */
+int ts_stepper_average_params(ts_stepper *s, ts_coll *replicas);
 /* Local. The bucket reducer (its compression figures). */
 const ts_dp *ts_stepper_dp(const ts_stepper *s);
 /* Local. Accumulated phase times; number of buckets. */

@@ -25,6 +25,7 @@
 #include "src/optim/optim.h"
 #include "src/parallel/dp.h"
 #include "src/parallel/grid.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/run.h"
@@ -51,25 +52,6 @@ const ts_cfg_key ts_train_config_keys[] = {
     {"train.dump_grads", TS_CFG_STRING, "", NULL, "write the first step's gradients (reduced, before the optimizer) and "
      "buffers to this HDF5 file, the same from any layout (docs/parallelism.md, \"Equal to one rank\")"},
     {"train.log_seconds", TS_CFG_FLOAT, "30", "0.1:", "seconds between progress lines in a batch log"},
-    {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
-    {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
-    {"parallel.pp_cut", TS_CFG_STRING, "auto", NULL, "first units of stages 1..pp-1, e.g. enc2,dec1; auto: balanced by a timing pass"},
-    {"parallel.sp", TS_CFG_INT, "1", "1:", "ranks sharing each sample's volume (spatial parallelism)"},
-    {"parallel.sp_dims", TS_CFG_STRING, "auto", NULL, "split of the patch over parallel.sp ranks: D,H,W counts, or auto (depth first)"},
-    {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
-    {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
-    {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
-    /* gradient compression of the buckets: src/parallel/dp.c, collectives/compress.c */
-    {"parallel.compress", TS_CFG_STRING, "none", NULL, "gradient compression: none, bf16, fp16, topk:RATIO, sign or powersgd:RANK"},
-    {"parallel.compress_warmup", TS_CFG_INT, "0", "0:", "first steps of each start with uncompressed gradients (as 1-bit Adam's warm-up)"},
-    {"parallel.local_steps", TS_CFG_INT, "1", "1:", "local SGD: replicas step on their own gradients and average parameters "
-     "and optimizer state every this many steps (1: synchronous data parallelism)"},
-    {"parallel.local_sgd", TS_CFG_ENUM, "global", "global|node", "local SGD (parallel.local_steps > 1): global: no gradient "
-     "exchange between replicas; node: gradients averaged over the replicas of a node every step, parameters over all "
-     "every local_steps"},
-    {"parallel.zero", TS_CFG_INT, "0", "0:1", "1: sharded optimizer state (ZeRO stage 1): gradients reduce-scattered, each rank "
-     "of the gradient group (dp x sp) steps its shard of the parameters and holds only its shard's optimizer state, "
-     "parameters all-gathered; checkpoints stay whole"},
     {"model.sync_bn", TS_CFG_BOOL, "false", NULL, "batch-norm statistics over the data-parallel group"},
     {"model.init", TS_CFG_STRING, "", NULL, "start from these weights (a weights file: tessera model init, model run, or "
      "exported from PyTorch; docs/formats-weights.md) instead of train.seed's; a checkpoint resumed replaces them"},
@@ -103,24 +85,13 @@ const ts_cfg_key ts_train_config_keys[] = {
 
 typedef struct trainer {
     const ts_config *cfg;
-    ts_grid *grid;
-    ts_coll *coll;   /* gradient group: dp replicas x sp pieces */
-    ts_coll *rcoll;  /* replicas (evaluation windows); = coll when sp = 1 and pp = 1 */
-    ts_coll *acoll;  /* every rank (evaluation sums over stages); = coll when pp = 1 */
-    ts_coll *gcoll;  /* local SGD: the stepper's gradient group (sp pieces, or a node's replicas x sp); NULL: coll */
-    ts_coll *zcoll, *zin; /* parallel.compress with sp > 1: the replicas (compressed), the pieces (exact); else NULL */
-    int local_steps, local_node; /* parallel.local_steps, parallel.local_sgd = node */
+    ts_layout *L;    /* the grid, every group's collectives, the spatial split, the gradient path (src/parallel/layout.h) */
     int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
     int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
-    int zero;                 /* parallel.zero: sharded optimizer state */
     double state_bytes_max;   /* optimizer state bytes on the rank holding the most */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
     double unit_cost[TS_UNET_MAX_LEVELS * 4];
-    int micro;       /* micro-batches per step: train.accum, or parallel.microbatches with a pipeline */
-    ts_spatial *spatial;
-    int sp_dims[3];
-    int64_t box_lo[3], box[3]; /* this rank's box of every patch */
     int64_t mem_limit_mb;
     ts_unet *model;
     ts_arena *arena;
@@ -132,7 +103,7 @@ typedef struct trainer {
     ts_stepper *stepper;
     ts_run run;
     ts_unet_cfg ucfg;
-    int batch, accum, sync_bn, have_data, rank, nranks;
+    int batch, accum, sync_bn, have_data;
     int64_t total_steps, step, epoch_steps;
     int64_t *val, nval, *trn, ntrn, syn_step;
     /* synthetic data when data.path is unset */
@@ -157,11 +128,11 @@ typedef struct trainer {
 static int sync_buffers(trainer *t)
 {
     ts_arena *a = t->arena;
-    if (t->nranks == 1 || a->nbuf == 0) return 0;
+    if (t->L->dp_size == 1 || a->nbuf == 0) return 0;
     for (int i = 0; i < a->n; i++) {
         if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
         ts_tensor v = ts_arena_value(a, i);
-        TS_TRY(ts_coll_allreduce(t->coll, TS_IN_PLACE, v.data, (size_t)v.shape[0], TS_FLOAT32, TS_OP_AVG));
+        TS_TRY(ts_coll_allreduce(t->L->grad, TS_IN_PLACE, v.data, (size_t)v.shape[0], TS_FLOAT32, TS_OP_AVG));
     }
     return 0;
 }
@@ -169,93 +140,38 @@ static int sync_buffers(trainer *t)
 /* ---- local SGD ---- */
 /* parallel.local_steps > 1: the stepper's gradients are averaged only over
  * the rank's spatial pieces (global), or over the replicas of its node and
- * their pieces (node); parameters, optimizer state and batch-norm buffers
- * are averaged over all replicas every local_steps steps (and before a
- * checkpoint or an evaluation, so both see one model). Collective on world. */
-static int setup_local_sgd(trainer *t, const ts_coll_opts *co)
-{
-    int64_t v;
-    const char *mode;
-    TS_TRY(ts_config_get_int(t->cfg, "parallel.local_steps", &v));
-    TS_TRY(ts_config_get_str(t->cfg, "parallel.local_sgd", &mode));
-    t->local_steps = (int)v;
-    t->local_node = !strcmp(mode, "node");
-    if (t->local_steps <= 1) return 0;
-    if (t->local_node && !t->grid->sp_one_node)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.local_sgd = node needs every spatial group inside one node (its pieces "
-                      "reduce gradients every step): use parallel.local_sgd = global, or a parallel.sp that divides the "
-                      "ranks per node");
-    MPI_Comm gc;
-    TS_MPI_TRY(MPI_Comm_split(t->grid->stage_comm, t->local_node ? t->grid->node : t->grid->d, t->grid->rank, &gc));
-    int err = ts_coll_create(gc, co, &t->gcoll);
-    MPI_Comm_free(&gc);
-    return err;
-}
-
+ * their pieces (node): the layout's grad_reduce group; parameters,
+ * optimizer state and batch-norm buffers are averaged over all replicas
+ * every local_steps steps (and before a checkpoint or an evaluation, so
+ * both see one model). */
 /* averages this rank's parameters, optimizer state and batch-norm buffers
  * over the replicas (local SGD); no-op when already done after this step */
 static int local_average(trainer *t, int64_t after_step)
 {
-    if (t->local_steps <= 1 || t->last_avg == after_step) return 0;
+    if (t->L->spec.local_steps <= 1 || t->last_avg == after_step) return 0;
     t->last_avg = after_step;
-    if (ts_coll_size(t->rcoll) == 1) return 0;
-    ts_arena *a = t->arena;
-    size_t lo, hi;
-    ts_stepper_param_range(t->stepper, &lo, &hi);
-    ts_perf_begin(t->perf, TS_PH_PARAM_AVG);
-    int err = 0;
-    if (hi > lo) {
-        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
-        for (int s = 0; !err && s < a->nstate; s++)
-            err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, a->state[s] + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
-    }
-    for (int i = 0; !err && i < a->n; i++) {
-        if (a->p[i].kind != TS_BUFFER || a->p[i].dtype != TS_FLOAT32) continue;
-        ts_tensor b = ts_arena_value(a, i);
-        err = ts_coll_allreduce(t->rcoll, TS_IN_PLACE, b.data, (size_t)b.shape[0], TS_FLOAT32, TS_OP_AVG);
-    }
-    ts_perf_end(t->perf, TS_PH_PARAM_AVG);
+    if (ts_coll_size(t->L->replicas) == 1) return 0;
+    const int err = ts_stepper_average_params(t->stepper, t->L->replicas);
     t->param_avgs++;
     return err;
 }
 
 /* ---- sharded optimizer state (parallel.zero = 1) ---- */
-/* Reads parallel.zero; refuses what cannot compose with it, before any work. */
-static int setup_zero(trainer *t)
-{
-    int64_t v;
-    TS_TRY(ts_config_get_int(t->cfg, "parallel.zero", &v));
-    t->zero = (int)v;
-    if (t->zero && t->local_steps > 1)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.local_steps = %d: a sharded optimizer steps "
-                      "each shard on gradients reduced over the whole group every step, while local SGD's replicas step "
-                      "on their own gradients and so each need the whole optimizer state; use one of the two",
-                      ts_config_source(t->cfg, "parallel.zero"), t->local_steps);
-    const char *comp;
-    TS_TRY(ts_config_get_str(t->cfg, "parallel.compress", &comp));
-    if (t->zero && strcmp(comp, "none"))
-        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.compress = %s (%s): the sharded optimizer "
-                      "reduce-scatters the buckets, and the compressors (error feedback, PowerSGD's factors) work on "
-                      "whole-bucket allreduces; use one of the two", ts_config_source(t->cfg, "parallel.zero"), comp,
-                      ts_config_source(t->cfg, "parallel.compress"));
-    return 0;
-}
-
 /* Once the stepper exists: shards its optimizer (zero = 1) and says how much
  * optimizer state each rank holds. Collective on world. */
 static int start_zero(trainer *t)
 {
     const ts_arena *a = t->arena;
     const int ns = ts_optim_state_count(&t->opt.cfg);
-    if (t->zero) TS_TRY(ts_err_agree(t->grid->world, ts_stepper_set_zero(t->stepper)));
+    if (t->L->spec.zero) TS_TRY(ts_err_agree(t->L->grid->world, ts_stepper_set_zero(t->stepper)));
     const double mine = (double)ts_stepper_state_floats(t->stepper) * ns * sizeof(float);
     const double whole = (double)a->nparam * ns * sizeof(float), MiB = 1048576.0;
     t->state_bytes_max = mine;
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &t->state_bytes_max, 1, MPI_DOUBLE, MPI_MAX, t->grid->world));
-    if (t->zero)
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &t->state_bytes_max, 1, MPI_DOUBLE, MPI_MAX, t->L->grid->world));
+    if (t->L->spec.zero)
         ts_run_say(&t->run, "optimizer state: parallel.zero = 1, sharded over the %d ranks of each gradient group (dp %d "
-                   "x sp %d%s): %.3f MiB per rank at most, %.3fx the whole state's %.3f MiB", ts_coll_size(t->coll),
-                   t->grid->dp, t->grid->sp, t->pipe ? ", within each pipeline stage" : "", t->state_bytes_max / MiB,
+                   "x sp %d%s): %.3f MiB per rank at most, %.3fx the whole state's %.3f MiB", ts_coll_size(t->L->grad),
+                   t->L->grid->dp, t->L->grid->sp, t->pipe ? ", within each pipeline stage" : "", t->state_bytes_max / MiB,
                    whole > 0 ? t->state_bytes_max / whole : 0.0, whole / MiB);
     else
         ts_run_say(&t->run, "optimizer state: %.3f MiB per rank (parallel.zero = 0: every rank holds all of it)",
@@ -312,7 +228,7 @@ static int gather_stages(trainer *t)
         if (i >= e0 && i < e1) continue;
         ts_tensor v = ts_arena_value(a, i);
         memset(v.data, 0, ts_tensor_bytes(&v));
-        if (a->p[i].kind != TS_PARAM || t->zero) continue; /* a sharded state is gathered by save_ckpt */
+        if (a->p[i].kind != TS_PARAM || t->L->spec.zero) continue; /* a sharded state is gathered by save_ckpt */
         for (int k = 0; k < a->nstate; k++) {
             ts_tensor st = ts_arena_state(a, k, i);
             memset(st.data, 0, ts_tensor_bytes(&st));
@@ -321,14 +237,14 @@ static int gather_stages(trainer *t)
     float *regions[2 + TS_ARENA_MAX_STATE] = {a->params, a->buffers};
     size_t sizes[2 + TS_ARENA_MAX_STATE] = {a->nparam, a->nbuf};
     int nr = 2;
-    for (int k = 0; k < a->nstate && !t->zero; k++) {
+    for (int k = 0; k < a->nstate && !t->L->spec.zero; k++) {
         regions[nr] = a->state[k];
         sizes[nr++] = a->nparam;
     }
     for (int r = 0; r < nr; r++)
         for (size_t off = 0; off < sizes[r]; off += (size_t)1 << 28) { /* pieces below INT_MAX ints */
             const size_t n = sizes[r] - off < ((size_t)1 << 28) ? sizes[r] - off : ((size_t)1 << 28);
-            TS_MPI_TRY(TS_WATCHED("checkpoint: gathering the stages", MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->grid->pp_comm)));
+            TS_MPI_TRY(TS_WATCHED("checkpoint: gathering the stages", MPI_Allreduce(MPI_IN_PLACE, regions[r] + off, (int)n, MPI_INT32_T, MPI_BOR, t->L->grid->pp_comm)));
         }
     return 0;
 }
@@ -353,9 +269,9 @@ static int full_state(trainer *t, float **full)
 {
     const ts_arena *a = t->arena;
     memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
-    if (t->zero && t->grid->rank != 0) return 0;
+    if (t->L->spec.zero && t->L->grid->rank != 0) return 0;
     for (int s = 0; s < a->nstate; s++) {
-        full[s] = t->zero ? TS_ALIGNED_ALLOC((a->nparam ? a->nparam : 16) * sizeof(float)) : a->state[s];
+        full[s] = t->L->spec.zero ? TS_ALIGNED_ALLOC((a->nparam ? a->nparam : 16) * sizeof(float)) : a->state[s];
         if (!full[s]) return TS_ERR(TS_ERR_NOMEM, "whole optimizer state for the checkpoint (%zu floats)", a->nparam);
     }
     return 0;
@@ -363,7 +279,7 @@ static int full_state(trainer *t, float **full)
 
 static void free_full_state(trainer *t, float **full)
 {
-    for (int s = 0; s < TS_ARENA_MAX_STATE && t->zero; s++) free(full[s]);
+    for (int s = 0; s < TS_ARENA_MAX_STATE && t->L->spec.zero; s++) free(full[s]);
     memset(full, 0, sizeof *full * TS_ARENA_MAX_STATE);
 }
 
@@ -382,15 +298,15 @@ static int save_ckpt(trainer *t)
     {
         /* never a checkpoint from non-finite parameters (it would rotate good ones out) */
         int bad = !params_finite(t->arena);
-        TS_MPI(TS_WATCHED("checkpoint: finite parameters", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->grid->world)));
+        TS_MPI(TS_WATCHED("checkpoint: finite parameters", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->L->grid->world)));
         if (bad)
             TS_FAIL(TS_ERR_NUMERIC, "step %lld: the parameters are not finite (NaN or Inf): no checkpoint is written "
                     "(the newest in %s/ckpt stays the newest); lower train.lr or set train.clip_norm",
                     (long long)t->step, t->run.dir);
     }
     /* a sharded state is gathered whole onto the writer, rank 0 (transient; docs/parallelism.md) */
-    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
-    if (t->zero) TS_CHECK(ts_stepper_state_gather(t->stepper, t->grid->world, full));
+    TS_CHECK(ts_err_agree(t->L->grid->world, full_state(t, full)));
+    if (t->L->spec.zero) TS_CHECK(ts_stepper_state_gather(t->stepper, t->L->grid->world, full));
     TS_CHECK(ckpt_items(t, full, &it, &n));
     TS_CHECK(ts_config_get_int(t->cfg, "ckpt.keep", &keep));
     FILE *mf = open_memstream(&text, &tlen);
@@ -401,7 +317,7 @@ static int save_ckpt(trainer *t)
     ts_ckpt_meta m = {.step = t->step,
                       .epoch = t->epoch_steps ? t->step / t->epoch_steps : 0,
                       .sampler_position = t->loader ? ts_loader_position(t->loader) : 0,
-                      .ranks = t->nranks,
+                      .ranks = t->L->world_size,
                       .config_hash = ts_config_hash(t->cfg),
                       .config = text,
                       .loss_scale = t->ls.dynamic ? t->ls.scale : 0,
@@ -411,7 +327,7 @@ static int save_ckpt(trainer *t)
     m.seed = (uint64_t)seed;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
     ts_watch_enter("checkpoint write (parallel HDF5)", "world", 0); /* collective HDF5 calls wait for every rank */
-    err = TS_CTX(ts_ckpt_save(t->grid->world, dir, it, n, &m, (int)keep, path, sizeof path), "the checkpoint of step %lld "
+    err = TS_CTX(ts_ckpt_save(t->L->grid->world, dir, it, n, &m, (int)keep, path, sizeof path), "the checkpoint of step %lld "
                  "in %s", (long long)t->step, dir);
     ts_watch_leave();
     TS_CHECK(err);
@@ -434,7 +350,7 @@ static int emergency_resume(trainer *t, const char *dir, ts_ckpt_item *it, int n
     int err = 0, lerr = 0;
     char line[1400] = "", path[4096];
     int64_t last = -1, done = -1;
-    if (t->grid->rank == 0) {
+    if (t->L->grid->rank == 0) {
         ts_emergency_meta em;
         ts_emergency_found f;
         if (ts_ckpt_latest(dir, path, sizeof path, &last) != 0) last = -1;
@@ -454,7 +370,7 @@ static int emergency_resume(trainer *t, const char *dir, ts_ckpt_item *it, int n
                 snprintf(line, sizeof line, "emergency state: %s lost at step %lld; the %d surviving rank file%s "
                          "(of %d ranks) hold%s all of step %lld, now %s", t->lost, (long long)em.step + 1, f.files,
                          f.files == 1 ? "" : "s", f.world_size, f.files == 1 ? "s" : "", (long long)em.step, path);
-                const int64_t gb = (int64_t)t->batch * t->micro * t->nranks;
+                const int64_t gb = (int64_t)t->batch * t->L->micro * t->L->dp_size;
                 if (f.global_batch > 0 && f.global_batch != gb) {
                     size_t k = strlen(line);
                     snprintf(line + k, sizeof line - k, "; note: the global batch is %lld, the run had %lld "
@@ -474,10 +390,10 @@ static int emergency_resume(trainer *t, const char *dir, ts_ckpt_item *it, int n
         }
         if (!lerr && last >= 0) lerr = ts_emergency_remove_upto(t->edir, last); /* states a checkpoint covers */
     }
-    TS_CHECK(ts_err_agree(t->grid->world, lerr));
-    TS_MPI(MPI_Bcast(line, (int)sizeof line, MPI_CHAR, 0, t->grid->world));
-    TS_MPI(MPI_Bcast(&done, 1, MPI_INT64_T, 0, t->grid->world));
-    TS_MPI(MPI_Bcast(&t->lost_at, 1, MPI_DOUBLE, 0, t->grid->world));
+    TS_CHECK(ts_err_agree(t->L->grid->world, lerr));
+    TS_MPI(MPI_Bcast(line, (int)sizeof line, MPI_CHAR, 0, t->L->grid->world));
+    TS_MPI(MPI_Bcast(&done, 1, MPI_INT64_T, 0, t->L->grid->world));
+    TS_MPI(MPI_Bcast(&t->lost_at, 1, MPI_DOUBLE, 0, t->L->grid->world));
     if (line[0]) ts_run_say(&t->run, "%s", line);
 cleanup:
     return err;
@@ -494,11 +410,11 @@ static int emergency_arm(trainer *t)
     if (!t->edir[0]) return 0;
     const char *names[TS_ARENA_MAX_STATE];
     ts_emergency_cfg c = {.dir = t->edir, .arena = t->arena, .e0 = 0, .e1 = t->arena->n,
-                          .state_sharded = t->zero, .state_names = names, .world_rank = t->grid->rank,
-                          .world_size = t->grid->size,
-                          .grid = {t->grid->d, t->grid->dp, t->grid->p, t->grid->pp, t->grid->s, t->grid->sp},
+                          .state_sharded = t->L->spec.zero, .state_names = names, .world_rank = t->L->grid->rank,
+                          .world_size = t->L->grid->size,
+                          .grid = {t->L->grid->d, t->L->grid->dp, t->L->grid->p, t->L->grid->pp, t->L->grid->s, t->L->grid->sp},
                           .config_hash = ts_config_hash(t->cfg),
-                          .global_batch = (int64_t)t->batch * t->micro * t->nranks};
+                          .global_batch = (int64_t)t->batch * t->L->micro * t->L->dp_size};
     int64_t seed;
     TS_TRY(ts_config_get_int(t->cfg, "train.seed", &seed));
     c.seed = (uint64_t)seed;
@@ -534,8 +450,8 @@ static int resume(trainer *t)
     int64_t st = INT64_MAX;
     snprintf(dir, sizeof dir, "%s/ckpt", t->run.dir);
     /* room for "/manifest.json" after the path (checkpoint.c) */
-    if (!autom) TS_CHECK(ts_err_agree(t->grid->world, ts_path_check(how, sizeof path - 16, "ckpt.resume")));
-    TS_CHECK(ts_err_agree(t->grid->world, full_state(t, full)));
+    if (!autom) TS_CHECK(ts_err_agree(t->L->grid->world, ts_path_check(how, sizeof path - 16, "ckpt.resume")));
+    TS_CHECK(ts_err_agree(t->L->grid->world, full_state(t, full)));
     TS_CHECK(ckpt_items(t, full, &it, &n));
     if (autom) TS_CHECK(emergency_resume(t, dir, it, n));
     ts_ckpt_meta m;
@@ -549,10 +465,10 @@ static int resume(trainer *t)
             snprintf(path, sizeof path, "%s", how);
         }
         /* a sharded state: rank 0 reads it and hands out the shards below */
-        int lerr = ts_ckpt_load(path, it, t->zero && t->grid->rank != 0 ? t->arena->n : n, &m);
+        int lerr = ts_ckpt_load(path, it, t->L->spec.zero && t->L->grid->rank != 0 ? t->arena->n : n, &m);
         if (!lerr && !params_finite(t->arena))
             lerr = TS_ERR(TS_ERR_FORMAT, "%s holds non-finite parameters (NaN or Inf)", path);
-        lerr = ts_err_agree(t->grid->world, lerr);
+        lerr = ts_err_agree(t->L->grid->world, lerr);
         if (!lerr) break;
         if (!autom || lerr == TS_ERR_NOMEM) {
             err = lerr; /* the agreed message stands */
@@ -561,7 +477,7 @@ static int resume(trainer *t)
         ts_run_say(&t->run, "checkpoint %s is not usable (%s): trying the one before it", path, ts_err_message());
         ts_err_clear();
     }
-    if (t->zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->grid->world, full)); /* each rank's shard */
+    if (t->L->spec.zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->L->grid->world, full)); /* each rank's shard */
     t->step = m.step;
     t->opt.step = m.step;
     if (t->ls.dynamic && m.loss_scale > 0) { /* the scale where it was (a checkpoint without one: the initial) */
@@ -572,7 +488,7 @@ static int resume(trainer *t)
     if (m.config_hash != ts_config_hash(t->cfg))
         ts_run_say(&t->run, "note: the config differs from the one that wrote %s (resuming anyway)", path);
     if (t->loader) TS_CHECK(ts_loader_seek(t->loader, m.sampler_position));
-    TS_CHECK(ts_err_agree(t->grid->world, ts_run_truncate_metrics(&t->run, m.step)));
+    TS_CHECK(ts_err_agree(t->L->grid->world, ts_run_truncate_metrics(&t->run, m.step)));
     ts_run_say(&t->run, "resumed from %s at step %lld", path, (long long)m.step);
 cleanup:
     free_full_state(t, full);
@@ -597,9 +513,9 @@ static int next_batch(trainer *t, ts_tensor *img, ts_tensor *lab)
         const ts_unet_cfg *u = &t->ucfg;
         int64_t seed;
         TS_TRY(ts_config_get_int(t->cfg, "train.seed", &seed));
-        ts_synthetic_batch((uint64_t)seed, t->rank, t->syn_step++, t->batch, u->in_channels, u->classes, u->patch,
-                           t->box_lo, t->box, t->syn_img, t->syn_lab);
-        int64_t si[5] = {t->batch, u->in_channels, t->box[0], t->box[1], t->box[2]}, sl[4] = {t->batch, t->box[0], t->box[1], t->box[2]};
+        ts_synthetic_batch((uint64_t)seed, t->L->dp_rank, t->syn_step++, t->batch, u->in_channels, u->classes, u->patch,
+                           t->L->box_lo, t->L->box, t->syn_img, t->syn_lab);
+        int64_t si[5] = {t->batch, u->in_channels, t->L->box[0], t->L->box[1], t->L->box[2]}, sl[4] = {t->batch, t->L->box[0], t->L->box[1], t->L->box[2]};
         *img = ts_tensor_view(t->syn_img, TS_FLOAT32, 5, si);
         *lab = ts_tensor_view(t->syn_lab, TS_UINT8, 4, sl);
     }
@@ -630,8 +546,8 @@ static int volume_surface(trainer *t, int64_t vol, const uint8_t *pred, const ui
     const int K = t->ucfg.classes;
     double sp[3];
     /* every rank reads the spacing: with the MPI-IO driver HDF5's metadata reads are collective */
-    TS_CHECK(ts_err_agree(t->grid->world, ts_dataset_spacing(t->eval_ds, vol, sp)));
-    if (t->rank == 0) {
+    TS_CHECK(ts_err_agree(t->L->grid->world, ts_dataset_spacing(t->eval_ds, vol, sp)));
+    if (t->L->world_rank == 0) { /* the root of the broadcast below */
         for (int k = 0; k < K && !lerr; k++) {
             ts_surface_metrics sm;
             lerr = ts_surface_metrics_class(pred, lab, dhw, sp, k, tol, &sm);
@@ -639,9 +555,9 @@ static int volume_surface(trainer *t, int64_t vol, const uint8_t *pred, const ui
             nsd[k] = sm.nsd;
         }
     }
-    TS_CHECK(ts_err_agree(t->grid->world, lerr));
-    TS_MPI(MPI_Bcast(hd95, K, MPI_DOUBLE, 0, t->grid->world));
-    TS_MPI(MPI_Bcast(nsd, K, MPI_DOUBLE, 0, t->grid->world));
+    TS_CHECK(ts_err_agree(t->L->grid->world, lerr));
+    TS_MPI(MPI_Bcast(hd95, K, MPI_DOUBLE, 0, t->L->grid->world));
+    TS_MPI(MPI_Bcast(nsd, K, MPI_DOUBLE, 0, t->L->grid->world));
 cleanup:
     return err;
 }
@@ -667,7 +583,7 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
     TS_CHECK(ts_config_get_float(t->cfg, "eval.nsd_tol", &tol));
     TS_CHECK(ts_config_get_bool(t->cfg, "eval.surface", &surface));
     TS_CHECK(eval_mirror_axes(t->cfg, &axes));
-    const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->spatial); /* training's figures only */
+    const ts_spatial_stats halo_before = *ts_spatial_get_stats(t->L->spatial); /* training's figures only */
     TS_CHECK(sync_buffers(t));
     const int64_t *vol = t->nval ? t->val : t->trn;
     int64_t nvol = t->nval ? t->nval : t->ntrn;
@@ -677,7 +593,7 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
     for (int64_t v = 0; v < nvol; v++) {
         ts_sample_info in;
         int lerr = ts_dataset_info(t->eval_ds, vol[v], &in);
-        TS_CHECK(ts_err_agree(t->grid->world, lerr));
+        TS_CHECK(ts_err_agree(t->L->grid->world, lerr));
         int64_t dhw[3] = {in.shape[1], in.shape[2], in.shape[3]}, nv = dhw[0] * dhw[1] * dhw[2];
         free(img);
         free(lab);
@@ -687,14 +603,14 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
         pred = malloc((size_t)nv);
         lerr = !img || !lab || !pred ? TS_ERR(TS_ERR_NOMEM, "evaluation volume %lld", (long long)vol[v]) : 0;
         if (!lerr) lerr = ts_patch_read_volume(t->eval_ds, vol[v], &lo.patch, img, lab);
-        TS_CHECK(ts_err_agree(t->grid->world, lerr));
+        TS_CHECK(ts_err_agree(t->L->grid->world, lerr));
         ts_eval_split es;
-        memcpy(es.box_lo, t->box_lo, sizeof es.box_lo);
-        memcpy(es.box_size, t->box, sizeof es.box_size);
-        es.all = t->acoll;
+        memcpy(es.box_lo, t->L->box_lo, sizeof es.box_lo);
+        memcpy(es.box_size, t->L->box, sizeof es.box_size);
+        es.all = t->L->all;
         es.forward = t->pipe ? pipe_forward : NULL;
         es.forward_ctx = t->pipe;
-        TS_CHECK(ts_eval_predict_mirror(t->model, t->rcoll, t->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
+        TS_CHECK(ts_eval_predict_mirror(t->model, t->L->replicas, t->L->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
                                         overlap, t->batch, axes, pred, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
         if (surface) {
@@ -712,7 +628,7 @@ static int evaluate(trainer *t, double *dice_out, double *hd95_out, double *nsd_
     }
     *surface_out = surface;
 cleanup:
-    ts_spatial_set_stats(t->spatial, &halo_before);
+    ts_spatial_set_stats(t->L->spatial, &halo_before);
     ts_perf_end(t->perf, TS_PH_EVAL);
     free(tp);
     free(img);
@@ -803,21 +719,21 @@ static int check_memory(trainer *t, int prefetch, double read_bytes)
     const ts_unet_cfg *u = &t->ucfg;
     ts_unet_split own;
     memset(&own, 0, sizeof own);
-    ts_spatial_split_dims(t->spatial, own.on);
+    ts_spatial_split_dims(t->L->spatial, own.on);
     for (int d = 0; d < 3; d++)
-        for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->spatial, d, side);
-    TS_TRY(ts_train_memory_plan(t->model, t->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->box,
-                                t->sp_dims, read_bytes, t->rss0_mb, &mp));
-    if (t->zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
+        for (int side = 0; side < 2; side++) own.nbr[d][side] = ts_spatial_neighbor(t->L->spatial, d, side);
+    TS_TRY(ts_train_memory_plan(t->model, t->L->grid->sp > 1 ? &own : NULL, u, t->batch, u->in_channels, prefetch, t->L->box,
+                                t->L->sp_dims, read_bytes, t->rss0_mb, &mp));
+    if (t->L->spec.zero) { /* the shard's optimizer state (the arena is allocated without it): about 1/(dp x sp) */
         const double st = (double)ts_optim_state_count(&t->opt.cfg) * (double)t->arena->nparam * 4 /
-                          ts_coll_size(t->coll) / 1048576.0;
+                          ts_coll_size(t->L->grad) / 1048576.0;
         mp.params_mb += st;
         mp.total_mb += st;
     }
     t->mem_plan = mp;
     if (t->mem_limit_mb <= 0 || mp.total_mb <= (double)t->mem_limit_mb) return 0;
     char hint[256] = "";
-    for (int sp = t->grid->sp * 2; sp <= 4096; sp *= 2) {
+    for (int sp = t->L->grid->sp * 2; sp <= 4096; sp *= 2) {
         int dims[3];
         if (ts_spatial_plan(sp, "auto", u->patch, u->levels, dims)) {
             ts_err_clear();
@@ -835,7 +751,7 @@ static int check_memory(trainer *t, int prefetch, double read_bytes)
         ts_mem_plan q;
         TS_TRY(ts_train_memory_plan(t->model, &fake, u, t->batch, u->in_channels, prefetch, box, dims,
                                     read_bytes * (double)(box[0] * box[1] * box[2]) /
-                                        (double)(t->box[0] * t->box[1] * t->box[2]),
+                                        (double)(t->L->box[0] * t->L->box[1] * t->L->box[2]),
                                     t->rss0_mb, &q));
         if (q.total_mb <= (double)t->mem_limit_mb) {
             snprintf(hint, sizeof hint, "; parallel.sp = %d (sp_dims %d,%d,%d) would need about %.0f MiB per rank", sp,
@@ -847,8 +763,8 @@ static int check_memory(trainer *t, int prefetch, double read_bytes)
                   "run.mem_limit_mb = %lld: this configuration needs about %.0f MiB per rank (activations and "
                   "gradients %.0f MiB for a box of %lldx%lldx%lld x batch %d, parameters and optimizer state %.0f MiB, "
                   "data %.0f MiB, halo buffers %.0f MiB, kernel scratch %.0f MiB, process at start %.0f MiB)%s",
-                  (long long)t->mem_limit_mb, mp.total_mb, mp.activations_mb, (long long)t->box[0], (long long)t->box[1],
-                  (long long)t->box[2], t->batch, mp.params_mb, mp.data_mb, mp.halo_mb, mp.scratch_mb, mp.process_mb,
+                  (long long)t->mem_limit_mb, mp.total_mb, mp.activations_mb, (long long)t->L->box[0], (long long)t->L->box[1],
+                  (long long)t->L->box[2], t->batch, mp.params_mb, mp.data_mb, mp.halo_mb, mp.scratch_mb, mp.process_mb,
                   hint[0] ? hint : "; no parallel.sp up to 4096 brings it under the limit: reduce data.patch or train.batch");
 }
 
@@ -886,23 +802,21 @@ static int check_eval_memory(trainer *t)
 /* the pipeline's cut: printed, and written to the run directory as pipeline.json */
 static int report_cut(trainer *t, const char *dir)
 {
-    const int P = t->grid->pp, U = ts_unet_units(t->model);
-    const char *cut, *sched;
+    const int P = t->L->grid->pp, U = ts_unet_units(t->model);
+    const char *cut = t->L->spec.pp_cut, *sched = t->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
     char name[32], line[1024], path[1100];
-    TS_TRY(ts_config_get_str(t->cfg, "parallel.pp_cut", &cut));
-    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
     const int measured = !strcmp(cut, "auto");
     FILE *f = NULL;
-    if (t->grid->rank == 0) {
+    if (t->L->grid->rank == 0) {
         snprintf(path, sizeof path, "%s/pipeline.json", dir);
         f = fopen(path, "w");
     }
-    int bad = t->grid->rank == 0 && !f;
-    TS_TRY(ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: cannot write the pipeline's cut", path) : 0));
+    int bad = t->L->grid->rank == 0 && !f;
+    TS_TRY(ts_err_agree(t->L->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: cannot write the pipeline's cut", path) : 0));
     if (f)
         fprintf(f, "{\n  \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"cut\": \"%s\",\n"
-                   "  \"bubble_formula\": %.6f,\n  \"stage\": [\n", P, t->micro, sched, measured ? "auto (timing pass)" : cut,
-                ts_pipe_bubble(P, t->micro));
+                   "  \"bubble_formula\": %.6f,\n  \"stage\": [\n", P, t->L->micro, sched, measured ? "auto (timing pass)" : cut,
+                ts_pipe_bubble(P, t->L->micro));
     double total = 0;
     for (int u = 0; u < U; u++) total += t->unit_cost[u];
     for (int k = 0; k < P; k++) {
@@ -926,8 +840,8 @@ static int report_cut(trainer *t, const char *dir)
         bad = fclose(f) != 0;
     }
     ts_run_say(&t->run, "pipeline: %d stages, %d micro-batches of %d per step, %s; ideal bubble (P-1)/(M+P-1) = %.3f", P,
-               t->micro, t->batch, sched, ts_pipe_bubble(P, t->micro));
-    return ts_err_agree(t->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: write failed", path) : 0);
+               t->L->micro, t->batch, sched, ts_pipe_bubble(P, t->L->micro));
+    return ts_err_agree(t->L->grid->world, bad ? TS_ERR(TS_ERR_IO, "%s: write failed", path) : 0);
 }
 
 /* ---- setup ---- */
@@ -973,9 +887,6 @@ static int setup_folds(trainer *t, const ts_config *cfg, int64_t n, double valf,
 
 /* what the parts of setup hand on to each other */
 typedef struct setup_ctx {
-    ts_coll_opts co;         /* coll.* */
-    ts_dp_compress compress; /* parallel.compress: checked first, applied to the stepper */
-    ts_pipe_kind kind;       /* parallel.schedule */
     int64_t seed;            /* train.seed */
     char dir[1024];          /* the run directory */
     int64_t global, base;    /* the global batch; train.base_batch */
@@ -983,36 +894,20 @@ typedef struct setup_ctx {
     const char *scaling;     /* train.lr_scaling */
 } setup_ctx;
 
-/* the grid, the spatial split of the patch and the collectives (checked before any work) */
-static int setup_grid(trainer *t, const ts_config *cfg, MPI_Comm world, setup_ctx *c)
+/* the layout: the grid, the spatial split of the patch, the collectives, the
+ * gradient path (every rule checked before any work) */
+static int setup_grid(trainer *t, const ts_config *cfg, MPI_Comm world)
 {
     int err = 0;
-    int64_t dp, pp, sp;
-    const char *spdims;
+    ts_layout_spec spec;
     t->cfg = cfg;
     t->rss0_mb = rss_now_mb();
-    TS_CHECK(ts_dp_compress_from_config(cfg, &c->compress));
-    TS_CHECK(ts_config_get_int(cfg, "parallel.dp", &dp));
-    TS_CHECK(ts_config_get_int(cfg, "parallel.pp", &pp));
-    TS_CHECK(ts_config_get_int(cfg, "parallel.sp", &sp));
-    TS_CHECK(ts_config_get_str(cfg, "parallel.sp_dims", &spdims));
     TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &t->mem_limit_mb));
-    TS_CHECK(ts_grid_create(world, (int)dp, (int)pp, (int)sp, &t->grid));
-    t->rank = t->grid->d;
-    t->nranks = t->grid->dp;
-    /* model config and the spatial split of its patch (checked before any work) */
     TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
-    TS_CHECK(ts_spatial_plan((int)sp, spdims, t->ucfg.patch, t->ucfg.levels, t->sp_dims));
-    TS_CHECK(ts_spatial_create(t->grid->sp_comm, t->sp_dims, &t->spatial));
-    TS_CHECK(ts_spatial_box(t->spatial, t->ucfg.patch, t->box_lo, t->box));
-    TS_CHECK(ts_coll_opts_from_config(cfg, &c->co));
-    TS_CHECK(ts_coll_create(t->grid->stage_comm, &c->co, &t->coll));
-    if (t->grid->sp > 1 || t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->dp_comm, &c->co, &t->rcoll));
-    else t->rcoll = t->coll;
-    if (t->grid->pp > 1) TS_CHECK(ts_coll_create(t->grid->world, &c->co, &t->acoll));
-    else t->acoll = t->coll;
-    TS_CHECK(setup_local_sgd(t, &c->co));
-    TS_CHECK(setup_zero(t));
+    TS_CHECK(ts_layout_spec_from_config(cfg, TS_LAYOUT_TRAIN, t->ucfg.patch, t->ucfg.levels, &spec));
+    TS_CHECK(ts_layout_create(world, &spec, cfg, &t->L));
+    if (t->L->note[0] && t->L->world_rank == 0) /* said once (the run directory is not open yet) */
+        fprintf(stderr, "tessera train: note: %s\n", t->L->note);
 cleanup:
     return err;
 }
@@ -1029,34 +924,8 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
     t->batch = (int)v;
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
-    c->kind = TS_PIPE_1F1B;
-    if (t->grid->pp > 1) { /* checked before any work */
-        const char *sched;
-        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
-        TS_CHECK(ts_config_get_str(cfg, "parallel.schedule", &sched));
-        TS_CHECK(ts_pipe_kind_parse(sched, &c->kind));
-        if (t->accum > 1)
-            TS_FAIL(TS_ERR_CONFIG, "train.accum = %d with parallel.pp = %d: a pipeline accumulates its micro-batches; "
-                    "set parallel.microbatches = %d instead", t->accum, t->grid->pp, t->accum);
-        if (c->kind == TS_PIPE_1F1B && v < t->grid->pp)
-            TS_FAIL(TS_ERR_CONFIG, "parallel.schedule = 1f1b needs parallel.microbatches >= parallel.pp, but %lld < %d "
-                    "(use more micro-batches, or parallel.schedule = gpipe)", (long long)v, t->grid->pp);
-        t->micro = (int)v;
-        const int U = 4 * t->ucfg.levels - 1; /* the model's layer units (ts_unet_units) */
-        if (t->grid->pp > U)
-            TS_FAIL(TS_ERR_CONFIG, "parallel.pp = %d stages, but the model has only %d layer units to cut between (%d "
-                    "cut points; model.channels has %d levels): use parallel.pp <= %d", t->grid->pp, U, U - 1,
-                    t->ucfg.levels, U);
-    } else {
-        t->micro = t->accum;
-        TS_CHECK(ts_config_get_int(cfg, "parallel.microbatches", &v));
-        if (v != 1) /* said once, on rank 0 (the run directory is not open yet) */
-            if (t->grid->rank == 0)
-                fprintf(stderr, "tessera train: note: parallel.microbatches = %lld has no effect without a pipeline "
-                                "(parallel.pp = 1); micro-batches are train.accum\n", (long long)v);
-    }
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
-    TS_CHECK(ts_unet_create(&t->ucfg, t->zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
+    TS_CHECK(ts_unet_create(&t->ucfg, t->L->spec.zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
     t->arena = ts_unet_arena(t->model);
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &c->seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)c->seed)); /* same c->seed everywhere: identical replicas */
@@ -1064,9 +933,9 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
         const char *init;
         TS_CHECK(ts_config_get_str(cfg, "model.init", &init));
         if (*init) /* every rank reads the same file: identical replicas */
-            TS_CHECK(ts_err_agree(t->grid->world, TS_CTX(ts_weights_load(t->arena, init), "model.init = %s", init)));
+            TS_CHECK(ts_err_agree(t->L->grid->world, TS_CTX(ts_weights_load(t->arena, init), "model.init = %s", init)));
     }
-    ts_stepper_split_model(t->model, t->spatial);
+    ts_stepper_split_model(t->model, t->L->spatial);
 cleanup:
     return err;
 }
@@ -1084,10 +953,10 @@ static int setup_data(trainer *t, const ts_config *cfg)
         double valf;
         TS_CHECK(ts_config_get_str(cfg, "data.path", &path));
         TS_CHECK(ts_dataset_opts_from_config(cfg, &dso));
-        if (t->grid->sp > 1) memcpy(dso.box_hint, t->box, sizeof dso.box_hint); /* the chunk cache for a box */
-        TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->ds));
+        if (t->L->grid->sp > 1) memcpy(dso.box_hint, t->L->box, sizeof dso.box_hint); /* the chunk cache for a box */
+        TS_CHECK(ts_dataset_open(t->L->grid->world, path, &dso, &t->ds));
         dso.check = 0; /* checked once above */
-        TS_CHECK(ts_dataset_open(t->grid->world, path, &dso, &t->eval_ds));
+        TS_CHECK(ts_dataset_open(t->L->grid->world, path, &dso, &t->eval_ds));
         int64_t n = ts_dataset_count(t->ds);
         if (ts_dataset_channels(t->ds) != t->ucfg.in_channels)
             TS_FAIL(TS_ERR_CONFIG, "%s has %d image channels, model.in_channels is %d", path,
@@ -1107,11 +976,11 @@ static int setup_data(trainer *t, const ts_config *cfg)
         TS_CHECK(setup_folds(t, cfg, n, valf, (uint64_t)v));
         int det;
         TS_CHECK(ts_config_get_bool(cfg, "train.deterministic", &det));
-        if (det && t->batch * t->nranks > t->ntrn)
+        if (det && t->batch * t->L->dp_size > t->ntrn)
             TS_FAIL(TS_ERR_CONFIG,
                     "train.deterministic: the global micro-batch (train.batch %d x %d replicas) is larger than the %lld "
                     "training samples of %s; every step would repeat samples within a batch",
-                    t->batch, t->nranks, (long long)t->ntrn, path);
+                    t->batch, t->L->dp_size, (long long)t->ntrn, path);
     }
 cleanup:
     return err;
@@ -1122,15 +991,8 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
 {
     int err = 0;
     int lerr = 0;
-    if (t->grid->pp > 1) { /* the cut: given, or balanced by a timing pass on every rank */
-        const char *cut;
-        const ts_spatial_stats halo0 = *ts_spatial_get_stats(t->spatial); /* the pass's exchanges are not training's */
-        TS_CHECK(ts_config_get_str(cfg, "parallel.pp_cut", &cut));
-        TS_CHECK(ts_pipeline_plan(t->model, t->grid->world, t->grid->pp, cut, t->batch, t->box, t->stage_first,
-                                  t->unit_cost));
-        ts_spatial_set_stats(t->spatial, &halo0);
-        TS_CHECK(ts_pipeline_create(t->model, t->grid->pp_comm, t->stage_first, c->kind, t->micro, &t->pipe));
-    }
+    /* the pipeline's cut: given, or balanced by a timing pass on every rank */
+    TS_CHECK(ts_pipeline_create_on(t->model, t->L, t->batch, t->stage_first, t->unit_cost, &t->pipe));
     {
         ts_loader_opts lo0;
         TS_CHECK(ts_loader_opts_from_config(cfg, &lo0));
@@ -1142,9 +1004,9 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
                 TS_CHECK(ts_dataset_info(t->eval_ds, i, &in));
                 for (int d = 0; d < 3; d++) vol[d] = in.shape[d + 1] > vol[d] ? in.shape[d + 1] : vol[d];
             }
-            read_bytes = ts_patch_read_bytes(&lo0.patch, t->box, t->ucfg.in_channels, vol);
+            read_bytes = ts_patch_read_bytes(&lo0.patch, t->L->box, t->ucfg.in_channels, vol);
         }
-        TS_CHECK(ts_err_agree(t->grid->world,
+        TS_CHECK(ts_err_agree(t->L->grid->world,
                               check_memory(t, ts_config_isset(cfg, "data.path") ? lo0.prefetch : 0, read_bytes)));
     }
     /* data, part 2: the loader (on the stages that take data), or synthetic buffers */
@@ -1158,20 +1020,20 @@ static int setup_loader(trainer *t, const ts_config *cfg, setup_ctx *c)
         lo.mode = TS_SAMPLER_TRAIN;
         lo.subset = t->trn;
         lo.nsubset = t->ntrn;
-        if (t->grid->sp > 1) { /* this rank's box of every patch; the group finishes the augmentation */
-            memcpy(lo.sub_lo, t->box_lo, sizeof lo.sub_lo);
-            memcpy(lo.sub_size, t->box, sizeof lo.sub_size);
-            lo.group = ts_spatial_comm(t->spatial);
+        if (t->L->grid->sp > 1) { /* this rank's box of every patch; the group finishes the augmentation */
+            memcpy(lo.sub_lo, t->L->box_lo, sizeof lo.sub_lo);
+            memcpy(lo.sub_size, t->L->box, sizeof lo.sub_size);
+            lo.group = ts_spatial_comm(t->L->spatial);
         }
         /* the stages that take data: the first (images) and the last (labels) */
         if (!t->pipe || ts_pipeline_first(t->pipe) || ts_pipeline_last(t->pipe))
-            lerr = ts_loader_create(t->ds, t->rank, t->nranks, &lo, &t->loader);
-        TS_CHECK(ts_err_agree(t->grid->world, lerr));
-        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->nranks * t->micro - 1) / ((int64_t)t->batch * t->nranks * t->micro);
-        TS_CHECK(ts_err_agree(t->grid->world, check_eval_memory(t)));
+            lerr = ts_loader_create(t->ds, t->L->dp_rank, t->L->dp_size, &lo, &t->loader);
+        TS_CHECK(ts_err_agree(t->L->grid->world, lerr));
+        t->epoch_steps = (t->ntrn + (int64_t)t->batch * t->L->dp_size * t->L->micro - 1) / ((int64_t)t->batch * t->L->dp_size * t->L->micro);
+        TS_CHECK(ts_err_agree(t->L->grid->world, check_eval_memory(t)));
     } else {
         const ts_unet_cfg *u = &t->ucfg;
-        int64_t nv = t->box[0] * t->box[1] * t->box[2];
+        int64_t nv = t->L->box[0] * t->L->box[1] * t->L->box[2];
         t->syn_img = malloc(sizeof(float) * (size_t)(t->batch * u->in_channels * nv));
         t->syn_lab = malloc((size_t)(t->batch * nv));
         if (!t->syn_img || !t->syn_lab) TS_FAIL(TS_ERR_NOMEM, "synthetic batch");
@@ -1194,8 +1056,8 @@ static int setup_schedule(trainer *t, const ts_config *cfg, setup_ctx *c)
     t->opt.cfg.total_steps = t->total_steps;
     TS_CHECK(ts_config_get_int(cfg, "train.base_batch", &c->base));
     TS_CHECK(ts_config_get_str(cfg, "train.lr_scaling", &c->scaling));
-    c->global = (int64_t)t->batch * t->micro * t->nranks;
-    if (c->base == 0) c->base = (int64_t)t->batch * t->micro;
+    c->global = (int64_t)t->batch * t->L->micro * t->L->dp_size;
+    if (c->base == 0) c->base = (int64_t)t->batch * t->L->micro;
     c->base_lr = t->opt.cfg.lr;
     if (!strcmp(c->scaling, "linear")) t->opt.cfg.lr = c->base_lr * (double)c->global / (double)c->base;
 cleanup:
@@ -1218,16 +1080,16 @@ static int setup_run_dir(trainer *t, const ts_config *cfg, const char *name, set
     }
     double logsec;
     TS_CHECK(ts_config_get_float(cfg, "train.log_seconds", &logsec));
-    TS_CHECK(ts_run_open(&t->run, t->grid->world, c->dir, cfg, logsec));
+    TS_CHECK(ts_run_open(&t->run, t->L->grid->world, c->dir, cfg, logsec));
     char layout[512], path[1100];
-    ts_grid_describe(t->grid, layout, sizeof layout);
+    ts_grid_describe(t->L->grid, layout, sizeof layout);
     ts_run_say(&t->run, "tessera train: %s", layout);
-    if (t->grid->sp > 1)
+    if (t->L->grid->sp > 1)
         ts_run_say(&t->run, "spatial split: data.patch %lldx%lldx%lld over sp %d as %dx%dx%d (D x H x W): every rank holds "
                    "a box of %lldx%lldx%lld; layout in %s/grid.json",
-                   (long long)t->ucfg.patch[0], (long long)t->ucfg.patch[1], (long long)t->ucfg.patch[2], t->grid->sp,
-                   t->sp_dims[0], t->sp_dims[1], t->sp_dims[2], (long long)t->box[0], (long long)t->box[1],
-                   (long long)t->box[2], c->dir);
+                   (long long)t->ucfg.patch[0], (long long)t->ucfg.patch[1], (long long)t->ucfg.patch[2], t->L->grid->sp,
+                   t->L->sp_dims[0], t->L->sp_dims[1], t->L->sp_dims[2], (long long)t->L->box[0], (long long)t->L->box[1],
+                   (long long)t->L->box[2], c->dir);
     ts_run_say(&t->run, "memory plan per rank: about %.0f MiB (activations and gradients %.0f, parameters and optimizer "
                "%.0f, data %.0f, halo buffers %.0f, scratch %.0f, evaluation %.0f, process at start %.0f)%s",
                t->mem_plan.total_mb, t->mem_plan.activations_mb, t->mem_plan.params_mb, t->mem_plan.data_mb,
@@ -1240,13 +1102,13 @@ static int setup_run_dir(trainer *t, const ts_config *cfg, const char *name, set
     }
     {
         int coords[3];
-        ts_spatial_coords(t->spatial, coords);
+        ts_spatial_coords(t->L->spatial, coords);
         snprintf(path, sizeof path, "%s/grid.json", c->dir);
-        TS_CHECK(ts_grid_write_layout(t->grid, path, t->sp_dims, coords, t->box_lo, t->box));
+        TS_CHECK(ts_grid_write_layout(t->L->grid, path, t->L->sp_dims, coords, t->L->box_lo, t->L->box));
     }
     ts_run_say(&t->run, "global batch %lld = train.batch %d x %d micro-batches x dp %d; lr %.6g (train.lr %.6g, %s scaling "
                "from base batch %lld, %lld warm-up steps); %lld steps; run directory %s",
-               (long long)c->global, t->batch, t->micro, t->nranks, t->opt.cfg.lr, c->base_lr, c->scaling, (long long)c->base,
+               (long long)c->global, t->batch, t->L->micro, t->L->dp_size, t->opt.cfg.lr, c->base_lr, c->scaling, (long long)c->base,
                (long long)t->opt.cfg.warmup_steps, (long long)t->total_steps, c->dir);
     if (t->have_data)
         ts_run_say(&t->run, "data: %lld training and %lld validation samples%s", (long long)t->ntrn, (long long)t->nval,
@@ -1262,9 +1124,8 @@ cleanup:
 static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
 {
     int err = 0;
-    double bmb;
-    TS_CHECK(ts_config_get_float(cfg, "parallel.bucket_mb", &bmb));
-    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->gcoll ? t->gcoll : t->coll, bmb, t->sync_bn, t->spatial, &t->stepper));
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->L->grad_reduce, t->L->spec.bucket_mb, t->sync_bn, t->L->spatial,
+                               &t->stepper));
     ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
     if (t->ucfg.precision == TS_PREC_FP16)
         ts_run_say(&t->run, "precision: fp16 convolution operands (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not "
@@ -1275,37 +1136,33 @@ static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
                    t->ucfg.precision == TS_PREC_BF16 ? "bf16" : "fp32", t->ucfg.precision == TS_PREC_BF16 ? " (" : "",
                    t->ucfg.precision == TS_PREC_BF16 ? ts_nn_bf16_isa() : "",
                    t->ucfg.precision == TS_PREC_BF16 ? " kernels, chosen at run time)" : "");
-    if (t->ucfg.norm == TS_NORM_BATCH && t->grid->dp > 1 && !t->sync_bn) /* said, not silently different */
+    if (t->ucfg.norm == TS_NORM_BATCH && t->L->grid->dp > 1 && !t->sync_bn) /* said, not silently different */
         ts_run_say(&t->run, "note: batch norm with %d replicas and model.sync_bn = false: each replica normalises its own "
                    "micro-batch of %d (as PyTorch DDP), so training differs from one rank with the global batch; "
                    "model.sync_bn = true computes one rank's statistics (docs/parallelism.md, \"Equal to one rank\")",
-                   t->grid->dp, t->batch);
+                   t->L->grid->dp, t->batch);
     if (t->pipe) {
-        TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->grid->pp_comm));
+        TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->L->grid->pp_comm));
         TS_CHECK(report_cut(t, c->dir));
     }
-    if (c->compress.cfg.kind != TS_COMPRESS_NONE) { /* gradient compression (src/parallel/dp.c) */
+    if (t->L->grad_kind == TS_GRAD_COMPRESS) { /* gradient compression (src/parallel/dp.c) */
         char line[1024];
-        if (t->grid->sp > 1) { /* only the reduction over replicas is compressed: a replica's pieces average exactly */
-            TS_CHECK(ts_coll_create(t->grid->dp_comm, &c->co, &t->zcoll));
-            TS_CHECK(ts_coll_create(t->grid->sp_comm, &c->co, &t->zin));
-            c->compress.group = t->zcoll;
-            c->compress.inner = t->zin;
-        }
-        TS_CHECK(ts_stepper_set_compress(t->stepper, &c->compress));
+        ts_dp_compress comp; /* with sp > 1 only the reduction over replicas is compressed */
+        ts_layout_compress(t->L, &comp);
+        TS_CHECK(ts_stepper_set_compress(t->stepper, &comp));
         ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
         ts_run_say(&t->run, "%s", line);
     }
     TS_CHECK(start_zero(t));
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
-    TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->model, t->batch, (int)t->box[0], (int)t->box[1], (int)t->box[2])));
+    TS_CHECK(ts_err_agree(t->L->grid->world, ts_unet_setup(t->model, t->batch, (int)t->L->box[0], (int)t->L->box[1], (int)t->L->box[2])));
     {
         const char *events;
         int timers;
         char line[2048];
         TS_CHECK(ts_config_get_str(cfg, "perf.papi_events", &events));
         TS_CHECK(ts_config_get_bool(cfg, "perf.timers", &timers));
-        TS_CHECK(ts_perf_create(t->grid->world, TS_PH_COUNT, ts_phase_names, events, timers, &t->perf));
+        TS_CHECK(ts_perf_create(t->L->grid->world, TS_PH_COUNT, ts_phase_names, events, timers, &t->perf));
         ts_stepper_set_perf(t->stepper, t->perf);
         ts_perf_describe(t->perf, line, sizeof line);
         ts_run_say(&t->run, "perf: %s; per phase and per rank in %s/perf.json", line, c->dir);
@@ -1319,7 +1176,7 @@ static int setup(trainer *t, const ts_config *cfg, MPI_Comm world, const char *n
     int err = 0;
     setup_ctx c;
     memset(&c, 0, sizeof c);
-    TS_CHECK(setup_grid(t, cfg, world, &c));
+    TS_CHECK(setup_grid(t, cfg, world));
     TS_CHECK(setup_model(t, cfg, &c));
     TS_CHECK(setup_data(t, cfg));
     TS_CHECK(setup_loader(t, cfg, &c));
@@ -1351,14 +1208,7 @@ static void teardown(trainer *t)
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
-    if (t->rcoll != t->coll) ts_coll_destroy(&t->rcoll);
-    if (t->acoll != t->coll) ts_coll_destroy(&t->acoll);
-    ts_coll_destroy(&t->gcoll);
-    ts_coll_destroy(&t->zcoll);
-    ts_coll_destroy(&t->zin);
-    ts_coll_destroy(&t->coll);
-    ts_spatial_destroy(&t->spatial);
-    ts_grid_destroy(&t->grid);
+    ts_layout_destroy(&t->L);
     free(t->trn);
     free(t->val);
     free(t->syn_img);
@@ -1403,9 +1253,9 @@ static int dump_grads(trainer *t, double loss)
         ts_unet_unit_params(t->model, u1 - 1, &x, &sh.e1);
     }
     ts_stepper_shard(t->stepper, &sh.npieces, &sh.plo, &sh.plen);
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->world));
-    loss /= t->grid->size; /* every rank holds its replica's loss */
-    TS_TRY(ts_grad_dump(path, t->arena, t->grid, &sh, loss, t->step + 1));
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->L->grid->world));
+    loss /= t->L->grid->size; /* every rank holds its replica's loss */
+    TS_TRY(ts_grad_dump(path, t->arena, t->L->grid, &sh, loss, t->step + 1));
     ts_run_say(&t->run, "gradients of step %lld: %s", (long long)(t->step + 1), path);
     return 0;
 }
@@ -1425,13 +1275,13 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         /* (an error on one stage leaves its neighbours waiting for its messages: the job's exit grace ends it) */
         double loss = 0;
         TS_TRY(ts_stepper_pipe_step(t->stepper, pipe_next, t, &loss));
-        TS_MPI_TRY(TS_WATCHED("pipeline loss", MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->grid->pp_comm))); /* the last stage's */
-        loss_sum = loss * t->micro;
+        TS_MPI_TRY(TS_WATCHED("pipeline loss", MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->L->grid->pp_comm))); /* the last stage's */
+        loss_sum = loss * t->L->micro;
     } else {
         for (int a = 0; a < t->accum; a++) {
             ts_tensor img, lab;
             double loss;
-            TS_TRY(ts_err_agree(t->grid->world, next_batch(t, &img, &lab)));
+            TS_TRY(ts_err_agree(t->L->grid->world, next_batch(t, &img, &lab)));
             TS_TRY(batch_ctx(t, ts_stepper_micro(t->stepper, &img, &lab, a == 0, a == t->accum - 1, &loss)));
             loss_sum += loss;
         }
@@ -1441,12 +1291,12 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
         ts_stepper_poison(t->stepper);
     }
     if (inject) ts_stepper_inject_overflow(t->stepper, 0);
-    TS_TRY(ts_stepper_reduce(t->stepper, t->micro));
-    if (!t->grads_dumped) TS_TRY(dump_grads(t, loss_sum / t->micro));
+    TS_TRY(ts_stepper_reduce(t->stepper, t->L->micro));
+    if (!t->grads_dumped) TS_TRY(dump_grads(t, loss_sum / t->L->micro));
     /* a non-finite loss or gradient on any rank: every rank skips the optimizer step together; with fp16 a
      * finite loss and non-finite gradients are a loss-scale overflow (the scale halves on every rank) */
     int bad[2] = {!isfinite(loss_sum), !ts_stepper_grads_finite(t->stepper)};
-    TS_MPI_TRY(TS_WATCHED("bad-step agreement", MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->grid->world)));
+    TS_MPI_TRY(TS_WATCHED("bad-step agreement", MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_INT, MPI_MAX, t->L->grid->world)));
     if (bad[0] || bad[1]) {
         t->opt.step++; /* the schedule moves on as if the step had been taken */
         *skipped = 1;
@@ -1462,12 +1312,13 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
             ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
         }
     }
-    if (t->local_steps <= 1 ? t->nranks > 1 : (t->gcoll && ts_coll_size(t->gcoll) > t->grid->sp)) t->grad_xreplica++;
-    if (t->local_steps > 1 && (t->step + 1) % t->local_steps == 0) {
+    if (t->L->spec.local_steps <= 1 ? t->L->dp_size > 1 : ts_coll_size(t->L->grad_reduce) > t->L->grid->sp)
+        t->grad_xreplica++;
+    if (t->L->spec.local_steps > 1 && (t->step + 1) % t->L->spec.local_steps == 0) {
         ts_emergency_begin_update();
         TS_TRY(local_average(t, t->step + 1));
     }
-    *loss_out = loss_sum / t->micro;
+    *loss_out = loss_sum / t->L->micro;
     return 0;
 }
 
@@ -1478,27 +1329,26 @@ static int pipeline_perf(trainer *t, char *extra, size_t n)
 {
     if (!t->pipe) return 0;
     enum { NV = 5 };
-    const int P = t->grid->pp;
+    const int P = t->L->grid->pp;
     const ts_pipeline_stats *ps = ts_pipeline_get_stats(t->pipe);
     double *v = TS_CALLOC((size_t)P * NV, sizeof *v);
     if (!v) return TS_ERR(TS_ERR_NOMEM, "pipeline figures");
-    const int s = t->grid->p;
+    const int s = t->L->grid->p;
     v[s * NV + 0] = ps->busy_s;
     v[s * NV + 1] = ps->span_s;
     v[s * NV + 2] = ps->p2p_s;
     v[s * NV + 3] = ps->wait_s;
     v[s * NV + 4] = ps->bytes;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, P * NV, MPI_DOUBLE, MPI_MAX, t->grid->world);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, P * NV, MPI_DOUBLE, MPI_MAX, t->L->grid->world);
     if (rc != MPI_SUCCESS) {
         free(v);
         return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce (pipeline figures)");
     }
-    const char *sched;
-    TS_TRY(ts_config_get_str(t->cfg, "parallel.schedule", &sched));
+    const char *sched = t->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
     size_t l = strlen(extra);
     l += (size_t)snprintf(extra + l, n - l,
                           ",\n  \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
-                          "\"bubble_formula\": %.6f, \"stage\": [", P, t->micro, sched, ts_pipe_bubble(P, t->micro));
+                          "\"bubble_formula\": %.6f, \"stage\": [", P, t->L->micro, sched, ts_pipe_bubble(P, t->L->micro));
     char units[512], name[32];
     for (int k = 0; k < P && l < n; k++) {
         size_t u = 0;
@@ -1567,7 +1417,7 @@ static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double l
     int err = 0;
     /* the loss people see: the mean over replicas */
     double lsum = loss;
-    TS_CHECK(ts_coll_allreduce(t->coll, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
+    TS_CHECK(ts_coll_allreduce(t->L->grad, TS_IN_PLACE, &lsum, 1, TS_FLOAT64, TS_OP_AVG));
     ls->loss_window += lsum;
     ls->steps_window++;
     double now = ts_time_now(), sps = (double)(ls->steps_window * lc->per_step) / (now - ls->t_window);
@@ -1576,7 +1426,7 @@ static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double l
     if (t->step % lc->log_every == 0 || t->step == t->total_steps || do_eval) {
         ls->train_s += now - ls->t_train0;
         /* rank 0 writes: a full disk there fails every rank before the next collective */
-        TS_CHECK(ts_err_agree(t->grid->world,
+        TS_CHECK(ts_err_agree(t->L->grid->world,
                               ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0,
                                              ls->loss_window / ls->steps_window, ts_optim_lr(&t->opt.cfg, t->step - 1), sps,
                                              NULL, NULL, NULL, 0, NULL)));
@@ -1592,7 +1442,7 @@ static int log_and_eval(trainer *t, const loop_cfg *lc, loop_state *ls, double l
         report_dice(t, dice, surface ? hd95 : NULL, surface ? nsd : NULL);
         const char *names[256];
         for (int k = 0; k < t->ucfg.classes; k++) names[k] = ts_dataset_class_name(t->eval_ds, k);
-        TS_CHECK(ts_err_agree(t->grid->world,
+        TS_CHECK(ts_err_agree(t->L->grid->world,
                               ts_run_metrics(&t->run, t->step, t->epoch_steps ? (t->step - 1) / t->epoch_steps : 0, lsum,
                                              ts_optim_lr(&t->opt.cfg, t->step - 1), sps, dice, surface ? hd95 : NULL,
                                              surface ? nsd : NULL, t->ucfg.classes, names)));
@@ -1612,7 +1462,7 @@ static int checkpoint_or_stop(trainer *t, const loop_cfg *lc, loop_state *ls, in
      * checkpoint together; not right after a step skipped as bad (the streak may not be over; an fp16
      * overflow is not one) */
     int flags[2] = {stop && *stop ? 1 : 0, lc->every_min > 0 && ts_time_now() - ls->last_ckpt >= 60 * lc->every_min};
-    TS_MPI(TS_WATCHED("checkpoint/stop agreement", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->grid->world)));
+    TS_MPI(TS_WATCHED("checkpoint/stop agreement", MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, t->L->grid->world)));
     const int stopping = flags[0];
     if (((lc->ckpt_every > 0 && t->step % lc->ckpt_every == 0) || t->step == t->total_steps || stopping || flags[1]) &&
         !(skipped == 1 && !stopping && t->step < t->total_steps)) {
@@ -1620,7 +1470,7 @@ static int checkpoint_or_stop(trainer *t, const loop_cfg *lc, loop_state *ls, in
         ls->last_ckpt = ts_time_now();
     }
     if (stopping && t->step < t->total_steps) {
-        TS_CHECK(ts_err_agree(t->grid->world, ts_run_mark_stopped(&t->run, t->step, t->total_steps)));
+        TS_CHECK(ts_err_agree(t->L->grid->world, ts_run_mark_stopped(&t->run, t->step, t->total_steps)));
         ts_run_say(&t->run, "stop requested (signal): checkpoint written at step %lld of %lld; run the same command "
                    "again to continue", (long long)t->step, (long long)t->total_steps);
         TS_FAIL(TS_ERR_STOPPED, "stopped by a signal at step %lld of %lld after writing the checkpoint in %s/ckpt; "
@@ -1643,9 +1493,9 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
              "\"box\": [%lld, %lld, %lld],\n  \"halo\": {\"exposed_s\": %.6f, \"hidden_s\": %.6f, \"sums_s\": %.6f, "
              "\"bytes\": %.0f, \"exchanges_per_step\": %.1f},\n  \"memory\": {\"peak_rss_mb\": %.1f, \"plan_mb\": %.1f, "
              "\"activations_mb\": %.1f, \"limit_mb\": %lld}",
-             (long long)lc->per_step, t->nranks, ts_stepper_buckets(t->stepper), t->sync_bn ? "true" : "false",
-             steps > 0 ? (double)(ts_stepper_times(t->stepper)->buckets_early - t->early0) / (double)steps : 0.0, hidden > 0 ? hidden : 0, t->grid->dp, t->grid->pp, t->grid->sp, t->sp_dims[0], t->sp_dims[1], t->sp_dims[2],
-             (long long)t->box[0], (long long)t->box[1], (long long)t->box[2], hv[0], hv[1], hv[2], hv[3],
+             (long long)lc->per_step, t->L->dp_size, ts_stepper_buckets(t->stepper), t->sync_bn ? "true" : "false",
+             steps > 0 ? (double)(ts_stepper_times(t->stepper)->buckets_early - t->early0) / (double)steps : 0.0, hidden > 0 ? hidden : 0, t->L->grid->dp, t->L->grid->pp, t->L->grid->sp, t->L->sp_dims[0], t->L->sp_dims[1], t->L->sp_dims[2],
+             (long long)t->L->box[0], (long long)t->L->box[1], (long long)t->L->box[2], hv[0], hv[1], hv[2], hv[3],
              steps > 0 ? (double)hs->exchanges / (double)steps : 0.0, hv[4], t->mem_plan.total_mb,
              t->mem_plan.activations_mb, (long long)t->mem_limit_mb);
     {
@@ -1653,18 +1503,18 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
         snprintf(extra + l, n - l,
                  ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
                  "\"parameter_averages\": %lld}",
-                 t->local_steps, t->local_node ? "node" : "global", (long long)t->grad_xreplica,
+                 t->L->spec.local_steps, t->L->spec.local_node ? "node" : "global", (long long)t->grad_xreplica,
                  (long long)t->param_avgs);
         l = strlen(extra);
         snprintf(extra + l, n - l,
                  ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
-                 "\"bytes_whole\": %.0f}", t->zero, t->zero ? ts_coll_size(t->coll) : 1, t->state_bytes_max,
+                 "\"bytes_whole\": %.0f}", t->L->spec.zero, t->L->spec.zero ? ts_coll_size(t->L->grad) : 1, t->state_bytes_max,
                  (double)t->arena->nparam * ts_optim_state_count(&t->opt.cfg) * sizeof(float));
     }
     {
         /* the precision, and the loss scale and its overflows as every rank saw them (min, max over ranks) */
         double lv[4] = {-t->ls.scale, t->ls.scale, -(double)t->ls.overflows, (double)t->ls.overflows};
-        TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t->grid->world)));
+        TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, lv, 4, MPI_DOUBLE, MPI_MAX, t->L->grid->world)));
         const ts_precision pr = t->ucfg.precision;
         size_t l = strlen(extra);
         snprintf(extra + l, n - l,
@@ -1687,10 +1537,10 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
     int64_t steps = t->step - ls->first;
     /* samples/s of the slowest rank */
     double slow = t->step_s, sps = 0;
-    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t->grid->world)));
+    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, &slow, 1, MPI_DOUBLE, MPI_MAX, t->L->grid->world)));
     if (slow > 0) sps = (double)(steps * lc->per_step) / slow;
     /* halo exchange and spatial sums: per-rank phases, and their maxima here; peak memory (max over ranks) */
-    const ts_spatial_stats *hs = ts_spatial_get_stats(t->spatial);
+    const ts_spatial_stats *hs = ts_spatial_get_stats(t->L->spatial);
     ts_perf_add(t->perf, TS_PH_HALO_EXPOSED, hs->exposed_s);
     ts_perf_add(t->perf, TS_PH_HALO_HIDDEN, hs->hidden_s);
     ts_perf_add(t->perf, TS_PH_SPATIAL_SUMS, hs->sum_s);
@@ -1700,7 +1550,7 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
         ts_perf_add(t->perf, TS_PH_PP_P2P, ps->p2p_s - t->pp0.p2p_s);
     }
     double hv[5] = {hs->exposed_s, hs->hidden_s, hs->sum_s, (double)hs->bytes, ts_train_peak_rss_mb()};
-    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t->grid->world)));
+    TS_MPI(TS_WATCHED("log line figures", MPI_Allreduce(MPI_IN_PLACE, hv, 5, MPI_DOUBLE, MPI_MAX, t->L->grid->world)));
     TS_CHECK(perf_extra(t, lc, hs, hv, steps, extra, sizeof extra));
     if (t->mem_limit_mb > 0 && hv[4] > (double)t->mem_limit_mb)
         ts_run_say(&t->run, "warning: peak resident memory %.0f MiB on some rank exceeded run.mem_limit_mb = %lld "
@@ -1710,26 +1560,26 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
     ts_run_derived dv;
     memset(&dv, 0, sizeof dv);
     ts_unet_cost uc;
-    int split[3] = {t->sp_dims[0] > 1, t->sp_dims[1] > 1, t->sp_dims[2] > 1};
-    if (ts_unet_cost_of(&t->ucfg, t->batch * t->micro, t->box, split, &uc) == 0) {
-        dv.flops_forward = uc.flops_forward / t->grid->pp;
-        dv.flops_backward = uc.flops_backward / t->grid->pp;
-        dv.spatial_sums = t->grid->sp > 1 ? uc.norms * 2 : 0;
+    int split[3] = {t->L->sp_dims[0] > 1, t->L->sp_dims[1] > 1, t->L->sp_dims[2] > 1};
+    if (ts_unet_cost_of(&t->ucfg, t->batch * t->L->micro, t->L->box, split, &uc) == 0) {
+        dv.flops_forward = uc.flops_forward / t->L->grid->pp;
+        dv.flops_backward = uc.flops_backward / t->L->grid->pp;
+        dv.spatial_sums = t->L->grid->sp > 1 ? uc.norms * 2 : 0;
     } else {
         ts_err_clear();
     }
-    dv.grad_bytes = (double)t->arena->nparam * sizeof(float) / t->grid->pp;
-    dv.grad_ranks = ts_coll_size(t->coll);
+    dv.grad_bytes = (double)t->arena->nparam * sizeof(float) / t->L->grid->pp;
+    dv.grad_ranks = ts_coll_size(t->L->grad);
     dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
     TS_CHECK(pipeline_perf(t, extra, sizeof extra));
     { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
         size_t l = strlen(extra);
         if (l + 1024 < sizeof extra) {
             strcat(extra, ",\n  ");
-            TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t->stepper), t->grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
+            TS_CHECK(ts_dp_compress_json(ts_stepper_dp(t->stepper), t->L->grid->pp_comm, extra + l + 4, sizeof extra - l - 4));
         }
     }
-    TS_CHECK(ts_run_perf(&t->run, t->grid->world, t->perf, steps, sps, &dv, extra));
+    TS_CHECK(ts_run_perf(&t->run, t->L->grid->world, t->perf, steps, sps, &dv, extra));
     ts_run_say(&t->run, "done: %lld steps, %.2f samples/s; %s/metrics.jsonl, %s/perf.json", (long long)steps, sps,
                t->run.dir, t->run.dir);
 cleanup:
@@ -1753,7 +1603,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         TS_CHECK(ts_watchdog_start(world, to, stop, 10.0));
     }
     TS_CHECK(setup(&t, cfg, world, name));
-    TS_CHECK(ts_stepper_set_agree(t.stepper, t.grid->world));
+    TS_CHECK(ts_stepper_set_agree(t.stepper, t.L->grid->world));
     TS_CHECK(ts_config_get_float(cfg, "fault.timeout", &lc.fault_timeout));
     TS_CHECK(ts_config_get_int(cfg, "fault.max_bad_steps", &lc.max_bad));
     TS_CHECK(ts_config_get_float(cfg, "ckpt.every_minutes", &lc.every_min));
@@ -1766,8 +1616,8 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
     if (!dice) TS_FAIL(TS_ERR_NOMEM, "dice");
     t.run.first_step = t.step;
     t.run.total_steps = t.total_steps;
-    TS_CHECK(ts_err_agree(t.grid->world, ts_run_record_launch(&t.run, t.step, t.total_steps)));
-    lc.per_step = (int64_t)t.batch * t.micro * t.nranks;
+    TS_CHECK(ts_err_agree(t.L->grid->world, ts_run_record_launch(&t.run, t.step, t.total_steps)));
+    lc.per_step = (int64_t)t.batch * t.L->micro * t.L->dp_size;
     ls.t_window = ts_time_now();
     ls.first = t.step;
     ls.t_train0 = ts_time_now();
@@ -1789,7 +1639,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
             snprintf(why, sizeof why, "an MPI error in step %lld (%.500s)", (long long)t.step + 1, ts_err_message());
             ts_watchdog_end_if_peer_gone(why);
         }
-        TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.grid->rank));
+        TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.L->grid->rank));
         ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;
         ts_emergency_commit(t.step, t.opt.step, t.loader ? ts_loader_position(t.loader) : 0,
@@ -1805,7 +1655,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         if (lc.warmup > 0 && t.step - ls.first == lc.warmup && t.step < t.total_steps) { /* perf.json from here on */
             const ts_spatial_stats zero = {0};
             ts_perf_reset(t.perf);
-            ts_spatial_set_stats(t.spatial, &zero);
+            ts_spatial_set_stats(t.L->spatial, &zero);
             if (t.pipe) t.pp0 = *ts_pipeline_get_stats(t.pipe);
             t.early0 = ts_stepper_times(t.stepper)->buckets_early;
             t.step_s = 0;

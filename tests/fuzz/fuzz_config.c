@@ -16,11 +16,12 @@
 #include "src/core/config.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
+#include "src/parallel/layout.h"
 #include "src/train/trainer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static const ts_cfg_key *const tables[] = {ts_model_config_keys, ts_optim_config_keys, ts_io_config_keys,
-                                           ts_train_config_keys, ts_coll_config_keys, NULL};
+                                           ts_train_config_keys, ts_layout_config_keys, ts_coll_config_keys, NULL};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
