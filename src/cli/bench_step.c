@@ -36,14 +36,20 @@ static void help(void)
            "On N ranks (mpiexec -n N) the steps run on the grid `tessera train` would use: parallel.dp\n"
            "replicas x parallel.pp pipeline stages x parallel.sp spatial pieces (parallel.sp_dims,\n"
            "parallel.microbatches, parallel.schedule, parallel.pp_cut). Each replica trains its own batch\n"
-           "(parallel.microbatches micro-batches of train.batch through the pipeline), each spatial group\n"
-           "splits every sample's volume (halo exchange); gradient buckets are reduced while backward runs\n"
-           "(parallel.bucket_mb, model.sync_bn; reduce-scattered, the shards stepped and the parameters\n"
-           "all-gathered with parallel.zero = 1). samples/s counts all replicas' samples over the slowest\n"
+           "(parallel.microbatches micro-batches of train.batch through the pipeline, train.accum without\n"
+           "one), each spatial group splits every sample's volume (halo exchange); gradient buckets are\n"
+           "reduced while backward runs on the gradient path train takes (parallel.bucket_mb, model.sync_bn;\n"
+           "compressed with parallel.compress; reduce-scattered, the shards stepped and the parameters\n"
+           "all-gathered with parallel.zero = 1; with parallel.local_steps = H the parameters averaged over\n"
+           "the replicas every H steps, inside the timed step), with train's refusals. The JSON's grad_path\n"
+           "has kind (plain, compress, zero, local), local_steps, local_sgd, parameter_averages and\n"
+           "param_average_ms (per timed step), compress, reduced_steps, compressed_steps, bytes_per_step and\n"
+           "bytes_per_step_fp32 (one rank's gradient messages, as run and as float32). samples/s counts all replicas' samples over the slowest\n"
            "rank's time; comm_exposed_ms / comm_total_ms give the gradient communication not hidden / in\n"
            "total, halo_exposed_ms / halo_hidden_ms the halo exchange. The JSON also has grid {dp, pp, sp},\n"
            "sp_dims, box, act_bytes (the model's activations, gradients and halo faces per rank, largest\n"
-           "over ranks), plan_mb (the memory plan of run.mem_limit_mb), peak_rss_mb and, with a pipeline,\n"
+           "over ranks), plan_mb (the memory plan of run.mem_limit_mb), arena_mb (parameters, gradients and\n"
+           "this rank's optimizer state), peak_rss_mb and, with a pipeline,\n"
            "stages: per stage its units, busy, span and idle ms per step, bubble = idle / span next to\n"
            "bubble_formula = (P-1)/(M+P-1), slots (micro-batches in flight), slot_bytes and act_bytes.\n"
            "--compare-checkpoint LEVELS runs the config's model.checkpoint_levels (A, default none) and LEVELS (B,\n"
@@ -116,6 +122,15 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
         printf("  gradient communication per step: %.1f ms on the progress thread, %.1f ms not hidden by backward "
                "(rank 0, %d bucket%s)\n", r->comm_total_s * 1e3, r->comm_exposed_s * 1e3, r->buckets,
                r->buckets > 1 ? "s" : "");
+    if (r->ranks > 1 && !strcmp(r->grad_path, "local"))
+        printf("  gradient path: local SGD (parallel.local_steps = %d, parallel.local_sgd = %s): %lld parameter "
+               "average%s in the timed steps, %.1f ms per step\n", r->local_steps, r->local_sgd,
+               (long long)r->param_averages, r->param_averages == 1 ? "" : "s", r->param_average_s * 1e3);
+    else if (r->ranks > 1)
+        printf("  gradient path: %s%s%s%s, %lld of %lld steps compressed; %.3f MB sent per rank and step (%.3f MB as "
+               "float32)\n", r->grad_path, strcmp(r->compress, "none") ? " (" : "", strcmp(r->compress, "none") ?
+               r->compress : "", strcmp(r->compress, "none") ? ")" : "", (long long)r->compressed_steps,
+               (long long)r->reduced_steps, r->grad_bytes / 1e6, r->grad_bytes_fp32 / 1e6);
     if (r->overhead)
         printf("  perf overhead: median step %.2f ms with timers and counters (%d steps), %.2f ms without (%d steps): "
                "ratio %.4f\n  %.1f phase brackets per step x %.2f us each = %.3f ms per step, %.3f%% of the step (%s)\n",

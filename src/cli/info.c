@@ -8,6 +8,7 @@
 #include "src/core/error.h"
 #include "src/core/launch.h"
 #include "src/core/perf.h"
+#include "src/parallel/layout.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 int ts_cli_info(int argc, char **argv)
 {
     int err = 0;
+    ts_layout *L = NULL;
     ts_coll *c = NULL;
     if (ts_cli_wants_help(argc, argv)) {
         if (ts_cli_rank() == 0)
@@ -23,7 +25,10 @@ int ts_cli_info(int argc, char **argv)
         return 0;
     }
     if (argc > 1) return TS_ERR(TS_ERR_ARG, "info: unexpected argument '%s'", argv[1]);
-    TS_CHECK(ts_coll_create(MPI_COMM_WORLD, NULL, &c));
+    ts_layout_spec spec; /* every rank a replica: the collectives over the whole job */
+    ts_layout_spec_default(TS_LAYOUT_TRAIN, (const int64_t[]){1, 1, 1}, 1, &spec);
+    TS_CHECK(ts_layout_create(MPI_COMM_WORLD, &spec, NULL, &L));
+    c = L->grad;
     /* what perf.papi_events=auto and the software events would count (collective: the ranks agree) */
     static const char *const one[] = {"step"};
     ts_perf *perf = NULL;
@@ -77,6 +82,6 @@ int ts_cli_info(int argc, char **argv)
 #endif
     }
 cleanup:
-    ts_coll_destroy(&c);
+    ts_layout_destroy(&L);
     return err;
 }

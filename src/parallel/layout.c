@@ -42,6 +42,23 @@ static int copy_str(char *dst, size_t n, const char *src, const char *key)
     return 0;
 }
 
+void ts_layout_spec_default(ts_layout_role role, const int64_t patch[3], int levels, ts_layout_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    out->role = role;
+    out->pp = out->sp = 1;
+    for (int d = 0; d < 3; d++) out->patch[d] = patch[d];
+    out->levels = role == TS_LAYOUT_IO ? 1 : levels;
+    snprintf(out->sp_dims, sizeof out->sp_dims, "auto");
+    snprintf(out->pp_cut, sizeof out->pp_cut, "auto");
+    snprintf(out->compress_text, sizeof out->compress_text, "none");
+    out->schedule = role == TS_LAYOUT_INFER ? TS_PIPE_GPIPE : TS_PIPE_1F1B;
+    out->microbatches = out->accum = out->local_steps = 1;
+    out->bucket_mb = 25;
+    out->compress.cfg.kind = TS_COMPRESS_NONE;
+    ts_coll_opts_default(&out->coll);
+}
+
 int ts_layout_spec_from_config(const ts_config *cfg, ts_layout_role role, const int64_t patch[3], int levels,
                                ts_layout_spec *out)
 {
@@ -195,7 +212,7 @@ int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, const ts_config
     if (spec->role == TS_LAYOUT_TRAIN) TS_CHECK(ts_layout_grad_choose(spec, cfg, g->sp_one_node, &L->grad_kind));
     TS_CHECK(ts_spatial_create(g->sp_comm, L->sp_dims, &L->spatial));
     TS_CHECK(ts_spatial_box(L->spatial, spec->patch, L->box_lo, L->box));
-    TS_CHECK(create_colls(L));
+    if (spec->role != TS_LAYOUT_IO) TS_CHECK(create_colls(L));
 cleanup:
     if (err) ts_layout_destroy(&L);
     *out = L;

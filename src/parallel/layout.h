@@ -81,6 +81,9 @@ typedef struct ts_layout {
 /* Config keys: every parallel.* key. */
 extern const ts_cfg_key ts_layout_config_keys[];
 
+/* Local. The spec with every parallel.* key at its default (one replica per
+ * rank), for callers without a configuration of those keys (bench io). */
+void ts_layout_spec_default(ts_layout_role role, const int64_t patch[3], int levels, ts_layout_spec *out);
 /* Local. The spec of a run from cfg for role; patch and levels from the
  * caller's model configuration. Errors: a malformed value (TS_ERR_CONFIG
  * naming the key and where it was set). */
@@ -94,7 +97,8 @@ int ts_layout_spec_from_config(const ts_config *cfg, ts_layout_role role, const 
 int ts_layout_grad_choose(const ts_layout_spec *spec, const ts_config *cfg, int sp_one_node, ts_grad_kind *kind);
 /* Collective on world. Checks the spec against the job (a refusal fails
  * every rank before any work), then creates the grid, the spatial group
- * and box, and every ts_coll the role needs. cfg (may be NULL) only names
+ * and box, and every ts_coll the role needs (TS_LAYOUT_IO: none, the
+ * ts_coll pointers are NULL). cfg (may be NULL) only names
  * where keys were set in messages. Errors agreed. */
 int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, const ts_config *cfg, ts_layout **out);
 /* Collective on the layout's world. NULL-safe; *L = NULL. */

@@ -6,7 +6,7 @@
 #include "io/nifti.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
-#include "src/parallel/grid.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
 
 #include <cjson/cJSON.h>
@@ -245,19 +245,16 @@ cleanup:
 typedef struct {
     ts_dataset_opts dopt;
     ts_loader_opts lopt;
-    ts_grid *grid;      /* dp x 1 x sp, as training builds it */
-    ts_spatial *spg;
+    ts_layout *L;       /* dp x 1 x sp, as training builds it */
     int dprank, dpsize;
     int64_t blo[3], bsz[3];
 } run_setup;
 
-/* Collective on comm; errors agreed. The grid and the spatial group are the
- * caller's to destroy (run_free). */
+/* Collective on comm; errors agreed. The layout is the caller's to destroy
+ * (run_free). */
 static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
 {
-    int size, lerr = 0;
     memset(s, 0, sizeof *s);
-    MPI_Comm_size(comm, &size);
     if (!ts_config_isset(c->cfg, "data.path"))
         return TS_ERR(TS_ERR_CONFIG, "bench io: data.path is not set in %s (or on the command line)", c->path);
     TS_TRY(ts_config_check_ranks(c->cfg, comm));
@@ -267,21 +264,20 @@ static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
     s->lopt.seed = (uint64_t)c->seed;
     s->lopt.mode = TS_SAMPLER_TRAIN;
     /* spatial groups of sp ranks, one data-parallel replica each: the grid training uses */
-    if (size % c->sp)
-        return TS_ERR(TS_ERR_CONFIG, "bench io: parallel.sp = %lld does not divide the job's %d ranks", c->sp, size);
-    TS_TRY(ts_grid_create(comm, 0, 1, (int)c->sp, &s->grid));
-    s->dpsize = s->grid->dp;
-    s->dprank = s->grid->d;
+    ts_layout_spec spec;
+    ts_layout_spec_default(TS_LAYOUT_IO, s->lopt.patch.patch, 1, &spec);
+    spec.sp = (int)c->sp;
+    snprintf(spec.sp_dims, sizeof spec.sp_dims, "%s", c->sp_dims);
+    TS_TRY(ts_layout_create(comm, &spec, NULL, &s->L));
+    s->dpsize = s->L->dp_size;
+    s->dprank = s->L->dp_rank;
     for (int k = 0; k < 3; k++) s->bsz[k] = s->lopt.patch.patch[k];
     if (c->sp > 1) {
-        int dims[3];
-        TS_TRY(ts_spatial_plan((int)c->sp, c->sp_dims, s->lopt.patch.patch, 1, dims));
-        lerr = ts_spatial_create(s->grid->sp_comm, dims, &s->spg);
-        TS_TRY(ts_err_agree(comm, lerr));
-        TS_TRY(ts_spatial_box(s->spg, s->lopt.patch.patch, s->blo, s->bsz));
+        memcpy(s->blo, s->L->box_lo, sizeof s->blo);
+        memcpy(s->bsz, s->L->box, sizeof s->bsz);
         memcpy(s->lopt.sub_lo, s->blo, sizeof s->blo);
         memcpy(s->lopt.sub_size, s->bsz, sizeof s->bsz);
-        s->lopt.group = ts_spatial_comm(s->spg);
+        s->lopt.group = ts_spatial_comm(s->L->spatial);
         memcpy(s->dopt.box_hint, s->bsz, sizeof s->dopt.box_hint);
     }
     return 0;
@@ -289,8 +285,7 @@ static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
 
 static void run_free(run_setup *s)
 {
-    ts_spatial_destroy(&s->spg);
-    ts_grid_destroy(&s->grid);
+    ts_layout_destroy(&s->L);
 }
 
 int ts_io_bench_dump(MPI_Comm comm, const ts_io_bench_cfg *c, const char *dir, long long *n)

@@ -732,6 +732,7 @@ static void json_steps(cJSON *o, const ts_bench_step_result *r, const char *conf
     }
     cJSON_AddNumberToObject(o, "act_bytes", r->act_bytes);
     cJSON_AddNumberToObject(o, "plan_mb", r->plan_mb);
+    cJSON_AddNumberToObject(o, "arena_mb", r->arena_mb); /* parameters, gradients, optimizer state (a shard with zero) */
     cJSON_AddNumberToObject(o, "halo_exposed_ms", r->halo_exposed_s * 1e3);
     cJSON_AddNumberToObject(o, "halo_hidden_ms", r->halo_hidden_s * 1e3);
     cJSON_AddNumberToObject(o, "spatial_sums_ms", r->spatial_sums_s * 1e3);

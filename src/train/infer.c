@@ -21,6 +21,7 @@
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/parallel/grid.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
 #include "src/train/evaluate.h"
 #include "src/train/pipeline.h"
@@ -41,13 +42,11 @@ typedef struct infer {
     ts_unet_cfg u;
     ts_loader_opts lo;
     double overlap;
-    int64_t batch, spn, pp;
+    int64_t batch;
     ts_unet *m;
     /* built once for every scan */
-    ts_grid *grid;
-    ts_spatial *sp;
+    ts_layout *L; /* the grid (parallel.dp ignored), the spatial split, the collectives */
     ts_pipeline *pipe;
-    ts_coll *coll, *all;
     ts_eval_split es;
     ts_dataset *ds;             /* data.norm = dataset: the training dataset's statistics */
     ts_labelmap *map;           /* label_map= */
@@ -195,31 +194,25 @@ static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
  * data.norm = dataset. */
 static int setup_layout(infer *t)
 {
-    int err = 0, dims[3];
-    const char *spdims;
+    int err = 0;
+    ts_layout_spec spec;
     TS_CHECK(ts_config_get_int(t->cfg, "train.batch", &t->batch));
-    TS_CHECK(ts_config_get_int(t->cfg, "parallel.sp", &t->spn));
-    TS_CHECK(ts_config_get_int(t->cfg, "parallel.pp", &t->pp));
-    TS_CHECK(ts_config_get_str(t->cfg, "parallel.sp_dims", &spdims));
-    TS_CHECK(ts_grid_create(t->world, 0, (int)t->pp, (int)t->spn, &t->grid));
-    TS_CHECK(ts_spatial_plan((int)t->spn, spdims, t->u.patch, t->u.levels, dims));
-    TS_CHECK(ts_spatial_create(t->grid->sp_comm, dims, &t->sp));
-    TS_CHECK(ts_spatial_box(t->sp, t->u.patch, t->es.box_lo, t->es.box_size));
-    TS_CHECK(ts_coll_create(t->grid->dp_comm, NULL, &t->coll));
-    TS_CHECK(ts_coll_create(t->grid->world, NULL, &t->all));
-    t->es.all = t->all;
+    TS_CHECK(ts_layout_spec_from_config(t->cfg, TS_LAYOUT_INFER, t->u.patch, t->u.levels, &spec));
+    TS_CHECK(ts_layout_create(t->world, &spec, t->cfg, &t->L));
+    for (int d = 0; d < 3; d++) {
+        t->es.box_lo[d] = t->L->box_lo[d];
+        t->es.box_size[d] = t->L->box[d];
+    }
+    t->es.all = t->L->all;
     t->es.forward = NULL;
     t->es.forward_ctx = NULL;
-    ts_stepper_split_model(t->m, t->sp);
-    if (t->pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
-        const char *cut;
+    ts_stepper_split_model(t->m, t->L->spatial);
+    if (t->L->grid->pp > 1) { /* the stages of training's cut (or a balanced one): windows pass through them */
         int first[4 * TS_UNET_MAX_LEVELS];
         double cost[4 * TS_UNET_MAX_LEVELS] = {0};
         const int64_t *bs = t->es.box_size;
-        TS_CHECK(ts_config_get_str(t->cfg, "parallel.pp_cut", &cut));
-        TS_CHECK(ts_pipeline_plan(t->m, t->grid->world, (int)t->pp, cut, (int)t->batch, bs, first, cost));
-        TS_CHECK(ts_pipeline_create(t->m, t->grid->pp_comm, first, TS_PIPE_GPIPE, 1, &t->pipe));
-        TS_CHECK(ts_err_agree(t->grid->world, ts_unet_setup(t->m, (int)t->batch, (int)bs[0], (int)bs[1], (int)bs[2])));
+        TS_CHECK(ts_pipeline_create_on(t->m, t->L, (int)t->batch, first, cost, &t->pipe));
+        TS_CHECK(ts_err_agree(t->L->grid->world, ts_unet_setup(t->m, (int)t->batch, (int)bs[0], (int)bs[1], (int)bs[2])));
         t->es.forward = pipe_forward;
         t->es.forward_ctx = t->pipe;
     }
@@ -236,11 +229,8 @@ cleanup:
 static void teardown(infer *t)
 {
     ts_dataset_close(&t->ds);
-    ts_coll_destroy(&t->coll);
     ts_pipeline_destroy(&t->pipe);
-    ts_coll_destroy(&t->all);
-    ts_spatial_destroy(&t->sp);
-    ts_grid_destroy(&t->grid);
+    ts_layout_destroy(&t->L);
     ts_labelmap_destroy(&t->map);
     ts_unet_destroy(&t->m);
 }
@@ -254,7 +244,7 @@ static int predict(infer *t)
         t->prob = malloc(sizeof *t->prob * (size_t)(t->nv * t->u.classes));
         TS_CHECK(ts_err_agree(t->world, t->prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", t->it->input)));
     }
-    TS_CHECK(ts_eval_predict_mirror(t->m, t->coll, t->spn > 1 || t->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
+    TS_CHECK(ts_eval_predict_mirror(t->m, t->L->replicas, t->L->grid->sp > 1 || t->L->grid->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
                                     t->overlap, (int)t->batch, t->o->mirror, t->pred, t->prob));
     if (t->o->downsample > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(t->pred, t->fine, t->o->downsample, t->full);

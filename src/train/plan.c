@@ -8,6 +8,7 @@
 #include "src/core/timer.h"
 #include "src/model/cost.h"
 #include "src/optim/optim.h"
+#include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
 #include "src/train/step.h"
 #include "src/train/synthetic.h"
@@ -209,7 +210,7 @@ int ts_plan_calibrate(const ts_config *cfg, int steps, ts_plan_calib *c)
 {
     int err = 0;
     ts_unet *m = NULL;
-    ts_coll *coll = NULL;
+    ts_layout *L = NULL;
     ts_stepper *st = NULL;
     ts_tensor img = {0}, lab = {0};
     ts_unet_cfg u;
@@ -221,8 +222,10 @@ int ts_plan_calibrate(const ts_config *cfg, int steps, ts_plan_calib *c)
     TS_CHECK(ts_config_get_int(cfg, "train.batch", &batch));
     TS_CHECK(ts_unet_create(&u, ts_optim_state_count(&opt.cfg), &m));
     TS_CHECK(ts_unet_init(m, 1));
-    TS_CHECK(ts_coll_create(MPI_COMM_SELF, NULL, &coll));
-    TS_CHECK(ts_stepper_create(m, &opt, coll, 25, 0, NULL, &st));
+    ts_layout_spec one; /* this rank alone */
+    ts_layout_spec_default(TS_LAYOUT_TRAIN, u.patch, u.levels, &one);
+    TS_CHECK(ts_layout_create(MPI_COMM_SELF, &one, NULL, &L));
+    TS_CHECK(ts_stepper_create(m, &opt, L->grad, one.bucket_mb, 0, NULL, &st));
     const int64_t *p = u.patch;
     TS_CHECK(ts_tensor_alloc(&img, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, p[0], p[1], p[2]}));
     TS_CHECK(ts_tensor_alloc(&lab, TS_UINT8, 4, (const int64_t[]){batch, p[0], p[1], p[2]}));
@@ -249,7 +252,7 @@ cleanup:
     ts_tensor_free(&img);
     ts_tensor_free(&lab);
     ts_stepper_destroy(&st);
-    ts_coll_destroy(&coll);
+    ts_layout_destroy(&L);
     ts_unet_destroy(&m);
     return err;
 }
