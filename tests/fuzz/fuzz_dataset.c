@@ -1,4 +1,4 @@
-/* Fuzz target: the dataset reader (io/dataset.c) on MPI_COMM_SELF.
+/* Fuzz target: the dataset reader (io/dataset.c, io/dataset_read.c) on MPI_COMM_SELF.
  * Structure-aware: raw HDF5 bytes would mostly exercise libhdf5's own
  * parser (not ours, see docs/testing.md), so the input instead chooses one
  * of three valid base datasets written by ts_synth_write at start (one
