@@ -42,6 +42,17 @@ ok $r "each installed header compiles alone, twice included (C99 -Wall -Werror; 
 printf '#include <tessera/tessera.h>\n#include <stdio.h>\n#if TESSERA_API_VERSION != TESSERA_MAKE_VERSION(TESSERA_VERSION_MAJOR, TESSERA_VERSION_MINOR, TESSERA_VERSION_PATCH)\n#error version\n#endif\nint main(void) { return ts_version() == TESSERA_API_VERSION ? 0 : 1; }\n' >"$tmpdir/v.c"
 $TS_CC -o "$tmpdir/v" "$tmpdir/v.c" $cflags $libs -Wl,-rpath,"$P/lib" && "$tmpdir/v"
 ok $? "TESSERA_API_VERSION at compile time equals ts_version() of the loaded library"
+# docs/library.md's two ways to start a program linked to the shared library in a private prefix:
+# without either the loader does not find libtessera.so.0 (shown first, unless the system has one)
+$TS_CC -o "$tmpdir/v2" "$tmpdir/v.c" $cflags $libs
+if env -u LD_LIBRARY_PATH "$tmpdir/v2" >/dev/null 2>&1; then
+    echo "# a libtessera.so.0 on the loader's default path: the no-rpath case cannot be shown here"
+    r=0
+else
+    LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmpdir/v2"
+    r=$?
+fi
+ok $r "a program built without -Wl,-rpath does not start alone and starts with LD_LIBRARY_PATH=PREFIX/lib"
 
 for src in $TS_EXAMPLES; do
     ex=$(basename "$src" .c)

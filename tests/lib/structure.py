@@ -14,6 +14,13 @@ checked on a source tree:
                          generated kernel) or its opening comment carries
                          the marker "long-file:" followed by a reason (at
                          least three words, on the marker's line).
+  splits ROOT            communicators are split and collectives created only
+                         by the layout object and its building blocks: no
+                         file of ROOT/src, ROOT/io (*.c) outside src/parallel
+                         calls ts_grid_create, MPI_Comm_split or
+                         ts_coll_create (collectives/ is their home);
+                         training, inference and the benchmarks take a
+                         ts_layout (src/parallel/layout.h).
   cli ROOT               ROOT/src/cli/*.c hold argument parsing and printing
                          only: no file-format or numerical library (HDF5,
                          NIfTI, cJSON, inih, BLAS, OpenMP) is included or
@@ -186,14 +193,33 @@ def cli(root):
     return bad
 
 
+SPLIT_CALLS = re.compile(r"\b(ts_grid_create|MPI_Comm_split|ts_coll_create)\s*\(")
+
+
+def splits(root):
+    bad = []
+    for p in c_files(root, ["src", "io"]):
+        rel = os.path.relpath(p, root)
+        if rel.startswith("src/parallel/"):
+            continue
+        code = strip_comments_strings(open(p, errors="replace").read())
+        for ln, l in enumerate(code.split("\n"), 1):
+            for m in SPLIT_CALLS.finditer(l):
+                bad.append("%s:%d: calls %s (a run's groups come from its ts_layout, src/parallel/layout.h)"
+                           % (rel, ln, m.group(1)))
+    return bad
+
+
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("funclen", "filelen", "cli"):
-        sys.stderr.write("usage: structure.py funclen ROOT [LIMIT] | filelen ROOT [LIMIT] | cli ROOT\n")
+    if len(argv) < 3 or argv[1] not in ("funclen", "filelen", "cli", "splits"):
+        sys.stderr.write("usage: structure.py funclen ROOT [LIMIT] | filelen ROOT [LIMIT] | cli ROOT | splits ROOT\n")
         return 2
     if argv[1] == "funclen":
         bad = funclen(argv[2], int(argv[3]) if len(argv) > 3 else 120)
     elif argv[1] == "filelen":
         bad = filelen(argv[2], int(argv[3]) if len(argv) > 3 else 900)
+    elif argv[1] == "splits":
+        bad = splits(argv[2])
     else:
         bad = cli(argv[2])
     for b in bad:
