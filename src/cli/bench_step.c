@@ -7,6 +7,7 @@
 #include "src/core/error.h"
 #include "src/model/unet.h"
 #include "src/parallel/spatial.h"
+#include "src/train/bench_layouts.h"
 #include "src/train/bench_step.h"
 #include "src/train/trainer.h"
 
@@ -149,8 +150,31 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
            "%.0f MiB), loss %.4f\n", r->rss_mb, r->act_bytes / 1048576.0, r->arena_mb, r->plan_mb, r->loss);
 }
 
+typedef struct layouts_arg {
+    const char *list;  /* --layouts */
+    const char *calib; /* --calib */
+} layouts_arg;
+
+static void report_layouts(const char *cfgpath, const ts_bench_layouts_result *r)
+{
+    printf("bench step --layouts: %s, %d node(s) x %d rank(s), global batch %d held; predictions from %s\n", cfgpath,
+           r->choice.nodes, r->choice.ranks_per_node, r->choice.global_batch, r->choice.calib);
+    printf("  %-18s %9s %6s %12s %12s %6s\n", "layout", "batch/rep", "micro", "predicted ms", "measured ms", "rank");
+    for (int i = 0; i < r->n; i++) {
+        const ts_bench_layout_row *w = &r->rows[i];
+        char name[64];
+        snprintf(name, sizeof name, "dp %d x pp %d x sp %d", w->plan.dp, w->plan.pp, w->plan.sp);
+        printf("  %-18s %9d %6d %8.1f (%d) %12.1f %6d%s\n", name, w->plan.batch, w->plan.micro, w->plan.step_s * 1e3,
+               w->predicted_rank, w->step_s * 1e3, w->measured_rank,
+               i == r->chosen ? "   <- parallel.layout = auto" : "");
+    }
+    const ts_plan_layout *c = &r->rows[r->chosen].plan, *f = &r->rows[r->fastest].plan;
+    printf("  the planner's choice dp %d x pp %d x sp %d measured %.3fx the fastest (dp %d x pp %d x sp %d)\n", c->dp,
+           c->pp, c->sp, r->chosen_over_best, f->dp, f->pp, f->sp);
+}
+
 static int parse(int argc, char **argv, ts_bench_step_opts *o, const char **cfgpath, char **over, int *nover,
-                 const char **json)
+                 const char **json, layouts_arg *la)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -166,6 +190,8 @@ static int parse(int argc, char **argv, ts_bench_step_opts *o, const char **cfgp
         else if (!strcmp(a, "--calibrate") && i + 1 < argc) o->calibrate = argv[++i];
         else if (!strcmp(a, "--perf-overhead")) o->overhead = 1;
         else if (!strcmp(a, "--compare-checkpoint") && i + 1 < argc) o->compare = argv[++i];
+        else if (!strcmp(a, "--layouts") && i + 1 < argc) la->list = argv[++i];
+        else if (!strcmp(a, "--calib") && i + 1 < argc) la->calib = argv[++i];
         else if (!strcmp(a, "--rounds") && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
@@ -226,6 +252,7 @@ int ts_cli_bench_step(int argc, char **argv)
     int err = 0, nover = 0, lerr = 0;
     const char *cfgpath = NULL, *json = NULL;
     ts_bench_step_opts o = {.steps = 5, .warmup = 2, .rounds = 3};
+    layouts_arg la = {NULL, NULL};
     ts_bench_step_result r;
     char **over = calloc((size_t)argc + 1, sizeof *over);
     ts_config *cfg = NULL;
@@ -235,9 +262,24 @@ int ts_cli_bench_step(int argc, char **argv)
         if (ts_cli_rank() == 0) help();
         goto cleanup;
     }
-    TS_CHECK(parse(argc, argv, &o, &cfgpath, over, &nover, &json));
+    TS_CHECK(parse(argc, argv, &o, &cfgpath, over, &nover, &json, &la));
     o.rss0_mb = ts_train_rss_mb();
     TS_CHECK(ts_cli_load_config(cfgpath, nover, over, MPI_COMM_WORLD, &cfg));
+    if (la.list) {
+        if (o.compare || o.calibrate)
+            TS_FAIL(TS_ERR_ARG, "bench step: --layouts measures layouts side by side; it does not combine with "
+                    "--compare-checkpoint or --calibrate");
+        ts_bench_layouts_result lr;
+        err = ts_bench_step_layouts(MPI_COMM_WORLD, cfg, &o, la.list, la.calib, &lr);
+        if (!err && ts_cli_rank() == 0) {
+            report_layouts(cfgpath, &lr);
+            if (json) lerr = ts_bench_layouts_write_json(json, &lr, cfgpath);
+        }
+        ts_bench_layouts_free(&lr);
+        TS_CHECK(err);
+        TS_CHECK(ts_err_agree(MPI_COMM_WORLD, lerr));
+        goto cleanup;
+    }
     TS_CHECK(ts_bench_step_run(MPI_COMM_WORLD, cfg, &o, &r));
     if (ts_cli_rank() == 0) {
         if (r.compared) report_compare(cfgpath, &r);

@@ -9,6 +9,7 @@
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/layout.h"
+#include "src/train/plan_auto.h"
 #include "src/train/trainer.h"
 
 #include <libgen.h>
@@ -66,6 +67,24 @@ static void help(void)
     ts_config_destroy(&c);
 }
 
+/* parallel.layout other than given: the planner's table and the layout taken */
+static void print_choice(const ts_config *cfg, const ts_plan_choice *c, int chosen)
+{
+    const char *v = "";
+    ts_config_get_str(cfg, "parallel.layout", &v);
+    printf("parallel.layout = %s: %d layout(s) of %d node(s) x %d rank(s) fit, global batch %d; rates from %s\n", v, c->n,
+           c->nodes, c->ranks_per_node, c->global_batch, c->calib);
+    printf("  %-22s %9s %6s %13s %10s\n", "layout", "batch/rep", "micro", "predicted ms", "mem MiB");
+    for (int i = 0; i < c->n; i++) {
+        const ts_plan_layout *l = &c->layouts[i];
+        char name[64];
+        snprintf(name, sizeof name, "dp %d x pp %d x sp %d", l->dp, l->pp, l->sp);
+        printf("  %-22s %9d %6d %13.1f %10.0f%s\n", name, l->batch, l->micro, l->step_s * 1e3, l->mem_mb,
+               i == chosen ? "   <- taken" : "");
+    }
+    fflush(stdout);
+}
+
 /* set by SIGTERM / SIGUSR1: the trainer checkpoints and stops at the end of the step */
 static volatile sig_atomic_t stop_requested;
 static void on_stop(int sig)
@@ -103,6 +122,14 @@ int ts_cli_train(int argc, char **argv)
         if (dot && dot != name) *dot = '\0';
     }
     TS_CHECK(ts_cli_load_config(path, nover, over, MPI_COMM_WORLD, &cfg));
+    {
+        ts_plan_choice pc;
+        int chosen;
+        err = ts_plan_layout_resolve(cfg, MPI_COMM_WORLD, &pc, &chosen);
+        if (!err && chosen >= 0 && ts_cli_rank() == 0) print_choice(cfg, &pc, chosen);
+        ts_plan_choice_free(&pc);
+        TS_CHECK(err);
+    }
     struct sigaction sa, old_term, old_usr1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;

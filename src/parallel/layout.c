@@ -13,6 +13,12 @@
 #include <string.h>
 
 const ts_cfg_key ts_layout_config_keys[] = {
+    {"parallel.layout", TS_CFG_STRING, "given", NULL, "given: parallel.dp, pp, sp as set; auto: the planner ranks the "
+     "layouts of the job's ranks at start and the run takes the fastest predicted; dp, sp, pp or D,P,S: that layout; "
+     "auto and the forced ones hold the global batch train.batch x train.accum x ranks and set train.batch, "
+     "parallel.microbatches and the schedule (docs/parallelism.md, \"Choosing the layout\")"},
+    {"parallel.layout_calib", TS_CFG_STRING, "", NULL, "parallel.layout other than given: the planner's rates from "
+     "this file (tessera bench step --calibrate); empty: a 2-step timing pass on rank 0 at start"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
     {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
     {"parallel.pp_cut", TS_CFG_STRING, "auto", NULL, "first units of stages 1..pp-1, e.g. enc2,dec1; auto: balanced by a timing pass"},
