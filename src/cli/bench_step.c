@@ -169,8 +169,9 @@ static void report_layouts(const char *cfgpath, const ts_bench_layouts_result *r
                i == r->chosen ? "   <- parallel.layout = auto" : "");
     }
     const ts_plan_layout *c = &r->rows[r->chosen].plan, *f = &r->rows[r->fastest].plan;
-    printf("  the planner's choice dp %d x pp %d x sp %d measured %.3fx the fastest (dp %d x pp %d x sp %d)\n", c->dp,
-           c->pp, c->sp, r->chosen_over_best, f->dp, f->pp, f->sp);
+    printf("  %d layout(s) predicted within parallel.layout_tie = %g of the fastest prediction; auto's choice among them "
+           "(the fastest measured) dp %d x pp %d x sp %d measured %.3fx the fastest (dp %d x pp %d x sp %d)\n", r->tied,
+           r->choice.tie, c->dp, c->pp, c->sp, r->chosen_over_best, f->dp, f->pp, f->sp);
 }
 
 static int parse(int argc, char **argv, ts_bench_step_opts *o, const char **cfgpath, char **over, int *nover,

@@ -9,6 +9,7 @@
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/layout.h"
+#include "src/train/bench_layouts.h"
 #include "src/train/plan_auto.h"
 #include "src/train/trainer.h"
 
@@ -74,14 +75,18 @@ static void print_choice(const ts_config *cfg, const ts_plan_choice *c, int chos
     ts_config_get_str(cfg, "parallel.layout", &v);
     printf("parallel.layout = %s: %d layout(s) of %d node(s) x %d rank(s) fit, global batch %d; rates from %s\n", v, c->n,
            c->nodes, c->ranks_per_node, c->global_batch, c->calib);
-    printf("  %-22s %9s %6s %13s %10s\n", "layout", "batch/rep", "micro", "predicted ms", "mem MiB");
+    printf("  %-22s %9s %6s %13s %10s %10s\n", "layout", "batch/rep", "micro", "predicted ms", "mem MiB", "timed ms");
     for (int i = 0; i < c->n; i++) {
         const ts_plan_layout *l = &c->layouts[i];
-        char name[64];
+        char name[64], timed[32] = "-";
         snprintf(name, sizeof name, "dp %d x pp %d x sp %d", l->dp, l->pp, l->sp);
-        printf("  %-22s %9d %6d %13.1f %10.0f%s\n", name, l->batch, l->micro, l->step_s * 1e3, l->mem_mb,
+        if (c->measured_s && c->measured_s[i] > 0) snprintf(timed, sizeof timed, "%.1f", c->measured_s[i] * 1e3);
+        printf("  %-22s %9d %6d %13.1f %10.0f %10s%s\n", name, l->batch, l->micro, l->step_s * 1e3, l->mem_mb, timed,
                i == chosen ? "   <- taken" : "");
     }
+    if (c->measured_s)
+        printf("  predictions within parallel.layout_tie = %g of the fastest were timed (1 warm-up, 2 steps each); the "
+               "fastest timed is taken\n", c->tie);
     fflush(stdout);
 }
 
@@ -125,7 +130,7 @@ int ts_cli_train(int argc, char **argv)
     {
         ts_plan_choice pc;
         int chosen;
-        err = ts_plan_layout_resolve(cfg, MPI_COMM_WORLD, &pc, &chosen);
+        err = ts_plan_layout_resolve(cfg, MPI_COMM_WORLD, ts_bench_step_measure, NULL, &pc, &chosen);
         if (!err && chosen >= 0 && ts_cli_rank() == 0) print_choice(cfg, &pc, chosen);
         ts_plan_choice_free(&pc);
         TS_CHECK(err);

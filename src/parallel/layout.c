@@ -19,6 +19,9 @@ const ts_cfg_key ts_layout_config_keys[] = {
      "parallel.microbatches and the schedule (docs/parallelism.md, \"Choosing the layout\")"},
     {"parallel.layout_calib", TS_CFG_STRING, "", NULL, "parallel.layout other than given: the planner's rates from "
      "this file (tessera bench step --calibrate); empty: a 2-step timing pass on rank 0 at start"},
+    {"parallel.layout_tie", TS_CFG_FLOAT, "0.05", "0:1", "parallel.layout = auto: layouts predicted within this share "
+     "of the fastest prediction are timed at start (1 warm-up and 2 steps each) and the fastest measured taken; 0: "
+     "the prediction alone"},
     {"parallel.dp", TS_CFG_INT, "0", "0:", "data-parallel replicas (0: ranks / (pp x sp))"},
     {"parallel.pp", TS_CFG_INT, "1", "1:", "pipeline stages (each a contiguous range of the network's layer units)"},
     {"parallel.pp_cut", TS_CFG_STRING, "auto", NULL, "first units of stages 1..pp-1, e.g. enc2,dec1; auto: balanced by a timing pass"},

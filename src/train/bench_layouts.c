@@ -4,6 +4,7 @@
 #include "tsbuild.h"
 #include "src/train/bench_layouts.h"
 #include "src/core/error.h"
+#include "src/train/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -52,9 +53,17 @@ static void ranks_of(ts_bench_layouts_result *r)
         }
         if (a->step_s < r->rows[r->fastest].step_s) r->fastest = i;
     }
-    r->chosen = 0; /* the planner's first among the rows (rows keep the planner's order) */
+    /* auto's rule: the rows predicted within the tie of the fastest prediction, the fastest measured of them */
+    double pbest = r->rows[0].plan.step_s;
     for (int i = 1; i < r->n; i++)
-        if (r->rows[i].plan.step_s < r->rows[r->chosen].plan.step_s) r->chosen = i;
+        if (r->rows[i].plan.step_s < pbest) pbest = r->rows[i].plan.step_s;
+    r->chosen = -1;
+    r->tied = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (r->rows[i].plan.step_s > pbest * (1 + r->choice.tie)) continue;
+        r->tied++;
+        if (r->chosen < 0 || r->rows[i].step_s < r->rows[r->chosen].step_s) r->chosen = i;
+    }
     const double best = r->rows[r->fastest].step_s;
     r->chosen_over_best = best > 0 ? r->rows[r->chosen].step_s / best : 0;
 }
@@ -65,6 +74,7 @@ int ts_bench_step_layouts(MPI_Comm comm, ts_config *cfg, const ts_bench_step_opt
     int err = 0;
     memset(r, 0, sizeof *r);
     TS_CHECK(ts_plan_choose(cfg, comm, calib, &r->choice));
+    TS_CHECK(ts_config_get_float(cfg, "parallel.layout_tie", &r->choice.tie));
     TS_CHECK(ts_err_agree(comm, pick_rows(&r->choice, list, r)));
     for (int i = 0; i < r->n; i++) {
         ts_bench_step_result one;
@@ -117,6 +127,8 @@ int ts_bench_layouts_write_json(const char *path, const ts_bench_layouts_result 
         cJSON_AddNumberToObject(e, "samples_per_s", w->samples_per_s);
         cJSON_AddItemToArray(a, e);
     }
+    cJSON_AddNumberToObject(o, "tie", r->choice.tie);
+    cJSON_AddNumberToObject(o, "tied", r->tied);
     cJSON_AddNumberToObject(o, "chosen", r->chosen);
     cJSON_AddNumberToObject(o, "fastest", r->fastest);
     cJSON_AddNumberToObject(o, "chosen_over_best", r->chosen_over_best);
@@ -129,5 +141,18 @@ int ts_bench_layouts_write_json(const char *path, const ts_bench_layouts_result 
     }
     free(txt);
     cJSON_Delete(o);
+    return err;
+}
+
+int ts_bench_step_measure(void *ctx, MPI_Comm comm, ts_config *cfg, double *step_s)
+{
+    (void)ctx;
+    ts_bench_step_opts o = {.steps = 2, .warmup = 1, .rounds = 1};
+    ts_bench_step_result r;
+    memset(&r, 0, sizeof r);
+    o.rss0_mb = ts_train_rss_mb();
+    int err = ts_bench_step_run(comm, cfg, &o, &r);
+    *step_s = r.step_s;
+    ts_bench_step_result_free(&r);
     return err;
 }

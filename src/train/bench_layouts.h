@@ -23,7 +23,8 @@ typedef struct ts_bench_layouts_result {
     ts_plan_choice choice;   /* every feasible layout, ranked */
     ts_bench_layout_row *rows; /* the layouts measured (owned) */
     int n;
-    int chosen;              /* the row parallel.layout = auto takes: the planner's first */
+    int tied;                /* rows predicted within parallel.layout_tie of the fastest prediction */
+    int chosen;              /* the row parallel.layout = auto's rule takes: the fastest measured of the tied */
     int fastest;             /* the row measured fastest */
     double chosen_over_best; /* the chosen row's step time over the fastest's */
 } ts_bench_layouts_result;
@@ -36,6 +37,10 @@ typedef struct ts_bench_layouts_result {
 int ts_bench_step_layouts(MPI_Comm comm, ts_config *cfg, const ts_bench_step_opts *o, const char *list,
                           const char *calib, ts_bench_layouts_result *r);
 void ts_bench_layouts_free(ts_bench_layouts_result *r);
+/* Collective on comm. A ts_plan_measure_fn for parallel.layout = auto:
+ * bench step's mean step time of cfg's layout, 1 warm-up and 2 timed steps
+ * (ctx: NULL). */
+int ts_bench_step_measure(void *ctx, MPI_Comm comm, ts_config *cfg, double *step_s);
 /* Local. r as JSON to path. */
 int ts_bench_layouts_write_json(const char *path, const ts_bench_layouts_result *r, const char *config);
 

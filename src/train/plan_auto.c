@@ -75,6 +75,7 @@ cleanup:
 void ts_plan_choice_free(ts_plan_choice *c)
 {
     free(c->layouts);
+    free(c->measured_s);
     memset(c, 0, sizeof *c);
 }
 
@@ -124,7 +125,35 @@ static int forced_layout(const char *v, int size, int dps[3], int *forced)
     return 0;
 }
 
-int ts_plan_layout_resolve(ts_config *cfg, MPI_Comm comm, ts_plan_choice *c, int *chosen)
+int ts_plan_tied(const ts_plan_choice *c, double tie)
+{
+    int k = 1;
+    while (k < c->n && c->layouts[k].step_s <= c->layouts[0].step_s * (1 + tie)) k++;
+    return c->n ? k : 0;
+}
+
+/* auto: the tied layouts timed, the fastest measured (index into c->layouts) */
+static int break_tie(ts_config *cfg, MPI_Comm comm, ts_plan_measure_fn measure, void *ctx, ts_plan_choice *c, int *k)
+{
+    const int tied = ts_plan_tied(c, c->tie);
+    *k = 0;
+    if (tied < 2 || !measure) return 0;
+    c->measured_s = TS_CALLOC((size_t)c->n, sizeof *c->measured_s);
+    TS_TRY(ts_err_agree(comm, c->measured_s ? 0 : TS_ERR(TS_ERR_NOMEM, "parallel.layout = auto: timings")));
+    for (int i = 0; i < tied; i++) {
+        TS_TRY(ts_plan_apply(cfg, c, &c->layouts[i], "parallel.layout = auto"));
+        int err = measure(ctx, comm, cfg, &c->measured_s[i]);
+        if (err) {
+            const ts_plan_layout *l = &c->layouts[i];
+            return TS_CTX(err, "parallel.layout = auto: timing dp %d x pp %d x sp %d", l->dp, l->pp, l->sp);
+        }
+        if (c->measured_s[i] < c->measured_s[*k]) *k = i;
+    }
+    return 0;
+}
+
+int ts_plan_layout_resolve(ts_config *cfg, MPI_Comm comm, ts_plan_measure_fn measure, void *ctx, ts_plan_choice *c,
+                           int *chosen)
 {
     static const char *const set_by_layout[] = {"parallel.dp", "parallel.pp", "parallel.sp", "parallel.sp_dims",
                                                 "parallel.pp_cut", "parallel.microbatches"};
@@ -146,7 +175,9 @@ int ts_plan_layout_resolve(ts_config *cfg, MPI_Comm comm, ts_plan_choice *c, int
         }
     TS_TRY(ts_config_get_str(cfg, "parallel.layout_calib", &calib));
     TS_TRY(ts_plan_choose(cfg, comm, calib[0] ? calib : NULL, c));
-    int k = forced ? -1 : 0;
+    TS_TRY(ts_config_get_float(cfg, "parallel.layout_tie", &c->tie));
+    int k = -1;
+    if (!forced) TS_TRY(break_tie(cfg, comm, measure, ctx, c, &k));
     for (int i = 0; forced && i < c->n && k < 0; i++)
         if (c->layouts[i].dp == dps[0] && c->layouts[i].pp == dps[1] && c->layouts[i].sp == dps[2]) k = i;
     if (k < 0)

@@ -18,7 +18,13 @@ typedef struct ts_plan_choice {
     int micro_batch;         /* samples per micro-batch of a pipeline (the config's train.batch) */
     int nodes, ranks_per_node;
     char calib[300];         /* where the rates came from: a calibration file, or a timing pass here */
+    double tie;              /* parallel.layout_tie: predictions within this share of the fastest are a tie */
+    double *measured_s;      /* per layout, auto's timing of the tied ones at start (0: not timed; owned) */
 } ts_plan_choice;
+
+/* Collective on comm: the step time of the layout cfg is set to (auto's
+ * tie-break; src/train/bench_layouts.h has one that runs bench step). */
+typedef int (*ts_plan_measure_fn)(void *ctx, MPI_Comm comm, ts_config *cfg, double *step_s);
 
 /* Collective on comm. Rank 0 ranks the layouts of comm's ranks (its nodes
  * and ranks per node, unequal nodes refused) with the calibration file
@@ -34,14 +40,20 @@ void ts_plan_choice_free(ts_plan_choice *c);
  * else GPipe. where names the setting in messages. */
 int ts_plan_apply(ts_config *cfg, const ts_plan_choice *c, const ts_plan_layout *l, const char *where);
 
+/* Local. How many of c's first layouts auto treats as tied: those
+ * predicted within tie (a share) of the fastest prediction (>= 1). */
+int ts_plan_tied(const ts_plan_choice *c, double tie);
 /* Collective on comm. parallel.layout: given leaves cfg as it is
  * (*chosen = -1); auto ranks the layouts (ts_plan_choose, rates from
- * parallel.layout_calib) and applies the fastest predicted; dp, sp, pp
+ * parallel.layout_calib), times the tied ones with measure (when more than
+ * one and measure is not NULL) and applies the fastest measured, else the
+ * fastest predicted; dp, sp, pp
  * (every rank in that dimension) or D,P,S apply that one if the planner
  * finds it feasible. *chosen is its index in c->layouts. Refused, on every
  * rank: parallel.dp, pp, sp, sp_dims, pp_cut or microbatches also given
  * (the layout sets them), a malformed value, an infeasible forced layout.
  * Free c with ts_plan_choice_free (also when given). */
-int ts_plan_layout_resolve(ts_config *cfg, MPI_Comm comm, ts_plan_choice *c, int *chosen);
+int ts_plan_layout_resolve(ts_config *cfg, MPI_Comm comm, ts_plan_measure_fn measure, void *ctx, ts_plan_choice *c,
+                           int *chosen);
 
 #endif

@@ -43,7 +43,18 @@ ts_step "parallel.layout = auto on 4 ranks" ts_mpirun 4 "$TESSERA" train "$d/a.i
 printf '%s\n' "$ts_out" >"$d/auto.out"
 ts_check "... the planner's table is printed with the layout taken" sh -c \
     "grep -q 'parallel.layout = auto: [0-9]* layout(s) of 1 node(s) x 4 rank(s) fit, global batch 8' '$d/auto.out' && grep -q '<- taken' '$d/auto.out'"
+ts_step "parallel.layout = auto with parallel.layout_tie = 0: nothing timed" ts_mpirun 4 "$TESSERA" train "$d/a.ini" \
+    parallel.layout=auto parallel.layout_tie=0 run.dir="$d/auto0"
+ts_check "... the first predicted taken, no timing" sh -c \
+    "printf '%s\n' \"\$0\" | grep -A1 'predicted ms' | grep -q '<- taken' && ! printf '%s\n' \"\$0\" | grep -q 'were timed'" "$ts_out"
 if [ -n "$TS_PY" ]; then
+    ts_check "... the layouts predicted within 5 % were timed at start and the fastest timed taken" "$TS_PY" -c "
+import re, sys
+rows = [l for l in open('$d/auto.out') if re.match(r'  dp \\d+ x pp', l)]
+timed = [(float(l.split()[-3] if '<-' in l else l.split()[-1]), '<-' in l) for l in rows
+         if (l.split()[-3] if '<-' in l else l.split()[-1]) != '-']
+print(rows, timed)
+sys.exit(0 if len(timed) >= 2 and min(timed)[1] else 1)"
     taken=$(sed -n 's/^  dp \([0-9]*\) x pp \([0-9]*\) x sp \([0-9]*\) .*<- taken$/\1 \2 \3/p' "$d/auto.out")
     # shellcheck disable=SC2086
     grid auto $taken
@@ -69,14 +80,16 @@ ts_fails_on_all "parallel.layout = diagonal: refused" "parallel.layout = 'diagon
 ts_step "bench step --layouts 4,1,1:1,1,4:2,1,2 on 4 ranks" ts_mpirun 4 "$TESSERA" bench step "$d/a.ini" \
     --layouts 4,1,1:1,1,4:2,1,2 --steps 2 --warmup 1 --json "$d/lay.json"
 if [ -n "$TS_PY" ]; then
-    ts_check "... three rows, each measured and predicted, ranks 1..3, the choice the planner's fastest" "$TS_PY" -c "
+    ts_check "... three rows, each measured and predicted, ranks 1..3; the choice the fastest measured of those predicted within the tie" "$TS_PY" -c "
 import json, sys
 j = json.load(open('$d/lay.json')); L = j['layouts']
 print(json.dumps(j))
 ok = len(L) == 3 and [(x['dp'], x['pp'], x['sp']) for x in L] == [(4, 1, 1), (1, 1, 4), (2, 1, 2)]
 ok = ok and all(x['step_ms'] > 0 and x['predicted_step_ms'] > 0 for x in L) and j['global_batch'] == 8
 ok = ok and sorted(x['measured_rank'] for x in L)[0] == 1 and sorted(x['predicted_rank'] for x in L)[0] == 1
-ok = ok and L[j['chosen']]['predicted_rank'] == 1 and L[j['fastest']]['measured_rank'] == 1
+tied = [x for x in L if x['predicted_step_ms'] <= min(y['predicted_step_ms'] for y in L) * (1 + j['tie'])]
+ok = ok and j['tie'] == 0.05 and j['tied'] == len(tied) >= 1 and L[j['chosen']] in tied
+ok = ok and L[j['chosen']]['step_ms'] == min(x['step_ms'] for x in tied) and L[j['fastest']]['measured_rank'] == 1
 ok = ok and abs(j['chosen_over_best'] - L[j['chosen']]['step_ms'] / L[j['fastest']]['step_ms']) < 1e-9
 sys.exit(0 if ok else 1)"
 else
