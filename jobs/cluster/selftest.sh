@@ -279,10 +279,23 @@ grad_eq() { # KEY NP DESC ARGS...: one step on the cluster, compared
     local key=$1 np=$2 desc=$3 out rc
     shift 3
     if [ -z "$py" ]; then echo "ok $((n += 1)) - $desc # SKIP no python3 with h5py"; return; fi
-    $launch "$np" "$tessera" train "$d/g.ini" data.path="$d/syn.h5" $(cat "$d/args-$key") model.init="$d/init-$key.h5" \
-        run.dir="$d/run-$key-$np" train.dump_grads="$d/g-$key-$np.h5" "$@" >"$d/run-$key-$np.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] && grep -vE "^(  |[a-z ]*: )" "$d/run-$key-$np.log" | tail -40 | diag # (what the launcher and the ranks said at the end)
+    local try
+    for try in 1 2; do # a second run only after MPICH's known finalize hang over TCP (below)
+        rm -rf "$d/run-$key-$np" "$d/g-$key-$np.h5"
+        $launch "$np" "$tessera" train "$d/g.ini" data.path="$d/syn.h5" $(cat "$d/args-$key") model.init="$d/init-$key.h5" \
+            run.dir="$d/run-$key-$np" train.dump_grads="$d/g-$key-$np.h5" "$@" >"$d/run-$key-$np.log" 2>&1
+        rc=$?
+        # what the launcher and the ranks said at the end (the ranks' errors and notes first)
+        [ $rc -ne 0 ] && { grep -E '^tessera: (error|note|rank)' "$d/run-$key-$np.log" | sort | uniq -c | head -20
+            grep -vE "^(  |[a-z ]*: )" "$d/run-$key-$np.log" | tail -30; } | diag
+        # MPICH 4.0 over TCP: MPI_Finalize sometimes does not return; the ranks' guard exits (status 0) after
+        # training finished, and Hydra may then report a bad termination (also before this session's changes:
+        # 2 of 10 runs). Only that, after "done:", is run once more; any other failure counts.
+        [ $rc -ne 0 ] && [ $try = 1 ] && grep -q '^done: ' "$d/run-$key-$np.log" &&
+            grep -q 'MPI_Finalize did not return' "$d/run-$key-$np.log" && ! grep -q '^tessera: error' "$d/run-$key-$np.log" &&
+            { echo "MPICH's finalize hang over TCP after a finished run (exit $rc): run again" | diag; continue; }
+        break
+    done
     grep -m1 'ranks = ' "$d/run-$key-$np.log" | diag
     grep '^clt: ' "$d/run-$key-$np.log" | diag
     out=$("$py" "$here/tests/train/grad_compare.py" "$d/ref-$key.h5" "$d/g-$key-$np.h5" 1e-4 2>&1)
