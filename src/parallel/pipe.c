@@ -165,3 +165,5 @@ void ts_pipe_cancel(ts_pipe_msgs *m)
     MPI_Waitall(m->n, m->req, st);
     m->n = 0;
 }
+
+const char *ts_pipe_kind_name(ts_pipe_kind k) { return k == TS_PIPE_GPIPE ? "gpipe" : "1f1b"; }

@@ -29,6 +29,8 @@ int ts_pipe_in_flight(ts_pipe_kind k, int P, int s, int M);
 double ts_pipe_bubble(int P, int M);
 /* Local. Parses "gpipe" / "1f1b". */
 int ts_pipe_kind_parse(const char *s, ts_pipe_kind *k);
+/* Local. The name parallel.schedule gives k: "gpipe" or "1f1b". */
+const char *ts_pipe_kind_name(ts_pipe_kind k);
 
 /* Local. Cuts n units of the given costs into P contiguous non-empty
  * stages minimising the most expensive stage; first[0..P] receives the

@@ -237,7 +237,7 @@ static void header(const bench *b, ts_bench_step_result *r)
 #ifdef _OPENMP
     r->threads = omp_get_max_threads();
 #endif
-    r->schedule = b->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
+    r->schedule = ts_pipe_kind_name(b->L->spec.schedule);
     r->precision = b->u.precision == TS_PREC_BF16 ? "bf16" : b->u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->kernels = b->u.precision == TS_PREC_BF16   ? ts_nn_bf16_isa()
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"

@@ -264,7 +264,7 @@ static int pipeline_perf(trainer *t, char *extra, size_t n)
         free(v);
         return ts_err_mpi(rc, __FILE__, __LINE__, "MPI_Allreduce (pipeline figures)");
     }
-    const char *sched = t->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
+    const char *sched = ts_pipe_kind_name(t->L->spec.schedule);
     size_t l = strlen(extra);
     l += (size_t)snprintf(extra + l, n - l,
                           ",\n  \"pipeline\": {\"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "

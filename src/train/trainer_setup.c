@@ -146,7 +146,7 @@ static int check_eval_memory(trainer *t)
 static int report_cut(trainer *t, const char *dir)
 {
     const int P = t->L->grid->pp, U = ts_unet_units(t->model);
-    const char *cut = t->L->spec.pp_cut, *sched = t->L->spec.schedule == TS_PIPE_GPIPE ? "gpipe" : "1f1b";
+    const char *cut = t->L->spec.pp_cut, *sched = ts_pipe_kind_name(t->L->spec.schedule);
     char name[32], line[1024], path[1100];
     const int measured = !strcmp(cut, "auto");
     FILE *f = NULL;
