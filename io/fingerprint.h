@@ -4,7 +4,7 @@
  * writer accumulates it sample by sample (io/writer.c) and stores it under
  * /fingerprint (docs/formats-dataset.md); `tessera plan-data` reads it back
  * and plans from it (target spacing with the anisotropy rule here, patch
- * and batch in src/train/plan_data.c). */
+ * and batch in src/plan/plan_data.c). */
 #ifndef TS_IO_FINGERPRINT_H
 #define TS_IO_FINGERPRINT_H
 

@@ -57,18 +57,22 @@
 #include <tessera/weights.h>
 #include <tessera/optim.h>
 
-/* parallelism: process grid, data-parallel gradient buckets, spatial split, pipeline schedules */
+/* parallelism: process grid, data-parallel gradient buckets, spatial split, pipeline schedules, the layout;
+ * the model on them: pipeline stages, the spatial split's hooks */
 #include <tessera/grid.h>
 #include <tessera/dp.h>
 #include <tessera/spatial.h>
 #include <tessera/pipe.h>
 #include <tessera/layout.h>
-
-/* training: the data-parallel stepper, pipeline stages, synthetic batches, the trainer (`tessera train`), inference (`tessera infer`) */
-#include <tessera/step.h>
 #include <tessera/pipeline.h>
+#include <tessera/split_model.h>
+
+/* inference: `tessera infer` as a call */
+#include <tessera/infer.h>
+
+/* training: the data-parallel stepper, synthetic batches, the trainer (`tessera train`) */
+#include <tessera/step.h>
 #include <tessera/synthetic.h>
 #include <tessera/trainer.h>
-#include <tessera/infer.h>
 
 #endif

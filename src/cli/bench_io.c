@@ -1,12 +1,12 @@
 /* tessera bench io: the arguments and the report of the data-path
- * benchmark; the measurement, the patch dump and the JSON are src/train/bench_io.c. */
+ * benchmark; the measurement, the patch dump and the JSON are src/bench/bench_io.c. */
 #include "tsbuild.h"
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "src/bench/bench_io.h"
 #include "src/cli/cli.h"
 #include "src/core/config.h"
 #include "src/core/error.h"
-#include "src/train/bench_io.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,14 +1,14 @@
 /* tessera bench step: the arguments and the report of the step benchmark;
  * the measurement, the calibration file and the JSON are
- * src/train/bench_step.c. */
+ * src/bench/bench_step.c. */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
+#include "src/bench/bench_layouts.h"
+#include "src/bench/bench_step.h"
 #include "src/cli/engine.h"
 #include "src/core/error.h"
 #include "src/model/unet.h"
 #include "src/parallel/spatial.h"
-#include "src/train/bench_layouts.h"
-#include "src/train/bench_step.h"
 #include "src/train/trainer.h"
 
 #include <stdio.h>

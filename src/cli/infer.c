@@ -3,12 +3,12 @@
  * postprocess=PP.json] [decide=PP.json] [preprocess=dataset|none] ...: the
  * arguments of sliding-window inference and its printed summary; the work
  * (the dataset's preprocessing, prediction, mirroring, post-processing,
- * NIfTI outputs, metrics) is ts_infer_run (src/train/infer.h). */
+ * NIfTI outputs, metrics) is ts_infer_run (src/infer/infer.h). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
-#include "src/train/evaluate.h"
-#include "src/train/infer.h"
+#include "src/infer/evaluate.h"
+#include "src/infer/infer.h"
 
 #include <math.h>
 #include <stdio.h>

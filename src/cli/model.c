@@ -8,10 +8,10 @@
 #include "src/cli/engine.h"
 #include "src/core/error.h"
 #include "src/core/log.h"
+#include "src/infer/model_run.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/optim/optim.h"
-#include "src/train/model_run.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /* tessera plan CONFIG --nodes N --ranks-per-node R [...]: the arguments and
- * the table of the planner (src/train/plan.h: the model, the layouts, the
+ * the table of the planner (src/plan/plan.h: the model, the layouts, the
  * curve, the JSON). Runs on rank 0 only (other ranks wait). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
-#include "src/train/plan.h"
+#include "src/plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* tessera plan-data DATASET [CONFIG] [key=value ...] [--mem-mb M]: prints
  * the dataset's fingerprint (io/fingerprint.h) and the plan made from it
- * (src/train/plan_data.h). Every rank reads and plans; rank 0 prints. */
+ * (src/plan/plan_data.h). Every rank reads and plans; rank 0 prints. */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
-#include "src/train/plan_data.h"
+#include "src/plan/plan_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,14 +3,14 @@
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "io/loader.h"
+#include "src/bench/bench_layouts.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
 #include "src/model/unet.h"
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/layout.h"
-#include "src/train/bench_layouts.h"
-#include "src/train/plan_auto.h"
+#include "src/plan/plan_auto.h"
 #include "src/train/trainer.h"
 
 #include <libgen.h>

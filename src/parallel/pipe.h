@@ -3,7 +3,7 @@
  * backward in turn, so at most P - s micro-batches are in flight on stage
  * s), the cut of a layer sequence into stages balanced by cost, and the
  * nonblocking point-to-point messages between stages with their waiting
- * time (the bubble). Model-agnostic: the caller (src/train/pipeline.c) maps
+ * time (the bubble). Model-agnostic: the caller (src/parallel/pipeline.c) maps
  * its layers' boundary tensors onto messages. docs/parallelism.md has the
  * picture. */
 #ifndef TS_PARALLEL_PIPE_H

@@ -5,6 +5,7 @@
 #include "src/core/fault.h"
 #include "src/core/timer.h"
 #include "src/core/watchdog.h"
+#include "src/parallel/split_model.h"
 #include "src/train/run.h"
 
 #include <limits.h>
@@ -65,35 +66,6 @@ static int norm_sync(void *ctx, double *buf, int n, int op)
     return ts_coll_allreduce(s->coll, TS_IN_PLACE, buf, (size_t)n, TS_FLOAT64, op == TS_SYNC_MAX ? TS_OP_MAX : TS_OP_SUM);
 }
 
-/* the model's split hooks on src/parallel's spatial group */
-static int sp_halo_start(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
-                         const ts_halo *h)
-{
-    return ts_spatial_halo_start(ctx, a, ca, b, cb, N, dhw, h);
-}
-static void sp_halo_progress(void *ctx) { ts_spatial_halo_progress(ctx); }
-static int sp_halo_wait(void *ctx) { return ts_spatial_halo_wait(ctx); }
-static int sp_reduce(void *ctx, double *buf, int n, int op) { return ts_spatial_reduce(ctx, buf, n, op == TS_SYNC_MAX); }
-
-void ts_stepper_split_model(ts_unet *m, ts_spatial *sp)
-{
-    if (!sp || ts_spatial_size(sp) == 1) {
-        ts_unet_set_split(m, NULL);
-        return;
-    }
-    ts_unet_split u;
-    memset(&u, 0, sizeof u);
-    ts_spatial_split_dims(sp, u.on);
-    for (int d = 0; d < 3; d++)
-        for (int side = 0; side < 2; side++) u.nbr[d][side] = ts_spatial_neighbor(sp, d, side);
-    u.halo_start = sp_halo_start;
-    u.halo_progress = sp_halo_progress;
-    u.halo_wait = sp_halo_wait;
-    u.reduce = sp_reduce;
-    u.ctx = sp;
-    ts_unet_set_split(m, &u);
-}
-
 int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb, int sync_bn, ts_spatial *sp,
                       ts_stepper **out)
 {
@@ -117,7 +89,7 @@ int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb
     size_t bf = (size_t)(bucket_mb * 1e6 / sizeof(float));
     TS_CHECK(ts_dp_create(coll, s->arena->grads, s->arena->nparam, bf ? bf : 16, &s->dp));
     if (sync_bn && ts_coll_size(coll) > 1) ts_unet_set_norm_sync(m, norm_sync, s);
-    ts_stepper_split_model(m, sp);
+    ts_spatial_split_model(m, sp);
     s->sp_scale = sp ? (float)ts_spatial_size(sp) : 1.0f;
     s->loss_scale = 1.0;
     ts_unet_set_loss_scale(m, s->sp_scale);

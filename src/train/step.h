@@ -12,7 +12,7 @@
 #include "src/parallel/dp.h"
 #include "src/parallel/spatial.h"
 #include "src/core/perf.h"
-#include "src/train/pipeline.h"
+#include "src/parallel/pipeline.h"
 
 typedef struct ts_stepper ts_stepper;
 
@@ -24,18 +24,15 @@ typedef struct ts_step_times {
 /* Local (the hooks it installs are collective when used). coll: the ranks
  * over which gradients are averaged (data-parallel replicas x spatial
  * pieces; size 1 is fine); sp: the spatial group (NULL: no split), whose
- * halo exchange and sums the model's split hooks use, and whose size scales
- * the loss gradient (the pieces of a sample add up, the average over coll
- * divides by dp x sp). sync_bn: batch norm over all of coll (else over sp).
- * All borrowed, like m and opt. The model's activations are freed (set up
+ * halo exchange and sums the model's split hooks use (installed by
+ * ts_spatial_split_model, src/parallel/split_model.h), and whose size
+ * scales the loss gradient (the pieces of a sample add up, the average
+ * over coll divides by dp x sp). sync_bn: batch norm over all of coll
+ * (else over sp). All borrowed, like m and opt. The model's activations are freed (set up
  * again for the box shape by the next forward). */
 int ts_stepper_create(ts_unet *m, ts_optim *opt, ts_coll *coll, double bucket_mb, int sync_bn, ts_spatial *sp,
                       ts_stepper **out);
 void ts_stepper_destroy(ts_stepper **s);
-/* Local. Installs sp's halo exchange and sums as m's split hooks (sp NULL
- * or of one rank: no split); for evaluation and inference, which run the
- * model without a stepper. */
-void ts_stepper_split_model(ts_unet *m, ts_spatial *sp);
 /* Collective on coll. Zeroes the gradients when first; forward, loss and
  * backward of one micro-batch; when last, the gradient buckets go out during
  * backward. *loss: this rank's loss. */

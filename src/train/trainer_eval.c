@@ -1,5 +1,5 @@
 /* `tessera train`'s evaluation over the validation volumes: sliding-window
- * prediction on the layout's groups (src/train/evaluate.h), Dice, and with
+ * prediction on the layout's groups (src/infer/evaluate.h), Dice, and with
  * eval.surface HD95 and NSD. Must not change the model: it evaluates what
  * the replicas hold after an average. */
 #include "tsbuild.h"

@@ -29,13 +29,14 @@
 #include "src/parallel/grid.h"
 #include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
-#include "src/train/evaluate.h"
+#include "src/parallel/split_model.h"
+#include "src/infer/evaluate.h"
 #include "src/train/run.h"
 #include "src/model/weights.h"
 #include "src/train/grad_dump.h"
-#include "src/train/pipeline.h"
+#include "src/parallel/pipeline.h"
 #include "src/train/step.h"
-#include "src/train/surface.h"
+#include "src/infer/surface.h"
 #include "src/train/synthetic.h"
 
 #include <math.h>

@@ -278,7 +278,7 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
         if (*init) /* every rank reads the same file: identical replicas */
             TS_CHECK(ts_err_agree(t->L->grid->world, TS_CTX(ts_weights_load(t->arena, init), "model.init = %s", init)));
     }
-    ts_stepper_split_model(t->model, t->L->spatial);
+    ts_spatial_split_model(t->model, t->L->spatial);
 cleanup:
     return err;
 }

@@ -2,7 +2,7 @@
  * every reader of JSON files in tessera: the tuning table
  * (collectives/tuning.c, then used by the automatic algorithm choice), the
  * α-β models stored in it (collectives/model.c), the calibration of
- * `tessera plan` (src/train/plan.c), an MSD task's dataset.json (io/convert.c;
+ * `tessera plan` (src/plan/plan.c), an MSD task's dataset.json (io/convert.c;
  * the folder also holds a valid 4x4x4 image and label, img.nii and lab.nii,
  * so an input may convert) and a checkpoint's manifest.json
  * (io/checkpoint.c, beside a state.h5 of 100 bytes). Properties: no crash;
@@ -15,7 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/convert.h"
 #include "io/nifti.h"
-#include "src/train/plan.h"
+#include "src/plan/plan.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #include <math.h>

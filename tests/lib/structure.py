@@ -31,6 +31,16 @@ checked on a source tree:
                          cycle (init, rank, size, error handler, finalize,
                          abort), the library version for `tessera info`, and the
                          exit agreement of main.c.
+  layers ROOT            every #include "PATH" in ROOT/src/*/, ROOT/io and
+                         ROOT/collectives (*.c, *.h, *.cu) names a file of its
+                         own folder or of a folder its row of LAYERS allows
+                         (the order of docs/architecture.md, "Layers": src/cli
+                         -> src/bench -> src/plan -> src/train -> src/infer ->
+                         src/parallel, src/optim, src/model, io -> ...); a
+                         folder under ROOT/src that LAYERS does not know is a
+                         violation too. Includes of files outside the
+                         folders (tsbuild.h) and <...> includes are not
+                         checked.
 
 Prints one line per violation ("FILE:LINE: ...", for filelen "FILE: N lines
 (limit LIMIT): ...") and exits 1 if there is any, 0 otherwise. A function
@@ -210,9 +220,68 @@ def splits(root):
     return bad
 
 
+# The folders each folder may include from (besides itself), top to bottom
+# as in docs/architecture.md ("Layers"): a folder includes only from folders
+# below it. "*": any folder. include/: the configured version.h.
+BASE = ["src/parallel", "src/optim", "src/model", "src/nn", "src/core", "io", "collectives"]
+LAYERS = {
+    "src/cli": ["*"],
+    "src/bench": ["src/plan", "src/train", "src/infer"] + BASE,
+    "src/plan": ["src/train", "src/infer"] + BASE,
+    "src/train": ["src/infer"] + BASE,
+    "src/infer": BASE,
+    "src/parallel": ["src/model", "src/nn", "src/core", "collectives"],
+    "src/optim": ["src/model", "src/nn", "src/core"],
+    "src/model": ["src/nn", "src/core"],
+    "src/nn": ["src/core"],
+    "src/core": ["include"],
+    "io": ["src/core"],
+    "collectives": ["src/core"],
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def folder_of(path):
+    """The LAYERS folder of a path relative to the root (src/X, io,
+    collectives, include), or None for a file outside them (tsbuild.h)."""
+    parts = path.split("/")
+    if parts[0] == "src" and len(parts) > 2:
+        return "src/" + parts[1]
+    if parts[0] in ("io", "collectives", "include") and len(parts) > 1:
+        return parts[0]
+    return None
+
+
+def layers(root):
+    bad = []
+    src = os.path.join(root, "src")
+    folders = ["src/" + d for d in sorted(os.listdir(src)) if os.path.isdir(os.path.join(src, d))] \
+        if os.path.isdir(src) else []
+    folders += [d for d in ("io", "collectives") if os.path.isdir(os.path.join(root, d))]
+    for d in folders:
+        if d not in LAYERS:
+            bad.append("%s/: a folder the layers table does not know (add its row to LAYERS in "
+                       "tests/lib/structure.py and its place to docs/architecture.md, \"Layers\")" % d)
+            continue
+        allowed = set(LAYERS[d]) | {d}
+        for p in c_files(root, [d], (".c", ".h", ".cu")):
+            rel = os.path.relpath(p, root)
+            for ln, l in enumerate(open(p, errors="replace").read().split("\n"), 1):
+                m = INCLUDE.match(l)
+                if not m:
+                    continue
+                f = folder_of(m.group(1))
+                if f is None or "*" in allowed or f in allowed:
+                    continue
+                bad.append("%s:%d: includes %s (%s may include %s only; docs/architecture.md, \"Layers\")"
+                           % (rel, ln, m.group(1), d, ", ".join(LAYERS[d])))
+    return bad
+
+
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("funclen", "filelen", "cli", "splits"):
-        sys.stderr.write("usage: structure.py funclen ROOT [LIMIT] | filelen ROOT [LIMIT] | cli ROOT | splits ROOT\n")
+    if len(argv) < 3 or argv[1] not in ("funclen", "filelen", "cli", "splits", "layers"):
+        sys.stderr.write("usage: structure.py funclen ROOT [LIMIT] | filelen ROOT [LIMIT] | cli ROOT | splits ROOT"
+                         " | layers ROOT\n")
         return 2
     if argv[1] == "funclen":
         bad = funclen(argv[2], int(argv[3]) if len(argv) > 3 else 120)
@@ -220,6 +289,8 @@ def main(argv):
         bad = filelen(argv[2], int(argv[3]) if len(argv) > 3 else 900)
     elif argv[1] == "splits":
         bad = splits(argv[2])
+    elif argv[1] == "layers":
+        bad = layers(argv[2])
     else:
         bad = cli(argv[2])
     for b in bad:

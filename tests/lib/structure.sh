@@ -5,8 +5,11 @@
 # 900 lines unless it is generated or its opening comment states why
 # ("long-file: REASON"), and src/cli/ holds argument parsing and printing
 # only (no file-format or numerical library, no file opened, no sorting, no
-# MPI communication). The checker is tests/lib/structure.py; it is first
-# shown to catch each kind of violation in a small tree of its own.
+# MPI communication), only src/parallel splits communicators, and a folder
+# includes only from the folders below it (src/cli -> src/bench -> src/plan
+# -> src/train -> src/infer -> src/parallel, src/optim, src/model, io -> ...).
+# The checker is tests/lib/structure.py; it is first shown to catch each
+# kind of violation in a small tree of its own.
 . "$TS_SRCDIR/tests/cli/tap.sh"
 S="$TS_SRCDIR/tests/lib/structure.py"
 
@@ -120,6 +123,37 @@ python3 "$S" splits "$t/s" >/dev/null || n=$((n + 1))
 [ $n -eq 4 ]
 ok $? "the checker: each of ts_coll_create, MPI_Comm_split, ts_grid_create outside src/parallel is caught, in src/ and io/ ($n of 4)"
 
+# layers: a folder includes only from the folders below it (docs/architecture.md, "Layers")
+rm -rf "$t/l"
+mkdir -p "$t/l/src/cli" "$t/l/src/bench" "$t/l/src/plan" "$t/l/src/train" "$t/l/src/infer" "$t/l/src/parallel" \
+    "$t/l/src/model" "$t/l/src/nn" "$t/l/src/core" "$t/l/io" "$t/l/collectives"
+inc() { printf '/* a file */\n#include "tsbuild.h"\n'; for h in "$@"; do printf '#include "%s"\n' "$h"; done; }
+inc src/bench/b.h src/plan/p.h src/train/t.h src/infer/i.h src/parallel/s.h io/d.h collectives/c.h >"$t/l/src/cli/cmd.c"
+inc src/bench/b.h src/plan/p.h src/train/t.h src/infer/i.h src/core/e.h >"$t/l/src/bench/b.c"
+inc src/train/t.h src/infer/i.h src/optim/o.h >"$t/l/src/plan/p.c"
+inc src/infer/i.h src/parallel/s.h io/d.h >"$t/l/src/train/t.c"
+inc src/parallel/s.h src/model/u.h collectives/c.h >"$t/l/src/infer/i.c"
+inc src/model/u.h src/nn/n.h collectives/c.h >"$t/l/src/parallel/s.h"
+printf '/* #include "src/train/t.h" in a comment */\n#include "src/nn/n.h"\n#include <stdio.h>\n' >"$t/l/src/model/u.h"
+inc src/core/e.h >"$t/l/io/d.c"
+python3 "$S" layers "$t/l" >/dev/null
+ok $? "the checker: includes down the layers pass (cli from any folder, parallel from model); comments and <...> are not includes"
+n=0
+for v in 'src/infer/bad.c src/train/t.h' 'src/infer/bad.h src/plan/p.h' 'src/train/bad.c src/plan/p.h' \
+    'src/train/bad.c src/bench/b.h' 'src/plan/bad.c src/bench/b.h' 'src/model/bad.c src/parallel/s.h' \
+    'src/parallel/bad.c io/d.h' 'io/bad.c src/model/u.h' 'collectives/bad.c src/parallel/s.h' 'src/nn/bad.c src/cli/cli.h'; do
+    set -- $v
+    inc "$2" >"$t/l/$1"
+    out=$(python3 "$S" layers "$t/l")
+    [ $? -eq 1 ] && echo "$out" | grep -q "^$1:3: includes $2" && n=$((n + 1)) || echo "# not caught: $1 includes $2"
+    rm -f "$t/l/$1"
+done
+mkdir -p "$t/l/src/extra"
+inc src/core/e.h >"$t/l/src/extra/x.c"
+python3 "$S" layers "$t/l" | grep -q '^src/extra/: a folder the layers table does not know' && n=$((n + 1))
+[ $n -eq 11 ]
+ok $? "the checker: each of 10 includes up the layers is caught with its file and line, and an unknown folder under src/ ($n of 11)"
+
 # the tree itself
 out=$(python3 "$S" funclen "$TS_SRCDIR")
 r=$?
@@ -136,6 +170,10 @@ echo "# $n file(s) with a long-file: reason"
 out=$(python3 "$S" splits "$TS_SRCDIR")
 r=$?
 ok $r "communicators split and collectives created only in src/parallel and collectives/ (the layout object)"
+[ $r -eq 0 ] || echo "$out" | sed 's/^/# /'
+out=$(python3 "$S" layers "$TS_SRCDIR")
+r=$?
+ok $r "every folder includes only from the folders below it (src/cli, src/bench, src/plan, src/train, src/infer, then src/parallel, src/optim, src/model, io, ...)"
 [ $r -eq 0 ] || echo "$out" | sed 's/^/# /'
 out=$(python3 "$S" cli "$TS_SRCDIR")
 r=$?

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent checks of `tessera infer` over several scans (tests/train/infer.sh):
-NumPy/SciPy computations of what src/train/infer*.c and mirror.c produce.
+NumPy/SciPy computations of what src/infer/infer*.c and mirror.c produce.
 
     infer_ref.py make H5 DIR            scans, labels and flipped copies from a dataset
     infer_ref.py mirror DIR PROB FLIPDIR  PROB (mirror=xyz) = mean of the 8 flipped predictions flipped back

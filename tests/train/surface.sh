@@ -1,5 +1,5 @@
 #!/bin/sh
-# HD95 and NSD of src/train/surface.c against SciPy's distance transform on
+# HD95 and NSD of src/infer/surface.c against SciPy's distance transform on
 # synthetic shapes (tests/train/surface_ref.py; issue [11] acceptance 3).
 . "$TS_SRCDIR/tests/mpi/lib.sh"
 py=${TS_PYTHON:-/usr/bin/python3}

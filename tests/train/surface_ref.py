@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent check of tessera's HD95 and NSD (src/train/surface.c) with
+"""Independent check of tessera's HD95 and NSD (src/infer/surface.c) with
 SciPy's Euclidean distance transform on synthetic shapes: smooth random
 blobs (thresholded Gaussian-filtered noise), spheres against ellipsoids,
 anisotropic spacings, several tolerances.

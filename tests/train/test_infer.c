@@ -1,12 +1,12 @@
-/* The pieces of tessera infer without a model (src/train/mirror.c,
+/* The pieces of tessera infer without a model (src/infer/mirror.c,
  * infer_metrics.c): flips against index arithmetic, keep_largest= parsing,
  * per-scan metrics with the largest-component Dice, the mean and sample
  * std over scans (non-finite values left out), nnU-Net's decision rule
  * (ties and absent classes not applied), and the decision file read back. */
 #include "tsbuild.h"
 #include "src/core/error.h"
-#include "src/train/evaluate.h"
-#include "src/train/infer_impl.h"
+#include "src/infer/evaluate.h"
+#include "src/infer/infer_impl.h"
 #include "tests/tap.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the performance model (src/train/plan.c) and the
+/* Unit tests of the performance model (src/plan/plan.c) and the
  * collectives' alpha-beta fits (collectives/model.c) with rates and fits
  * given by hand, so that every prediction is known: fits recover the alpha
  * and beta of synthetic times (and ignore one noisy size); one rank's step
@@ -12,7 +12,7 @@
 #include "collectives/model.h"
 #include "src/core/error.h"
 #include "src/model/cost.h"
-#include "src/train/plan.h"
+#include "src/plan/plan.h"
 #include "tests/tap.h"
 
 #include <math.h>

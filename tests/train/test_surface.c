@@ -1,4 +1,4 @@
-/* Surface metrics and largest-component post-processing (src/train/surface.c):
+/* Surface metrics and largest-component post-processing (src/infer/surface.c):
  * known cases (identical maps, empty classes, concentric spheres, a shifted
  * cube, anisotropic spacing, the largest of three components), and with an
  * argument DIR the label maps listed in DIR/cases.txt (lines "name D H W
@@ -7,7 +7,7 @@
  * tests/train/surface_ref.py to compare with SciPy. */
 #include "tsbuild.h"
 #include "src/core/error.h"
-#include "src/train/surface.h"
+#include "src/infer/surface.h"
 #include "tests/tap.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * window predictions of a known field and dividing by the weights gives
  * the field back. */
 #include "tsbuild.h"
-#include "src/train/window.h"
+#include "src/infer/window.h"
 #include "tests/tap.h"
 
 #include <math.h>
