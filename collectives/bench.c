@@ -1,5 +1,8 @@
 /* The collective benchmark (collectives/bench.h): what `tessera bench coll`
- * measures. */
+ * measures (algorithms timed side by side per size, bus bandwidth, wrong
+ * elements counted) and the JSON, tuning table and α-β fits it writes. It
+ * runs algorithms only through ts_coll_run and prints nothing: the report is
+ * src/cli/bench_coll.c's. */
 #include "tsbuild.h"
 #include "collectives/bench.h"
 #include "collectives/check.h"
@@ -361,7 +364,7 @@ static int write_json(const ts_coll_bench *b, const char *path)
 }
 
 /* the tuning table: the fastest algorithm per size bucket, then the α-β
- * model of each algorithm (collectives/model.h, for tessera plan) */
+ * model of each algorithm (collectives/cost_model.h, for tessera plan) */
 static int write_tuning(ts_coll_bench *b, const char *path)
 {
     const ts_coll_bench_opts *o = &b->o;

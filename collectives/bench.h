@@ -3,7 +3,7 @@
  * repetitions, medians, so ratios are fair on a noisy machine), reports time,
  * algbw and busbw (nccl-tests formulas), counts wrong elements against
  * exactly known results (check), and writes the fastest algorithm per size
- * as a tuning table with the α-β fit of each algorithm (collectives/model.h).
+ * as a tuning table with the α-β fit of each algorithm (collectives/cost_model.h).
  *
  *   ts_coll_bench_opts o;  ts_coll_bench_opts_default(&o);  (set fields)
  *   ts_coll_bench *b;  ts_coll_bench_create(comm, &o, &b);     // collective
@@ -19,7 +19,7 @@
 #include <stddef.h>
 
 #include "collectives/coll.h"
-#include "collectives/model.h"
+#include "collectives/cost_model.h"
 
 #define TS_COLL_BENCH_MAX_ALGOS 16
 #define TS_COLL_BENCH_MAX_SIZES 64

@@ -1,5 +1,7 @@
 /* The ts_coll object: creation (dup, topology, staging, forced names,
- * tuning table), the blocking entry points, registered buffers, names. */
+ * tuning table), the blocking entry points, registered buffers, names.
+ * No algorithm lives here: every call goes through ts_coll_dispatch
+ * (registry.c), which chooses and runs one. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
 #include "src/core/fault.h"

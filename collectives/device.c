@@ -1,5 +1,7 @@
-/* Device-buffer queries and the NCCL allreduce; compiled with or without
- * CUDA (without it, nothing is a device buffer). */
+/* Device-buffer queries, device allocation and the NCCL allreduce; compiled
+ * with or without CUDA (without it, nothing is a device buffer and the
+ * device calls report TS_ERR_UNSUPPORTED). Host-side CUDA runtime and NCCL
+ * calls only: kernels live in collectives/cuda/kernels.cu behind device.h. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
 #include "collectives/device.h"

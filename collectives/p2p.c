@@ -1,5 +1,7 @@
 /* Point-to-point helpers for the algorithms: any byte count, cut into
- * pieces that fit MPI's int counts (ts_coll_pieces, unit-tested). */
+ * pieces that fit MPI's int counts (ts_coll_pieces, unit-tested), and the
+ * waits that yield the CPU when ranks outnumber cores. Bytes only: no
+ * dtypes, no reductions, no choice of algorithm here. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"

@@ -1,6 +1,7 @@
 /* Tuning tables: JSON written by `tessera bench coll --tune`, one entry per
  * (collective, ranks, nodes, size bucket) naming the fastest algorithm
- * measured there. docs/formats.md describes the file. */
+ * measured there. docs/formats.md describes the file. Local file reading
+ * and writing, no MPI; the "models" array in the same file is cost_model.c's. */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
 #include "src/core/path.h"
@@ -120,7 +121,8 @@ int ts_coll_tuning_write(const char *path, ts_coll_kind kind, int ranks, int nod
             }
         }
         cJSON *om = oroot ? cJSON_GetObjectItemCaseSensitive(oroot, "models") : NULL;
-        if (cJSON_IsArray(om)) cJSON_AddItemToObject(root, "models", cJSON_Duplicate(om, 1)); /* collectives/model.c's fits */
+        /* the "models" array: collectives/cost_model.c's fits, kept as they were */
+        if (cJSON_IsArray(om)) cJSON_AddItemToObject(root, "models", cJSON_Duplicate(om, 1));
         cJSON_Delete(oroot);
     }
     if (!entries) entries = cJSON_AddArrayToObject(root, "entries");

@@ -1,6 +1,7 @@
 // GPU kernels of the collectives: the benchmark's check pattern (fill and
 // count wrong elements) and the integer division that finishes an AVG that
 // NCCL reduced as a SUM. C launchers are declared in collectives/device.h.
+// Kernels and their launchers only: no MPI and no NCCL here (device.c).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

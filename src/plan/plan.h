@@ -5,7 +5,7 @@
  *     rates calibrated on this machine (`tessera bench step --calibrate`,
  *     or a short in-process calibration), scaled by the share of a core a
  *     rank gets (or by a GPU rate);
- *   - the α-β models of the collectives (collectives/model.h, fitted by
+ *   - the α-β models of the collectives (collectives/cost_model.h, fitted by
  *     `tessera bench coll --tune`) inside a node, and a network of given
  *     bandwidth and latency between nodes (hierarchical allreduce);
  *   - the pipeline schedule's bubble, (m + pp - 1) / m for m micro-batches
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "collectives/model.h"
+#include "collectives/cost_model.h"
 #include "src/core/config.h"
 #include "src/model/unet.h"
 

@@ -1,7 +1,7 @@
 /* Fuzz target: the JSON readers. The input is one JSON text, handed to
  * every reader of JSON files in tessera: the tuning table
  * (collectives/tuning.c, then used by the automatic algorithm choice), the
- * α-β models stored in it (collectives/model.c), the calibration of
+ * α-β models stored in it (collectives/cost_model.c), the calibration of
  * `tessera plan` (src/plan/plan.c), an MSD task's dataset.json (io/convert.c;
  * the folder also holds a valid 4x4x4 image and label, img.nii and lab.nii,
  * so an input may convert) and a checkpoint's manifest.json
@@ -11,7 +11,7 @@
  * promise (finite rates). */
 #include "tsbuild.h"
 #include "collectives/coll.h"
-#include "collectives/model.h"
+#include "collectives/cost_model.h"
 #include "io/checkpoint.h"
 #include "io/convert.h"
 #include "io/nifti.h"

@@ -1,5 +1,5 @@
 /* Unit tests of the performance model (src/plan/plan.c) and the
- * collectives' alpha-beta fits (collectives/model.c) with rates and fits
+ * collectives' alpha-beta fits (collectives/cost_model.c) with rates and fits
  * given by hand, so that every prediction is known: fits recover the alpha
  * and beta of synthetic times (and ignore one noisy size); one rank's step
  * is its layers' work over the rates; ranks beyond the cores slow compute
@@ -9,7 +9,7 @@
  * sorted feasible first, fastest first; the bottleneck follows the
  * largest part. */
 #include "tsbuild.h"
-#include "collectives/model.h"
+#include "collectives/cost_model.h"
 #include "src/core/error.h"
 #include "src/model/cost.h"
 #include "src/plan/plan.h"

@@ -1,6 +1,7 @@
-/* α-β models of the collective algorithms, fitted to what `tessera bench
- * coll --tune` measured and used by `tessera plan` to predict collectives
- * at sizes and rank counts not measured. Each algorithm's time is
+/* The collectives' cost model: α-β models of the algorithms, fitted to
+ * what `tessera bench coll --tune` measured and used by `tessera plan` to
+ * predict collectives at sizes and rank counts not measured. Each
+ * algorithm's time is
  *   T(p, n) = L(p)·α + B(p)·n·β
  * with L(p) its latency terms and B(p) its bytes per byte of message, as
  * the cost comment at the top of its file states (ring: L = 2(p-1),
@@ -8,8 +9,8 @@
  * transfer (β) and reduction (γ) costs per byte, since one rank count
  * cannot tell them apart. The fits live in the tuning table's "models"
  * array (docs/formats.md). */
-#ifndef TS_COLLECTIVES_MODEL_H
-#define TS_COLLECTIVES_MODEL_H
+#ifndef TS_COLLECTIVES_COST_MODEL_H
+#define TS_COLLECTIVES_COST_MODEL_H
 
 #include <stddef.h>
 

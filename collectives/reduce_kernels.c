@@ -1,6 +1,8 @@
-/* Local reduction kernels for every (dtype, op): pairwise in place, k-way
- * into an output (half types accumulate in float32 and round once), and the
- * final division for AVG. Plain loops the compiler vectorises. */
+/* Local reduction kernels for every (dtype, op), declared in coll_impl.h:
+ * pairwise in place, k-way into an output (half types accumulate in float32
+ * and round once), and the final division for AVG. Plain loops the compiler
+ * vectorises over host memory. No MPI and no communication here: algorithm
+ * files call them on data already received (device buffers go to NCCL). */
 #include "tsbuild.h"
 #include "collectives/coll_impl.h"
 

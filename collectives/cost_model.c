@@ -1,7 +1,10 @@
-/* α-β models of the collective algorithms; see model.h. The shapes follow
- * the cost comments of collectives/<op>_<algo>.c. */
+/* The collectives' cost model (cost_model.h): each algorithm's α-β shape
+ * L(p), B(p), following the cost comments of collectives/<op>_<algo>.c, the
+ * fit of α and β to measured times, predictions from the fits, and the fits'
+ * "models" array in the tuning table. Local arithmetic and file I/O only: no
+ * MPI and no timing here (collectives/bench.c measures; `tessera plan` predicts). */
 #include "tsbuild.h"
-#include "collectives/model.h"
+#include "collectives/cost_model.h"
 #include "src/core/error.h"
 #include "src/core/path.h"
 
