@@ -60,7 +60,7 @@
 /* parallelism: process grid, data-parallel gradient buckets, spatial split, pipeline schedules, the layout;
  * the model on them: pipeline stages, the spatial split's hooks */
 #include <tessera/grid.h>
-#include <tessera/dp.h>
+#include <tessera/buckets.h>
 #include <tessera/spatial.h>
 #include <tessera/pipe.h>
 #include <tessera/layout.h>

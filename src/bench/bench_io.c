@@ -271,7 +271,7 @@ static int setup_run(MPI_Comm comm, const ts_io_bench_cfg *c, run_setup *s)
     ts_layout_spec_default(TS_LAYOUT_IO, s->lopt.patch.patch, 1, &spec);
     spec.sp = (int)c->sp;
     snprintf(spec.sp_dims, sizeof spec.sp_dims, "%s", c->sp_dims);
-    TS_TRY(ts_layout_create(comm, &spec, NULL, &s->L));
+    TS_TRY(ts_layout_create(comm, &spec, &s->L));
     s->dpsize = s->L->dp_size;
     s->dprank = s->L->dp_rank;
     for (int k = 0; k < 3; k++) s->bsz[k] = s->lopt.patch.patch[k];

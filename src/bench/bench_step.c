@@ -17,6 +17,7 @@
 #include "src/parallel/pipeline.h"
 #include "src/parallel/spatial.h"
 #include "src/plan/plan.h"
+#include "src/train/gradpath.h"
 #include "src/train/run.h"
 #include "src/train/step.h"
 #include "src/train/synthetic.h"
@@ -111,8 +112,8 @@ typedef struct bench {
     ts_unet *m;
     ts_layout *L; /* the grid, the collectives, the spatial split, the gradient path: as `tessera train` */
     ts_pipeline *pipe;
-    int64_t updates, param_avgs; /* optimizer steps taken; local SGD's parameter averages among them */
-    double avg_s;                /* time in those averages (the timed steps') */
+    ts_gradpath *gp; /* the gradient path of `tessera train` (src/train/gradpath.h) */
+    int64_t updates; /* optimizer steps taken (the gradient path's step count) */
     ts_stepper *stepper;
     ts_perf *perf;
     ts_tensor image, label;
@@ -130,16 +131,9 @@ static int one_step(bench *b, int update, double *loss)
     if (b->pipe) TS_TRY(ts_stepper_pipe_step(b->stepper, same_batch, &b->bb, loss));
     else
         for (int k = 0; k < M; k++) TS_TRY(ts_stepper_micro(b->stepper, b->bb.image, b->bb.label, k == 0, k == M - 1, loss));
-    if (!update) return ts_stepper_reduce(b->stepper, M);
-    TS_TRY(ts_stepper_update(b->stepper, M));
-    const int H = b->L->spec.local_steps;
-    if (H > 1 && ++b->updates % H == 0 && ts_coll_size(b->L->replicas) > 1) {
-        const double t0 = ts_time_now();
-        TS_TRY(ts_stepper_average_params(b->stepper, b->L->replicas));
-        b->avg_s += ts_time_now() - t0;
-        b->param_avgs++;
-    }
-    return 0;
+    TS_TRY(ts_stepper_reduce(b->stepper, M));
+    if (!update) return 0;
+    return ts_gradpath_update(b->gp, ++b->updates, 1); /* the optimizer, then local SGD's average every H */
 }
 
 static void own_split(const bench *b, ts_unet_split *own)
@@ -161,7 +155,8 @@ static int setup_grid(bench *b)
     TS_TRY(ts_config_get_int(cfg, "train.seed", &b->seed));
     TS_TRY(ts_config_get_int(cfg, "run.mem_limit_mb", &b->memlim));
     TS_TRY(ts_layout_spec_from_config(cfg, TS_LAYOUT_TRAIN, b->u.patch, b->u.levels, &spec));
-    TS_TRY(ts_layout_create(b->comm, &spec, cfg, &b->L));
+    TS_TRY(ts_layout_create(b->comm, &spec, &b->L));
+    TS_TRY(ts_gradpath_create(b->L, cfg, &b->gp)); /* train's rules: a refusal on every rank */
     if (b->L->note[0] && b->L->world_rank == 0) fprintf(stderr, "tessera bench step: note: %s\n", b->L->note);
     return 0;
 }
@@ -172,10 +167,11 @@ static int setup_model(bench *b)
 {
     const ts_config *cfg = b->cfg;
     const ts_layout *L = b->L;
-    TS_TRY(ts_unet_create(&b->u, L->spec.zero ? 0 : ts_optim_state_count(&b->opt.cfg), &b->m));
+    TS_TRY(ts_unet_create(&b->u, ts_gradpath_arena_states(b->gp, ts_optim_state_count(&b->opt.cfg)), &b->m));
     int sync;
     TS_TRY(ts_config_get_bool(cfg, "model.sync_bn", &sync));
-    TS_TRY(ts_stepper_create(b->m, &b->opt, L->grad_reduce, L->spec.bucket_mb, sync, L->spatial, &b->stepper));
+    TS_TRY(ts_stepper_create(b->m, &b->opt, ts_gradpath_reduce_group(b->gp), L->spec.bucket_mb, sync, L->spatial,
+                               &b->stepper));
     ts_loss_scaler ls; /* fp16: the initial loss scale, fixed (a speed measurement; no overflow handling) */
     TS_TRY(ts_loss_scaler_from_config(cfg, b->u.precision, &ls));
     ts_stepper_set_loss_scale(b->stepper, ls.scale);
@@ -187,12 +183,7 @@ static int setup_model(bench *b)
     TS_TRY(ts_unet_init(b->m, (uint64_t)b->seed));
     TS_TRY(ts_pipeline_create_on(b->m, L, (int)b->batch, b->first, b->ucost, &b->pipe)); /* the cut of `tessera train` */
     if (b->pipe) TS_TRY(ts_stepper_set_pipeline(b->stepper, b->pipe, L->grid->pp_comm));
-    if (L->grad_kind == TS_GRAD_COMPRESS) {
-        ts_dp_compress comp;
-        ts_layout_compress(L, &comp);
-        TS_TRY(ts_stepper_set_compress(b->stepper, &comp));
-    }
-    if (L->grad_kind == TS_GRAD_ZERO) TS_TRY(ts_err_agree(b->comm, ts_stepper_set_zero(b->stepper)));
+    TS_TRY(ts_gradpath_attach(b->gp, b->stepper)); /* compression, the sharded optimizer */
     return 0;
 }
 
@@ -400,8 +391,7 @@ static int timed_steps(bench *b, step_sums *s)
     for (int k = 0; k < warmup + steps; k++) {
         const int timed = k >= warmup;
         if (k == warmup) {
-            b->param_avgs = 0;
-            b->avg_s = 0;
+            ts_gradpath_reset_stats(b->gp);
             ts_unet_profile_reset(b->m);
             ts_spatial_set_stats(b->L->spatial, &halo0);
             if (b->pipe) s->pst0 = *ts_pipeline_get_stats(b->pipe);
@@ -512,14 +502,16 @@ static void overhead_figures(bench *b, step_sums *s, ts_bench_step_result *r)
 static void grad_figures(const bench *b, ts_bench_step_result *r)
 {
     const ts_layout *L = b->L;
-    r->grad_path = ts_layout_grad_name(L->grad_kind);
+    ts_gradpath_stats gs;
+    ts_gradpath_get_stats(b->gp, &gs);
+    r->grad_path = ts_gradpath_name(ts_gradpath_kind(b->gp));
     r->local_steps = L->spec.local_steps;
     r->local_sgd = L->spec.local_node ? "node" : "global";
-    r->param_averages = b->param_avgs;
-    r->param_average_s = b->avg_s / b->o->steps;
+    r->param_averages = gs.param_averages;
+    r->param_average_s = gs.param_average_s / b->o->steps;
     ts_dp_compress_stats cs;
     ts_dp_compress_get(ts_stepper_dp(b->stepper), &cs);
-    if (L->grad_kind == TS_GRAD_COMPRESS) ts_compress_name(&L->spec.compress.cfg, r->compress, sizeof r->compress);
+    if (ts_gradpath_kind(b->gp) == TS_GRAD_COMPRESS) ts_compress_name(&L->spec.compress.cfg, r->compress, sizeof r->compress);
     else snprintf(r->compress, sizeof r->compress, "none");
     r->compressed_steps = cs.compressed_steps;
     r->reduced_steps = cs.steps;
@@ -583,6 +575,7 @@ static void bench_free(bench *b)
     ts_stepper_destroy(&b->stepper);
     ts_pipeline_destroy(&b->pipe);
     ts_perf_destroy(&b->perf);
+    ts_gradpath_destroy(&b->gp);
     ts_layout_destroy(&b->L);
     ts_tensor_free(&b->image);
     ts_tensor_free(&b->label);

@@ -27,7 +27,7 @@ int ts_cli_info(int argc, char **argv)
     if (argc > 1) return TS_ERR(TS_ERR_ARG, "info: unexpected argument '%s'", argv[1]);
     ts_layout_spec spec; /* every rank a replica: the collectives over the whole job */
     ts_layout_spec_default(TS_LAYOUT_TRAIN, (const int64_t[]){1, 1, 1}, 1, &spec);
-    TS_CHECK(ts_layout_create(MPI_COMM_WORLD, &spec, NULL, &L));
+    TS_CHECK(ts_layout_create(MPI_COMM_WORLD, &spec, &L));
     c = L->grad;
     /* what perf.papi_events=auto and the software events would count (collective: the ranks agree) */
     static const char *const one[] = {"step"};

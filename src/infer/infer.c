@@ -199,7 +199,7 @@ static int setup_layout(infer *t)
     ts_layout_spec spec;
     TS_CHECK(ts_config_get_int(t->cfg, "train.batch", &t->batch));
     TS_CHECK(ts_layout_spec_from_config(t->cfg, TS_LAYOUT_INFER, t->u.patch, t->u.levels, &spec));
-    TS_CHECK(ts_layout_create(t->world, &spec, t->cfg, &t->L));
+    TS_CHECK(ts_layout_create(t->world, &spec, &t->L));
     for (int d = 0; d < 3; d++) {
         t->es.box_lo[d] = t->L->box_lo[d];
         t->es.box_size[d] = t->L->box[d];

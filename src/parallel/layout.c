@@ -1,9 +1,9 @@
 /* The layout object (src/parallel/layout.h). Owns: the parallel.* keys,
- * every rule on how the grid, the pipeline and the gradient paths combine
- * (with ts_dp_compress_from_config for the compression keys), every
- * communicator split and every ts_coll of a run. Must not: read model.*
- * keys, touch a model or data, or communicate outside ts_layout_create and
- * ts_layout_destroy. */
+ * every rule on how the grid and the pipeline combine, every communicator
+ * split and every ts_coll of a run, the groups a gradient path asks for
+ * included (the paths and their rules: src/train/gradpath.c). Must not:
+ * read model.* keys, touch a model or data, or communicate outside
+ * ts_layout_create, ts_layout_group and ts_layout_destroy. */
 #include "tsbuild.h"
 #include "src/parallel/layout.h"
 #include "src/core/error.h"
@@ -30,7 +30,7 @@ const ts_cfg_key ts_layout_config_keys[] = {
     {"parallel.microbatches", TS_CFG_INT, "1", "1:", "micro-batches of train.batch per step through the pipeline (parallel.pp > 1)"},
     {"parallel.schedule", TS_CFG_ENUM, "1f1b", "gpipe|1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b"},
     {"parallel.bucket_mb", TS_CFG_FLOAT, "25", "0.001:", "gradient bucket size, MB"},
-    /* gradient compression of the buckets: src/parallel/dp.c, collectives/compress.c */
+    /* gradient compression of the buckets: src/parallel/buckets.c, collectives/compress.c */
     {"parallel.compress", TS_CFG_STRING, "none", NULL, "gradient compression: none, bf16, fp16, topk:RATIO, sign or powersgd:RANK"},
     {"parallel.compress_warmup", TS_CFG_INT, "0", "0:", "first steps of each start with uncompressed gradients (as 1-bit Adam's warm-up)"},
     {"parallel.local_steps", TS_CFG_INT, "1", "1:", "local SGD: replicas step on their own gradients and average parameters "
@@ -117,40 +117,6 @@ int ts_layout_spec_from_config(const ts_config *cfg, ts_layout_role role, const 
     return 0;
 }
 
-static const char *where(const ts_config *cfg, const char *key)
-{
-    return cfg ? ts_config_source(cfg, key) : "given";
-}
-
-int ts_layout_grad_choose(const ts_layout_spec *s, const ts_config *cfg, int sp_one_node, ts_grad_kind *kind)
-{
-    const int comp = s->compress.cfg.kind != TS_COMPRESS_NONE;
-    /* compression with local SGD is refused by ts_dp_compress_from_config (it parses parallel.compress) */
-    if (s->zero && s->local_steps > 1)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.local_steps = %d: a sharded optimizer steps "
-                      "each shard on gradients reduced over the whole group every step, while local SGD's replicas step "
-                      "on their own gradients and so each need the whole optimizer state; use one of the two",
-                      where(cfg, "parallel.zero"), s->local_steps);
-    if (s->zero && comp)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.zero = 1 (%s) with parallel.compress = %s (%s): the sharded optimizer "
-                      "reduce-scatters the buckets, and the compressors (error feedback, PowerSGD's factors) work on "
-                      "whole-bucket allreduces; use one of the two", where(cfg, "parallel.zero"), s->compress_text,
-                      where(cfg, "parallel.compress"));
-    if (s->local_steps > 1 && s->local_node && !sp_one_node)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.local_sgd = node needs every spatial group inside one node (its pieces "
-                      "reduce gradients every step): use parallel.local_sgd = global, or a parallel.sp that divides the "
-                      "ranks per node");
-    /* after the refusals at most one of these is asked for, so their order does not matter */
-    *kind = s->local_steps > 1 ? TS_GRAD_LOCAL : s->zero ? TS_GRAD_ZERO : comp ? TS_GRAD_COMPRESS : TS_GRAD_PLAIN;
-    return 0;
-}
-
-const char *ts_layout_grad_name(ts_grad_kind k)
-{
-    static const char *const names[] = {"plain", "compress", "zero", "local"};
-    return (unsigned)k < 4 ? names[k] : "?";
-}
-
 /* the pipeline's rules (sizes only, the same on every rank) */
 static int check_pipeline(ts_layout *L, int pp)
 {
@@ -184,24 +150,33 @@ static int create_colls(ts_layout *L)
     TS_TRY(ts_coll_create(g->stage_comm, co, &L->grad));
     L->replicas = L->grad;
     L->all = L->grad;
-    L->grad_reduce = L->grad;
     if (g->sp > 1 || g->pp > 1) TS_TRY(ts_coll_create(g->dp_comm, co, &L->replicas));
     if (g->pp > 1) TS_TRY(ts_coll_create(g->world, co, &L->all));
-    if (L->grad_kind == TS_GRAD_LOCAL) { /* a replica's pieces (global), or its node's replicas and their pieces */
-        MPI_Comm gc;
-        TS_MPI_TRY(MPI_Comm_split(g->stage_comm, L->spec.local_node ? g->node : g->d, g->rank, &gc));
-        int err = ts_coll_create(gc, co, &L->grad_reduce);
-        MPI_Comm_free(&gc);
-        TS_TRY(err);
-    }
-    if (L->grad_kind == TS_GRAD_COMPRESS && g->sp > 1) { /* only the reduction over replicas is compressed */
-        TS_TRY(ts_coll_create(g->dp_comm, co, &L->comp_replicas));
-        TS_TRY(ts_coll_create(g->sp_comm, co, &L->comp_pieces));
-    }
     return 0;
 }
 
-int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, const ts_config *cfg, ts_layout **out)
+int ts_layout_group(ts_layout *L, ts_layout_group_kind which, ts_coll **out)
+{
+    const ts_grid *g = L->grid;
+    *out = NULL;
+    if (L->nextra == (int)(sizeof L->extra / sizeof L->extra[0]) || !g || !L->grad)
+        return TS_ERR(TS_ERR_INTERNAL, "layout: group %d asked of a layout without groups or with %d already", (int)which,
+                      L->nextra); /* the same on every rank */
+    int err;
+    if (which == TS_GROUP_NODE) { /* the ranks of this stage's gradient group that share this rank's node */
+        MPI_Comm gc;
+        TS_MPI_TRY(MPI_Comm_split(g->stage_comm, g->node, g->rank, &gc));
+        err = ts_coll_create(gc, &L->spec.coll, &L->extra[L->nextra]);
+        MPI_Comm_free(&gc);
+    } else {
+        err = ts_coll_create(which == TS_GROUP_REPLICAS ? g->dp_comm : g->sp_comm, &L->spec.coll, &L->extra[L->nextra]);
+    }
+    TS_TRY(err);
+    *out = L->extra[L->nextra++];
+    return 0;
+}
+
+int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, ts_layout **out)
 {
     int err = 0;
     *out = NULL;
@@ -218,7 +193,6 @@ int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, const ts_config
     /* the rules: sizes only, so every rank reaches the same answer without talking */
     TS_CHECK(ts_spatial_plan(g->sp, spec->sp_dims, spec->patch, spec->levels, L->sp_dims));
     TS_CHECK(check_pipeline(L, g->pp));
-    if (spec->role == TS_LAYOUT_TRAIN) TS_CHECK(ts_layout_grad_choose(spec, cfg, g->sp_one_node, &L->grad_kind));
     TS_CHECK(ts_spatial_create(g->sp_comm, L->sp_dims, &L->spatial));
     TS_CHECK(ts_spatial_box(L->spatial, spec->patch, L->box_lo, L->box));
     if (spec->role != TS_LAYOUT_IO) TS_CHECK(create_colls(L));
@@ -232,11 +206,9 @@ void ts_layout_destroy(ts_layout **Lp)
 {
     ts_layout *L = Lp ? *Lp : NULL;
     if (!L) return;
-    if (L->grad_reduce != L->grad) ts_coll_destroy(&L->grad_reduce);
+    for (int i = 0; i < L->nextra; i++) ts_coll_destroy(&L->extra[i]);
     if (L->replicas != L->grad) ts_coll_destroy(&L->replicas);
     if (L->all != L->grad) ts_coll_destroy(&L->all);
-    ts_coll_destroy(&L->comp_replicas);
-    ts_coll_destroy(&L->comp_pieces);
     ts_coll_destroy(&L->grad);
     ts_spatial_destroy(&L->spatial);
     ts_grid_destroy(&L->grid);
@@ -244,18 +216,10 @@ void ts_layout_destroy(ts_layout **Lp)
     *Lp = NULL;
 }
 
-void ts_layout_compress(const ts_layout *L, ts_dp_compress *out)
-{
-    *out = L->spec.compress;
-    out->group = L->comp_replicas;
-    out->inner = L->comp_pieces;
-}
-
 void ts_layout_describe(const ts_layout *L, char *buf, size_t n)
 {
     char grid[512];
     ts_grid_describe(L->grid, grid, sizeof grid);
-    snprintf(buf, n, "%s; patch split %dx%dx%d, box %lldx%lldx%lld; gradient path %s", grid, L->sp_dims[0],
-             L->sp_dims[1], L->sp_dims[2], (long long)L->box[0], (long long)L->box[1], (long long)L->box[2],
-             ts_layout_grad_name(L->grad_kind));
+    snprintf(buf, n, "%s; patch split %dx%dx%d, box %lldx%lldx%lld", grid, L->sp_dims[0], L->sp_dims[1],
+             L->sp_dims[2], (long long)L->box[0], (long long)L->box[1], (long long)L->box[2]);
 }

@@ -5,9 +5,10 @@
  * creates a ts_coll of its own. A ts_layout owns the dp x pp x sp grid,
  * every group's communicator and ts_coll, the spatial split and this rank's
  * box of the patch, the pipeline's schedule and micro-batches, and the
- * gradient path's configuration and groups (plain, compressed, sharded,
- * local SGD), with every rule on which of them combine. It knows nothing of
- * the model: the patch and the number of levels come in the spec. */
+ * gradient path's keys; the groups a gradient path asks for are made here
+ * too (ts_layout_group), while the paths and their rules are in
+ * src/train/gradpath.c. It knows nothing of the model: the patch and the
+ * number of levels come in the spec. */
 #ifndef TS_PARALLEL_LAYOUT_H
 #define TS_PARALLEL_LAYOUT_H
 
@@ -17,7 +18,7 @@
 
 #include "collectives/coll.h"
 #include "src/core/config.h"
-#include "src/parallel/dp.h"
+#include "src/parallel/buckets.h"
 #include "src/parallel/grid.h"
 #include "src/parallel/pipe.h"
 #include "src/parallel/spatial.h"
@@ -29,13 +30,13 @@ typedef enum {
     TS_LAYOUT_IO         /* bench io: no pipeline (pp 1), the patch split as one level, no gradient path */
 } ts_layout_role;
 
-/* The gradient path: how a step's gradients become every replica's update. */
+/* Groups made on request (ts_layout_group) beyond the role's own: a
+ * gradient path asks for them (src/train/gradpath.c). */
 typedef enum {
-    TS_GRAD_PLAIN = 0, /* bucketed allreduce (average) over the gradient group */
-    TS_GRAD_COMPRESS,  /* the same, compressed with error feedback (parallel.compress) */
-    TS_GRAD_ZERO,      /* reduce-scattered, each rank steps its shard, all-gathered (parallel.zero = 1) */
-    TS_GRAD_LOCAL      /* local SGD: parameters averaged every parallel.local_steps (parallel.local_steps > 1) */
-} ts_grad_kind;
+    TS_GROUP_REPLICAS = 0, /* the replicas (same stage and spatial piece): the dp communicator's ranks */
+    TS_GROUP_PIECES,       /* a replica's spatial pieces of this stage: the sp communicator's ranks */
+    TS_GROUP_NODE          /* the ranks of this stage's dp x sp group on this rank's node */
+} ts_layout_group_kind;
 
 /* What a run asks for: the parallel.* and coll.* keys, and the model's patch and levels. */
 typedef struct ts_layout_spec {
@@ -66,15 +67,12 @@ typedef struct ts_layout {
     ts_coll *grad;             /* the gradient group: dp x sp ranks of this stage (mean loss, norm buffers) */
     ts_coll *replicas;         /* the replicas (evaluation windows, local SGD's averages); = grad if sp = pp = 1 */
     ts_coll *all;              /* every rank (evaluation sums over stages); = grad if pp = 1 */
-    ts_coll *grad_reduce;      /* the group gradients are averaged over each step: grad, or with local SGD a
-                                * replica's pieces (global) or a node's replicas x pieces (node) */
-    ts_coll *comp_replicas;    /* compression with sp > 1: the replicas (compressed) ... */
-    ts_coll *comp_pieces;      /* ... after an exact average over a replica's pieces; else both NULL */
+    ts_coll *extra[4];         /* the groups made by ts_layout_group (owned) */
+    int nextra;
     ts_spatial *spatial;       /* the spatial group (1 x 1 x 1 when sp = 1) */
     int sp_dims[3];
     int64_t box_lo[3], box[3]; /* this rank's box of every patch */
     int micro;                 /* micro-batches per step: train.accum, or parallel.microbatches with pp > 1 */
-    ts_grad_kind grad_kind;    /* the gradient path the rules chose */
     char note[512];            /* said, not refused (e.g. a key that has no effect here); "" if none */
 } ts_layout;
 
@@ -89,25 +87,21 @@ void ts_layout_spec_default(ts_layout_role role, const int64_t patch[3], int lev
  * naming the key and where it was set). */
 int ts_layout_spec_from_config(const ts_config *cfg, ts_layout_role role, const int64_t patch[3], int levels,
                                ts_layout_spec *out);
-/* Local, the same answer on every rank (sizes only): the gradient path a
- * spec asks for, or TS_ERR_CONFIG naming the keys, where they were set and
- * why they do not combine (every such rule is here or in
- * ts_dp_compress_from_config). sp_one_node: every spatial group lies within
- * one node. */
-int ts_layout_grad_choose(const ts_layout_spec *spec, const ts_config *cfg, int sp_one_node, ts_grad_kind *kind);
 /* Collective on world. Checks the spec against the job (a refusal fails
  * every rank before any work), then creates the grid, the spatial group
  * and box, and every ts_coll the role needs (TS_LAYOUT_IO: none, the
- * ts_coll pointers are NULL). cfg (may be NULL) only names
- * where keys were set in messages. Errors agreed. */
-int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, const ts_config *cfg, ts_layout **out);
+ * ts_coll pointers are NULL). The gradient path's rules come after, in
+ * ts_gradpath_create (src/train/gradpath.h). Errors agreed. */
+int ts_layout_create(MPI_Comm world, const ts_layout_spec *spec, ts_layout **out);
 /* Collective on the layout's world. NULL-safe; *L = NULL. */
 void ts_layout_destroy(ts_layout **L);
-/* Local. The compression settings with the layout's groups filled in. */
-void ts_layout_compress(const ts_layout *L, ts_dp_compress *out);
-/* Local. The gradient path's name: "plain", "compress", "zero", "local". */
-const char *ts_layout_grad_name(ts_grad_kind k);
-/* Local. One line: the grid, the spatial split and box, the gradient path. */
+/* Collective on the layout's world (every rank asks for the same groups in
+ * the same order). A new ts_coll over group `which` of this rank, owned by
+ * the layout (destroyed with it): a group of its own, so that a gradient
+ * path's reductions on the progress thread never share a ts_coll with the
+ * role's groups. At most 4 per layout. Errors agreed. */
+int ts_layout_group(ts_layout *L, ts_layout_group_kind which, ts_coll **out);
+/* Local. One line: the grid, the spatial split and box. */
 void ts_layout_describe(const ts_layout *L, char *buf, size_t n);
 
 #endif

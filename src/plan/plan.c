@@ -226,7 +226,7 @@ int ts_plan_calibrate(const ts_config *cfg, int steps, ts_plan_calib *c)
     TS_CHECK(ts_unet_init(m, 1));
     ts_layout_spec one; /* this rank alone */
     ts_layout_spec_default(TS_LAYOUT_TRAIN, u.patch, u.levels, &one);
-    TS_CHECK(ts_layout_create(MPI_COMM_SELF, &one, NULL, &L));
+    TS_CHECK(ts_layout_create(MPI_COMM_SELF, &one, &L));
     TS_CHECK(ts_stepper_create(m, &opt, L->grad, one.bucket_mb, 0, NULL, &st));
     const int64_t *p = u.patch;
     TS_CHECK(ts_tensor_alloc(&img, TS_FLOAT32, 5, (const int64_t[]){batch, u.in_channels, p[0], p[1], p[2]}));

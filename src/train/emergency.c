@@ -58,7 +58,9 @@ int ts_emergency_setup(const ts_emergency_cfg *cfg)
 void ts_emergency_begin_update(void)
 {
     if (!E.armed) return;
-    __atomic_add_fetch(&E.seq, 1, __ATOMIC_SEQ_CST); /* odd: changing */
+    /* odd: changing. Only once per step: a step may change the parameters twice (local SGD's update and its
+     * average), and a second increment would make the count even, "stable", while they change */
+    if (!(E.seq & 1u)) __atomic_add_fetch(&E.seq, 1, __ATOMIC_SEQ_CST);
 }
 
 void ts_emergency_commit(int64_t step, int64_t opt_step, int64_t sampler_position, double loss_scale,

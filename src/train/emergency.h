@@ -49,7 +49,8 @@ typedef struct ts_emergency_cfg {
  * must outlive it); the watchdog calls ts_emergency_write when it ends the
  * job. Errors: no memory. */
 int ts_emergency_setup(const ts_emergency_cfg *cfg);
-/* Local. The optimizer starts changing the parameters (until the commit). */
+/* Local. The optimizer starts changing the parameters (until the commit;
+ * a second call before it changes nothing). */
 void ts_emergency_begin_update(void);
 /* Local. The arena now holds the state after `step`: records it (copies the
  * buffers) with the sampler position, the optimizer's step and the loss

@@ -535,7 +535,7 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm)
     TS_MPI_TRY(MPI_Comm_dup(comm, &s->agree));
     return 0;
 }
-/* ---- gradient compression (parallel.compress): the work is in src/parallel/dp.c ---- */
+/* ---- gradient compression (parallel.compress): the work is in src/parallel/buckets.c ---- */
 int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c)
 {
     s->compress = *c;

@@ -9,7 +9,7 @@
 #include "collectives/coll.h"
 #include "src/model/unet.h"
 #include "src/optim/optim.h"
-#include "src/parallel/dp.h"
+#include "src/parallel/buckets.h"
 #include "src/parallel/spatial.h"
 #include "src/core/perf.h"
 #include "src/parallel/pipeline.h"
@@ -107,7 +107,7 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
  * thread's figures. */
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p);
 /* Local. Gradient compression of the buckets from the next step on
- * (src/parallel/dp.h; kept across ts_stepper_set_pipeline). */
+ * (src/parallel/buckets.h; kept across ts_stepper_set_pipeline). */
 int ts_stepper_set_compress(ts_stepper *s, const ts_dp_compress *c);
 /* Collective on replicas. Local SGD's parameter average: this stage's
  * parameters, the optimizer state and the float buffers (batch-norm

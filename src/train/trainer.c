@@ -67,33 +67,13 @@ int ts_trainer_sync_buffers(trainer *t)
     return 0;
 }
 
-/* ---- local SGD ---- */
-/* parallel.local_steps > 1: the stepper's gradients are averaged only over
- * the rank's spatial pieces (global), or over the replicas of its node and
- * their pieces (node): the layout's grad_reduce group; parameters,
- * optimizer state and batch-norm buffers are averaged over all replicas
- * every local_steps steps (and before a checkpoint or an evaluation, so
- * both see one model). */
-/* averages this rank's parameters, optimizer state and batch-norm buffers
- * over the replicas (local SGD); no-op when already done after this step */
-int ts_trainer_local_average(trainer *t, int64_t after_step)
-{
-    if (t->L->spec.local_steps <= 1 || t->last_avg == after_step) return 0;
-    t->last_avg = after_step;
-    if (ts_coll_size(t->L->replicas) == 1) return 0;
-    const int err = ts_stepper_average_params(t->stepper, t->L->replicas);
-    t->param_avgs++;
-    return err;
-}
-
-/* ---- sharded optimizer state (parallel.zero = 1) ---- */
-/* Once the stepper exists: shards its optimizer (zero = 1) and says how much
- * optimizer state each rank holds. Collective on world. */
-int ts_trainer_start_zero(trainer *t)
+/* ---- optimizer state (sharded with parallel.zero = 1: the gradient path's attach) ---- */
+/* Once the gradient path is attached: says how much optimizer state each
+ * rank holds. Collective on world. */
+int ts_trainer_report_state(trainer *t)
 {
     const ts_arena *a = t->arena;
     const int ns = ts_optim_state_count(&t->opt.cfg);
-    if (t->L->spec.zero) TS_TRY(ts_err_agree(t->L->grid->world, ts_stepper_set_zero(t->stepper)));
     const double mine = (double)ts_stepper_state_floats(t->stepper) * ns * sizeof(float);
     const double whole = (double)a->nparam * ns * sizeof(float), MiB = 1048576.0;
     t->state_bytes_max = mine;
@@ -224,19 +204,12 @@ static int train_step(trainer *t, double *loss_out, int *skipped)
             *skipped = 2;
             ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
         }
-    } else {
-        ts_emergency_begin_update(); /* the parameters change until the step is committed */
-        TS_TRY(ts_stepper_apply(t->stepper));
-        if (t->ls.dynamic) {
-            ts_loss_scaler_update(&t->ls, 0);
-            ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
-        }
     }
-    if (t->L->spec.local_steps <= 1 ? t->L->dp_size > 1 : ts_coll_size(t->L->grad_reduce) > t->L->grid->sp)
-        t->grad_xreplica++;
-    if (t->L->spec.local_steps > 1 && (t->step + 1) % t->L->spec.local_steps == 0) {
-        ts_emergency_begin_update();
-        TS_TRY(ts_trainer_local_average(t, t->step + 1));
+    /* the optimizer (unless skipped) and what the gradient path does after a step (local SGD's average) */
+    TS_TRY(ts_gradpath_update(t->gp, t->step + 1, !*skipped));
+    if (!*skipped && t->ls.dynamic) {
+        ts_loss_scaler_update(&t->ls, 0);
+        ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
     }
     *loss_out = loss_sum / t->L->micro;
     return 0;
@@ -420,11 +393,13 @@ static int perf_extra(trainer *t, const loop_cfg *lc, const ts_spatial_stats *hs
              t->mem_plan.activations_mb, (long long)t->mem_limit_mb);
     {
         size_t l = strlen(extra);
+        ts_gradpath_stats gs;
+        ts_gradpath_get_stats(t->gp, &gs);
         snprintf(extra + l, n - l,
-                 ",\n  \"dp_reductions\": {\"local_steps\": %d, \"local_sgd\": \"%s\", \"gradient\": %lld, "
-                 "\"parameter_averages\": %lld}",
-                 t->L->spec.local_steps, t->L->spec.local_node ? "node" : "global", (long long)t->grad_xreplica,
-                 (long long)t->param_avgs);
+                 ",\n  \"dp_reductions\": {\"path\": \"%s\", \"local_steps\": %d, \"local_sgd\": \"%s\", "
+                 "\"gradient\": %lld, \"parameter_averages\": %lld}",
+                 ts_gradpath_name(ts_gradpath_kind(t->gp)), t->L->spec.local_steps,
+                 t->L->spec.local_node ? "node" : "global", (long long)gs.crossed, (long long)gs.param_averages);
         l = strlen(extra);
         snprintf(extra + l, n - l,
                  ",\n  \"optimizer_state\": {\"zero\": %d, \"shard_ranks\": %d, \"bytes_per_rank\": %.0f, "
@@ -492,7 +467,7 @@ static int finish_run(trainer *t, const loop_cfg *lc, const loop_state *ls)
     dv.grad_ranks = ts_coll_size(t->L->grad);
     dv.halo_bytes = steps > 0 ? (double)hs->bytes / (double)steps : 0;
     TS_CHECK(pipeline_perf(t, extra, sizeof extra));
-    { /* gradient compression: bytes per step against float32 (src/parallel/dp.c) */
+    { /* gradient compression: bytes per step against float32 (src/parallel/buckets.c) */
         size_t l = strlen(extra);
         if (l + 1024 < sizeof extra) {
             strcat(extra, ",\n  ");

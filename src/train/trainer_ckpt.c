@@ -119,7 +119,7 @@ int ts_trainer_save_ckpt(trainer *t)
     size_t tlen = 0;
     int64_t keep;
     ts_perf_begin(t->perf, TS_PH_CKPT);
-    TS_CHECK(ts_trainer_local_average(t, t->step));
+    TS_CHECK(ts_gradpath_sync(t->gp, t->step)); /* one model on every replica */
     TS_CHECK(ts_trainer_sync_buffers(t));
     TS_CHECK(gather_stages(t));
     {

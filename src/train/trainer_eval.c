@@ -60,7 +60,7 @@ int ts_trainer_evaluate(trainer *t, double *dice_out, double *hd95_out, double *
     int surface = 0, axes, hn[TS_IO_MAX_CLASSES] = {0}, nn[TS_IO_MAX_CLASSES] = {0};
     if (!tp) return TS_ERR(TS_ERR_NOMEM, "eval counts");
     ts_perf_begin(t->perf, TS_PH_EVAL);
-    TS_CHECK(ts_trainer_local_average(t, t->step));
+    TS_CHECK(ts_gradpath_sync(t->gp, t->step)); /* one model on every replica */
     TS_CHECK(ts_config_get_int(t->cfg, "eval.max_volumes", &maxv));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.overlap", &overlap));
     TS_CHECK(ts_config_get_float(t->cfg, "eval.nsd_tol", &tol));

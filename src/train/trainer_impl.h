@@ -25,7 +25,7 @@
 #include "src/model/unet.h"
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
-#include "src/parallel/dp.h"
+#include "src/parallel/buckets.h"
 #include "src/parallel/grid.h"
 #include "src/parallel/layout.h"
 #include "src/parallel/spatial.h"
@@ -38,6 +38,7 @@
 #include "src/train/step.h"
 #include "src/infer/surface.h"
 #include "src/train/synthetic.h"
+#include "src/train/gradpath.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,8 +50,7 @@
 typedef struct trainer {
     const ts_config *cfg;
     ts_layout *L;    /* the grid, every group's collectives, the spatial split, the gradient path (src/parallel/layout.h) */
-    int64_t last_avg;            /* local SGD: the step after which parameters were last averaged */
-    int64_t grad_xreplica, param_avgs; /* reductions that crossed replicas: gradient (per step), parameter averages */
+    ts_gradpath *gp; /* how the gradients become the update: plain, compress, zero, local (src/train/gradpath.h) */
     double state_bytes_max;   /* optimizer state bytes on the rank holding the most */
     ts_pipeline *pipe; /* pp > 1 */
     int stage_first[TS_UNET_MAX_LEVELS * 4];
@@ -88,10 +88,8 @@ typedef struct trainer {
 
 /* Collective on the gradient group. Averages the float buffers (batch-norm statistics) so every replica holds one model. */
 int ts_trainer_sync_buffers(trainer *t);
-/* Collective on the replicas. Local SGD: averages parameters, optimizer state and buffers unless already done after after_step. */
-int ts_trainer_local_average(trainer *t, int64_t after_step);
-/* Collective on world. Shards the optimizer (parallel.zero = 1) and says how much state each rank holds. */
-int ts_trainer_start_zero(trainer *t);
+/* Collective on world. After the gradient path is attached: says how much optimizer state each rank holds. */
+int ts_trainer_report_state(trainer *t);
 /* Collective on world. Writes a checkpoint of this step (whole state on rank 0). */
 int ts_trainer_save_ckpt(trainer *t);
 /* Collective on world. Arms the emergency state (ckpt.emergency) for this run. */

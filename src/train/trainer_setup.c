@@ -248,7 +248,8 @@ static int setup_grid(trainer *t, const ts_config *cfg, MPI_Comm world)
     TS_CHECK(ts_config_get_int(cfg, "run.mem_limit_mb", &t->mem_limit_mb));
     TS_CHECK(ts_unet_cfg_from_config(cfg, &t->ucfg));
     TS_CHECK(ts_layout_spec_from_config(cfg, TS_LAYOUT_TRAIN, t->ucfg.patch, t->ucfg.levels, &spec));
-    TS_CHECK(ts_layout_create(world, &spec, cfg, &t->L));
+    TS_CHECK(ts_layout_create(world, &spec, &t->L));
+    TS_CHECK(ts_gradpath_create(t->L, cfg, &t->gp)); /* its rules refuse on every rank before any work */
     if (t->L->note[0] && t->L->world_rank == 0) /* said once (the run directory is not open yet) */
         fprintf(stderr, "tessera train: note: %s\n", t->L->note);
 cleanup:
@@ -268,7 +269,7 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
-    TS_CHECK(ts_unet_create(&t->ucfg, t->L->spec.zero ? 0 : ts_optim_state_count(&t->opt.cfg), &t->model));
+    TS_CHECK(ts_unet_create(&t->ucfg, ts_gradpath_arena_states(t->gp, ts_optim_state_count(&t->opt.cfg)), &t->model));
     t->arena = ts_unet_arena(t->model);
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &c->seed));
     TS_CHECK(ts_unet_init(t->model, (uint64_t)c->seed)); /* same c->seed everywhere: identical replicas */
@@ -467,8 +468,8 @@ cleanup:
 static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
 {
     int err = 0;
-    TS_CHECK(ts_stepper_create(t->model, &t->opt, t->L->grad_reduce, t->L->spec.bucket_mb, t->sync_bn, t->L->spatial,
-                               &t->stepper));
+    TS_CHECK(ts_stepper_create(t->model, &t->opt, ts_gradpath_reduce_group(t->gp), t->L->spec.bucket_mb, t->sync_bn,
+                               t->L->spatial, &t->stepper));
     ts_stepper_set_loss_scale(t->stepper, t->ls.scale);
     if (t->ucfg.precision == TS_PREC_FP16)
         ts_run_say(&t->run, "precision: fp16 convolution operands (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not "
@@ -488,15 +489,17 @@ static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
         TS_CHECK(ts_stepper_set_pipeline(t->stepper, t->pipe, t->L->grid->pp_comm));
         TS_CHECK(report_cut(t, c->dir));
     }
-    if (t->L->grad_kind == TS_GRAD_COMPRESS) { /* gradient compression (src/parallel/dp.c) */
+    TS_CHECK(ts_gradpath_attach(t->gp, t->stepper)); /* compression, the sharded optimizer */
+    {
         char line[1024];
-        ts_dp_compress comp; /* with sp > 1 only the reduction over replicas is compressed */
-        ts_layout_compress(t->L, &comp);
-        TS_CHECK(ts_stepper_set_compress(t->stepper, &comp));
-        ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
+        ts_gradpath_describe(t->gp, line, sizeof line);
         ts_run_say(&t->run, "%s", line);
+        if (ts_gradpath_kind(t->gp) == TS_GRAD_COMPRESS) { /* the compressor's bytes (src/parallel/buckets.c) */
+            ts_dp_compress_describe(ts_stepper_dp(t->stepper), line, sizeof line);
+            ts_run_say(&t->run, "%s", line);
+        }
     }
-    TS_CHECK(ts_trainer_start_zero(t));
+    TS_CHECK(ts_trainer_report_state(t));
     /* the box's activations, now that the split is set: a rank that cannot allocate them fails with all */
     TS_CHECK(ts_err_agree(t->L->grid->world, ts_unet_setup(t->model, t->batch, (int)t->L->box[0], (int)t->L->box[1], (int)t->L->box[2])));
     {
@@ -535,7 +538,7 @@ int ts_trainer_setup(trainer *t, const ts_config *cfg, MPI_Comm world, const cha
         else if (on) TS_CHECK(ts_path_fmt(t->edir, sizeof t->edir, "ckpt.emergency_dir", "%s/emergency", t->run.dir));
     }
     TS_CHECK(ts_trainer_resume(t));
-    t->last_avg = t->step; /* a checkpoint holds one model */
+    ts_gradpath_mark_synced(t->gp, t->step); /* a checkpoint holds one model */
     TS_CHECK(ts_trainer_emergency_arm(t));
 cleanup:
     return err;
@@ -551,6 +554,7 @@ void ts_trainer_teardown(trainer *t)
     ts_dataset_close(&t->ds);
     ts_dataset_close(&t->eval_ds);
     ts_unet_destroy(&t->model);
+    ts_gradpath_destroy(&t->gp);
     ts_layout_destroy(&t->L);
     free(t->trn);
     free(t->val);

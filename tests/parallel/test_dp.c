@@ -4,7 +4,7 @@
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "src/core/error.h"
-#include "src/parallel/dp.h"
+#include "src/parallel/buckets.h"
 #include "src/parallel/grid.h"
 #include "tests/tap.h"
 

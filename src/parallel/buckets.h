@@ -12,8 +12,8 @@
  * reduce-scattered instead, each rank keeps the average of its block of
  * every bucket (its shard, which it steps), and the updated blocks are
  * all-gathered back bucket by bucket (ts_dp_gather_start). */
-#ifndef TS_PARALLEL_DP_H
-#define TS_PARALLEL_DP_H
+#ifndef TS_PARALLEL_BUCKETS_H
+#define TS_PARALLEL_BUCKETS_H
 
 #include <stddef.h>
 
@@ -77,8 +77,10 @@ typedef struct ts_dp_compress {
 } ts_dp_compress;
 
 /* Local. Reads parallel.compress and parallel.compress_warmup (the keys are
- * declared with the trainer's); a bad value is TS_ERR_CONFIG naming the key,
- * where it was set and why, alike on every rank. */
+ * declared with the layout's, src/parallel/layout.c); a bad value is
+ * TS_ERR_CONFIG naming the key, where it was set and why, alike on every
+ * rank. Whether compression combines with the other gradient paths is
+ * ts_gradpath_choose's (src/train/gradpath.c). */
 int ts_dp_compress_from_config(const ts_config *cfg, ts_dp_compress *out);
 /* Local. Compresses the buckets from the next step on (fresh state: zero
  * residuals, PowerSGD's seeded Q); TS_COMPRESS_NONE switches it off. Every

@@ -1,8 +1,8 @@
 /* Gradient buckets over the nonblocking allreduce, optionally compressed
  * (collectives/compress.c does the work on the progress thread), or
- * reduce-scatter and allgather when sharded (parallel.zero); see dp.h. */
+ * reduce-scatter and allgather when sharded (parallel.zero); see buckets.h. */
 #include "tsbuild.h"
-#include "src/parallel/dp.h"
+#include "src/parallel/buckets.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
 
@@ -158,13 +158,7 @@ int ts_dp_compress_from_config(const ts_config *cfg, ts_dp_compress *out)
     if (ts_compress_parse(v, &out->cfg, why, sizeof why))
         return TS_ERR(TS_ERR_CONFIG, "parallel.compress = '%s' (%s): %s", v, ts_config_source(cfg, "parallel.compress"),
                       why);
-    int64_t local;
-    TS_TRY(ts_config_get_int(cfg, "parallel.local_steps", &local));
-    if (out->cfg.kind != TS_COMPRESS_NONE && local > 1)
-        return TS_ERR(TS_ERR_CONFIG, "parallel.compress = %s with parallel.local_steps = %lld: local SGD averages "
-                      "parameters every %lld steps instead of reducing gradients, and compression applies to the "
-                      "gradient reduction of synchronous data parallelism (use one or the other)", v,
-                      (long long)local, (long long)local);
+    /* with parallel.local_steps > 1 it is refused by ts_gradpath_choose (src/train/gradpath.c) */
     if (out->cfg.kind == TS_COMPRESS_TOPK && bmb * 1e6 / sizeof(float) >= 4294967295.0)
         return TS_ERR(TS_ERR_CONFIG, "parallel.compress = %s with parallel.bucket_mb = %g: top-k sends 32-bit indices "
                       "within a bucket, so a bucket holds at most 2^32 - 1 floats (parallel.bucket_mb < 17179)", v, bmb);
