@@ -4,6 +4,7 @@
  * JSON; the report is printed by src/cli/bench_io.c. */
 #include "tsbuild.h"
 #include "src/bench/bench_io.h"
+#include "src/bench/bench_json.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/nifti.h"
@@ -352,7 +353,6 @@ cleanup:
 
 int ts_io_bench_write_json(const char *path, const ts_io_bench_result *r, const char *config)
 {
-    int err = 0;
     cJSON *js = cJSON_CreateObject();
     if (!js) return TS_ERR(TS_ERR_NOMEM, "bench io: JSON");
     cJSON_AddNumberToObject(js, "samples_per_s", r->samples_per_s);
@@ -370,10 +370,5 @@ int ts_io_bench_write_json(const char *path, const ts_io_bench_result *r, const 
     cJSON_AddStringToObject(js, "driver", r->driver);
     cJSON_AddNumberToObject(js, "samples", (double)r->samples);
     cJSON_AddStringToObject(js, "config", config);
-    char *text = cJSON_Print(js);
-    FILE *f = text ? fopen(path, "w") : NULL;
-    if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0) err = TS_ERR(TS_ERR_IO, "bench io: cannot write %s", path);
-    free(text);
-    cJSON_Delete(js);
-    return err;
+    return ts_bench_json_write(js, path, "bench io");
 }

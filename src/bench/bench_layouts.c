@@ -3,6 +3,7 @@
  * Must not measure a step itself: each layout is one ts_bench_step_run. */
 #include "tsbuild.h"
 #include "src/bench/bench_layouts.h"
+#include "src/bench/bench_json.h"
 #include "src/core/error.h"
 #include "src/train/trainer.h"
 
@@ -103,7 +104,6 @@ void ts_bench_layouts_free(ts_bench_layouts_result *r)
 
 int ts_bench_layouts_write_json(const char *path, const ts_bench_layouts_result *r, const char *config)
 {
-    int err = 0;
     cJSON *o = cJSON_CreateObject();
     if (!o) return TS_ERR(TS_ERR_NOMEM, "bench step --layouts: JSON");
     cJSON_AddStringToObject(o, "config", config);
@@ -132,16 +132,7 @@ int ts_bench_layouts_write_json(const char *path, const ts_bench_layouts_result 
     cJSON_AddNumberToObject(o, "chosen", r->chosen);
     cJSON_AddNumberToObject(o, "fastest", r->fastest);
     cJSON_AddNumberToObject(o, "chosen_over_best", r->chosen_over_best);
-    char *txt = cJSON_Print(o);
-    FILE *f = txt ? fopen(path, "w") : NULL;
-    if (!f) err = TS_ERR(TS_ERR_IO, "%s: cannot write", path);
-    else {
-        fprintf(f, "%s\n", txt);
-        if (fclose(f)) err = TS_ERR(TS_ERR_IO, "%s: write failed", path);
-    }
-    free(txt);
-    cJSON_Delete(o);
-    return err;
+    return ts_bench_json_write(o, path, "bench step --layouts");
 }
 
 int ts_bench_step_measure(void *ctx, MPI_Comm comm, ts_config *cfg, double *step_s)

@@ -5,6 +5,7 @@
  * src/cli/bench_step.c, and a layout is chosen by src/plan/, not here. */
 #include "tsbuild.h"
 #include "src/bench/bench_step.h"
+#include "src/bench/bench_json.h"
 #include "collectives/coll.h"
 #include "src/core/error.h"
 #include "src/core/perf.h"
@@ -757,19 +758,9 @@ static void json_steps(cJSON *o, const ts_bench_step_result *r, const char *conf
 
 int ts_bench_step_write_json(const char *path, const ts_bench_step_result *r, const char *config)
 {
-    int err = 0;
     cJSON *o = cJSON_CreateObject();
     if (!o) return TS_ERR(TS_ERR_NOMEM, "bench step: JSON");
     if (r->compared) json_compare(o, r, config);
     else json_steps(o, r, config);
-    char *txt = cJSON_Print(o);
-    FILE *f = txt ? fopen(path, "w") : NULL;
-    if (!f) err = TS_ERR(TS_ERR_IO, "%s: cannot write", path);
-    else {
-        fprintf(f, "%s\n", txt);
-        if (fclose(f)) err = TS_ERR(TS_ERR_IO, "%s: write failed", path);
-    }
-    free(txt);
-    cJSON_Delete(o);
-    return err;
+    return ts_bench_json_write(o, path, "bench step");
 }
