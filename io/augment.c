@@ -1,4 +1,7 @@
-/* Intensity augmentations after nnU-Net's defaults; see augment.h. */
+/* Intensity augmentations after nnU-Net's defaults; see augment.h. Owns the
+ * draws (ts_aug_draw) and the arithmetic of contrast, inverted gamma,
+ * brightness, blur and low resolution on a box and its halo; the order of
+ * the draws is io/patch.c's. Local: no MPI, no file. */
 #include "tsbuild.h"
 #include "io/augment.h"
 #include "src/core/error.h"

@@ -1,4 +1,7 @@
-/* Crash-safe checkpoint directories; see checkpoint.h. */
+/* Crash-safe checkpoint directories; see checkpoint.h. Owns the directory
+ * protocol (temporary directory, fsync, rename, keep) and the layout of
+ * state.h5 and manifest.json; rank 0 writes, every rank agrees on the outcome.
+ * Knows no model or optimizer: it takes named tensor views. */
 #define _GNU_SOURCE
 #include "tsbuild.h"
 #include "io/checkpoint.h"

@@ -1,4 +1,6 @@
-/* Cropping and resampling of a sample at conversion; see preprocess.h. */
+/* Cropping and resampling of a sample at conversion; see preprocess.h.
+ * Owns the steps on a ts_sample, the geometry they change and their undoing
+ * for inference; the interpolation is io/resample.c's. Local: no MPI, no file. */
 #include "tsbuild.h"
 #include "io/preprocess.h"
 #include "io/resample.h"

@@ -1,4 +1,7 @@
-/* Integer-factor resampling; see resample.h. */
+/* Integer-factor resampling; see resample.h. Also resampling to any size
+ * (images and labels) and the voxel-to-world updates. Owns the
+ * interpolation; what is resampled and when is io/preprocess.c's. Local: no
+ * MPI, no file. */
 #include "tsbuild.h"
 #include "io/resample.h"
 

@@ -1,7 +1,8 @@
 /* Distributed sampler; see sampler.h. The permutation of epoch e is a
  * Fisher-Yates shuffle driven by the Philox stream (seed, 0, STREAM + e);
  * the two most recent epochs are cached because a step may straddle an
- * epoch boundary. */
+ * epoch boundary. Owns which sample a rank takes at each position, the
+ * validation split and the folds; no MPI: every rank computes the same. */
 #include "tsbuild.h"
 #include "io/sampler.h"
 #include "src/core/error.h"

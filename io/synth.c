@@ -1,6 +1,7 @@
 /* Synthetic phantoms; see synth.h. Shapes are tested only inside their
  * bounding boxes; the smooth field is separable (a product of three 1-D
- * low-frequency profiles), so a sample costs a few passes over its voxels. */
+ * low-frequency profiles), so a sample costs a few passes over its voxels.
+ * Owns the phantoms; the files are the dataset writer's (io/writer.c). */
 #include "tsbuild.h"
 #include "io/synth.h"
 #include "src/core/error.h"

@@ -1,4 +1,6 @@
-/* tessera bench: dispatch to the benchmarks. */
+/* tessera bench: dispatch to the benchmarks. Reads the first word and
+ * prints the usage only; each benchmark's arguments are its own file's
+ * (bench_coll.c, bench_step.c, bench_io.c). */
 #include "tsbuild.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"

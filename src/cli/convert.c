@@ -1,6 +1,7 @@
 /* tessera convert nifti | msd: NIfTI volumes (one or more image/label
  * pairs, or a Medical Segmentation Decathlon task folder) to a tessera
- * dataset, converted in parallel over the ranks of the job. */
+ * dataset, converted in parallel over the ranks of the job. Parses and
+ * prints only: the conversion is io/convert.c's. */
 #include "tsbuild.h"
 #include "io/convert.h"
 #include "io/dataset.h"

@@ -1,5 +1,6 @@
 /* tessera info: what this build and this job have: build options, MPI
- * library, ranks and nodes, collectives, counters, GPUs. */
+ * library, ranks and nodes, collectives, counters, GPUs. Prints what the
+ * library reports; measures and writes nothing. */
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "collectives/device.h"

@@ -1,6 +1,7 @@
 /* tessera synth: synthetic 3D phantoms (ellipsoids and blobs with smooth
  * intensity fields and noise; labels = the shapes) written as a tessera
- * dataset, for tests and scaling runs of any size. */
+ * dataset, for tests and scaling runs of any size. Parses and prints only:
+ * the phantoms and their writing are io/synth.c's. */
 #include "tsbuild.h"
 #include "io/synth.h"
 #include "src/cli/cli.h"

@@ -1,5 +1,7 @@
 /* tessera train CONFIG [section.key=value ...]: data-parallel training
- * under mpiexec or srun (src/train/trainer.c). */
+ * under mpiexec or srun (src/train/trainer.c). Owns the table of every
+ * config key (ts_cli_all_keys), loading a config for any command and the
+ * stop signals; the loop is the trainer's, a layout = auto choice the planner's. */
 #include "tsbuild.h"
 #include "collectives/coll.h"
 #include "io/loader.h"

@@ -1,6 +1,8 @@
 /* Options database over inih; see config.h. Values are kept as validated
  * strings with their source; typed getters parse them again (cheap, and the
- * string is what gets hashed and written). */
+ * string is what gets hashed and written). Owns parsing, validation against
+ * the key tables handed in, the sources, the hash and the ranks' agreement on
+ * it; it names no key itself: each module owns its table. */
 #include "tsbuild.h"
 #include "src/core/config.h"
 #include "src/core/error.h"

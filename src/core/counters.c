@@ -1,4 +1,6 @@
-/* PAPI probing; see counters.h. */
+/* PAPI probing; see counters.h. Owns the library's one-time initialisation
+ * and the default event list; the counting itself is perf.c's. No MPI, prints
+ * nothing; without TS_HAVE_PAPI every probe finds no counter. */
 #include "tsbuild.h"
 #include "src/core/counters.h"
 

@@ -1,4 +1,5 @@
-/* dtype names; conversions are inline in dtype.h. */
+/* dtype names; conversions are inline in dtype.h. Owns the names and the
+ * aliases ts_dtype_parse accepts; no state, no allocation, no MPI. */
 #include "tsbuild.h"
 #include "src/core/dtype.h"
 

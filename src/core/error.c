@@ -1,5 +1,7 @@
 /* Error recording: one message per thread, with rank, file and line, and the
- * collective agreement that lets every rank leave a failed operation together. */
+ * collective agreement that lets every rank leave a failed operation together.
+ * Also the checked allocators (ts_malloc, ts_calloc, ts_aligned_alloc). Never
+ * exits; prints only with TESSERA_ERROR_TRACE set. */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/watchdog.h"

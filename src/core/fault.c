@@ -1,4 +1,7 @@
-/* Fault injection; see fault.h. */
+/* Fault injection; see fault.h. Owns the TESSERA_FAULT table (parsed by
+ * ts_fault_init) and the current step; code under test asks ts_fault_at or
+ * ts_fault_point. No MPI; the only output is an injected kill's or hang's
+ * note on stderr. */
 #include "tsbuild.h"
 #include "src/core/fault.h"
 #include "src/core/error.h"

@@ -1,4 +1,7 @@
-/* Launch conventions; see launch.h. */
+/* Launch conventions; see launch.h. Owns what a job looks like from inside
+ * (scheduler, job and array IDs, ranks, nodes, threads: ts_launch_detect,
+ * collective on the world) and MPI_Finalize with a grace period
+ * (ts_mpi_finalize). Reads environment variables, no config key. */
 #include "tsbuild.h"
 #include "src/core/launch.h"
 #include "src/core/error.h"

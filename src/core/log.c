@@ -1,4 +1,6 @@
-/* Logging with levels and rank prefixes; see log.h. */
+/* Logging with levels and rank prefixes; see log.h. Owns the level
+ * (TESSERA_LOG or ts_log_set_level) and the prefix: warnings and errors to
+ * stderr, the rest to stdout. No MPI: the rank is handed to ts_log_init. */
 #include "tsbuild.h"
 #include "src/core/log.h"
 

@@ -1,5 +1,6 @@
 /* Bounded path building; see path.h. The messages quote at most the first
- * 80 characters of an overlong path (the error buffer has a limit too). */
+ * 80 characters of an overlong path (the error buffer has a limit too).
+ * Owns the length checks only: no allocation, touches no file. */
 #include "tsbuild.h"
 #include "src/core/path.h"
 #include "src/core/error.h"

@@ -1,4 +1,6 @@
-/* Philox4x32-10 streams; see rng.h. */
+/* Philox4x32-10 streams; see rng.h. Owns the counter-based generator and
+ * the draws over it (uniform, normal, below, skip, shuffle); the caller keys
+ * each stream (seed, rank, stream). No global state, no allocation. */
 #include "tsbuild.h"
 #include "src/core/rng.h"
 

@@ -1,4 +1,6 @@
-/* Tensor storage and shape helpers; see tensor.h. */
+/* Tensor storage and shape helpers; see tensor.h. Owns ts_tensor's
+ * allocation, views, shape checks, copies (with float conversions) and the
+ * channels-first <-> channels-last moves; no layer arithmetic, no MPI. */
 #include "tsbuild.h"
 #include "src/core/tensor.h"
 #include "src/core/error.h"

@@ -1,4 +1,5 @@
-/* Monotonic clock for timers. */
+/* Monotonic clock for timers. Also the wall clock (ts_wall_now); no state:
+ * per-phase timing and counters are perf.c's. */
 #include "tsbuild.h"
 #include "src/core/timer.h"
 

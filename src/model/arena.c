@@ -1,4 +1,7 @@
-/* Parameter arena; see arena.h. */
+/* Parameter arena; see arena.h. Owns the one contiguous block of
+ * parameters, gradients, optimizer state and buffers (offsets fixed by
+ * ts_arena_add, memory by ts_arena_alloc) and a sharded optimizer state's
+ * region; knows no layer and no update rule, no MPI. */
 #include "tsbuild.h"
 #include "src/model/arena.h"
 #include "src/core/error.h"

@@ -1,5 +1,7 @@
 /* Config keys of the model, the loss and the data patch, and their
- * validation into a ts_unet_cfg (errors name the key). */
+ * validation into a ts_unet_cfg (errors name the key). Owns that key table
+ * (model.*, data.patch, and train.loss, batch, seed, precision and the
+ * loss's options); builds no model and allocates nothing. */
 #include "tsbuild.h"
 #include "src/model/unet.h"
 #include "src/core/error.h"

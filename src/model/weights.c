@@ -1,4 +1,7 @@
-/* Weights files and the dataset helpers of `tessera model` (see weights.h). */
+/* Weights files and the dataset helpers of `tessera model` (see weights.h).
+ * Owns the weights file's layout (/params/<name>, PyTorch's shapes), read
+ * and written with serial HDF5 by one process; no MPI. Checkpoints are
+ * io/checkpoint.c's. */
 #include "tsbuild.h"
 #include "src/model/weights.h"
 #include "src/core/error.h"

@@ -1,5 +1,6 @@
 /* Channel concatenation of two channels-last tensors (the U-Net's skip
- * connection: upsampled first, skip second). */
+ * connection: upsampled first, skip second). Backward splits the gradient.
+ * Local: no MPI, allocates nothing. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/core/error.h"

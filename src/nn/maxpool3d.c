@@ -1,6 +1,7 @@
 /* Max-pool 3d with kernel = stride = k on channels-last activations; the
  * argmax per output element (position in its window; first maximum on ties,
- * a later NaN replaces, as in PyTorch) is kept as uint8 for backward. */
+ * a later NaN replaces, as in PyTorch) is kept as uint8 for backward.
+ * Local: no MPI, allocates nothing (the caller holds the argmax). */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"

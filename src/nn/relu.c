@@ -1,4 +1,5 @@
-/* ReLU and leaky ReLU, elementwise, in place or not. */
+/* ReLU and leaky ReLU, elementwise, in place or not. Local: no MPI,
+ * allocates nothing. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"

@@ -1,5 +1,7 @@
 /* AdamW as torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1-b1) g;
- * v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps). */
+ * v = b2 v + (1-b2) g^2; p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+ * Owns the update of one float range; m and v are the arena's state regions,
+ * handed in. No allocation, no MPI. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/optim/optim.h"

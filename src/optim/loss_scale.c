@@ -1,4 +1,7 @@
-/* Dynamic loss scaling for fp16; see loss_scale.h. */
+/* Dynamic loss scaling for fp16; see loss_scale.h. Owns the
+ * train.loss_scale* keys and the rule (halve on an overflow, double after
+ * the growth interval). It does not detect an overflow: the trainer agrees
+ * on one over the ranks and reports it. */
 #include "tsbuild.h"
 #include "src/optim/loss_scale.h"
 #include "src/core/error.h"

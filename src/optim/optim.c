@@ -1,4 +1,7 @@
-/* Optimizer configuration, dispatch and gradient clipping (see optim.h). */
+/* Optimizer configuration, dispatch and gradient clipping (see optim.h).
+ * Owns the optimizer's train.* keys and the step over a range or pieces of
+ * the arena; the rules are sgd.c's and adamw.c's, the rate schedule.c's. No
+ * MPI: a sharded or pipelined step hands in the global norm (src/train/step.c). */
 #include "tsbuild.h"
 #include "src/optim/optim.h"
 #include "src/core/error.h"

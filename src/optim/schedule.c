@@ -1,4 +1,6 @@
-/* Learning-rate schedules: linear warm-up, then constant, cosine or poly. */
+/* Learning-rate schedules: linear warm-up, then constant, cosine or poly.
+ * The rate of a step as a function of ts_optim_cfg; reads no key (optim.c
+ * does), no state. */
 #include "tsbuild.h"
 #include "src/optim/optim.h"
 

@@ -1,6 +1,7 @@
 /* SGD as torch.optim.SGD (dampening 0): d = g + wd p; buf = momentum buf + d
  * (buf starts at 0, so the first step sets buf = d as PyTorch does);
- * Nesterov: d += momentum buf, else d = buf; p -= lr d. */
+ * Nesterov: d += momentum buf, else d = buf; p -= lr d. Owns the update of
+ * one float range; buf is the arena's state region. No allocation, no MPI. */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/optim/optim.h"

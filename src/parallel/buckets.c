@@ -1,6 +1,8 @@
 /* Gradient buckets over the nonblocking allreduce, optionally compressed
  * (collectives/compress.c does the work on the progress thread), or
- * reduce-scatter and allgather when sharded (parallel.zero); see buckets.h. */
+ * reduce-scatter and allgather when sharded (parallel.zero); see buckets.h.
+ * Owns the buckets' ranges and progress; must not step an optimizer or choose
+ * a path (src/train/gradpath.c) or a group (the layout's ts_coll is handed in). */
 #include "tsbuild.h"
 #include "src/parallel/buckets.h"
 #include "src/core/error.h"

@@ -1,4 +1,7 @@
-/* Process grid from communicator splits; see grid.h. */
+/* Process grid from communicator splits; see grid.h. Owns the rank order
+ * (node by node), the dp, pp, sp and stage communicators, and grid.json
+ * (rows gathered to rank 0, which writes it). Created only by the layout
+ * (src/parallel/layout.c) from the sizes it is given: reads no config key. */
 #include "tsbuild.h"
 #include "src/parallel/grid.h"
 #include "collectives/coll.h"

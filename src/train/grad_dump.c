@@ -1,5 +1,6 @@
 /* train.dump_grads (see grad_dump.h): one step's gradients gathered whole
- * from whichever ranks hold them and written by rank 0. */
+ * from whichever ranks hold them and written by rank 0. Reads the gradients
+ * only and no config key (the trainer hands in the path). */
 #include "tsbuild.h"
 #include "src/train/grad_dump.h"
 #include "src/core/error.h"

@@ -1,4 +1,7 @@
-/* Run directory, metrics, perf report and progress; see run.h. */
+/* Run directory, metrics, perf report and progress; see run.h. Owns the
+ * run directory's files (config.ini, metrics.jsonl, perf.json,
+ * launches.jsonl, stopped; ckpt/ created and tested), written by rank 0, and
+ * the progress lines; must not write or read a checkpoint (io/checkpoint.c). */
 #include "tsbuild.h"
 #include "src/train/run.h"
 #include "src/core/error.h"

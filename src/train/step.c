@@ -1,4 +1,8 @@
-/* One training step (data parallel, spatially split, pipelined); see step.h. */
+/* One training step (data parallel, spatially split, pipelined); see step.h.
+ * Owns the stepper: the backward hook that hands final gradients to the
+ * buckets, the reduction, the optimizer over this rank's range or shard and
+ * a sharded state's moves. Must not split communicators or read config keys;
+ * allocates at setup and for a checkpoint's state moves, not per step. */
 #include "tsbuild.h"
 #include "src/train/step.h"
 #include "src/core/error.h"

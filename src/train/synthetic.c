@@ -1,4 +1,6 @@
-/* Random batches; see synthetic.h. */
+/* Random batches; see synthetic.h. Owns the keys of the voxels' Philox
+ * streams (the header's comment); a function of its arguments only: no
+ * state, no allocation, no MPI. */
 #include "tsbuild.h"
 #include "src/train/synthetic.h"
 #include "src/core/rng.h"
