@@ -3,7 +3,10 @@
  * means, labels by block majority (ties to the lower class), geometry
  * (spacing and voxel-to-world transforms) adjusted so that a coarse voxel
  * sits at the centre of its block; and the way back for predicted labels
- * (each coarse voxel fills its block). Local, no allocation. */
+ * (each coarse voxel fills its block); and any-factor resampling to a
+ * target spacing (ts_resample_image, _labels). All local; the integer-factor
+ * functions allocate nothing, ts_resample_image allocates its scratch
+ * (errors: TS_ERR_NOMEM). */
 #ifndef TS_IO_RESAMPLE_H
 #define TS_IO_RESAMPLE_H
 
