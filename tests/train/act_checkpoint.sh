@@ -1,7 +1,7 @@
 #!/bin/sh
 # Activation checkpointing (model.checkpoint_levels; issue [9]) end to end:
-# training with levels recomputed gives bit-identical losses and weights to
-# training without (and the weights moved), on 1 rank (batch and group
+# training with levels recomputed gives bit-identical losses, weights and
+# first-step gradients to training without (and the weights moved), on 1 rank (batch and group
 # norm; train.precision bf16 and fp16), on dp = 2 x sp = 2 (batch norm: the
 # recomputation exchanges the halos and sums the statistics over the
 # spatial group again) and on
@@ -12,71 +12,41 @@
 # norm and fp16, dp 2 x sp 2, dp 2 x pp 2 cut inside a checkpointed
 # level); bad level lists (out of range, duplicate, not a number) fail on
 # every rank naming the key, before any work.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-actckpt.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-
-ts_step "synthetic dataset: 4 samples of 20^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 4 --size 20 --classes 3 --seed 5
-cat >"$d/a.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 3
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[eval]
-final = false
-INI
-run() { # run NP NAME ARGS...: trains into $d/NAME
-    _np=$1 _name=$2
-    shift 2
-    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" \
-        run.dir="$d/$_name" "$@"
-}
-same() { # same REF RUN INIT [LOSS_RTOL WEIGHT_TOL]: 0 0 = bit-identical
-    if [ -n "$TS_PY" ]; then
-        ts_step "$2 = $1: losses within ${4:-1e-5}, weights within ${5:-1e-4} of their scale (and they moved)" \
-            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/$3" 3 ${4:-1e-5} ${5:-1e-4}
-    else
-        ts_skip "$2 = $1" "no python3 with h5py"
-    fi
-}
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir actckpt
+ts_synth 4 20 5
+ts_ini a.ini -model.norm train.steps=3
+same_loss=0 same_weights=0 # bit-identical
+# and the first step's gradients of every run with checkpointing bit-identical to those of the run without
+dump_grads=yes grad_bound=0
 for norm in batch group; do
     ts_step "initial weights ($norm norm)" "$TESSERA" model init "$d/a.ini" model.norm=$norm --out "$d/init-$norm.h5" --seed 0
     run 1 "$norm-1" model.norm=$norm
     run 1 "$norm-1-ck01" model.norm=$norm model.checkpoint_levels=0,1
     ts_check "the start line names the checkpointed levels" \
         sh -c "printf '%s\n' \"\$0\" | grep -q 'activation checkpointing: levels 0,1 recomputed in backward'" "$ts_out"
-    same "$norm-1" "$norm-1-ck01" "init-$norm.h5" 0 0
+    same "$norm-1" "$norm-1-ck01" init="init-$norm.h5"
+    grads "$norm-1" "$norm-1-ck01"
 done
 # mixed precision: the recomputation uses the same low-precision convolutions (fp16: with loss scaling)
 for prec in bf16 fp16; do
     run 1 "$prec-1" train.precision=$prec
     run 1 "$prec-1-ck01" train.precision=$prec model.checkpoint_levels=0,1
-    same "$prec-1" "$prec-1-ck01" init-batch.h5 0 0
+    same "$prec-1" "$prec-1-ck01" init=init-batch.h5
+    grads "$prec-1" "$prec-1-ck01"
 done
 # dp = 2 x sp = 2: every level recomputed
 run 4 dp2sp2 parallel.dp=2 parallel.sp=2
 run 4 dp2sp2-ckall parallel.dp=2 parallel.sp=2 model.checkpoint_levels=all
-same dp2sp2 dp2sp2-ckall init-batch.h5 0 0
+same dp2sp2 dp2sp2-ckall init=init-batch.h5
+grads dp2sp2 dp2sp2-ckall
 # dp = 2 x pp = 2, 1F1B: the cut between enc1's convolutions, inside checkpointed level 1 (its first norm's
 # output leaves stage 0); both stages recompute levels while other micro-batches are in flight
 pp="parallel.dp=2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=1f1b parallel.pp_cut=enc1.conv2"
 run 4 dp2pp2 $pp
 run 4 dp2pp2-ck01 $pp model.checkpoint_levels=0,1
-same dp2pp2 dp2pp2-ck01 init-batch.h5 0 0
+same dp2pp2 dp2pp2-ck01 init=init-batch.h5
+grads dp2pp2 dp2pp2-ck01
 # the benchmark's side-by-side comparison on a spatial split
 # compare NP NAME LEVELS WHAT ARGS...: `bench step --compare-checkpoint LEVELS` (32^3, 1 step) on NP ranks: the
 # report says bit-identical, and its JSON has less than 0.8 of the activations without, equal to the memory plan
@@ -110,19 +80,22 @@ for prec in fp32 bf16; do
     run 1 "ds-$prec" $ds train.precision=$prec
     # shellcheck disable=SC2086
     run 1 "ds-$prec-ck" $ds train.precision=$prec model.checkpoint_levels=0,1,2
-    same "ds-$prec" "ds-$prec-ck" init-ds.h5 0 0
+    same "ds-$prec" "ds-$prec-ck" init=init-ds.h5
+    grads "ds-$prec" "ds-$prec-ck"
 done
 # shellcheck disable=SC2086
 run 4 ds-sp $ds parallel.sp=2
 # shellcheck disable=SC2086
 run 4 ds-sp-ck $ds parallel.sp=2 model.checkpoint_levels=all
-same ds-sp ds-sp-ck init-ds.h5 0 0
+same ds-sp ds-sp-ck init=init-ds.h5
+grads ds-sp ds-sp-ck
 # shellcheck disable=SC2086
 run 4 ds-pp $ds parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=dec1.conv2
 # shellcheck disable=SC2086
 run 4 ds-pp-ck $ds parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=dec1.conv2 \
     model.checkpoint_levels=0,1,2
-same ds-pp ds-pp-ck init-ds.h5 0 0
+same ds-pp ds-pp-ck init=init-ds.h5
+grads ds-pp ds-pp-ck
 # shellcheck disable=SC2086
 compare 1 cmp-ds 0,1,2 "deep supervision" $ds
 # nnU-Net's residual encoder (with deep supervision): a checkpointed level keeps each block's output and
@@ -140,28 +113,33 @@ ts_step "initial weights (residual encoder, instance norm)" "$TESSERA" model ini
 run 1 res-1 $res model.norm=batch
 # shellcheck disable=SC2086
 run 1 res-1-ck $res model.norm=batch model.checkpoint_levels=0,1
-same res-1 res-1-ck init-res.h5 0 0
+same res-1 res-1-ck init=init-res.h5
+grads res-1 res-1-ck
 # shellcheck disable=SC2086
 run 1 res-fp16 $res train.precision=fp16
 # shellcheck disable=SC2086
 run 1 res-fp16-ck $res train.precision=fp16 model.checkpoint_levels=all
-same res-fp16 res-fp16-ck init-resi.h5 0 0
+same res-fp16 res-fp16-ck init=init-resi.h5
+grads res-fp16 res-fp16-ck
 # shellcheck disable=SC2086
 run 4 res-sp $res model.norm=batch parallel.sp=2
 # shellcheck disable=SC2086
 run 4 res-sp-ck $res model.norm=batch parallel.sp=2 model.checkpoint_levels=all
-same res-sp res-sp-ck init-res.h5 0 0
+same res-sp res-sp-ck init=init-res.h5
+grads res-sp res-sp-ck
 # shellcheck disable=SC2086
 run 4 res-pp $res parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=enc1.conv2
 # shellcheck disable=SC2086
 run 4 res-pp-ck $res parallel.pp=2 parallel.microbatches=2 train.batch=1 parallel.pp_cut=enc1.conv2 \
     model.checkpoint_levels=0,1,2
-same res-pp res-pp-ck init-resi.h5 0 0
+same res-pp res-pp-ck init=init-resi.h5
+grads res-pp res-pp-ck
 # shellcheck disable=SC2086
 compare 1 cmp-res 0,1,2 "residual encoder" $res
 # bad values: every rank fails before any work, naming the key
+dump_grads=
 for bad in 9 -1 x 1,1; do
     ts_fails_on_all "model.checkpoint_levels=$bad refused on both ranks" "model.checkpoint_levels = '$bad'" 2 \
-        ts_mpirun 2 "$TESSERA" train "$d/a.ini" data.path="$d/syn.h5" run.dir="$d/bad" model.checkpoint_levels=$bad
+        train_run 2 bad model.checkpoint_levels=$bad
 done
 ts_finish

@@ -7,13 +7,9 @@
 # parameter averages inside the timed steps, a smaller arena with ZeRO, two
 # micro-batches with train.accum = 2; and bench step refuses, on every rank,
 # what train refuses.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
-unset TESSERA_FAULT TESSERA_RANKS_PER_NODE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-bench-grad.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir bench-grad
+# bench step's config: no training run's keys (steps, logging, evaluation), so not lib_train.sh's common one
 cat >"$d/b.ini" <<'INI'
 [model]
 channels = 4,8,16

@@ -13,24 +13,20 @@
 # shell that outlives them, so that the launcher does not end the
 # survivors before they write (as on a real machine, where a dead node's
 # processes are not seen to end).
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1 TESSERA_EXIT_GRACE=20
-unset TESSERA_FAULT TESSERA_COLL_ALLREDUCE TESSERA_RANKS_PER_NODE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-emergency.XXXXXX")
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir emergency
+# the scratch directory and the ranks' shells left behind
 trap 'pkill -f "$d/w.sh" 2>/dev/null; rm -rf "$d"' EXIT
 
 . "$TS_SRCDIR/tests/train/lib_emergency.sh"
 
 # --- dp 2: rank 1 killed when step 5 begins; the survivor holds all of step 4
-ts_step "uninterrupted reference: dp 2, 8 steps" ts_mpirun 2 "$TESSERA" train "$d/e.ini" data.path="$d/syn.h5" run.dir="$d/ref"
+ts_step "uninterrupted reference: dp 2, 8 steps" train_run 2 ref
 killed dp 2 kill:rank=1:step=5
 ts_check "dp 2, rank 1 killed at step 5: rank 0 writes its state of step 4 and exits 76" survivors dp 2 1
 ts_check "... one file, step-4/rank-0.bin, next to the checkpoint of step 3" \
     sh -c "[ -f '$d/dp/emergency/step-4/rank-0.bin' ] && [ -d '$d/dp/ckpt/step-3' ] && [ ! -d '$d/dp/ckpt/step-4' ]"
-ts_step "resume on 1 rank, train.accum = 2 (the global batch of 2 kept)" ts_mpirun 1 "$TESSERA" train "$d/e.ini" \
-    data.path="$d/syn.h5" run.dir="$d/dp" train.accum=2
+ts_step "resume on 1 rank, train.accum = 2 (the global batch of 2 kept)" train_run 1 dp train.accum=2
 out=$ts_out
 ts_check "... from the emergency state of step 4, naming the lost rank, not from step 3" sh -c "
     printf '%s\n' \"\$1\" | grep -q 'emergency state: rank 1 lost at step 5; the 1 surviving rank file (of 2 ranks) holds all of step 4' &&
@@ -40,24 +36,20 @@ ts_check "... and the emergency files are gone (they are the checkpoint now)" sh
 ts_step "... ends as the uninterrupted run: every loss, every tensor of step 8" same_run ref dp
 
 # --- dp 2 x pp 2: the last stage's second replica killed; stage 0 and stage 1 survive on other ranks
-ts_step "uninterrupted reference: dp 2 x pp 2, 2 micro-batches" ts_mpirun 4 "$TESSERA" train "$d/e.ini" \
-    data.path="$d/syn.h5" run.dir="$d/refpp" parallel.pp=2 parallel.microbatches=2
+ts_step "uninterrupted reference: dp 2 x pp 2, 2 micro-batches" train_run 4 refpp parallel.pp=2 parallel.microbatches=2
 killed pp 4 kill:rank=3:step=6 parallel.pp=2 parallel.microbatches=2
 ts_check "dp 2 x pp 2, rank 3 killed at step 6: ranks 0-2 write their stage's state of step 5 and exit 76" survivors pp 4 3
-ts_step "resume as pp 2 on 2 ranks, parallel.microbatches = 4" ts_mpirun 2 "$TESSERA" train "$d/e.ini" \
-    data.path="$d/syn.h5" run.dir="$d/pp" parallel.pp=2 parallel.microbatches=4
+ts_step "resume as pp 2 on 2 ranks, parallel.microbatches = 4" train_run 2 pp parallel.pp=2 parallel.microbatches=4
 ts_check "... from the emergency state of step 5 (3 rank files of 4)" sh -c "
     printf '%s\n' \"\$1\" | grep -q 'the 3 surviving rank files (of 4 ranks) hold all of step 5' &&
     printf '%s\n' \"\$1\" | grep -q 'resumed from .*ckpt/step-5 at step 5'" _ "$ts_out"
 ts_step "... ends as the uninterrupted run" same_run refpp pp
 
 # --- dp 2 x sp 2: a box of the second replica lost; the first replica holds everything
-ts_step "uninterrupted reference: dp 2 x sp 2" ts_mpirun 4 "$TESSERA" train "$d/e.ini" data.path="$d/syn.h5" \
-    run.dir="$d/refsp" parallel.sp=2
+ts_step "uninterrupted reference: dp 2 x sp 2" train_run 4 refsp parallel.sp=2
 killed sp 4 kill:rank=2:step=5 parallel.sp=2
 ts_check "dp 2 x sp 2, rank 2 killed at step 5: the others write step 4 and exit 76" survivors sp 4 2
-ts_step "resume as sp 2 on 2 ranks, train.accum = 2" ts_mpirun 2 "$TESSERA" train "$d/e.ini" data.path="$d/syn.h5" \
-    run.dir="$d/sp" parallel.sp=2 train.accum=2
+ts_step "resume as sp 2 on 2 ranks, train.accum = 2" train_run 2 sp parallel.sp=2 train.accum=2
 ts_check "... from the emergency state of step 4" sh -c "printf '%s\n' \"\$1\" | grep -q 'resumed from .*ckpt/step-4 at step 4'" _ "$ts_out"
 ts_step "... ends as the uninterrupted run" same_run refsp sp
 
@@ -78,8 +70,7 @@ ts_check "an MPI error with no peer gone (one rank): it fails as any error (stat
 # --- ZeRO: the lost rank's optimizer shard exists nowhere else: the last checkpoint, and why
 killed zero 2 kill:rank=1:step=5 parallel.zero=1
 ts_check "parallel.zero = 1, rank 1 killed at step 5: rank 0 still writes (without the optimizer state)" survivors zero 2 1
-ts_step "resume on 1 rank" ts_mpirun 1 "$TESSERA" train "$d/e.ini" data.path="$d/syn.h5" run.dir="$d/zero" \
-    parallel.zero=1 train.accum=2
+ts_step "resume on 1 rank" train_run 1 zero parallel.zero=1 train.accum=2
 ts_check "... falls back to the checkpoint of step 3, saying the optimizer state was sharded" sh -c "
     printf '%s\n' \"\$1\" | grep -q 'emergency state not used: the emergency state of step 4 .*lacks .*/optim/.*the optimizer state was sharded' &&
     printf '%s\n' \"\$1\" | grep -q 'resumed from .*ckpt/step-3 at step 3'" _ "$ts_out"

@@ -13,15 +13,12 @@
 # optimizer state) equal relative to its own scale. TS_EMERGENCY_SEED
 # replays a draw (printed at the start), TS_EMERGENCY_ONLY=K runs its trial K
 # alone, TS_KEEP=1 keeps the scratch directory.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1 TESSERA_EXIT_GRACE=20
-unset TESSERA_FAULT TESSERA_COLL_ALLREDUCE TESSERA_RANKS_PER_NODE
+. "$TS_SRCDIR/tests/train/lib_train.sh"
 trials=${TS_EMERGENCY_TRIALS:-4}
 seed=${TS_EMERGENCY_SEED:-$(date +%s)}
 echo "# $trials trials, seed $seed (TS_EMERGENCY_SEED=$seed replays them)"
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-emrand.XXXXXX")
+ts_tmpdir emrand
+# the scratch directory (TS_KEEP=1: kept) and the ranks' shells left behind
 trap 'pkill -f "$d/w.sh" 2>/dev/null; [ -n "${TS_KEEP:-}" ] && echo "# kept $d" || rm -rf "$d"' EXIT
 
 . "$TS_SRCDIR/tests/train/lib_emergency.sh"
@@ -51,8 +48,7 @@ while read -r i l r s p <&3; do # (fd 3: mpiexec reads stdin)
     *" $l "*) ;;
     *)
         # shellcheck disable=SC2086
-        ts_step "uninterrupted reference: $l ($L_NP ranks)" ts_mpirun "$L_NP" "$TESSERA" train "$d/e.ini" \
-            data.path="$d/syn.h5" run.dir="$d/ref-$l" $L_KEYS
+        ts_step "uninterrupted reference: $l ($L_NP ranks)" train_run "$L_NP" "ref-$l" $L_KEYS
         refs="$refs $l"
         ;;
     esac
@@ -62,8 +58,7 @@ while read -r i l r s p <&3; do # (fd 3: mpiexec reads stdin)
     what="trial $i: $l, rank $r killed in $p of step $s"
     ts_check "$what: the $((L_NP - 1)) survivors write their state and exit 76" survivors "$n" "$L_NP" "$r"
     # shellcheck disable=SC2086
-    ts_step "$what: resumed on $L_NP2 rank(s) ($L_KEYS2)" ts_mpirun "$L_NP2" "$TESSERA" train "$d/e.ini" \
-        data.path="$d/syn.h5" run.dir="$d/$n" $L_KEYS2
+    ts_step "$what: resumed on $L_NP2 rank(s) ($L_KEYS2)" train_run "$L_NP2" "$n" $L_KEYS2
     from=$(printf '%s\n' "$ts_out" | sed -n 's/.*resumed from .*ckpt\/step-\([0-9]*\) at step .*/\1/p' | head -1)
     lost=$(printf '%s\n' "$ts_out" | grep -c "emergency state: rank $r lost at step")
     least=$((s - 1))

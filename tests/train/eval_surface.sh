@@ -7,16 +7,12 @@
 # through 2 pipeline stages; metrics.jsonl holds them (null where not
 # finite); without the keys the evaluation is the Dice of before, bit for
 # bit; a bad eval.mirror is refused on every rank.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
+. "$TS_SRCDIR/tests/train/lib_train.sh"
 if [ -z "$TS_PY" ]; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and numpy"
     exit 0
 fi
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-eval-surface.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+ts_tmpdir eval-surface
 
 ts_step "3 scans with a zero background around an off-centre head, 3 classes" \
     "$TS_PY" "$TS_SRCDIR/tests/train/infer_prep.py" make "$d"
@@ -29,24 +25,9 @@ pairs="--image $d/img0.nii.gz --label $d/lab0.nii.gz --image $d/img1.nii.gz --la
        --image $d/img2.nii.gz --label $d/lab2.nii.gz"
 # shellcheck disable=SC2086
 ts_step "convert them" ts_mpirun 1 "$TESSERA" convert nifti $pairs --out "$d/s.h5"
-cat >"$d/e.ini" <<INI
-[model]
-channels = 4,8
-classes = 3
-norm = instance
-[data]
-path = $d/s.h5
-patch = 12
-[train]
-batch = 1
-steps = 40
-lr = 0.05
-momentum = 0.9
-loss = ce
-deterministic = true
-[eval]
-final = true
-INI
+# the dataset converted above, named in the config
+ts_ini e.ini model.channels=4,8 model.norm=instance -model.groups data.path="$d/s.h5" data.patch=12 train.batch=1 \
+    train.steps=40 train.loss=ce -train.log_every eval.final=true
 # no validation split: the evaluation runs over the 3 training volumes
 check() { # RUN_DIR PRED_DIR: the run's last eval line = infer's metrics (Dice pooled over the scans' voxels,
           # HD95 and NSD the means over the scans)

@@ -4,53 +4,25 @@
 # fault.timeout + 10 s, and loses nothing already written. Faults are injected
 # with TESSERA_FAULT (docs/testing.md) or made for real (a bad label, a full
 # tmpfs, a corrupted checkpoint).
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
-unset TESSERA_FAULT TESSERA_COLL_ALLREDUCE TESSERA_RANKS_PER_NODE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-faults.XXXXXX")
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+# the default exit grace: the timings below are those of a job as users run it
+unset TESSERA_EXIT_GRACE
+ts_tmpdir faults
 mnt=
 cleanup() {
     [ -n "$mnt" ] && umount "$mnt" 2>/dev/null
     rm -rf "$d"
 }
-trap cleanup EXIT
+trap cleanup EXIT # (and the tmpfs mounted below)
 
-ts_step "synthetic dataset: 8 samples of 20^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 20 --classes 3 --seed 5
-cat >"$d/f.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 6
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[ckpt]
-every = 1
-keep = 10
-[eval]
-final = false
-INI
-run() { # run NP NAME ARGS...: trains into $d/NAME
-    _np=$1 _name=$2
-    shift 2
-    ts_mpirun "$_np" "$TESSERA" train "$d/f.ini" data.path="$d/syn.h5" run.dir="$d/$_name" "$@"
-}
+ts_synth 8 20 5
+ts_ini f.ini model.channels=4,8 ckpt.every=1 ckpt.keep=10
+# the steps below wrap train_run themselves (a failing run is what most of them expect)
 frun() { # frun FAULT NP NAME ARGS...: run with TESSERA_FAULT=FAULT
     TESSERA_FAULT=$1
     export TESSERA_FAULT
     shift
-    run "$@"
+    train_run "$@"
     _rc=$?
     unset TESSERA_FAULT
     return $_rc
@@ -70,7 +42,7 @@ steps = [json.loads(l)['step'] for l in open('$d/$1/metrics.jsonl') if 'dice' no
 print('steps', steps); assert steps and len(steps) == len(set(steps))"
 }
 ts_step "initial weights" "$TESSERA" model init "$d/f.ini" --out "$d/init.h5" --seed 0
-ts_step "the uninterrupted 2-rank run, 6 steps" run 2 full
+ts_step "the uninterrupted 2-rank run, 6 steps" train_run 2 full
 
 # --- agreement: an error on one rank inside a step reaches every rank ---
 ts_fails_on_all "an injected error on rank 1 at step 3 ends both ranks with its message" "injected" 2 \
@@ -83,7 +55,7 @@ import h5py
 with h5py.File('$d/badlab.h5', 'r+') as f:
     l = f['samples/000005/label']; a = l[...]; a[...] = 9; l[...] = a"
     ts_fails_on_all "the rank that reads it fails, and every rank ends with its message" "label 9" 2 \
-        run 2 badlab data.path="$d/badlab.h5"
+        train_run 2 badlab data.path="$d/badlab.h5"
     ts_check "... with the trace of where: the sample, its file (on the failing rank) and the step (on both)" \
         sh -c "printf '%s\n' \"\$1\" | grep -c '^ *in the batch of samples .*5 (synth_000005).* of .*badlab.h5' | grep -qx 1 &&
                printf '%s\n' \"\$1\" | grep -c '^ *in training step [0-9]* (rank [01])' | grep -qx 2" _ "$ts_out"
@@ -95,7 +67,7 @@ mkdir -p "$d/mnt"
 if mount -t tmpfs -o size=64k tmpfs "$d/mnt" 2>/dev/null; then
     mnt="$d/mnt"
     ts_fails_on_all "metrics.jsonl on a full disk: an error on every rank naming the file" "metrics.jsonl: write failed" 2 \
-        run 2 x train.steps=2000 ckpt.every=0 ckpt.every_minutes=0 run.dir="$mnt/run"
+        train_run 2 x train.steps=2000 ckpt.every=0 ckpt.every_minutes=0 run.dir="$mnt/run"
     umount "$mnt"
     mnt=
 else
@@ -182,7 +154,7 @@ moved = max(float(np.abs(np.asarray(b['params'][n]) - np.asarray(a['params'][n])
 print('largest change', moved); assert moved > 1e-4"
 fi
 ts_step_fails "train.lr = 1e30: diverges, stops after fault.max_bad_steps = 3, exit non-zero" \
-    run 2 lr fault.max_bad_steps=3 train.lr=1e30 train.steps=40
+    train_run 2 lr fault.max_bad_steps=3 train.lr=1e30 train.steps=40
 ts_check "... with a message on every rank" sh -c "[ \$(printf '%s\n' \"\$0\" | grep -c 'tessera: error (rank [01]): .*fault.max_bad_steps') -eq 2 ]" "$ts_out"
 if [ -n "$TS_PY" ]; then
     ts_step "... metrics.jsonl is valid JSON; every checkpoint left is finite" "$TS_PY" -c "
@@ -198,13 +170,13 @@ assert cks and all(finite(h5py.File(c, 'r')['params']) for c in cks)"
 fi
 ts_step_fails "NaN on rank 1 from step 4 on: stops after 3 bad steps" \
     frun 'nan:rank=1:step=4+' 2 nanall fault.max_bad_steps=3
-ts_step "... resuming (no fault) from the newest checkpoint, which is finite, completes" run 2 nanall
+ts_step "... resuming (no fault) from the newest checkpoint, which is finite, completes" train_run 2 nanall
 ts_check "... resumed from step 3" sh -c "printf '%s\n' \"\$0\" | grep -q 'resumed from .*step-3 at step 3'" "$ts_out"
 
 # --- exact resume ---
 k=$(( $(od -An -N1 -tu1 /dev/urandom) % 5 + 2 ))
 ts_step_fails "rank 1 SIGKILLed at step $k (a random step)" frun kill:rank=1:step=$k 2 kr
-ts_step "rerun: resumes from the last checkpoint" run 2 kr
+ts_step "rerun: resumes from the last checkpoint" train_run 2 kr
 ts_check "... from step $((k - 1))" sh -c "printf '%s\n' \"\$0\" | grep -q 'resumed from .*step-$((k - 1)) at step $((k - 1))'" "$ts_out"
 ts_step "kill-and-resume = the uninterrupted run, bit for bit (h5diff of parameters and optimizer state)" \
     sh -c "h5diff '$d/full/ckpt/step-6/state.h5' '$d/kr/ckpt/step-6/state.h5' /params /params &&
@@ -215,19 +187,22 @@ import json
 def l(r): return [(x['step'], x['loss']) for x in map(json.loads, open('$d/' + r + '/metrics.jsonl'))]
 a, b = l('full'), l('kr'); print(b); assert a == b"
     # the same global batch of 4 on other grids (group norm: per-sample statistics)
-    ts_step "4 steps on 2 ranks x batch 2" run 2 g2 train.steps=4
-    ts_step "resume step 4 on 1 rank x batch 4" run 1 g1 train.batch=4 ckpt.resume="$d/g2/ckpt/step-4"
+    ts_step "4 steps on 2 ranks x batch 2" train_run 2 g2 train.steps=4
+    dump_grads=yes # g1 and g4 resume from the same checkpoint: their first step's (step 5's) gradients are compared
+    ts_step "resume step 4 on 1 rank x batch 4" train_run 1 g1 train.batch=4 ckpt.resume="$d/g2/ckpt/step-4"
     ts_step "... continues the 2-rank run within 1e-5 relative" \
         "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/full" "$d/g1" "$d/init.h5" 6 1e-5 1e-5
-    ts_step "resume step 4 on 4 ranks x batch 1" run 4 g4 train.batch=1 ckpt.resume="$d/g2/ckpt/step-4"
+    ts_step "resume step 4 on 4 ranks x batch 1" train_run 4 g4 train.batch=1 ckpt.resume="$d/g2/ckpt/step-4"
     ts_step "... continues the 2-rank run within 1e-5 relative" \
         "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/full" "$d/g4" "$d/init.h5" 6 1e-5 1e-5
+    dump_grads=
+    grads g1 g4
 fi
 
 # --- checkpoints ---
 ts_step "a run whose step-3 checkpoint is corrupted after writing" frun corrupt:ckpt:step=3 2 cor \
     train.steps=3
-ts_step "resuming: the corruption is found (checksum) and step 2 is used" run 2 cor train.steps=4
+ts_step "resuming: the corruption is found (checksum) and step 2 is used" train_run 2 cor train.steps=4
 ts_check "... with a message" sh -c "printf '%s\n' \"\$0\" | grep -q 'step-3 is not usable (.*crc\|checksum.*trying the one before it'" \
     "$ts_out"
 ts_check "... resumed from step 2" sh -c "printf '%s\n' \"\$0\" | grep -q 'resumed from .*step-2 at step 2'" "$ts_out"
@@ -236,8 +211,8 @@ ts_fails_on_all "checkpoint writes fail (ENOSPC): an error on every rank" "No sp
 ts_check "... the metrics written before are kept" [ -s "$d/nospc/metrics.jsonl" ]
 mkdir -p "$d/ro"
 : >"$d/ro/ckpt"
-ts_fails_on_all "ckpt/ not writable (a file in its place): an error at start" "ckpt" 2 run 2 ro
+ts_fails_on_all "ckpt/ not writable (a file in its place): an error at start" "ckpt" 2 train_run 2 ro
 ts_check "... before any step" sh -c "! grep -q '\"step\"' '$d/ro/metrics.jsonl' 2>/dev/null"
 long=$d/$(printf 'x%.0s' $(seq 1 1100))
-ts_fails_on_all "run.dir longer than 1023 characters: refused, not truncated" "run.dir" 2 run 2 x run.dir="$long"
+ts_fails_on_all "run.dir longer than 1023 characters: refused, not truncated" "run.dir" 2 train_run 2 x run.dir="$long"
 ts_finish

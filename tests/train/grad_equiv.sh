@@ -13,43 +13,17 @@
 # make check runs a subset that touches every norm, model, layout, thickness,
 # precision and checkpointing at least once; TS_GRAD_MATRIX=full (jobs/check.sh)
 # runs the whole product.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-grads.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir grads
 if [ -z "$TS_PY" ]; then
     ts_skip "gradient equivalence" "no python3 with h5py and numpy (tests/train/grad_compare.py reads the dumps)"
     ts_finish
 fi
 full=${TS_GRAD_MATRIX:-quick}
 
-ts_step "synthetic dataset: 4 samples of 32^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 4 --size 32 --classes 3 --seed 11
-cat >"$d/g.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-groups = 2
-sync_bn = true
-res_blocks = 1,2,2,2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 1
-lr = 0.05
-loss = ce+dice
-deterministic = true
-warmup_steps = 0
-[ckpt]
-every = 0
-[eval]
-final = false
-INI
-ini=$d/g.ini
-. "$TS_SRCDIR/tests/train/lib_grads.sh"
+ts_synth 4 32 11
+ts_ini g.ini -model.norm model.sync_bn=true model.res_blocks=1,2,2,2 train.steps=1 -train.momentum -train.log_every \
+    train.warmup_steps=0 ckpt.every=0
 B=1e-4   # fp32: gradients within 1e-4 of each tensor's scale
 B16=1e-2 # bf16 against bf16
 
@@ -169,8 +143,8 @@ import h5py, nibabel as nib, numpy as np
 x = np.asarray(h5py.File('$d/syn.h5', 'r')['samples/000001/image'])[0, 1:27, :30, :29].transpose(2, 1, 0)
 nib.save(nib.Nifti1Image(x.astype(np.float32), np.diag([1.2, 0.9, 1.1, 1])), '$d/scan.nii.gz')"
 for norm in batch instance; do
-    ts_step "a model to predict with ($norm norm, 40 steps)" ts_mpirun 2 "$TESSERA" train "$ini" data.path="$d/syn.h5" \
-        run.dir="$d/inf-$norm" model.norm=$norm train.steps=40 train.lr=0.1 train.momentum=0.9
+    ts_step "a model to predict with ($norm norm, 40 steps)" train_run 2 "inf-$norm" model.norm=$norm train.steps=40 \
+        train.lr=0.1 train.momentum=0.9
     ts_step "infer ($norm norm), 1 rank" ts_mpirun 1 "$TESSERA" infer "$ini" model.norm=$norm checkpoint="$d/inf-$norm" \
         input="$d/scan.nii.gz" output="$d/m-$norm-1.nii.gz" probabilities="$d/p-$norm-1.nii.gz"
     for lay in "2 2,1,1" "2 1,2,1" "2 1,1,2" "4 2,2,1"; do

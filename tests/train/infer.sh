@@ -7,51 +7,35 @@
 # ranks, on a spatial group and through pipeline stages; largest-component
 # post-processing, and its decision on validation scans, against SciPy;
 # bad lists and options fail on every rank before anything is written.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
+. "$TS_SRCDIR/tests/train/lib_train.sh"
 if [ -z "$TS_PY" ] || ! "$TS_PY" -c 'import scipy.ndimage' 2>/dev/null; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and scipy"
     exit 0
 fi
 ref() { "$TS_PY" "$TS_SRCDIR/tests/train/infer_ref.py" "$@"; }
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-infer.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+ts_tmpdir infer
 
-ts_step "synthetic dataset: 3 samples of 20^3, 3 classes" \
-    ts_mpirun 1 "$TESSERA" synth --out "$d/syn.h5" --count 3 --size 20 --classes 3 --seed 7
-cat >"$d/i.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = instance
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 6
-lr = 0.05
-momentum = 0.9
-loss = ce
-deterministic = true
-[eval]
-final = false
-INI
-ts_step "train 6 steps" ts_mpirun 1 "$TESSERA" train "$d/i.ini" data.path="$d/syn.h5" run.dir="$d/run"
+ts_synth 3 20 7 1
+ts_ini i.ini model.channels=4,8 model.norm=instance -model.groups train.batch=1 train.loss=ce -train.log_every
+ts_step "train 6 steps" train_run 1 run
 ts_step "scans a, b, c_0000 with three geometries, their labels, b flipped 8 ways" ref make "$d/syn.h5" "$d"
-run() { ts_mpirun "$@"; }
 I="$TESSERA infer $d/i.ini checkpoint=$d/run"
+infer() { # infer NP ARGS...: $I on NP ranks
+    _n=$1
+    shift
+    # shellcheck disable=SC2086
+    ts_mpirun "$_n" $I "$@"
+}
 
 # a folder of scans, labels matched by name: masks, geometry, metrics
-ts_step "infer a folder of 3 scans with a label folder, 2 ranks" run 2 $I input="$d/scans" output="$d/out" \
+ts_step "infer a folder of 3 scans with a label folder, 2 ranks" infer 2 input="$d/scans" output="$d/out" \
     label="$d/labels" nsd_tol=1.5
 ts_check "each of the 3 scans printed once" \
     [ "$(printf '%s\n' "$ts_out" | grep -c '^infer: \[[123]/3\]')" -eq 3 ]
 ts_step "each mask has its scan's dimensions, voxel sizes, affine and sform/qform codes" ref geometry "$d/scans" "$d/out"
 ts_step "metrics.json: per-scan Dice, HD95, NSD (1.5 mm) and mean/std against NumPy/SciPy" \
     ref metrics "$d/out/metrics.json" "$d/labels" 1.5
-ts_step "one scan: the mask of the folder run" run 1 $I input="$d/single/b.nii.gz" output="$d/b1.nii.gz" \
+ts_step "one scan: the mask of the folder run" infer 1 input="$d/single/b.nii.gz" output="$d/b1.nii.gz" \
     label="$d/labels/b.nii.gz"
 ts_check "one scan: metrics next to the mask (b1.metrics.json)" [ -s "$d/b1.metrics.json" ]
 ts_step "one scan: the same mask as in the folder run" ref same "$d/b1.nii.gz" "$d/out/b.nii.gz"
@@ -63,53 +47,53 @@ ts_check "both wrote a.nii.gz and c_0000.nii.gz, the folder run's masks" sh -c \
      [ ! -e '$d/lst/b.nii.gz' ] && [ ! -e '$d/lst/metrics.json' ]"
 
 # test-time mirroring
-ts_step "the 8 flipped copies of b, with probabilities, 2 ranks" run 2 $I input="$d/flips" output="$d/fo" \
+ts_step "the 8 flipped copies of b, with probabilities, 2 ranks" infer 2 input="$d/flips" output="$d/fo" \
     probabilities="$d/fp"
-ts_step "mirror=xyz on b, 2 data-parallel ranks" run 2 $I input="$d/single/b.nii.gz" output="$d/bm.nii.gz" \
+ts_step "mirror=xyz on b, 2 data-parallel ranks" infer 2 input="$d/single/b.nii.gz" output="$d/bm.nii.gz" \
     probabilities="$d/bm_p.nii.gz" mirror=xyz
 ts_step "mirror=xyz = mean of the 8 flipped predictions flipped back (1e-5), and not the unmirrored one" \
     ref mirror "$d/bm_p.nii.gz" "$d/fp"
-ts_step "mirror=xyz on a spatial group (parallel.sp = 2)" run 2 $I input="$d/single/b.nii.gz" \
+ts_step "mirror=xyz on a spatial group (parallel.sp = 2)" infer 2 input="$d/single/b.nii.gz" \
     output="$d/bs.nii.gz" probabilities="$d/bs_p.nii.gz" mirror=xyz parallel.sp=2
 ts_step "the spatial group's mirrored probabilities are the data-parallel ones (1e-5)" \
     ref same "$d/bm_p.nii.gz" "$d/bs_p.nii.gz"
-ts_step "mirror=xyz through 2 pipeline stages (parallel.pp = 2)" run 2 $I input="$d/single/b.nii.gz" \
+ts_step "mirror=xyz through 2 pipeline stages (parallel.pp = 2)" infer 2 input="$d/single/b.nii.gz" \
     output="$d/bp.nii.gz" probabilities="$d/bp_p.nii.gz" mirror=xyz parallel.pp=2
 ts_step "the pipeline's mirrored probabilities are the data-parallel ones (1e-5)" \
     ref same "$d/bm_p.nii.gz" "$d/bp_p.nii.gz"
 
 # post-processing
-ts_step "keep_largest=all on b" run 1 $I input="$d/single/b.nii.gz" output="$d/bk.nii.gz" keep_largest=all
+ts_step "keep_largest=all on b" infer 1 input="$d/single/b.nii.gz" output="$d/bk.nii.gz" keep_largest=all
 ts_step "the largest 26-connected component of classes 1 and 2 kept, as SciPy's ndimage.label" \
     ref keep "$d/out/b.nii.gz" "$d/bk.nii.gz" 1,2
-ts_step "decide= on the 3 validation scans" run 2 $I input="$d/scans" output="$d/dec" label="$d/labels" \
+ts_step "decide= on the 3 validation scans" infer 2 input="$d/scans" output="$d/dec" label="$d/labels" \
     decide="$d/pp.json"
 ts_step "the decision: largest component where it raises the class's mean Dice (SciPy)" \
     ref decide "$d/dec" "$d/labels" "$d/pp.json"
-ts_step "postprocess=pp.json applied to the 3 scans" run 2 $I input="$d/scans" output="$d/app" \
+ts_step "postprocess=pp.json applied to the 3 scans" infer 2 input="$d/scans" output="$d/app" \
     postprocess="$d/pp.json"
 ts_step "the decided classes' largest components kept, the others untouched" ref applied "$d/dec" "$d/app" "$d/pp.json"
 ts_step "validation labels on which the post-processing helps: the masks with only their largest components" \
     ref pplabels "$d/dec" "$d/pplab"
-ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec2" label="$d/pplab" decide="$d/pp2.json"
+ts_step "decide= on them" infer 2 input="$d/scans" output="$d/dec2" label="$d/pplab" decide="$d/pp2.json"
 # The model predicts one foreground class (2, in several pieces) and no class 1, so these labels have no
 # class 1 either: class 1 has no Dice in any scan, nnU-Net's mean over the classes is NaN and the
 # whole-foreground step is not taken; class 2's own step is.
 ts_step "the decision: no whole-foreground step (a class in no scan), class 2 kept (SciPy's means)" \
     ref decide "$d/dec2" "$d/pplab" "$d/pp2.json" 2
-ts_step "postprocess=pp2.json applied" run 1 $I input="$d/scans" output="$d/app2" postprocess="$d/pp2.json"
+ts_step "postprocess=pp2.json applied" infer 1 input="$d/scans" output="$d/app2" postprocess="$d/pp2.json"
 ts_step "class 2's largest components kept: the masks are the validation labels" \
     ref applied "$d/dec2" "$d/app2" "$d/pp2.json"
 # the masks with only the whole foreground's largest component, and a class-1 corner in each (missed by the
 # model: Dice 0 with or without post-processing, but every class has a Dice)
 ts_step "validation labels = the masks' largest foreground component, plus a class-1 corner" \
     ref pplabels "$d/dec" "$d/fglab" foreground
-ts_step "decide= on them" run 2 $I input="$d/scans" output="$d/dec3" label="$d/fglab" decide="$d/pp3.json"
+ts_step "decide= on them" infer 2 input="$d/scans" output="$d/dec3" label="$d/fglab" decide="$d/pp3.json"
 ts_step "the decision takes nnU-Net's whole-foreground step, then no class (SciPy's means)" \
     ref decide "$d/dec3" "$d/fglab" "$d/pp3.json" foreground
-ts_step "postprocess=pp3.json applied" run 1 $I input="$d/scans" output="$d/app3" postprocess="$d/pp3.json"
+ts_step "postprocess=pp3.json applied" infer 1 input="$d/scans" output="$d/app3" postprocess="$d/pp3.json"
 ts_step "the foreground's largest components kept" ref applied "$d/dec3" "$d/app3" "$d/pp3.json"
-ts_step "keep_largest=foreground,2 by hand" run 1 $I input="$d/single/b.nii.gz" output="$d/bf.nii.gz" \
+ts_step "keep_largest=foreground,2 by hand" infer 1 input="$d/single/b.nii.gz" output="$d/bf.nii.gz" \
     keep_largest=foreground,2
 ts_step "the foreground's largest component, then class 2's (SciPy)" \
     "$TS_PY" -c "
@@ -123,19 +107,19 @@ print('voxels removed', int((a != b).sum()))"
 mkdir -p "$d/lab2"
 cp "$d/labels/a.nii.gz" "$d/lab2/"
 ts_fails_on_all "a label folder without b's reference" "has no reference for $d/scans/b.nii.gz" 2 \
-    run 2 $I input="$d/scans" output="$d/e1" label="$d/lab2"
+    infer 2 input="$d/scans" output="$d/e1" label="$d/lab2"
 ts_fails_on_all "a missing label file, before any prediction" "label=$d/nothing.nii.gz: No such file" 2 \
-    run 2 $I input="$d/single/b.nii.gz" output="$d/e6.nii.gz" label="$d/nothing.nii.gz"
+    infer 2 input="$d/single/b.nii.gz" output="$d/e6.nii.gz" label="$d/nothing.nii.gz"
 ts_fails_on_all "two inputs with one file name" "have the same file name" 2 \
-    run 2 $I input="$d/scans/a.nii.gz,$d/lab2/a.nii.gz" output="$d/e2"
+    infer 2 input="$d/scans/a.nii.gz,$d/lab2/a.nii.gz" output="$d/e2"
 ts_fails_on_all "output= the scans' own folder" "would overwrite the scans" 2 \
-    run 2 $I input="$d/scans" output="$d/scans"
+    infer 2 input="$d/scans" output="$d/scans"
 ts_fails_on_all "several scans into one file" "names a NIfTI file, but input= names 3 scans" 2 \
-    run 2 $I input="$d/scans" output="$d/x.nii.gz"
-ts_fails_on_all "decide= without labels" "needs label=" 2 run 2 $I input="$d/scans" output="$d/e3" decide="$d/e3.json"
+    infer 2 input="$d/scans" output="$d/x.nii.gz"
+ts_fails_on_all "decide= without labels" "needs label=" 2 infer 2 input="$d/scans" output="$d/e3" decide="$d/e3.json"
 ts_fails_on_all "keep_largest=0" "class 0 is the background" 2 \
-    run 2 $I input="$d/single/b.nii.gz" output="$d/e4.nii.gz" keep_largest=0
+    infer 2 input="$d/single/b.nii.gz" output="$d/e4.nii.gz" keep_largest=0
 ts_fails_on_all "mirror=xq" "mirror=xq: give axes x, y, z" 2 \
-    run 2 $I input="$d/single/b.nii.gz" output="$d/e5.nii.gz" mirror=xq
+    infer 2 input="$d/single/b.nii.gz" output="$d/e5.nii.gz" mirror=xq
 ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" ]
 ts_finish

@@ -10,17 +10,13 @@
 # preprocess=none, give the masks of a run without data.path bit for bit; probabilities= are put back
 # as nnU-Net exports them (each class linear, background 1 outside the crop box); a mismatched
 # downsample=, a missing data.path and a bad preprocess= fail on every rank.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
+. "$TS_SRCDIR/tests/train/lib_train.sh"
 if [ -z "$TS_PY" ]; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and numpy"
     exit 0
 fi
 py() { "$TS_PY" "$TS_SRCDIR/tests/train/infer_prep.py" "$@"; }
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-infer-prep.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+ts_tmpdir infer-prep
 
 ts_step "3 scans with a zero background around an off-centre head, 3 classes" py make "$d"
 pairs="--image $d/img0.nii.gz --label $d/lab0.nii.gz --image $d/img1.nii.gz --label $d/lab1.nii.gz
@@ -30,23 +26,8 @@ ts_step "convert --crop nonzero --spacing 1.37,1.21,1.53 (non-integer factors)" 
     ts_mpirun 1 "$TESSERA" convert nifti $pairs --crop nonzero --spacing 1.37,1.21,1.53 --out "$d/p.h5"
 # shellcheck disable=SC2086
 ts_step "convert the same scans without preprocessing" ts_mpirun 1 "$TESSERA" convert nifti $pairs --out "$d/plain.h5"
-cat >"$d/i.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = instance
-[data]
-patch = 8
-[train]
-batch = 2
-steps = 40
-lr = 0.05
-momentum = 0.9
-loss = ce
-deterministic = true
-[eval]
-final = false
-INI
+ts_ini i.ini model.channels=4,8 model.norm=instance -model.groups data.patch=8 train.steps=40 train.loss=ce \
+    -train.log_every
 ts_step "train 40 steps on the preprocessed dataset" \
     ts_mpirun 1 "$TESSERA" train "$d/i.ini" data.path="$d/p.h5" run.dir="$d/run"
 I="$TESSERA infer $d/i.ini checkpoint=$d/run"

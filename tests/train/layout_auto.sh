@@ -4,28 +4,10 @@
 # held), dp/sp/pp/D,P,S force one, keys the layout sets are refused next to
 # it on every rank, and `bench step --layouts` measures layouts side by side
 # with the planner's ranks next to the measured ones.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
-unset TESSERA_FAULT TESSERA_RANKS_PER_NODE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-layout-auto.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-cat >"$d/a.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 2
-lr = 0.01
-[eval]
-final = false
-INI
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir layout-auto
+# no dataset: the runs below train on tessera's random batches (train_run would name one)
+ts_ini a.ini train.steps=2 train.lr=0.01 -train.momentum -train.loss -train.deterministic -train.log_every
 
 # grid RUN DP PP SP: grid.json of RUN has that grid, and metrics.jsonl's global batch is 8 (2 x 4 ranks held)
 grid() {

@@ -2,32 +2,11 @@
 # trains with a rank killed, under a shell per rank that outlives it (so that
 # the launcher does not end the survivors before they write, as on a real
 # machine where a dead node's processes are not seen to end), and compares
-# a resumed run with an uninterrupted one. Needs $d (a scratch directory),
-# $TESSERA and $MPIEXEC; sourced after tests/mpi/lib.sh. Makes the dataset
-# ($d/syn.h5) and the configuration ($d/e.ini) both scripts train.
-ts_step "synthetic dataset: 8 samples of 20^3, 3 classes" \
-    ts_mpirun 1 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 20 --classes 3 --seed 5
-cat >"$d/e.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 8
-lr = 0.05
-momentum = 0.9
-deterministic = true
-log_every = 1
-[ckpt]
-every = 3
-keep = 10
-[eval]
-final = false
-INI
+# a resumed run with an uninterrupted one. Needs $d (a scratch directory);
+# sourced after tests/train/lib_train.sh. Makes the dataset ($d/syn.h5) and
+# the configuration ($d/e.ini) both scripts train.
+ts_synth 8 20 5 1
+ts_ini e.ini model.channels=4,8 train.batch=1 train.steps=8 -train.loss ckpt.every=3 ckpt.keep=10
 cat >"$d/w.sh" <<EOF
 #!/bin/sh
 "$TESSERA" "\$@" 2>"\$TS_EM_OUT/err.\$PMI_RANK"

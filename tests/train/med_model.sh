@@ -2,52 +2,19 @@
 # The nnU-Net model variants (issue [11]): the residual encoder
 # (model.arch = resenc), deep supervision and both, with instance norm and
 # leaky ReLU, train the synthetic task data parallel (the loss decreases,
-# the weights move, 2 ranks = 1 rank with the same global batch, a killed
+# the weights move, 2 ranks = 1 rank with the same global batch (losses,
+# weights and the first step's gradients tensor by tensor), a killed
 # run resumes bit for bit), evaluate at the end, and what the variants
 # refuse (fewer res_blocks than levels, deep supervision with 3 levels)
 # is refused on every rank, naming the key, before any work; `tessera plan`
 # marks every layout trainable; spatial splits:
 # tests/parallel/spatial_variants.sh; pipeline stages:
 # tests/train/pipeline_variants.sh.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
-unset TESSERA_FAULT TESSERA_RANKS_PER_NODE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-medmodel.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-
-ts_step "synthetic dataset: 8 samples of 16^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 16 --classes 3 --seed 5
-cat >"$d/m.ini" <<'INI'
-[model]
-channels = 4,8,8,16
-classes = 3
-norm = instance
-act = leaky_relu
-res_blocks = 1,2,2,1
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 10
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[ckpt]
-every = 5
-keep = 5
-[eval]
-final = false
-INI
-run() { # run NP NAME ARGS...
-    _np=$1 _name=$2
-    shift 2
-    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/m.ini" data.path="$d/syn.h5" \
-        run.dir="$d/$_name" "$@"
-}
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir medmodel
+ts_synth 8 16 5
+ts_ini m.ini model.channels=4,8,8,16 model.norm=instance -model.groups model.act=leaky_relu model.res_blocks=1,2,2,1 \
+    train.steps=10 ckpt.every=5 ckpt.keep=5
 # decreases RUN: the mean loss of the last 3 steps is below that of the first 3, and the weights moved
 decreases() {
     if [ -z "$TS_PY" ]; then
@@ -68,6 +35,7 @@ assert sorted(p) == sorted(i), 'checkpoint and weights file name the same tensor
 moved = max(float(np.abs(np.asarray(p[n]) - np.asarray(i[n])).max()) for n in i if 'num_batches' not in n)
 print('largest weight change', moved); assert moved > 1e-3"
 }
+dump_grads=yes # resenc-ds's first step's gradients are compared with 1 rank's below
 for v in resenc ds resenc-ds; do
     case $v in
     resenc) args="model.arch=resenc" ;;
@@ -96,15 +64,16 @@ fi
 # their scale: the biases of the instance norms of the residual stack stay small (their scale) and take
 # float32 noise from the different summation order of their gradients (seen: 4e-4 for enc1.block1.norm2.bias)
 run 1 resenc-ds-1 model.arch=resenc model.deep_supervision=true train.batch=4
+dump_grads=
 if [ -n "$TS_PY" ]; then
     ts_step "resenc-ds: 2 ranks = 1 rank with the same global batch (losses 1e-6, weights 1e-3, and they moved)" \
         "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/resenc-ds-1" "$d/resenc-ds" "$d/init-resenc-ds.h5" 10 \
         1e-6 1e-3
 fi
+grads resenc-ds-1 resenc-ds
 # kill-and-resume
 TESSERA_FAULT=kill:rank=1:step=7 ts_step_fails "resenc-ds: rank 1 killed at step 7" \
-    ts_mpirun 2 "$TESSERA" train "$d/m.ini" data.path="$d/syn.h5" run.dir="$d/kr" model.arch=resenc \
-    model.deep_supervision=true
+    train_run 2 kr model.arch=resenc model.deep_supervision=true
 run 2 kr model.arch=resenc model.deep_supervision=true
 ts_step "resenc-ds: kill at step 7 and resume = the uninterrupted run, bit for bit" \
     sh -c "h5diff '$d/resenc-ds/ckpt/step-10/state.h5' '$d/kr/ckpt/step-10/state.h5' /params /params &&
@@ -116,8 +85,7 @@ ts_check "resenc-ds: the final evaluation wrote per-class Dice" grep -q '"dice"'
 bad() { # bad DESC TEXT ARGS...
     _desc=$1 _text=$2
     shift 2
-    ts_fails_on_all "$_desc: refused on both ranks" "$_text" 2 ts_mpirun 2 "$TESSERA" train "$d/m.ini" \
-        data.path="$d/syn.h5" run.dir="$d/bad" "$@"
+    ts_fails_on_all "$_desc: refused on both ranks" "$_text" 2 train_run 2 bad "$@"
 }
 bad "deep supervision with 3 levels" "model.deep_supervision" model.deep_supervision=true model.channels=4,8,16
 bad "resenc with fewer model.res_blocks entries than levels" "model.res_blocks" model.arch=resenc model.res_blocks=1,2

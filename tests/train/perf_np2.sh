@@ -6,26 +6,11 @@
 # counters (counted where it has); TASK-CLOCK per phase for both ranks with
 # min/mean/max/imbalance; the job ID and launches.jsonl; a stop exits 75;
 # a world that does not match its launcher is refused.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-perf.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-cat >"$d/t.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 3
-lr = 0.1
-log_every = 1
-[eval]
-final = false
-INI
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir perf
+# no dataset: tessera's synthetic random batches
+ts_ini t.ini model.channels=4,8 -model.norm -model.groups train.batch=1 train.steps=3 train.lr=0.1 -train.momentum \
+    -train.loss -train.deterministic
 # a scheduler's job ID without the scheduler: the variables tessera reads
 ts_step "2 ranks, perf.papi_events=PAPI_TOT_INS,perf::TASK-CLOCK" env SLURM_JOB_ID=4242 SLURM_JOB_NAME=perftest \
     SLURM_RESTART_COUNT=1 timeout -k 10 300 "$MPIEXEC" -n 2 "$TESSERA" train "$d/t.ini" run.dir="$d/a" \

@@ -1,53 +1,17 @@
 #!/bin/sh
 # Pipeline parallelism end to end (issue [6] acceptance 1, 3, 4): training
 # on pp = 2 (gpipe and 1f1b, 2 and 4 micro-batches), pp = 3, dp 2 x pp 2,
-# pp 2 x sp 2 and dp 2 x pp 2 x sp 2 gives the weights and per-step losses
-# of one rank accumulating the same micro-batches; the cut is printed and
-# written; a checkpoint written at dp 2 x pp 2 resumes on 1 rank, on sp 2 and
-# on pp 2 x sp 2 and continues as the uninterrupted run; bad pipelines fail
+# pp 2 x sp 2 and dp 2 x pp 2 x sp 2 gives the weights, per-step losses and
+# first step's gradients (tensor by tensor) of one rank accumulating the same
+# micro-batches; the cut is printed and written; a checkpoint written at
+# dp 2 x pp 2 resumes on 1 rank, on sp 2 and on pp 2 x sp 2 and continues as
+# the uninterrupted run (the resumed runs' first gradients equal too); bad pipelines fail
 # on every rank before any work.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pipeline.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-
-ts_step "synthetic dataset: 8 samples of 20^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 20 --classes 3 --seed 6
-cat >"$d/p.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-norm = batch
-sync_bn = true
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 3
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[eval]
-final = false
-INI
-run() { # run NP NAME ARGS...: trains into $d/NAME
-    _np=$1 _name=$2
-    shift 2
-    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/p.ini" data.path="$d/syn.h5" \
-        run.dir="$d/$_name" "$@"
-}
-same() { # same REF RUN [STEPS [INIT]]
-    if [ -n "$TS_PY" ]; then
-        ts_step "$2 = $1: losses at every step within 1e-5, weights within 1e-4 (and they moved)" \
-            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/${4:-init.h5}" "${3:-3}"
-    else
-        ts_skip "$2 = $1" "no python3 with h5py"
-    fi
-}
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir pipeline
+ts_synth 8 20 6
+ts_ini p.ini model.norm=batch -model.groups model.sync_bn=true train.steps=3
+dump_grads=yes # every equivalence is also checked on the first step's gradients, tensor by tensor
 ts_step "initial weights" "$TESSERA" model init "$d/p.ini" --out "$d/init.h5" --seed 0
 ts_step "initial weights (group norm)" "$TESSERA" model init "$d/p.ini" model.norm=group model.groups=2 --out "$d/init-gn.h5" \
     --seed 0
@@ -58,26 +22,36 @@ run 1 one-m4-gn train.accum=4 model.norm=group model.groups=2
 run 2 pp2-1f1b-m2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=1f1b
 pp2out=$ts_out
 same one-m2 pp2-1f1b-m2
+grads one-m2 pp2-1f1b-m2
 run 2 pp2-gpipe-m2 parallel.pp=2 parallel.microbatches=2 parallel.schedule=gpipe
 same one-m2 pp2-gpipe-m2
+grads one-m2 pp2-gpipe-m2
 run 2 pp2-1f1b-m4 parallel.pp=2 parallel.microbatches=4 parallel.schedule=1f1b parallel.pp_cut=enc2
 same one-m4 pp2-1f1b-m4
+grads one-m4 pp2-1f1b-m4
 run 2 pp2-gpipe-m4 parallel.pp=2 parallel.microbatches=4 parallel.schedule=gpipe parallel.pp_cut=dec0.conv2
 same one-m4 pp2-gpipe-m4
+grads one-m4 pp2-gpipe-m4
 run 3 pp3-m4 parallel.pp=3 parallel.microbatches=4
 same one-m4 pp3-m4
+grads one-m4 pp3-m4
 run 3 pp3-skip parallel.pp=3 parallel.microbatches=4 parallel.pp_cut=enc1,dec1
 same one-m4 pp3-skip
+grads one-m4 pp3-skip
 run 3 pp3-halves parallel.pp=3 parallel.microbatches=4 parallel.pp_cut=enc0.conv2,enc2.conv2 model.norm=group model.groups=2
-same one-m4-gn pp3-halves 3 init-gn.h5
+same one-m4-gn pp3-halves init=init-gn.h5
+grads one-m4-gn pp3-halves
 export TESSERA_RANKS_PER_NODE=2
 run 4 dp2pp2 parallel.pp=2 parallel.microbatches=2 train.batch=1
 same one-m2 dp2pp2
+grads one-m2 dp2pp2
 unset TESSERA_RANKS_PER_NODE
 run 4 pp2sp2 parallel.pp=2 parallel.sp=2 parallel.microbatches=2
 same one-m2 pp2sp2
+grads one-m2 pp2sp2
 run 8 dp2pp2sp2 parallel.pp=2 parallel.sp=2 parallel.microbatches=2 train.batch=1
 same one-m2 dp2pp2sp2
+grads one-m2 dp2pp2sp2
 ts_check "the cut and each stage's estimated time are printed" \
     sh -c "printf '%s\n' \"\$0\" | grep -q 'pipeline stage 1: .*estimated .* ms per micro-batch'" "$pp2out"
 if [ -n "$TS_PY" ]; then
@@ -92,6 +66,7 @@ assert len(st) == 3 and all(s['busy_s'] > 0 and s['span_s'] >= s['busy_s'] and 0
 assert abs(p['pipeline']['bubble_formula'] - 2 / 6) < 1e-5 and p['grid'] == {'dp': 1, 'pp': 3, 'sp': 1}"
 fi
 
+dump_grads=
 # evaluation and inference through the stages
 run 1 ev-1 eval.final=true eval.max_volumes=2
 run 2 ev-pp2 eval.final=true eval.max_volumes=2 parallel.pp=2 parallel.microbatches=1 parallel.schedule=gpipe
@@ -115,14 +90,19 @@ print(int((a != b).sum()), 'voxels differ; classes', np.unique(a)); assert (a ==
 fi
 
 # resharding: dp 2 x pp 2 for 2 steps, resumed elsewhere for 2 more, against 4 uninterrupted steps
+# (the resumed runs start from the same checkpoint: their first step's, step 3's, gradients are compared too)
+dump_grads=yes
 run 4 rs-full parallel.pp=2 parallel.microbatches=2 train.batch=1 train.steps=4
 run 4 rs-a parallel.pp=2 parallel.microbatches=2 train.batch=1 train.steps=2
 run 1 rs-one train.accum=2 train.steps=4 ckpt.resume="$d/rs-a/ckpt/step-2"
-same rs-full rs-one 4
+same rs-full rs-one steps=4
 run 2 rs-sp2 parallel.sp=2 train.accum=2 train.steps=4 ckpt.resume="$d/rs-a/ckpt/step-2"
-same rs-full rs-sp2 4
+same rs-full rs-sp2 steps=4
+grads rs-one rs-sp2
 run 4 rs-pp2sp2 parallel.pp=2 parallel.sp=2 parallel.microbatches=2 train.steps=4 ckpt.resume="$d/rs-a/ckpt/step-2"
-same rs-full rs-pp2sp2 4
+same rs-full rs-pp2sp2 steps=4
+grads rs-one rs-pp2sp2
+dump_grads=
 
 # bad pipelines: an error on every rank before any work
 ts_fails_on_all "more stages than cut points" "layer units to cut between" 4 \

@@ -4,12 +4,9 @@
 # models from bench coll --tune; the JSON lists every layout of 8 nodes x 4
 # ranks with the stable keys, best first; the recommendation is printed
 # with its bottleneck; --curve to 16 nodes; GPUs; errors name the option.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-plan.XXXXXX")
-trap 'rm -rf "$d"' EXIT
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir plan
+# a model for bench step and tessera plan, not a training run: not lib_train.sh's common config
 cat >"$d/p.ini" <<'INI'
 [model]
 channels = 4,8,16

@@ -1,62 +1,47 @@
 #!/bin/sh
 # Spatial parallelism end to end (issue [5] acceptance 1, 2, 4, 5): training
-# on sp = 2, sp = 4 (4,1,1 and 2,2,1) and dp 2 x sp 2 gives the weights and
-# the per-step losses of one rank, for batch (synchronised), group and
+# on sp = 2, sp = 4 (4,1,1 and 2,2,1) and dp 2 x sp 2 gives the weights,
+# the per-step losses and the first step's gradients (tensor by tensor,
+# tests/train/lib_grads.sh) of one rank, for batch (synchronised), group and
 # instance norm, with augmentation on; the layout is printed and written;
 # evaluation and `tessera infer` with sp = 2 give the masks and Dice of
 # sp = 1; activation memory per rank with sp = 4 at 128^3 against sp = 1;
 # run.mem_limit_mb refuses a 192^3 patch on one rank and trains it with
 # sp = 4 under the same limit; bad grids fail on every rank before any work.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-spatial.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-
-ts_step "synthetic dataset: 4 samples of 20^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 4 --size 20 --classes 3 --seed 5
-cat >"$d/s.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 2
-steps = 3
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[eval]
-final = false
-INI
-ini=$d/s.ini
 . "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir spatial
+ts_synth 4 20 5
+ts_ini s.ini -model.norm train.steps=3
+dump_grads=yes # every equivalence is also checked on the first step's gradients, tensor by tensor
 for norm in batch group instance; do
     ts_step "initial weights ($norm norm)" "$TESSERA" model init "$d/s.ini" model.norm=$norm --out "$d/init-$norm.h5" --seed 0
+    same_init=init-$norm.h5
     run 1 "$norm-1" model.norm=$norm
     run 2 "$norm-sp2" model.norm=$norm parallel.sp=2
-    same "$norm-1" "$norm-sp2" $norm
+    same "$norm-1" "$norm-sp2"
+    grads "$norm-1" "$norm-sp2"
     run 4 "$norm-sp4" model.norm=$norm parallel.sp=4 parallel.sp_dims=4,1,1
-    same "$norm-1" "$norm-sp4" $norm
+    same "$norm-1" "$norm-sp4"
+    grads "$norm-1" "$norm-sp4"
     run 4 "$norm-sp22" model.norm=$norm parallel.sp=4 parallel.sp_dims=2,2,1
-    same "$norm-1" "$norm-sp22" $norm
+    same "$norm-1" "$norm-sp22"
+    grads "$norm-1" "$norm-sp22"
     case $norm in # height and width split (W faces); all three (edges and corners) on 8 ranks
     batch) run 4 "$norm-sp122" model.norm=$norm parallel.sp=4 parallel.sp_dims=1,2,2
-           same "$norm-1" "$norm-sp122" $norm ;;
+           same "$norm-1" "$norm-sp122"
+           grads "$norm-1" "$norm-sp122" ;;
     group) run 8 "$norm-sp222" model.norm=$norm parallel.sp=8 parallel.sp_dims=2,2,2
-           same "$norm-1" "$norm-sp222" $norm ;;
+           same "$norm-1" "$norm-sp222"
+           grads "$norm-1" "$norm-sp222" ;;
     esac
     export TESSERA_RANKS_PER_NODE=2 # two fake nodes of two ranks
     run 4 "$norm-dp2sp2" model.norm=$norm parallel.sp=2 train.batch=1 model.sync_bn=true
     unset TESSERA_RANKS_PER_NODE
     dp2out=$ts_out
-    same "$norm-1" "$norm-dp2sp2" $norm
+    same "$norm-1" "$norm-dp2sp2"
+    grads "$norm-1" "$norm-dp2sp2"
 done
+dump_grads=
 # the layout: printed at start, written to the run directory
 ts_check "layout printed: dp 2 x pp 1 x sp 2 on 2 (fake) nodes, spatial groups within one node" \
     sh -c "printf '%s\n' \"\$0\" | grep -q 'dp 2 x pp 1 x sp 2 on 2 nodes (spatial groups are consecutive ranks, each within one node'" "$dp2out"

@@ -1,39 +1,21 @@
 #!/bin/sh
 # tessera train and tessera infer end to end on small synthetic data
 # (issue [4] acceptance 1, 2, 3 (overlap shown in perf.json), 5, 6):
-# 2 ranks x batch 1 == 1 rank x batch 2 (synchronised batch norm), bit-identical
+# 2 ranks x batch 1 == 1 rank x batch 2 (synchronised batch norm; the weights,
+# and the first step's gradients tensor by tensor), bit-identical
 # reruns, uneven data over several epochs, resume, infer output geometry, bad input.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export TESSERA_EXIT_GRACE=20 OMP_NUM_THREADS=1
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-train.XXXXXX")
-trap 'umount "$d/small" 2>/dev/null; rm -rf "$d"' EXIT
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir train
+trap 'umount "$d/small" 2>/dev/null; rm -rf "$d"' EXIT # (and the small tmpfs mounted below)
 
-ts_step "synthetic dataset: 4 samples of 16^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn4.h5" --count 4 --size 16 --classes 3 --seed 3
-cat >"$d/t.ini" <<'INI'
-[model]
-channels = 4,8
-classes = 3
-norm = batch
-sync_bn = true
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 3
-lr = 0.1
-momentum = 0.9
-loss = ce
-deterministic = true
-log_every = 1
-[eval]
-final = false
-INI
-ts_step "2 ranks x batch 1, 3 steps" ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/a"
-ts_step "the same job again" ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/b"
-ts_step "1 rank x batch 2, 3 steps" ts_mpirun 1 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/c" train.batch=2
+ts_synth 4 16 3
+ts_ini t.ini model.channels=4,8 model.norm=batch -model.groups model.sync_bn=true train.batch=1 train.steps=3 \
+    train.lr=0.1 train.loss=ce
+dump_grads=yes # a and c: their first step's gradients are compared below
+ts_step "2 ranks x batch 1, 3 steps" train_run 2 a
+ts_step "the same job again" train_run 2 b
+ts_step "1 rank x batch 2, 3 steps" train_run 1 c train.batch=2
+dump_grads=
 ts_step "two runs of the same 2-rank job: bit-identical parameters and optimizer state (h5diff)" \
     sh -c "h5diff '$d/a/ckpt/step-3/state.h5' '$d/b/ckpt/step-3/state.h5' /params /params &&
            h5diff '$d/a/ckpt/step-3/state.h5' '$d/b/ckpt/step-3/state.h5' /optim /optim"
@@ -53,9 +35,12 @@ assert len(res) > 10 and max(res) <= 1e-4"
 else
     ts_skip "2 ranks x batch 1 vs 1 rank x batch 2" "no python3 with h5py"
 fi
+grads c a
 ts_step "with train.accum=2: 2 ranks x batch 1 and 1 rank x batch 2" sh -c "
-    timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc2' train.accum=2 >/dev/null &&
-    timeout -k 10 300 $MPIEXEC -n 1 '$TESSERA' train '$d/t.ini' data.path='$d/syn4.h5' run.dir='$d/acc1' train.accum=2 train.batch=2 >/dev/null"
+    timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn.h5' run.dir='$d/acc2' train.accum=2 \
+        train.dump_grads='$d/g-acc2.h5' >/dev/null &&
+    timeout -k 10 300 $MPIEXEC -n 1 '$TESSERA' train '$d/t.ini' data.path='$d/syn.h5' run.dir='$d/acc1' train.accum=2 train.batch=2 \
+        train.dump_grads='$d/g-acc1.h5' >/dev/null"
 if [ -n "$TS_PY" ]; then
     ts_step "accumulated steps agree too (max relative error <= 1e-4)" "$TS_PY" -c "
 import h5py, numpy as np
@@ -65,6 +50,7 @@ a['params'].visititems(lambda n, o: res.append(np.abs(np.asarray(o, float) - np.
     / max(np.abs(np.asarray(b['params/' + n], float)).max(), 1e-30)) if isinstance(o, h5py.Dataset) and o.dtype.kind == 'f' else None)
 print(len(res), 'tensors, max relative error', max(res)); assert len(res) > 10 and max(res) <= 1e-4"
 fi
+grads acc1 acc2
 ts_check "perf.json: gradient buckets reduced on the progress thread (comm_total > 0)" \
     grep -q '"comm_total": {"min": [0-9.]*[1-9]' "$d/a/perf.json"
 
@@ -72,12 +58,11 @@ ts_step "uneven data: 5 samples, 2 ranks, batch 1, 3 epochs" sh -c "
     timeout -k 10 300 $MPIEXEC -n 2 '$TESSERA' synth --out '$d/syn5.h5' --count 5 --size 16 --classes 3 --seed 4 >/dev/null &&
     timeout 300 $MPIEXEC -n 2 '$TESSERA' train '$d/t.ini' data.path='$d/syn5.h5' run.dir='$d/u' train.epochs=3 train.deterministic=false"
 ts_check "every rank took ceil(5/2) = 3 steps per epoch: 9 steps" grep -q '"step": 9,' "$d/u/metrics.jsonl"
-ts_step "resume: train.steps=5 continues from step-3" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
-    data.path="$d/syn4.h5" run.dir="$d/a" train.steps=5
+ts_step "resume: train.steps=5 continues from step-3" train_run 2 a train.steps=5
 resumed=$(printf '%s\n' "$ts_out" | grep -c 'resumed from .*step-3 at step 3')
 ts_check "resumed at step 3, ended at 5" [ "$resumed" -eq 1 -a -d "$d/a/ckpt/step-5" ]
 # preemption: a signal to one rank stops every rank after a checkpoint
-( timeout 300 $MPIEXEC -n 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/sig" train.steps=1000000 \
+( timeout 300 $MPIEXEC -n 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn.h5" run.dir="$d/sig" train.steps=1000000 \
     train.log_every=1 >"$d/sig.log" 2>&1; echo "exit $?" >>"$d/sig.log" ) &
 n=0
 while [ ! -s "$d/sig/metrics.jsonl" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
@@ -91,17 +76,15 @@ ckpt=$(ls "$d/sig/ckpt" 2>/dev/null | sed -n 's/^step-//p' | head -1)
 failed=$(grep -c "^exit [1-9]" "$d/sig.log")
 ts_check "SIGUSR1 to one rank: both ranks checkpoint at the same step and exit with an error saying so" \
     [ "$stopped" -eq 2 -a -n "$ckpt" -a "$failed" -eq 1 ]
-ts_step "rerunning resumes from the preemption checkpoint" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
-    data.path="$d/syn4.h5" run.dir="$d/sig" train.steps=$(( ${ckpt:-0} + 2 ))
+ts_step "rerunning resumes from the preemption checkpoint" train_run 2 sig train.steps=$(( ${ckpt:-0} + 2 ))
 resumed=$(printf '%s\n' "$ts_out" | grep -c "resumed from .*step-$ckpt at step $ckpt")
 ts_check "resumed at the step where the signal came" [ "$resumed" -eq 1 ]
 # a full disk while checkpointing: clear error on every rank, older checkpoint intact
 mkdir -p "$d/small"
 if mount -t tmpfs -o size=120k tmpfs "$d/small" 2>/dev/null; then
-    ts_step "a 120 KiB file system holds the step-2 checkpoint" ts_mpirun 2 "$TESSERA" train "$d/t.ini" \
-        data.path="$d/syn4.h5" run.dir="$d/small/run" train.steps=2
+    ts_step "a 120 KiB file system holds the step-2 checkpoint" train_run 2 small/run train.steps=2
     ts_fails_on_all "no room for the next checkpoint: error on both ranks" "No space left on device" 2 \
-        ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/small/run" train.steps=4
+        train_run 2 small/run train.steps=4
     ts_check "step-2 is still complete and no temporary directory is left" \
         [ -s "$d/small/run/ckpt/step-2/manifest.json" -a ! -e "$d/small/run/ckpt/.tmp-step-4" -a ! -e "$d/small/run/ckpt/step-4" ]
     umount "$d/small"
@@ -109,8 +92,7 @@ else
     ts_skip "full disk while checkpointing" "cannot mount a small tmpfs here (not root or no CAP_SYS_ADMIN)"
 fi
 ts_step "overlap: many small buckets while backward runs" \
-    ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/o" parallel.bucket_mb=0.002 \
-    train.steps=4 model.channels=8,16 perf.warmup_steps=1
+    train_run 2 o parallel.bucket_mb=0.002 train.steps=4 model.channels=8,16 perf.warmup_steps=1
 if [ -n "$TS_PY" ]; then
     # How much of the reduction the backward pass hides is a timing (a starved progress thread on a busy
     # 2-core machine hides nothing); it is measured by jobs/bench/dp_scaling.sh and docs/performance.md.
@@ -137,10 +119,9 @@ else
 fi
 ts_fails_on_all "infer without a checkpoint: error on both ranks" "checkpoint=$d/nothing: no such file" 2 \
     ts_mpirun 2 "$TESSERA" infer "$d/t.ini" checkpoint="$d/nothing" input="$d/scan.nii.gz" output="$d/m2.nii.gz"
-ts_fails_on_all "parallel.dp not dividing the ranks" "but the job has 2 ranks" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/e1" parallel.dp=3
+ts_fails_on_all "parallel.dp not dividing the ranks" "but the job has 2 ranks" 2 train_run 2 e1 parallel.dp=3
 ts_fails_on_all "deterministic with a batch larger than the dataset" "larger than the 4 training samples" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/t.ini" data.path="$d/syn4.h5" run.dir="$d/e2" train.batch=3
+    train_run 2 e2 train.batch=3
 ts_fails_on_all "unknown key" "unknown key 'train.stepz'" 2 \
     ts_mpirun 2 "$TESSERA" train "$d/t.ini" train.stepz=3
 ts_finish

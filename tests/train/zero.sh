@@ -2,62 +2,23 @@
 # Sharded optimizer state (parallel.zero = 1; issue [9]): gradients
 # reduce-scattered, each rank steps its shard, parameters all-gathered. The
 # weights equal zero = 0's within 1e-5 (AdamW and SGD with momentum, 2 and 4
-# ranks, with accumulation and clipping, dp x sp and dp x pp) and moved; the
+# ranks, with accumulation and clipping, dp x sp and dp x pp) and moved, and
+# so do the first step's gradients, tensor by tensor, within 1e-4; the
 # optimizer state per rank is at most 0.3x at 4 ranks (perf.json); the
 # checkpoint holds the whole state (the same tensors as zero = 0's), resumes
 # on other grids, with or without sharding, and kill-and-resume is bit for
 # bit; injected NaN gradients skip the step on every rank; bad values are
 # refused.
-. "$TS_SRCDIR/tests/mpi/lib.sh"
-. "$TS_SRCDIR/tests/io/lib_io.sh"
-TESSERA="$TS_BUILDDIR/tessera"
-export OMP_NUM_THREADS=1
-unset TESSERA_FAULT TESSERA_RANKS_PER_NODE TESSERA_COLL_ALLREDUCE
-d=$(mktemp -d "${TMPDIR:-/tmp}/tessera-zero.XXXXXX")
-trap 'rm -rf "$d"' EXIT
-
-ts_step "synthetic dataset: 8 samples of 20^3, 3 classes" \
-    ts_mpirun 2 "$TESSERA" synth --out "$d/syn.h5" --count 8 --size 20 --classes 3 --seed 3
-cat >"$d/z.ini" <<'INI'
-[model]
-channels = 4,8,16
-classes = 3
-norm = group
-groups = 2
-[data]
-patch = 16
-[train]
-batch = 1
-steps = 6
-lr = 0.05
-momentum = 0.9
-loss = ce+dice
-deterministic = true
-log_every = 1
-[parallel]
-bucket_mb = 0.02
-[ckpt]
-every = 2
-keep = 5
-[eval]
-final = false
-INI
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir zero
+ts_synth 8 20 3
+ts_ini z.ini train.batch=1 parallel.bucket_mb=0.02 ckpt.every=2 ckpt.keep=5
 # AdamW's learning rate for these runs
 adam="train.optimizer=adamw train.lr=0.003 train.weight_decay=0.01"
-run() { # run NP NAME ARGS...
-    _np=$1 _name=$2
-    shift 2
-    ts_step "$_name: $_np rank(s) $*" ts_mpirun "$_np" "$TESSERA" train "$d/z.ini" data.path="$d/syn.h5" \
-        run.dir="$d/$_name" "$@"
-}
-same() { # same REF RUN [STEPS]: losses and weights within 1e-5 relative, and the weights moved
-    if [ -n "$TS_PY" ]; then
-        ts_step "$2 = $1: losses and weights within 1e-5 relative (and they moved)" \
-            "$TS_PY" "$TS_SRCDIR/tests/train/compare_runs.py" "$d/$1" "$d/$2" "$d/init.h5" "${3:-6}" 1e-5 1e-5
-    else
-        ts_skip "$2 = $1" "no python3 with h5py"
-    fi
-}
+same_loss=1e-5 same_weights=1e-5 # losses and weights within 1e-5 relative
+# every zero = 1 run is also checked against its zero = 0 run on the first step's gradients, tensor by
+# tensor (both start from train.seed's weights, which init.h5 holds)
+dump_grads=yes
 ts_step "initial weights" "$TESSERA" model init "$d/z.ini" --out "$d/init.h5" --seed 0
 
 # AdamW and SGD with momentum, 2 and 4 ranks
@@ -67,14 +28,17 @@ for np in 2 4; do
     ts_check "... the start banner reports the sharded optimizer state" \
         sh -c "printf '%s\n' \"\$0\" | grep -q 'optimizer state: parallel.zero = 1, sharded over the $np ranks'" "$ts_out"
     same a$np-z0 a$np-z1
+    grads a$np-z0 a$np-z1
     run $np s$np-z0 train.accum=2
     run $np s$np-z1 train.accum=2 parallel.zero=1
     same s$np-z0 s$np-z1
+    grads s$np-z0 s$np-z1
 done
 # clipping by the global norm (every shard's sums of squares added): small enough to clip every step
 run 4 c4-z0 $adam train.clip_norm=0.05
 run 4 c4-z1 $adam train.clip_norm=0.05 parallel.zero=1
 same c4-z0 c4-z1
+grads c4-z0 c4-z1
 if [ -n "$TS_PY" ]; then
     ts_step "AdamW, 4 ranks: optimizer state per rank (perf.json) at most 0.3x zero = 0's" "$TS_PY" -c "
 import json
@@ -110,25 +74,31 @@ run 4 sp-z1 $adam parallel.sp=2 parallel.zero=1
 ts_check "... dp 2 x sp 2: sharded over the 4 ranks of the gradient group" \
     sh -c "printf '%s\n' \"\$0\" | grep -q 'sharded over the 4 ranks of each gradient group (dp 2 x sp 2)'" "$ts_out"
 same sp-z0 sp-z1
+grads sp-z0 sp-z1
 run 4 pp-z0 $adam parallel.pp=2 parallel.microbatches=2 train.clip_norm=0.05
 run 4 pp-z1 $adam parallel.pp=2 parallel.microbatches=2 train.clip_norm=0.05 parallel.zero=1
 ts_check "... dp 2 x pp 2: sharded over the 2 ranks of each stage's group" \
     sh -c "printf '%s\n' \"\$0\" | grep -q 'sharded over the 2 ranks of each gradient group (dp 2 x sp 1, within each pipeline stage)'" \
     "$ts_out"
 same pp-z0 pp-z1
+grads pp-z0 pp-z1
 
-# checkpoints: written at zero = 1 on 4 ranks, resumed on other grids (the same global batch of 4)
+# checkpoints: written at zero = 1 on 4 ranks, resumed on other grids (the same global batch of 4); the two
+# resumed runs start from the same weights, so their first step's (step 5's) gradients are compared too
 run 1 r1 $adam train.batch=4 ckpt.resume="$d/a4-z1/ckpt/step-4"
 ts_check "... resumed at step 4" sh -c "printf '%s\n' \"\$0\" | grep -q 'resumed from .*step-4 at step 4'" "$ts_out"
 same a4-z1 r1
 run 2 r2 $adam train.batch=2 parallel.zero=1 ckpt.resume="$d/a4-z1/ckpt/step-4"
 same a4-z1 r2
+grads r1 r2
+dump_grads=
 # a zero = 1 run resumes a zero = 0 checkpoint
 run 2 r0 $adam parallel.zero=1 ckpt.resume="$d/a2-z0/ckpt/step-2"
 same a2-z0 r0
 # kill-and-resume on the same grid: bit for bit
+# shellcheck disable=SC2086
 TESSERA_FAULT=kill:rank=2:step=5 ts_step_fails "rank 2 killed at step 5 (zero = 1, 4 ranks)" \
-    ts_mpirun 4 "$TESSERA" train "$d/z.ini" data.path="$d/syn.h5" run.dir="$d/kr" $adam parallel.zero=1
+    train_run 4 kr $adam parallel.zero=1
 run 4 kr $adam parallel.zero=1
 ts_check "... resumed from step 4" sh -c "printf '%s\n' \"\$0\" | grep -q 'resumed from .*step-4 at step 4'" "$ts_out"
 ts_step "kill-and-resume = the uninterrupted zero = 1 run, bit for bit (parameters and optimizer state)" \
@@ -141,13 +111,12 @@ ts_check "... step 3 skipped on every rank" \
     sh -c "printf '%s\n' \"\$0\" | grep -q 'step 3: non-finite loss or gradients on some rank: the optimizer step is skipped'" "$ts_out"
 
 # bad values
-ts_fails_on_all "parallel.zero = 2: refused" "parallel.zero" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/z.ini" data.path="$d/syn.h5" run.dir="$d/bad" parallel.zero=2
+ts_fails_on_all "parallel.zero = 2: refused" "parallel.zero" 2 train_run 2 bad parallel.zero=2
 ts_fails_on_all "parallel.zero = 1 with local SGD: refused with the reason" \
     "parallel.zero = 1 (command line) with parallel.local_steps = 2" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/z.ini" data.path="$d/syn.h5" run.dir="$d/bad" parallel.zero=1 parallel.local_steps=2
+    train_run 2 bad parallel.zero=1 parallel.local_steps=2
 ts_check "... before any step" sh -c "! grep -q '\"step\"' '$d/bad/metrics.jsonl' 2>/dev/null"
 ts_fails_on_all "parallel.zero = 1 with gradient compression: refused with the reason" \
     "parallel.zero = 1 (command line) with parallel.compress = topk:0.01" 2 \
-    ts_mpirun 2 "$TESSERA" train "$d/z.ini" data.path="$d/syn.h5" run.dir="$d/bad2" parallel.zero=1 parallel.compress=topk:0.01
+    train_run 2 bad2 parallel.zero=1 parallel.compress=topk:0.01
 ts_finish
