@@ -22,31 +22,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int parse_ll(const char *v, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end) return 1;
-    *out = x;
-    return 0;
-}
-
 int ts_io_bench_cfg_set(ts_io_bench_cfg *c, const char *key, const char *value, const char *where)
 {
     if (!strncmp(key, "data.", 5)) return ts_config_set(c->cfg, key, value, where);
     if (!strcmp(key, "train.batch")) {
-        if (parse_ll(value, &c->batch) || c->batch < 1 || c->batch > TS_LOADER_MAX_BATCH)
+        if (ts_parse_i64(value, &c->batch) || c->batch < 1 || c->batch > TS_LOADER_MAX_BATCH)
             return TS_ERR(TS_ERR_CONFIG, "%s: train.batch = '%s' (1..%d)", where, value, TS_LOADER_MAX_BATCH);
         return 0;
     }
     if (!strcmp(key, "train.seed")) {
-        if (parse_ll(value, &c->seed) || c->seed < 0)
+        if (ts_parse_i64(value, &c->seed) || c->seed < 0)
             return TS_ERR(TS_ERR_CONFIG, "%s: train.seed = '%s' (a non-negative integer)", where, value);
         return 0;
     }
     if (!strcmp(key, "parallel.sp")) {
-        if (parse_ll(value, &c->sp) || c->sp < 1 || c->sp > 1 << 20)
+        if (ts_parse_i64(value, &c->sp) || c->sp < 1 || c->sp > 1 << 20)
             return TS_ERR(TS_ERR_CONFIG, "%s: parallel.sp = '%s' (a positive integer)", where, value);
         return 0;
     }

@@ -23,8 +23,8 @@
 typedef struct ts_io_bench_cfg {
     ts_config *cfg;        /* data.* keys; owned */
     const char *path;      /* the config file (borrowed) */
-    long long batch, seed; /* train.batch (default 2), train.seed (default 0) */
-    long long sp;          /* parallel.sp (default 1) */
+    int64_t batch, seed;   /* train.batch (default 2), train.seed (default 0) */
+    int64_t sp;            /* parallel.sp (default 1) */
     char sp_dims[64];      /* parallel.sp_dims (default auto) */
     int err;
 } ts_io_bench_cfg;

@@ -38,16 +38,6 @@ static void help(void)
     ts_config_destroy(&c);
 }
 
-static int parse_ll(const char *v, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end) return 1;
-    *out = x;
-    return 0;
-}
-
 static void report(const ts_io_bench_result *r)
 {
     printf("bench io: %s, %lld samples, %d rank%s, driver %s\n", r->path, (long long)r->samples, r->ranks,
@@ -68,7 +58,7 @@ int ts_cli_bench_io(int argc, char **argv)
     ts_io_bench_cfg c;
     ts_io_bench_result r;
     const char *json = NULL, *dump = NULL;
-    long long steps = 20, warm = 3, repeat = 3;
+    int64_t steps = 20, warm = 3, repeat = 3;
     const int rank = ts_cli_rank();
     memset(&c, 0, sizeof c);
     if (argc < 2 || ts_cli_wants_help(argc, argv)) {
@@ -78,14 +68,14 @@ int ts_cli_bench_io(int argc, char **argv)
     TS_CHECK(ts_io_bench_cfg_load(argv[1], &c));
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long long *dst = !strcmp(a, "--steps") ? &steps : !strcmp(a, "--warmup") ? &warm
+        int64_t *dst = !strcmp(a, "--steps") ? &steps : !strcmp(a, "--warmup") ? &warm
                          : !strcmp(a, "--repeat") ? &repeat : NULL;
         if (dst || !strcmp(a, "--json") || !strcmp(a, "--dump-patch")) {
             if (!v) TS_FAIL(TS_ERR_ARG, "bench io: %s needs a value", a);
             i++;
             if (!dst && a[2] == 'j') json = v;
             else if (!dst) dump = v;
-            else if (parse_ll(v, dst) || *dst < 0) TS_FAIL(TS_ERR_ARG, "bench io: %s %s", a, v);
+            else if (ts_parse_i64(v, dst) || *dst < 0) TS_FAIL(TS_ERR_ARG, "bench io: %s %s", a, v);
             continue;
         }
         const char *eq = strchr(a, '=');

@@ -3,16 +3,45 @@
  * library reports; measures and writes nothing. */
 #include "tsbuild.h"
 #include "collectives/coll.h"
-#include "collectives/device.h"
 #include "src/cli/cli.h"
 #include "src/core/counters.h"
+#include "src/core/device.h"
 #include "src/core/error.h"
 #include "src/core/launch.h"
 #include "src/core/perf.h"
 #include "src/parallel/layout.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
+
+/* the CUDA build and the GPUs this rank sees (rank 0's view) */
+static void gpus(void)
+{
+    char v[160];
+    if (!ts_device_compiled()) {
+        printf("CUDA:             not compiled (configure --with-cuda)\n");
+        return;
+    }
+#ifdef TS_HAVE_CUDA
+    char nn[96];
+    printf("CUDA:             compiled (sm_90 + PTX); %s; %s\n", ts_device_versions(v, sizeof v),
+           ts_cuda_nn_versions(nn, sizeof nn));
+#endif
+    const int n = ts_device_count();
+    if (n == 0) printf("GPUs:             none found (%s)\n", ts_device_absent_reason());
+    for (int i = 0; i < n; i++) {
+        ts_device_info d;
+        if (ts_device_info_get(i, &d)) printf("GPU %d:            (%s)\n", i, ts_err_message());
+        else
+            printf("GPU %d:            %s, sm_%d%d, %d SMs, %.1f GiB (%.1f free), PCI %s\n", i, d.name, d.major, d.minor,
+                   d.sms, d.mem_total / 1073741824.0, d.mem_free / 1073741824.0, d.pci);
+    }
+    printf("GPU engine:       %s\n", "every layer of src/nn runs on device tensors (cuDNN convolutions, CUDA kernels); "
+                                    "training and inference run on the CPU (docs/gpu.md)");
+}
 
 int ts_cli_info(int argc, char **argv)
 {
@@ -76,11 +105,7 @@ int ts_cli_info(int argc, char **argv)
         printf("counters (PAPI):  not built (configure --with-papi)\n");
 #endif
         printf("perf.json:        %s\n", perf_line);
-#ifdef TS_HAVE_CUDA
-        printf("CUDA:             compiled; %d GPU(s) visible\n", ts_coll_device_count());
-#else
-        printf("CUDA:             not compiled (configure --with-cuda)\n");
-#endif
+        gpus();
     }
 cleanup:
     ts_layout_destroy(&L);

@@ -34,7 +34,9 @@ static const ts_cli_cmd commands[] = {
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "the GPU engine (the CUDA code builds, the layers run on the CPU)";
+    "training and inference on a GPU (CUDA builds have the layers on device tensors, cuDNN\n"
+    "  convolutions, and NCCL collectives, checked by jobs/gpu/check.sh; no command trains on a GPU\n"
+    "  yet: docs/gpu.md)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

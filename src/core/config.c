@@ -81,7 +81,7 @@ static cfg_entry *find(const ts_config *c, const char *key)
     return NULL;
 }
 
-static int parse_i64(const char *s, int64_t *v)
+int ts_parse_i64(const char *s, int64_t *v)
 {
     char *end;
     errno = 0;
@@ -154,7 +154,7 @@ static int validate(const ts_cfg_key *k, const char *v, char *why, size_t n)
     int b;
     switch (k->type) {
     case TS_CFG_INT:
-        if (parse_i64(v, &i)) { snprintf(why, n, "is not an integer"); return 0; }
+        if (ts_parse_i64(v, &i)) { snprintf(why, n, "is not an integer"); return 0; }
         return in_range(k->spec, (double)i, why, n);
     case TS_CFG_FLOAT:
         if (parse_f64(v, &d)) { snprintf(why, n, "is not a finite number"); return 0; }
@@ -186,7 +186,7 @@ static int validate(const ts_cfg_key *k, const char *v, char *why, size_t n)
         char *copy = strdup(v), *save = NULL;
         int ok = copy != NULL, count = 0;
         for (char *tok = ok ? strtok_r(copy, ",", &save) : NULL; tok && ok; tok = strtok_r(NULL, ",", &save)) {
-            if (parse_i64(tok, &i)) {
+            if (ts_parse_i64(tok, &i)) {
                 snprintf(why, n, "has '%s', not an integer", tok);
                 ok = 0;
             } else if (!in_range(k->spec, (double)i, why, n)) {
@@ -372,7 +372,7 @@ int ts_config_get_int(const ts_config *cfg, const char *key, int64_t *out)
     cfg_entry *e = need(cfg, key, &err);
     if (!e) return err;
     if (e->k->type != TS_CFG_INT) return TS_ERR(TS_ERR_INTERNAL, "config key '%s' is not an int", key);
-    return parse_i64(e->value, out) ? TS_ERR(TS_ERR_CONFIG, "%s: '%s'", key, e->value) : 0;
+    return ts_parse_i64(e->value, out) ? TS_ERR(TS_ERR_CONFIG, "%s: '%s'", key, e->value) : 0;
 }
 
 int ts_config_get_float(const ts_config *cfg, const char *key, double *out)

@@ -3,6 +3,7 @@
  * channels-first <-> channels-last moves; no layer arithmetic, no MPI. */
 #include "tsbuild.h"
 #include "src/core/tensor.h"
+#include "src/core/device.h"
 #include "src/core/error.h"
 
 #include <stdio.h>
@@ -31,6 +32,7 @@ void ts_tensor_free(ts_tensor *t)
 {
     if (!t) return;
     if (t->owns && !t->device) free(t->data);
+    if (t->owns && t->device) ts_device_free(t->data);
     memset(t, 0, sizeof *t);
 }
 
@@ -107,6 +109,7 @@ int ts_tensor_reshape(const ts_tensor *t, int ndim, const int64_t *shape, ts_ten
 void ts_tensor_zero(ts_tensor *t)
 {
     if (t->data && !t->device) memset(t->data, 0, ts_tensor_bytes(t));
+    if (t->data && t->device) ts_device_zero(t); /* queued on the compute stream; an error shows at the next sync */
 }
 
 int ts_tensor_fill(ts_tensor *t, float v)

@@ -41,7 +41,8 @@ int ts_tensor_check_shape(const ts_tensor *t, const char *what, int ndim, const 
 /* Local. A view of t with a new shape of the same element count (t keeps
  * ownership); TS_ERR_ARG if the counts differ. */
 int ts_tensor_reshape(const ts_tensor *t, int ndim, const int64_t *shape, ts_tensor *out);
-/* Local. Sets every element to zero / to v (float32 tensors for fill). */
+/* Local. Sets every element to zero (a device tensor: queued on the
+ * compute stream) / to v (float32 host tensors for fill). */
 void ts_tensor_zero(ts_tensor *t);
 int ts_tensor_fill(ts_tensor *t, float v);
 /* Local. Copies src into dst (same shape; float32, bfloat16 and float64

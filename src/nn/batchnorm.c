@@ -5,6 +5,9 @@
  * running statistics; optionally with a fused ReLU. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/nn/norm_impl.h"
 #include "src/core/error.h"
 
@@ -32,6 +35,9 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                          ts_tensor *save_mean, ts_tensor *save_invstd)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_batchnorm_forward(x, gamma, beta, running_mean, running_var, train, o, y, save_mean, save_invstd);
+#endif
     int err = 0;
     double *s = NULL;
     float *sc = NULL;
@@ -92,6 +98,9 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                           const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
                           ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_batchnorm_backward(x, y, gamma, save_mean, save_invstd, train, o, dy, dx, dgamma, dbeta);
+#endif
     int err = 0;
     double *s = NULL;
     float *k = NULL;

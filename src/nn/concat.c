@@ -3,6 +3,9 @@
  * Local: no MPI, allocates nothing. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/core/error.h"
 
 #include <string.h>
@@ -24,6 +27,9 @@ static int cat_shapes(const ts_tensor *a, const ts_tensor *b, const ts_tensor *y
 
 int ts_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_concat_forward(a, b, y);
+#endif
     TS_TRY(cat_shapes(a, b, y));
     const int64_t ca = a->shape[a->ndim - 1], cb = b->shape[b->ndim - 1], v = ts_tensor_numel(a) / (ca ? ca : 1);
     const float *pa = a->data, *pb = b->data;
@@ -38,6 +44,9 @@ int ts_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y)
 
 int ts_concat_backward(const ts_tensor *dy, ts_tensor *da, ts_tensor *db)
 {
+#ifdef TS_HAVE_CUDA
+    if (dy->device) return ts_cuda_concat_backward(dy, da, db);
+#endif
     if (!da && !db) return 0;
     if (!da || !db) { /* shapes from the one given */
         const ts_tensor *g = da ? da : db;

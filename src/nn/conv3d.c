@@ -10,6 +10,9 @@
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/core/error.h"
 
 #include <stdlib.h>
@@ -201,6 +204,9 @@ static int check_dcat(const ts_tensor *a, const ts_tensor *b, const ts_tensor *d
 
 int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_forward(x, w, b, stride, pad, y);
+#endif
     ts_conv_geom g;
     TS_TRY(conv_shapes(x, w, b, stride, pad, y, "conv3d output", &g));
     return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, b, NULL, y);
@@ -209,6 +215,9 @@ int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
                        ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_backward(x, w, stride, pad, dy, dx, dw, db);
+#endif
     ts_conv_geom g;
     TS_TRY(conv_shapes(x, w, db, stride, pad, dy, "conv3d output gradient", &g));
     TS_TRY(check_dw(dw, w));
@@ -221,6 +230,9 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
 int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
                           int stride, int pad, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_conv3d_cat_forward(a, b, w, bias, stride, pad, y);
+#endif
     ts_conv_geom g;
     ts_tensor x;
     TS_TRY(cat_shapes(a, b, &x));
@@ -231,6 +243,9 @@ int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tenso
 int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
                            const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias)
 {
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_conv3d_cat_backward(a, b, w, stride, pad, dy, da, db, dw, dbias);
+#endif
     ts_conv_geom g;
     ts_tensor x;
     TS_TRY(cat_shapes(a, b, &x));

@@ -102,6 +102,10 @@ int ts_nn_set_conv_precision(ts_precision p)
 
 ts_precision ts_nn_conv_precision(void) { return (ts_precision)atomic_load(&conv_prec); }
 
+static atomic_int tf32 = 1;
+void ts_nn_set_tf32(int on) { atomic_store(&tf32, on ? 1 : 0); }
+int ts_nn_tf32(void) { return atomic_load(&tf32); }
+
 /* ------------------------------------------------------------ staging */
 
 static void put_emu(int vpair, int s, int C, int ld, void *dst, int col0, int n, const float *a, int ca,

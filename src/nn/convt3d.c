@@ -7,6 +7,9 @@
 #include "tsbuild.h"
 #include "src/nn/layers.h"
 #include "src/nn/conv_impl.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/core/error.h"
 
 #include <stdlib.h>
@@ -56,6 +59,9 @@ static float *pack(const float *w, int cin, int cout, int taps, int by_out, int 
 
 int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_convt3d_forward(x, w, b, stride, y);
+#endif
     ts_conv_geom g;
     TS_TRY(convt_shapes(x, w, b, stride, y, "convt3d output", &g));
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
@@ -72,6 +78,9 @@ int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *
 int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
                         ts_tensor *dw, ts_tensor *db)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_convt3d_backward(x, w, stride, dy, dx, dw, db);
+#endif
     int err = 0;
     ts_conv_geom g;
     float *wp = NULL, *dwp = NULL;

@@ -6,6 +6,9 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/nn/loss_impl.h"
 
 #include <limits.h>
@@ -86,6 +89,9 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
 
 int ts_dice_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device) return ts_cuda_dice(logits, labels, o, 0.0f, loss, NULL);
+#endif
     double *s;
     TS_TRY(dice_sums(logits, labels, o, &s));
     const int K = (int)logits->shape[logits->ndim - 1];
@@ -147,11 +153,17 @@ static int dice_grad(const ts_tensor *logits, const ts_tensor *labels, const ts_
 int ts_dice_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                      ts_tensor *dlogits)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device && dlogits) return ts_cuda_dice(logits, labels, o, scale, NULL, dlogits);
+#endif
     return dice_grad(logits, labels, o, scale, NULL, dlogits);
 }
 
 int ts_dice_forward_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                              double *loss, ts_tensor *dlogits)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device && dlogits) return ts_cuda_dice(logits, labels, o, scale, loss, dlogits);
+#endif
     return dice_grad(logits, labels, o, scale, loss, dlogits);
 }

@@ -7,6 +7,9 @@
  * gradient sums and the voxel counts over the group. */
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/nn/norm_impl.h"
 #include "src/core/error.h"
 
@@ -44,6 +47,9 @@ static int gn_shapes(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor
 int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
                          ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_groupnorm_forward(x, gamma, beta, o, y, save_mean, save_invstd);
+#endif
     int err = 0;
     gn_dims d;
     double *s = NULL;
@@ -86,6 +92,9 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                           const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
                           ts_tensor *dgamma, ts_tensor *dbeta)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_groupnorm_backward(x, y, gamma, save_mean, save_invstd, o, dy, dx, dgamma, dbeta);
+#endif
     int err = 0;
     gn_dims d;
     double *s = NULL;

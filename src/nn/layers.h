@@ -46,6 +46,12 @@ void ts_nn_release_scratch(void);
 typedef enum { TS_PREC_FP32 = 0, TS_PREC_BF16, TS_PREC_FP16 } ts_precision;
 int ts_nn_set_conv_precision(ts_precision p);
 ts_precision ts_nn_conv_precision(void);
+/* Local, process-wide. Whether fp32 convolutions on a GPU may use TF32
+ * tensor cores (10-bit mantissa products, fp32 sums): on by default, as
+ * PyTorch's torch.backends.cudnn.allow_tf32; off gives fp32 products (the
+ * GPU layer tests turn it off). No effect on the CPU or on bf16/fp16. */
+void ts_nn_set_tf32(int on);
+int ts_nn_tf32(void);
 /* Local. Which bf16 kernels run: "avx512bf16" (VDPBF16PS, chosen when the
  * CPU and OS support AVX512 F/BW/VL/BF16) or "emulated" (portable C with the
  * same rounding and summation order: bitwise the same results as long as no

@@ -5,6 +5,9 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/core/error.h"
 
 #include <math.h>
@@ -47,6 +50,9 @@ static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_t
 
 int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_maxpool3d_forward(x, k, y, idx);
+#endif
     TS_TRY(pool_shapes(x, k, y, idx, "maxpool3d input"));
     const int64_t H = x->shape[2], W = x->shape[3], C = x->shape[4];
     const int64_t OD = y->shape[1], OH = y->shape[2], OW = y->shape[3], rows = y->shape[0] * OD * OH;
@@ -85,6 +91,9 @@ int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx
 
 int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_tensor *dx)
 {
+#ifdef TS_HAVE_CUDA
+    if (dy->device) return ts_cuda_maxpool3d_backward(dy, idx, k, dx);
+#endif
     TS_TRY(pool_shapes(dx, k, dy, idx, "maxpool3d input gradient"));
     const int64_t H = dx->shape[2], W = dx->shape[3], C = dx->shape[4];
     const int64_t OD = dy->shape[1], OH = dy->shape[2], OW = dy->shape[3], rows = dy->shape[0] * OD * OH;

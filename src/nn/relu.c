@@ -3,10 +3,16 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/core/error.h"
 
 int ts_relu_forward(const ts_tensor *x, float slope, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_relu_forward(x, slope, y);
+#endif
     if (!ts_tensor_f32(x) || !ts_tensor_f32(y) || ts_tensor_numel(x) != ts_tensor_numel(y))
         return TS_ERR(TS_ERR_ARG, "relu: input and output must be float32 of the same size");
     const float *a = x->data;
@@ -19,6 +25,9 @@ int ts_relu_forward(const ts_tensor *x, float slope, ts_tensor *y)
 
 int ts_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx)
 {
+#ifdef TS_HAVE_CUDA
+    if (y->device) return ts_cuda_relu_backward(y, slope, dy, dx);
+#endif
     if (!ts_tensor_f32(y) || !ts_tensor_f32(dy) || !ts_tensor_f32(dx) || ts_tensor_numel(y) != ts_tensor_numel(dy) ||
         ts_tensor_numel(dy) != ts_tensor_numel(dx))
         return TS_ERR(TS_ERR_ARG, "relu backward: output, gradients must be float32 of the same size");

@@ -8,6 +8,9 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h"
+#endif
 #include "src/nn/loss_impl.h"
 
 #include <stdlib.h>
@@ -115,12 +118,18 @@ static int ce(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_op
 
 int ts_softmax_ce_forward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, double *loss)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device) return ts_cuda_softmax_ce(logits, labels, o, 0.0f, loss, NULL);
+#endif
     return ce(logits, labels, o, 0.0f, NULL, loss);
 }
 
 int ts_softmax_ce_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                            ts_tensor *dlogits)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device && dlogits) return ts_cuda_softmax_ce(logits, labels, o, scale, NULL, dlogits);
+#endif
     if (!dlogits) return TS_ERR(TS_ERR_ARG, "cross-entropy backward: no gradient tensor");
     return ce(logits, labels, o, scale, dlogits, NULL);
 }
@@ -128,6 +137,9 @@ int ts_softmax_ce_backward(const ts_tensor *logits, const ts_tensor *labels, con
 int ts_softmax_ce_forward_backward(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
                                    double *loss, ts_tensor *dlogits)
 {
+#ifdef TS_HAVE_CUDA
+    if (logits->device && dlogits) return ts_cuda_softmax_ce(logits, labels, o, scale, loss, dlogits);
+#endif
     if (!dlogits) return TS_ERR(TS_ERR_ARG, "cross-entropy backward: no gradient tensor");
     return ce(logits, labels, o, scale, dlogits, loss);
 }

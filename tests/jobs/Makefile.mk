@@ -3,3 +3,6 @@
 # the scaling sweep and its report
 TESTS += tests/jobs/pbs.sh tests/jobs/sweep.sh
 EXTRA_DIST += tests/jobs/pbs.sh tests/jobs/sweep.sh
+# jobs/gpu/check.sh where there is no GPU: the reason, a skip JSON, exit 77
+TESTS += tests/jobs/gpu_check.sh
+EXTRA_DIST += tests/jobs/gpu_check.sh

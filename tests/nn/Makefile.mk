@@ -18,3 +18,8 @@ tests_nn_bench_conv_LDADD = $(TS_LIBS)
 tests_nn_bench_step_prec_SOURCES = tests/nn/bench_step_prec.c
 tests_nn_bench_step_prec_LDADD = $(TS_LIBS)
 CLEANFILES += tests/nn/bench_conv tests/nn/bench_step_prec
+# the layers on the GPU against the CPU (skips, saying why, without CUDA or without a GPU)
+check_PROGRAMS += tests/nn/test_layers_cuda
+tests_nn_test_layers_cuda_SOURCES = tests/nn/test_layers_cuda.c
+tests_nn_test_layers_cuda_LDADD = $(TS_LIBS)
+TESTS += tests/nn/test_layers_cuda

@@ -1,0 +1,111 @@
+/* The layers' CUDA backend (internal to src/nn): the entry points that the
+ * layer functions of layers.h call when their tensors live on the GPU, the
+ * per-process cuDNN/cuBLAS context and the kernel launchers of
+ * src/nn/cuda/nn_kernels.cu. Everything is queued on the engine's compute
+ * stream (src/core/device.h) and ordered by it: a layer returns once its
+ * work is queued; a host read of a result goes through ts_tensor_transfer.
+ * Compiled only in CUDA builds (TS_HAVE_CUDA). */
+#ifndef TS_NN_CUDA_NN_H
+#define TS_NN_CUDA_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/core/tensor.h"
+#include "src/nn/layers.h"
+
+/* ---- kernel launchers (nn_kernels.cu); stream is a cudaStream_t ---- */
+/* wp[r][t][c] = w[r][c][flip ? taps-1-t : t] */
+int ts_cuk_wpack(const float *w, float *wp, int rows, int cols, int taps, int flip, void *stream);
+/* w[r][c][t] += wp[r][t][c] */
+int ts_cuk_wunpack_add(const float *wp, float *w, int rows, int cols, int taps, void *stream);
+/* y (bf16, or fp16 when fp16) = x rounded to nearest even */
+int ts_cuk_to_half(const float *x, void *y, size_t n, int fp16, void *stream);
+/* y = (add ? y : 0) + x, x bf16 or fp16 */
+int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void *stream);
+
+int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream);
+int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream);
+int ts_cuk_maxpool(const float *x, float *y, uint8_t *idx, int N, int D, int H, int W, int C, int k, void *stream);
+int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, float *dx, int N, int D, int H, int W, int C, int k,
+                            void *stream);
+/* per (n, c) of x [N][S][C], into device s1, s2 [N][C] (cleared first): mode 0 sums of x - ctr and its
+ * square (ctr device [N][C] or NULL: 0), mode 1 sums of dy' and dy' (x - ctr), dy' = 0 where mask <= 0 */
+int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N, size_t S,
+                     int C, double *s1, double *s2, void *stream);
+/* y = x scale[n][c] + shift[n][c], then max(0, .) if relu */
+int ts_cuk_chan_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
+                       float *y, void *stream);
+/* dx = dy' a + (x - ctr) b + k per (n, c) */
+int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, const float *ctr, const float *a, const float *b,
+                   const float *k, int N, size_t S, int C, float *dx, void *stream);
+/* count[256] (device, cleared first) = histogram of the labels; *at = first voxel of label t (~0 if none) */
+int ts_cuk_label_hist(const uint8_t *y, size_t V, unsigned long long *count, void *stream);
+int ts_cuk_label_first(const uint8_t *y, size_t V, int t, unsigned long long *at, void *stream);
+/* cross-entropy over V voxels: *num (device, cleared first) = sum w[t] (lse - l[t]); dl += f w[t] (p - onehot) if dl */
+int ts_cuk_ce(const float *l, const uint8_t *y, size_t V, int K, int ign, const float *w, float f, float *dl,
+              double *num, void *stream);
+/* soft Dice sums s [N][K][3] (cleared first) and the first bad voxel (~0 if none) */
+int ts_cuk_dice_sums(const float *l, const uint8_t *y, int N, size_t S, int K, int ign, double *s,
+                     unsigned long long *bad, void *stream);
+/* dl += p (dp - <p, dp>), dp[k] = AB[n][k][0] + (k == t) AB[n][k][1] */
+int ts_cuk_dice_grad(const float *l, const uint8_t *y, int N, size_t S, int K, int ign, const float *AB, float *dl,
+                     void *stream);
+
+/* ---- context (context.c) ---- */
+/* The process's cuDNN and cuBLAS handles, bound to the compute stream of
+ * the open device (opened on device 0 if none is). void * to keep cuDNN's
+ * headers out of the callers that do not need them. */
+int ts_cuda_nn_handles(void **cudnn, void **cublas, void **stream);
+/* Grow-only device scratch, one buffer per slot (0 .. TS_CUDA_SLOTS-1):
+ * valid until the next call for the same slot; stream-ordered reuse. */
+enum { TS_CUDA_SLOT_WORKSPACE = 0, TS_CUDA_SLOT_W, TS_CUDA_SLOT_DW, TS_CUDA_SLOT_A, TS_CUDA_SLOT_B,
+       TS_CUDA_SLOT_C, TS_CUDA_SLOT_D, TS_CUDA_SLOT_CAT, TS_CUDA_SLOT_CAT2,
+       TS_CUDA_SLOT_SMALL, TS_CUDA_SLOT_SMALL2, TS_CUDA_SLOTS };
+int ts_cuda_scratch(int slot, size_t bytes, void **p);
+/* "cuDNN 9.19.0, cuBLAS 13.1.0" (the libraries loaded at run time) */
+const char *ts_cuda_nn_versions(char *buf, size_t n);
+/* Releases the handles and the scratch (waits for queued work first); the
+ * next layer call creates them again. */
+void ts_cuda_nn_release(void);
+
+/* ---- convolutions through cuDNN (conv_cudnn.c); arguments as the host
+ * functions of layers.h ---- */
+int ts_cuda_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad,
+                           ts_tensor *y);
+int ts_cuda_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
+                            ts_tensor *dx, ts_tensor *dw, ts_tensor *db);
+int ts_cuda_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                               int stride, int pad, ts_tensor *y);
+int ts_cuda_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
+                                const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
+int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y);
+int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
+                             ts_tensor *dw, ts_tensor *db);
+
+
+/* ---- the other layers (layers_cuda.c); arguments as layers.h ---- */
+int ts_cuda_relu_forward(const ts_tensor *x, float slope, ts_tensor *y);
+int ts_cuda_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx);
+int ts_cuda_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx);
+int ts_cuda_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_tensor *dx);
+int ts_cuda_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y);
+int ts_cuda_concat_backward(const ts_tensor *dy, ts_tensor *da, ts_tensor *db);
+int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
+                              ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
+                              ts_tensor *save_mean, ts_tensor *save_invstd);
+int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
+                               const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
+                               ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
+int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
+                              ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd);
+int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
+                               const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
+                               ts_tensor *dgamma, ts_tensor *dbeta);
+/* cross-entropy and soft Dice: loss (if not NULL) and dlogits += scale * gradient (if not NULL) */
+int ts_cuda_softmax_ce(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale,
+                       double *loss, ts_tensor *dlogits);
+int ts_cuda_dice(const ts_tensor *logits, const ts_tensor *labels, const ts_loss_opts *o, float scale, double *loss,
+                 ts_tensor *dlogits);
+
+#endif

@@ -1,0 +1,427 @@
+// Device kernels of the layers that cuDNN does not cover: weight layout
+// changes between PyTorch's [rows][cols][taps] and cuDNN's channels-last
+// filter [rows][taps][cols], and the fp32 <-> bf16/fp16 staging of the
+// mixed-precision convolutions. Launchers only (declared in
+// src/nn/cuda/cuda_nn.h): each is queued on the given stream and returns
+// TS_ERR_CUDA if the launch failed; errors inside a kernel surface at the
+// next synchronisation. No cuDNN, cuBLAS, MPI or NCCL here.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define TS_ERROR_NO_MPI 1
+extern "C" {
+#include "src/core/error.h"
+#include "src/nn/cuda/cuda_nn.h"
+}
+
+static unsigned blocks_for(size_t n)
+{
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static int launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return ts_err(TS_ERR_CUDA, __FILE__, __LINE__, "%s: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+// wp[r][t][c] = w[r][c][t'] (t' = taps - 1 - t when flip)
+__global__ void wpack_k(const float *w, float *wp, int rows, int cols, int taps, int flip)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = i % cols, t = (i / cols) % taps, r = i / ((size_t)cols * taps);
+        const size_t ts = flip ? taps - 1 - t : t;
+        wp[i] = w[(r * cols + c) * taps + ts];
+    }
+}
+
+// w[r][c][t] += wp[r][t][c]
+__global__ void wunpack_add_k(const float *wp, float *w, int rows, int cols, int taps)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i % taps, c = (i / taps) % cols, r = i / ((size_t)cols * taps);
+        w[i] += wp[(r * taps + t) * cols + c];
+    }
+}
+
+__global__ void to_bf16_k(const float *x, __nv_bfloat16 *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void to_fp16_k(const float *x, __half *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(x[i]);
+}
+__global__ void from_bf16_k(const __nv_bfloat16 *x, float *y, size_t n, int add)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = (add ? y[i] : 0.0f) + __bfloat162float(x[i]);
+}
+__global__ void from_fp16_k(const __half *x, float *y, size_t n, int add)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = (add ? y[i] : 0.0f) + __half2float(x[i]);
+}
+
+extern "C" int ts_cuk_wpack(const float *w, float *wp, int rows, int cols, int taps, int flip, void *stream)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    if (n == 0) return 0;
+    wpack_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, flip);
+    return launched("weight pack");
+}
+
+extern "C" int ts_cuk_wunpack_add(const float *wp, float *w, int rows, int cols, int taps, void *stream)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    if (n == 0) return 0;
+    wunpack_add_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps);
+    return launched("weight gradient unpack");
+}
+
+extern "C" int ts_cuk_to_half(const float *x, void *y, size_t n, int fp16, void *stream)
+{
+    if (n == 0) return 0;
+    if (fp16) to_fp16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, n);
+    else to_bf16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, (__nv_bfloat16 *)y, n);
+    return launched("fp32 to half");
+}
+
+extern "C" int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void *stream)
+{
+    if (n == 0) return 0;
+    if (fp16) from_fp16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, y, n, add);
+    else from_bf16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, y, n, add);
+    return launched("half to fp32");
+}
+
+// ---------------------------------------------------------------- ReLU
+__global__ void relu_fwd_k(const float *x, float *y, size_t n, float slope)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        y[i] = v > 0.0f ? v : slope * v;
+    }
+}
+__global__ void relu_bwd_k(const float *y, const float *dy, float *dx, size_t n, float slope)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = y[i] > 0.0f ? dy[i] : slope * dy[i];
+}
+extern "C" int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream)
+{
+    if (n == 0) return 0;
+    relu_fwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, slope);
+    return launched("relu");
+}
+extern "C" int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream)
+{
+    if (n == 0) return 0;
+    relu_bwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(y, dy, dx, n, slope);
+    return launched("relu backward");
+}
+
+// ---------------------------------------------------------------- max-pool (kernel = stride = k)
+// one thread per output element [n][od][oh][ow][c]; first maximum on ties, a later NaN replaces
+__global__ void pool_fwd_k(const float *x, float *y, uint8_t *idx, int D, int H, int W, int C, int k, size_t n_out)
+{
+    const int OD = D / k, OH = H / k, OW = W / k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_out; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        size_t r = i / C;
+        const int ow = (int)(r % OW); r /= OW;
+        const int oh = (int)(r % OH); r /= OH;
+        const int od = (int)(r % OD);
+        const size_t n = r / OD;
+        float mx = 0.0f;
+        int at = 0, t = 0;
+        for (int kd = 0; kd < k; kd++)
+            for (int kh = 0; kh < k; kh++)
+                for (int kw = 0; kw < k; kw++, t++) {
+                    const float v = x[((((n * D + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C + c];
+                    if (t == 0 || v > mx || isnan(v)) {
+                        mx = v;
+                        at = t;
+                    }
+                }
+        y[i] = mx;
+        idx[i] = (uint8_t)at;
+    }
+}
+// one thread per output element: its window's k^3 input gradients (windows do not overlap)
+__global__ void pool_bwd_k(const float *dy, const uint8_t *idx, float *dx, int D, int H, int W, int C, int k,
+                           size_t n_out)
+{
+    const int OD = D / k, OH = H / k, OW = W / k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_out; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        size_t r = i / C;
+        const int ow = (int)(r % OW); r /= OW;
+        const int oh = (int)(r % OH); r /= OH;
+        const int od = (int)(r % OD);
+        const size_t n = r / OD;
+        const float g = dy[i];
+        const int at = idx[i];
+        int t = 0;
+        for (int kd = 0; kd < k; kd++)
+            for (int kh = 0; kh < k; kh++)
+                for (int kw = 0; kw < k; kw++, t++)
+                    dx[((((n * D + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C + c] = t == at ? g : 0.0f;
+    }
+}
+extern "C" int ts_cuk_maxpool(const float *x, float *y, uint8_t *idx, int N, int D, int H, int W, int C, int k,
+                              void *stream)
+{
+    const size_t n = (size_t)N * (D / k) * (H / k) * (W / k) * C;
+    if (n == 0) return 0;
+    pool_fwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, idx, D, H, W, C, k, n);
+    return launched("max-pool");
+}
+extern "C" int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, float *dx, int N, int D, int H, int W, int C,
+                                       int k, void *stream)
+{
+    const size_t n = (size_t)N * (D / k) * (H / k) * (W / k) * C;
+    if (n == 0) return 0;
+    pool_bwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(dy, idx, dx, D, H, W, C, k, n);
+    return launched("max-pool backward");
+}
+
+// ---------------------------------------------------------------- per-(sample, channel) sums of x [N][S][C]
+// mode 0: s1 += x - ctr, s2 += (x - ctr)^2; mode 1: s1 += dy', s2 += dy' (x - ctr), dy' = dy or 0 where mask <= 0.
+// Block (VOX voxels of one sample) x threads over channels: float sums per thread over the block's voxels,
+// then one double atomicAdd per (block, channel).
+#define VOX 64
+__global__ void chan_sums_k(int mode, const float *x, const float *dy, const float *mask, const float *ctr, size_t S,
+                            int C, double *s1, double *s2)
+{
+    const size_t n = blockIdx.y, v0 = (size_t)blockIdx.x * VOX;
+    const size_t v1 = v0 + VOX < S ? v0 + VOX : S;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float ce = ctr ? ctr[n * C + c] : 0.0f;
+        float a1 = 0.0f, a2 = 0.0f;
+        for (size_t v = v0; v < v1; v++) {
+            const size_t i = (n * S + v) * C + c;
+            const float d = x[i] - ce;
+            if (mode == 0) {
+                a1 += d;
+                a2 += d * d;
+            } else {
+                const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+                a1 += g;
+                a2 += g * d;
+            }
+        }
+        atomicAdd(&s1[n * C + c], (double)a1);
+        atomicAdd(&s2[n * C + c], (double)a2);
+    }
+}
+extern "C" int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N,
+                                size_t S, int C, double *s1, double *s2, void *stream)
+{
+    if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
+        cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
+        return launched("channel sums (clear)");
+    if (N == 0 || S == 0 || C == 0) return 0;
+    const dim3 grid((unsigned)((S + VOX - 1) / VOX), (unsigned)N);
+    const unsigned threads = C < 256 ? (unsigned)((C + 31) / 32) * 32 : 256u;
+    chan_sums_k<<<grid, threads, 0, (cudaStream_t)stream>>>(mode, x, dy, mask, ctr, S, C, s1, s2);
+    return launched("channel sums");
+}
+
+// y = x * scale[n][c] + shift[n][c] (then max(0, .) if relu)
+__global__ void chan_affine_k(const float *x, const float *scale, const float *shift, size_t S, int C, int relu,
+                              float *y, size_t n_all)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = i % C, n = i / ((size_t)S * C), j = n * C + c;
+        const float t = x[i] * scale[j] + shift[j];
+        y[i] = relu && !(t > 0.0f) ? 0.0f : t;
+    }
+}
+extern "C" int ts_cuk_chan_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C,
+                                  int relu, float *y, void *stream)
+{
+    const size_t n = (size_t)N * S * C;
+    if (n == 0) return 0;
+    chan_affine_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, y, n);
+    return launched("norm affine");
+}
+
+// dx = dy' a + (x - ctr) b + k, per (n, c)
+__global__ void norm_dx_k(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
+                          const float *b, const float *k, size_t S, int C, float *dx, size_t n_all)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t c = i % C, n = i / ((size_t)S * C), j = n * C + c;
+        const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+        dx[i] = g * a[j] + (x[i] - ctr[j]) * b[j] + k[j];
+    }
+}
+extern "C" int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
+                              const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream)
+{
+    const size_t n = (size_t)N * S * C;
+    if (n == 0) return 0;
+    norm_dx_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, dy, mask, ctr, a, b, k, S, C, dx, n);
+    return launched("norm input gradient");
+}
+
+// ---------------------------------------------------------------- losses on logits [V][K], labels [V] (uint8)
+__global__ void hist_k(const uint8_t *y, size_t V, unsigned long long *count)
+{
+    __shared__ unsigned int h[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) h[i] = 0;
+    __syncthreads();
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < V; v += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&h[y[v]], 1u);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        if (h[i]) atomicAdd(&count[i], (unsigned long long)h[i]);
+}
+// first voxel holding label t
+__global__ void first_k(const uint8_t *y, size_t V, int t, unsigned long long *at)
+{
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < V; v += (size_t)gridDim.x * blockDim.x)
+        if (y[v] == t) atomicMin(at, (unsigned long long)v);
+}
+extern "C" int ts_cuk_label_hist(const uint8_t *y, size_t V, unsigned long long *count, void *stream)
+{
+    if (cudaMemsetAsync(count, 0, 256 * sizeof(unsigned long long), (cudaStream_t)stream) != cudaSuccess)
+        return launched("label histogram (clear)");
+    if (V == 0) return 0;
+    const unsigned b = blocks_for(V) < 1024 ? blocks_for(V) : 1024u;
+    hist_k<<<b, 256, 0, (cudaStream_t)stream>>>(y, V, count);
+    return launched("label histogram");
+}
+extern "C" int ts_cuk_label_first(const uint8_t *y, size_t V, int t, unsigned long long *at, void *stream)
+{
+    const unsigned long long big = ~0ull;
+    if (cudaMemcpyAsync(at, &big, sizeof big, cudaMemcpyHostToDevice, (cudaStream_t)stream) != cudaSuccess)
+        return launched("label search (set)");
+    if (V == 0) return 0;
+    first_k<<<blocks_for(V), 256, 0, (cudaStream_t)stream>>>(y, V, t, at);
+    return launched("label search");
+}
+
+__device__ float softmax_dev(const float *l, int K, float *p)
+{
+    float m = l[0];
+    for (int k = 1; k < K; k++) m = l[k] > m ? l[k] : m;
+    float s = 0.0f;
+    for (int k = 0; k < K; k++) s += (p[k] = expf(l[k] - m));
+    const float r = 1.0f / s;
+    for (int k = 0; k < K; k++) p[k] *= r;
+    return m + logf(s);
+}
+
+__device__ void block_add(double v, double *out)
+{
+    __shared__ double part[256];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+// cross-entropy: num += w[t] (lse - l[t]); dl += f w[t] (p - onehot(t)) where dl
+#define KMAX 256
+__global__ void ce_k(const float *l, const uint8_t *y, size_t V, int K, int ign, const float *w, float f, float *dl,
+                     double *num)
+{
+    float p[KMAX];
+    double a = 0;
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < V; v += (size_t)gridDim.x * blockDim.x) {
+        const int t = y[v];
+        if (t == ign) continue;
+        const float lse = softmax_dev(l + v * K, K, p), wt = w ? w[t] : 1.0f;
+        a += (double)wt * (lse - l[v * K + t]);
+        if (dl) {
+            const float c = f * wt;
+            for (int k = 0; k < K; k++) dl[v * K + k] += c * (p[k] - (k == t ? 1.0f : 0.0f));
+        }
+    }
+    block_add(a, num);
+}
+extern "C" int ts_cuk_ce(const float *l, const uint8_t *y, size_t V, int K, int ign, const float *w, float f, float *dl,
+                         double *num, void *stream)
+{
+    if (cudaMemsetAsync(num, 0, sizeof(double), (cudaStream_t)stream) != cudaSuccess) return launched("ce (clear)");
+    if (V == 0) return 0;
+    const unsigned b = blocks_for(V) < 4096 ? blocks_for(V) : 4096;
+    ce_k<<<b, 256, 0, (cudaStream_t)stream>>>(l, y, V, K, ign, w, f, dl, num);
+    return launched("cross-entropy");
+}
+
+// dice sums per sample n (blockIdx.y) and class k: s[3k] += p[t] at k = t, s[3k+1] += p[k], s[3k+2] += 1 at k = t
+__global__ void dice_sums_k(const float *l, const uint8_t *y, size_t S, int K, int ign, double *s,
+                            unsigned long long *bad)
+{
+    extern __shared__ double sh[]; // 3 K
+    float p[KMAX];
+    const size_t n = blockIdx.y;
+    for (int i = threadIdx.x; i < 3 * K; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    for (size_t sv = blockIdx.x * (size_t)blockDim.x + threadIdx.x; sv < S; sv += (size_t)gridDim.x * blockDim.x) {
+        const size_t v = n * S + sv;
+        const int t = y[v];
+        if (t == ign) continue;
+        if (t >= K) {
+            atomicMin(bad, (unsigned long long)v);
+            continue;
+        }
+        softmax_dev(l + v * K, K, p);
+        for (int k = 0; k < K; k++) atomicAdd(&sh[3 * k + 1], (double)p[k]);
+        atomicAdd(&sh[3 * t], (double)p[t]);
+        atomicAdd(&sh[3 * t + 2], 1.0);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 3 * K; i += blockDim.x)
+        if (sh[i] != 0) atomicAdd(&s[n * 3 * K + i], sh[i]);
+}
+extern "C" int ts_cuk_dice_sums(const float *l, const uint8_t *y, int N, size_t S, int K, int ign, double *s,
+                                unsigned long long *bad, void *stream)
+{
+    const unsigned long long big = ~0ull;
+    if (cudaMemsetAsync(s, 0, sizeof(double) * 3 * K * N, (cudaStream_t)stream) != cudaSuccess ||
+        cudaMemcpyAsync(bad, &big, sizeof big, cudaMemcpyHostToDevice, (cudaStream_t)stream) != cudaSuccess)
+        return launched("dice sums (clear)");
+    if (N == 0 || S == 0) return 0;
+    const unsigned bx = blocks_for(S) < 1024 ? blocks_for(S) : 1024;
+    dice_sums_k<<<dim3(bx, (unsigned)N), 256, 3 * K * sizeof(double), (cudaStream_t)stream>>>(l, y, S, K, ign, s, bad);
+    return launched("dice sums");
+}
+
+// dice gradient: dL/dp[v][k] = A[n][k] + (k == t) B[n][k]; dl += p (dp - <p, dp>)
+__global__ void dice_grad_k(const float *l, const uint8_t *y, size_t S, size_t V, int K, int ign, const float *AB,
+                            float *dl)
+{
+    float p[KMAX];
+    for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < V; v += (size_t)gridDim.x * blockDim.x) {
+        const int t = y[v];
+        if (t == ign) continue;
+        const float *ab = AB + (v / S) * K * 2;
+        softmax_dev(l + v * K, K, p);
+        float dot = 0.0f;
+        for (int k = 0; k < K; k++) dot += p[k] * (ab[2 * k] + (k == t ? ab[2 * k + 1] : 0.0f));
+        for (int k = 0; k < K; k++) dl[v * K + k] += p[k] * (ab[2 * k] + (k == t ? ab[2 * k + 1] : 0.0f) - dot);
+    }
+}
+extern "C" int ts_cuk_dice_grad(const float *l, const uint8_t *y, int N, size_t S, int K, int ign, const float *AB,
+                                float *dl, void *stream)
+{
+    const size_t V = (size_t)N * S;
+    if (V == 0) return 0;
+    dice_grad_k<<<blocks_for(V), 256, 0, (cudaStream_t)stream>>>(l, y, S, V, K, ign, AB, dl);
+    return launched("dice gradient");
+}
