@@ -88,8 +88,8 @@ static void print_choice(const ts_config *cfg, const ts_plan_choice *c, int chos
                i == chosen ? "   <- taken" : "");
     }
     if (c->measured_s)
-        printf("  predictions within parallel.layout_tie = %g of the fastest were timed (1 warm-up, 2 steps each); the "
-               "fastest timed is taken\n", c->tie);
+        printf("  predictions within parallel.layout_tie = %g of the fastest were timed (1 warm-up, 2 steps each, in "
+               "order then in reverse, each layout's faster kept); the fastest timed is taken\n", c->tie);
     fflush(stdout);
 }
 

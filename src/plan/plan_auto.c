@@ -6,6 +6,7 @@
 #include "src/plan/plan_auto.h"
 #include "collectives/coll.h"
 #include "src/core/error.h"
+#include "src/core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,15 +141,28 @@ static int break_tie(ts_config *cfg, MPI_Comm comm, ts_plan_measure_fn measure, 
     if (tied < 2 || !measure) return 0;
     c->measured_s = TS_CALLOC((size_t)c->n, sizeof *c->measured_s);
     TS_TRY(ts_err_agree(comm, c->measured_s ? 0 : TS_ERR(TS_ERR_NOMEM, "parallel.layout = auto: timings")));
-    for (int i = 0; i < tied; i++) {
+    /* Two passes, the second in reverse order (the last layout of the first
+     * pass, just timed warm, is not timed again), each layout keeping its
+     * faster time: the first layout timed pays the job's cold start, and in
+     * a single pass it lost to it (2026-12-02, 128^3 on 4 ranks: dp 4 timed
+     * first at 43.1 s against 22.7 and 28.3 s for the others, while bench
+     * step --layouts measured it the fastest; docs/performance.md). */
+    for (int j = 0; j < 2 * tied - 1; j++) {
+        const int i = j < tied ? j : 2 * tied - 2 - j;
+        double t = 0;
         TS_TRY(ts_plan_apply(cfg, c, &c->layouts[i], "parallel.layout = auto"));
-        int err = measure(ctx, comm, cfg, &c->measured_s[i]);
+        int err = measure(ctx, comm, cfg, &t);
         if (err) {
             const ts_plan_layout *l = &c->layouts[i];
             return TS_CTX(err, "parallel.layout = auto: timing dp %d x pp %d x sp %d", l->dp, l->pp, l->sp);
         }
-        if (c->measured_s[i] < c->measured_s[*k]) *k = i;
+        const ts_plan_layout *l = &c->layouts[i];
+        ts_log_root(TS_LOG_INFO, "parallel.layout = auto: timing %d of %d, dp %d x pp %d x sp %d: %.1f ms", j + 1,
+                    2 * tied - 1, l->dp, l->pp, l->sp, t * 1e3);
+        if (j < tied || t < c->measured_s[i]) c->measured_s[i] = t;
     }
+    for (int i = 1; i < tied; i++)
+        if (c->measured_s[i] < c->measured_s[*k]) *k = i;
     return 0;
 }
 

@@ -37,6 +37,21 @@ timed = [(float(l.split()[-3] if '<-' in l else l.split()[-1]), '<-' in l) for l
          if (l.split()[-3] if '<-' in l else l.split()[-1]) != '-']
 print(rows, timed)
 sys.exit(0 if len(timed) >= 2 and min(timed)[1] else 1)"
+    ts_check "... timed twice, in order then in reverse (2n-1 timings of n layouts), each layout's faster time kept" "$TS_PY" -c "
+import re, sys
+log = open('$d/auto.out').read()
+t = re.findall(r'timing (\\d+) of (\\d+), dp (\\d+) x pp (\\d+) x sp (\\d+): ([0-9.]+) ms', log)
+n = (int(t[0][1]) + 1) // 2 if t else 0
+order = [tuple(map(int, x[2:5])) for x in t]
+ok = n >= 2 and len(t) == 2 * n - 1 and order[n:] == order[:n - 1][::-1]
+rows = {tuple(map(int, re.match(r'  dp (\\d+) x pp (\\d+) x sp (\\d+)', l).groups())): l.split() for l in log.splitlines()
+        if re.match(r'  dp \\d+ x pp \\d+ x sp \\d+ ', l)}
+for lay in set(order):
+    best = min(float(x[5]) for x in t if tuple(map(int, x[2:5])) == lay)
+    shown = rows[lay][-3] if rows[lay][-1] == 'taken' else rows[lay][-1]
+    ok = ok and abs(float(shown) - best) <= 0.05 + 1e-6 * best
+print(n, 'layouts timed', len(t), 'times, order', order)
+sys.exit(0 if ok else 1)"
     taken=$(sed -n 's/^  dp \([0-9]*\) x pp \([0-9]*\) x sp \([0-9]*\) .*<- taken$/\1 \2 \3/p' "$d/auto.out")
     # shellcheck disable=SC2086
     grid auto $taken
