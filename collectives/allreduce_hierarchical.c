@@ -6,7 +6,8 @@
  * at once, so the network sees the node, not the rank, count.
  * Cost (N nodes, L per node, n bytes; shared-memory copies at βs per byte):
  *   ≈ 3·n·βs + 2·(N-1)/N·(n/L)·β + 2(N-1)·α      (ring between nodes)
- * Needs the same number of ranks on every node.
+ * Needs the same number of ranks on every node. GPU buffers take the same
+ * three steps with NCCL inside the node: allreduce_hierarchical_nccl.c.
  * Reference: Sack & Gropp, "Collective algorithms for multiported torus
  * networks" (2015); NCCL's tree/ring split inside and across nodes. */
 #include "tsbuild.h"
@@ -47,6 +48,7 @@ int ts_allreduce_hierarchical(ts_chan *ch, const ts_coll_args *a)
     const ts_topo *t = &ch->topo;
     const size_t es = ts_dtype_size(a->dt);
     ts_op op = a->op == TS_OP_AVG ? TS_OP_SUM : a->op;
+    if (a->device) return ts_allreduce_hierarchical_nccl(ch, a);
     if (t->size == 1 || a->count == 0) {
         ts_coll_copy(a->recvbuf, a->sendbuf, a->count * es);
         return 0;

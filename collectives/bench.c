@@ -126,15 +126,23 @@ static int check_opts(const ts_coll_bench_opts *o, int p)
     return 0;
 }
 
-/* the default list: every registered algorithm that can run here (nccl only
- * for GPU buffers), then auto; the others are listed as skipped */
+/* the default list: every registered algorithm that can run here (for GPU
+ * buffers those that serve them: nccl, hierarchical), then auto; the others
+ * are listed as skipped */
 static void default_algos(ts_coll_bench *b)
 {
     ts_coll_bench_opts *o = &b->o;
     for (const char *const *n = ts_coll_algorithms(o->kind); *n && o->nalgo < TS_COLL_BENCH_MAX_ALGOS - 1; n++) {
-        if ((strcmp(*n, "nccl") == 0) != o->device) continue;
         char *why = b->skip_why[b->nskipped];
-        if (o->device || ts_coll_can_run(b->c, o->kind, *n, 1, o->dt, o->op, why, sizeof b->skip_why[0]))
+        int can;
+        if (o->device) {
+            can = ts_coll_device_algo(b->c, o->kind, *n, why, sizeof b->skip_why[0]);
+            if (can < 0) continue; /* host memory only */
+        } else {
+            if (!strcmp(*n, "nccl")) continue;
+            can = ts_coll_can_run(b->c, o->kind, *n, 1, o->dt, o->op, why, sizeof b->skip_why[0]);
+        }
+        if (can)
             o->algos[o->nalgo++] = *n;
         else
             b->skipped[b->nskipped++] = *n;
@@ -170,8 +178,8 @@ static int alloc_buffers(ts_coll_bench *b)
                       b->local_size > 1 ? "s" : "", have / 1073741824.0);
     TS_TRY(ts_err_agree(b->comm, lerr));
     if (o->device) {
-        lerr = ts_coll_device_alloc(maxb, ts_coll_local_rank(b->c), &b->rbuf);
-        if (!lerr && !o->in_place) lerr = ts_coll_device_alloc(maxb, ts_coll_local_rank(b->c), &b->sbuf);
+        lerr = ts_coll_device_alloc(maxb, ts_coll_gpu(b->c), &b->rbuf);
+        if (!lerr && !o->in_place) lerr = ts_coll_device_alloc(maxb, ts_coll_gpu(b->c), &b->sbuf);
         if (!lerr) {
             b->hbuf = malloc(maxb ? maxb : 1);
             if (!b->hbuf) lerr = TS_ERR(TS_ERR_NOMEM, "bench buffers");
@@ -321,7 +329,9 @@ int ts_coll_bench_size(ts_coll_bench *b, int si)
         w->wrong = wrong[a];
         w->vs_mpi = mpi_idx >= 0 ? med[mpi_idx] / med[a] : -1;
         if (!strcmp(o->algos[a], "auto")) {
-            const char *why = "", *chosen = ts_coll_choice(b->c, o->kind, count, o->dt, o->op, &why);
+            const char *why = "", *chosen;
+            if (o->device) chosen = ts_coll_device_choice(b->c, o->kind, count, o->dt, o->op, &why);
+            else chosen = ts_coll_choice(b->c, o->kind, count, o->dt, o->op, &why);
             snprintf(w->chosen, sizeof w->chosen, "%s", chosen ? chosen : "");
             snprintf(w->why, sizeof w->why, "%s", why ? why : "");
         }

@@ -19,6 +19,7 @@ typedef struct ts_topo {
     int equal_nodes;            /* every node has local_size ranks */
     int min_local, max_local;   /* smallest and largest node */
     int real_local_size;        /* ranks sharing this machine (before faking nodes) */
+    int real_local_rank;        /* this rank's place among them (selects its GPU) */
     MPI_Comm node_comm;         /* ranks of this node */
     MPI_Comm peer_comm;         /* ranks with the same local rank, one per node */
     MPI_Comm leader_comm;       /* local rank 0 of each node; MPI_COMM_NULL elsewhere */
@@ -86,7 +87,7 @@ typedef struct ts_chan {
     ts_topo topo;
     ts_shm shm;        /* on topo.node_comm */
     struct ts_coll *owner;
-    void *nccl;        /* NCCL communicator, created on first use */
+    void *nccl;        /* GPU state (collectives/device_impl.h), created on first use */
     void *scratch;     /* algorithm scratch */
     size_t scratch_bytes;
 } ts_chan;
@@ -111,7 +112,7 @@ typedef struct ts_coll_args {
 
 enum {
     TS_ALGO_CHECKS = 1,  /* compares signatures across ranks itself */
-    TS_ALGO_DEVICE = 2,  /* serves device buffers (and only those) */
+    TS_ALGO_DEVICE = 2,  /* serves device buffers (nccl: only those; hierarchical: both) */
     TS_ALGO_RAW = 4,     /* the MPI library itself: keeps MPI's semantics, no extra checks */
 };
 
@@ -227,6 +228,7 @@ int ts_allreduce_shm(ts_chan *ch, const ts_coll_args *a);
 int ts_allreduce_hierarchical(ts_chan *ch, const ts_coll_args *a);
 int ts_allreduce_mpi(ts_chan *ch, const ts_coll_args *a);
 int ts_allreduce_nccl(ts_chan *ch, const ts_coll_args *a);
+int ts_allreduce_hierarchical_nccl(ts_chan *ch, const ts_coll_args *a); /* hierarchical's GPU half */
 int ts_reduce_scatter_ring(ts_chan *ch, const ts_coll_args *a);
 int ts_reduce_scatter_shm(ts_chan *ch, const ts_coll_args *a);
 int ts_reduce_scatter_mpi(ts_chan *ch, const ts_coll_args *a);
@@ -247,8 +249,6 @@ size_t ts_ring_scratch_bytes(ts_dtype dt);
 
 /* MPI datatype and op for the `mpi` algorithms (user op for half types). */
 int ts_mpi_type_op(ts_dtype dt, ts_op op, MPI_Datatype *mt, MPI_Op *mo);
-
-#endif
 
 #define TS_SHM_MAX_LOCAL 256
 
@@ -275,3 +275,5 @@ int ts_shm_run_registered(ts_shm *s, ts_shm_mode mode, char *const *peer_base, s
                           ts_op op, const ts_shm_sig *sig);
 /* Broadcast from local rank root through staging. */
 int ts_shm_bcast(ts_shm *s, void *buf, size_t bytes, int root, const ts_shm_sig *sig);
+
+#endif

@@ -32,15 +32,17 @@ static int sup_node(const ts_chan *ch, const ts_coll_args *a, char *why, size_t 
     return 1;
 }
 
+/* host buffers through shared memory; in CUDA builds GPU buffers too, with
+ * NCCL inside the node (one GPU per rank of a node: checked when its NCCL
+ * communicator is made, the same on every rank) */
 static int sup_hier(const ts_chan *ch, const ts_coll_args *a, char *why, size_t n)
 {
-    if (!sup_host(ch, a, why, n)) return 0;
     if (!ch->topo.equal_nodes) {
         snprintf(why, n, "it needs the same number of ranks on every node (nodes here hold %d to %d ranks)",
                  ch->topo.min_local, ch->topo.max_local);
         return 0;
     }
-    if (ch->topo.local_size > TS_SHM_MAX_LOCAL) {
+    if (!a->device && ch->topo.local_size > TS_SHM_MAX_LOCAL) {
         snprintf(why, n, "more than %d ranks on a node", TS_SHM_MAX_LOCAL);
         return 0;
     }
@@ -48,15 +50,20 @@ static int sup_hier(const ts_chan *ch, const ts_coll_args *a, char *why, size_t 
 }
 
 #ifdef TS_HAVE_CUDA
+#define HIER_FLAGS TS_ALGO_DEVICE
+/* GPU buffers only (a count of zero touches no memory); one GPU per rank:
+ * checked when the NCCL communicator is made, the same on every rank */
 static int sup_device(const ts_chan *ch, const ts_coll_args *a, char *why, size_t n)
 {
     (void)ch;
-    if (!a->device) {
+    if (!a->device && a->count) {
         snprintf(why, n, "it needs buffers in GPU memory");
         return 0;
     }
     return 1;
 }
+#else
+#define HIER_FLAGS 0
 #endif
 
 static const ts_coll_algo registry[] = {
@@ -65,7 +72,7 @@ static const ts_coll_algo registry[] = {
     {"rabenseifner", TS_COLL_ALLREDUCE, 0, sup_host, ts_allreduce_rabenseifner},
     {"tree", TS_COLL_ALLREDUCE, 0, sup_host, ts_allreduce_tree},
     {"shm", TS_COLL_ALLREDUCE, TS_ALGO_CHECKS, sup_node, ts_allreduce_shm},
-    {"hierarchical", TS_COLL_ALLREDUCE, 0, sup_hier, ts_allreduce_hierarchical},
+    {"hierarchical", TS_COLL_ALLREDUCE, HIER_FLAGS, sup_hier, ts_allreduce_hierarchical},
     {"mpi", TS_COLL_ALLREDUCE, TS_ALGO_RAW, sup_host, ts_allreduce_mpi},
 #ifdef TS_HAVE_CUDA
     {"nccl", TS_COLL_ALLREDUCE, TS_ALGO_DEVICE, sup_device, ts_allreduce_nccl},
@@ -108,11 +115,17 @@ const char *const *ts_coll_algorithms(ts_coll_kind kind)
     return (unsigned)kind < TS_COLL_KIND_COUNT ? lists[kind] : NULL;
 }
 
-/* Built-in rules, used when nothing is forced and no tuning entry applies. */
+/* Built-in rules, used when nothing is forced and no tuning entry applies.
+ * GPU buffers: hierarchical across nodes (NCCL inside each, host-staged MPI
+ * between them), nccl within one node or when nodes differ in size. */
 static int rule_choice(const ts_chan *ch, ts_coll_kind kind, size_t bytes, int device)
 {
     const ts_topo *t = &ch->topo;
-    if (device) return ts_coll_registry_find(kind, "nccl");
+    if (device) {
+        if (kind == TS_COLL_ALLREDUCE && t->nnodes > 1 && t->equal_nodes)
+            return ts_coll_registry_find(kind, "hierarchical");
+        return ts_coll_registry_find(kind, "nccl");
+    }
     int single = t->nnodes == 1 && t->local_size <= TS_SHM_MAX_LOCAL;
     switch (kind) {
     case TS_COLL_ALLREDUCE:
@@ -169,14 +182,26 @@ static int choose(const ts_coll *c, const ts_chan *ch, const ts_coll_args *a, co
     return rule_choice(ch, a->kind, bytes, a->device);
 }
 
-const char *ts_coll_choice(ts_coll *c, ts_coll_kind kind, size_t count, ts_dtype dt, ts_op op, const char **why)
+static const char *choice(ts_coll *c, ts_coll_kind kind, size_t count, ts_dtype dt, ts_op op, int device,
+                          const char **why)
 {
-    ts_coll_args a = {.kind = kind, .count = count, .dt = dt, .op = op};
+    ts_coll_args a = {.kind = kind, .count = count, .dt = dt, .op = op, .device = device};
     const char *w = "forced";
     int i = c->forced[kind];
     if (i < 0) i = choose(c, &c->main, &a, &w);
     if (why) *why = w;
     return i >= 0 ? registry[i].name : "none";
+}
+
+const char *ts_coll_choice(ts_coll *c, ts_coll_kind kind, size_t count, ts_dtype dt, ts_op op, const char **why)
+{
+    return choice(c, kind, count, dt, op, 0, why);
+}
+
+const char *ts_coll_device_choice(ts_coll *c, ts_coll_kind kind, size_t count, ts_dtype dt, ts_op op,
+                                  const char **why)
+{
+    return choice(c, kind, count, dt, op, 1, why);
 }
 
 static int reduces(ts_coll_kind k) { return k == TS_COLL_ALLREDUCE || k == TS_COLL_REDUCE_SCATTER; }
@@ -284,5 +309,13 @@ int ts_coll_can_run(ts_coll *c, ts_coll_kind kind, const char *algo, size_t coun
         return 0;
     }
     ts_coll_args a = {.kind = kind, .count = count, .dt = dt, .op = op};
+    return registry[i].supports(&c->main, &a, why, n);
+}
+
+int ts_coll_device_algo(ts_coll *c, ts_coll_kind kind, const char *algo, char *why, size_t n)
+{
+    int i = ts_coll_registry_find(kind, algo);
+    if (i < 0 || !(registry[i].flags & TS_ALGO_DEVICE)) return -1;
+    ts_coll_args a = {.kind = kind, .count = 1, .dt = TS_FLOAT32, .op = TS_OP_SUM, .device = 1};
     return registry[i].supports(&c->main, &a, why, n);
 }

@@ -26,9 +26,9 @@ int ts_topo_create(MPI_Comm comm, ts_topo *t)
         k = (int)v;
     }
     TS_MPI(MPI_Comm_size(real, &t->real_local_size));
+    TS_MPI(MPI_Comm_rank(real, &t->real_local_rank));
     if (k > 0) {
-        int rl;
-        TS_MPI(MPI_Comm_rank(real, &rl));
+        int rl = t->real_local_rank;
         TS_MPI(MPI_Comm_split(real, rl / k, rl, &t->node_comm));
         MPI_Comm_free(&real);
     } else {

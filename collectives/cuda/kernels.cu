@@ -1,6 +1,6 @@
 // GPU kernels of the collectives: the benchmark's check pattern (fill and
-// count wrong elements) and the integer division that finishes an AVG that
-// NCCL reduced as a SUM. C launchers are declared in collectives/device.h.
+// count wrong elements) and the division that finishes an AVG that NCCL
+// reduced as a SUM. C launchers are declared in collectives/device.h.
 // Kernels and their launchers only: no MPI and no NCCL here (device.c).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,7 +14,7 @@ extern "C" {
 #include "src/core/error.h"
 int ts_coll_device_fill(void *p, size_t n, ts_dtype dt, int rank, int seed);
 int ts_coll_device_wrong(const void *p, size_t n, ts_dtype dt, int nranks, int op, int seed, size_t *wrong);
-int ts_coll_device_int_avg(void *p, size_t n, ts_dtype dt, int nranks);
+int ts_coll_device_avg(void *p, size_t n, ts_dtype dt, int nranks, void *stream);
 }
 
 template <typename T> __device__ T from_int(double v) { return (T)v; }
@@ -52,10 +52,19 @@ __global__ void wrong_k(const T *p, size_t n, int nranks, int op, int seed, int 
     atomicAdd(wrong, w);
 }
 
+// x / d as the host's ts_reduce_finish: in the type (integer division for
+// integers), half types in float32 rounded once
+template <typename T> __device__ T div_by(T v, int d) { return v / (T)d; }
+template <> __device__ __nv_bfloat16 div_by<__nv_bfloat16>(__nv_bfloat16 v, int d)
+{
+    return __float2bfloat16(__bfloat162float(v) / (float)d);
+}
+template <> __device__ __half div_by<__half>(__half v, int d) { return __float2half(__half2float(v) / (float)d); }
+
 template <typename T> __global__ void div_k(T *p, size_t n, int d)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] /= d;
+        p[i] = div_by<T>(p[i], d);
 }
 
 static int launch_check(const char *what)
@@ -107,10 +116,20 @@ int ts_coll_device_wrong(const void *p, size_t n, ts_dtype dt, int nranks, int o
     return err;
 }
 
-int ts_coll_device_int_avg(void *p, size_t n, ts_dtype dt, int nranks)
+int ts_coll_device_avg(void *p, size_t n, ts_dtype dt, int nranks, void *stream)
 {
-    if (n == 0) return 0;
-    if (dt == TS_INT32) div_k<<<1024, 256>>>((int32_t *)p, n, nranks);
-    else if (dt == TS_INT64) div_k<<<1024, 256>>>((int64_t *)p, n, nranks);
-    return launch_check("integer average");
+    cudaStream_t st = (cudaStream_t)stream;
+    if (n == 0 || nranks == 1) return 0;
+    switch (dt) {
+    case TS_FLOAT32: div_k<<<1024, 256, 0, st>>>((float *)p, n, nranks); break;
+    case TS_FLOAT64: div_k<<<1024, 256, 0, st>>>((double *)p, n, nranks); break;
+    case TS_BFLOAT16: div_k<<<1024, 256, 0, st>>>((__nv_bfloat16 *)p, n, nranks); break;
+    case TS_FLOAT16: div_k<<<1024, 256, 0, st>>>((__half *)p, n, nranks); break;
+    case TS_INT32: div_k<<<1024, 256, 0, st>>>((int32_t *)p, n, nranks); break;
+    case TS_INT64: div_k<<<1024, 256, 0, st>>>((int64_t *)p, n, nranks); break;
+    default: return ts_err(TS_ERR_UNSUPPORTED, __FILE__, __LINE__, "device average: dtype %d", (int)dt);
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return ts_err(TS_ERR_CUDA, __FILE__, __LINE__, "device average: %s", cudaGetErrorString(e));
+    return 0;
 }
