@@ -4,7 +4,8 @@
 #   jobs/gpu/check.sh [OUTDIR]        (default OUTDIR: ./gpu-check)
 # environment:
 #   TESSERA        the tessera program (default build/tessera, else bin/tessera beside a bundle's env.sh)
-#   GPU_TESTS      folder holding test_layers_cuda (default build/tests/nn, else the program's folder)
+#   GPU_TESTS      folder holding test_layers_cuda and test_device (default build/tests/nn and
+#                  build/tests/coll, else the program's folder)
 #   MPIEXEC        the MPI launcher (default mpiexec.mpich, else mpiexec)
 #   PYTHON         a python3 with PyTorch and a GPU for the comparison (default python3; BENCH=0 skips it)
 #   CHECK_BUDGET_S seconds the whole check may take (default 470: under 8 minutes)
@@ -15,8 +16,11 @@
 #      transposed conv3d and conv3d over a concatenation against the CPU
 #      kernels, fp32 (TF32 off, <= 1e-4), bf16 and fp16 (<= 1e-2);
 #   3. the collectives on device buffers (tessera bench coll --device gpu
-#      --check): nccl on 1 rank, hierarchical on 2 ranks faked as 2 nodes of
-#      one rank each (one GPU cannot hold two ranks of one NCCL communicator);
+#      --check): nccl, hierarchical and auto on 1 rank, hierarchical and auto
+#      on 2 ranks faked as 2 nodes of one rank each (one GPU cannot hold two
+#      ranks of one NCCL communicator: with one GPU that must be refused, and
+#      is checked), float32, bfloat16 and float16, sum and avg, uneven sizes;
+#      then the collectives' GPU test program (tests/coll/test_device);
 #   4. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
 #      channels_last_3d and torch.compile): the figure tessera's GPU engine
 #      is to beat. tessera's own training step does not run on a GPU yet:
@@ -59,6 +63,8 @@ steps=()
 
 say() { echo "$*" | tee -a "$log"; }
 left() { echo $((budget - ($(date +%s) - start))); }
+mark=0
+out_of_step() { tail -n +$((mark + 1)) "$log"; } # what the last run printed
 # record NAME STATUS SECONDS DETAIL
 record() {
     steps+=("$(python3 -c 'import json,sys; print(json.dumps({"name":sys.argv[1],"status":sys.argv[2],"seconds":float(sys.argv[3]),"detail":sys.argv[4]}))' "$1" "$2" "$3" "$4" 2>/dev/null ||
@@ -81,6 +87,7 @@ run() {
     [ "$t" -gt "$l" ] && t=$l
     if [ "$t" -le 5 ]; then rc=124; secs=0; say "== $name: no time left in the budget"; return; fi
     say "== $name (timeout $t s): $*"
+    mark=$(wc -l <"$log")
     local a; a=$(date +%s.%N)
     timeout -k 10 "$t" "$@" >>"$log" 2>&1
     rc=$?
@@ -121,12 +128,12 @@ fails=0
 # 2. the layers on the GPU against the CPU
 if [ -x "$tests/test_layers_cuda" ]; then
     run layers 120 "$tests/test_layers_cuda"
-    n_ok=$(grep -c '^ok ' "$log" || true)
-    n_bad=$(grep -c '^not ok ' "$log" || true)
+    n_ok=$(out_of_step | grep -c '^ok ')
+    n_bad=$(out_of_step | grep -c '^not ok ')
     if [ $rc -eq 0 ] && [ "$n_bad" -eq 0 ] && [ "$n_ok" -gt 0 ]; then
         record layers pass "$secs" "$n_ok checks passed"
     else
-        record layers fail "$secs" "exit $rc, $n_ok passed, $n_bad failed: $(grep '^not ok ' "$log" | head -3 | tr '\n' ';')"
+        record layers fail "$secs" "exit $rc, $n_ok passed, $n_bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"
         fails=$((fails + 1))
     fi
 else
@@ -134,20 +141,40 @@ else
     fails=$((fails + 1))
 fi
 
-# 3. the collectives on device buffers
-coll() { # NAME NP RANKS_PER_NODE ALGO: float32 and bfloat16, 8 B .. 16 MiB, wrong elements counted
-    local name=$1 np=$2 rpn=$3 algo=$4 bad=0 t=0 dt
-    for dt in float32 bfloat16; do
-        run "$name-$dt" 60 env TESSERA_RANKS_PER_NODE="$rpn" "$mpiexec" -n "$np" "$tessera" bench coll --device gpu \
-            --check --algo "$algo" --dtype "$dt" --min-bytes 8 --max-bytes 16M --repeat 2 --time-ms 10
-        [ $rc -eq 0 ] || bad=$((bad + 1))
-        t=$(python3 -c "print($t + $secs)" 2>/dev/null || echo "$t")
-    done
-    if [ $bad -eq 0 ]; then record "$name" pass "$t" "$np rank(s), $rpn per node, $algo, float32 and bfloat16"
-    else record "$name" fail "$t" "$bad of 2 dtypes failed: see the log"; fails=$((fails + 1)); fi
+# 3. the collectives on device buffers (docs/collectives.md, "GPU buffers")
+# coll NAME NP RANKS_PER_NODE ARGS...: bench coll --device gpu --check, wrong elements counted
+coll() {
+    local name=$1 np=$2 rpn=$3; shift 3
+    run "$name" 60 env TESSERA_RANKS_PER_NODE="$rpn" "$mpiexec" -n "$np" "$tessera" bench coll --device gpu --check \
+        --repeat 1 --time-ms 2 "$@"
+    if [ $rc -eq 0 ]; then record "$name" pass "$secs" "$np rank(s), $rpn per node: $*"
+    else record "$name" fail "$secs" "exit $rc ($np rank(s), $rpn per node: $*): see the log"; fails=$((fails + 1)); fi
 }
-coll coll-nccl-1 1 1 nccl
-coll coll-hierarchical-2 2 1 hierarchical
+coll coll-1-f32 1 1 --algo nccl,hierarchical,auto --min-bytes 4 --max-bytes 4000004
+coll coll-1-bf16-avg 1 1 --algo nccl,hierarchical,auto --dtype bfloat16 --reduce avg --in-place --min-bytes 2 --max-bytes 2000002
+coll coll-1-f16-avg 1 1 --algo nccl,hierarchical,auto --dtype float16 --reduce avg --min-bytes 2 --max-bytes 2000002
+coll coll-2nodes-f32 2 1 --algo hierarchical,auto --min-bytes 4 --max-bytes 4000004
+coll coll-2nodes-bf16-avg 2 1 --algo hierarchical,auto --dtype bfloat16 --reduce avg --in-place --min-bytes 2 --max-bytes 2000002
+# two ranks on one GPU in one NCCL communicator: refused on both ranks, not a failure inside NCCL
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" = 1 ]; then
+    for a in nccl hierarchical; do
+        run "coll-refuse-$a" 60 "$mpiexec" -n 2 "$tessera" bench coll --device gpu --algo "$a" --max-bytes 64 --repeat 1 --time-ms 1
+        n=$(out_of_step | grep -c "share GPU 0")
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -ge 2 ]; then record "coll-refuse-$a" pass "$secs" "2 ranks on the one GPU: refused on both"
+        else record "coll-refuse-$a" fail "$secs" "exit $rc, 'share GPU 0' on $n of 2 ranks"; fails=$((fails + 1)); fi
+    done
+fi
+# the collectives' GPU test program (every dtype and op, uneven counts, in place or not)
+if [ -x "$tests/test_device" ] || [ -x "$here/build/tests/coll/test_device" ]; then
+    td=$tests/test_device
+    [ -x "$td" ] || td=$here/build/tests/coll/test_device
+    for np in 1 2; do
+        run "coll-test-device-$np" 90 env TESSERA_RANKS_PER_NODE=1 "$mpiexec" -n $np "$td"
+        bad=$(out_of_step | grep -c '^not ok ')
+        if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then record "coll-test-device-$np" pass "$secs" "$np rank(s), one per node"
+        else record "coll-test-device-$np" fail "$secs" "exit $rc, $bad failed"; fails=$((fails + 1)); fi
+    done
+fi
 
 # 4. PyTorch's UNet3D-small at 128^3 on this GPU (the figure to beat)
 if [ "${BENCH:-1}" = 0 ]; then
@@ -157,7 +184,7 @@ elif ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
 else
     run pytorch 330 env PYTHONUNBUFFERED=1 "$py" "$here/jobs/gpu/pytorch_gpu.py" "$here/configs/unet3d-small.ini" \
         --patch 128 --batches 2,8 --modes eager,compile
-    best=$(grep '"best_of_pytorch"' "$log" | python3 -c 'import json,sys
+    best=$(out_of_step | grep '"best_of_pytorch"' | python3 -c 'import json,sys
 print("; ".join("batch %d: %.1f samples/s (%s), %.1f TFLOP/s, %.3f of peak" % (r["batch"], r["samples_per_s"], r["mode"], r["tflops"], r["fraction_of_peak"]) for r in map(json.loads, sys.stdin)))' 2>/dev/null)
     if [ $rc -eq 0 ] && [ -n "$best" ]; then record pytorch pass "$secs" "$best"
     else record pytorch fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
