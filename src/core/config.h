@@ -31,14 +31,14 @@ typedef struct ts_cfg_key {
 
 typedef struct ts_config ts_config;
 
-/* Local. Builds an empty config over the NULL-terminated list of schema
- * tables (borrowed: they must outlive the config). A key may appear in
- * several tables (modules that read the same key) if its type, default and
- * range agree; otherwise that is TS_ERR_INTERNAL. */
 /* Local. A whole decimal integer (trailing spaces allowed); 0, or 1 when s
  * is not one or overflows (*v unchanged). */
 int ts_parse_i64(const char *s, int64_t *v);
 
+/* Local. Builds an empty config over the NULL-terminated list of schema
+ * tables (borrowed: they must outlive the config). A key may appear in
+ * several tables (modules that read the same key) if its type, default and
+ * range agree; otherwise that is TS_ERR_INTERNAL. */
 int ts_config_create(const ts_cfg_key *const *tables, ts_config **out);
 void ts_config_destroy(ts_config **cfg);
 
