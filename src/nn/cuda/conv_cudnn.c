@@ -353,8 +353,9 @@ done:
     return err;
 }
 
-/* out += bias over the channels (fp32) */
-static int add_bias(const cgeom *g, const float *bias, float *out)
+/* the bias over g's output channels (fp32): grad 0, out += bias; grad 1,
+ * bias += the sum of out (a gradient dy) over N, D, H, W */
+static int bias_op(const cgeom *g, int grad, const float *src, float *dst)
 {
     int err = 0;
     void *h = NULL;
@@ -362,22 +363,8 @@ static int add_bias(const cgeom *g, const float *bias, float *out)
     TS_TRY(ts_cuda_nn_handles(&h, NULL, NULL));
     TS_TRY(setup(g, 0, &d));
     const float one = 1;
-    DNN(cudnnAddTensor(h, &one, d.bias, bias, &one, d.yf, out));
-done:
-    destroy(&d);
-    return err;
-}
-
-/* db += sum of dy over N, D, H, W (fp32) */
-static int bias_grad(const cgeom *g, const float *dy, float *db)
-{
-    int err = 0;
-    void *h = NULL;
-    descs d;
-    TS_TRY(ts_cuda_nn_handles(&h, NULL, NULL));
-    TS_TRY(setup(g, 0, &d));
-    const float one = 1;
-    DNN(cudnnConvolutionBackwardBias(h, &one, d.yf, dy, &one, d.bias, db));
+    if (grad) DNN(cudnnConvolutionBackwardBias(h, &one, d.yf, src, &one, d.bias, dst));
+    else DNN(cudnnAddTensor(h, &one, d.bias, src, &one, d.yf, dst));
 done:
     destroy(&d);
     return err;
@@ -390,7 +377,7 @@ int ts_cuda_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tens
     cgeom g;
     TS_TRY(conv_geom(x, w, b, stride, pad, y, "conv3d output", &g));
     TS_TRY(run_fwd(&g, x->data, w->data, y->data));
-    if (b) TS_TRY(add_bias(&g, b->data, y->data));
+    if (b) TS_TRY(bias_op(&g, 0, b->data, y->data));
     return 0;
 }
 
@@ -409,7 +396,7 @@ int ts_cuda_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, 
     }
     /* the weight gradient first: dx may be x itself */
     if (dw) TS_TRY(run_bwd_filter(&g, x->data, dy->data, dw->data));
-    if (db) TS_TRY(bias_grad(&g, dy->data, db->data));
+    if (db) TS_TRY(bias_op(&g, 1, dy->data, db->data));
     if (dx) TS_TRY(run_bwd_data(&g, dy->data, w->data, dx->data));
     return 0;
 }
@@ -424,7 +411,7 @@ int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_ten
         cgeom gb = g; /* the bias is over y's channels: y as an "output" of C channels */
         gb.k_out = g.c;
         memcpy(gb.out, g.in, sizeof gb.out);
-        TS_TRY(add_bias(&gb, b->data, y->data));
+        TS_TRY(bias_op(&gb, 0, b->data, y->data));
     }
     return 0;
 }
@@ -448,7 +435,7 @@ int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride,
         cgeom gb = g;
         gb.k_out = g.c;
         memcpy(gb.out, g.in, sizeof gb.out);
-        TS_TRY(bias_grad(&gb, dy->data, db->data));
+        TS_TRY(bias_op(&gb, 1, dy->data, db->data));
     }
     if (dx) TS_TRY(run_fwd(&g, dy->data, w->data, dx->data));
     return 0;
