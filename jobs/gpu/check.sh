@@ -4,8 +4,8 @@
 #   jobs/gpu/check.sh [OUTDIR]        (default OUTDIR: ./gpu-check)
 # environment:
 #   TESSERA        the tessera program (default build/tessera, else bin/tessera beside a bundle's env.sh)
-#   GPU_TESTS      folder holding test_layers_cuda and test_device (default build/tests/nn and
-#                  build/tests/coll, else the program's folder)
+#   GPU_TESTS      folder holding test_layers_cuda, test_device and golden_compare (default
+#                  build/tests/nn, build/tests/coll and build/tests/model, else the program's folder)
 #   MPIEXEC        the MPI launcher (default mpiexec.mpich, else mpiexec)
 #   PYTHON         a python3 with PyTorch and a GPU for the comparison (default python3; BENCH=0 skips it)
 #   CHECK_BUDGET_S seconds the whole check may take (default 470: under 8 minutes)
@@ -21,10 +21,18 @@
 #      ranks of one NCCL communicator: with one GPU that must be refused, and
 #      is checked), float32, bfloat16 and float16, sum and avg, uneven sizes;
 #      then the collectives' GPU test program (tests/coll/test_device);
-#   4. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
-#      channels_last_3d and torch.compile): the figure tessera's GPU engine
-#      is to beat. tessera's own training step does not run on a GPU yet:
-#      the check says so rather than timing the CPU.
+#   4. the model on the GPU engine (train.engine = cuda): `tessera model
+#      run` on the golden cases of tests/golden that the GPU engine runs
+#      (not the residual encoder) against PyTorch's logits, loss, gradients
+#      and parameters after one step, fp32 with TF32 off (<= 1e-4 of each
+#      tensor's scale, tests/model/golden_compare); bf16 logits on the GPU
+#      against bf16 on this machine's CPU (<= 1e-2); 20 training steps on
+#      the GPU and on the CPU (final loss within 1 %); one step's
+#      gradients on 2 ranks data parallel on the GPU (faked nodes of one
+#      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
+#   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
+#      channels_last_3d and torch.compile) and `tessera bench step` on the
+#      GPU engine at the same sizes: samples/s side by side.
 # Writes OUTDIR/gpu_check.json (one entry per step: name, status
 # pass|fail|skip, seconds, detail) and OUTDIR/gpu_check.log (everything
 # printed). Exit status: 0 all ran steps passed, 1 some failed, 77 there is
@@ -176,7 +184,101 @@ if [ -x "$tests/test_device" ] || [ -x "$here/build/tests/coll/test_device" ]; t
     done
 fi
 
-# 4. PyTorch's UNet3D-small at 128^3 on this GPU (the figure to beat)
+# 4. the model on the GPU engine
+gc=$tests/golden_compare
+[ -x "$gc" ] || gc=$here/build/tests/model/golden_compare
+G=$here/tests/golden
+mkdir -p "$out/model"
+if [ ! -x "$gc" ]; then
+    record model fail 0 "no golden_compare in $tests (build it: make tests/model/golden_compare)"
+    fails=$((fails + 1))
+else
+    # golden cases, fp32, TF32 off, against PyTorch
+    args=""
+    while read -r name input mode; do
+        case "$name" in ''|'#'*|resenc*) continue ;; esac
+        flag=--train-step
+        [ "$mode" = eval ] && flag=--eval
+        run "golden-$name" 60 "$mpiexec" -n 1 "$tessera" model run "$G/$name.ini" weights="$G/$name-weights.h5" \
+            input="$G/$input" output="$out/model/$name.h5" $flag train.engine=cuda train.tf32=false
+        args="$args $name $out/model/$name.h5 $G/$name-expect.h5"
+    done <"$G/cases.txt"
+    run golden-compare 60 "$gc" $args
+    bad=$(out_of_step | grep -c '^not ok ')
+    if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then
+        record golden pass "$secs" "$(out_of_step | grep -c '^ok ') checks vs PyTorch (fp32, TF32 off, tol 1e-4)"
+    else
+        record golden fail "$secs" "exit $rc, $bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"
+        fails=$((fails + 1))
+    fi
+    # bf16 logits, GPU against this machine's CPU
+    args=""
+    for name in bn-eval gn-sgd; do
+        for e in cuda cpu; do
+            run "bf16-$name-$e" 120 "$mpiexec" -n 1 "$tessera" model run "$G/$name.ini" weights="$G/$name-weights.h5" \
+                input="$G/input.h5" output="$out/model/bf16-$name-$e.h5" --eval train.precision=bf16 train.engine=$e
+        done
+        args="$args bf16-$name $out/model/bf16-$name-cuda.h5 $out/model/bf16-$name-cpu.h5"
+    done
+    run bf16-compare 60 "$gc" --tol 1e-2 $args
+    bad=$(out_of_step | grep -c '^not ok ')
+    if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then record bf16 pass "$secs" "bf16 logits and loss, GPU vs CPU, tol 1e-2"
+    else record bf16 fail "$secs" "exit $rc, $bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"; fails=$((fails + 1)); fi
+    # training: a synthetic dataset, a small UNet3D with batch norm
+    ini=$out/model/train.ini
+    printf '%s\n' '[model]' 'channels = 8,16,32' 'classes = 3' 'norm = batch' 'sync_bn = true' '[data]' 'patch = 32' \
+        '[train]' 'batch = 2' 'steps = 20' 'lr = 0.05' 'momentum = 0.9' 'loss = ce+dice' 'deterministic = true' \
+        'log_every = 1' 'tf32 = false' '[eval]' 'final = false' '[ckpt]' 'every = 0' >"$ini"
+    run synth 60 "$mpiexec" -n 1 "$tessera" synth --out "$out/model/syn.h5" --count 8 --size 48 --classes 3 --seed 5
+    trn() { # NP NAME ARGS...
+        local np=$1 name=$2; shift 2
+        run "train-$name" 120 env TESSERA_RANKS_PER_NODE=1 "$mpiexec" -n "$np" "$tessera" train "$ini" \
+            data.path="$out/model/syn.h5" run.dir="$out/model/run-$name" "$@"
+    }
+    "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 >>"$log" 2>&1
+    trn 1 gpu train.engine=cuda model.init="$out/model/init.h5"
+    trn 1 cpu train.engine=cpu model.init="$out/model/init.h5"
+    losses=$(python3 - "$out/model/run-gpu" "$out/model/run-cpu" <<'PY' 2>>"$log"
+import json, sys
+def last(d):
+    l = {}
+    for line in open(d + "/metrics.jsonl"):
+        m = json.loads(line)
+        if "loss" in m and "dice" not in m:
+            l[m["step"]] = m["loss"]
+    return l
+a, b = last(sys.argv[1]), last(sys.argv[2])
+assert 20 in a and 20 in b, (sorted(a), sorted(b))
+r = abs(a[20] - b[20]) / abs(b[20])
+print("step 20 loss %.6f on the GPU, %.6f on the CPU (step 1: %.6f, %.6f): %.2e relative" % (a[20], b[20], a[1], b[1], r))
+sys.exit(0 if r <= 0.01 and a[20] < a[1] else 1)
+PY
+)
+    if [ $? -eq 0 ]; then record train-20 pass 0 "$losses"
+    else record train-20 fail 0 "${losses:-no losses (see the log)}"; fails=$((fails + 1)); fi
+    # one step's gradients: 2 ranks data parallel on the GPU, 1 rank on the GPU, 1 rank on the CPU
+    for v in "gpu1 1 train.engine=cuda" "gpu2 2 train.engine=cuda train.batch=1" "cpu1 1 train.engine=cpu"; do
+        set -- $v
+        name=$1 np=$2; shift 2
+        trn "$np" "g-$name" "$@" train.steps=1 model.init="$out/model/init.h5" train.dump_grads="$out/model/g-$name.h5"
+    done
+    run grads-compare 60 "$gc" --tol 1e-4 dp2-vs-1 "$out/model/g-gpu2.h5" "$out/model/g-gpu1.h5" \
+        gpu-vs-cpu "$out/model/g-gpu1.h5" "$out/model/g-cpu1.h5"
+    bad=$(out_of_step | grep -c '^not ok ')
+    if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then record grads pass "$secs" "dp 2 on the GPU = 1 rank on the GPU = the CPU (tol 1e-4)"
+    else record grads fail "$secs" "exit $rc, $bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"; fails=$((fails + 1)); fi
+fi
+
+# 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
+for b in 2 8; do
+    [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
+    run "tessera-b$b" 150 "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
+        train.batch=$b train.precision=bf16 train.engine=cuda --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
+    sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
+print('%.2f samples/s (%s, %s)' % (r['samples_per_s'], r['engine'], r['conv_kernels']))" "$out/tessera-b$b.json" 2>/dev/null)
+    if [ $rc -eq 0 ] && [ -n "$sps" ]; then record "tessera-b$b" pass "$secs" "batch $b: $sps"
+    else record "tessera-b$b" fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
+done
 if [ "${BENCH:-1}" = 0 ]; then
     record pytorch skip 0 "BENCH=0"
 elif ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -189,7 +291,6 @@ print("; ".join("batch %d: %.1f samples/s (%s), %.1f TFLOP/s, %.3f of peak" % (r
     if [ $rc -eq 0 ] && [ -n "$best" ]; then record pytorch pass "$secs" "$best"
     else record pytorch fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
 fi
-record tessera-train skip 0 "tessera's training step does not run on a GPU yet (docs/gpu.md): nothing to time against PyTorch"
 
 if [ $fails -eq 0 ]; then finish pass "$gpu"; exit 0; fi
 finish fail "$gpu"

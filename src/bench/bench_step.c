@@ -10,6 +10,8 @@
 #include "src/core/error.h"
 #include "src/core/perf.h"
 #include "src/core/timer.h"
+#include "src/model/cost.h"
+#include "src/nn/peak.h"
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/grid.h"
@@ -119,6 +121,7 @@ typedef struct bench {
     ts_perf *perf;
     ts_tensor image, label;
     struct batch_pair bb;
+    double peak_fp32, peak_bf16; /* --peak: the ranks' summed measured peaks, GFLOP/s */
 } bench;
 
 /* one training step as `tessera train` takes it: the micro-batches
@@ -168,6 +171,12 @@ static int setup_model(bench *b)
 {
     const ts_config *cfg = b->cfg;
     const ts_layout *L = b->L;
+    {
+        char note[256]; /* train.engine as `tessera train` resolves it */
+        TS_TRY(ts_err_agree(L->grid->world, ts_unet_engine_choose(&b->u, L->grid->local_rank, L->grid->pp, L->grid->sp,
+                                                                  note, sizeof note)));
+        if (note[0] && L->world_rank == 0) fprintf(stderr, "tessera bench step: note: %s\n", note);
+    }
     TS_TRY(ts_unet_create(&b->u, ts_gradpath_arena_states(b->gp, ts_optim_state_count(&b->opt.cfg)), &b->m));
     int sync;
     TS_TRY(ts_config_get_bool(cfg, "model.sync_bn", &sync));
@@ -234,7 +243,9 @@ static void header(const bench *b, ts_bench_step_result *r)
 #endif
     r->schedule = ts_pipe_kind_name(b->L->spec.schedule);
     r->precision = b->u.precision == TS_PREC_BF16 ? "bf16" : b->u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
-    r->kernels = b->u.precision == TS_PREC_BF16   ? ts_nn_bf16_isa()
+    r->engine = ts_unet_engine_name(b->u.engine);
+    r->kernels = b->u.engine == TS_ENGINE_CUDA      ? "cuDNN"
+                 : b->u.precision == TS_PREC_BF16   ? ts_nn_bf16_isa()
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"
                                                   : "fp32";
 }
@@ -530,6 +541,15 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     r->step_s = slowest / steps;
     r->samples_per_s = (double)b->batch * b->L->micro * b->L->grid->dp / r->step_s;
     r->voxels_per_s = r->samples_per_s * (double)b->u.patch[0] * b->u.patch[1] * b->u.patch[2];
+    ts_unet_cost uc; /* the model's FLOP of one replica's samples, whole patches */
+    TS_TRY(ts_unet_cost_of(&b->u, (int)(b->batch * b->L->micro), b->u.patch, NULL, &uc));
+    r->flops = (uc.flops_forward + uc.flops_backward) * b->L->grid->dp;
+    r->gflops = r->flops / r->step_s / 1e9;
+    if (b->o->peak && b->u.engine != TS_ENGINE_CUDA) { /* the peak of the arithmetic the convolutions ran */
+        const int bf16 = b->u.precision == TS_PREC_BF16 && b->peak_bf16 > 0 && !strcmp(ts_nn_bf16_isa(), "avx512bf16");
+        r->peak_gflops = bf16 ? b->peak_bf16 : b->peak_fp32;
+        r->peak_kind = bf16 ? "bf16" : "fp32";
+    }
     r->best_s = s->best;
     r->forward_s = s->fwd / steps;
     r->backward_s = s->bwd / steps;
@@ -559,7 +579,32 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     r->plan_mb = b->plan.total_mb;
     const double *p = ts_unet_profile(b->m);
     for (int k = 0; k < TS_PROF_COUNT; k++) r->prof[k] = p[k] / steps;
+    r->profiled = b->o->profile;
+    int split[3]; /* this rank's box, its split axes */
+    for (int d = 0; d < 3; d++) split[d] = b->L->sp_dims[d] > 1;
+    ts_unet_cost box;
+    TS_TRY(ts_unet_cost_of(&b->u, (int)(b->batch * b->L->micro), b->L->box, split, &box));
+    for (int k = 0; k < TS_PROF_COUNT; k++) {
+        const int conv = k == TS_PROF_CONV_FWD || k == TS_PROF_CONV_WGRAD || k == TS_PROF_CONV_DGRAD || k == TS_PROF_CONVT;
+        r->prof_flop[k] = conv ? box.work[k] : 0;
+        r->prof_bytes[k] = box.bytes[k];
+    }
     return 0;
+}
+
+void ts_bench_step_roof(const ts_bench_step_result *r, int k, double *gflops, double *gbps, const char **bound,
+                        double *fraction)
+{
+    const double t = r->prof[k];
+    *gflops = t > 0 ? r->prof_flop[k] / t / 1e9 : 0;
+    *gbps = t > 0 ? r->prof_bytes[k] / t / 1e9 : 0;
+    *bound = "-";
+    *fraction = 0;
+    if (r->peak_gflops <= 0 || r->peak_triad_GBps <= 0) return;
+    const double pf = r->peak_gflops / r->ranks, pb = r->peak_triad_GBps / r->ranks; /* this rank's share */
+    const int compute = r->prof_flop[k] > 0 && r->prof_bytes[k] > 0 && r->prof_flop[k] / r->prof_bytes[k] >= pf / pb;
+    *bound = compute ? "compute" : "memory";
+    *fraction = compute ? *gflops / pf : *gbps / pb;
 }
 
 /* rank 0: the rates of every layer kind for `tessera plan` (the caller writes them) */
@@ -598,6 +643,15 @@ int ts_bench_step_run(MPI_Comm comm, const ts_config *cfg, const ts_bench_step_o
     if (o->steps < 1 || o->warmup < 0 || o->rounds < 1)
         TS_FAIL(TS_ERR_ARG, "bench step: steps >= 1, warm-up >= 0 and rounds >= 1, not %d, %d, %d", o->steps, o->warmup,
                 o->rounds);
+    if (o->peak) { /* every rank at once, before the model takes memory */
+        ts_cpu_peak p;
+        TS_CHECK(ts_err_agree(comm, ts_cpu_peak_measure(0, 2.0, &p)));
+        double v[3] = {p.fp32_gflops, p.bf16_gflops, p.triad_GBps};
+        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm));
+        r->peak_triad_GBps = v[2];
+        b.peak_fp32 = v[0];
+        b.peak_bf16 = v[1];
+    }
     TS_CHECK(setup_grid(&b));
     TS_CHECK(setup_model(&b));
     if (o->overhead) {
@@ -707,8 +761,40 @@ static void json_steps(cJSON *o, const ts_bench_step_result *r, const char *conf
     }
     cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
     cJSON_AddStringToObject(o, "precision", r->precision);
+    cJSON_AddStringToObject(o, "engine", r->engine);
     cJSON_AddStringToObject(o, "conv_kernels", r->kernels);
     cJSON_AddNumberToObject(o, "voxels_per_s", r->voxels_per_s);
+    cJSON_AddNumberToObject(o, "flop_per_step", r->flops);
+    if (r->profiled) { /* --profile: the roofline per kind (this rank's) */
+        cJSON *pa = cJSON_AddArrayToObject(o, "profile");
+        double sum = r->optimizer_s;
+        for (int k = 0; k < TS_PROF_COUNT; k++) {
+            double gf, gb, fr;
+            const char *bound;
+            ts_bench_step_roof(r, k, &gf, &gb, &bound, &fr);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "kind", ts_unet_prof_name(k));
+            cJSON_AddNumberToObject(e, "ms", r->prof[k] * 1e3);
+            cJSON_AddNumberToObject(e, "flop", r->prof_flop[k]);
+            cJSON_AddNumberToObject(e, "bytes", r->prof_bytes[k]);
+            cJSON_AddNumberToObject(e, "gflops", gf);
+            cJSON_AddNumberToObject(e, "GBps", gb);
+            cJSON_AddStringToObject(e, "bound", bound);
+            cJSON_AddNumberToObject(e, "fraction_of_roof", fr);
+            cJSON_AddItemToArray(pa, e);
+            sum += r->prof[k];
+        }
+        cJSON_AddNumberToObject(o, "profile_optimizer_ms", r->optimizer_s * 1e3);
+        cJSON_AddNumberToObject(o, "profile_sum_ms", sum * 1e3);
+        cJSON_AddNumberToObject(o, "profile_sum_over_step", sum / r->step_s);
+    }
+    cJSON_AddNumberToObject(o, "gflops", r->gflops);
+    if (r->peak_gflops > 0) {
+        cJSON_AddStringToObject(o, "peak_kind", r->peak_kind);
+        cJSON_AddNumberToObject(o, "peak_gflops", r->peak_gflops);
+        cJSON_AddNumberToObject(o, "fraction_of_peak", r->gflops / r->peak_gflops);
+        cJSON_AddNumberToObject(o, "peak_triad_GBps", r->peak_triad_GBps);
+    }
     cJSON_AddNumberToObject(o, "step_ms", r->step_s * 1e3);
     cJSON_AddNumberToObject(o, "best_step_ms", r->best_s * 1e3);
     cJSON_AddNumberToObject(o, "forward_ms", r->forward_s * 1e3);

@@ -27,6 +27,7 @@ typedef struct ts_bench_step_opts {
     const char *compare;     /* checkpoint levels B to compare with the config's (A), or NULL */
     int rounds;              /* compare: rounds of B then A (>= 1) */
     double rss0_mb;          /* resident memory before the config was loaded (ts_train_rss_mb) */
+    int peak;                /* measure the CPU's peak first (src/nn/peak.h) and report the fraction of it */
 } ts_bench_step_opts;
 
 typedef struct ts_bench_step_stage {
@@ -51,8 +52,15 @@ typedef struct ts_bench_step_compare {
 typedef struct ts_bench_step_result {
     int ranks, dp, pp, sp, dims[3], micro, threads, steps, warmup;
     int64_t box[3], batch, patch[3];
-    const char *schedule, *precision, *kernels; /* static strings */
+    const char *schedule, *precision, *kernels, *engine; /* static strings */
     double samples_per_s, voxels_per_s, step_s, best_s, forward_s, backward_s, optimizer_s, cpu_s; /* per step */
+    double flops;            /* the model's FLOP per step, all replicas (src/model/cost.h: convolutions forward and
+                              * backward; a checkpointed level's recomputation not counted) */
+    double gflops;           /* flops / step_s / 1e9 */
+    double peak_gflops;      /* --peak: the ranks' summed measured peak of the precision that ran (fp32 FMA, or
+                              * bf16 dot products where the CPU has them), else 0 */
+    double peak_triad_GBps;  /* --peak: the ranks' summed triad bandwidth */
+    const char *peak_kind;   /* "fp32 FMA (avx512f)", ... (static) */
     double cores_busy;       /* process CPU time over wall time */
     double bubble_formula;   /* (P-1)/(M+P-1) */
     ts_bench_step_stage *stages; /* pp entries when pp > 1 (owned) */
@@ -66,6 +74,10 @@ typedef struct ts_bench_step_result {
     int perf_on_n, perf_off_n;
     char perf_what[1024];
     double prof[TS_PROF_COUNT]; /* seconds per step per layer kind (profile) */
+    int profiled;            /* --profile: the JSON gets the roofline table */
+    double prof_flop[TS_PROF_COUNT], prof_bytes[TS_PROF_COUNT]; /* this rank's per step, by the cost model (what
+                                                                 * runs: recomputation included; FLOP of the
+                                                                 * convolution kinds only) */
     ts_plan_calib cal;          /* with opts.calibrate, rank 0: the rates of this run's box (not written) */
     /* the gradient path, as `tessera train` takes it (src/parallel/layout.h) */
     const char *grad_path;      /* plain, compress, zero or local (static) */
@@ -87,6 +99,14 @@ typedef struct ts_bench_step_result {
  * calibration file from rank 0. Errors agreed; free r with
  * ts_bench_step_result_free (also after an error). */
 int ts_bench_step_run(MPI_Comm comm, const ts_config *cfg, const ts_bench_step_opts *o, ts_bench_step_result *r);
+/* Local. The roofline of profile kind k (0 .. TS_PROF_COUNT-1) for this
+ * rank: its GFLOP/s and GB/s from r's times and the cost model, the bound
+ * ("compute": a convolution kind whose FLOP per byte exceed the machine's
+ * peak FLOP/s over its triad bandwidth; "memory" otherwise; "-" without
+ * --peak) and the fraction of that roof reached (the rank's share of the
+ * summed peaks; 0 without --peak). */
+void ts_bench_step_roof(const ts_bench_step_result *r, int k, double *gflops, double *gbps, const char **bound,
+                        double *fraction);
 /* Local. A comparison whose gradients differ: TS_ERR_INTERNAL naming both
  * level sets; else 0. */
 int ts_bench_step_verdict(const ts_bench_step_result *r);

@@ -18,7 +18,7 @@
 static void help(void)
 {
     printf("usage: tessera bench step CONFIG [section.key=value ...] [--steps N] [--warmup W] [--json FILE]\n"
-           "                          [--profile] [--calibrate FILE] [--perf-overhead]\n"
+           "                          [--profile] [--peak] [--calibrate FILE] [--perf-overhead]\n"
            "                          [--compare-checkpoint LEVELS [--rounds R]]\n\n"
            "Times N (default 5) full training steps - forward, loss, backward, optimizer step - after W\n"
            "(default 2) warm-up steps, on random data (normal images, uniform labels) of data.patch and\n"
@@ -26,8 +26,17 @@ static void help(void)
            "cores). Prints samples/s, voxels/s, the mean step time and its phases, and the peak resident\n"
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
-           "precision, conv_kernels (train.precision and the convolution kernels that ran),\n"
-           "batch, patch. --profile adds the time per kind of layer. --calibrate FILE writes the rates of\n"
+           "precision, engine, conv_kernels (train.precision, train.engine and the convolution kernels that\n"
+           "ran), flop_per_step and gflops (the model's convolution FLOP per step over all replicas, by the\n"
+           "analytic cost model src/model/cost.h; a checkpointed level's recomputation not counted), batch,\n"
+           "patch. --peak first measures the CPU's peaks on every rank at once (`tessera bench peak`, 2 s)\n"
+           "and adds peak_kind (fp32, or bf16 where bf16 ran on AVX512-BF16), peak_gflops (summed over the\n"
+           "ranks), fraction_of_peak and peak_triad_GBps. --profile adds a table per kind of layer (rank 0):\n"
+           "ms per step, GFLOP and MB by the cost model (recomputation included), GFLOP/s, GB/s and, with\n"
+           "--peak, the bound (compute where a convolution's FLOP per byte exceed the peak FLOP/s over the\n"
+           "triad GB/s, else memory) and the fraction of that roof; the optimizer and the sum against the\n"
+           "step time (JSON: profile [kind, ms, flop, bytes, gflops, GBps, bound, fraction_of_roof],\n"
+           "profile_optimizer_ms, profile_sum_ms, profile_sum_over_step). --calibrate FILE writes the rates of\n"
            "every layer kind (work from the model's analytic cost over the measured time), the optimizer's\n"
            "time per parameter and the activation bytes per element, for `tessera plan --calib FILE`\n"
            "(measure on one rank, with the threads per rank the plan assumes; there it also runs the boxes\n"
@@ -101,6 +110,25 @@ static void report_pipeline(const ts_bench_step_result *r)
     }
 }
 
+/* --profile: the roofline table of this rank (rank 0) */
+static void report_profile(const ts_bench_step_result *r)
+{
+    printf("  per step on rank 0, by kind of layer (FLOP and bytes: the cost model, src/model/cost.h)%s:\n"
+           "    %-17s %9s %10s %9s %9s %8s %-8s %s\n", r->peak_gflops > 0 ? "" : " (--peak for the bounds)", "kind",
+           "ms", "GFLOP", "MB", "GFLOP/s", "GB/s", "bound", "of its roof");
+    double sum = r->optimizer_s;
+    for (int k = 0; k < TS_PROF_COUNT; k++) {
+        double gf, gb, fr;
+        const char *bound;
+        ts_bench_step_roof(r, k, &gf, &gb, &bound, &fr);
+        printf("    %-17s %9.1f %10.2f %9.1f %9.1f %8.1f %-8s %.3f\n", ts_unet_prof_name(k), r->prof[k] * 1e3,
+               r->prof_flop[k] / 1e9, r->prof_bytes[k] / 1e6, gf, gb, bound, fr);
+        sum += r->prof[k];
+    }
+    printf("    %-17s %9.1f\n    %-17s %9.1f ms = %.3f of the step (%.1f ms; the rest is untimed: batch set-up, "
+           "gradient hooks)\n", "optimizer", r->optimizer_s * 1e3, "sum", sum * 1e3, sum / r->step_s, r->step_s * 1e3);
+}
+
 static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_bench_step_result *r)
 {
     const int steps = r->steps;
@@ -114,7 +142,12 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
            "optimizer %.1f ms\n", r->samples_per_s, r->voxels_per_s, r->step_s * 1e3, r->best_s * 1e3,
            r->forward_s * 1e3, r->backward_s * 1e3, r->optimizer_s * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", r->cpu_s * 1e3, r->cores_busy);
-    printf("  precision %s (convolution kernels: %s)\n", r->precision, r->kernels);
+    printf("  precision %s, engine %s (convolution kernels: %s)\n", r->precision, r->engine, r->kernels);
+    printf("  %.1f GFLOP/s (the model's %.4g FLOP per step: convolutions, forward and backward)", r->gflops, r->flops);
+    if (r->peak_gflops > 0)
+        printf(", %.3f of the measured %s peak (%.1f GFLOP/s over the ranks; triad %.1f GB/s)", r->gflops / r->peak_gflops,
+               r->peak_kind, r->peak_gflops, r->peak_triad_GBps);
+    printf("\n");
     if (r->stages) report_pipeline(r);
     if (r->sp > 1)
         printf("  halo exchange per step: %.1f ms exposed, %.1f ms hidden by compute; spatial sums %.1f ms (largest "
@@ -141,11 +174,7 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
     if (o->calibrate)
         printf("  calibration for tessera plan written to %s%s\n", o->calibrate,
                r->ranks > 1 ? " (measured with other ranks sharing the node: calibrate on one rank for plan)" : "");
-    if (o->profile) {
-        printf("  per step:");
-        for (int k = 0; k < TS_PROF_COUNT; k++) printf("%s %s %.1f ms", k ? "," : "", ts_unet_prof_name(k), r->prof[k] * 1e3);
-        printf("\n");
-    }
+    if (o->profile) report_profile(r);
     printf("  peak RSS %.1f MiB (activations and gradients %.1f MiB per rank at most, arena %.1f MiB; memory plan "
            "%.0f MiB), loss %.4f\n", r->rss_mb, r->act_bytes / 1048576.0, r->arena_mb, r->plan_mb, r->loss);
 }
@@ -188,6 +217,7 @@ static int parse(int argc, char **argv, ts_bench_step_opts *o, const char **cfgp
             else o->warmup = (int)v;
         } else if (!strcmp(a, "--json") && i + 1 < argc) *json = argv[++i];
         else if (!strcmp(a, "--profile")) o->profile = 1;
+        else if (!strcmp(a, "--peak")) o->peak = 1;
         else if (!strcmp(a, "--calibrate") && i + 1 < argc) o->calibrate = argv[++i];
         else if (!strcmp(a, "--perf-overhead")) o->overhead = 1;
         else if (!strcmp(a, "--compare-checkpoint") && i + 1 < argc) o->compare = argv[++i];

@@ -34,9 +34,10 @@ static const ts_cli_cmd commands[] = {
 };
 /* listed in --help until they exist (see README) */
 static const char *const not_yet =
-    "training and inference on a GPU (CUDA builds have the layers on device tensors, cuDNN\n"
-    "  convolutions, and NCCL collectives, checked by jobs/gpu/check.sh; no command trains on a GPU\n"
-    "  yet: docs/gpu.md)";
+    "a verified GPU engine: train.engine = cuda (train, bench step, model run; data parallel,\n"
+    "  model.arch = unet) is built and compiled but has never run on a GPU; jobs/gpu/check.sh is\n"
+    "  written to check it. tessera infer, spatial and pipeline parallelism and the residual\n"
+    "  encoder run on the CPU only (docs/gpu.md)";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

@@ -71,6 +71,7 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         else {
             TS_CHECK(ts_unet_forward(m, &x, 0));
             lt = ts_unet_logits(m);
+            if (!lt) TS_CHECK(ts_err_last()); /* the copy from the GPU failed */
         }
         if (!lt) continue; /* a stage before the head */
         const float *lg = lt->data; /* [B, box..., K] */

@@ -40,6 +40,11 @@ int ts_model_run_file(const ts_config *cfg, const ts_model_run_opts *o, double *
     ts_unet_cfg u;
     ts_optim opt = {0};
     TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
+    {
+        char note[256];
+        TS_CHECK(ts_unet_engine_choose(&u, 0, 1, 1, note, sizeof note)); /* one process: the first GPU */
+        if (note[0]) fprintf(stderr, "tessera model run: note: %s\n", note);
+    }
     TS_CHECK(ts_optim_cfg_from_config(cfg, &opt.cfg));
     TS_CHECK(ts_unet_create(&u, o->train_step ? ts_optim_state_count(&opt.cfg) : 0, &m));
     TS_CHECK(ts_weights_load(ts_unet_arena(m), o->weights));
@@ -67,6 +72,7 @@ int ts_model_run_file(const ts_config *cfg, const ts_model_run_opts *o, double *
     double loss = 0;
     if (have_label) TS_CHECK(ts_unet_loss(m, &label, o->train_step, &loss));
     const ts_tensor *lg = ts_unet_logits(m);
+    if (!lg) TS_CHECK(ts_err_last()); /* the copy from the GPU failed */
     TS_CHECK(ts_tensor_alloc(&logits, TS_FLOAT32, 5,
                              (const int64_t[]){lg->shape[0], lg->shape[4], lg->shape[1], lg->shape[2], lg->shape[3]}));
     TS_CHECK(ts_tensor_to_channels_first(lg, &logits));

@@ -1,9 +1,11 @@
 /* Parameter arena; see arena.h. Owns the one contiguous block of
  * parameters, gradients, optimizer state and buffers (offsets fixed by
- * ts_arena_add, memory by ts_arena_alloc) and a sharded optimizer state's
- * region; knows no layer and no update rule, no MPI. */
+ * ts_arena_add, memory by ts_arena_alloc), a sharded optimizer state's
+ * region and the GPU mirror of params, grads and buffers (the copies
+ * between the two); knows no layer and no update rule, no MPI. */
 #include "tsbuild.h"
 #include "src/model/arena.h"
+#include "src/core/device.h"
 #include "src/core/error.h"
 
 #include <stdio.h>
@@ -24,6 +26,7 @@ void ts_arena_destroy(ts_arena **a)
     free((*a)->p);
     free((*a)->base);
     free((*a)->state_base);
+    ts_device_free((*a)->dev_base);
     free(*a);
     *a = NULL;
 }
@@ -130,6 +133,81 @@ ts_tensor ts_arena_state(const ts_arena *a, int s, int i)
 void ts_arena_zero_grad(ts_arena *a)
 {
     if (a->grads) memset(a->grads, 0, a->nparam * sizeof(float));
+    if (a->dev_grads) {
+        ts_tensor g = ts_tensor_view(a->dev_grads, TS_FLOAT32, 1, (const int64_t[]){(int64_t)a->nparam});
+        g.device = 1;
+        ts_tensor_zero(&g);
+    }
+}
+
+int ts_arena_alloc_device(ts_arena *a)
+{
+    if (!a->base) return TS_ERR(TS_ERR_INTERNAL, "arena: device mirror before ts_arena_alloc");
+    ts_device_free(a->dev_base);
+    a->dev_base = a->dev_params = a->dev_grads = a->dev_buffers = NULL;
+    void *p = NULL;
+    const size_t floats = 2 * a->nparam + a->nbuf;
+    TS_TRY(ts_device_alloc((floats ? floats : 16) * sizeof(float), &p));
+    a->dev_base = p;
+    a->dev_params = a->dev_base;
+    a->dev_grads = a->dev_params + a->nparam;
+    a->dev_buffers = a->dev_grads + a->nparam;
+    ts_arena_zero_grad(a);
+    return ts_arena_to_device(a);
+}
+
+static ts_tensor dev_view(const ts_param *p, float *region)
+{
+    ts_tensor t = ts_tensor_view(region + p->offset, p->dtype, p->ndim, p->shape);
+    t.device = 1;
+    return t;
+}
+
+ts_tensor ts_arena_dev_value(const ts_arena *a, int i)
+{
+    const ts_param *p = &a->p[i];
+    if (!a->dev_base || p->dtype != TS_FLOAT32) return ts_arena_value(a, i);
+    return dev_view(p, p->kind == TS_PARAM ? a->dev_params : a->dev_buffers);
+}
+
+ts_tensor ts_arena_dev_grad(const ts_arena *a, int i)
+{
+    const ts_param *p = &a->p[i];
+    if (!a->dev_base || p->kind != TS_PARAM) return ts_arena_grad(a, i);
+    return dev_view(p, a->dev_grads);
+}
+
+/* n floats from region src to dst (one of them on the device) */
+static int copy_floats(float *dst, int dst_dev, float *src, size_t n)
+{
+    if (!n) return 0;
+    ts_tensor d = ts_tensor_view(dst, TS_FLOAT32, 1, (const int64_t[]){(int64_t)n});
+    ts_tensor s = ts_tensor_view(src, TS_FLOAT32, 1, (const int64_t[]){(int64_t)n});
+    d.device = dst_dev;
+    s.device = !dst_dev;
+    return ts_tensor_transfer(&d, &s);
+}
+
+int ts_arena_to_device(ts_arena *a)
+{
+    if (!a->dev_base) return 0;
+    TS_TRY(copy_floats(a->dev_params, 1, a->params, a->nparam));
+    return copy_floats(a->dev_buffers, 1, a->buffers, a->nbuf);
+}
+
+int ts_arena_buffers_to_host(ts_arena *a)
+{
+    for (int i = 0; a->dev_base && i < a->n; i++) {
+        const ts_param *p = &a->p[i];
+        if (p->kind == TS_BUFFER && p->dtype == TS_FLOAT32)
+            TS_TRY(copy_floats(a->buffers + p->offset, 0, a->dev_buffers + p->offset, (size_t)p->numel));
+    }
+    return 0;
+}
+
+int ts_arena_grads_to_host(ts_arena *a)
+{
+    return a->dev_base ? copy_floats(a->grads, 0, a->dev_grads, a->nparam) : 0;
 }
 
 int64_t ts_arena_count(const ts_arena *a)

@@ -42,6 +42,9 @@ typedef struct ts_arena {
     float *base;    /* the allocation (NULL until ts_arena_alloc) */
     float *state_base; /* shard-sized state regions (ts_arena_alloc_state), else NULL */
     float *params, *grads, *state[TS_ARENA_MAX_STATE], *buffers;
+    /* the GPU mirror (ts_arena_alloc_device), NULL without one: params,
+     * grads and buffers at the host regions' offsets, in device memory */
+    float *dev_base, *dev_params, *dev_grads, *dev_buffers;
 } ts_arena;
 
 /* Local. Empty arena / frees it (NULL-safe, sets *a = NULL). */
@@ -65,8 +68,33 @@ int ts_arena_find(const ts_arena *a, const char *name);
 ts_tensor ts_arena_value(const ts_arena *a, int i);
 ts_tensor ts_arena_grad(const ts_arena *a, int i);
 ts_tensor ts_arena_state(const ts_arena *a, int s, int i);
-/* Local. Zeroes all gradients. */
+/* Local. Zeroes all gradients (the mirror's too, where there is one). */
 void ts_arena_zero_grad(ts_arena *a);
+
+/* ---- the GPU mirror (train.engine = cuda, docs/gpu.md) ----
+ * The host regions stay the master copy: optimizers, gradient buckets,
+ * clipping, checkpoints and sharding work on them unchanged. The layers
+ * read the mirror's params and buffers and write its grads; the model
+ * copies params and buffers up before a forward (ts_arena_to_device), the
+ * float buffers (batch-norm running statistics) back after a training
+ * forward (ts_arena_buffers_to_host) and the gradients back when backward
+ * ends (ts_arena_grads_to_host). int64 buffers (the batch-norm
+ * counters) live on the host only. All local; copies complete before the
+ * calls return. */
+/* Local. After ts_arena_alloc: device storage for params, grads and
+ * buffers (the device must be open); TS_ERR_UNSUPPORTED without CUDA. */
+int ts_arena_alloc_device(ts_arena *a);
+/* Local. Device views of entry i's value and gradient (host views where
+ * there is no mirror, and for int64 buffers, which stay on the host). */
+ts_tensor ts_arena_dev_value(const ts_arena *a, int i);
+ts_tensor ts_arena_dev_grad(const ts_arena *a, int i);
+/* Local. Host params and buffers to the mirror. */
+int ts_arena_to_device(ts_arena *a);
+/* Local. The mirror's float buffers to the host. */
+int ts_arena_buffers_to_host(ts_arena *a);
+/* Local. Every gradient from the mirror to the host (a no-op without a
+ * mirror): one copy. */
+int ts_arena_grads_to_host(ts_arena *a);
 /* Local. Number of trainable scalars (without padding). */
 int64_t ts_arena_count(const ts_arena *a);
 

@@ -18,6 +18,19 @@
 
 #include <string.h>
 
+/* a convolution's bytes (float32): forward reads x and w and writes y, the
+ * weight gradient reads x and dy and writes dw, the input gradient reads dy
+ * and w and writes dx (dgrad 0: not run); in, out: elements of x and y;
+ * wts: of w. Into b (the step) and, recomputed in backward, r (NULL: not) */
+static void conv_bytes(double *b, double *r, double in, double out, double wts, int dgrad)
+{
+    const double t = 4.0 * (in + out + wts);
+    b[TS_PROF_CONV_FWD] += t;
+    b[TS_PROF_CONV_WGRAD] += t;
+    if (dgrad) b[TS_PROF_CONV_DGRAD] += t;
+    if (r) r[TS_PROF_CONV_FWD] += t;
+}
+
 /* the residual encoder's level l (v voxels times the batch; face: a box's
  * halo voxels per sample at level l): the stem at level 0, then the
  * residual blocks (conv1, conv2 and, where channels or stride change, the
@@ -27,7 +40,7 @@
  * 4 face) and its output gradient's in backward (where an input gradient
  * is needed) */
 static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int n, double *w, double *rw,
-                         ts_unet_cost *c)
+                         double *rb, ts_unet_cost *c)
 {
     const int co = u->channels[l], ck = (int)(u->ckpt_levels >> l & 1u);
     for (int j = -1; j < u->res_blocks[l]; j++) {
@@ -40,6 +53,9 @@ static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int
             w[TS_PROF_CONV_FWD] += f;
             w[TS_PROF_CONV_WGRAD] += f;
             if (j >= 0) w[TS_PROF_CONV_DGRAD] += f; /* the stem's input gradient is not needed */
+            const int strided = l > 0 && j == 0 && i != 1; /* conv1 and the skip of a level's first block */
+            conv_bytes(c->bytes, ck && j >= 0 ? rb : NULL, cc * v * (strided ? 8 : 1), co * v, (double)k3 * cc * co,
+                       j >= 0);
             c->params += (double)k3 * cc * co + co + 2.0 * co;
             if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
             w[TS_PROF_NORM] += 2 * co * v;
@@ -66,7 +82,7 @@ static void resenc_level(const ts_unet_cfg *u, int l, double v, double face, int
 /* plain encoder level l: max-pool from level l-1 (l > 0), conv(cin -> co), conv(co -> co); with ck, the
  * recomputation's work in rw and the scratch it needs */
 static void plain_level(const ts_unet_cfg *u, int l, int ck, double v, double face, int n, double *w, double *rw,
-                        ts_unet_cost *c, double *scratch_in, double *scratch_y)
+                        double *rb, ts_unet_cost *c, double *scratch_in, double *scratch_y)
 {
     const int co = u->channels[l], cin_e = l == 0 ? u->in_channels : u->channels[l - 1];
     if (ck) { /* the scratch: a block's first-conv input or second-conv output; its first conv's and
@@ -81,6 +97,7 @@ static void plain_level(const ts_unet_cfg *u, int l, int ck, double v, double fa
         w[TS_PROF_CONV_FWD] += f;
         w[TS_PROF_CONV_WGRAD] += f;
         if (l > 0 || i > 0) w[TS_PROF_CONV_DGRAD] += f;
+        conv_bytes(c->bytes, ck ? rb : NULL, ci * v, co * v, 27.0 * ci * co, l > 0 || i > 0);
         c->params += 27.0 * ci * co + co + 2.0 * co;
         if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
         w[TS_PROF_NORM] += 2 * co * v; /* forward and backward pass over the conv output */
@@ -114,6 +131,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
             return TS_ERR(TS_ERR_CONFIG, "box %lldx%lldx%lld: every edge must be a multiple of %lld for %d levels",
                           (long long)dhw[0], (long long)dhw[1], (long long)dhw[2], (long long)div, L);
     double *w = c->work, rw[TS_PROF_COUNT] = {0}; /* rw: the recomputation's work */
+    double rb[TS_PROF_COUNT] = {0};                /* and its convolutions' bytes */
     double scratch_in = 0, scratch_y = 0;          /* the recompute scratch: first-conv input / second-conv output, conv outputs */
     double scratch_r = 0, scratch_s = 0;           /* the residual encoder's: conv2's output; the skip's two */
     for (int l = 0; l < L; l++) {
@@ -130,7 +148,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                              (split && split[2] ? (W > 2 ? (W - 2) / W : 0) : 1);
         const double conv0 = w[TS_PROF_CONV_FWD] + w[TS_PROF_CONV_DGRAD];
         if (u->arch == TS_ARCH_RESENC) { /* stem (level 0), residual blocks; no pool */
-            resenc_level(u, l, v, face, n, w, rw, c);
+            resenc_level(u, l, v, face, n, w, rw, rb, c);
             if (ck) { /* the scratch: conv1's, norm1's (as scratch_y), conv2's outputs; the skip's two where a block
                        * has one (every level but 0: the stem gives level 0's channels) */
                 if (co * v > scratch_y) scratch_y = co * v;
@@ -138,13 +156,14 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                 if (l > 0 && co * v > scratch_s) scratch_s = co * v;
             }
         } else {
-            plain_level(u, l, ck, v, face, n, w, rw, c, &scratch_in, &scratch_y);
+            plain_level(u, l, ck, v, face, n, w, rw, rb, c, &scratch_in, &scratch_y);
         }
         if (l > 0 && ts_unet_ds_weight(u, l) > 0) { /* deep supervision head ds{l} and its loss */
             const double f = 2.0 * co * u->classes * v;
             w[TS_PROF_CONV_FWD] += f;
             w[TS_PROF_CONV_WGRAD] += f;
             w[TS_PROF_CONV_DGRAD] += f;
+            conv_bytes(c->bytes, NULL, co * v, (double)u->classes * v, (double)co * u->classes, 1);
             c->params += (double)co * u->classes + u->classes;
             w[TS_PROF_LOSS] += 2.0 * u->classes * v;
             c->act_elems += 2.0 * u->classes * v;
@@ -153,6 +172,8 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
             const int cu = u->channels[l + 1];
             const double vin = v / 8, f = 2.0 * 8 * cu * co * vin;
             w[TS_PROF_CONVT] += 3 * f;
+            c->bytes[TS_PROF_CONVT] += 3 * 4.0 * (cu * vin + co * v + 8.0 * cu * co);
+            if (ck) rb[TS_PROF_CONVT] += 2 * 4.0 * (cu * vin + co * v + 8.0 * cu * co);
             c->params += 8.0 * cu * co + co;
             if (ck) rw[TS_PROF_CONVT] += 2 * f; /* its forward, twice */
             else c->act_elems += co * v;
@@ -162,6 +183,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
                 w[TS_PROF_CONV_FWD] += g;
                 w[TS_PROF_CONV_WGRAD] += g;
                 w[TS_PROF_CONV_DGRAD] += g;
+                conv_bytes(c->bytes, ck ? rb : NULL, ci * v, co * v, 27.0 * ci * co, 1);
                 c->params += 27.0 * ci * co + co + 2.0 * co;
                 if (u->norm == TS_NORM_BATCH) c->buffers += 2.0 * co;
                 w[TS_PROF_NORM] += 2 * co * v;
@@ -185,6 +207,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
             w[TS_PROF_CONV_FWD] += f;
             w[TS_PROF_CONV_WGRAD] += f;
             w[TS_PROF_CONV_DGRAD] += f;
+            conv_bytes(c->bytes, NULL, co * v, (double)u->classes * v, (double)co * u->classes, 1);
             c->params += (double)co * u->classes + u->classes;
             w[TS_PROF_LOSS] += 2.0 * u->classes * v;
             w[TS_PROF_OTHER] += (double)u->in_channels * v; /* input layout conversion */
@@ -199,5 +222,9 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
     c->flops_recompute = rw[TS_PROF_CONV_FWD] + rw[TS_PROF_CONVT];
     c->act_elems += scratch_in + 2 * scratch_y + scratch_r + 2 * scratch_s;
     for (int k = 0; k < TS_PROF_COUNT; k++) w[k] += rw[k];
+    /* the memory-bound kinds' bytes per element of work (cost.h); the convolutions' recomputed bytes */
+    static const double per[TS_PROF_COUNT] = {[TS_PROF_NORM] = 16, [TS_PROF_POOL] = 5, [TS_PROF_LOSS] = 12,
+                                              [TS_PROF_HALO] = 8, [TS_PROF_OTHER] = 8};
+    for (int k = 0; k < TS_PROF_COUNT; k++) c->bytes[k] += rb[k] + per[k] * w[k];
     return 0;
 }

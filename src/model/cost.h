@@ -16,6 +16,14 @@ typedef struct ts_unet_cost {
     /* work per TS_PROF_* kind: FLOPs for the convolution kinds (conv
      * forward includes the 1x1x1 head), elements for the others */
     double work[TS_PROF_COUNT];
+    /* bytes each kind moves, an estimate for the roofline of `bench step
+     * --profile`: a convolution reads its two operands and writes its
+     * result once (input, weights, output; float32); the memory-bound
+     * kinds per element of work: norm 16 (forward: two reads, one write;
+     * backward: four reads, one write, per forward and backward element
+     * pair), pool 5, loss 12, other 8 (a read and a write), halo 8 (pack
+     * and unpack) */
+    double bytes[TS_PROF_COUNT];
     double flops_forward;   /* all convolutions, transposed ones included */
     double flops_backward;  /* their weight and input gradients */
     double flops_recompute; /* forwards run again in backward for checkpointed levels (model.checkpoint_levels);

@@ -247,6 +247,12 @@ int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out)
     m->unit_param[4 * L - 1] = m->arena->n;
     TS_CHECK(ts_arena_alloc(m->arena, nstate));
     TS_CHECK(ts_unet_init(m, 0)); /* a defined state; callers re-initialise or load */
+    if (cfg->engine == TS_ENGINE_CUDA) { /* the parameter mirror; params go up before each forward */
+        TS_CHECK(ts_arena_alloc_device(m->arena));
+        m->ready = TS_CALLOC((size_t)m->arena->n, sizeof *m->ready);
+        if (!m->ready) TS_FAIL(TS_ERR_NOMEM, "unet: %d gradient flags", m->arena->n);
+        m->device = 1;
+    }
     *out = m;
     return 0;
 cleanup:
@@ -260,6 +266,7 @@ void ts_unet_destroy(ts_unet **m)
     ts_unet_free_acts(*m);
     ts_arena_destroy(&(*m)->arena);
     free((*m)->init_bound);
+    free((*m)->ready);
     free(*m);
     *m = NULL;
     ts_nn_release_scratch(); /* this thread's cached layer scratch */
@@ -267,11 +274,12 @@ void ts_unet_destroy(ts_unet **m)
 
 ts_arena *ts_unet_arena(ts_unet *m) { return m->arena; }
 const ts_unet_cfg *ts_unet_config(const ts_unet *m) { return &m->cfg; }
-const ts_tensor *ts_unet_logits(const ts_unet *m) { return ts_unet_logits_slot(m, 0); }
-const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int slot)
+const ts_tensor *ts_unet_logits(ts_unet *m) { return ts_unet_logits_slot(m, 0); }
+const ts_tensor *ts_unet_logits_slot(ts_unet *m, int slot)
 {
     static const ts_tensor none = {0};
-    return m->slots && slot >= 0 && slot < m->nslots ? &m->slots[slot].logits : &none;
+    if (!m->slots || slot < 0 || slot >= m->nslots) return &none;
+    return m->device ? ts_unet_device_logits(m, slot) : &m->slots[slot].logits;
 }
 
 int ts_unet_units(const ts_unet *m) { return 4 * m->cfg.levels - 1; }

@@ -25,6 +25,9 @@ typedef enum { TS_NORM_BATCH = 0, TS_NORM_GROUP, TS_NORM_INSTANCE } ts_norm_kind
 typedef enum { TS_ARCH_UNET = 0, TS_ARCH_RESENC } ts_arch;
 typedef enum { TS_ACT_RELU = 0, TS_ACT_LEAKY } ts_act_kind;
 typedef enum { TS_LOSS_CE = 1, TS_LOSS_DICE = 2, TS_LOSS_CE_DICE = 3 } ts_loss_kind;
+/* train.engine: where the layers run. AUTO is resolved by
+ * ts_unet_engine_choose; a model created with AUTO unresolved runs on the CPU. */
+typedef enum { TS_ENGINE_CPU = 0, TS_ENGINE_CUDA, TS_ENGINE_AUTO } ts_engine;
 
 typedef struct ts_unet_cfg {
     int levels;
@@ -46,11 +49,25 @@ typedef struct ts_unet_cfg {
     int deep_supervision; /* model.deep_supervision: auxiliary heads ds1..ds{L-3}, weighted losses */
     ts_act_kind act;      /* model.act: ReLU or leaky ReLU after each norm */
     float slope;          /* model.leaky_slope (leaky ReLU) */
+    ts_engine engine;     /* train.engine (docs/gpu.md) */
+    int tf32;             /* train.tf32: fp32 convolutions on a GPU may use TF32 (set by forward and backward) */
 } ts_unet_cfg;
 
 /* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
- * train.class_weights, train.batch, train.seed, train.precision); NULL-terminated. */
+ * train.class_weights, train.batch, train.seed, train.precision, train.engine); NULL-terminated. */
 extern const ts_cfg_key ts_model_config_keys[];
+
+/* Local (opens the GPU where it picks one). Resolves u->engine for a run
+ * of pp pipeline stages and sp spatial pieces on the rank with node-local
+ * rank local_rank: AUTO becomes CUDA where a GPU is found and the run is
+ * one the GPU engine runs (data parallel only, model.arch = unet), else
+ * CPU; note (n bytes) says which GPU it took, or why a GPU that is there
+ * stays idle ("" with no GPU: `tessera info` says why);
+ * CUDA without a GPU or on such a run is TS_ERR_CONFIG naming
+ * train.engine and the reason. On CUDA, opens GPU local_rank % count. */
+int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *note, size_t n);
+/* Local. "cpu" or "cuda" (the engine a model runs on). */
+const char *ts_unet_engine_name(ts_engine e);
 
 /* Local. Reads and validates the model keys; errors name the key (channels
  * not divisible by model.groups, patch edges not divisible by 2^(levels-1),
@@ -123,8 +140,10 @@ int ts_unet_plan_bytes_split(ts_unet *m, const ts_unet_split *split, int n, int 
  * batch statistics (and updates running statistics), train = 0 the running
  * statistics. */
 int ts_unet_forward(ts_unet *m, const ts_tensor *image, int train);
-/* The logits of the last forward, channels-last [N, D, H, W, K]. */
-const ts_tensor *ts_unet_logits(const ts_unet *m);
+/* Local. The logits of the last forward, channels-last [N, D, H, W, K],
+ * in host memory (on the GPU engine copied from the device by this call);
+ * NULL when that copy failed (the error is recorded: ts_err_last). */
+const ts_tensor *ts_unet_logits(ts_unet *m);
 /* Local (collective through the split's sums, as forward). Loss of the
  * last forward against labels [N, D, H, W] (uint8); with_grad = 1 also
  * stores dloss/dlogits for ts_unet_backward. */
@@ -187,7 +206,7 @@ int ts_unet_edge_tensors(ts_unet *m, int k, const ts_unet_edge *e, ts_tensor **a
 int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train);
 int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad, double *loss);
 int ts_unet_backward_slot(ts_unet *m, int k);
-const ts_tensor *ts_unet_logits_slot(const ts_unet *m, int k);
+const ts_tensor *ts_unet_logits_slot(ts_unet *m, int k);
 
 /* Wall time spent per kind of layer since ts_unet_create or the last reset
  * (forward and backward; for profiles such as `bench step --profile`). */

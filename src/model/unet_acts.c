@@ -1,10 +1,12 @@
 /* The UNet3D's activation buffers (memory plan in unet_impl.h): per slot the
  * tensors of the stage's units and those it receives, the recompute scratch
  * of checkpointed levels, a split's halos and the backward's gradient
- * buffers; freeing them, and their bytes (a dry run counts them for
+ * buffers (in device memory on the GPU engine, with its host staging);
+ * freeing them, and their bytes (a dry run counts them for
  * ts_unet_plan_bytes). It runs no layer and touches no parameter. */
 #include "tsbuild.h"
 #include "src/model/unet_impl.h"
+#include "src/core/device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,7 @@ void ts_unet_free_acts(ts_unet *m)
             ts_tensor_free(&s->dsd[l]);
             ts_tensor_free(&s->dslab[l]);
         }
+        ts_tensor_free(&s->lab);
         cacts_free(&s->stem);
         for (int t = 0; t < 5 * L_MAX; t++) ts_tensor_free(&s->rx[t]);
     }
@@ -100,14 +103,17 @@ void ts_unet_free_acts(ts_unet *m)
     ts_tensor_free(&m->sy);
     for (int r = 0; r < RS_N; r++) ts_tensor_free(&m->rs[r]);
     ts_tensor_free(&m->rsidx);
+    ts_tensor_free(&m->hx);
+    ts_tensor_free(&m->hlab);
+    ts_tensor_free(&m->hlogits);
     m->halo_bytes = 0;
     m->n = 0;
 }
 
-/* allocates t, or with m->dry only counts its bytes */
+/* allocates t (in device memory on the GPU engine), or with m->dry only counts its bytes */
 static int talloc(ts_unet *m, ts_tensor *t, ts_dtype dt, int nd, const int64_t *shape)
 {
-    if (!m->dry) return ts_tensor_alloc(t, dt, nd, shape);
+    if (!m->dry) return m->device ? ts_tensor_alloc_device(t, dt, nd, shape) : ts_tensor_alloc(t, dt, nd, shape);
     size_t b = ts_dtype_size(dt);
     for (int i = 0; i < nd; i++) b *= (size_t)shape[i];
     m->dry_bytes += b;
@@ -126,7 +132,10 @@ static int alloc_or_view(ts_unet *m, int view, int r, ts_tensor *t, ts_dtype dt,
                          int64_t w, int64_t c)
 {
     if (!view) return alloc5(m, t, dt, n, d, h, w, c);
-    if (!m->dry) *t = ts_tensor_view(r < RS_N ? m->rs[r].data : m->rsidx.data, dt, 5, (const int64_t[]){n, d, h, w, c});
+    if (!m->dry) {
+        *t = ts_tensor_view(r < RS_N ? m->rs[r].data : m->rsidx.data, dt, 5, (const int64_t[]){n, d, h, w, c});
+        t->device = m->device;
+    }
     return 0;
 }
 
@@ -282,6 +291,7 @@ static int alloc_slot(ts_unet *m, slot *s, int64_t n, int64_t d, int64_t h, int6
     if (here(m, U_H(m))) {
         TS_TRY(alloc5(m, &s->logits, TS_FLOAT32, n, d, h, w, c->classes));
         TS_TRY(alloc5(m, &s->dlogits, TS_FLOAT32, n, d, h, w, c->classes));
+        if (m->device) TS_TRY(talloc(m, &s->lab, TS_UINT8, 4, (const int64_t[]){n, d, h, w}));
     }
     /* tensors made on another stage and used here (once each, whatever the edges) */
     ts_unet_edge e[TS_UNET_MAX_EDGES];
@@ -307,6 +317,7 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
     TS_CHECK(ts_unet_check_input(c, (const int64_t[]){d, h, w}, "input"));
+    if (!m->dry) TS_CHECK(ts_unet_device_check(m));
     if (n < 1) TS_FAIL(TS_ERR_ARG, "unet: batch of %d samples", n);
     if (!m->dry) {
         m->slots = TS_CALLOC((size_t)m->nslots, sizeof *m->slots);
@@ -333,6 +344,12 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
     }
     if (resenc(m) && m->split_on) TS_CHECK(alloc_strided(m, n, d, h, w));
     if (m->dry) return 0;
+    if (m->device) { /* host staging of the image, the downsampled labels (level 1 is the largest) and the logits */
+        TS_CHECK(ts_tensor_alloc(&m->hx, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->in_channels}));
+        TS_CHECK(ts_tensor_alloc(&m->hlogits, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->classes}));
+        if (c->deep_supervision)
+            TS_CHECK(ts_tensor_alloc(&m->hlab, TS_UINT8, 4, (const int64_t[]){n, d >> 1, h >> 1, w >> 1}));
+    }
     m->n = n;
     m->d = d;
     m->h = h;
@@ -379,7 +396,7 @@ static size_t cacts_bytes(const cacts *c) { return own(&c->y) + own(&c->a) + own
 
 static size_t one_slot_bytes(const slot *x)
 {
-    size_t s = own(&x->x) + own(&x->logits) + own(&x->dlogits) + cacts_bytes(&x->stem);
+    size_t s = own(&x->x) + own(&x->logits) + own(&x->dlogits) + own(&x->lab) + cacts_bytes(&x->stem);
     for (int l = 0; l < L_MAX; l++) {
         s += own(&x->pool[l]) + own(&x->pidx[l]) + own(&x->up[l]) + bacts_bytes(&x->enc[l]) + bacts_bytes(&x->dec[l]);
         s += own(&x->dsl[l]) + own(&x->dsd[l]) + own(&x->dslab[l]);

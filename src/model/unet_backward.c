@@ -9,12 +9,33 @@
 
 #include <string.h>
 
-/* tells the hook that the gradients of arena entries a and b are final */
-static void ready2(const ts_unet *m, int a, int b)
+/* the gradients of arena entries a and b are final: the hook is told; on
+ * the GPU engine they are noted, and when backward ends all gradients come
+ * to the host arena in one copy (the master copy that buckets, clipping
+ * and the optimizer read; one synchronisation instead of one per
+ * parameter) before the hook hears of them, in the same order */
+static int ready2(ts_unet *m, int a, int b)
 {
-    if (!m->grad_hook) return;
+    if (m->device) {
+        if (m->nready + 2 > m->arena->n) return TS_ERR(TS_ERR_INTERNAL, "unet: more gradients final than parameters");
+        if (a >= 0) m->ready[m->nready++] = a;
+        if (b >= 0) m->ready[m->nready++] = b;
+        return 0;
+    }
+    if (!m->grad_hook) return 0;
     if (a >= 0) m->grad_hook(m->grad_ctx, a);
     if (b >= 0) m->grad_hook(m->grad_ctx, b);
+    return 0;
+}
+
+/* the GPU engine at the end of backward: the gradients down, then the hook */
+static int device_grads_ready(ts_unet *m)
+{
+    const int n = m->nready;
+    m->nready = 0;
+    TS_TRY(ts_arena_grads_to_host(m->arena));
+    for (int i = 0; m->grad_hook && i < n; i++) m->grad_hook(m->grad_ctx, m->ready[i]);
+    return 0;
 }
 
 /* Backward of a 3x3x3, stride 1 conv on a split (conv i of a block, or a
@@ -31,7 +52,7 @@ static int conv3_backward_split(ts_unet *m, const ts_halo *xh, ts_halo *gh, cons
     if (dx) TS_TRY(ts_unet_halo_start(m, dy, NULL, gh));
     if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, dy, NULL, NULL, dw, db));
     else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, dy, NULL, dw, db));
-    ready2(m, iw, ib);
+    TS_TRY(ready2(m, iw, ib));
     if (!dx) return 0;
     TS_TRY(ts_unet_halo_wait(m));
     if (x2) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, dy, dx, dx2, NULL, NULL));
@@ -64,7 +85,7 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
                                                             &xa->y[i], &dgm, &dbe));
             break;
         }
-        ready2(m, b->nw[i], b->nb[i]);
+        TS_TRY(ready2(m, b->nw[i], b->nb[i]));
         ts_tensor w = V(m, b->cw[i]), dw = G(m, b->cw[i]), db = G(m, b->cb[i]);
         if (m->split_on)
             return conv3_backward_split(m, &xa->xh[i], &m->gh[b->level], in, in2, &w, &xa->y[i], dx, dx2, &dw, &db,
@@ -72,12 +93,12 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
         /* weight gradient first: dx may overwrite the input */
         if (in2) {
             TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], NULL, NULL, &dw, &db));
-            ready2(m, b->cw[i], b->cb[i]);
+            TS_TRY(ready2(m, b->cw[i], b->cb[i]));
             TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_cat_backward(in, in2, &w, 1, 1, &xa->y[i], dx, dx2, NULL, NULL));
             return 0;
         }
         TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], NULL, &dw, &db));
-        ready2(m, b->cw[i], b->cb[i]);
+        TS_TRY(ready2(m, b->cw[i], b->cb[i]));
         if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, 1, 1, &xa->y[i], dx, NULL, NULL));
     }
     return 0;
@@ -100,7 +121,7 @@ static int cn_conv_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
                                     p->cw, p->cb);
     if (!m->split_on || p->k == 1) {
         TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, NULL, &dw, &db));
-        ready2(m, p->cw, p->cb);
+        TS_TRY(ready2(m, p->cw, p->cb));
         if (dx) TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &w, p->stride, p->k / 2, &x->y, dx, NULL, NULL));
         return 0;
     }
@@ -109,7 +130,7 @@ static int cn_conv_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
     ts_tensor g = ts_unet_grown(&m->sx, in, p->cin);
     TIMED(m, TS_PROF_HALO, (ts_unet_halo_grow(in, &x->xh, 0, &g), 0));
     TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(&g, &w, p->stride, 0, &x->y, NULL, &dw, &db));
-    ready2(m, p->cw, p->cb);
+    TS_TRY(ready2(m, p->cw, p->cb));
     if (!dx) return 0;
     TS_TRY(ts_unet_halo_wait(m));
     ts_tensor gy = ts_unet_grown(&m->sy, &x->y, p->cout);
@@ -152,7 +173,7 @@ static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in
                                                         &dbe));
         break;
     }
-    ready2(m, p->nw, p->nb);
+    TS_TRY(ready2(m, p->nw, p->nb));
     return cn_conv_backward(m, p, x, in, dx);
 }
 
@@ -167,13 +188,7 @@ static int rblock_backward(ts_unet *m, const rblock *r, racts *x, const ts_tenso
     TS_TRY(cn_backward(m, &r->c2, &x->c2, &x->c1.a, 0, train, g, gc1));
     if (r->skip) TS_TRY(cn_backward(m, &r->sk, &x->sk, in, 0, train, g, tmp));
     TS_TRY(cn_backward(m, &r->c1, &x->c1, in, 1, train, gc1, dx));
-    const double t0 = ts_time_now();
-    const float *k = r->skip ? tmp->data : g->data;
-    float *d = dx->data;
-    const int64_t n = ts_tensor_numel(dx);
-#pragma omp parallel for schedule(dynamic, 16384)
-    for (int64_t i = 0; i < n; i++) d[i] += k[i];
-    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
+    TIMED(m, TS_PROF_OTHER, ts_add_inplace(dx, r->skip ? tmp : g));
     return 0;
 }
 
@@ -204,15 +219,7 @@ static int resenc_backward(ts_unet *m, slot *s, int l, int half, int train)
 {
     const int nb = m->cfg.res_blocks[l];
     ts_tensor *a = half ? &m->gin[l] : &m->rg[l], *b = half ? &m->rg[l] : &m->gin[l];
-    if (half && l < m->cfg.levels - 1) {
-        const double t0 = ts_time_now();
-        float *g = a->data;
-        const float *d = m->dskip[l].data;
-        const int64_t n = ts_tensor_numel(a);
-#pragma omp parallel for schedule(dynamic, 16384)
-        for (int64_t k = 0; k < n; k++) g[k] += d[k];
-        m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
-    }
+    if (half && l < m->cfg.levels - 1) TIMED(m, TS_PROF_OTHER, ts_add_inplace(a, &m->dskip[l]));
     for (int j = half ? nb - 1 : nb - 2; j >= (half ? nb - 1 : 0); j--) {
         const ts_tensor *in = ts_unet_block_in(m, s, l, j);
         if (ck(m, l)) TS_TRY(recompute_rblock(m, &m->rb[l][j], &s->rb[l][j], in, train));
@@ -276,17 +283,19 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     slot *s = ts_unet_get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: backward on slot %d before forward", k);
     TS_TRY(ts_nn_set_conv_precision(m->cfg.precision));
+    ts_nn_set_tf32(m->cfg.tf32);
     if (here(m, U_H(m)) && !s->have_dlogits)
         return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
     s->have_dlogits = 0; /* the forward buffers are consumed */
     const int train = s->train_forward;
+    m->nready = 0;
     for (int u = m->u1 - 1; u >= m->u0; u--) {
         if (u < m->u1 - 1 && m->unit_hook) m->unit_hook(m->unit_ctx, u + 1, 1);
         if (u == U_H(m)) {
             ts_tensor hw = V(m, m->headw), dhw = G(m, m->headw), dhb = G(m, m->headb);
             ts_tensor *in = act(m, s, head_input(m));
             TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, NULL, &dhw, &dhb));
-            ready2(m, m->headw, m->headb);
+            TS_TRY(ready2(m, m->headw, m->headb));
             TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dlogits, &m->gin[0], NULL, NULL));
         } else if (u >= 2 * L) { /* dec l: conv 2, or conv 1 on [up, skip] (the up part over up[l] itself) and up{l} */
             const int l = L - 2 - (u - 2 * L) / 2, i = (u - 2 * L) % 2;
@@ -296,13 +305,9 @@ int ts_unet_backward_slot(ts_unet *m, int k)
                 ts_tensor hw = V(m, m->dsw[l]), dhw = G(m, m->dsw[l]), dhb = G(m, m->dsb[l]);
                 ts_tensor *in = &s->dec[l].a[1];
                 TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dsd[l], NULL, &dhw, &dhb));
-                ready2(m, m->dsw[l], m->dsb[l]);
+                TS_TRY(ready2(m, m->dsw[l], m->dsb[l]));
                 TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_backward(in, &hw, 1, 0, &s->dsd[l], &m->dskip[l], NULL, NULL));
-                float *g = m->gin[l].data;
-                const float *d = m->dskip[l].data;
-                const int64_t n = ts_tensor_numel(&m->gin[l]);
-#pragma omp parallel for schedule(dynamic, 16384)
-                for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
+                TIMED(m, TS_PROF_OTHER, ts_add_inplace(&m->gin[l], &m->dskip[l]));
             }
             if (i == 1) { /* d(a[1]) in gin[l]; d(a[0]) goes to gin[l] too */
                 TS_TRY(half_backward(m, &m->dec[l], &s->dec[l], 1, train, act(m, s, mid_tensor(m, 0, l)), NULL,
@@ -314,21 +319,13 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             ts_tensor w = V(m, m->upw[l]), dw = G(m, m->upw[l]), db = G(m, m->upb[l]);
             TIMED(m, TS_PROF_CONVT,
                   ts_convt3d_backward(act(m, s, up_input(m, l)), &w, 2, &s->up[l], &m->gin[l + 1], &dw, &db));
-            ready2(m, m->upw[l], m->upb[l]);
+            TS_TRY(ready2(m, m->upw[l], m->upb[l]));
         } else if (resenc(m)) { /* residual encoder level l: its last block, or the others and the stem */
             TS_TRY(resenc_backward(m, s, u / 2, u % 2, train));
         } else { /* enc l: conv 2 (its output's gradient is the pool's plus the skip's), or conv 1 and the pool */
             const int l = u / 2, i = u % 2;
             if (i == 1) {
-                if (l < L - 1) {
-                    const double t0 = ts_time_now();
-                    float *g = m->gin[l].data;
-                    const float *d = m->dskip[l].data;
-                    const int64_t n = ts_tensor_numel(&m->gin[l]);
-#pragma omp parallel for schedule(dynamic, 16384)
-                    for (int64_t k2 = 0; k2 < n; k2++) g[k2] += d[k2];
-                    m->prof[TS_PROF_OTHER] += ts_time_now() - t0;
-                }
+                if (l < L - 1) TIMED(m, TS_PROF_OTHER, ts_add_inplace(&m->gin[l], &m->dskip[l]));
                 TS_TRY(recompute_half(m, s, 1, l, 1, train));
                 TS_TRY(half_backward(m, &m->enc[l], &s->enc[l], 1, train, act(m, s, mid_tensor(m, 1, l)), NULL,
                                      &m->gin[l], &m->gin[l], NULL));
@@ -340,6 +337,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
             if (l > 0) TIMED(m, TS_PROF_POOL, ts_maxpool3d_backward(&s->pool[l], &s->pidx[l], 2, &m->gin[l - 1]));
         }
     }
+    if (m->device) TS_TRY(device_grads_ready(m));
     if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u0, 1);
     return 0;
 }

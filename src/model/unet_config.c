@@ -1,6 +1,6 @@
 /* Config keys of the model, the loss and the data patch, and their
  * validation into a ts_unet_cfg (errors name the key). Owns that key table
- * (model.*, data.patch, and train.loss, batch, seed, precision and the
+ * (model.*, data.patch, and train.loss, batch, seed, precision, engine and the
  * loss's options); builds no model and allocates nothing. */
 #include "tsbuild.h"
 #include "src/model/unet.h"
@@ -42,6 +42,11 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"train.precision", TS_CFG_ENUM, "fp32", "fp32|bf16|fp16", "convolutions' operands: fp32; bf16 (AVX512-BF16 "
      "where the CPU has it, else emulated); fp16 (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not speed; "
      "with dynamic loss scaling in training). Sums, weights, norms, loss and optimizer stay fp32"},
+    {"train.engine", TS_CFG_ENUM, "auto", "auto|cpu|cuda", "where the layers run: cpu; cuda (cuDNN/cuBLAS on this "
+     "rank's GPU, local rank % GPUs; data parallelism and model.arch = unet only so far; not yet run on a GPU, "
+     "docs/gpu.md); auto: cuda where a GPU is found and the run is one it runs, else cpu"},
+    {"train.tf32", TS_CFG_BOOL, "true", NULL, "train.engine = cuda, train.precision = fp32: the convolutions may use "
+     "TF32 tensor cores (10-bit products, fp32 sums; PyTorch's cudnn.allow_tf32); false: fp32 products"},
     {NULL, 0, NULL, NULL, NULL},
 };
 
@@ -177,6 +182,9 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     u->loss = !strcmp(s, "ce") ? TS_LOSS_CE : !strcmp(s, "dice") ? TS_LOSS_DICE : TS_LOSS_CE_DICE;
     TS_TRY(ts_config_get_str(cfg, "train.precision", &s));
     u->precision = !strcmp(s, "bf16") ? TS_PREC_BF16 : !strcmp(s, "fp16") ? TS_PREC_FP16 : TS_PREC_FP32;
+    TS_TRY(ts_config_get_str(cfg, "train.engine", &s));
+    u->engine = !strcmp(s, "cuda") ? TS_ENGINE_CUDA : !strcmp(s, "cpu") ? TS_ENGINE_CPU : TS_ENGINE_AUTO;
+    TS_TRY(ts_config_get_bool(cfg, "train.tf32", &u->tf32));
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

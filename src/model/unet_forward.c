@@ -6,6 +6,7 @@
  * unet_acts.c) and writes no parameter gradient. */
 #include "tsbuild.h"
 #include "src/model/unet_impl.h"
+#include "src/core/device.h"
 
 #include <string.h>
 
@@ -283,6 +284,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
 {
     const ts_unet_cfg *c = &m->cfg;
     TS_TRY(ts_nn_set_conv_precision(c->precision));
+    ts_nn_set_tf32(c->tf32);
     const int L = c->levels;
     if (here(m, U_E(m, 0, 0))) {
         TS_TRY(ts_tensor_check_shape(image, "input image", 5, (const int64_t[]){-1, c->in_channels, -1, -1, -1}));
@@ -292,6 +294,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     slot *s = ts_unet_get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
     s->have_dlogits = 0;
+    if (m->device) TIMED(m, TS_PROF_OTHER, ts_arena_to_device(m->arena)); /* the host's params are the master */
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
         if (u < 2 * L && resenc(m)) { /* residual encoder level l: stem and blocks but the last, or the last */
@@ -303,7 +306,9 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
                 TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 1, act(m, s, mid_tensor(m, 1, l)), NULL, train));
                 continue;
             }
-            if (l == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
+            if (l == 0)
+                TIMED(m, TS_PROF_OTHER,
+                      m->device ? ts_unet_device_input(m, s, image) : ts_tensor_to_channels_last(image, &s->x));
             else TS_TRY(ts_unet_block_input(m, s, 1, l));
             TS_TRY(half_forward(m, &m->enc[l], &s->enc[l], 0, l ? &s->pool[l] : &s->x, NULL, train));
         } else if (u < U_H(m)) { /* dec l: up{l} from one level down and conv 1 on [up, skip], or conv 2 */
@@ -324,6 +329,8 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
         }
     }
     s->train_forward = train;
+    if (m->device && train && m->cfg.norm == TS_NORM_BATCH) /* the running statistics, for checkpoints and eval */
+        TIMED(m, TS_PROF_OTHER, ts_arena_buffers_to_host(m->arena));
     if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u1 - 1, 0);
     return 0;
 }
@@ -353,16 +360,24 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
         /* ds{lv}'s logits: made here, or arrived from the stage holding dec lv.conv2 */
         ts_tensor *lg = lv ? act(m, s, ds_tensor(m, lv)) : &s->logits, *dl = lv ? &s->dsd[lv] : &s->dlogits;
         const ts_tensor *lab = labels;
+        if (!lv && m->device) { /* the GPU engine: the labels go up once */
+            TS_TRY(ts_tensor_transfer(&s->lab, labels));
+            lab = &s->lab;
+        }
         if (lv) {
             const int64_t D = m->d >> lv, H = m->h >> lv, W = m->w >> lv, o0 = (int64_t)1 << (lv - 1);
             const uint8_t *src = labels->data;
-            uint8_t *dst = s->dslab[lv].data;
+            uint8_t *dst = m->device ? m->hlab.data : s->dslab[lv].data; /* the GPU engine: downsampled on the host */
             for (int64_t n = 0; n < m->n; n++)
                 for (int64_t z = 0; z < D; z++)
                     for (int64_t y = 0; y < H; y++)
                         for (int64_t x = 0; x < W; x++)
                             dst[((n * D + z) * H + y) * W + x] =
                                 src[((n * m->d + (z << lv) + o0) * m->h + (y << lv) + o0) * m->w + (x << lv) + o0];
+            if (m->device) {
+                const ts_tensor h = ts_tensor_view(m->hlab.data, TS_UINT8, 4, s->dslab[lv].shape);
+                TS_TRY(ts_tensor_transfer(&s->dslab[lv], &h));
+            }
             lab = &s->dslab[lv];
         }
         if (with_grad) ts_tensor_zero(dl);

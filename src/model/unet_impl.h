@@ -2,7 +2,8 @@
  * indices, a slot's activations, struct ts_unet), the numbering of its units
  * and tensors, and what its files share: unet.c (parameter table, create,
  * destroy, init, stages and edges), unet_acts.c (activation buffers and
- * their bytes), unet_forward.c (forward, loss), unet_backward.c (backward).
+ * their bytes), unet_forward.c (forward, loss), unet_backward.c (backward), unet_device.c
+ * (the GPU engine: its choice, checks and host staging).
  *
  * Memory plan per level l (c_l channels): each conv block keeps its conv
  * outputs y[0..1] (norm inputs) and activations a[0..1]; the decoder keeps
@@ -73,6 +74,7 @@ typedef struct slot {
     cacts stem;                                    /* resenc */
     racts rb[L_MAX][TS_UNET_MAX_RES_BLOCKS];       /* resenc */
     ts_tensor dsl[L_MAX], dsd[L_MAX], dslab[L_MAX]; /* deep supervision: level l's logits, their gradient, labels */
+    ts_tensor lab; /* GPU engine: the labels of the loss, on the device */
     int train_forward; /* last forward was in train mode */
     int have_dlogits;
 } slot;
@@ -109,6 +111,9 @@ struct ts_unet {
     size_t dry_bytes;
     unsigned ckpt;     /* checkpointed levels (bit l) */
     ts_tensor rs[RS_N], rsidx; /* their recompute scratch (shared by the levels and the slots) */
+    int device;        /* the GPU engine: activations and the arena's mirror on the device (unet_device.c) */
+    ts_tensor hx, hlab, hlogits; /* its host staging: the channels-last image, downsampled labels, logits */
+    int *ready, nready; /* GPU engine: the arena entries whose gradients became final in this backward, in order */
 };
 
 /* The layer units, one per conv (with what precedes it) and the head:
@@ -160,9 +165,16 @@ static inline int U_B(const ts_unet *m, const block *b, int i) { return b->enc ?
 /* the level of tensor t */
 static inline int tensor_level(const ts_unet *m, int t) { return t % m->cfg.levels; }
 
-/* arena entry i's value and gradient */
-static inline ts_tensor V(const ts_unet *m, int i) { return ts_arena_value(m->arena, i); }
-static inline ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->arena, i); }
+/* arena entry i's value and gradient, where the layers read them (the GPU
+ * engine's mirror: device views, but int64 counters stay on the host) */
+static inline ts_tensor V(const ts_unet *m, int i)
+{
+    return m->device ? ts_arena_dev_value(m->arena, i) : ts_arena_value(m->arena, i);
+}
+static inline ts_tensor G(const ts_unet *m, int i)
+{
+    return m->device ? ts_arena_dev_grad(m->arena, i) : ts_arena_grad(m->arena, i);
+}
 
 /* runs call, adding its wall time to profile slot kind; returns on error */
 #define TIMED(m, kind, call)                                   \
@@ -177,6 +189,16 @@ static inline ts_tensor G(const ts_unet *m, int i) { return ts_arena_grad(m->are
 /* frees every slot's activations, the recompute scratch, the halos and the
  * gradient buffers (ts_unet_setup allocates them again); local */
 void ts_unet_free_acts(ts_unet *m);
+
+/* ---- unet_device.c: the GPU engine's side of the model ---- */
+
+/* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (a split,
+ * a pipeline stage, the residual encoder); 0 on the CPU engine */
+int ts_unet_device_check(const ts_unet *m);
+/* slot s's image s->x (device) from image [N, C, D, H, W] (host), through hx */
+int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image);
+/* slot k's logits copied to hlogits (host); NULL if the copy failed */
+const ts_tensor *ts_unet_device_logits(ts_unet *m, int k);
 
 /* ---- unet_forward.c: the pieces backward and its recomputation reuse (their
  * contracts are at the definitions) ---- */

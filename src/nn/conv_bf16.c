@@ -63,6 +63,8 @@ static int cpu_has_bf16(void)
 #endif
 }
 
+int ts_nn_cpu_bf16(void) { return cpu_has_bf16(); }
+
 int ts_nn_bf16_native(void)
 {
     int v = atomic_load(&bf16_isa);

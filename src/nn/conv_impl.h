@@ -163,6 +163,9 @@ static inline float ts_nn_bf16_float(uint16_t h)
  * the CPU (avx512f, bw, vl, bf16), overridden by TESSERA_BF16_ISA=emulated
  * (or =avx512bf16 / auto) read on first use, or by ts_nn_bf16_select_isa. */
 int ts_nn_bf16_native(void);
+/* 1: the CPU and the OS support AVX512 F, BW, VL and BF16 (whatever
+ * TESSERA_BF16_ISA says): the hardware question, for the peak probe. */
+int ts_nn_cpu_bf16(void);
 /* Local, for tests: "emulated", "avx512bf16" or "auto"; returns 0, or
  * TS_ERR_UNSUPPORTED (avx512bf16 on a CPU without it; nothing changes) or
  * TS_ERR_ARG. Not to be called while convolutions run in other threads. */

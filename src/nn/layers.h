@@ -232,6 +232,9 @@ int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_te
  * the input's sign); dx may alias dy. */
 int ts_relu_forward(const ts_tensor *x, float slope, ts_tensor *y);
 int ts_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx);
+/* ---- y += x elementwise (float32, same element count; where two
+ * gradients of one tensor meet, e.g. a skip's and the path's) ---- */
+int ts_add_inplace(ts_tensor *y, const ts_tensor *x);
 
 /* ---- concatenation along channels (the last dim): y = [a, b] ---- */
 int ts_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y);

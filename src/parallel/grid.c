@@ -36,6 +36,8 @@ int ts_grid_create(MPI_Comm world, int dp, int pp, int sp, ts_grid **out)
     g->sp = sp;
     g->node = node;
     g->nnodes = nnodes;
+    g->local_rank = lrank;
+    g->local_size = lsize;
     g->given_rank = rank;
     /* node by node (nodes are numbered by their lowest rank, so rank 0 stays first) */
     TS_MPI(MPI_Comm_split(world, 0, node * size + lrank, &g->world));

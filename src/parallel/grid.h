@@ -18,6 +18,7 @@ typedef struct ts_grid {
     int rank, size;          /* in world (node-ordered) */
     int given_rank;          /* rank in the communicator given to ts_grid_create */
     int node, nnodes;        /* this rank's node, number of nodes */
+    int local_rank, local_size; /* this rank's place among its node's ranks (the GPU it takes) */
     int sp_one_node;         /* 1 when every spatial group lies within one node */
     MPI_Comm world;          /* the communicator given, ranks ordered node by node */
     MPI_Comm dp_comm;        /* same (p, s): data-parallel replicas */

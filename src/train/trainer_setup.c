@@ -269,6 +269,12 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
     TS_CHECK(ts_config_get_int(cfg, "train.accum", &v));
     t->accum = (int)v;
     TS_CHECK(ts_config_get_bool(cfg, "model.sync_bn", &t->sync_bn));
+    { /* the engine: a GPU per rank where one is found and the layout runs there (train.engine) */
+        const ts_grid *g = t->L->grid;
+        char note[256];
+        TS_CHECK(ts_err_agree(g->world, ts_unet_engine_choose(&t->ucfg, g->local_rank, g->pp, g->sp, note, sizeof note)));
+        if (note[0] && t->L->world_rank == 0) fprintf(stderr, "tessera train: note: %s\n", note);
+    }
     TS_CHECK(ts_unet_create(&t->ucfg, ts_gradpath_arena_states(t->gp, ts_optim_state_count(&t->opt.cfg)), &t->model));
     t->arena = ts_unet_arena(t->model);
     TS_CHECK(ts_config_get_int(cfg, "train.seed", &c->seed));

@@ -26,6 +26,8 @@ int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void 
 
 int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream);
 int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream);
+/* y[i] += x[i] */
+int ts_cuk_add(const float *x, float *y, size_t n, void *stream);
 int ts_cuk_maxpool(const float *x, float *y, uint8_t *idx, int N, int D, int H, int W, int C, int k, void *stream);
 int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, float *dx, int N, int D, int H, int W, int C, int k,
                             void *stream);
@@ -87,6 +89,7 @@ int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride,
 /* ---- the other layers (layers_cuda.c); arguments as layers.h ---- */
 int ts_cuda_relu_forward(const ts_tensor *x, float slope, ts_tensor *y);
 int ts_cuda_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx);
+int ts_cuda_add_inplace(ts_tensor *y, const ts_tensor *x);
 int ts_cuda_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx);
 int ts_cuda_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_tensor *dx);
 int ts_cuda_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y);

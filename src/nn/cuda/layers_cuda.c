@@ -73,6 +73,16 @@ int ts_cuda_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, 
     return ts_cuk_relu_backward(y->data, dy->data, dx->data, (size_t)ts_tensor_numel(y), slope, s);
 }
 
+int ts_cuda_add_inplace(ts_tensor *y, const ts_tensor *x)
+{
+    void *s;
+    TS_TRY(dev_f32(x, "add"));
+    TS_TRY(dev_f32(y, "add"));
+    if (ts_tensor_numel(x) != ts_tensor_numel(y)) return TS_ERR(TS_ERR_ARG, "add: the two tensors differ in size");
+    TS_TRY(stream(&s));
+    return ts_cuk_add(x->data, y->data, (size_t)ts_tensor_numel(x), s);
+}
+
 /* -------------------------------------------------------------- max-pool */
 static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx)
 {

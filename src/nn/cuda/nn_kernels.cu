@@ -128,6 +128,17 @@ extern "C" int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, 
     relu_bwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(y, dy, dx, n, slope);
     return launched("relu backward");
 }
+__global__ void add_k(const float *x, float *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+extern "C" int ts_cuk_add(const float *x, float *y, size_t n, void *stream)
+{
+    if (n == 0) return 0;
+    add_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n);
+    return launched("add");
+}
 
 // ---------------------------------------------------------------- max-pool (kernel = stride = k)
 // one thread per output element [n][od][oh][ow][c]; first maximum on ties, a later NaN replaces

@@ -1,0 +1,67 @@
+/* The UNet3D on a GPU (train.engine, docs/gpu.md): which engine a run
+ * takes, and what the model does around the layers when it runs on the
+ * device: its checks of what the device path supports, the host staging of
+ * the image, labels and logits. The layers themselves dispatch on their
+ * tensors (src/nn/cuda); the parameter mirror is the arena's
+ * (src/model/arena.c). No MPI. */
+#include "tsbuild.h"
+#include "src/model/unet_impl.h"
+#include "src/core/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *ts_unet_engine_name(ts_engine e)
+{
+    return e == TS_ENGINE_CUDA ? "cuda" : e == TS_ENGINE_CPU ? "cpu" : "auto";
+}
+
+/* why the GPU engine does not run this layout ("" when it does) */
+static const char *unsupported(const ts_unet_cfg *u, int pp, int sp)
+{
+    if (pp > 1) return "pipeline parallelism (parallel.pp > 1) runs on the CPU only so far";
+    if (sp > 1) return "spatial parallelism (parallel.sp > 1) runs on the CPU only so far";
+    if (u->arch != TS_ARCH_UNET) return "model.arch = resenc runs on the CPU only so far";
+    return "";
+}
+
+int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *note, size_t n)
+{
+    if (n) note[0] = 0;
+    if (u->engine == TS_ENGINE_CPU) return 0;
+    const char *why = ts_device_count() > 0 ? unsupported(u, pp, sp) : ts_device_absent_reason();
+    if (why[0]) {
+        if (u->engine == TS_ENGINE_CUDA) return TS_ERR(TS_ERR_CONFIG, "train.engine = cuda: %s", why);
+        u->engine = TS_ENGINE_CPU;
+        if (n && ts_device_count() > 0) snprintf(note, n, "train.engine = auto: cpu (%s)", why); /* a GPU left idle */
+        return 0;
+    }
+    const ts_device *d = NULL;
+    TS_TRY(TS_CTX(ts_device_open(local_rank, &d), "train.engine = %s", ts_unet_engine_name(u->engine)));
+    if (n) snprintf(note, n, "train.engine = %s: cuda on GPU %d", ts_unet_engine_name(u->engine), d->id);
+    u->engine = TS_ENGINE_CUDA;
+    return 0;
+}
+
+int ts_unet_device_check(const ts_unet *m)
+{
+    if (!m->device) return 0;
+    const char *why = unsupported(&m->cfg, 1, 1);
+    if (!why[0] && m->split_on) why = "a spatial split runs on the CPU only so far";
+    if (!why[0] && (m->u0 != 0 || m->u1 != ts_unet_units(m) || m->nslots != 1))
+        why = "a pipeline stage runs on the CPU only so far";
+    return why[0] ? TS_ERR(TS_ERR_UNSUPPORTED, "unet on the GPU: %s (train.engine = cpu runs it)", why) : 0;
+}
+
+int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image)
+{
+    ts_tensor h = ts_tensor_view(m->hx.data, TS_FLOAT32, 5, s->x.shape);
+    TS_TRY(ts_tensor_to_channels_last(image, &h));
+    return ts_tensor_transfer(&s->x, &h);
+}
+
+const ts_tensor *ts_unet_device_logits(ts_unet *m, int k)
+{
+    if (ts_tensor_transfer(&m->hlogits, &m->slots[k].logits)) return NULL;
+    return &m->hlogits;
+}
