@@ -1,11 +1,9 @@
 /* tessera bench peak: the arguments and the report of the CPU's measured
- * limits (src/nn/peak.c): every rank measures at the same time, rank 0
- * prints its own figures and the job's sums. */
+ * limits; the measurement and the JSON are src/bench/bench_peak.c. */
 #include "tsbuild.h"
-#include "src/bench/bench_json.h"
+#include "src/bench/bench_peak.h"
 #include "src/cli/cli.h"
 #include "src/core/error.h"
-#include "src/nn/peak.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,45 +54,24 @@ int ts_cli_bench_peak(int argc, char **argv)
             return TS_ERR(TS_ERR_ARG, "bench peak: unexpected argument '%s' (see --help)", a);
         }
     }
-    ts_cpu_peak p;
-    err = ts_err_agree(MPI_COMM_WORLD, ts_cpu_peak_measure(threads, seconds, &p));
-    if (err) return err;
-    double sum[3] = {p.fp32_gflops, p.bf16_gflops, p.triad_GBps};
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sum, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    const int ranks = ts_cli_size();
+    ts_bench_peak_result r;
+    TS_TRY(ts_bench_peak_run(MPI_COMM_WORLD, threads, seconds, &r));
+    const ts_cpu_peak *p = &r.p;
     if (ts_cli_rank() == 0) {
-        printf("bench peak: %d thread%s per rank, %d rank%s, %.1f s\n", p.threads, p.threads == 1 ? "" : "s", ranks,
-               ranks == 1 ? "" : "s", p.seconds);
-        printf("  fp32 FMA (%s)       %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p.fp32_isa, p.fp32_gflops_1,
-               p.fp32_gflops, p.threads);
-        if (p.bf16_gflops > 0)
-            printf("  bf16 VDPBF16PS (%s) %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p.bf16_isa, p.bf16_gflops_1,
-                   p.bf16_gflops, p.threads);
+        printf("bench peak: %d thread%s per rank, %d rank%s, %.1f s\n", p->threads, p->threads == 1 ? "" : "s", r.ranks,
+               r.ranks == 1 ? "" : "s", p->seconds);
+        printf("  fp32 FMA (%s)       %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p->fp32_isa, p->fp32_gflops_1,
+               p->fp32_gflops, p->threads);
+        if (p->bf16_gflops > 0)
+            printf("  bf16 VDPBF16PS (%s) %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p->bf16_isa, p->bf16_gflops_1,
+                   p->bf16_gflops, p->threads);
         else printf("  bf16 dot products: none (this CPU has no AVX512-BF16)\n");
-        printf("  triad (%.0f MB)       %9.1f GB/s on 1 thread, %9.1f on %d\n", p.triad_mb, p.triad_GBps_1,
-               p.triad_GBps, p.threads);
-        if (ranks > 1)
-            printf("  sum over the ranks: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s, triad %.1f GB/s\n", sum[0], sum[1],
-                   sum[2]);
+        printf("  triad (%.0f MB)       %9.1f GB/s on 1 thread, %9.1f on %d\n", p->triad_mb, p->triad_GBps_1,
+               p->triad_GBps, p->threads);
+        if (r.ranks > 1)
+            printf("  sum over the ranks: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s, triad %.1f GB/s\n", r.sum_fp32_gflops,
+                   r.sum_bf16_gflops, r.sum_triad_GBps);
     }
-    if (json && ts_cli_rank() == 0) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "threads", p.threads);
-        cJSON_AddStringToObject(o, "fp32_isa", p.fp32_isa);
-        cJSON_AddStringToObject(o, "bf16_isa", p.bf16_isa);
-        cJSON_AddNumberToObject(o, "fp32_gflops_1", p.fp32_gflops_1);
-        cJSON_AddNumberToObject(o, "fp32_gflops", p.fp32_gflops);
-        cJSON_AddNumberToObject(o, "bf16_gflops_1", p.bf16_gflops_1);
-        cJSON_AddNumberToObject(o, "bf16_gflops", p.bf16_gflops);
-        cJSON_AddNumberToObject(o, "triad_GBps_1", p.triad_GBps_1);
-        cJSON_AddNumberToObject(o, "triad_GBps", p.triad_GBps);
-        cJSON_AddNumberToObject(o, "triad_mb", p.triad_mb);
-        cJSON_AddNumberToObject(o, "seconds", p.seconds);
-        cJSON_AddNumberToObject(o, "ranks", ranks);
-        cJSON_AddNumberToObject(o, "sum_fp32_gflops", sum[0]);
-        cJSON_AddNumberToObject(o, "sum_bf16_gflops", sum[1]);
-        cJSON_AddNumberToObject(o, "sum_triad_GBps", sum[2]);
-        err = ts_bench_json_write(o, json, "bench peak");
-    }
+    if (json && ts_cli_rank() == 0) err = ts_bench_peak_write_json(json, &r);
     return ts_err_agree(MPI_COMM_WORLD, err);
 }

@@ -2,7 +2,7 @@
 # tessera bench peak (issue [17]): the CPU's measured fp32 FMA, bf16 and
 # triad figures; the bf16 figure present exactly where the CPU has
 # AVX512-BF16 (/proc/cpuinfo), the ISA the widest the CPU has, every
-# figure positive and the threads' figure at least one thread's; 2 ranks
+# figure positive (no speed is asserted: make check runs tests side by side); 2 ranks
 # report their sums; bad arguments are refused on every rank.
 . "$TS_SRCDIR/tests/cli/tap.sh"
 export OMP_NUM_THREADS=2
@@ -22,7 +22,6 @@ assert j["fp32_isa"] == want_fp32, (j["fp32_isa"], want_fp32)
 assert j["threads"] == 2 and j["ranks"] == 1, j
 for k in ("fp32_gflops_1", "fp32_gflops", "triad_GBps_1", "triad_GBps"):
     assert j[k] > 0, (k, j[k])
-assert j["fp32_gflops"] >= 0.9 * j["fp32_gflops_1"], j
 if "avx512_bf16" in flags:
     assert j["bf16_isa"] == "avx512bf16" and j["bf16_gflops_1"] > 0 and j["bf16_gflops"] > 0, j
 else:
