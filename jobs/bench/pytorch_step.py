@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """One PyTorch (Debian python3-torch) measurement for jobs/bench/compare_pytorch.sh:
 the UNet3D of a tessera config (the same module as the golden test,
-tests/golden/make_golden.py), full training steps (forward, loss, backward,
+tests/golden/make_golden.py: norm, leaky ReLU, deep supervision with
+nnU-Net's weighted losses, SGD with Nesterov momentum or AdamW as the
+config says), full training steps (forward, loss, backward,
 optimizer) on random data, after warm-up. Prints one JSON object with
 samples_per_s, voxels_per_s, step_ms and peak_rss_mb (ru_maxrss of this
 process).
@@ -25,13 +27,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
-from make_golden import UNet3D, loss_fn  # noqa: E402
+from make_golden import UNet3D, ds_loss_fn  # noqa: E402
 
 
-def head(out):
-    """the full-resolution logits (the reference module returns a list of
-    them and the deep-supervision outputs)"""
-    return out[0] if isinstance(out, (list, tuple)) else out
+def outputs(out):
+    """the logits of levels 0, 1, ... (the reference module returns a list
+    of the full-resolution logits and the deep-supervision outputs)"""
+    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def main():
@@ -55,31 +57,34 @@ def main():
     batch = int(g("train", "batch", "2"))
     lr, momentum = float(g("train", "lr", "0.01")), float(g("train", "momentum", "0.9"))
     wd = float(g("train", "weight_decay", "0"))
-    case = {"loss": g("train", "loss", "ce")}
+    ds = g("model", "deep_supervision", "false") == "true"
+    act, slope = g("model", "act", "relu"), float(g("model", "leaky_slope", "0.01"))
+    nesterov = g("train", "nesterov", "false") == "true"
+    case = {"loss": g("train", "loss", "ce"), "deep_supervision": ds, "channels": channels}
     torch.manual_seed(0)
-    m = UNet3D(channels, cin, classes, norm, groups)
-    if g("train", "optimizer", "sgd") == "sgd":
-        opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
-    else:
-        opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd)
+    m = UNet3D(channels, cin, classes, norm, groups, deep_supervision=ds, act=act, slope=slope)
+
+    def optimizer():
+        if g("train", "optimizer", "sgd") == "sgd":
+            return torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov)
+        return torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd)
+
+    opt = optimizer()
     x = torch.randn([batch, cin] + patch)
     y = torch.randint(0, classes, [batch] + patch).to(torch.uint8)
     if a.layout == "channels_last":
         m = m.to(memory_format=torch.channels_last_3d)
         x = x.contiguous(memory_format=torch.channels_last_3d)
-        if g("train", "optimizer", "sgd") == "sgd":  # the optimizer over the converted parameters
-            opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
-        else:
-            opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd)
+        opt = optimizer()  # over the converted parameters
     times = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         if a.bf16:
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = loss_fn(head(m(x)).float(), y, case)
+                loss = ds_loss_fn([o.float() for o in outputs(m(x))], y, case)
         else:
-            loss = loss_fn(head(m(x)), y, case)
+            loss = ds_loss_fn(outputs(m(x)), y, case)
         loss.backward()
         opt.step()
         if s >= a.warmup:
