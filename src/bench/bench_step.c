@@ -5,13 +5,13 @@
  * src/cli/bench_step.c, and a layout is chosen by src/plan/, not here. */
 #include "tsbuild.h"
 #include "src/bench/bench_step.h"
+#include "src/bench/bench_peak.h"
 #include "src/bench/bench_json.h"
 #include "collectives/coll.h"
 #include "src/core/error.h"
 #include "src/core/perf.h"
 #include "src/core/timer.h"
 #include "src/model/cost.h"
-#include "src/nn/peak.h"
 #include "src/optim/loss_scale.h"
 #include "src/optim/optim.h"
 #include "src/parallel/grid.h"
@@ -643,14 +643,12 @@ int ts_bench_step_run(MPI_Comm comm, const ts_config *cfg, const ts_bench_step_o
     if (o->steps < 1 || o->warmup < 0 || o->rounds < 1)
         TS_FAIL(TS_ERR_ARG, "bench step: steps >= 1, warm-up >= 0 and rounds >= 1, not %d, %d, %d", o->steps, o->warmup,
                 o->rounds);
-    if (o->peak) { /* every rank at once, before the model takes memory */
-        ts_cpu_peak p;
-        TS_CHECK(ts_err_agree(comm, ts_cpu_peak_measure(0, 2.0, &p)));
-        double v[3] = {p.fp32_gflops, p.bf16_gflops, p.triad_GBps};
-        TS_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, comm));
-        r->peak_triad_GBps = v[2];
-        b.peak_fp32 = v[0];
-        b.peak_bf16 = v[1];
+    if (o->peak) { /* every rank at once, before the model takes memory (`tessera bench peak`) */
+        ts_bench_peak_result pk;
+        TS_CHECK(ts_bench_peak_run(comm, 0, 2.0, &pk));
+        r->peak_triad_GBps = pk.sum_triad_GBps;
+        b.peak_fp32 = pk.sum_fp32_gflops;
+        b.peak_bf16 = pk.sum_bf16_gflops;
     }
     TS_CHECK(setup_grid(&b));
     TS_CHECK(setup_model(&b));
