@@ -55,9 +55,8 @@ int ts_unet_device_check(const ts_unet *m)
 
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image)
 {
-    ts_tensor h = ts_tensor_view(m->hx.data, TS_FLOAT32, 5, s->x.shape);
-    TS_TRY(ts_tensor_to_channels_last(image, &h));
-    return ts_tensor_transfer(&s->x, &h);
+    TS_TRY(ts_tensor_to_channels_last(image, &m->hx)); /* hx is shaped as s->x */
+    return ts_tensor_transfer(&s->x, &m->hx);
 }
 
 const ts_tensor *ts_unet_device_logits(ts_unet *m, int k)
