@@ -11,8 +11,9 @@
 #
 # usage: jobs/bench/compare_pytorch.sh [CONFIG] [ROUNDS]     (from the build dir
 #        or with TESSERA=path/to/tessera); THREADS (default 2), STEPS (5),
-#        WARMUP (2), PRECISION (fp32 or bf16), OUT (a directory for the JSON
-#        files; default a temp dir).
+#        WARMUP (2), PRECISION (fp32 or bf16), BATCH (train.batch instead of
+#        the config's, both sides), OUT (a directory for the JSON files;
+#        default a temp dir).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 config=${1:-$here/../../configs/unet3d-small.ini}
@@ -21,6 +22,7 @@ threads=${THREADS:-2}
 steps=${STEPS:-5}
 warmup=${WARMUP:-2}
 precision=${PRECISION:-fp32}
+batch=${BATCH:-}
 tessera=${TESSERA:-./tessera}
 python=${PYTHON:-/usr/bin/python3}
 out=${OUT:-$(mktemp -d)}
@@ -32,12 +34,17 @@ fp32) tprec=""; pprec="" ;;
 bf16) tprec="train.precision=bf16"; pprec="--bf16" ;;
 *) echo "compare_pytorch.sh: PRECISION is fp32 or bf16, not $precision" >&2; exit 1 ;;
 esac
+case $batch in
+'') ;;
+*[!0-9]* | 0) echo "compare_pytorch.sh: BATCH is a positive integer, not $batch" >&2; exit 1 ;;
+*) tprec="$tprec train.batch=$batch"; pprec="$pprec --batch $batch" ;;
+esac
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 flags=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')
-echo "config $config, $precision, $threads threads, $steps steps after $warmup warm-up, $rounds rounds"
+echo "config $config${batch:+ (train.batch=$batch)}, $precision, $threads threads, $steps steps after $warmup warm-up, $rounds rounds"
 echo "CPU: $cpu ($(nproc) cores; $flags), PyTorch $("$python" -c 'import torch; print(torch.__version__)'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 run_tessera() {
-    # shellcheck disable=SC2086 # tprec is one word or none
+    # shellcheck disable=SC2086 # tprec is words without spaces in them, or none
     OMP_NUM_THREADS=$threads OMP_PROC_BIND=${OMP_PROC_BIND:-false} "$tessera" bench step "$config" $tprec \
         --steps "$steps" --warmup "$warmup" --json "$out/tessera-$1.json" > "$out/tessera-$1.log"
 }

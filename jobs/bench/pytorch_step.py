@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--layout", choices=["ncdhw", "channels_last"], default="ncdhw")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--batch", type=int, default=0, help="train.batch instead of the config's")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     c = configparser.ConfigParser()
@@ -54,7 +55,7 @@ def main():
     norm, groups = g("model", "norm", "batch"), int(g("model", "groups", "8"))
     patch = [int(x) for x in g("data", "patch", "64").split(",")]
     patch = patch * 3 if len(patch) == 1 else patch
-    batch = int(g("train", "batch", "2"))
+    batch = a.batch or int(g("train", "batch", "2"))
     lr, momentum = float(g("train", "lr", "0.01")), float(g("train", "momentum", "0.9"))
     wd = float(g("train", "weight_decay", "0"))
     ds = g("model", "deep_supervision", "false") == "true"

@@ -15,6 +15,11 @@ typedef struct ts_cli_cmd {
 int ts_cli_info(int argc, char **argv);
 int ts_cli_train(int argc, char **argv);
 int ts_cli_infer(int argc, char **argv);
+/* Local. One key=value argument of infer's own (checkpoint=, input=, ...,
+ * precision=, batch=) into o; 1 when a is not one of them; a bad value sets
+ * *lerr (naming the option). `bench infer` takes the same. */
+struct ts_infer_opts;
+int ts_cli_infer_opt(const char *a, struct ts_infer_opts *o, int *lerr);
 
 /* Every config key table of tessera (NULL-terminated). */
 #include "src/core/config.h"

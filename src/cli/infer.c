@@ -22,7 +22,7 @@ static void help(void)
            "                                  [mirror=xyz] [keep_largest=all|foreground,1,2,... | postprocess=PP.json]\n"
            "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
            "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [preprocess=dataset|none]\n"
-           "                                  [section.key=value ...]\n\n"
+           "                                  [precision=fp32|bf16|fp16] [batch=N] [section.key=value ...]\n\n"
            "Predicts label volumes for NIfTI scans (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint, loaded once: DIR is a checkpoint (ckpt/step-<N>), a\n"
            "checkpoint folder (the newest complete one is used) or a run directory. input= is one scan, a\n"
@@ -56,7 +56,12 @@ static void help(void)
            "each scan is cropped and resampled the same way before it is normalised and predicted, and\n"
            "the labels are resampled back onto the scan's grid (background outside the crop box), the\n"
            "probabilities= too (each class linearly, background 1 outside the box, as nnU-Net exports\n"
-           "them); downsample= must be the dataset's. preprocess=none predicts on the scan as it is.\n");
+           "them); downsample= must be the dataset's. preprocess=none predicts on the scan as it is.\n"
+           "precision= is the convolutions' precision (default: CONFIG's train.precision; bf16 runs on\n"
+           "AVX512-BF16 where the CPU has it; docs/performance.md states the Dice bf16 keeps against fp32);\n"
+           "batch=N puts N windows in each forward (default: train.batch). The closing line says where the\n"
+           "time went (set-up, reading, the network, blending the windows, writing, metrics) and the\n"
+           "network's GFLOP/s; `tessera bench infer` times the command against the machine's peak.\n");
 }
 
 static void print_row(const char *title, const double *v, const ts_infer_scan *s, const ts_infer_result *r)
@@ -104,6 +109,11 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
                    r->prep_spacing[1], r->prep_spacing[0]);
         printf("\n");
     }
+    printf("infer: %.2f s: set-up %.2f, reading %.2f, prediction %.2f (network %.2f: %lld windows in %lld forwards of "
+           "%d, %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
+           r->total_s, r->setup_s, r->read_s, r->predict_s, r->network_s, (long long)r->windows, (long long)r->forwards,
+           r->batch, r->precision, r->network_s > 0 ? r->flop_per_window * (double)r->windows / r->network_s / 1e9 : 0,
+           r->blend_s, r->reduce_s, r->write_s, r->metrics_s);
     if (!r->have_dice) return;
     if (r->nscans > 1) {
         print_stat("mean Dice over the scans:", r->mean_dice, r);
@@ -131,13 +141,12 @@ static int parse_mirror(const char *a, int *mask)
               : TS_ERR(TS_ERR_ARG, "infer: mirror= is empty: give axes x, y, z (e.g. xyz) or none");
 }
 
-/* one key=value argument of infer's own; 1 when a is not one of them */
-static int parse_opt(const char *a, ts_infer_opts *o, int *lerr)
+int ts_cli_infer_opt(const char *a, ts_infer_opts *o, int *lerr)
 {
     static const char *keys[] = {"checkpoint=", "input=", "output=", "label=", "label_map=", "probabilities=",
-                                 "metrics=", "keep_largest=", "postprocess=", "decide="};
+                                 "metrics=", "keep_largest=", "postprocess=", "decide=", "precision="};
     const char **dst[] = {&o->checkpoint, &o->input, &o->output, &o->label, &o->label_map, &o->probabilities,
-                          &o->metrics, &o->keep_largest, &o->postprocess, &o->decide};
+                          &o->metrics, &o->keep_largest, &o->postprocess, &o->decide, &o->precision};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strncmp(a, keys[i], strlen(keys[i]))) {
             *dst[i] = a + strlen(keys[i]);
@@ -149,6 +158,11 @@ static int parse_opt(const char *a, ts_infer_opts *o, int *lerr)
         if (end == a + 11 || *end || f < 1 || f > 8)
             *lerr = TS_ERR(TS_ERR_ARG, "infer: downsample=%s must be 1..8", a + 11);
         o->downsample = (int)f;
+    } else if (!strncmp(a, "batch=", 6)) {
+        long b = strtol(a + 6, &end, 10);
+        if (end == a + 6 || *end || b < 1 || b > 4096)
+            *lerr = TS_ERR(TS_ERR_ARG, "infer: batch=%s must be 1..4096 windows per forward", a + 6);
+        o->batch = (int)b;
     } else if (!strncmp(a, "nsd_tol=", 8)) {
         o->nsd_tol = strtod(a + 8, &end);
         if (end == a + 8 || *end || !isfinite(o->nsd_tol) || o->nsd_tol < 0)
@@ -185,7 +199,7 @@ int ts_cli_infer(int argc, char **argv)
     o.on_scan_ctx = r;
     for (int i = 1; i < argc && !lerr; i++) {
         const char *a = argv[i];
-        if (!parse_opt(a, &o, &lerr)) continue;
+        if (!ts_cli_infer_opt(a, &o, &lerr)) continue;
         if (a[0] != '-' && strchr(a, '=')) over[nover++] = argv[i];
         else if (!cfgpath && a[0] != '-') cfgpath = a;
         else lerr = TS_ERR(TS_ERR_ARG, "infer: unexpected argument '%s' (see tessera infer --help)", a);

@@ -8,11 +8,12 @@
 #include "src/infer/window.h"
 
 #include <math.h>
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
-                    double overlap, int batch, uint8_t *pred, float *prob)
+                    double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st)
 {
     int err = 0;
     const ts_unet_cfg *u = ts_unet_config(m);
@@ -51,6 +52,7 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     /* this rank's windows: r, r + P, r + 2P, ... in batches */
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
+    double t_net = 0, t_blend = 0, t0 = MPI_Wtime(), t1;
     for (int64_t b = 0; b < rounds; b++) {
         int64_t (*origin)[3] = og;
         int used = 0;
@@ -67,17 +69,23 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
         ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
         const ts_tensor *lt = NULL;
+        t1 = MPI_Wtime();
+        t_blend += t1 - t0;
         if (sp && sp->forward) TS_CHECK(sp->forward(sp->forward_ctx, &x, &lt));
         else {
             TS_CHECK(ts_unet_forward(m, &x, 0));
             lt = ts_unet_logits(m);
             if (!lt) TS_CHECK(ts_err_last()); /* the copy from the GPU failed */
         }
+        t0 = MPI_Wtime();
+        t_net += t0 - t1;
         if (!lt) continue; /* a stage before the head */
         const float *lg = lt->data; /* [B, box..., K] */
         for (int s = 0; s < used; s++)
             ts_window_accumulate_box(&plan, origin[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
     }
+    t1 = MPI_Wtime();
+    t_blend += t1 - t0;
     /* every rank's windows (and boxes) into every rank's sums */
     TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, acc, (size_t)(nv * (K + 1)), TS_FLOAT32, TS_OP_SUM));
     for (int64_t v = 0; v < nv; v++) {
@@ -93,6 +101,13 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     if (prob)
         for (int64_t v = 0; v < nv; v++)
             for (int k = 0; k < K; k++) prob[k * nv + v] = acc[k * nv + v] / wsum[v];
+    if (st) {
+        st->network_s += t_net;
+        st->blend_s += t_blend;
+        st->reduce_s += MPI_Wtime() - t1;
+        st->windows += plan.count;
+        st->forwards += rounds;
+    }
 cleanup:
     free(acc);
     free(gw);

@@ -25,15 +25,26 @@ typedef struct ts_eval_split {
     void *forward_ctx;
 } ts_eval_split;
 
+/* What a prediction did and how long its parts took on this rank (added
+ * to, so that mirrored predictions and several scans sum up). */
+typedef struct ts_eval_stats {
+    double network_s;  /* the model's forwards (with sp/pp: this rank's part and its waits) */
+    double blend_s;    /* cutting the windows out and adding their Gaussian-weighted probabilities */
+    double reduce_s;   /* the sums over the ranks, the argmax and the normalised probabilities */
+    int64_t windows;   /* windows predicted by all ranks together (each mirrored copy counts) */
+    int64_t forwards;  /* forwards this rank ran (each of up to `batch` windows) */
+} ts_eval_stats;
+
 /* Collective on coll (the replicas, which share the windows; with sp only
  * its rank and size are used) or, with sp, on sp->all and the model's split
  * hooks. image [C, D, H, W] normalised, identical on every rank; the
  * window is data.patch (the model's config); batch windows per forward.
  * pred [D, H, W] receives the class with the highest summed probability
  * (the same on every rank); prob (may be NULL) receives the normalised
- * probabilities [K, D, H, W]. sp NULL: no spatial split. */
+ * probabilities [K, D, H, W]. sp NULL: no spatial split. st (may be
+ * NULL) is added to. */
 int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
-                    double overlap, int batch, uint8_t *pred, float *prob);
+                    double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st);
 
 /* Flips along D, H and W (bits of ts_eval_flip's and
  * ts_eval_predict_mirror's masks). */
@@ -59,7 +70,8 @@ int ts_eval_parse_axes(const char *s, int *mask);
  * TS_ERR_NOMEM (agreed on every rank) for the flipped volume and the
  * probability sums (nv x (C + 2K) floats, besides ts_eval_predict's). */
 int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
-                           const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob);
+                           const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob,
+                           ts_eval_stats *st);
 
 /* Local. Adds true positives, false positives and false negatives per class. */
 void ts_eval_confusion(const uint8_t *pred, const uint8_t *label, int64_t n, int K, int64_t *tp, int64_t *fp,

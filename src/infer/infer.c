@@ -21,6 +21,7 @@
 #include "src/core/path.h"
 #include "src/infer/evaluate.h"
 #include "src/infer/surface.h"
+#include "src/model/cost.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/parallel/grid.h"
@@ -55,6 +56,8 @@ typedef struct infer {
     int prep_on;                /* the dataset's preprocessing replayed (src/infer/infer_prep.c) */
     ts_fp_prep prep;
     /* the scan */
+    ts_eval_stats st;           /* the predictions' parts, summed over the scans */
+    double t_read, t_predict, t_write, t_metrics; /* wall seconds summed over the scans */
     const ts_infer_item *it;
     ts_nifti *img;
     int64_t C, dhw[3], nv;      /* channels; the grid predicted on (coarser with downsample) */
@@ -85,6 +88,13 @@ static int load_model(infer *t, const char *ckpt)
 {
     char state[4200];
     TS_TRY(ts_unet_cfg_from_config(t->cfg, &t->u));
+    if (t->o->precision) { /* precision= instead of the config's train.precision */
+        const char *p = t->o->precision;
+        if (!strcmp(p, "fp32")) t->u.precision = TS_PREC_FP32;
+        else if (!strcmp(p, "bf16")) t->u.precision = TS_PREC_BF16;
+        else if (!strcmp(p, "fp16")) t->u.precision = TS_PREC_FP16;
+        else return TS_ERR(TS_ERR_ARG, "infer: precision=%s: give fp32, bf16 or fp16", p);
+    }
     TS_TRY(ts_loader_opts_from_config(t->cfg, &t->lo));
     TS_TRY(ts_config_get_float(t->cfg, "eval.overlap", &t->overlap));
     TS_TRY(ts_unet_create(&t->u, 0, &t->m));
@@ -198,6 +208,7 @@ static int setup_layout(infer *t)
     int err = 0;
     ts_layout_spec spec;
     TS_CHECK(ts_config_get_int(t->cfg, "train.batch", &t->batch));
+    if (t->o->batch > 0) t->batch = t->o->batch; /* batch= */
     TS_CHECK(ts_layout_spec_from_config(t->cfg, TS_LAYOUT_INFER, t->u.patch, t->u.levels, &spec));
     TS_CHECK(ts_layout_create(t->world, &spec, &t->L));
     for (int d = 0; d < 3; d++) {
@@ -246,7 +257,7 @@ static int predict(infer *t)
         TS_CHECK(ts_err_agree(t->world, t->prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", t->it->input)));
     }
     TS_CHECK(ts_eval_predict_mirror(t->m, t->L->replicas, t->L->grid->sp > 1 || t->L->grid->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
-                                    t->overlap, (int)t->batch, t->o->mirror, t->pred, t->prob));
+                                    t->overlap, (int)t->batch, t->o->mirror, t->pred, t->prob, &t->st));
     if (t->o->downsample > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(t->pred, t->fine, t->o->downsample, t->full);
         uint8_t *p = t->pred;
@@ -401,6 +412,7 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
     s->output = it->output;
     s->label = it->label[0] ? it->label : NULL;
     s->classes = t->u.classes;
+    double t0 = MPI_Wtime(), t1;
     TS_CHECK(ts_err_agree(t->world, load_scan(t)));
     if (t->lo.patch.norm == TS_NORM_DATASET) TS_CHECK(ts_err_agree(t->world, dataset_norm(t)));
     { /* the ct channels: the training dataset's CT statistics (io/patch.h) */
@@ -408,9 +420,15 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
         if (ts_config_isset(t->cfg, "data.path")) TS_CHECK(ts_config_get_str(t->cfg, "data.path", &dp));
         TS_CHECK(ts_patch_normalize_scan(t->world, dp, &t->lo.patch, t->vol, t->C, t->nv));
     }
+    t1 = MPI_Wtime();
+    t->t_read += t1 - t0;
     TS_CHECK(predict(t));
+    t0 = MPI_Wtime();
+    t->t_predict += t0 - t1;
     TS_CHECK(ts_err_agree(t->world, postprocess(t, s)));
     TS_CHECK(write_outputs(t));
+    t1 = MPI_Wtime();
+    t->t_write += t1 - t0;
     for (int k = 0; k < 3; k++) {
         s->dim[k] = t->img->dim[k];
         s->spacing[k] = fabs(t->img->pixdim[k]);
@@ -420,6 +438,7 @@ static int run_scan(infer *t, const ts_infer_item *it, double tol, ts_infer_scan
         s->dice[k] = s->hd95[k] = s->nsd[k] = s->dice_pp[k] = s->dice_fg[k] = s->dice_fg_pp[k] = NAN;
     s->fg_dice = NAN;
     if (s->label) TS_CHECK(scan_metrics(t, s, tol));
+    t->t_metrics += MPI_Wtime() - t1;
 cleanup:
     free_scan(t);
     return err;
@@ -482,6 +501,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     infer t;
     ts_infer_list l = {0};
     ts_infer_scan *scans = NULL;
+    const double start = MPI_Wtime();
     memset(&t, 0, sizeof t);
     memset(r, 0, sizeof *r);
     t.cfg = cfg;
@@ -500,6 +520,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
         TS_CHECK(ts_err_agree(world, TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training "
                                                            "dataset's statistics)")));
     TS_CHECK(setup_layout(&t));
+    r->setup_s = MPI_Wtime() - start;
     r->classes = t.u.classes;
     r->nscans = l.n;
     r->have_dice = o->label != NULL;
@@ -514,8 +535,27 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
         memcpy(r->dice, scans[i].dice, sizeof r->dice);
         if (o->on_scan) o->on_scan(&scans[i], o->on_scan_ctx);
     }
+    double t0 = MPI_Wtime();
     if (o->label) TS_CHECK(finish(&t, scans, l.n, &l, r));
     else r->metrics[0] = 0;
+    t.t_metrics += MPI_Wtime() - t0;
+    {
+        ts_unet_cost c;
+        TS_CHECK(ts_unet_cost_of(&t.u, 1, t.u.patch, NULL, &c));
+        r->flop_per_window = c.flops_forward;
+    }
+    r->read_s = t.t_read;
+    r->network_s = t.st.network_s;
+    r->blend_s = t.st.blend_s;
+    r->reduce_s = t.st.reduce_s;
+    r->predict_s = t.t_predict;
+    r->write_s = t.t_write;
+    r->metrics_s = t.t_metrics;
+    r->windows = t.st.windows;
+    r->forwards = t.st.forwards;
+    r->batch = (int)t.batch;
+    r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
+    r->total_s = MPI_Wtime() - start;
 cleanup:
     teardown(&t);
     free_scan(&t);

@@ -50,6 +50,8 @@ typedef struct ts_infer_opts {
     const char *keep_largest;  /* "all" or classes "1,3": keep each one's largest component; NULL none */
     const char *postprocess;   /* a decision file (decide below) to apply, or NULL */
     const char *decide;        /* with label: write the post-processing decision here, or NULL */
+    const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
+    int batch;                 /* windows per forward, 0: CONFIG's train.batch */
     /* called on every rank after each scan (may be NULL): for printing */
     void (*on_scan)(const ts_infer_scan *s, void *ctx);
     void *on_scan_ctx;
@@ -99,6 +101,19 @@ typedef struct ts_infer_result {
     int prep_on, prep_crop;    /* prep_on 0: none (prep_from "") */
     double prep_spacing[3];    /* target spacing, mm along D, H, W; 0: not resampled */
     char prep_from[4096];      /* the dataset */
+    /* where the time went on rank 0, seconds summed over the scans (wall
+     * clock; docs/performance.md, bench infer) */
+    double setup_s;            /* checkpoint found, model built and loaded, layout set up */
+    double read_s;             /* scans read, preprocessed and normalised */
+    double network_s, blend_s, reduce_s; /* the prediction: src/infer/evaluate.h ts_eval_stats */
+    double predict_s;          /* the whole prediction (network_s + blend_s + reduce_s + mirroring, resampling back) */
+    double write_s;            /* post-processing and the NIfTI outputs */
+    double metrics_s;          /* the metrics against label= and the metrics file */
+    double total_s;            /* ts_infer_run from start to end */
+    int64_t windows, forwards; /* windows of all ranks (each mirrored copy counts); forwards of rank 0 */
+    int batch;                 /* windows per forward */
+    const char *precision;     /* the convolutions' precision ("fp32", "bf16", "fp16") */
+    double flop_per_window;    /* the forward's convolution FLOP per window (src/model/cost.h) */
 } ts_infer_result;
 
 /* Local. The complete checkpoint that arg names: arg itself, the newest

@@ -98,9 +98,12 @@ void ts_window_accumulate_box(const ts_window_plan *p, const int64_t o[3], const
 {
     const int64_t *v = p->vol, *w = p->win;
     const int64_t nvox = v[0] * v[1] * v[2];
-    for (int64_t z = 0; z < size[0]; z++) {
+    const int64_t nz = v[0] - o[0] - lo[0] < size[0] ? v[0] - o[0] - lo[0] : size[0];
+    /* planes over the threads: each voxel's sums are its own, so the
+     * results do not depend on the threads */
+#pragma omp parallel for schedule(static) if (nz * size[1] * size[2] >= 32768)
+    for (int64_t z = 0; z < nz; z++) {
         int64_t vz = o[0] + lo[0] + z;
-        if (vz >= v[0]) break;
         for (int64_t y = 0; y < size[1]; y++) {
             int64_t vy = o[1] + lo[1] + y;
             if (vy >= v[1]) break;

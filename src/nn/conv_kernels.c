@@ -244,7 +244,14 @@ typedef struct slab_ring {
     size_t pn; /* elements of one plane */
     uint32_t *base;
     const uint32_t **plane;
+    /* fp32 with at most 8 output channels: each staged plane also as column
+     * pairs (pair_rows), ppn floats a plane; pbase NULL: none */
+    float *pbase;
+    const float **pplane;
+    size_t ppn;
 } slab_ring;
+
+static void pair_rows(const float *src, float *dst, int rows, int CS, int C);
 
 static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int id0, int oh0,
                        int R, int CS)
@@ -258,10 +265,15 @@ static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, 
     }
     const size_t row = slab_row_n(f, CS, g->C);
     for (int i = 0; i < rg->KP; i++) {
-        uint32_t *pl = rg->base + (size_t)((rg->start + i) % rg->KP) * rg->pn;
+        const int slot = (rg->start + i) % rg->KP;
+        uint32_t *pl = rg->base + (size_t)slot * rg->pn;
+        float *pp = rg->pbase ? rg->pbase + (size_t)slot * rg->ppn : NULL;
         rg->plane[i] = pl;
-        if (i >= keep)
+        if (pp) rg->pplane[i] = pp;
+        if (i >= keep) {
             for (int r = 0; r < R; r++) fill_row(f, g, x, n, id0 + i, oh0 * g->s - g->p + r, CS, pl + (size_t)r * row);
+            if (pp) pair_rows((const float *)pl, pp, R, CS, g->C);
+        }
     }
     rg->n = n;
     rg->oh0 = oh0;
@@ -271,10 +283,16 @@ static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, 
 /* ------------------------------------------------------------------ gather */
 
 typedef struct {
-    const float *slab;
-    size_t rstride, pstride; /* floats between slab rows / planes */
+    const float *const *pl;  /* slab plane kd (input plane od s - p + kd) */
+    size_t rstride;          /* floats between slab rows */
     int k, s, C, ocp;
     const float *wp, *bias; /* bias padded to ocp or NULL */
+    /* 3x3x3 stride 1 with at most 8 output channels (see pair_rows): the
+     * slab planes as column pairs, and the weights and bias with each
+     * channel's value in two lanes; ppl NULL: not this path */
+    const float *const *ppl;
+    const float *wq, *bq;
+    size_t prs; /* floats between pair-slab rows */
 } gc_args;
 
 typedef struct {
@@ -303,10 +321,130 @@ static void run_hooks(const ts_conv_sched *sch)
         if (sch->progress[i]) sch->progress[i](sch->ctx[i]);
 }
 
+/* ---------------------------------------- few output channels, voxel pairs */
+
+/* A 3x3x3 stride-1 convolution with OC <= 8 output channels would fill only
+ * half of a 16-lane accumulator per voxel. This path puts two neighbouring
+ * output voxels in one vector instead: lane 2o + v holds channel o of voxel
+ * ow + v. The slab is restaged as column pairs, pair j of a row holding
+ * (x[j][c], x[j+1][c]) for each channel c (a 64-bit broadcast gives every
+ * lane pair its two inputs), the weights and bias with each channel's value
+ * in lanes 2o and 2o + 1. Each output sums the same products in the same
+ * order as the gk3 kernels (kd, kh, c, then kw), with the same fused
+ * multiply-adds: the results are the same bits, twice as fast where OC is 8. */
+typedef double v8d __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+
+AI v16 bcast_pair(const float *p)
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    return (v16)(v8d){d, d, d, d, d, d, d, d};
+}
+
+/* rows slab rows of CS columns x C channels -> the pair layout (2 C floats a
+ * column; the last column's partner is zero) */
+static void pair_rows(const float *src, float *dst, int rows, int CS, int C)
+{
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v8u __attribute__((vector_size(32), aligned(4)));
+    for (int r = 0; r < rows; r++) {
+        const float *sr = src + (size_t)r * CS * C;
+        float *d = dst + (size_t)r * CS * 2 * C;
+        int j0 = 0;
+        if (C % 8 == 0) /* 8 channels of two columns interleaved by one shuffle */
+            for (; j0 + 1 < CS; j0++)
+                for (int c = 0; c < C; c += 8) {
+                    const v8 a = *(const v8u *)(sr + (size_t)j0 * C + c), b = *(const v8u *)(sr + (size_t)(j0 + 1) * C + c);
+                    vst(d + (size_t)j0 * 2 * C + 2 * c,
+                        __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+                }
+        for (int j = j0; j < CS; j++) {
+            const float *a = sr + (size_t)j * C, *b = a + C;
+            float *dj = d + (size_t)j * 2 * C;
+            for (int c = 0; c < C; c++) {
+                dj[2 * c] = a[c];
+                dj[2 * c + 1] = j + 1 < CS ? b[c] : 0.0f;
+            }
+        }
+    }
+}
+
+/* the weights [27][C][ocp] (channels 0..7 used) as [27][C][16] with channel o
+ * in lanes 2o and 2o + 1; the bias likewise (bias NULL: zeros) */
+static void pair_weights(const float *wp, const float *bias, int C, int ocp, int OC, float *wq, float *bq)
+{
+    for (size_t t = 0; t < (size_t)27 * C; t++)
+        for (int o = 0; o < 8; o++) wq[t * 16 + 2 * o] = wq[t * 16 + 2 * o + 1] = o < OC ? wp[t * ocp + o] : 0.0f;
+    for (int o = 0; o < 8; o++) bq[2 * o] = bq[2 * o + 1] = bias && o < OC ? bias[o] : 0.0f;
+}
+
+/* NP pairs (output voxels ow0 .. ow0 + 2 NP - 1, the last nlast of the final
+ * pair only: 1 or 2) of tile row r; OC channels stored at yo of rows of ldy */
+AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, float *y, int yo, int ldy)
+{
+    v16 acc[8];
+    const v16 b = vld(a->bq);
+    const int C = a->C;
+    const size_t col = (size_t)2 * C, tapw = (size_t)C * 16;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = b;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->ppl[kd] + (size_t)(r + kh) * a->prs + (size_t)ow0 * col;
+            const float *wr = a->wq + (size_t)((kd * 3 + kh) * 3) * tapw;
+            for (int c = 0; c < C; c++) {
+                const v16 w0 = vld(wr + (size_t)c * 16), w1 = vld(wr + tapw + (size_t)c * 16);
+                const v16 w2 = vld(wr + 2 * tapw + (size_t)c * 16);
+                const float *xc = row + 2 * c;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    if (i < NP) {
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i) * col) * w0;
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i + 1) * col) * w1;
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i + 2) * col) * w2;
+                    }
+            }
+        }
+    const v16i deint = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        if (i < NP) {
+            float t[16];
+            vst(t, __builtin_shuffle(acc[i], deint));
+            float *y0 = y + (size_t)(ow0 + 2 * i) * ldy + yo;
+            for (int o = 0; o < OC; o++) y0[o] = t[o];
+            if (i < NP - 1 || nlast == 2)
+                for (int o = 0; o < OC; o++) y0[ldy + o] = t[8 + o];
+        }
+}
+
+/* one output row of OW voxels by the pair path */
+static void gq_row(const gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
+{
+    int ow = 0;
+    for (; ow + 16 <= OW; ow += 16) gq_tile(a, 8, r, ow, 2, OC, y, yo, ldy);
+    const int left = OW - ow, np = (left + 1) / 2, nlast = left % 2 ? 1 : 2;
+    switch (np) { /* constant NP: the accumulators stay in registers */
+    case 7: gq_tile(a, 7, r, ow, nlast, OC, y, yo, ldy); break;
+    case 6: gq_tile(a, 6, r, ow, nlast, OC, y, yo, ldy); break;
+    case 5: gq_tile(a, 5, r, ow, nlast, OC, y, yo, ldy); break;
+    case 4: gq_tile(a, 4, r, ow, nlast, OC, y, yo, ldy); break;
+    case 3: gq_tile(a, 3, r, ow, nlast, OC, y, yo, ldy); break;
+    case 2: gq_tile(a, 2, r, ow, nlast, OC, y, yo, ldy); break;
+    case 1: gq_tile(a, 1, r, ow, nlast, OC, y, yo, ldy); break;
+    default: break;
+    }
+}
+
 /* one output row: channel tiles from oc0 to oc1 (global channel index for
  * the weights) written at channel yo0 of rows of ldy floats */
 static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
 {
+    if (a->ppl && k3s1 && oc0 == 0 && oc1 == OC) {
+        gq_row(a, r, OW, OC, yr, yo0, ldy);
+        return;
+    }
     for (int oc = oc0; oc < oc1;) {
         const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
         if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
@@ -349,26 +487,57 @@ static void out_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, const 
 #undef ROW
 }
 
-/* The fp32 gather driver. */
+/* Runs of output planes along D for the ring drivers: units of (sample, row
+ * block, run of L planes), about 16 units per thread; single planes where
+ * consecutive planes share no input plane (k <= s). */
+typedef struct gather_runs {
+    int nhb, dorder, L, nrun;
+    long units;
+} gather_runs;
+
+static gather_runs runs_of(const ts_conv_geom *g, int hb, int nt)
+{
+    gather_runs u;
+    u.nhb = (g->OH + hb - 1) / hb;
+    const long cols = (long)g->N * u.nhb, runs = (16L * nt + cols - 1) / cols;
+    u.dorder = g->k > g->s;
+    u.L = u.dorder ? imax(1, (int)((g->OD + runs - 1) / runs)) : 1;
+    u.nrun = (g->OD + u.L - 1) / u.L;
+    u.units = cols * u.nrun;
+    return u;
+}
+
+/* The fp32 (and fp16-rounded) gather driver: the items (sample, output
+ * plane, block of rows) taken in runs along D, a ring of slab planes
+ * (slab_ring) staging each input plane of a run once; with at most 8
+ * output channels (3x3x3, stride 1, fp32) each staged plane is also paired
+ * for the voxel-pair tiles. Every output voxel is computed as in any other
+ * order: the results do not depend on the runs. */
 static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const void *wp, const float *bias,
                        ts_conv_dst y, const ts_conv_sched *sch)
 {
     int err = 0;
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
-    const size_t slab_n = round16((size_t)g->k * R * slab_row_n(f, CS, g->C));
+    if (g->k > 8) TS_FAIL(TS_ERR_UNSUPPORTED, "conv kernel size %d (at most 8)", g->k);
+    const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs);
     /* a split output whose split is not a multiple of 16 goes through a row buffer */
-    const int split = y.b != NULL, direct = !split || y.ca % 16 == 0;
-    const size_t row_n = direct ? 0 : round16((size_t)g->OW * g->OC);
-    float *bp = NULL, *slabs = ts_nn_scratch(0, ((slab_n + row_n) * nt + ocp) * sizeof(float));
+    const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
+    /* at most 8 output channels, fp32, 3x3x3 stride 1: the voxel-pair path */
+    const int pairs = !f->bf16 && !f->f16 && g->k == 3 && g->s == 1 && g->OC <= 8;
+    const size_t ppn = (size_t)2 * R * CS * g->C, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
+    const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * g->C * 16) + 16 : 0;
+    float *bp = NULL, *slabs = ts_nn_scratch(0, (per * nt + ocp + wq_n) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
-        bp = slabs + (slab_n + row_n) * nt;
+        bp = slabs + per * nt;
         memset(bp, 0, (size_t)ocp * sizeof(float));
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
-    const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
-    const long items = (long)g->N * g->OD * nhb;
+    float *wq = pairs ? slabs + per * nt + ocp : NULL, *bq = pairs ? wq + wq_n - 16 : NULL;
+    if (pairs) pair_weights(wp, bias, g->C, ocp, g->OC, wq, bq);
+    const int k3s1 = g->k == 3 && g->s == 1;
+    const gather_runs gr = runs_of(g, hb, nt);
     /* which items read a non-NULL face (see ts_conv_part) */
     const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
     const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
@@ -378,22 +547,32 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
      * threads can take them all) and after each item it completes */
 #pragma omp parallel
     {
-        if (thread_id() == 0) run_hooks(sch);
+        const int tid = thread_id();
+        float *slab = slabs + per * tid, *rowbuf = slab + slab_n;
+        const uint32_t *plane[8];
+        const float *pl[8], *ppl[8];
+        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, plane, pairs ? rowbuf + row_n : NULL, ppl, ppn};
+        if (tid == 0) run_hooks(sch);
 #pragma omp for schedule(dynamic, 1)
-        for (long it = 0; it < items; it++) {
-            const int n = (int)(it / ((long)g->OD * nhb)), od = (int)(it / nhb % g->OD), oh0 = (int)(it % nhb) * hb;
-            const int nr = imin(hb, g->OH - oh0), tid = thread_id();
-            if (part != TS_CONV_ALL) {
-                const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
-                                   (fh1 && oh0 + nr == g->OH);
-                if (border != (part == TS_CONV_BORDER)) continue;
+        for (long u = 0; u < gr.units; u++) {
+            const int n = (int)(u / ((long)gr.nhb * gr.nrun));
+            const int oh0 = (int)(gr.dorder ? u / gr.nrun % gr.nhb : u % gr.nhb) * hb;
+            const int od0 = (int)(gr.dorder ? u % gr.nrun : u / gr.nhb % gr.nrun) * gr.L;
+            const int nr = imin(hb, g->OH - oh0);
+            ring.n = -1;
+            for (int od = od0; od < imin(od0 + gr.L, g->OD); od++) {
+                if (part != TS_CONV_ALL) {
+                    const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
+                                       (fh1 && oh0 + nr == g->OH);
+                    if (border != (part == TS_CONV_BORDER)) continue;
+                }
+                ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                for (int i = 0; i < g->k; i++) pl[i] = (const float *)plane[i];
+                const gc_args a = {pl, rs, g->k, g->s, g->C, ocp, wp, bp, pairs ? ppl : NULL, wq, bq, (size_t)2 * CS * g->C};
+                for (int r = 0; r < nr; r++)
+                    out_row(&a, NULL, 0, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
+                if (tid == 0) run_hooks(sch);
             }
-            float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
-            fill_slab_planes(f, g, x, n, od, oh0, g->k, R, CS, slab);
-            gc_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, g->k, g->s, g->C, ocp, wp, bp};
-            for (int r = 0; r < nr; r++)
-                out_row(&a, NULL, 0, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
-            if (tid == 0) run_hooks(sch);
         }
     }
 cleanup:
@@ -434,7 +613,8 @@ static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     {
         const int tid = thread_id();
         float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
-        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, (const uint32_t **)(slab + slab_n - 2 * g->k)};
+        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, (const uint32_t **)(slab + slab_n - 2 * g->k),
+                           NULL, NULL, 0};
         if (tid == 0) run_hooks(sch);
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -635,7 +815,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
         /* bf16: the staged pairs (one zero entry first) and the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
         slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab,
-                          (const uint32_t **)(gpad + ((size_t)P * hb * nm + 1) * ocp)};
+                          (const uint32_t **)(gpad + ((size_t)P * hb * nm + 1) * ocp), NULL, NULL, 0};
         if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {

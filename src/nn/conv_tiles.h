@@ -7,7 +7,7 @@ static inline void gc_16x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -78,7 +78,7 @@ static inline void gc_8x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -125,7 +125,7 @@ static inline void gc_4x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -160,7 +160,7 @@ static inline void gc_2x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -189,7 +189,7 @@ static inline void gc_1x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -226,7 +226,7 @@ static inline void gc_12x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -299,7 +299,7 @@ static inline void gc_8x2(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -356,7 +356,7 @@ static inline void gc_4x2(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -397,7 +397,7 @@ static inline void gc_2x2(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -430,7 +430,7 @@ static inline void gc_1x2(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -471,7 +471,7 @@ static inline void gc_6x4(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -536,7 +536,7 @@ static inline void gc_4x4(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -589,7 +589,7 @@ static inline void gc_2x4(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -630,7 +630,7 @@ static inline void gc_1x4(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
     for (int kd = 0; kd < k; kd++)
         for (int kh = 0; kh < k; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
             for (int kw = 0; kw < k; kw++) {
                 const float *xr = row + kw * C;
                 const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
@@ -672,7 +672,7 @@ static inline void gk3_16x1(const gc_args *a, int r0, int ow0, int oc0, int yo, 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -745,7 +745,7 @@ static inline void gk3_8x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -794,7 +794,7 @@ static inline void gk3_4x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -831,7 +831,7 @@ static inline void gk3_2x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -862,7 +862,7 @@ static inline void gk3_1x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -901,7 +901,7 @@ static inline void gk3_12x2(const gc_args *a, int r0, int ow0, int oc0, int yo, 
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -978,7 +978,7 @@ static inline void gk3_8x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1039,7 +1039,7 @@ static inline void gk3_4x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1084,7 +1084,7 @@ static inline void gk3_2x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;
@@ -1121,7 +1121,7 @@ static inline void gk3_1x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
     const size_t tapw = (size_t)C * ocp;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
-            const float *row = a->slab + kd * a->pstride + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * C;
             const float *wr = a->wp + (size_t)((kd * 3 + kh) * 3) * tapw + oc0;
             for (int c = 0; c < C; c++) {
                 const float *wc = wr + (size_t)c * ocp, *xc = row + c;

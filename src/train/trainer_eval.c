@@ -94,7 +94,7 @@ int ts_trainer_evaluate(trainer *t, double *dice_out, double *hd95_out, double *
         es.forward = t->pipe ? pipe_forward : NULL;
         es.forward_ctx = t->pipe;
         TS_CHECK(ts_eval_predict_mirror(t->model, t->L->replicas, t->L->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
-                                        overlap, t->batch, axes, pred, NULL));
+                                        overlap, t->batch, axes, pred, NULL, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
         if (surface) {
             TS_CHECK(volume_surface(t, vol[v], pred, lab, dhw, tol, hv, nvv));

@@ -152,6 +152,34 @@ static void test_conv_vs_ref(int N, int D, int H, int W, int C, int OC, int k, i
     free(rdb);
 }
 
+/* 3x3x3 stride-1 convolutions with at most 8 output channels run two
+ * voxels per vector (src/nn/conv_kernels.c, gq_tile): their outputs must be
+ * the very bits of the 16-lane tiles, i.e. of the same convolution widened
+ * to OC2 > 8 channels (the first OC weights and biases shared) */
+static void test_conv_pairs(int N, int D, int H, int W, int C, int OC, int OC2, int p, int bias)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), w = MK(-0.5f, 0.5f, OC, C, 3, 3, 3), b = MK(-1, 1, OC);
+    ts_tensor w2 = MK(-0.5f, 0.5f, OC2, C, 3, 3, 3), b2 = MK(-1, 1, OC2);
+    memcpy(w2.data, w.data, sizeof(float) * (size_t)ts_tensor_numel(&w)); /* [OC][C][3][3][3]: the first OC rows */
+    memcpy(b2.data, b.data, sizeof(float) * (size_t)OC);
+    const int64_t OD = ts_conv_out_size(D, 3, 1, p), OH = ts_conv_out_size(H, 3, 1, p), OW = ts_conv_out_size(W, 3, 1, p);
+    ts_tensor y = MK(0, 0, N, OD, OH, OW, OC), y2 = MK(0, 0, N, OD, OH, OW, OC2);
+    int rc = ts_conv3d_forward(&x, &w, bias ? &b : NULL, 1, p, &y);
+    rc |= ts_conv3d_forward(&x, &w2, bias ? &b2 : NULL, 1, p, &y2);
+    const float *a = y.data, *a2 = y2.data;
+    int64_t diff = 0, nz = 0;
+    for (int64_t v = 0; v < N * OD * OH * OW; v++)
+        for (int o = 0; o < OC; o++) {
+            diff += memcmp(&a[v * OC + o], &a2[v * OC2 + o], sizeof(float)) != 0;
+            nz += a[v * OC + o] != 0;
+        }
+    ts_ok(rc == 0 && diff == 0 && nz > 0, "conv3d forward %dx%dx%dx%dx%d -> %d (pairs of voxels) p%d%s: bitwise the "
+          "first %d of %d channels (%lld of %lld differ)", N, D, H, W, C, OC, p, bias ? " bias" : "", OC, OC2,
+          (long long)diff, (long long)(N * OD * OH * OW * OC));
+    ts_tensor *all[] = {&x, &w, &b, &w2, &b2, &y, &y2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 static void test_convt_vs_ref(int N, int D, int C, int OC, int k, int s)
 {
     ts_tensor x = MK(-1, 1, N, D, D + 1, D, C), w = MK(-0.5f, 0.5f, C, OC, k, k, k), b = MK(-1, 1, OC);
@@ -1128,6 +1156,17 @@ int main(int argc, char **argv)
     test_conv_vs_ref(1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
     test_conv_vs_ref(1, 6, 5, 7, 3, 4, 3, 1, 0, 1);
     test_conv_vs_ref(1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
+    /* at most 8 output channels, 3x3x3 stride 1: voxel pairs (odd and even
+     * widths, tails of 1..7 pairs, channels a multiple of 8 or not) */
+    test_conv_vs_ref(2, 4, 3, 17, 8, 8, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 3, 4, 1, 8, 8, 3, 1, 1, 0);
+    test_conv_vs_ref(1, 3, 3, 30, 16, 8, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 4, 4, 5, 1, 8, 3, 1, 1, 1);
+    test_conv_vs_ref(1, 3, 3, 11, 12, 3, 3, 1, 1, 1);
+    test_conv_pairs(2, 5, 6, 33, 8, 8, 16, 1, 1);
+    test_conv_pairs(1, 4, 5, 18, 16, 8, 9, 1, 0);
+    test_conv_pairs(1, 3, 4, 7, 1, 8, 24, 1, 1);
+    test_conv_pairs(1, 4, 4, 9, 12, 5, 16, 0, 1);
     test_convt_vs_ref(2, 3, 32, 16, 2, 2);
     test_convt_vs_ref(1, 4, 5, 7, 2, 2);
     test_convt_vs_ref(1, 3, 3, 4, 3, 2);
