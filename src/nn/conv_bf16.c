@@ -36,6 +36,16 @@ typedef uint32_t v16iu __attribute__((vector_size(64), aligned(4)));
 #define vld(p) (*(const v16u *)(p))
 #define vst(p, v) (*(v16u *)(p) = (v))
 
+/* the 64 bits at p (two words) in every 64-bit lane pair: a broadcast that
+ * gives lanes 2i and 2i + 1 different pairs (the voxel-pair tiles) */
+static inline v16i bx2(const uint32_t *p)
+{
+    typedef uint64_t v8q __attribute__((vector_size(64)));
+    uint64_t d;
+    memcpy(&d, p, sizeof d);
+    return (v16i)((v8q){0} + d);
+}
+
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int nv_for(int lanes) { return lanes >= 64 ? 4 : lanes >= 32 ? 2 : 1; }
 
@@ -371,6 +381,9 @@ static inline float u2f(uint32_t u)
 #define BX(n, p)                                                                                                        \
     const uint32_t n##_i = *(const uint32_t *)(p);                                                                     \
     const float n##_l = u2f(n##_i << 16), n##_h = u2f(n##_i & 0xffff0000u)
+#define BX2(n, p)                                                                                                       \
+    const v16i n##_i = bx2(p);                                                                                         \
+    const v16 n##_l = (v16)(n##_i << 16), n##_h = (v16)(n##_i & 0xffff0000u)
 #define BDP(c, x, w) (c += x##_h * w##_h, c += x##_l * w##_l)
 #include "src/nn/conv_bf16_variant.h"
 #undef BT
@@ -381,6 +394,7 @@ static inline float u2f(uint32_t u)
 #undef BWZERO
 #undef BWSET
 #undef BX
+#undef BX2
 #undef BDP
 
 #if TS_BF16_X86
@@ -393,6 +407,7 @@ static inline float u2f(uint32_t u)
 #define BWZERO(n) v16i n = (v16i){0}
 #define BWSET(n, m) (n = m)
 #define BX(n, p) const v16i n = (v16i){0} + *(const uint32_t *)(p)
+#define BX2(n, p) const v16i n = bx2(p)
 #define BDP(c, x, w) (c = (v16)_mm512_dpbf16_ps((__m512)(c), (__m512bh)(w), (__m512bh)(x)))
 #include "src/nn/conv_bf16_variant.h"
 #endif

@@ -6,11 +6,74 @@
 
 #include "src/nn/conv_tiles_bf16.h"
 
+/* at most 8 output channels: NP pairs of output voxels from ow0 of tile row
+ * r (the final pair's first nlast: 1 or 2), lane 2o + v channel o of voxel
+ * ow0 + 2i + v; the products in the order of the gk3b tiles (kd, kh, c,
+ * then kw), so the same bits (see ts_bf16_gc_args.ppl) */
+BATTR __attribute__((always_inline)) void BT(gqb_tile)(const ts_bf16_gc_args *a, int NP, int r, int ow0, int nlast, int OC, float *y, int yo, int ldy)
+{
+    v16 acc[8];
+    const v16 b = vld(a->bq);
+    const int C = a->C;
+    const size_t col = (size_t)2 * C, tapw = (size_t)C * 16;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = b;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const uint32_t *row = a->ppl[kd] + (size_t)(r + kh) * a->prs + (size_t)ow0 * col;
+            const uint32_t *wr = a->wq + (size_t)((kd * 3 + kh) * 3) * tapw;
+            for (int c = 0; c < C; c++) {
+                BW(w0, wr + (size_t)c * 16);
+                BW(w1, wr + tapw + (size_t)c * 16);
+                BW(w2, wr + 2 * tapw + (size_t)c * 16);
+                const uint32_t *xc = row + 2 * c;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    if (i < NP) {
+                        { BX2(x, xc + (size_t)(2 * i) * col); BDP(acc[i], x, w0); }
+                        { BX2(x, xc + (size_t)(2 * i + 1) * col); BDP(acc[i], x, w1); }
+                        { BX2(x, xc + (size_t)(2 * i + 2) * col); BDP(acc[i], x, w2); }
+                    }
+            }
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        if (i < NP) {
+            float t[16];
+            vst(t, __builtin_shuffle(acc[i], (v16i){0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15}));
+            float *y0 = y + (size_t)(ow0 + 2 * i) * ldy + yo;
+            for (int o = 0; o < OC; o++) y0[o] = t[o];
+            if (i < NP - 1 || nlast == 2)
+                for (int o = 0; o < OC; o++) y0[ldy + o] = t[8 + o];
+        }
+}
+
+BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
+{
+    int ow = 0;
+    for (; ow + 16 <= OW; ow += 16) BT(gqb_tile)(a, 8, r, ow, 2, OC, y, yo, ldy);
+    const int left = OW - ow, np = (left + 1) / 2, nlast = left % 2 ? 1 : 2;
+    switch (np) { /* constant NP: the accumulators stay in registers */
+    case 7: BT(gqb_tile)(a, 7, r, ow, nlast, OC, y, yo, ldy); break;
+    case 6: BT(gqb_tile)(a, 6, r, ow, nlast, OC, y, yo, ldy); break;
+    case 5: BT(gqb_tile)(a, 5, r, ow, nlast, OC, y, yo, ldy); break;
+    case 4: BT(gqb_tile)(a, 4, r, ow, nlast, OC, y, yo, ldy); break;
+    case 3: BT(gqb_tile)(a, 3, r, ow, nlast, OC, y, yo, ldy); break;
+    case 2: BT(gqb_tile)(a, 2, r, ow, nlast, OC, y, yo, ldy); break;
+    case 1: BT(gqb_tile)(a, 1, r, ow, nlast, OC, y, yo, ldy); break;
+    default: break;
+    }
+}
+
 /* one output row of the gather: channel tiles oc0 .. oc1 (global channel
  * index for the weights) written at channel yo0 of rows of ldy floats */
 BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
                               int yo0, int ldy)
 {
+    if (a->ppl && k3s1 && oc0 == 0 && oc1 == OC) {
+        BT(gqb_row)(a, r, OW, OC, yr, yo0, ldy);
+        return;
+    }
     for (int oc = oc0; oc < oc1;) {
         const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
         if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */

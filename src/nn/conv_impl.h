@@ -194,6 +194,15 @@ typedef struct ts_bf16_gc_args {
     int k, s, C, ocp;
     const uint32_t *wp;     /* [k^3][C][ocp] */
     const float *bias;      /* padded to ocp, 64-byte aligned, or NULL */
+    /* 3x3x3 stride 1 with at most 8 output channels: two output voxels per
+     * vector, as the fp32 tiles do (conv_kernels.c, gq_tile): the slab
+     * planes as column pairs (pair j of a row: the C pairs of column j and
+     * of column j + 1 interleaved), the weights [27][C][16] with channel o
+     * in lanes 2o and 2o + 1, the bias likewise; ppl NULL: not this path */
+    const uint32_t *const *ppl;
+    const uint32_t *wq;
+    const float *bq;
+    size_t prs;             /* 32-bit words between pair-slab rows */
 } ts_bf16_gc_args;
 
 /* Weight-gradient arguments. The reduction runs over output voxels, so the

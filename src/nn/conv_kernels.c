@@ -272,7 +272,7 @@ static void ring_stage(slab_ring *rg, const slab_fmt *f, const ts_conv_geom *g, 
         if (pp) rg->pplane[i] = pp;
         if (i >= keep) {
             for (int r = 0; r < R; r++) fill_row(f, g, x, n, id0 + i, oh0 * g->s - g->p + r, CS, pl + (size_t)r * row);
-            if (pp) pair_rows((const float *)pl, pp, R, CS, g->C);
+            if (pp) pair_rows((const float *)pl, pp, R, CS, f->bf16 ? (g->C + 1) / 2 : g->C);
         }
     }
     rg->n = n;
@@ -352,7 +352,16 @@ static void pair_rows(const float *src, float *dst, int rows, int CS, int C)
         const float *sr = src + (size_t)r * CS * C;
         float *d = dst + (size_t)r * CS * 2 * C;
         int j0 = 0;
-        if (C % 8 == 0) /* 8 channels of two columns interleaved by one shuffle */
+        if (C % 8 == 4) /* 4 words of two columns interleaved by one shuffle */
+            for (; j0 + 1 < CS; j0++)
+                for (int c = 0; c < C; c += 4) {
+                    typedef float v4 __attribute__((vector_size(16)));
+                    typedef float v4u __attribute__((vector_size(16), aligned(4)));
+                    typedef float v8w __attribute__((vector_size(32), aligned(4)));
+                    const v4 a = *(const v4u *)(sr + (size_t)j0 * C + c), b = *(const v4u *)(sr + (size_t)(j0 + 1) * C + c);
+                    *(v8w *)(d + (size_t)j0 * 2 * C + 2 * c) = __builtin_shufflevector(a, b, 0, 4, 1, 5, 2, 6, 3, 7);
+                }
+        else if (C % 8 == 0) /* 8 channels of two columns interleaved by one shuffle */
             for (; j0 + 1 < CS; j0++)
                 for (int c = 0; c < C; c += 8) {
                     const v8 a = *(const v8u *)(sr + (size_t)j0 * C + c), b = *(const v8u *)(sr + (size_t)(j0 + 1) * C + c);
@@ -507,10 +516,10 @@ static gather_runs runs_of(const ts_conv_geom *g, int hb, int nt)
     return u;
 }
 
-/* The fp32 (and fp16-rounded) gather driver: the items (sample, output
+/* The gather driver of every precision (fp32, fp16-rounded, bf16): the items (sample, output
  * plane, block of rows) taken in runs along D, a ring of slab planes
  * (slab_ring) staging each input plane of a run once; with at most 8
- * output channels (3x3x3, stride 1, fp32) each staged plane is also paired
+ * output channels (3x3x3, stride 1, fp32 or bf16) each staged plane is also paired
  * for the voxel-pair tiles. Every output voxel is computed as in any other
  * order: the results do not depend on the runs. */
 static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const void *wp, const float *bias,
@@ -523,10 +532,12 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs);
     /* a split output whose split is not a multiple of 16 goes through a row buffer */
     const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
-    /* at most 8 output channels, fp32, 3x3x3 stride 1: the voxel-pair path */
-    const int pairs = !f->bf16 && !f->f16 && g->k == 3 && g->s == 1 && g->OC <= 8;
-    const size_t ppn = (size_t)2 * R * CS * g->C, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
-    const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * g->C * 16) + 16 : 0;
+    /* at most 8 output channels, fp32 or bf16, 3x3x3 stride 1: the voxel-pair
+     * path; cw: 32-bit words a voxel (floats, or bf16 channel pairs) */
+    const int pairs = !f->f16 && !f->vpair && g->k == 3 && g->s == 1 && g->OC <= 8;
+    const int cw = f->bf16 ? (g->C + 1) / 2 : g->C;
+    const size_t ppn = (size_t)2 * R * CS * cw, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
+    const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : 0;
     float *bp = NULL, *slabs = ts_nn_scratch(0, (per * nt + ocp + wq_n) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
@@ -535,7 +546,7 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
     float *wq = pairs ? slabs + per * nt + ocp : NULL, *bq = pairs ? wq + wq_n - 16 : NULL;
-    if (pairs) pair_weights(wp, bias, g->C, ocp, g->OC, wq, bq);
+    if (pairs) pair_weights(wp, bias, cw, ocp, g->OC, wq, bq); /* bf16 pairs copied as 32-bit words */
     const int k3s1 = g->k == 3 && g->s == 1;
     const gather_runs gr = runs_of(g, hb, nt);
     /* which items read a non-NULL face (see ts_conv_part) */
@@ -549,7 +560,7 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     {
         const int tid = thread_id();
         float *slab = slabs + per * tid, *rowbuf = slab + slab_n;
-        const uint32_t *plane[8];
+        const uint32_t *plane[8], *bpl[8];
         const float *pl[8], *ppl[8];
         slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, plane, pairs ? rowbuf + row_n : NULL, ppl, ppn};
         if (tid == 0) run_hooks(sch);
@@ -567,71 +578,18 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                     if (border != (part == TS_CONV_BORDER)) continue;
                 }
                 ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
-                for (int i = 0; i < g->k; i++) pl[i] = (const float *)plane[i];
-                const gc_args a = {pl, rs, g->k, g->s, g->C, ocp, wp, bp, pairs ? ppl : NULL, wq, bq, (size_t)2 * CS * g->C};
-                for (int r = 0; r < nr; r++)
-                    out_row(&a, NULL, 0, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
-                if (tid == 0) run_hooks(sch);
-            }
-        }
-    }
-cleanup:
-    return err;
-}
-
-/* The bf16 gather driver: the same items (sample, output plane, block of
- * rows), taken in runs along D by work units (sample, row block, run of
- * planes) so that a ring of slab planes (slab_ring) stages each input
- * plane of a run once, not k times. Every output voxel is computed as in
- * any other order: the results do not depend on the runs. */
-static int gather_bf16(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias,
-                       ts_conv_dst y, const ts_conv_sched *sch)
-{
-    int err = 0;
-    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
-    const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
-    const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs + (size_t)2 * g->k);
-    const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
-    float *bp = NULL, *slabs = ts_nn_scratch(0, ((slab_n + row_n) * nt + ocp) * sizeof(float));
-    if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
-    if (bias) {
-        bp = slabs + (slab_n + row_n) * nt;
-        memset(bp, 0, (size_t)ocp * sizeof(float));
-        memcpy(bp, bias, (size_t)g->OC * sizeof(float));
-    }
-    const int nhb = (g->OH + hb - 1) / hb, k3s1 = g->k == 3 && g->s == 1;
-    /* runs of L planes: about 16 units per thread; single planes in the
-     * order of fp32 where consecutive planes share no input plane (k <= s) */
-    const long cols = (long)g->N * nhb, runs = (16L * nt + cols - 1) / cols;
-    const int dorder = g->k > g->s, L = dorder ? imax(1, (int)((g->OD + runs - 1) / runs)) : 1, nrun = (g->OD + L - 1) / L;
-    const long units = cols * nrun;
-    const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
-    const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
-    const int fh0 = halo_face(x.halo, 1, 0) != NULL, fh1 = halo_face(x.halo, 1, 1) != NULL;
-    const int fw = halo_face(x.halo, 2, 0) || halo_face(x.halo, 2, 1);
-#pragma omp parallel
-    {
-        const int tid = thread_id();
-        float *slab = slabs + (slab_n + row_n) * tid, *rowbuf = slab + slab_n;
-        slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, (const uint32_t **)(slab + slab_n - 2 * g->k),
-                           NULL, NULL, 0};
-        if (tid == 0) run_hooks(sch);
-#pragma omp for schedule(dynamic, 1)
-        for (long u = 0; u < units; u++) {
-            const int n = (int)(u / ((long)nhb * nrun));
-            const int oh0 = (int)(dorder ? u / nrun % nhb : u % nhb) * hb, od0 = (int)(dorder ? u % nrun : u / nhb % nrun) * L;
-            const int nr = imin(hb, g->OH - oh0);
-            ring.n = -1;
-            for (int od = od0; od < imin(od0 + L, g->OD); od++) {
-                if (part != TS_CONV_ALL) {
-                    const int border = fw || (fd0 && od == 0) || (fd1 && od == g->OD - 1) || (fh0 && oh0 == 0) ||
-                                       (fh1 && oh0 + nr == g->OH);
-                    if (border != (part == TS_CONV_BORDER)) continue;
+                const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0;
+                if (f->bf16) {
+                    for (int i = 0; i < g->k; i++) bpl[i] = (const uint32_t *)ppl[i];
+                    const ts_bf16_gc_args b = {plane, rs, g->k, g->s, cw, ocp, wp, bp, pairs ? bpl : NULL,
+                                               (const uint32_t *)wq, bq, (size_t)2 * CS * cw};
+                    for (int r = 0; r < nr; r++) out_row(NULL, &b, f->nat, g, k3s1, r, row + r, y, rowbuf);
+                } else {
+                    for (int i = 0; i < g->k; i++) pl[i] = (const float *)plane[i];
+                    const gc_args a = {pl, rs, g->k, g->s, g->C, ocp, wp, bp, pairs ? ppl : NULL, wq, bq,
+                                       (size_t)2 * CS * cw};
+                    for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, rowbuf);
                 }
-                ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
-                const ts_bf16_gc_args b = {ring.plane, rs, g->k, g->s, (g->C + 1) / 2, ocp, wp, bp};
-                for (int r = 0; r < nr; r++)
-                    out_row(NULL, &b, f->nat, g, k3s1, r, ((size_t)n * g->OD + od) * g->OH + oh0 + r, y, rowbuf);
                 if (tid == 0) run_hooks(sch);
             }
         }
@@ -656,7 +614,7 @@ int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp,
                        const ts_conv_sched *sch)
 {
     const slab_fmt f = {1, 0, ts_nn_bf16_native(), g->s, 0};
-    return gather_bf16(&f, g, x, wp, bias, y, sch);
+    return gather_impl(&f, g, x, wp, bias, y, sch);
 }
 
 /* ----------------------------------------------------------------- tgather */
