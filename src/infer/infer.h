@@ -50,11 +50,11 @@ typedef struct ts_infer_opts {
     const char *keep_largest;  /* "all" or classes "1,3": keep each one's largest component; NULL none */
     const char *postprocess;   /* a decision file (decide below) to apply, or NULL */
     const char *decide;        /* with label: write the post-processing decision here, or NULL */
-    const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
-    int batch;                 /* windows per forward, 0: CONFIG's train.batch */
     /* called on every rank after each scan (may be NULL): for printing */
     void (*on_scan)(const ts_infer_scan *s, void *ctx);
     void *on_scan_ctx;
+    const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
+    int batch;                 /* windows per forward, 0: CONFIG's train.batch */
 } ts_infer_opts;
 
 /* One scan's outcome. Metrics are NaN where a class is absent from both

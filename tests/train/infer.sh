@@ -6,7 +6,9 @@
 # to the mean of the 8 flipped predictions flipped back, on 2 data-parallel
 # ranks, on a spatial group and through pipeline stages; largest-component
 # post-processing, and its decision on validation scans, against SciPy;
-# bad lists and options fail on every rank before anything is written.
+# bad lists and options fail on every rank before anything is written;
+# windows per forward change nothing, bf16 stays close to fp32, the closing
+# line and `bench infer` time the parts (issue [17]).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 if [ -z "$TS_PY" ] || ! "$TS_PY" -c 'import scipy.ndimage' 2>/dev/null; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and scipy"
@@ -103,6 +105,44 @@ a, b = r.load('$d/out/b.nii.gz'), r.load('$d/bf.nii.gz')
 assert (r.keep_largest(a, [2], True) == b).all() and (a != b).any()
 print('voxels removed', int((a != b).sum()))"
 
+# windows per forward, bf16, where the time went, bench infer (issue [17])
+ts_step "b with 1 window a forward, probabilities" infer 1 input="$d/single/b.nii.gz" output="$d/w1.nii.gz" \
+    probabilities="$d/w1_p.nii.gz" batch=1
+ts_step "b with 3 windows a forward" infer 1 input="$d/single/b.nii.gz" output="$d/w3.nii.gz" \
+    probabilities="$d/w3_p.nii.gz" batch=3
+ts_check "the closing line: 3 windows a forward, fp32, the network and the blending timed" sh -c \
+    'printf "%s\n" "$1" | grep -qE "^infer: [0-9.]+ s: set-up [0-9.]+, reading [0-9.]+, prediction [0-9.]+ \(network [0-9.]+: [1-9][0-9]* windows in [1-9][0-9]* forwards of 3, fp32, [0-9.]+ GFLOP/s; blending [0-9.]+"' \
+    _ "$ts_out"
+ts_check "batch= changes nothing: the same mask and probability files, bit for bit" \
+    sh -c "cmp '$d/w1.nii.gz' '$d/w3.nii.gz' && cmp '$d/w1_p.nii.gz' '$d/w3_p.nii.gz'"
+ts_step "b with 3 windows a forward on 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/w32.nii.gz" \
+    probabilities="$d/w32_p.nii.gz" batch=3
+ts_step "2 ranks' probabilities are 1 rank's (1e-5: the windows' sums add in another order)" \
+    ref same "$d/w1_p.nii.gz" "$d/w32_p.nii.gz"
+ts_step "precision=bf16 on b, probabilities" infer 1 input="$d/single/b.nii.gz" output="$d/wb.nii.gz" \
+    probabilities="$d/wb_p.nii.gz" precision=bf16
+ts_check "the closing line says bf16" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16,"' _ "$ts_out"
+ts_step "bf16 probabilities within 0.02 of fp32's, not equal to them; masks agree on 99 % of the voxels" \
+    "$TS_PY" -c "
+import sys; sys.path.insert(0, '$TS_SRCDIR/tests/train')
+import infer_ref as r
+import numpy as np
+a, b = r.load('$d/w1_p.nii.gz'), r.load('$d/wb_p.nii.gz')
+d = np.abs(a.astype(np.float64) - b)
+agree = float((r.load('$d/w1.nii.gz') == r.load('$d/wb.nii.gz')).mean())
+print('max |bf16 - fp32| %.3g, mean %.3g; masks agree on %.4f of the voxels' % (d.max(), d.mean(), agree))
+assert 0 < d.max() < 0.02 and agree >= 0.99"
+ts_step "bench infer --repeat 2 --json on b" ts_mpirun 1 "$TESSERA" bench infer "$d/i.ini" checkpoint="$d/run" \
+    input="$d/single/b.nii.gz" output="$d/bi.nii.gz" --repeat 2 --json "$d/bi.json"
+ts_step "bench infer's JSON: 2 runs, the parts within the whole, windows, FLOP, GFLOP/s" "$TS_PY" -c "
+import json
+j = json.load(open('$d/bi.json'))
+print({k: j[k] for k in ('total_s', 'predict_s', 'network_s', 'blend_s', 'windows', 'forwards', 'network_gflops')})
+assert len(j['totals']) == 2 and j['precision'] == 'fp32' and j['windows'] > 0 and j['forwards'] > 0
+assert 0 < j['network_s'] <= j['predict_s'] <= j['total_s'] and j['blend_s'] > 0
+assert j['flop_per_window'] > 0 and abs(j['network_gflops'] - j['flop_per_window'] * j['windows'] / j['network_s'] / 1e9) < 1e-6 * j['network_gflops']"
+ts_check "bench infer wrote the mask infer writes" cmp "$d/bi.nii.gz" "$d/w1.nii.gz"
+
 # bad lists and options fail on every rank, before any prediction
 mkdir -p "$d/lab2"
 cp "$d/labels/a.nii.gz" "$d/lab2/"
@@ -121,5 +161,9 @@ ts_fails_on_all "keep_largest=0" "class 0 is the background" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e4.nii.gz" keep_largest=0
 ts_fails_on_all "mirror=xq" "mirror=xq: give axes x, y, z" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e5.nii.gz" mirror=xq
-ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" ]
+ts_fails_on_all "precision=fp8" "infer: precision=fp8: give fp32, bf16 or fp16" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e7.nii.gz" precision=fp8
+ts_fails_on_all "batch=0" "infer: batch=0 must be 1..4096" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e8.nii.gz" batch=0
+ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" ]
 ts_finish

@@ -1,0 +1,128 @@
+/* The voxel-pair tiles of conv_kernels.c (included there once, after the
+ * gc_args type and the AI / vld / vst helpers; no include guard): a 3x3x3
+ * stride-1 convolution with at most 8 output channels, two output voxels
+ * per 16-lane vector (see below). */
+/* A 3x3x3 stride-1 convolution with OC <= 8 output channels would fill only
+ * half of a 16-lane accumulator per voxel. This path puts two neighbouring
+ * output voxels in one vector instead: lane 2o + v holds channel o of voxel
+ * ow + v. The slab is restaged as column pairs, pair j of a row holding
+ * (x[j][c], x[j+1][c]) for each channel c (a 64-bit broadcast gives every
+ * lane pair its two inputs), the weights and bias with each channel's value
+ * in lanes 2o and 2o + 1. Each output sums the same products in the same
+ * order as the gk3 kernels (kd, kh, c, then kw), with the same fused
+ * multiply-adds: the results are the same bits, about twice as fast where OC is 8
+ * (docs/performance.md, "Inference"). */
+typedef double v8d __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+
+AI v16 bcast_pair(const float *p)
+{
+    double d;
+    memcpy(&d, p, sizeof d);
+    return (v16)(v8d){d, d, d, d, d, d, d, d};
+}
+
+/* rows slab rows of CS columns x C channels -> the pair layout (2 C floats a
+ * column; the last column's partner is zero) */
+static void pair_rows(const float *src, float *dst, int rows, int CS, int C)
+{
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v8u __attribute__((vector_size(32), aligned(4)));
+    for (int r = 0; r < rows; r++) {
+        const float *sr = src + (size_t)r * CS * C;
+        float *d = dst + (size_t)r * CS * 2 * C;
+        int j0 = 0;
+        if (C % 8 == 4) /* 4 words of two columns interleaved by one shuffle */
+            for (; j0 + 1 < CS; j0++)
+                for (int c = 0; c < C; c += 4) {
+                    typedef float v4 __attribute__((vector_size(16)));
+                    typedef float v4u __attribute__((vector_size(16), aligned(4)));
+                    typedef float v8w __attribute__((vector_size(32), aligned(4)));
+                    const v4 a = *(const v4u *)(sr + (size_t)j0 * C + c), b = *(const v4u *)(sr + (size_t)(j0 + 1) * C + c);
+                    *(v8w *)(d + (size_t)j0 * 2 * C + 2 * c) = __builtin_shufflevector(a, b, 0, 4, 1, 5, 2, 6, 3, 7);
+                }
+        else if (C % 8 == 0) /* 8 channels of two columns interleaved by one shuffle */
+            for (; j0 + 1 < CS; j0++)
+                for (int c = 0; c < C; c += 8) {
+                    const v8 a = *(const v8u *)(sr + (size_t)j0 * C + c), b = *(const v8u *)(sr + (size_t)(j0 + 1) * C + c);
+                    vst(d + (size_t)j0 * 2 * C + 2 * c,
+                        __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+                }
+        for (int j = j0; j < CS; j++) {
+            const float *a = sr + (size_t)j * C, *b = a + C;
+            float *dj = d + (size_t)j * 2 * C;
+            for (int c = 0; c < C; c++) {
+                dj[2 * c] = a[c];
+                dj[2 * c + 1] = j + 1 < CS ? b[c] : 0.0f;
+            }
+        }
+    }
+}
+
+/* the weights [27][C][ocp] (channels 0..7 used) as [27][C][16] with channel o
+ * in lanes 2o and 2o + 1; the bias likewise (bias NULL: zeros) */
+static void pair_weights(const float *wp, const float *bias, int C, int ocp, int OC, float *wq, float *bq)
+{
+    for (size_t t = 0; t < (size_t)27 * C; t++)
+        for (int o = 0; o < 8; o++) wq[t * 16 + 2 * o] = wq[t * 16 + 2 * o + 1] = o < OC ? wp[t * ocp + o] : 0.0f;
+    for (int o = 0; o < 8; o++) bq[2 * o] = bq[2 * o + 1] = bias && o < OC ? bias[o] : 0.0f;
+}
+
+/* NP pairs (output voxels ow0 .. ow0 + 2 NP - 1, the last nlast of the final
+ * pair only: 1 or 2) of tile row r; OC channels stored at yo of rows of ldy */
+AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, float *y, int yo, int ldy)
+{
+    v16 acc[8];
+    const v16 b = vld(a->bq);
+    const int C = a->C;
+    const size_t col = (size_t)2 * C, tapw = (size_t)C * 16;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = b;
+    for (int kd = 0; kd < 3; kd++)
+        for (int kh = 0; kh < 3; kh++) {
+            const float *row = a->ppl[kd] + (size_t)(r + kh) * a->prs + (size_t)ow0 * col;
+            const float *wr = a->wq + (size_t)((kd * 3 + kh) * 3) * tapw;
+            for (int c = 0; c < C; c++) {
+                const v16 w0 = vld(wr + (size_t)c * 16), w1 = vld(wr + tapw + (size_t)c * 16);
+                const v16 w2 = vld(wr + 2 * tapw + (size_t)c * 16);
+                const float *xc = row + 2 * c;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    if (i < NP) {
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i) * col) * w0;
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i + 1) * col) * w1;
+                        acc[i] += bcast_pair(xc + (size_t)(2 * i + 2) * col) * w2;
+                    }
+            }
+        }
+    const v16i deint = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        if (i < NP) {
+            float t[16];
+            vst(t, __builtin_shuffle(acc[i], deint));
+            float *y0 = y + (size_t)(ow0 + 2 * i) * ldy + yo;
+            for (int o = 0; o < OC; o++) y0[o] = t[o];
+            if (i < NP - 1 || nlast == 2)
+                for (int o = 0; o < OC; o++) y0[ldy + o] = t[8 + o];
+        }
+}
+
+/* one output row of OW voxels by the pair path */
+static void gq_row(const gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
+{
+    int ow = 0;
+    for (; ow + 16 <= OW; ow += 16) gq_tile(a, 8, r, ow, 2, OC, y, yo, ldy);
+    const int left = OW - ow, np = (left + 1) / 2, nlast = left % 2 ? 1 : 2;
+    switch (np) { /* constant NP: the accumulators stay in registers */
+    case 7: gq_tile(a, 7, r, ow, nlast, OC, y, yo, ldy); break;
+    case 6: gq_tile(a, 6, r, ow, nlast, OC, y, yo, ldy); break;
+    case 5: gq_tile(a, 5, r, ow, nlast, OC, y, yo, ldy); break;
+    case 4: gq_tile(a, 4, r, ow, nlast, OC, y, yo, ldy); break;
+    case 3: gq_tile(a, 3, r, ow, nlast, OC, y, yo, ldy); break;
+    case 2: gq_tile(a, 2, r, ow, nlast, OC, y, yo, ldy); break;
+    case 1: gq_tile(a, 1, r, ow, nlast, OC, y, yo, ldy); break;
+    default: break;
+    }
+}
+
