@@ -6,6 +6,7 @@
 #include "src/core/error.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 int ts_window_plan_make(const int64_t vol[3], const int64_t win[3], double overlap, ts_window_plan *p)
@@ -93,31 +94,82 @@ void ts_window_accumulate(const ts_window_plan *p, const int64_t o[3], const flo
     ts_window_accumulate_box(p, o, lo, p->win, logits, K, wt, acc, wsum);
 }
 
+/* exp(x) for x <= 0 (softmax after subtracting the maximum) without a
+ * library call, so that the loops below vectorise: x = n ln 2 + r, |r| <=
+ * ln 2 / 2, exp(r) by Cephes' expf polynomial (within 2 ulp of expf), 2^n
+ * built in the exponent bits; below -87 the result is 0 (as good as expf's
+ * denormals for a probability summed with exp(0) = 1). */
+static inline float exp_nonpos(float x)
+{
+    const int big = x < -87.0f;
+    x = x < -87.0f ? -87.0f : x;
+    /* n = x log2(e) rounded to the nearest integer (adding and taking away
+     * 1.5 * 2^23 rounds; floorf would keep the loop from vectorising) */
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return big ? 0.0f : p * two_n;
+}
+
+#define ACC_RUN 16 /* voxels of a row per step: each class's exponentials in a vector */
+
 void ts_window_accumulate_box(const ts_window_plan *p, const int64_t o[3], const int64_t lo[3], const int64_t size[3],
                               const float *logits, int K, const float *wt, float *acc, float *wsum)
 {
     const int64_t *v = p->vol, *w = p->win;
     const int64_t nvox = v[0] * v[1] * v[2];
     const int64_t nz = v[0] - o[0] - lo[0] < size[0] ? v[0] - o[0] - lo[0] : size[0];
+    const int64_t ny = v[1] - o[1] - lo[1] < size[1] ? v[1] - o[1] - lo[1] : size[1];
+    const int64_t nx = v[2] - o[2] - lo[2] < size[2] ? v[2] - o[2] - lo[2] : size[2];
     /* planes over the threads: each voxel's sums are its own, so the
      * results do not depend on the threads */
-#pragma omp parallel for schedule(static) if (nz * size[1] * size[2] >= 32768)
+#pragma omp parallel for schedule(static) if (nz * ny * nx >= 32768)
     for (int64_t z = 0; z < nz; z++) {
-        int64_t vz = o[0] + lo[0] + z;
-        for (int64_t y = 0; y < size[1]; y++) {
-            int64_t vy = o[1] + lo[1] + y;
-            if (vy >= v[1]) break;
-            for (int64_t x = 0; x < size[2]; x++) {
-                int64_t vx = o[2] + lo[2] + x;
-                if (vx >= v[2]) break;
-                int64_t wi = ((lo[0] + z) * w[1] + lo[1] + y) * w[2] + lo[2] + x, vi = (vz * v[1] + vy) * v[2] + vx;
-                const float *l = logits + ((z * size[1] + y) * size[2] + x) * K;
-                float m = l[0], s = 0, e[256];
-                for (int k = 1; k < K; k++) m = l[k] > m ? l[k] : m;
-                for (int k = 0; k < K; k++) s += e[k] = expf(l[k] - m);
-                float f = wt[wi] / s;
-                for (int k = 0; k < K; k++) acc[k * nvox + vi] += f * e[k];
-                wsum[vi] += wt[wi];
+        const int64_t vz = o[0] + lo[0] + z;
+        float e[TS_WINDOW_MAX_CLASSES * ACC_RUN], m[ACC_RUN], f[ACC_RUN];
+        for (int64_t y = 0; y < ny; y++) {
+            const int64_t vy = o[1] + lo[1] + y;
+            for (int64_t x0 = 0; x0 < nx; x0 += ACC_RUN) {
+                const int n = nx - x0 < ACC_RUN ? (int)(nx - x0) : ACC_RUN;
+                const int64_t wi = ((lo[0] + z) * w[1] + lo[1] + y) * w[2] + lo[2] + x0;
+                const int64_t vi = (vz * v[1] + vy) * v[2] + o[2] + lo[2] + x0;
+                const float *l = logits + ((z * size[1] + y) * size[2] + x0) * K;
+                /* [n][K] -> [K][ACC_RUN], a tail of zeros: the loops below
+                 * run ACC_RUN voxels (a fixed count vectorises), the sums
+                 * take the first n */
+                for (int k = 0; k < K; k++)
+                    for (int i = 0; i < ACC_RUN; i++) e[k * ACC_RUN + i] = i < n ? l[(int64_t)i * K + k] : 0.0f;
+                for (int i = 0; i < ACC_RUN; i++) {
+                    m[i] = e[i];
+                    f[i] = 0;
+                }
+                for (int k = 1; k < K; k++)
+                    for (int i = 0; i < ACC_RUN; i++) m[i] = e[k * ACC_RUN + i] > m[i] ? e[k * ACC_RUN + i] : m[i];
+                for (int k = 0; k < K; k++) {
+                    float *ek = e + k * ACC_RUN;
+                    for (int i = 0; i < ACC_RUN; i++) {
+                        ek[i] = exp_nonpos(ek[i] - m[i]);
+                        f[i] += ek[i];
+                    }
+                }
+                for (int i = 0; i < n; i++) {
+                    f[i] = wt[wi + i] / f[i];
+                    wsum[vi + i] += wt[wi + i];
+                }
+                for (int k = 0; k < K; k++) {
+                    float *ak = acc + k * nvox + vi;
+                    const float *ek = e + k * ACC_RUN;
+                    for (int i = 0; i < n; i++) ak[i] += f[i] * ek[i];
+                }
             }
         }
     }

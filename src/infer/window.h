@@ -26,8 +26,13 @@ void ts_window_gaussian(const int64_t win[3], float *w);
 /* Copies the window at origin of vol [C, D, H, W] into out [C, wd, wh, ww],
  * zero outside the volume. */
 void ts_window_extract(const ts_window_plan *p, const int64_t origin[3], const float *vol, int C, float *out);
+/* the most classes the accumulation takes (model.classes' own limit) */
+#define TS_WINDOW_MAX_CLASSES 256
+
 /* acc [K, D, H, W] += w * softmax(logits) for the window at origin, where
- * logits are channels-last [wd, wh, ww, K]; wsum [D, H, W] += w. */
+ * logits are channels-last [wd, wh, ww, K]; wsum [D, H, W] += w. K <=
+ * TS_WINDOW_MAX_CLASSES. The softmax's exponentials are a polynomial
+ * within 2 ulp of expf (vectorised), not libm's. */
 void ts_window_accumulate(const ts_window_plan *p, const int64_t origin[3], const float *logits, int K,
                           const float *w, float *acc, float *wsum);
 
