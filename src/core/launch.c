@@ -147,9 +147,17 @@ void ts_launch_json(const ts_launch *l, char *buf, size_t n)
  * on Ethernet, and jobs/cluster) can hang: a rank still waiting for a peer
  * to acknowledge its endpoint's close while the peer already waits in the
  * PMI barrier that follows (MPICH fixed it in 4.2, pmodels/mpich#6596).
- * Every rank has finished its work and agreed on the status by then, so a
- * finalize that has not returned after TESSERA_FINALIZE_GRACE seconds
- * (default 20) ends the process with that status. */
+ * Ending a stuck rank after a grace period does not help: the exit of the
+ * ranks in the PMI barrier releases the stuck one, which then enters the
+ * barrier and makes Hydra write to a proxy that has gone (exit 255). So
+ * with that MPICH on more than one node, ts_mpi_finalize does not call
+ * MPI_Finalize: every rank has finished its work and agreed on the status,
+ * a barrier says all are here (no message is in flight after it), stdio is
+ * flushed and the process exits with the status; Hydra and Slurm accept a
+ * process that exits 0 without finalizing. TESSERA_FINALIZE=call|skip
+ * overrides the choice. Any MPI_Finalize that has not returned after
+ * TESSERA_FINALIZE_GRACE seconds (default 20) still ends the process with
+ * that status. */
 static int exit_status;
 static void *finalize_guard(void *arg)
 {
@@ -163,6 +171,34 @@ static void *finalize_guard(void *arg)
     return NULL;
 }
 
+/* Collective: 1 when MPI_Finalize is to be left out (see above). */
+static int skip_finalize(void)
+{
+    const char *f = getenv("TESSERA_FINALIZE");
+    if (f && !strcmp(f, "call")) return 0;
+    if (f && !strcmp(f, "skip")) return 1;
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0, affected = 0;
+    if (MPI_Get_library_version(v, &n) == MPI_SUCCESS) {
+        const char *m = strstr(v, "MPICH Version:");
+        int major = 0, minor = 0;
+        if (m && sscanf(m + strlen("MPICH Version:"), " %d.%d", &major, &minor) == 2 && major == 4 && minor < 2 &&
+            strstr(v, "ch4:ucx"))
+            affected = 1;
+    }
+    /* every rank reads the same library, so the branch below is taken by all or none */
+    if (!affected) return 0;
+    MPI_Comm node;
+    int local = 0, world = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int multi = local < world;
+    MPI_Allreduce(MPI_IN_PLACE, &multi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return multi;
+}
+
 int ts_mpi_finalize(int status)
 {
     static double grace;
@@ -171,7 +207,11 @@ int ts_mpi_finalize(int status)
     exit_status = status;
     pthread_t th;
     if (pthread_create(&th, NULL, finalize_guard, &grace) == 0) pthread_detach(th);
+    if (skip_finalize()) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        fflush(NULL);
+        _exit(status);
+    }
     MPI_Finalize();
     return status;
 }
-
