@@ -7,6 +7,7 @@
 #include "src/core/rng.h"
 #include "src/nn/conv_impl.h" /* ts_nn_bf16_select_isa: the bf16 tests run both variants */
 #include "src/nn/layers.h"
+#include "src/nn/norm_impl.h" /* ts_nn_channel_affine: its 16-lane path against a naive one */
 #include "tests/tap.h"
 
 #include <math.h>
@@ -1137,6 +1138,51 @@ static void test_norm_order(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* ts_nn_channel_affine: y = x scale[n][c] + shift[n][c] (ReLU: NaN and -0 to +0) for channel counts
+ * that take its 16-lane path (C divides 16) and others, voxel counts with a tail, against a naive loop
+ * with fmaf (the kernel may round with or without contraction: 1 ulp of each output allowed) */
+static void test_channel_affine(void)
+{
+    const int Cs[] = {1, 2, 4, 8, 16, 3, 24};
+    const int N = 2;
+    const size_t S = 300; /* 1 block of 256 and a partial one; 300 C is not a multiple of 16 for C = 1 */
+    for (size_t ci = 0; ci < sizeof Cs / sizeof *Cs; ci++)
+        for (int relu = 0; relu < 2; relu++) {
+            const int C = Cs[ci];
+            const size_t n = (size_t)N * S * C;
+            float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *sc = malloc((size_t)N * C * sizeof *sc),
+                  *sh = malloc((size_t)N * C * sizeof *sh);
+            ts_rng r;
+            ts_rng_init(&r, 11 + C, 0, relu);
+            for (size_t i = 0; i < n; i++) x[i] = 4 * ts_rng_uniformf(&r) - 2;
+            for (int i = 0; i < N * C; i++) sc[i] = 0.5f + i, sh[i] = (float)(i % 3) - 1; /* every channel its own */
+            x[7] = NAN;    /* ReLU: 0 */
+            x[8] = -0.0f; /* times a positive scale plus shift 0 (channel 8 % C with (8 % C) % 3 == 1): -0 or 0 */
+            ts_nn_channel_affine(x, sc, sh, N, S, C, relu, y);
+            size_t bad = 0, pos = 0;
+            for (size_t i = 0; i < n; i++) {
+                const size_t k = i / (S * C) * C + i % C;
+                float t = fmaf(x[i], sc[k], sh[k]);
+                const float t2 = x[i] * sc[k] + sh[k];
+                int ok;
+                if (relu) {
+                    t = t > 0 ? t : 0.0f;
+                    ok = (y[i] == t || y[i] == (t2 > 0 ? t2 : 0.0f)) && !signbit(y[i]) && !isnan(y[i]);
+                } else {
+                    ok = isnan(t) ? isnan(y[i]) : fabsf(y[i] - t) <= 1.2e-7f * fabsf(t) + 1e-30f || y[i] == t2;
+                }
+                bad += !ok;
+                pos += y[i] > 0;
+            }
+            ts_ok(bad == 0 && pos > n / 10, "channel affine, C %d, relu %d: %zu of %zu outputs differ from x scale + shift "
+                  "(%zu positive)", C, relu, bad, n, pos);
+            free(x);
+            free(y);
+            free(sc);
+            free(sh);
+        }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1248,5 +1294,6 @@ int main(int argc, char **argv)
     test_bn_running();
     test_bn_accuracy();
     test_norm_order();
+    test_channel_affine();
     return ts_done();
 }
