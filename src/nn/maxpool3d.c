@@ -33,6 +33,25 @@ static inline void max16(const float *const *v, int nt, int64_t c, float *m, uin
     for (int l = 0; l < 16; l++) ix[c + l] = (uint8_t)iv[l];
 }
 
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+typedef int v8i __attribute__((vector_size(32)));
+
+/* max16 for channels [c, c+8): the 8-channel levels (the demo's first) */
+static inline void max8(const float *const *v, int nt, int64_t c, float *m, uint8_t *ix)
+{
+    v8 mv = *(const v8u *)(v[0] + c);
+    v8i iv = (v8i){0};
+    for (int t = 1; t < nt; t++) {
+        const v8 x = *(const v8u *)(v[t] + c);
+        const v8i gt = (x > mv) | (x != x);
+        mv = (v8)(((v8i)x & gt) | ((v8i)mv & ~gt));
+        iv = (iv & ~gt) | (gt & t);
+    }
+    *(v8u *)(m + c) = mv;
+    for (int l = 0; l < 8; l++) ix[c + l] = (uint8_t)iv[l];
+}
+
 static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx, const char *xname)
 {
     if (k < 1 || k * k * k > 216) return TS_ERR(TS_ERR_ARG, "maxpool3d: kernel %d (1..6)", k);
@@ -73,6 +92,10 @@ int ts_maxpool3d_forward(const ts_tensor *x, int k, ts_tensor *y, ts_tensor *idx
                         v[nt++] = px + ((((n * x->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
             int64_t c = 0;
             for (; c + 16 <= C; c += 16) max16(v, nt, c, m, ix);
+            if (c + 8 <= C) {
+                max8(v, nt, c, m, ix);
+                c += 8;
+            }
             for (; c < C; c++) {
                 float mx = v[0][c];
                 int at = 0;
@@ -116,6 +139,12 @@ int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_t
                             v16i iv;
                             for (int l = 0; l < 16; l++) iv[l] = ix[c + l];
                             *(v16u *)(d + c) = (v16)((v16i) * (const v16u *)(g + c) & (iv == t));
+                        }
+                        if (c + 8 <= C) {
+                            v8i iv;
+                            for (int l = 0; l < 8; l++) iv[l] = ix[c + l];
+                            *(v8u *)(d + c) = (v8)((v8i) * (const v8u *)(g + c) & (iv == t));
+                            c += 8;
                         }
                         for (; c < C; c++) d[c] = ix[c] == t ? g[c] : 0.0f;
                     }

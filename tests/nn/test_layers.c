@@ -783,10 +783,9 @@ static void test_conv_cat(int ca, int cb, int OC)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
-/* max-pool with ties and NaNs, 20 channels (vector and scalar paths), against a naive scan */
-static void test_pool_ties(void)
+/* max-pool with ties and NaNs, C channels (20: the 16-lane and scalar paths; 8, 28: the 8-lane one), against a naive scan */
+static void test_pool_ties(int64_t C)
 {
-    const int64_t C = 20;
     ts_tensor x = MK(0, 0, 2, 4, 4, 6, C), y = MK(0, 0, 2, 2, 2, 3, C), dy = MK(-1, 1, 2, 2, 2, 3, C), dx = MK(0, 0, 2, 4, 4, 6, C);
     ts_tensor idx;
     ts_tensor_alloc(&idx, TS_UINT8, 5, (int64_t[]){2, 2, 2, 3, C});
@@ -822,7 +821,8 @@ static void test_pool_ties(void)
                     }
     for (int64_t i = 0; i < ts_tensor_numel(&x); i++)
         if (((float *)dx.data)[i] != (float)want_dx[i]) bad++;
-    ts_ok(rc == 0 && bad == 0, "maxpool3d, 20 channels with ties and NaNs: first maximum, later NaN wins, gradient routed (%d wrong)", bad);
+    ts_ok(rc == 0 && bad == 0, "maxpool3d, %lld channels with ties and NaNs: first maximum, later NaN wins, gradient routed (%d wrong)",
+          (long long)C, bad);
     free(want_dx);
     ts_tensor *all[] = {&x, &y, &dy, &dx, &idx};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
@@ -1254,6 +1254,8 @@ int main(int argc, char **argv)
     test_bf16_cat(4, 8, 6);
     test_bf16_cat(20, 12, 16);
     test_bf16_cat(3, 6, 5);
+    test_bf16_cat(8, 8, 8);  /* eights: the unpaired put's [8, 8] path (the demo's last level) */
+    test_bf16_cat(24, 8, 12);
     test_bf16_threads();
     /* fp16: the rounding, the same kinds of shapes, the range */
     test_fp16_round();
@@ -1274,7 +1276,9 @@ int main(int argc, char **argv)
     fd_convt(4, 3, 2, 2, 2);
     fd_convt(2, 3, 2, 3, 2);
     fd_pool(2);
-    test_pool_ties();
+    test_pool_ties(20);
+    test_pool_ties(8);
+    test_pool_ties(28);
     fd_norm("batch norm (train)", 0, 1, 0, 0);
     fd_norm("batch norm (eval)", 0, 0, 0, 0);
     fd_norm("group norm (3 groups)", 1, 1, 3, 0);
