@@ -94,7 +94,9 @@ tap_step() {
     start=$(date +%s)
     timeout -k 30 "$limit" "$@" >"$log" 2>&1
     st=$?
-    grep -E '^(not ok|ok [0-9]+ - .*# SKIP|1\.\.0)' "$log" | head -50
+    # each failure with the diagnostic lines the test wrote just before it (CI shows only this output)
+    awk '/^# /{ d[n++ % 40] = $0; next } /^not ok/{ for (i = (n > 40 ? n - 40 : 0); i < n; i++) print d[i % 40]; print; n = 0; next }
+         /^ok [0-9]+ - .*# SKIP|^1\.\.0/{ print } /^ok /{ n = 0 }' "$log" | head -200
     p=$(grep -c '^ok ' "$log")
     f=$(grep -c '^not ok ' "$log")
     if [ "$st" -ne 0 ] && [ "$st" -ne 77 ] && [ "$f" -eq 0 ]; then f=1; tail -20 "$log"; fi

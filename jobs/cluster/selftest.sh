@@ -289,6 +289,15 @@ grad_eq() { # KEY NP DESC ARGS...: one step on the cluster, compared
     # what the launcher and the ranks said at the end (the ranks' errors and notes first)
     [ $rc -ne 0 ] && { grep -E '^tessera: (error|note|rank)' "$d/run-$key-$np.log" | sort | uniq -c | head -20
         grep -vE "^(  |[a-z ]*: )" "$d/run-$key-$np.log" | tail -30; } | diag
+    # Hydra (MPICH 4.0.2) reported a bad termination after every rank had finished in 7 of 129 runs of this
+    # grid until ts_mpi_finalize sent the PMI finalize before exiting (0 of 40 since; docs/scaling.md). Should
+    # it recur: after rank 0's note that all finished with status 0 (printed before any rank exits), the
+    # run itself counts as succeeded, and says so; the gradients are compared all the same
+    if [ $rc -ne 0 ] && grep -q '^tessera: note: every rank finished (exit status 0)' "$d/run-$key-$np.log" &&
+        grep -q '^done: ' "$d/run-$key-$np.log" && ! grep -q '^tessera: error' "$d/run-$key-$np.log"; then
+        echo "launcher exit $rc after every rank had finished with status 0 (Hydra over TCP, docs/scaling.md): the run counts" | diag
+        rc=0
+    fi
     grep -m1 'ranks = ' "$d/run-$key-$np.log" | diag
     grep '^clt: ' "$d/run-$key-$np.log" | diag
     out=$("$py" "$here/tests/train/grad_compare.py" "$d/ref-$key.h5" "$d/g-$key-$np.h5" 1e-4 2>&1)

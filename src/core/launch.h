@@ -44,8 +44,9 @@ void ts_launch_json(const ts_launch *l, char *buf, size_t n);
 
 /* Collective on MPI_COMM_WORLD: MPI_Finalize, guarded. MPICH 4.0.x and
  * 4.1.x over UCX can hang in it between nodes (see launch.c): there, on more
- * than one node, the process exits with status after a barrier without
- * finalizing (TESSERA_FINALIZE=call|skip overrides); a finalize that has not
+ * than one node, the process exits with status after a barrier and, under
+ * Hydra, its PMI finalize, without MPI_Finalize (TESSERA_FINALIZE=call|skip
+ * overrides); a finalize that has not
  * returned after TESSERA_FINALIZE_GRACE seconds (default 20) exits with
  * status. Call it once every rank has finished its work and agreed on the
  * status. Returns status when MPI_Finalize returns. */
