@@ -205,7 +205,7 @@ static int pmi_finalize(void)
     socklen_t len = sizeof cr;
     if (getsockopt((int)fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid != getppid()) return -1;
     static const char cmd[] = "cmd=finalize\n";
-    if (write((int)fd, cmd, sizeof cmd - 1) != (ssize_t)(sizeof cmd - 1)) return -1;
+    if (send((int)fd, cmd, sizeof cmd - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof cmd - 1)) return -1; /* a gone proxy: no SIGPIPE */
     char buf[128];
     size_t n = 0;
     struct pollfd q = {(int)fd, POLLIN, 0};
