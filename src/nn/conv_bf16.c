@@ -163,6 +163,15 @@ TS_BF16_TARGET static inline void seg_nat(const float *src, int n, uint16_t *dst
     }
 }
 
+/* n floats (a multiple of 8) to bf16 at dst: 16 at a time, then 8 */
+TS_BF16_TARGET static inline void seg8_nat(const float *src, int n, uint16_t *dst)
+{
+    int c = 0;
+    for (; c + 16 <= n; c += 16)
+        _mm256_storeu_si256((__m256i *)(dst + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + c)));
+    if (c < n) _mm_storeu_si128((__m128i *)(dst + c), (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(src + c)));
+}
+
 /* pairs (lo[c], hi[c]) of n channels into n words at dst (lo or hi NULL: zeros) */
 TS_BF16_TARGET static inline void zip_nat(const float *lo, const float *hi, int n, uint32_t *dst)
 {
@@ -214,25 +223,11 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
             return;
         }
     }
-    if (!vpair && ca % 16 == 0 && cb % 16 == 0) { /* two sources, whole vectors */
+    if (!vpair && ca % 8 == 0 && cb % 8 == 0) { /* two sources in whole eights (the [8, 8], [16, 16] concats): no masks */
         for (int v = 0; v < n; v++) {
             uint16_t *dv = d16 + (size_t)(col0 + v) * C;
-            const float *sa = a + (size_t)v * ca, *sb = b + (size_t)v * cb;
-            for (int c = 0; c < ca; c += 16)
-                _mm256_storeu_si256((__m256i *)(dv + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sa + c)));
-            for (int c = 0; c < cb; c += 16)
-                _mm256_storeu_si256((__m256i *)(dv + ca + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + c)));
-        }
-        return;
-    }
-    if (!vpair && ca % 8 == 0 && cb % 8 == 0) { /* two sources in eights (the [8, 8] concat): no masks */
-        for (int v = 0; v < n; v++) {
-            uint16_t *dv = d16 + (size_t)(col0 + v) * C;
-            const float *sa = a + (size_t)v * ca, *sb = b + (size_t)v * cb;
-            for (int c = 0; c < ca; c += 8)
-                _mm_storeu_si128((__m128i *)(dv + c), (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(sa + c)));
-            for (int c = 0; c < cb; c += 8)
-                _mm_storeu_si128((__m128i *)(dv + ca + c), (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(sb + c)));
+            seg8_nat(a + (size_t)v * ca, ca, dv);
+            seg8_nat(b + (size_t)v * cb, cb, dv + ca);
         }
         return;
     }

@@ -17,40 +17,30 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 typedef int v16i __attribute__((vector_size(64)));
 
-/* max over the k^3 window rows v[t] (t = 0..nt-1) of channels [c, c+16):
- * a later value wins if it is larger or NaN (PyTorch's rule) */
-static inline void max16(const float *const *v, int nt, int64_t c, float *m, uint8_t *ix)
-{
-    v16 mv = *(const v16u *)(v[0] + c);
-    v16i iv = (v16i){0};
-    for (int t = 1; t < nt; t++) {
-        const v16 x = *(const v16u *)(v[t] + c);
-        const v16i gt = (x > mv) | (x != x);
-        mv = (v16)(((v16i)x & gt) | ((v16i)mv & ~gt));
-        iv = (iv & ~gt) | (gt & t);
-    }
-    *(v16u *)(m + c) = mv;
-    for (int l = 0; l < 16; l++) ix[c + l] = (uint8_t)iv[l];
-}
-
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
 typedef int v8i __attribute__((vector_size(32)));
 
-/* max16 for channels [c, c+8): the 8-channel levels (the demo's first) */
-static inline void max8(const float *const *v, int nt, int64_t c, float *m, uint8_t *ix)
-{
-    v8 mv = *(const v8u *)(v[0] + c);
-    v8i iv = (v8i){0};
-    for (int t = 1; t < nt; t++) {
-        const v8 x = *(const v8u *)(v[t] + c);
-        const v8i gt = (x > mv) | (x != x);
-        mv = (v8)(((v8i)x & gt) | ((v8i)mv & ~gt));
-        iv = (iv & ~gt) | (gt & t);
+/* max over the k^3 window rows v[t] (t = 0..nt-1) of channels [c, c+L)
+ * (max16: 16 lanes, max8: 8 for the 8-channel levels): a later value wins
+ * if it is larger or NaN (PyTorch's rule) */
+#define MAXN(name, V, VU, VI, L)                                                                                        \
+    static inline void name(const float *const *v, int nt, int64_t c, float *m, uint8_t *ix)                            \
+    {                                                                                                                    \
+        V mv = *(const VU *)(v[0] + c);                                                                                  \
+        VI iv = (VI){0};                                                                                                 \
+        for (int t = 1; t < nt; t++) {                                                                                   \
+            const V x = *(const VU *)(v[t] + c);                                                                         \
+            const VI gt = (x > mv) | (x != x);                                                                           \
+            mv = (V)(((VI)x & gt) | ((VI)mv & ~gt));                                                                     \
+            iv = (iv & ~gt) | (gt & t);                                                                                  \
+        }                                                                                                                \
+        *(VU *)(m + c) = mv;                                                                                             \
+        for (int l = 0; l < L; l++) ix[c + l] = (uint8_t)iv[l];                                                          \
     }
-    *(v8u *)(m + c) = mv;
-    for (int l = 0; l < 8; l++) ix[c + l] = (uint8_t)iv[l];
-}
+MAXN(max16, v16, v16u, v16i, 16)
+MAXN(max8, v8, v8u, v8i, 8)
+#undef MAXN
 
 static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx, const char *xname)
 {
