@@ -38,14 +38,7 @@ BATTR __attribute__((always_inline)) void BT(gqb_tile)(const ts_bf16_gc_args *a,
         }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
-        if (i < NP) {
-            float t[16];
-            vst(t, __builtin_shufflevector(acc[i], acc[i], 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-            float *y0 = y + (size_t)(ow0 + 2 * i) * ldy + yo;
-            for (int o = 0; o < OC; o++) y0[o] = t[o];
-            if (i < NP - 1 || nlast == 2)
-                for (int o = 0; o < OC; o++) y0[ldy + o] = t[8 + o];
-        }
+        if (i < NP) ts_nn_pair_store(y + (size_t)(ow0 + 2 * i) * ldy + yo, ldy, acc[i], OC, i < NP - 1 || nlast == 2);
 }
 
 BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)

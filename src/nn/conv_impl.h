@@ -32,6 +32,48 @@ typedef struct ts_conv_geom {
 
 static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
 
+/* Partial tiles (the generated kernels, conv_tiles*.h): the first n lanes
+ * of a 16-float vector (n <= 0: none, n >= 16: all) stored to p, and n
+ * floats loaded from p with zeros after them. One masked instruction where
+ * the build targets AVX-512; otherwise through a buffer. Neither touches
+ * memory past the n floats. */
+typedef float ts_v16 __attribute__((vector_size(64)));
+#ifdef __AVX512F__
+#include <immintrin.h>
+static inline __mmask16 ts_nn_lanes(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+static inline void ts_nn_vst_part(float *p, ts_v16 v, int n) { _mm512_mask_storeu_ps(p, ts_nn_lanes(n), (__m512)v); }
+static inline ts_v16 ts_nn_vld_part(const float *p, int n) { return (ts_v16)_mm512_maskz_loadu_ps(ts_nn_lanes(n), p); }
+#else
+static inline void ts_nn_vst_part(float *p, ts_v16 v, int n)
+{
+    float t[16];
+    memcpy(t, &v, sizeof t);
+    if (n > 0) memcpy(p, t, (size_t)(n < 16 ? n : 16) * sizeof(float));
+}
+static inline ts_v16 ts_nn_vld_part(const float *p, int n)
+{
+    float t[16] = {0};
+    if (n > 0) memcpy(t, p, (size_t)(n < 16 ? n : 16) * sizeof(float));
+    ts_v16 v;
+    memcpy(&v, t, sizeof v);
+    return v;
+}
+#endif
+
+/* The voxel-pair tiles' accumulator (lane 2o + v: channel o of voxel v) to
+ * the OC (<= 8) channels of voxel 0 at y0 and, if both, of voxel 1 at
+ * y0 + ldy (one store when the two are adjacent). */
+static inline void ts_nn_pair_store(float *y0, int ldy, ts_v16 acc, int OC, int both)
+{
+    const ts_v16 t = __builtin_shufflevector(acc, acc, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    if (both && OC == 8 && ldy == 8) {
+        memcpy(y0, &t, sizeof t);
+        return;
+    }
+    ts_nn_vst_part(y0, t, OC);
+    if (both) ts_nn_vst_part(y0 + ldy, __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7), OC);
+}
+
 /* Scratch memory cached per calling thread, one buffer per slot (0: the
  * kernels' slabs and partial sums, 1: packed weights, 2: unpacked weight
  * gradients, 3: the bf16 or fp16 transposed gather's converted input): reused

@@ -97,14 +97,7 @@ AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, flo
         }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
-        if (i < NP) {
-            float t[16];
-            vst(t, __builtin_shufflevector(acc[i], acc[i], 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-            float *y0 = y + (size_t)(ow0 + 2 * i) * ldy + yo;
-            for (int o = 0; o < OC; o++) y0[o] = t[o];
-            if (i < NP - 1 || nlast == 2)
-                for (int o = 0; o < OC; o++) y0[ldy + o] = t[8 + o];
-        }
+        if (i < NP) ts_nn_pair_store(y + (size_t)(ow0 + 2 * i) * ldy + yo, ldy, acc[i], OC, i < NP - 1 || nlast == 2);
 }
 
 /* one output row of OW voxels by the pair path */

@@ -51,23 +51,22 @@ BATTR void BT(gcb_16x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 14) * ldy + yo + 0, c14_0);
         vst(y + (size_t)(ow0 + 15) * ldy + yo + 0, c15_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); memcpy(y + (size_t)(ow0 + 8) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); memcpy(y + (size_t)(ow0 + 9) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); memcpy(y + (size_t)(ow0 + 10) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); memcpy(y + (size_t)(ow0 + 11) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c12_0); memcpy(y + (size_t)(ow0 + 12) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c13_0); memcpy(y + (size_t)(ow0 + 13) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c14_0); memcpy(y + (size_t)(ow0 + 14) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c15_0); memcpy(y + (size_t)(ow0 + 15) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 0, c8_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 0, c9_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 0, c10_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 12) * ldy + yo + 0, c12_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 13) * ldy + yo + 0, c13_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 14) * ldy + yo + 0, c14_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 15) * ldy + yo + 0, c15_0, nco - 0);
     }
 }
 
@@ -106,15 +105,14 @@ BATTR void BT(gcb_8x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0);
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0);
     }
 }
 
@@ -145,11 +143,10 @@ BATTR void BT(gcb_4x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0);
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
     }
 }
 
@@ -176,9 +173,8 @@ BATTR void BT(gcb_2x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
     }
 }
 
@@ -203,8 +199,7 @@ BATTR void BT(gcb_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
     if (nco == 16) {
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
     }
 }
 
@@ -275,19 +270,18 @@ BATTR void BT(gcb_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0);
         vst(y + (size_t)(ow0 + 11) * ldy + yo + 16, c11_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); vst(t + 16, c8_1); memcpy(y + (size_t)(ow0 + 8) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); vst(t + 16, c9_1); memcpy(y + (size_t)(ow0 + 9) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); vst(t + 16, c10_1); memcpy(y + (size_t)(ow0 + 10) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); vst(t + 16, c11_1); memcpy(y + (size_t)(ow0 + 11) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 0, c8_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 16, c8_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 0, c9_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 16, c9_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 0, c10_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 16, c10_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 16, c11_1, nco - 16);
     }
 }
 
@@ -336,15 +330,14 @@ BATTR void BT(gcb_8x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0);
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1, nco - 16);
     }
 }
 
@@ -381,11 +374,10 @@ BATTR void BT(gcb_4x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0);
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
     }
 }
 
@@ -416,9 +408,8 @@ BATTR void BT(gcb_2x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0);
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
     }
 }
 
@@ -446,8 +437,7 @@ BATTR void BT(gcb_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
     }
 }
 
@@ -516,13 +506,12 @@ BATTR void BT(gcb_6x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 5) * ldy + yo + 32, c5_2);
         vst(y + (size_t)(ow0 + 5) * ldy + yo + 48, c5_3);
     } else {
-        float t[64];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); vst(t + 32, c2_2); vst(t + 48, c2_3); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); vst(t + 32, c3_2); vst(t + 48, c3_3); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); vst(t + 32, c4_2); vst(t + 48, c4_3); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); vst(t + 32, c5_2); vst(t + 48, c5_3); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 32, c2_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 32, c3_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 48, c3_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 16, c4_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 32, c4_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 48, c4_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 16, c5_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 32, c5_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 48, c5_3, nco - 48);
     }
 }
 
@@ -571,11 +560,10 @@ BATTR void BT(gcb_4x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 32, c3_2);
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 48, c3_3);
     } else {
-        float t[64];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); vst(t + 32, c2_2); vst(t + 48, c2_3); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); vst(t + 32, c3_2); vst(t + 48, c3_3); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 32, c2_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 32, c3_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 48, c3_3, nco - 48);
     }
 }
 
@@ -614,9 +602,8 @@ BATTR void BT(gcb_2x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 32, c1_2);
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 48, c1_3);
     } else {
-        float t[64];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 48, c1_3, nco - 48);
     }
 }
 
@@ -650,8 +637,7 @@ BATTR void BT(gcb_1x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 32, c0_2);
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 48, c0_3);
     } else {
-        float t[64];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 48, c0_3, nco - 48);
     }
 }
 
@@ -717,23 +703,22 @@ BATTR void BT(gk3b_16x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int
         vst(y + (size_t)(ow0 + 14) * ldy + yo + 0, c14_0);
         vst(y + (size_t)(ow0 + 15) * ldy + yo + 0, c15_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); memcpy(y + (size_t)(ow0 + 8) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); memcpy(y + (size_t)(ow0 + 9) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); memcpy(y + (size_t)(ow0 + 10) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); memcpy(y + (size_t)(ow0 + 11) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c12_0); memcpy(y + (size_t)(ow0 + 12) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c13_0); memcpy(y + (size_t)(ow0 + 13) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c14_0); memcpy(y + (size_t)(ow0 + 14) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c15_0); memcpy(y + (size_t)(ow0 + 15) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 0, c8_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 0, c9_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 0, c10_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 12) * ldy + yo + 0, c12_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 13) * ldy + yo + 0, c13_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 14) * ldy + yo + 0, c14_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 15) * ldy + yo + 0, c15_0, nco - 0);
     }
 }
 
@@ -774,15 +759,14 @@ BATTR void BT(gk3b_8x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0);
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0);
     }
 }
 
@@ -815,11 +799,10 @@ BATTR void BT(gk3b_4x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0);
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
     }
 }
 
@@ -848,9 +831,8 @@ BATTR void BT(gk3b_2x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
     }
 }
 
@@ -877,8 +859,7 @@ BATTR void BT(gk3b_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
     if (nco == 16) {
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
     } else {
-        float t[16];
-        vst(t + 0, c0_0); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
     }
 }
 
@@ -953,19 +934,18 @@ BATTR void BT(gk3b_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int
         vst(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0);
         vst(y + (size_t)(ow0 + 11) * ldy + yo + 16, c11_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); vst(t + 16, c8_1); memcpy(y + (size_t)(ow0 + 8) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); vst(t + 16, c9_1); memcpy(y + (size_t)(ow0 + 9) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); vst(t + 16, c10_1); memcpy(y + (size_t)(ow0 + 10) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); vst(t + 16, c11_1); memcpy(y + (size_t)(ow0 + 11) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 0, c8_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 8) * ldy + yo + 16, c8_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 0, c9_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 9) * ldy + yo + 16, c9_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 0, c10_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 10) * ldy + yo + 16, c10_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 0, c11_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 11) * ldy + yo + 16, c11_1, nco - 16);
     }
 }
 
@@ -1018,15 +998,14 @@ BATTR void BT(gk3b_8x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0);
         vst(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y + (size_t)(ow0 + 4) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y + (size_t)(ow0 + 5) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y + (size_t)(ow0 + 6) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y + (size_t)(ow0 + 7) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 6) * ldy + yo + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 7) * ldy + yo + 16, c7_1, nco - 16);
     }
 }
 
@@ -1067,11 +1046,10 @@ BATTR void BT(gk3b_4x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0);
         vst(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y + (size_t)(ow0 + 2) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y + (size_t)(ow0 + 3) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 16, c3_1, nco - 16);
     }
 }
 
@@ -1106,9 +1084,8 @@ BATTR void BT(gk3b_2x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0);
         vst(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y + (size_t)(ow0 + 1) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 16, c1_1, nco - 16);
     }
 }
 
@@ -1140,8 +1117,7 @@ BATTR void BT(gk3b_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
         vst(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1);
     } else {
-        float t[32];
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y + (size_t)(ow0 + 0) * ldy + yo, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 16, c0_1, nco - 16);
     }
 }
 
@@ -1158,7 +1134,6 @@ BATTR_RUN void BT(gk3b_run_2)(const ts_bf16_gc_args *a, int r0, int OW, int oc0,
 BATTR void BT(tgb_16x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[16];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1194,23 +1169,22 @@ BATTR void BT(tgb_16x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, 
         c14_0 = vld(y14 + 0);
         c15_0 = vld(y15 + 0);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0);
-        memcpy(t, y4, (size_t)nco * sizeof(float)); c4_0 = vld(t + 0);
-        memcpy(t, y5, (size_t)nco * sizeof(float)); c5_0 = vld(t + 0);
-        memcpy(t, y6, (size_t)nco * sizeof(float)); c6_0 = vld(t + 0);
-        memcpy(t, y7, (size_t)nco * sizeof(float)); c7_0 = vld(t + 0);
-        memcpy(t, y8, (size_t)nco * sizeof(float)); c8_0 = vld(t + 0);
-        memcpy(t, y9, (size_t)nco * sizeof(float)); c9_0 = vld(t + 0);
-        memcpy(t, y10, (size_t)nco * sizeof(float)); c10_0 = vld(t + 0);
-        memcpy(t, y11, (size_t)nco * sizeof(float)); c11_0 = vld(t + 0);
-        memcpy(t, y12, (size_t)nco * sizeof(float)); c12_0 = vld(t + 0);
-        memcpy(t, y13, (size_t)nco * sizeof(float)); c13_0 = vld(t + 0);
-        memcpy(t, y14, (size_t)nco * sizeof(float)); c14_0 = vld(t + 0);
-        memcpy(t, y15, (size_t)nco * sizeof(float)); c15_0 = vld(t + 0);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0);
+        c6_0 = ts_nn_vld_part(y6 + 0, nco - 0);
+        c7_0 = ts_nn_vld_part(y7 + 0, nco - 0);
+        c8_0 = ts_nn_vld_part(y8 + 0, nco - 0);
+        c9_0 = ts_nn_vld_part(y9 + 0, nco - 0);
+        c10_0 = ts_nn_vld_part(y10 + 0, nco - 0);
+        c11_0 = ts_nn_vld_part(y11 + 0, nco - 0);
+        c12_0 = ts_nn_vld_part(y12 + 0, nco - 0);
+        c13_0 = ts_nn_vld_part(y13 + 0, nco - 0);
+        c14_0 = ts_nn_vld_part(y14 + 0, nco - 0);
+        c15_0 = ts_nn_vld_part(y15 + 0, nco - 0);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1250,29 +1224,28 @@ BATTR void BT(tgb_16x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, 
         vst(y14 + 0, c14_0);
         vst(y15 + 0, c15_0);
     } else {
-        vst(t + 0, c0_0); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y3, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y4, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y5, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y6, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y7, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); memcpy(y8, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); memcpy(y9, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); memcpy(y10, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); memcpy(y11, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c12_0); memcpy(y12, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c13_0); memcpy(y13, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c14_0); memcpy(y14, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c15_0); memcpy(y15, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y6 + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y7 + 0, c7_0, nco - 0);
+        ts_nn_vst_part(y8 + 0, c8_0, nco - 0);
+        ts_nn_vst_part(y9 + 0, c9_0, nco - 0);
+        ts_nn_vst_part(y10 + 0, c10_0, nco - 0);
+        ts_nn_vst_part(y11 + 0, c11_0, nco - 0);
+        ts_nn_vst_part(y12 + 0, c12_0, nco - 0);
+        ts_nn_vst_part(y13 + 0, c13_0, nco - 0);
+        ts_nn_vst_part(y14 + 0, c14_0, nco - 0);
+        ts_nn_vst_part(y15 + 0, c15_0, nco - 0);
     }
 }
 
 BATTR void BT(tgb_8x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[16];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1292,15 +1265,14 @@ BATTR void BT(tgb_8x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c6_0 = vld(y6 + 0);
         c7_0 = vld(y7 + 0);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0);
-        memcpy(t, y4, (size_t)nco * sizeof(float)); c4_0 = vld(t + 0);
-        memcpy(t, y5, (size_t)nco * sizeof(float)); c5_0 = vld(t + 0);
-        memcpy(t, y6, (size_t)nco * sizeof(float)); c6_0 = vld(t + 0);
-        memcpy(t, y7, (size_t)nco * sizeof(float)); c7_0 = vld(t + 0);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0);
+        c6_0 = ts_nn_vld_part(y6 + 0, nco - 0);
+        c7_0 = ts_nn_vld_part(y7 + 0, nco - 0);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1324,21 +1296,20 @@ BATTR void BT(tgb_8x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         vst(y6 + 0, c6_0);
         vst(y7 + 0, c7_0);
     } else {
-        vst(t + 0, c0_0); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y3, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); memcpy(y4, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); memcpy(y5, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); memcpy(y6, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); memcpy(y7, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y6 + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y7 + 0, c7_0, nco - 0);
     }
 }
 
 BATTR void BT(tgb_4x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[16];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1350,11 +1321,10 @@ BATTR void BT(tgb_4x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c2_0 = vld(y2 + 0);
         c3_0 = vld(y3 + 0);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1370,17 +1340,16 @@ BATTR void BT(tgb_4x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         vst(y2 + 0, c2_0);
         vst(y3 + 0, c3_0);
     } else {
-        vst(t + 0, c0_0); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); memcpy(y3, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0);
     }
 }
 
 BATTR void BT(tgb_2x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[16];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     v16 c0_0, c1_0;
@@ -1388,9 +1357,8 @@ BATTR void BT(tgb_2x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c0_0 = vld(y0 + 0);
         c1_0 = vld(y1 + 0);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1402,22 +1370,20 @@ BATTR void BT(tgb_2x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         vst(y0 + 0, c0_0);
         vst(y1 + 0, c1_0);
     } else {
-        vst(t + 0, c0_0); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); memcpy(y1, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0);
     }
 }
 
 BATTR void BT(tgb_1x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[16];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     v16 c0_0;
     if (nco == 16) {
         c0_0 = vld(y0 + 0);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1427,7 +1393,7 @@ BATTR void BT(tgb_1x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
     if (nco == 16) {
         vst(y0 + 0, c0_0);
     } else {
-        vst(t + 0, c0_0); memcpy(y0, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
     }
 }
 
@@ -1444,7 +1410,6 @@ BATTR_RUN void BT(tgb_run_1)(const uint32_t *xr, const uint32_t *wr, int C, int 
 BATTR void BT(tgb_12x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[32];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1472,19 +1437,18 @@ BATTR void BT(tgb_12x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, 
         c10_0 = vld(y10 + 0); c10_1 = vld(y10 + 16);
         c11_0 = vld(y11 + 0); c11_1 = vld(y11 + 16);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0); c2_1 = vld(t + 16);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0); c3_1 = vld(t + 16);
-        memcpy(t, y4, (size_t)nco * sizeof(float)); c4_0 = vld(t + 0); c4_1 = vld(t + 16);
-        memcpy(t, y5, (size_t)nco * sizeof(float)); c5_0 = vld(t + 0); c5_1 = vld(t + 16);
-        memcpy(t, y6, (size_t)nco * sizeof(float)); c6_0 = vld(t + 0); c6_1 = vld(t + 16);
-        memcpy(t, y7, (size_t)nco * sizeof(float)); c7_0 = vld(t + 0); c7_1 = vld(t + 16);
-        memcpy(t, y8, (size_t)nco * sizeof(float)); c8_0 = vld(t + 0); c8_1 = vld(t + 16);
-        memcpy(t, y9, (size_t)nco * sizeof(float)); c9_0 = vld(t + 0); c9_1 = vld(t + 16);
-        memcpy(t, y10, (size_t)nco * sizeof(float)); c10_0 = vld(t + 0); c10_1 = vld(t + 16);
-        memcpy(t, y11, (size_t)nco * sizeof(float)); c11_0 = vld(t + 0); c11_1 = vld(t + 16);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0); c2_1 = ts_nn_vld_part(y2 + 16, nco - 16);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0); c3_1 = ts_nn_vld_part(y3 + 16, nco - 16);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0); c4_1 = ts_nn_vld_part(y4 + 16, nco - 16);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0); c5_1 = ts_nn_vld_part(y5 + 16, nco - 16);
+        c6_0 = ts_nn_vld_part(y6 + 0, nco - 0); c6_1 = ts_nn_vld_part(y6 + 16, nco - 16);
+        c7_0 = ts_nn_vld_part(y7 + 0, nco - 0); c7_1 = ts_nn_vld_part(y7 + 16, nco - 16);
+        c8_0 = ts_nn_vld_part(y8 + 0, nco - 0); c8_1 = ts_nn_vld_part(y8 + 16, nco - 16);
+        c9_0 = ts_nn_vld_part(y9 + 0, nco - 0); c9_1 = ts_nn_vld_part(y9 + 16, nco - 16);
+        c10_0 = ts_nn_vld_part(y10 + 0, nco - 0); c10_1 = ts_nn_vld_part(y10 + 16, nco - 16);
+        c11_0 = ts_nn_vld_part(y11 + 0, nco - 0); c11_1 = ts_nn_vld_part(y11 + 16, nco - 16);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1504,38 +1468,49 @@ BATTR void BT(tgb_12x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, 
         { BX(x, xc + 11 * C); BDP(c11_0, x, w0); BDP(c11_1, x, w1); }
     }
     if (nco == 32) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1);
-        vst(y2 + 0, c2_0); vst(y2 + 16, c2_1);
-        vst(y3 + 0, c3_0); vst(y3 + 16, c3_1);
-        vst(y4 + 0, c4_0); vst(y4 + 16, c4_1);
-        vst(y5 + 0, c5_0); vst(y5 + 16, c5_1);
-        vst(y6 + 0, c6_0); vst(y6 + 16, c6_1);
-        vst(y7 + 0, c7_0); vst(y7 + 16, c7_1);
-        vst(y8 + 0, c8_0); vst(y8 + 16, c8_1);
-        vst(y9 + 0, c9_0); vst(y9 + 16, c9_1);
-        vst(y10 + 0, c10_0); vst(y10 + 16, c10_1);
-        vst(y11 + 0, c11_0); vst(y11 + 16, c11_1);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y2 + 0, c2_0);
+        vst(y2 + 16, c2_1);
+        vst(y3 + 0, c3_0);
+        vst(y3 + 16, c3_1);
+        vst(y4 + 0, c4_0);
+        vst(y4 + 16, c4_1);
+        vst(y5 + 0, c5_0);
+        vst(y5 + 16, c5_1);
+        vst(y6 + 0, c6_0);
+        vst(y6 + 16, c6_1);
+        vst(y7 + 0, c7_0);
+        vst(y7 + 16, c7_1);
+        vst(y8 + 0, c8_0);
+        vst(y8 + 16, c8_1);
+        vst(y9 + 0, c9_0);
+        vst(y9 + 16, c9_1);
+        vst(y10 + 0, c10_0);
+        vst(y10 + 16, c10_1);
+        vst(y11 + 0, c11_0);
+        vst(y11 + 16, c11_1);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y3, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y4, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y5, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y6, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y7, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c8_0); vst(t + 16, c8_1); memcpy(y8, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c9_0); vst(t + 16, c9_1); memcpy(y9, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c10_0); vst(t + 16, c10_1); memcpy(y10, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c11_0); vst(t + 16, c11_1); memcpy(y11, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0); ts_nn_vst_part(y2 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0); ts_nn_vst_part(y3 + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0); ts_nn_vst_part(y4 + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0); ts_nn_vst_part(y5 + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y6 + 0, c6_0, nco - 0); ts_nn_vst_part(y6 + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y7 + 0, c7_0, nco - 0); ts_nn_vst_part(y7 + 16, c7_1, nco - 16);
+        ts_nn_vst_part(y8 + 0, c8_0, nco - 0); ts_nn_vst_part(y8 + 16, c8_1, nco - 16);
+        ts_nn_vst_part(y9 + 0, c9_0, nco - 0); ts_nn_vst_part(y9 + 16, c9_1, nco - 16);
+        ts_nn_vst_part(y10 + 0, c10_0, nco - 0); ts_nn_vst_part(y10 + 16, c10_1, nco - 16);
+        ts_nn_vst_part(y11 + 0, c11_0, nco - 0); ts_nn_vst_part(y11 + 16, c11_1, nco - 16);
     }
 }
 
 BATTR void BT(tgb_8x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[32];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1555,15 +1530,14 @@ BATTR void BT(tgb_8x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c6_0 = vld(y6 + 0); c6_1 = vld(y6 + 16);
         c7_0 = vld(y7 + 0); c7_1 = vld(y7 + 16);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0); c2_1 = vld(t + 16);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0); c3_1 = vld(t + 16);
-        memcpy(t, y4, (size_t)nco * sizeof(float)); c4_0 = vld(t + 0); c4_1 = vld(t + 16);
-        memcpy(t, y5, (size_t)nco * sizeof(float)); c5_0 = vld(t + 0); c5_1 = vld(t + 16);
-        memcpy(t, y6, (size_t)nco * sizeof(float)); c6_0 = vld(t + 0); c6_1 = vld(t + 16);
-        memcpy(t, y7, (size_t)nco * sizeof(float)); c7_0 = vld(t + 0); c7_1 = vld(t + 16);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0); c2_1 = ts_nn_vld_part(y2 + 16, nco - 16);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0); c3_1 = ts_nn_vld_part(y3 + 16, nco - 16);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0); c4_1 = ts_nn_vld_part(y4 + 16, nco - 16);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0); c5_1 = ts_nn_vld_part(y5 + 16, nco - 16);
+        c6_0 = ts_nn_vld_part(y6 + 0, nco - 0); c6_1 = ts_nn_vld_part(y6 + 16, nco - 16);
+        c7_0 = ts_nn_vld_part(y7 + 0, nco - 0); c7_1 = ts_nn_vld_part(y7 + 16, nco - 16);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1579,30 +1553,37 @@ BATTR void BT(tgb_8x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 7 * C); BDP(c7_0, x, w0); BDP(c7_1, x, w1); }
     }
     if (nco == 32) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1);
-        vst(y2 + 0, c2_0); vst(y2 + 16, c2_1);
-        vst(y3 + 0, c3_0); vst(y3 + 16, c3_1);
-        vst(y4 + 0, c4_0); vst(y4 + 16, c4_1);
-        vst(y5 + 0, c5_0); vst(y5 + 16, c5_1);
-        vst(y6 + 0, c6_0); vst(y6 + 16, c6_1);
-        vst(y7 + 0, c7_0); vst(y7 + 16, c7_1);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y2 + 0, c2_0);
+        vst(y2 + 16, c2_1);
+        vst(y3 + 0, c3_0);
+        vst(y3 + 16, c3_1);
+        vst(y4 + 0, c4_0);
+        vst(y4 + 16, c4_1);
+        vst(y5 + 0, c5_0);
+        vst(y5 + 16, c5_1);
+        vst(y6 + 0, c6_0);
+        vst(y6 + 16, c6_1);
+        vst(y7 + 0, c7_0);
+        vst(y7 + 16, c7_1);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y3, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); memcpy(y4, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); memcpy(y5, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c6_0); vst(t + 16, c6_1); memcpy(y6, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c7_0); vst(t + 16, c7_1); memcpy(y7, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0); ts_nn_vst_part(y2 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0); ts_nn_vst_part(y3 + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0); ts_nn_vst_part(y4 + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0); ts_nn_vst_part(y5 + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y6 + 0, c6_0, nco - 0); ts_nn_vst_part(y6 + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y7 + 0, c7_0, nco - 0); ts_nn_vst_part(y7 + 16, c7_1, nco - 16);
     }
 }
 
 BATTR void BT(tgb_4x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[32];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1614,11 +1595,10 @@ BATTR void BT(tgb_4x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c2_0 = vld(y2 + 0); c2_1 = vld(y2 + 16);
         c3_0 = vld(y3 + 0); c3_1 = vld(y3 + 16);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0); c2_1 = vld(t + 16);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0); c3_1 = vld(t + 16);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0); c2_1 = ts_nn_vld_part(y2 + 16, nco - 16);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0); c3_1 = ts_nn_vld_part(y3 + 16, nco - 16);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1630,22 +1610,25 @@ BATTR void BT(tgb_4x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 3 * C); BDP(c3_0, x, w0); BDP(c3_1, x, w1); }
     }
     if (nco == 32) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1);
-        vst(y2 + 0, c2_0); vst(y2 + 16, c2_1);
-        vst(y3 + 0, c3_0); vst(y3 + 16, c3_1);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y2 + 0, c2_0);
+        vst(y2 + 16, c2_1);
+        vst(y3 + 0, c3_0);
+        vst(y3 + 16, c3_1);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); memcpy(y3, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0); ts_nn_vst_part(y2 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0); ts_nn_vst_part(y3 + 16, c3_1, nco - 16);
     }
 }
 
 BATTR void BT(tgb_2x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[32];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     v16 c0_0, c0_1, c1_0, c1_1;
@@ -1653,9 +1636,8 @@ BATTR void BT(tgb_2x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c0_0 = vld(y0 + 0); c0_1 = vld(y0 + 16);
         c1_0 = vld(y1 + 0); c1_1 = vld(y1 + 16);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1665,25 +1647,25 @@ BATTR void BT(tgb_2x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 1 * C); BDP(c1_0, x, w0); BDP(c1_1, x, w1); }
     }
     if (nco == 32) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); memcpy(y1, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16);
     }
 }
 
 BATTR void BT(tgb_1x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[32];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     v16 c0_0, c0_1;
     if (nco == 32) {
         c0_0 = vld(y0 + 0); c0_1 = vld(y0 + 16);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1692,9 +1674,10 @@ BATTR void BT(tgb_1x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 0 * C); BDP(c0_0, x, w0); BDP(c0_1, x, w1); }
     }
     if (nco == 32) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); memcpy(y0, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16);
     }
 }
 
@@ -1711,7 +1694,6 @@ BATTR_RUN void BT(tgb_run_2)(const uint32_t *xr, const uint32_t *wr, int C, int 
 BATTR void BT(tgb_6x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[64];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1727,13 +1709,12 @@ BATTR void BT(tgb_6x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c4_0 = vld(y4 + 0); c4_1 = vld(y4 + 16); c4_2 = vld(y4 + 32); c4_3 = vld(y4 + 48);
         c5_0 = vld(y5 + 0); c5_1 = vld(y5 + 16); c5_2 = vld(y5 + 32); c5_3 = vld(y5 + 48);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16); c0_2 = vld(t + 32); c0_3 = vld(t + 48);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16); c1_2 = vld(t + 32); c1_3 = vld(t + 48);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0); c2_1 = vld(t + 16); c2_2 = vld(t + 32); c2_3 = vld(t + 48);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0); c3_1 = vld(t + 16); c3_2 = vld(t + 32); c3_3 = vld(t + 48);
-        memcpy(t, y4, (size_t)nco * sizeof(float)); c4_0 = vld(t + 0); c4_1 = vld(t + 16); c4_2 = vld(t + 32); c4_3 = vld(t + 48);
-        memcpy(t, y5, (size_t)nco * sizeof(float)); c5_0 = vld(t + 0); c5_1 = vld(t + 16); c5_2 = vld(t + 32); c5_3 = vld(t + 48);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16); c0_2 = ts_nn_vld_part(y0 + 32, nco - 32); c0_3 = ts_nn_vld_part(y0 + 48, nco - 48);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16); c1_2 = ts_nn_vld_part(y1 + 32, nco - 32); c1_3 = ts_nn_vld_part(y1 + 48, nco - 48);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0); c2_1 = ts_nn_vld_part(y2 + 16, nco - 16); c2_2 = ts_nn_vld_part(y2 + 32, nco - 32); c2_3 = ts_nn_vld_part(y2 + 48, nco - 48);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0); c3_1 = ts_nn_vld_part(y3 + 16, nco - 16); c3_2 = ts_nn_vld_part(y3 + 32, nco - 32); c3_3 = ts_nn_vld_part(y3 + 48, nco - 48);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0); c4_1 = ts_nn_vld_part(y4 + 16, nco - 16); c4_2 = ts_nn_vld_part(y4 + 32, nco - 32); c4_3 = ts_nn_vld_part(y4 + 48, nco - 48);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0); c5_1 = ts_nn_vld_part(y5 + 16, nco - 16); c5_2 = ts_nn_vld_part(y5 + 32, nco - 32); c5_3 = ts_nn_vld_part(y5 + 48, nco - 48);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1749,26 +1730,43 @@ BATTR void BT(tgb_6x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 5 * C); BDP(c5_0, x, w0); BDP(c5_1, x, w1); BDP(c5_2, x, w2); BDP(c5_3, x, w3); }
     }
     if (nco == 64) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1); vst(y0 + 32, c0_2); vst(y0 + 48, c0_3);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1); vst(y1 + 32, c1_2); vst(y1 + 48, c1_3);
-        vst(y2 + 0, c2_0); vst(y2 + 16, c2_1); vst(y2 + 32, c2_2); vst(y2 + 48, c2_3);
-        vst(y3 + 0, c3_0); vst(y3 + 16, c3_1); vst(y3 + 32, c3_2); vst(y3 + 48, c3_3);
-        vst(y4 + 0, c4_0); vst(y4 + 16, c4_1); vst(y4 + 32, c4_2); vst(y4 + 48, c4_3);
-        vst(y5 + 0, c5_0); vst(y5 + 16, c5_1); vst(y5 + 32, c5_2); vst(y5 + 48, c5_3);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y0 + 32, c0_2);
+        vst(y0 + 48, c0_3);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y1 + 32, c1_2);
+        vst(y1 + 48, c1_3);
+        vst(y2 + 0, c2_0);
+        vst(y2 + 16, c2_1);
+        vst(y2 + 32, c2_2);
+        vst(y2 + 48, c2_3);
+        vst(y3 + 0, c3_0);
+        vst(y3 + 16, c3_1);
+        vst(y3 + 32, c3_2);
+        vst(y3 + 48, c3_3);
+        vst(y4 + 0, c4_0);
+        vst(y4 + 16, c4_1);
+        vst(y4 + 32, c4_2);
+        vst(y4 + 48, c4_3);
+        vst(y5 + 0, c5_0);
+        vst(y5 + 16, c5_1);
+        vst(y5 + 32, c5_2);
+        vst(y5 + 48, c5_3);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); vst(t + 32, c2_2); vst(t + 48, c2_3); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); vst(t + 32, c3_2); vst(t + 48, c3_3); memcpy(y3, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c4_0); vst(t + 16, c4_1); vst(t + 32, c4_2); vst(t + 48, c4_3); memcpy(y4, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c5_0); vst(t + 16, c5_1); vst(t + 32, c5_2); vst(t + 48, c5_3); memcpy(y5, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16); ts_nn_vst_part(y0 + 32, c0_2, nco - 32); ts_nn_vst_part(y0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16); ts_nn_vst_part(y1 + 32, c1_2, nco - 32); ts_nn_vst_part(y1 + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0); ts_nn_vst_part(y2 + 16, c2_1, nco - 16); ts_nn_vst_part(y2 + 32, c2_2, nco - 32); ts_nn_vst_part(y2 + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0); ts_nn_vst_part(y3 + 16, c3_1, nco - 16); ts_nn_vst_part(y3 + 32, c3_2, nco - 32); ts_nn_vst_part(y3 + 48, c3_3, nco - 48);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0); ts_nn_vst_part(y4 + 16, c4_1, nco - 16); ts_nn_vst_part(y4 + 32, c4_2, nco - 32); ts_nn_vst_part(y4 + 48, c4_3, nco - 48);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0); ts_nn_vst_part(y5 + 16, c5_1, nco - 16); ts_nn_vst_part(y5 + 32, c5_2, nco - 32); ts_nn_vst_part(y5 + 48, c5_3, nco - 48);
     }
 }
 
 BATTR void BT(tgb_4x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[64];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
@@ -1780,11 +1778,10 @@ BATTR void BT(tgb_4x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c2_0 = vld(y2 + 0); c2_1 = vld(y2 + 16); c2_2 = vld(y2 + 32); c2_3 = vld(y2 + 48);
         c3_0 = vld(y3 + 0); c3_1 = vld(y3 + 16); c3_2 = vld(y3 + 32); c3_3 = vld(y3 + 48);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16); c0_2 = vld(t + 32); c0_3 = vld(t + 48);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16); c1_2 = vld(t + 32); c1_3 = vld(t + 48);
-        memcpy(t, y2, (size_t)nco * sizeof(float)); c2_0 = vld(t + 0); c2_1 = vld(t + 16); c2_2 = vld(t + 32); c2_3 = vld(t + 48);
-        memcpy(t, y3, (size_t)nco * sizeof(float)); c3_0 = vld(t + 0); c3_1 = vld(t + 16); c3_2 = vld(t + 32); c3_3 = vld(t + 48);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16); c0_2 = ts_nn_vld_part(y0 + 32, nco - 32); c0_3 = ts_nn_vld_part(y0 + 48, nco - 48);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16); c1_2 = ts_nn_vld_part(y1 + 32, nco - 32); c1_3 = ts_nn_vld_part(y1 + 48, nco - 48);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0); c2_1 = ts_nn_vld_part(y2 + 16, nco - 16); c2_2 = ts_nn_vld_part(y2 + 32, nco - 32); c2_3 = ts_nn_vld_part(y2 + 48, nco - 48);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0); c3_1 = ts_nn_vld_part(y3 + 16, nco - 16); c3_2 = ts_nn_vld_part(y3 + 32, nco - 32); c3_3 = ts_nn_vld_part(y3 + 48, nco - 48);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1798,22 +1795,33 @@ BATTR void BT(tgb_4x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 3 * C); BDP(c3_0, x, w0); BDP(c3_1, x, w1); BDP(c3_2, x, w2); BDP(c3_3, x, w3); }
     }
     if (nco == 64) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1); vst(y0 + 32, c0_2); vst(y0 + 48, c0_3);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1); vst(y1 + 32, c1_2); vst(y1 + 48, c1_3);
-        vst(y2 + 0, c2_0); vst(y2 + 16, c2_1); vst(y2 + 32, c2_2); vst(y2 + 48, c2_3);
-        vst(y3 + 0, c3_0); vst(y3 + 16, c3_1); vst(y3 + 32, c3_2); vst(y3 + 48, c3_3);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y0 + 32, c0_2);
+        vst(y0 + 48, c0_3);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y1 + 32, c1_2);
+        vst(y1 + 48, c1_3);
+        vst(y2 + 0, c2_0);
+        vst(y2 + 16, c2_1);
+        vst(y2 + 32, c2_2);
+        vst(y2 + 48, c2_3);
+        vst(y3 + 0, c3_0);
+        vst(y3 + 16, c3_1);
+        vst(y3 + 32, c3_2);
+        vst(y3 + 48, c3_3);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y1, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c2_0); vst(t + 16, c2_1); vst(t + 32, c2_2); vst(t + 48, c2_3); memcpy(y2, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c3_0); vst(t + 16, c3_1); vst(t + 32, c3_2); vst(t + 48, c3_3); memcpy(y3, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16); ts_nn_vst_part(y0 + 32, c0_2, nco - 32); ts_nn_vst_part(y0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16); ts_nn_vst_part(y1 + 32, c1_2, nco - 32); ts_nn_vst_part(y1 + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0); ts_nn_vst_part(y2 + 16, c2_1, nco - 16); ts_nn_vst_part(y2 + 32, c2_2, nco - 32); ts_nn_vst_part(y2 + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0); ts_nn_vst_part(y3 + 16, c3_1, nco - 16); ts_nn_vst_part(y3 + 32, c3_2, nco - 32); ts_nn_vst_part(y3 + 48, c3_3, nco - 48);
     }
 }
 
 BATTR void BT(tgb_2x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[64];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
     v16 c0_0, c0_1, c0_2, c0_3, c1_0, c1_1, c1_2, c1_3;
@@ -1821,9 +1829,8 @@ BATTR void BT(tgb_2x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         c0_0 = vld(y0 + 0); c0_1 = vld(y0 + 16); c0_2 = vld(y0 + 32); c0_3 = vld(y0 + 48);
         c1_0 = vld(y1 + 0); c1_1 = vld(y1 + 16); c1_2 = vld(y1 + 32); c1_3 = vld(y1 + 48);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16); c0_2 = vld(t + 32); c0_3 = vld(t + 48);
-        memcpy(t, y1, (size_t)nco * sizeof(float)); c1_0 = vld(t + 0); c1_1 = vld(t + 16); c1_2 = vld(t + 32); c1_3 = vld(t + 48);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16); c0_2 = ts_nn_vld_part(y0 + 32, nco - 32); c0_3 = ts_nn_vld_part(y0 + 48, nco - 48);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0); c1_1 = ts_nn_vld_part(y1 + 16, nco - 16); c1_2 = ts_nn_vld_part(y1 + 32, nco - 32); c1_3 = ts_nn_vld_part(y1 + 48, nco - 48);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1835,25 +1842,29 @@ BATTR void BT(tgb_2x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 1 * C); BDP(c1_0, x, w0); BDP(c1_1, x, w1); BDP(c1_2, x, w2); BDP(c1_3, x, w3); }
     }
     if (nco == 64) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1); vst(y0 + 32, c0_2); vst(y0 + 48, c0_3);
-        vst(y1 + 0, c1_0); vst(y1 + 16, c1_1); vst(y1 + 32, c1_2); vst(y1 + 48, c1_3);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y0 + 32, c0_2);
+        vst(y0 + 48, c0_3);
+        vst(y1 + 0, c1_0);
+        vst(y1 + 16, c1_1);
+        vst(y1 + 32, c1_2);
+        vst(y1 + 48, c1_3);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y0, t, (size_t)nco * sizeof(float));
-        vst(t + 0, c1_0); vst(t + 16, c1_1); vst(t + 32, c1_2); vst(t + 48, c1_3); memcpy(y1, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16); ts_nn_vst_part(y0 + 32, c0_2, nco - 32); ts_nn_vst_part(y0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0); ts_nn_vst_part(y1 + 16, c1_1, nco - 16); ts_nn_vst_part(y1 + 32, c1_2, nco - 32); ts_nn_vst_part(y1 + 48, c1_3, nco - 48);
     }
 }
 
 BATTR void BT(tgb_1x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
-    float t[64];
     float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
     v16 c0_0, c0_1, c0_2, c0_3;
     if (nco == 64) {
         c0_0 = vld(y0 + 0); c0_1 = vld(y0 + 16); c0_2 = vld(y0 + 32); c0_3 = vld(y0 + 48);
     } else {
-        memset(t, 0, sizeof t);
-        memcpy(t, y0, (size_t)nco * sizeof(float)); c0_0 = vld(t + 0); c0_1 = vld(t + 16); c0_2 = vld(t + 32); c0_3 = vld(t + 48);
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0); c0_1 = ts_nn_vld_part(y0 + 16, nco - 16); c0_2 = ts_nn_vld_part(y0 + 32, nco - 32); c0_3 = ts_nn_vld_part(y0 + 48, nco - 48);
     }
     for (int c = 0; c < C; c++) {
         const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
@@ -1864,9 +1875,12 @@ BATTR void BT(tgb_1x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
         { BX(x, xc + 0 * C); BDP(c0_0, x, w0); BDP(c0_1, x, w1); BDP(c0_2, x, w2); BDP(c0_3, x, w3); }
     }
     if (nco == 64) {
-        vst(y0 + 0, c0_0); vst(y0 + 16, c0_1); vst(y0 + 32, c0_2); vst(y0 + 48, c0_3);
+        vst(y0 + 0, c0_0);
+        vst(y0 + 16, c0_1);
+        vst(y0 + 32, c0_2);
+        vst(y0 + 48, c0_3);
     } else {
-        vst(t + 0, c0_0); vst(t + 16, c0_1); vst(t + 32, c0_2); vst(t + 48, c0_3); memcpy(y0, t, (size_t)nco * sizeof(float));
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0); ts_nn_vst_part(y0 + 16, c0_1, nco - 16); ts_nn_vst_part(y0 + 32, c0_2, nco - 32); ts_nn_vst_part(y0 + 48, c0_3, nco - 48);
     }
 }
 

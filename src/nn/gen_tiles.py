@@ -27,6 +27,19 @@ def acc(i, j):
     return f"c{i}_{j}"
 
 
+def store(o, WB, NV, ydst):
+    """the accumulators to the WB voxels at ydst(i): nco channels, masked
+    stores (ts_nn_vst_part, conv_impl.h) for a partial tile"""
+    o.append(f"    if (nco == {16 * NV}) {{")
+    for i in range(WB):
+        for j in range(NV):
+            o.append(f"        vst({ydst(i)} + {16 * j}, {acc(i, j)});")
+    o.append("    } else {")
+    for i in range(WB):
+        o.append("        " + " ".join(f"ts_nn_vst_part({ydst(i)} + {16 * j}, {acc(i, j)}, nco - {16 * j});" for j in range(NV)))
+    o.append("    }")
+
+
 def gc(WB, NV):
     o = []
     o.append(f"static inline void gc_{WB}x{NV}(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)")
@@ -50,16 +63,7 @@ def gc(WB, NV):
     o.append("                }")
     o.append("            }")
     o.append("        }")
-    o.append(f"    if (nco == {16 * NV}) {{")
-    for i in range(WB):
-        for j in range(NV):
-            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + yo + {16 * j}, {acc(i, j)});")
-    o.append("    } else {")
-    o.append(f"        float t[{16 * NV}];")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + yo, t, (size_t)nco * sizeof(float));")
-    o.append("    }")
+    store(o, WB, NV, lambda i: f"y + (size_t)(ow0 + {i}) * ldy + yo")
     o.append("}")
     return "\n".join(o)
 
@@ -93,16 +97,7 @@ def gk3(WB, NV):
         o.append(f"                {{ const float x = xc[{jx} * C]; " + " ".join(parts) + " }")
     o.append("            }")
     o.append("        }")
-    o.append(f"    if (nco == {16 * NV}) {{")
-    for i in range(WB):
-        for j in range(NV):
-            o.append(f"        vst(y + (size_t)(ow0 + {i}) * ldy + yo + {16 * j}, {acc(i, j)});")
-    o.append("    } else {")
-    o.append(f"        float t[{16 * NV}];")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y + (size_t)(ow0 + {i}) * ldy + yo, t, (size_t)nco * sizeof(float));")
-    o.append("    }")
+    store(o, WB, NV, lambda i: f"y + (size_t)(ow0 + {i}) * ldy + yo")
     o.append("}")
     return "\n".join(o)
 
@@ -112,7 +107,6 @@ def tg(WB, NV):
     o.append(f"static inline void tg_{WB}x{NV}(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,")
     o.append("                                int nco, float *y, int ldy)")
     o.append("{")
-    o.append(f"    float t[{16 * NV}];")
     for i in range(WB):
         o.append(f"    float *y{i} = y + (size_t)((iw0 + {i}) * s + off) * ldy + oc0;")
     o.append("    v16 " + ", ".join(acc(i, j) for i in range(WB) for j in range(NV)) + ";")
@@ -120,9 +114,8 @@ def tg(WB, NV):
     for i in range(WB):
         o.append("        " + " ".join(f"{acc(i, j)} = vld(y{i} + {16 * j});" for j in range(NV)))
     o.append("    } else {")
-    o.append("        memset(t, 0, sizeof t);")
     for i in range(WB):
-        o.append(f"        memcpy(t, y{i}, (size_t)nco * sizeof(float)); " + " ".join(f"{acc(i, j)} = vld(t + {16 * j});" for j in range(NV)))
+        o.append("        " + " ".join(f"{acc(i, j)} = ts_nn_vld_part(y{i} + {16 * j}, nco - {16 * j});" for j in range(NV)))
     o.append("    }")
     o.append("    for (int c = 0; c < C; c++) {")
     o.append("        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
@@ -131,14 +124,7 @@ def tg(WB, NV):
     for i in range(WB):
         o.append(f"        {{ const float x = xc[{i} * C]; " + " ".join(f"{acc(i, j)} += x * w{j};" for j in range(NV)) + " }")
     o.append("    }")
-    o.append(f"    if (nco == {16 * NV}) {{")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(y{i} + {16 * j}, {acc(i, j)});" for j in range(NV)))
-    o.append("    } else {")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y{i}, t, (size_t)nco * sizeof(float));")
-    o.append("    }")
+    store(o, WB, NV, lambda i: f"y{i}")
     o.append("}")
     return "\n".join(o)
 
@@ -253,17 +239,6 @@ def main():
 # input channels (C counts pairs); wgrad: pairs of output voxels (ow, ow+1),
 # see ts_bf16_wg_args in conv_impl.h.
 
-def store(o, WB, NV, ydst):
-    o.append(f"    if (nco == {16 * NV}) {{")
-    for i in range(WB):
-        for j in range(NV):
-            o.append(f"        vst({ydst(i)} + {16 * j}, {acc(i, j)});")
-    o.append("    } else {")
-    o.append(f"        float t[{16 * NV}];")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy({ydst(i)}, t, (size_t)nco * sizeof(float));")
-    o.append("    }")
 
 
 def bias_init(o, WB, NV):
@@ -327,7 +302,6 @@ def gk3b(WB, NV):
 def tgb(WB, NV):
     o = [f"BATTR void BT(tgb_{WB}x{NV})(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,",
          "                                int nco, float *y, int ldy)", "{"]
-    o.append(f"    float t[{16 * NV}];")
     for i in range(WB):
         o.append(f"    float *y{i} = y + (size_t)((iw0 + {i}) * s + off) * ldy + oc0;")
     o.append("    v16 " + ", ".join(acc(i, j) for i in range(WB) for j in range(NV)) + ";")
@@ -335,9 +309,8 @@ def tgb(WB, NV):
     for i in range(WB):
         o.append("        " + " ".join(f"{acc(i, j)} = vld(y{i} + {16 * j});" for j in range(NV)))
     o.append("    } else {")
-    o.append("        memset(t, 0, sizeof t);")
     for i in range(WB):
-        o.append(f"        memcpy(t, y{i}, (size_t)nco * sizeof(float)); " + " ".join(f"{acc(i, j)} = vld(t + {16 * j});" for j in range(NV)))
+        o.append("        " + " ".join(f"{acc(i, j)} = ts_nn_vld_part(y{i} + {16 * j}, nco - {16 * j});" for j in range(NV)))
     o.append("    }")
     o.append("    for (int c = 0; c < C; c++) {")
     o.append("        const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
@@ -346,14 +319,7 @@ def tgb(WB, NV):
     for i in range(WB):
         o.append(f"        {{ BX(x, xc + {i} * C); " + " ".join(f"BDP({acc(i, j)}, x, w{j});" for j in range(NV)) + " }")
     o.append("    }")
-    o.append(f"    if (nco == {16 * NV}) {{")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(y{i} + {16 * j}, {acc(i, j)});" for j in range(NV)))
-    o.append("    } else {")
-    for i in range(WB):
-        o.append("        " + " ".join(f"vst(t + {16 * j}, {acc(i, j)});" for j in range(NV)) +
-                 f" memcpy(y{i}, t, (size_t)nco * sizeof(float));")
-    o.append("    }")
+    store(o, WB, NV, lambda i: f"y{i}")
     o.append("}")
     return "\n".join(o)
 
