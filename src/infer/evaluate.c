@@ -73,7 +73,10 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         t_blend += t1 - t0;
         if (sp && sp->forward) TS_CHECK(sp->forward(sp->forward_ctx, &x, &lt));
         else {
-            TS_CHECK(ts_unet_forward(m, &x, 0));
+            ts_unet_set_fold_eval(m, 1); /* batch norm in the convolutions' epilogues: same logits, fewer passes */
+            const int ferr = ts_unet_forward(m, &x, 0);
+            ts_unet_set_fold_eval(m, 0);
+            TS_CHECK(ferr);
             lt = ts_unet_logits(m);
             if (!lt) TS_CHECK(ts_err_last()); /* the copy from the GPU failed */
         }

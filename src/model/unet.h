@@ -234,6 +234,14 @@ void ts_unet_set_unit_hook(ts_unet *m, void (*fn)(void *ctx, int unit, int backw
  * rank); forward uses the group's statistics, backward the group's sums for
  * the input gradient (PyTorch SyncBatchNorm). */
 void ts_unet_set_norm_sync(ts_unet *m, ts_nn_sync_fn fn, void *ctx);
+/* Local. on = 1: an eval-mode forward (train = 0) of a model with batch
+ * norm on the CPU folds each conv block's norm (its running statistics)
+ * and activation into the convolution's epilogue (ts_conv_ep): the same
+ * logits, bit for bit, without the separate norm and activation passes;
+ * the pre-norm activations are not kept, so a backward after such a
+ * forward is refused. For inference (ts_eval_predict sets it); off by
+ * default. */
+void ts_unet_set_fold_eval(ts_unet *m, int on);
 
 /* A spatial split of the model's inputs (spatial parallelism): this rank
  * holds one box of every input and so of every activation (halved per

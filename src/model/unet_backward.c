@@ -48,7 +48,7 @@ static int conv3_backward_split(ts_unet *m, const ts_halo *xh, ts_halo *gh, cons
                                 const ts_tensor *w, const ts_tensor *dy, ts_tensor *dx, ts_tensor *dx2, ts_tensor *dw,
                                 ts_tensor *db, int iw, int ib)
 {
-    const ts_conv_split xs = {xh, TS_CONV_ALL, ts_unet_halo_progress, m}, dys = {gh, TS_CONV_ALL, NULL, NULL};
+    const ts_conv_split xs = {xh, TS_CONV_ALL, ts_unet_halo_progress, m, NULL}, dys = {gh, TS_CONV_ALL, NULL, NULL, NULL};
     if (dx) TS_TRY(ts_unet_halo_start(m, dy, NULL, gh));
     if (x2) TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_cat_backward_split(x, x2, w, &xs, &dys, dy, NULL, NULL, dw, db));
     else TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward_split(x, w, &xs, &dys, dy, NULL, dw, db));
@@ -250,12 +250,12 @@ static int recompute_block(ts_unet *m, slot *s, int enc, int l, int train)
         ts_tensor w = V(m, b->cw[0]), bias = V(m, b->cb[0]);
         TS_TRY(ts_unet_block_input(m, s, enc, l));
         const ts_tensor *in = enc ? (l ? &s->pool[l] : &s->x) : &s->up[l];
-        TS_TRY(ts_unet_conv3_forward(m, &x->xh[0], in, enc ? NULL : act(m, s, l), &w, &bias, &x->y[0]));
+        TS_TRY(ts_unet_conv3_forward(m, &x->xh[0], in, enc ? NULL : act(m, s, l), &w, &bias, NULL, &x->y[0]));
         if (here(m, U_B(m, b, 1))) TS_TRY(ts_unet_norm_forward(m, b, x, 0, train, 1));
     }
     if (here(m, U_B(m, b, 1))) {
         ts_tensor w = V(m, b->cw[1]), bias = V(m, b->cb[1]);
-        TS_TRY(ts_unet_conv3_forward(m, &x->xh[1], act(m, s, mid_tensor(m, enc, l)), NULL, &w, &bias, &x->y[1]));
+        TS_TRY(ts_unet_conv3_forward(m, &x->xh[1], act(m, s, mid_tensor(m, enc, l)), NULL, &w, &bias, NULL, &x->y[1]));
     }
     return 0;
 }
@@ -286,6 +286,9 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     ts_nn_set_tf32(m->cfg.tf32);
     if (here(m, U_H(m)) && !s->have_dlogits)
         return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");
+    if (s->folded)
+        return TS_ERR(TS_ERR_ARG, "unet: backward after a forward that folded its batch norms (ts_unet_set_fold_eval: "
+                                  "inference only)");
     s->have_dlogits = 0; /* the forward buffers are consumed */
     const int train = s->train_forward;
     m->nready = 0;

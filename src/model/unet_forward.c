@@ -52,15 +52,21 @@ int ts_unet_halo_wait(ts_unet *m)
 /* a 3x3x3 conv of the block (on [in, in2] when in2): with a split, the
  * interior while the halo travels, then the border */
 int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
-                         const ts_tensor *bias, ts_tensor *y)
+                         const ts_tensor *bias, const ts_conv_ep *ep, ts_tensor *y)
 {
+    if (!m->split_on && ep) { /* the epilogue goes through the split calls' options, without a halo */
+        const ts_conv_split cs = {NULL, TS_CONV_ALL, NULL, NULL, ep};
+        if (in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward_split(in, in2, w, bias, &cs, y));
+        else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward_split(in, w, bias, &cs, y));
+        return 0;
+    }
     if (!m->split_on) {
         if (in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward(in, in2, w, bias, 1, 1, y));
         else TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, w, bias, 1, 1, y));
         return 0;
     }
     TS_TRY(ts_unet_halo_start(m, in, in2, h));
-    ts_conv_split cs = {h, TS_CONV_INTERIOR, ts_unet_halo_progress, m};
+    ts_conv_split cs = {h, TS_CONV_INTERIOR, ts_unet_halo_progress, m, ep};
     for (int part = 0; part < 2; part++) {
         if (part) {
             TS_TRY(ts_unet_halo_wait(m));
@@ -196,7 +202,7 @@ int ts_unet_cn_conv_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
         TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(in, &w, &b, p->stride, p->k / 2, &x->y));
         return 0;
     }
-    if (p->stride == 1) return ts_unet_conv3_forward(m, &x->xh, in, NULL, &w, &b, &x->y);
+    if (p->stride == 1) return ts_unet_conv3_forward(m, &x->xh, in, NULL, &w, &b, NULL, &x->y);
     TS_TRY(ts_unet_halo_start(m, in, NULL, &x->xh));
     TS_TRY(ts_unet_halo_wait(m));
     ts_tensor g = ts_unet_grown(&m->sx, in, p->cin);
@@ -253,12 +259,26 @@ static int resenc_forward(ts_unet *m, slot *s, int l, int half, int train)
     return 0;
 }
 
+void ts_unet_set_fold_eval(ts_unet *m, int on) { m->fold_eval = on != 0; }
+
+#define FOLD_MAX_C 1024 /* channels of a folded norm (its scale and shift on the stack) */
+
 /* conv i of a block, its norm and ReLU: y[i], a[i] from in (or the
- * concatenation [in, in2], a decoder's conv 0) */
+ * concatenation [in, in2], a decoder's conv 0); folding (see
+ * ts_unet_set_fold_eval): a[i] only, the eval batch norm and the
+ * activation in the conv's epilogue */
 static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_tensor *in, const ts_tensor *in2, int train)
 {
     ts_tensor w = V(m, b->cw[i]), bias = V(m, b->cb[i]);
-    TS_TRY(ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &x->y[i]));
+    const int64_t C = w.shape[0];
+    if (m->folding && C <= FOLD_MAX_C) {
+        float ss[2 * FOLD_MAX_C];
+        ts_tensor g = V(m, b->nw[i]), be = V(m, b->nb[i]), rm = V(m, b->rm[i]), rv = V(m, b->rv[i]);
+        TS_TRY(ts_batchnorm_fold(&g, &be, &rm, &rv, m->cfg.eps, ss, ss + C));
+        const ts_conv_ep ep = {ss, ss + C, m->cfg.act == TS_ACT_LEAKY ? TS_EP_LEAKY : TS_EP_RELU, m->cfg.slope};
+        return ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &ep, &x->a[i]);
+    }
+    TS_TRY(ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, NULL, &x->y[i]));
     return ts_unet_norm_forward(m, b, x, i, train, 0);
 }
 
@@ -294,6 +314,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     slot *s = ts_unet_get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
     s->have_dlogits = 0;
+    m->folding = m->fold_eval && !train && c->norm == TS_NORM_BATCH && !m->device;
     if (m->device) TIMED(m, TS_PROF_OTHER, ts_arena_to_device(m->arena)); /* the host's params are the master */
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
@@ -329,6 +350,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
         }
     }
     s->train_forward = train;
+    s->folded = m->folding;
     if (m->device && train && m->cfg.norm == TS_NORM_BATCH) /* the running statistics, for checkpoints and eval */
         TIMED(m, TS_PROF_OTHER, ts_arena_buffers_to_host(m->arena));
     if (m->unit_hook) m->unit_hook(m->unit_ctx, m->u1 - 1, 0);

@@ -76,6 +76,7 @@ typedef struct slot {
     ts_tensor dsl[L_MAX], dsd[L_MAX], dslab[L_MAX]; /* deep supervision: level l's logits, their gradient, labels */
     ts_tensor lab; /* GPU engine: the labels of the loss, on the device */
     int train_forward; /* last forward was in train mode */
+    int folded;        /* ... and its batch norms were folded into the convolutions (no backward) */
     int have_dlogits;
 } slot;
 
@@ -112,6 +113,8 @@ struct ts_unet {
     unsigned ckpt;     /* checkpointed levels (bit l) */
     ts_tensor rs[RS_N], rsidx; /* their recompute scratch (shared by the levels and the slots) */
     int device;        /* the GPU engine: activations and the arena's mirror on the device (unet_device.c) */
+    int fold_eval;     /* ts_unet_set_fold_eval */
+    int folding;       /* the forward under way folds its batch norms (eval, batch norm, CPU) */
     ts_tensor hx, hlab, hlogits; /* its host staging: the channels-last image, downsampled labels, logits */
     int *ready, nready; /* GPU engine: the arena entries whose gradients became final in this backward, in order */
 };
@@ -208,7 +211,7 @@ void ts_unet_halo_progress(void *ctx);
 int ts_unet_halo_start(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const ts_halo *h);
 int ts_unet_halo_wait(ts_unet *m);
 int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
-                          const ts_tensor *bias, ts_tensor *y);
+                          const ts_tensor *bias, const ts_conv_ep *ep, ts_tensor *y);
 int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again);
 void ts_unet_halo_grow(const ts_tensor *x, const ts_halo *h, int hi, ts_tensor *out);
 ts_tensor ts_unet_grown(const ts_tensor *t, const ts_tensor *x, int64_t C);

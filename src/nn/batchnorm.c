@@ -31,6 +31,30 @@ static int bn_shapes(const ts_tensor *x, const ts_tensor *y, const char *yname)
     return 0;
 }
 
+/* eval mode's inverse standard deviation, and the affine map of a channel:
+ * shared by the forward and ts_batchnorm_fold (the same bits) */
+static float eval_inv(float rv, double eps) { return (float)(1.0 / sqrt((double)rv + eps)); }
+static void affine_of(float g, float b, float mean, float inv, float *scale, float *shift)
+{
+    *scale = g * inv;
+    *shift = b - mean * *scale;
+}
+
+int ts_batchnorm_fold(const ts_tensor *gamma, const ts_tensor *beta, const ts_tensor *running_mean,
+                      const ts_tensor *running_var, double eps, float *scale, float *shift)
+{
+    if (!ts_tensor_f32(gamma) || gamma->ndim != 1) return TS_ERR(TS_ERR_ARG, "batchnorm fold: weight must be a float32 vector on the host");
+    const int C = (int)gamma->shape[0];
+    TS_TRY(vec_ok(beta, C, "batchnorm bias"));
+    TS_TRY(vec_ok(running_mean, C, "batchnorm running_mean"));
+    TS_TRY(vec_ok(running_var, C, "batchnorm running_var"));
+    if (!beta || !running_mean || !running_var || !scale || !shift)
+        return TS_ERR(TS_ERR_ARG, "batchnorm fold: bias, running statistics, scale and shift are required");
+    const float *g = gamma->data, *b = beta->data, *rm = running_mean->data, *rv = running_var->data;
+    for (int c = 0; c < C; c++) affine_of(g[c], b[c], rm[c], eval_inv(rv[c], eps), &scale[c], &shift[c]);
+    return 0;
+}
+
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                          ts_tensor *save_mean, ts_tensor *save_invstd)
@@ -80,13 +104,10 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
         const float *rm = running_mean->data, *rv = running_var->data;
         for (int c = 0; c < C; c++) {
             mean[c] = rm[c];
-            inv[c] = (float)(1.0 / sqrt((double)rv[c] + o->eps));
+            inv[c] = eval_inv(rv[c], o->eps);
         }
     }
-    for (int c = 0; c < C; c++) {
-        scale[c] = g[c] * inv[c];
-        shift[c] = b[c] - mean[c] * scale[c];
-    }
+    for (int c = 0; c < C; c++) affine_of(g[c], b[c], mean[c], inv[c], &scale[c], &shift[c]);
     ts_nn_channel_affine(x->data, scale, shift, 1, M, C, o->relu, y->data);
 cleanup:
     free(s);

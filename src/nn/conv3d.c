@@ -114,17 +114,20 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 
 /* Forward shared by the entry points: y = conv(x) (+ bias). */
 static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
-                        const ts_conv_sched *sch, ts_tensor *y)
+                        const ts_conv_sched *sch, const ts_conv_ep *ep, ts_tensor *y)
 {
+    if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
+        return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
+    if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
         const uint32_t *wb = ts_nn_bf16_pack(w->data, g->C, g->OC, g->k * g->k * g->k, 0, 0);
         if (!wb) return TS_ERR(TS_ERR_NOMEM, "conv3d packed bf16 weights");
-        return ts_nn_gather2_bf16(g, x, wb, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+        return ts_nn_gather2_bf16(g, x, wb, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep}, sch);
     }
     const int h = ts_nn_conv_precision() == TS_PREC_FP16;
     float *wp = pack(w->data, g->OC, g->C, g->k * g->k * g->k, 0, 0, h);
     if (!wp) return TS_ERR(TS_ERR_NOMEM, "conv3d packed weights");
-    return (h ? ts_nn_gather2_fp16 : ts_nn_gather2)(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC}, sch);
+    return (h ? ts_nn_gather2_fp16 : ts_nn_gather2)(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep}, sch);
 }
 
 /* Backward shared by the entry points, in this order: db += sum dy; dw +=
@@ -209,7 +212,7 @@ int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b
 #endif
     ts_conv_geom g;
     TS_TRY(conv_shapes(x, w, b, stride, pad, y, "conv3d output", &g));
-    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, b, NULL, y);
+    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, b, NULL, NULL, y);
 }
 
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
@@ -224,7 +227,7 @@ int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int p
     if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
         return TS_ERR(TS_ERR_ARG, "conv3d: input gradient must be float32 shaped like the input");
     return conv_backward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, dy, NULL, NULL,
-                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C}, dw, db);
+                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C, NULL}, dw, db);
 }
 
 int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
@@ -237,7 +240,7 @@ int ts_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_tenso
     ts_tensor x;
     TS_TRY(cat_shapes(a, b, &x));
     TS_TRY(conv_shapes(&x, w, bias, stride, pad, y, "conv3d output", &g));
-    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], NULL}, w, bias, NULL, y);
+    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], NULL}, w, bias, NULL, NULL, y);
 }
 
 int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
@@ -256,7 +259,7 @@ int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tens
         return TS_ERR(TS_ERR_UNSUPPORTED, "conv3d over a concatenation: input gradient needs stride 1, padding < kernel");
     const int ca = (int)a->shape[4];
     return conv_backward(&g, (ts_conv_src){a->data, b->data, ca, NULL}, w, dy, NULL, NULL,
-                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca}, dw, dbias);
+                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca, NULL}, dw, dbias);
 }
 
 /* ---- one box of a split volume: 3x3x3, stride 1, padding 1 with halos ---- */
@@ -271,7 +274,7 @@ int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_ten
     if (s && (s->part < TS_CONV_ALL || s->part > TS_CONV_BORDER))
         return TS_ERR(TS_ERR_ARG, "conv3d split forward: part %d (ALL, INTERIOR or BORDER)", (int)s->part);
     const ts_conv_sched sch = sched_of(s, NULL, s ? s->part : TS_CONV_ALL);
-    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, h}, w, b, &sch, y);
+    return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, h}, w, b, &sch, s ? s->ep : NULL, y);
 }
 
 int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
@@ -286,7 +289,7 @@ int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts
     if (s && (s->part < TS_CONV_ALL || s->part > TS_CONV_BORDER))
         return TS_ERR(TS_ERR_ARG, "conv3d split forward: part %d (ALL, INTERIOR or BORDER)", (int)s->part);
     const ts_conv_sched sch = sched_of(s, NULL, s ? s->part : TS_CONV_ALL);
-    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], h}, w, bias, &sch, y);
+    return conv_forward(&g, (ts_conv_src){a->data, b->data, (int)a->shape[4], h}, w, bias, &sch, s ? s->ep : NULL, y);
 }
 
 int ts_conv3d_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_conv_split *xs, const ts_conv_split *dys,
@@ -302,7 +305,7 @@ int ts_conv3d_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_co
         return TS_ERR(TS_ERR_ARG, "conv3d: input gradient must be float32 shaped like the input");
     const ts_conv_sched sch = sched_of(xs, dys, TS_CONV_ALL);
     return conv_backward(&g, (ts_conv_src){x->data, NULL, g.C, hx}, w, dy, hy, &sch,
-                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C}, dw, db);
+                         (ts_conv_dst){dx ? dx->data : NULL, NULL, g.C, NULL}, dw, db);
 }
 
 int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_conv_split *xs,
@@ -323,5 +326,5 @@ int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const t
     const int ca = (int)a->shape[4];
     const ts_conv_sched sch = sched_of(xs, dys, TS_CONV_ALL);
     return conv_backward(&g, (ts_conv_src){a->data, b->data, ca, hx}, w, dy, hy, &sch,
-                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca}, dw, dbias);
+                         (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca, NULL}, dw, dbias);
 }

@@ -98,6 +98,7 @@ typedef struct ts_conv_src {
 typedef struct ts_conv_dst {
     float *a, *b;
     int ca;
+    const ts_conv_ep *ep; /* gather only: applied to each output row (layers.h); NULL: none */
 } ts_conv_dst;
 
 /* How a gather or wgrad call runs (NULL: everything, no hooks). part (gather

@@ -8,6 +8,7 @@
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
+#include "src/nn/norm_impl.h"
 #include "src/nn/layers.h"
 #include "src/core/error.h"
 
@@ -149,6 +150,13 @@ static inline void row_put(const slab_fmt *f, void *dst, int C, int col0, int n,
         }
     } else if (!b) {
         memcpy((float *)dst + (size_t)col0 * C, a, (size_t)n * C * sizeof(float));
+    } else if (ca % 8 == 0 && (C - ca) % 8 == 0) { /* interleaved in eights: fixed-size copies, no libc call */
+        float *d = (float *)dst + (size_t)col0 * C;
+        const int cb = C - ca;
+        for (int v = 0; v < n; v++) {
+            for (int j = 0; j < ca; j += 8) memcpy(d + (size_t)v * C + j, a + (size_t)v * ca + j, 8 * sizeof(float));
+            for (int j = 0; j < cb; j += 8) memcpy(d + (size_t)v * C + ca + j, b + (size_t)v * cb + j, 8 * sizeof(float));
+        }
     } else { /* interleave the two sources per voxel */
         float *d = (float *)dst + (size_t)col0 * C;
         const int cb = C - ca;
@@ -310,7 +318,7 @@ typedef struct {
 
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
 {
-    return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C, NULL}, wp, bias, (ts_conv_dst){y, NULL, g->OC}, NULL);
+    return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C, NULL}, wp, bias, (ts_conv_dst){y, NULL, g->OC, NULL}, NULL);
 }
 
 /* the progress hooks of sch (see conv_impl.h); the caller is thread 0 */
@@ -348,23 +356,44 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
     }
 }
 
+/* ep (NULL: nothing) on a row of n voxels of C channels, the epilogue's
+ * channels c0 .. c0 + C - 1: norm_impl.h's affine map and relu.c's leaky
+ * ReLU, the same arithmetic as those passes; pat (NULL: none) the affine
+ * map's 16-lane pattern of the whole output (C dividing 16, c0 = 0) */
+static void epilogue(const ts_conv_ep *ep, const float *pat, float *y, int n, int C, int c0)
+{
+    if (!ep) return;
+    if (pat) ts_nn_affine_run16(y, pat, pat + 16, (size_t)n * C, ep->act == TS_EP_RELU, y);
+    else if (ep->scale) ts_nn_affine_run(y, ep->scale + c0, ep->shift + c0, (size_t)n, C, ep->act == TS_EP_RELU, y);
+    else if (ep->act == TS_EP_RELU)
+        for (size_t i = 0; i < (size_t)n * C; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    if (ep->act == TS_EP_LEAKY) {
+        const float slope = ep->slope;
+        for (size_t i = 0; i < (size_t)n * C; i++) y[i] = y[i] > 0.0f ? y[i] : slope * y[i];
+    }
+}
+
 /* One output row into y (split or not, see ts_conv_dst) with the fp32
  * tiles (ab NULL) or the bf16 ones: row index `row`, tile row r. */
 static void out_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, const ts_conv_geom *g, int k3s1, int r,
-                    size_t row, ts_conv_dst y, float *rowbuf)
+                    size_t row, ts_conv_dst y, const float *pat, float *rowbuf)
 {
 #define ROW(oc0_, oc1_, yr_, ldy_)                                                                                         \
     (ab ? ts_nn_bf16_gather_row(nat, ab, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_)                             \
         : gather_row(a, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_))
     if (!y.b) {
         ROW(0, g->OC, y.a + row * g->OW * g->OC, g->OC);
+        epilogue(y.ep, pat, y.a + row * g->OW * g->OC, g->OW, g->OC, 0);
     } else if (y.ca % 16 == 0) {
         const int cb = g->OC - y.ca;
         ROW(0, y.ca, y.a + row * g->OW * y.ca, y.ca);
         ROW(y.ca, g->OC, y.b + row * g->OW * cb, cb);
+        epilogue(y.ep, NULL, y.a + row * g->OW * y.ca, g->OW, y.ca, 0);
+        epilogue(y.ep, NULL, y.b + row * g->OW * cb, g->OW, cb, y.ca);
     } else {
         const int cb = g->OC - y.ca;
         ROW(0, g->OC, rowbuf, g->OC);
+        epilogue(y.ep, pat, rowbuf, g->OW, g->OC, 0);
         for (int w = 0; w < g->OW; w++) {
             memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
             memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
@@ -426,6 +455,13 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     if (pairs) pair_weights(wp, bias, cw, ocp, g->OC, wq, bq); /* bf16 pairs copied as 32-bit words */
     const int k3s1 = g->k == 3 && g->s == 1;
     const gather_runs gr = runs_of(g, hb, nt);
+    /* the epilogue's affine pattern, once for all rows (see epilogue) */
+    float pat[32];
+    const float *patp = NULL;
+    if (y.ep && y.ep->scale && g->OC <= 16 && 16 % g->OC == 0) {
+        ts_nn_affine_pattern(y.ep->scale, y.ep->shift, g->OC, pat, pat + 16);
+        patp = pat;
+    }
     /* which items read a non-NULL face (see ts_conv_part) */
     const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
     const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
@@ -460,12 +496,12 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                     for (int i = 0; i < g->k; i++) bpl[i] = (const uint32_t *)ppl[i];
                     const ts_bf16_gc_args b = {plane, rs, g->k, g->s, cw, ocp, wp, bp, pairs ? bpl : NULL,
                                                (const uint32_t *)wq, bq, (size_t)2 * CS * cw};
-                    for (int r = 0; r < nr; r++) out_row(NULL, &b, f->nat, g, k3s1, r, row + r, y, rowbuf);
+                    for (int r = 0; r < nr; r++) out_row(NULL, &b, f->nat, g, k3s1, r, row + r, y, patp, rowbuf);
                 } else {
                     for (int i = 0; i < g->k; i++) pl[i] = (const float *)plane[i];
                     const gc_args a = {pl, rs, g->k, g->s, g->C, ocp, wp, bp, pairs ? ppl : NULL, wq, bq,
                                        (size_t)2 * CS * cw};
-                    for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, rowbuf);
+                    for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, patp, rowbuf);
                 }
                 if (tid == 0) run_hooks(sch);
             }

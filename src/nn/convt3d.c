@@ -97,13 +97,13 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
             const uint32_t *wb = ts_nn_bf16_pack(w->data, g.OC, g.C, taps, 0, 0);
             if (!wb) TS_FAIL(TS_ERR_NOMEM, "convt3d backward bf16 weights");
             TS_CHECK(ts_nn_gather2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, wb, NULL,
-                                        (ts_conv_dst){dx->data, NULL, r.OC}, NULL));
+                                        (ts_conv_dst){dx->data, NULL, r.OC, NULL}, NULL));
         } else {
             wp = pack(w->data, g.C, g.OC, taps, 1, h);
             if (!wp) TS_FAIL(TS_ERR_NOMEM, "convt3d backward weights");
             if (h)
                 TS_CHECK(ts_nn_gather2_fp16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, wp, NULL,
-                                            (ts_conv_dst){dx->data, NULL, r.OC}, NULL));
+                                            (ts_conv_dst){dx->data, NULL, r.OC, NULL}, NULL));
             else
                 TS_CHECK(ts_nn_gather(&r, dy->data, wp, NULL, dx->data));
         }

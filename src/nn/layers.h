@@ -122,12 +122,28 @@ static inline int64_t ts_halo_face_floats(const int64_t dhw[3], const int on[3],
  * INTERIOR then BORDER computes every voxel once. */
 typedef enum { TS_CONV_ALL = 0, TS_CONV_INTERIOR, TS_CONV_BORDER } ts_conv_part;
 
+/* An epilogue of a forward convolution, applied to each output row as the
+ * kernel writes it (while it is in cache), instead of separate passes:
+ * y = conv(x) + bias, then y * scale[c] + shift[c] per output channel
+ * (scale NULL: none), then the activation: TS_EP_RELU max(0, y) (NaN and
+ * -0 to 0), TS_EP_LEAKY y > 0 ? y : slope * y. The arithmetic is that of
+ * ts_batchnorm_forward's affine map (with its fused ReLU) and
+ * ts_relu_forward, so the bits equal the three passes'. Eval-mode batch
+ * norm folds into scale and shift (ts_batchnorm_fold). */
+typedef enum { TS_EP_NONE = 0, TS_EP_RELU, TS_EP_LEAKY } ts_conv_act;
+typedef struct ts_conv_ep {
+    const float *scale, *shift; /* [Cout] each, or both NULL */
+    ts_conv_act act;
+    float slope; /* TS_EP_LEAKY */
+} ts_conv_ep;
+
 typedef struct ts_conv_split {
     const ts_halo *halo;         /* the input's halo; NULL: zero padding as ts_conv3d_* */
     ts_conv_part part;           /* forward only; backward computes all */
     void (*progress)(void *ctx); /* may be NULL: called by one thread between work items
                                   * (to progress messages in flight: MPI_Testall) */
     void *progress_ctx;
+    const ts_conv_ep *ep;        /* forward only; NULL: none (host tensors only) */
 } ts_conv_split;
 /* (progress runs on the calling thread, OpenMP thread 0 of the kernel's
  * team, on entering its parallel loop and after each item that thread
@@ -204,6 +220,11 @@ typedef struct ts_norm_opts {
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                          ts_tensor *save_mean, ts_tensor *save_invstd);
+/* Eval-mode batch norm as a per-channel affine map y = x * scale + shift
+ * (C = gamma's length; scale and shift [C]), with the arithmetic of
+ * ts_batchnorm_forward's eval mode: for ts_conv_ep. */
+int ts_batchnorm_fold(const ts_tensor *gamma, const ts_tensor *beta, const ts_tensor *running_mean,
+                      const ts_tensor *running_var, double eps, float *scale, float *shift);
 /* x is the forward input, y the forward output (used only with o->relu; may
  * be NULL otherwise); train selects the batch-statistics or the affine (eval)
  * backward. dx may alias dy or x. */

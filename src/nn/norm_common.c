@@ -127,38 +127,8 @@ void ts_nn_channel_affine(const float *x, const float *scale, const float *shift
     for (size_t it = 0; it < (size_t)N * nblk; it++) {
         const int n = (int)(it / nblk);
         const size_t v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
-        const float *sc = scale + (size_t)n * C, *sh = shift + (size_t)n * C;
-        const float *xb = x + ((size_t)n * S + v0) * C;
-        float *yb = y + ((size_t)n * S + v0) * C;
-        if (C <= 16 && 16 % C == 0) { /* 16 values at a time, the channels' pattern repeating in them */
-            typedef float v16 __attribute__((vector_size(64)));
-            typedef float v16u __attribute__((vector_size(64), aligned(4)));
-            float a[16], b[16];
-            for (int j = 0; j < 16; j++) a[j] = sc[j % C], b[j] = sh[j % C];
-            v16 va, vb;
-            memcpy(&va, a, sizeof va);
-            memcpy(&vb, b, sizeof vb);
-            const size_t ne = nv * C;
-            size_t i = 0;
-            for (; i + 16 <= ne; i += 16) {
-                const v16 t = *(const v16u *)(xb + i) * va + vb;
-                typedef int v16i __attribute__((vector_size(64)));
-                *(v16u *)(yb + i) = relu ? (v16)((v16i)t & (t > 0.0f)) : t; /* NaN and -0 -> 0, as below */
-            }
-            for (; i < ne; i++) {
-                const float t = xb[i] * a[i % 16] + b[i % 16];
-                yb[i] = relu ? (t > 0.0f ? t : 0.0f) : t;
-            }
-        } else if (relu) {
-            for (size_t v = 0; v < nv; v++)
-                for (int c = 0; c < C; c++) {
-                    const float t = xb[v * C + c] * sc[c] + sh[c];
-                    yb[v * C + c] = t > 0.0f ? t : 0.0f;
-                }
-        } else {
-            for (size_t v = 0; v < nv; v++)
-                for (int c = 0; c < C; c++) yb[v * C + c] = xb[v * C + c] * sc[c] + sh[c];
-        }
+        ts_nn_affine_run(x + ((size_t)n * S + v0) * C, scale + (size_t)n * C, shift + (size_t)n * C, nv, C, relu,
+                         y + ((size_t)n * S + v0) * C);
     }
 }
 

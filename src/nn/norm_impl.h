@@ -7,6 +7,7 @@
 #define TS_NN_NORM_IMPL_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "src/nn/layers.h"
 
@@ -33,6 +34,66 @@ int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, 
 /* y[n][s][c] = x * scale[n][c] + shift[n][c], then max(0, .) if relu (y may be x). */
 void ts_nn_channel_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
                           float *y);
+
+/* The affine map of ts_nn_channel_affine, inline, so that a convolution's
+ * epilogue (conv_kernels.c) computes the same bits on each output row as
+ * the separate pass. Where C divides 16 the channels' pattern repeats in
+ * 16 lanes: ts_nn_affine_pattern builds it once (a[j] = scale[j % C],
+ * b[j] = shift[j % C]), ts_nn_affine_run16 maps ne values (a whole number
+ * of voxels, the first at channel 0). */
+static inline void ts_nn_affine_pattern(const float *sc, const float *sh, int C, float *a, float *b)
+{
+    for (int j = 0; j < 16; j++) a[j] = sc[j % C], b[j] = sh[j % C];
+}
+
+static inline void ts_nn_affine_run16(const float *xb, const float *a, const float *b, size_t ne, int relu, float *yb)
+{
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef float v16u __attribute__((vector_size(64), aligned(4)));
+    typedef int v16i __attribute__((vector_size(64)));
+    v16 va, vb;
+    memcpy(&va, a, sizeof va);
+    memcpy(&vb, b, sizeof vb);
+    size_t i = 0;
+    for (; i + 16 <= ne; i += 16) {
+        const v16 t = *(const v16u *)(xb + i) * va + vb;
+        *(v16u *)(yb + i) = relu ? (v16)((v16i)t & (t > 0.0f)) : t; /* NaN and -0 -> 0, as below */
+    }
+    for (; i < ne; i++) {
+        const float t = xb[i] * a[i % 16] + b[i % 16];
+        yb[i] = relu ? (t > 0.0f ? t : 0.0f) : t;
+    }
+}
+
+/* ... on nv voxels of C channels from x to y (y may be x) with one
+ * sample's scale and shift */
+static inline void ts_nn_affine_run(const float *xb, const float *sc, const float *sh, size_t nv, int C, int relu,
+                                    float *yb)
+{
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef float v16u __attribute__((vector_size(64), aligned(4)));
+    typedef int v16i __attribute__((vector_size(64)));
+    if (C <= 16 && 16 % C == 0) {
+        float a[16], b[16];
+        ts_nn_affine_pattern(sc, sh, C, a, b);
+        ts_nn_affine_run16(xb, a, b, nv * C, relu, yb);
+    } else if (C % 16 == 0) { /* each voxel in vectors of 16 channels */
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c += 16) {
+                const v16 t = *(const v16u *)(xb + v * C + c) * *(const v16u *)(sc + c) + *(const v16u *)(sh + c);
+                *(v16u *)(yb + v * C + c) = relu ? (v16)((v16i)t & (t > 0.0f)) : t;
+            }
+    } else if (relu) {
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c++) {
+                const float t = xb[v * C + c] * sc[c] + sh[c];
+                yb[v * C + c] = t > 0.0f ? t : 0.0f;
+            }
+    } else {
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c++) yb[v * C + c] = xb[v * C + c] * sc[c] + sh[c];
+    }
+}
 /* dx[n][s][c] = dy' * a[n][c] + (x - center[n][c]) * b[n][c] + k[n][c] with dy' as above
  * (the shape of every norm's input gradient; dx may alias dy or x). */
 void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const float *center, const float *a,

@@ -55,6 +55,44 @@ static int same(const snap *a, const snap *b)
            !memcmp(a->grads, b->grads, a->ng * sizeof(float));
 }
 
+/* Inference's folding (ts_unet_set_fold_eval): an eval forward with the
+ * batch norms and activations in the convolutions' epilogues gives the
+ * unfolded eval forward's logits bit for bit, runs no norm pass, and a
+ * backward after it is refused. m has trained (non-trivial running
+ * statistics). */
+static void fold_check(ts_unet *m, const ts_tensor *img, const ts_tensor *lab, const char *name)
+{
+    int rc = ts_unet_forward(m, img, 0);
+    const ts_tensor *l = ts_unet_logits(m);
+    const size_t n = rc ? 0 : (size_t)ts_tensor_numel(l);
+    float *ref = malloc(n * sizeof(float) + 1);
+    if (!rc) memcpy(ref, l->data, n * sizeof(float));
+    const double norm_unfolded = rc ? 0 : ts_unet_profile(m)[TS_PROF_NORM];
+    ts_unet_profile_reset(m);
+    ts_unet_set_fold_eval(m, 1);
+    rc |= ts_unet_forward(m, img, 0);
+    const double norm_folded = ts_unet_profile(m)[TS_PROF_NORM];
+    l = ts_unet_logits(m);
+    size_t diff = 0, nonzero = 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        diff += memcmp(&ref[i], (const float *)l->data + i, sizeof(float)) != 0;
+        nonzero += ref[i] != 0.0f;
+    }
+    ts_ok(rc == 0 && n > 0 && diff == 0 && nonzero > n / 2 && norm_unfolded > 0 && norm_folded == 0,
+          "%s: the eval forward with batch norm folded into the convolutions gives the same logits bit for bit "
+          "(%zu of %zu differ), with no norm pass", name, diff, n);
+    double loss;
+    rc = ts_unet_loss(m, lab, 1, &loss);
+    const int brc = ts_unet_backward(m);
+    ts_ok(rc == 0 && brc == TS_ERR_ARG && strstr(ts_err_message(), "folded"),
+          "%s: a backward after a folded forward is refused: %s", name, ts_err_message());
+    ts_unet_set_fold_eval(m, 0);
+    rc = ts_unet_forward(m, img, 0);
+    l = ts_unet_logits(m);
+    ts_ok(rc == 0 && !memcmp(ref, l->data, n * sizeof(float)), "%s: folding off again: the unfolded forward as before", name);
+    free(ref);
+}
+
 int main(void)
 {
     ts_unet_cfg c;
@@ -107,6 +145,27 @@ int main(void)
     ts_ok(rc == 0 && e <= 1e-6 * mx && mx > 0, "backward accumulates: two passes give twice the gradient (max diff %.1e of %.1e)", e, mx);
     /* the model refuses a backward without a loss gradient */
     ts_ok(ts_unet_backward(m) == TS_ERR_ARG, "backward twice without a new forward and loss is an error: %s", ts_err_message());
+    fold_check(m, &img, &lab, "batch norm, ReLU, 16/24/32 channels");
+    {
+        ts_unet_cfg cl = c;
+        cl.channels[0] = 8;
+        cl.channels[1] = 16;
+        cl.channels[2] = 20;
+        cl.act = TS_ACT_LEAKY;
+        cl.slope = 0.01f;
+        ts_unet *ml = NULL;
+        snap sl;
+        int rl = ts_unet_create(&cl, 1, &ml);
+        rl |= ts_unet_init(ml, 12);
+        if (!rl) rl = step(ml, &img, &lab, 2, 0, &sl);
+        ts_ok(rl == 0, "leaky model trained one step: %s", rl ? ts_err_message() : "ok");
+        if (!rl) {
+            fold_check(ml, &img, &lab, "batch norm, leaky ReLU, 8/16/20 channels");
+            free(sl.logits);
+            free(sl.grads);
+        }
+        ts_unet_destroy(&ml);
+    }
 
     /* tensor helpers */
     ts_tensor cl, back, bf, f2;

@@ -203,8 +203,8 @@ int main(int argc, char **argv)
         hy.lo[d] = f[2];
         hy.hi[d] = f[3];
     }
-    const ts_conv_split sall = {&hx, TS_CONV_ALL, NULL, NULL}, sint = {&hx, TS_CONV_INTERIOR, NULL, NULL},
-                        sbor = {&hx, TS_CONV_BORDER, NULL, NULL}, sdy = {&hy, TS_CONV_ALL, NULL, NULL};
+    const ts_conv_split sall = {&hx, TS_CONV_ALL, NULL, NULL, NULL}, sint = {&hx, TS_CONV_INTERIOR, NULL, NULL, NULL},
+                        sbor = {&hx, TS_CONV_BORDER, NULL, NULL, NULL}, sdy = {&hy, TS_CONV_ALL, NULL, NULL, NULL};
     enum { ROWS = 8 };
     const double fl = 2.0 * N * D * D * D * (double)C * OC * 27;
     double best[ROWS][2];

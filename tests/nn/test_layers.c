@@ -1183,6 +1183,76 @@ static void test_channel_affine(void)
         }
 }
 
+/* The forward epilogue (ts_conv_ep): conv + eval batch norm (folded by
+ * ts_batchnorm_fold) + ReLU / leaky ReLU in one call equals the three
+ * passes bit for bit, on one input or a concatenation [ca, cb] (cb 0:
+ * none), fp32 or bf16; both activations' branches are taken and the
+ * affine map changed the values. Also the epilogue without an affine map,
+ * and bad epilogues refused. */
+static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16)
+{
+    const int64_t N = 2, D = 5, H = 4, W = 23;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), b = MK(-1, 1, N, D, H, W, cb ? cb : 1);
+    ts_tensor w = MK(-0.3f, 0.3f, OC, ca + cb, 3, 3, 3), bias = MK(-0.5f, 0.5f, OC), y = MK(0, 0, N, D, H, W, OC),
+              ref = MK(0, 0, N, D, H, W, OC), fused = MK(0, 0, N, D, H, W, OC);
+    ts_tensor g = MK(0.5f, 2, OC), be = MK(-0.5f, 0.5f, OC), rm = MK(-0.3f, 0.3f, OC), rv = MK(0.2f, 3, OC);
+    ts_tensor sm = MK(0, 0, OC), si = MK(0, 0, OC);
+    float *ss = malloc(2 * (size_t)OC * sizeof(float));
+    int rc = ts_nn_set_conv_precision(bf16 ? TS_PREC_BF16 : TS_PREC_FP32);
+    ts_norm_opts o = nopt(0, act == TS_EP_RELU);
+    const float slope = 0.07f;
+    /* the three passes */
+    rc |= cb ? ts_conv3d_cat_forward(&a, &b, &w, &bias, 1, 1, &y) : ts_conv3d_forward(&a, &w, &bias, 1, 1, &y);
+    rc |= ts_batchnorm_forward(&y, &g, &be, &rm, &rv, 0, &o, &ref, &sm, &si);
+    if (act == TS_EP_LEAKY) rc |= ts_relu_forward(&ref, slope, &ref);
+    /* one call */
+    rc |= ts_batchnorm_fold(&g, &be, &rm, &rv, o.eps, ss, ss + OC);
+    const ts_conv_ep ep = {ss, ss + OC, act, slope};
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sp, &fused) : ts_conv3d_forward_split(&a, &w, &bias, &sp, &fused);
+    const int64_t n = ts_tensor_numel(&y);
+    int64_t diff = 0, neg = 0, pos = 0, changed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float r = ((float *)ref.data)[i], f = ((float *)fused.data)[i], c = ((float *)y.data)[i];
+        diff += memcmp(&r, &f, sizeof r) != 0;
+        neg += act == TS_EP_RELU ? r == 0.0f : r < 0.0f;
+        pos += r > 0.0f;
+        changed += fabsf(r - c) > 1e-3f * fabsf(c) + 1e-6f;
+    }
+    char in[32];
+    if (cb) snprintf(in, sizeof in, "[%d, %d]", ca, cb);
+    else snprintf(in, sizeof in, "%d", ca);
+    ts_ok(rc == 0 && diff == 0 && neg > n / 10 && pos > n / 10 && changed > n / 2,
+          "conv3d%s %s -> %d with the eval batch norm and %s in its epilogue = the three passes bit for bit "
+          "(%lld of %lld differ; %lld non-positive)", bf16 ? " bf16" : "", in, OC,
+          act == TS_EP_RELU ? "ReLU" : "leaky ReLU", (long long)diff, (long long)n, (long long)neg);
+    /* the activation alone */
+    const ts_conv_ep ea = {NULL, NULL, act, slope};
+    const ts_conv_split spa = {NULL, TS_CONV_ALL, NULL, NULL, &ea};
+    rc = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &spa, &fused) : ts_conv3d_forward_split(&a, &w, &bias, &spa, &fused);
+    diff = 0;
+    for (int64_t i = 0; i < n; i++) { /* ReLU: +0 below zero (batch norm's fused ReLU); leaky: ts_relu_forward's */
+        const float c = ((float *)y.data)[i], r = c > 0.0f ? c : act == TS_EP_RELU ? 0.0f : slope * c;
+        diff += memcmp(&r, (float *)fused.data + i, sizeof(float)) != 0;
+    }
+    ts_ok(rc == 0 && diff == 0, "... and the activation alone in the epilogue = conv, then the activation (%lld differ)",
+          (long long)diff);
+    const ts_conv_ep bad1 = {ss, NULL, act, slope}, bad2 = {NULL, NULL, (ts_conv_act)7, 0};
+    const ts_conv_split sb1 = {NULL, TS_CONV_ALL, NULL, NULL, &bad1}, sb2 = {NULL, TS_CONV_ALL, NULL, NULL, &bad2};
+    const int r1 = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sb1, &fused)
+                      : ts_conv3d_forward_split(&a, &w, &bias, &sb1, &fused);
+    char m1[256];
+    snprintf(m1, sizeof m1, "%s", ts_err_message());
+    const int r2 = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sb2, &fused)
+                      : ts_conv3d_forward_split(&a, &w, &bias, &sb2, &fused);
+    ts_ok(r1 == TS_ERR_ARG && r2 == TS_ERR_ARG && strstr(ts_err_message(), "activation 7"),
+                   "bad epilogues refused: %s; %s", m1, ts_err_message());
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    free(ss);
+    ts_tensor *all[] = {&a, &b, &w, &bias, &y, &ref, &fused, &g, &be, &rm, &rv, &sm, &si};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1221,6 +1291,14 @@ int main(int argc, char **argv)
     test_conv_cat(32, 32, 32);
     test_conv_cat(4, 8, 6);
     test_conv_cat(20, 12, 16);
+    for (int bf = 0; bf < 2; bf++) {
+        test_conv_epilogue(8, 0, 8, TS_EP_RELU, bf);  /* voxel pairs, the 16-lane pattern */
+        test_conv_epilogue(3, 0, 5, TS_EP_LEAKY, bf); /* pairs, a channel count not dividing 16 */
+        test_conv_epilogue(8, 8, 8, TS_EP_RELU, bf);  /* a concatenation */
+        test_conv_epilogue(16, 0, 16, TS_EP_LEAKY, bf);
+        test_conv_epilogue(16, 16, 24, TS_EP_RELU, bf); /* a partial channel vector */
+        test_conv_epilogue(12, 0, 32, TS_EP_RELU, bf);  /* whole vectors of 16 */
+    }
     /* bf16: the same shapes, each variant, against references on rounded operands */
     test_bf16_switch();
     test_bf16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);

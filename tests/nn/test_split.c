@@ -286,9 +286,9 @@ static void test_conv_split(const char *what, int N, const int G[3], const split
                   y2 = MK(0, 0, N, dhw[0], dhw[1], dhw[2], OC);
         ts_tensor da = MK(0, 0, N, dhw[0], dhw[1], dhw[2], ca), db = MK(0, 0, N, dhw[0], dhw[1], dhw[2], cat ? cb : 1);
         ts_halo hxh = halo_of(&vX, &b, split, zero_border), hyh = halo_of(&vDY, &b, split, zero_border);
-        ts_conv_split s = {&hxh, TS_CONV_ALL, hook_fn, &hf}, si = {&hxh, TS_CONV_INTERIOR, NULL, NULL},
-                      sb = {&hxh, TS_CONV_BORDER, NULL, NULL};
-        ts_conv_split xsp = {&hxh, TS_CONV_ALL, hook_fn, &hx}, dysp = {&hyh, TS_CONV_ALL, hook_fn, &hy};
+        ts_conv_split s = {&hxh, TS_CONV_ALL, hook_fn, &hf, NULL}, si = {&hxh, TS_CONV_INTERIOR, NULL, NULL, NULL},
+                      sb = {&hxh, TS_CONV_BORDER, NULL, NULL, NULL};
+        ts_conv_split xsp = {&hxh, TS_CONV_ALL, hook_fn, &hx, NULL}, dysp = {&hyh, TS_CONV_ALL, hook_fn, &hy, NULL};
 #define FWD(sp_, y_) (cat ? ts_conv3d_cat_forward_split(&a, &bb, &W, &bias, sp_, y_) : ts_conv3d_forward_split(&a, &W, &bias, sp_, y_))
         rc |= FWD(&s, &y);
         box_diff(&y, &vY, &b, &fd, &fs);
@@ -357,7 +357,7 @@ static void test_conv_no_halo(void)
     ts_tensor dw1 = MK(0, 0, OC, C, 3, 3, 3), dw2 = MK(0, 0, OC, C, 3, 3, 3), db1 = MK(0, 0, OC), db2 = MK(0, 0, OC);
     int rc = ts_conv3d_forward(&x, &w, &b, 1, 1, &y1);
     rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, &dx1, &dw1, &db1);
-    ts_conv_split nohalo = {NULL, TS_CONV_ALL, NULL, NULL};
+    ts_conv_split nohalo = {NULL, TS_CONV_ALL, NULL, NULL, NULL};
     rc |= ts_conv3d_forward_split(&x, &w, &b, NULL, &y2);
     int same = !memcmp(y1.data, y2.data, (size_t)ts_tensor_numel(&y1) * 4);
     fill_sentinel(&y2);
@@ -380,7 +380,7 @@ static void test_conv_no_halo(void)
     ts_ok(rc == 0 && !memcmp(yk1.data, yk2.data, (size_t)ts_tensor_numel(&yk1) * 4), "split conv without a halo, kernel 1: as ts_conv3d_forward");
     /* a halo with a 1x1x1 kernel, or a bad part / on[] */
     ts_halo h = {{1, 0, 0}, {NULL}, {NULL}};
-    ts_conv_split s = {&h, TS_CONV_ALL, NULL, NULL};
+    ts_conv_split s = {&h, TS_CONV_ALL, NULL, NULL, NULL};
     rc = ts_conv3d_forward_split(&x, &w1, NULL, &s, &yk2);
     int ok = rc == TS_ERR_ARG && strstr(ts_err_message(), "3x3x3");
     rc = ts_conv3d_backward_split(&x, &w1, &s, NULL, &yk2, NULL, NULL, NULL);
