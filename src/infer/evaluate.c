@@ -30,7 +30,8 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     {
         int lerr = ts_window_plan_make(dhw, win, overlap, &plan);
         if (!lerr) {
-            acc = calloc((size_t)(nv * (K + 1)), sizeof *acc); /* K planes of probability, then the weight sum */
+            /* K planes of probability, then the weight sum (for probabilities only: the argmax needs none) */
+            acc = calloc((size_t)(nv * (K + (prob != NULL))), sizeof *acc);
             gw = malloc(sizeof *gw * (size_t)wv);
             in = calloc((size_t)(batch * C * bv), sizeof *in);
             og = calloc((size_t)batch, sizeof *og);
@@ -47,7 +48,7 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         }
         if (bad) TS_FAIL(TS_ERR_REMOTE, "evaluation: another rank could not set up its buffers (see its message)");
     }
-    wsum = acc + nv * K;
+    wsum = prob ? acc + nv * K : NULL;
     ts_window_gaussian(win, gw);
     /* this rank's windows: r, r + P, r + 2P, ... in batches */
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
@@ -90,7 +91,7 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     t1 = MPI_Wtime();
     t_blend += t1 - t0;
     /* every rank's windows (and boxes) into every rank's sums */
-    TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, acc, (size_t)(nv * (K + 1)), TS_FLOAT32, TS_OP_SUM));
+    TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, acc, (size_t)(nv * (K + (prob != NULL))), TS_FLOAT32, TS_OP_SUM));
     for (int64_t v = 0; v < nv; v++) {
         int best = 0;
         float bv = acc[v];

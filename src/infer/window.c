@@ -161,10 +161,9 @@ void ts_window_accumulate_box(const ts_window_plan *p, const int64_t o[3], const
                         f[i] += ek[i];
                     }
                 }
-                for (int i = 0; i < n; i++) {
-                    f[i] = wt[wi + i] / f[i];
-                    wsum[vi + i] += wt[wi + i];
-                }
+                for (int i = 0; i < n; i++) f[i] = wt[wi + i] / f[i];
+                if (wsum)
+                    for (int i = 0; i < n; i++) wsum[vi + i] += wt[wi + i];
                 for (int k = 0; k < K; k++) {
                     float *ak = acc + k * nvox + vi;
                     const float *ek = e + k * ACC_RUN;

@@ -30,7 +30,8 @@ void ts_window_extract(const ts_window_plan *p, const int64_t origin[3], const f
 #define TS_WINDOW_MAX_CLASSES 256
 
 /* acc [K, D, H, W] += w * softmax(logits) for the window at origin, where
- * logits are channels-last [wd, wh, ww, K]; wsum [D, H, W] += w. K <=
+ * logits are channels-last [wd, wh, ww, K]; wsum [D, H, W] += w (wsum NULL:
+ * not kept; the argmax of acc needs no weight sum, probabilities do). K <=
  * TS_WINDOW_MAX_CLASSES. The softmax's exponentials are a polynomial
  * within 2 ulp of expf (vectorised), not libm's. */
 void ts_window_accumulate(const ts_window_plan *p, const int64_t origin[3], const float *logits, int K,
