@@ -367,6 +367,11 @@ uint32_t *ts_nn_bf16_pack(const float *w, int rows, int cols, int taps, int flip
 
 /* ------------------------------------------------------ kernel variants */
 
+/* voxel pairs per tile of the at-most-8-channel kernels (gqb_tile): 16
+ * independent accumulator chains cover VDPBF16PS's latency on two pipes
+ * (8 left the demo's first level at about half the bf16 peak) */
+#define GQB_NP 16
+
 /* emulated: a pair's halves as floats (bf16 bits in the high half of an
  * fp32), the upper product first, as VDPBF16PS */
 static inline float u2f(uint32_t u)

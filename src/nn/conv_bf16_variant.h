@@ -12,12 +12,12 @@
  * then kw), so the same bits (see ts_bf16_gc_args.ppl) */
 BATTR __attribute__((always_inline)) void BT(gqb_tile)(const ts_bf16_gc_args *a, int NP, int r, int ow0, int nlast, int OC, float *y, int yo, int ldy)
 {
-    v16 acc[8];
+    v16 acc[GQB_NP];
     const v16 b = vld(a->bq);
     const int C = a->C;
     const size_t col = (size_t)2 * C, tapw = (size_t)C * 16;
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) acc[i] = b;
+#pragma GCC unroll 16
+    for (int i = 0; i < GQB_NP; i++) acc[i] = b;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
             const uint32_t *row = a->ppl[kd] + (size_t)(r + kh) * a->prs + (size_t)ow0 * col;
@@ -27,8 +27,8 @@ BATTR __attribute__((always_inline)) void BT(gqb_tile)(const ts_bf16_gc_args *a,
                 BW(w1, wr + tapw + (size_t)c * 16);
                 BW(w2, wr + 2 * tapw + (size_t)c * 16);
                 const uint32_t *xc = row + 2 * c;
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++)
+#pragma GCC unroll 16
+                for (int i = 0; i < GQB_NP; i++)
                     if (i < NP) {
                         { BX2(x, xc + (size_t)(2 * i) * col); BDP(acc[i], x, w0); }
                         { BX2(x, xc + (size_t)(2 * i + 1) * col); BDP(acc[i], x, w1); }
@@ -36,26 +36,19 @@ BATTR __attribute__((always_inline)) void BT(gqb_tile)(const ts_bf16_gc_args *a,
                     }
             }
         }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
+#pragma GCC unroll 16
+    for (int i = 0; i < GQB_NP; i++)
         if (i < NP) ts_nn_pair_store(y + (size_t)(ow0 + 2 * i) * ldy + yo, ldy, acc[i], OC, i < NP - 1 || nlast == 2);
 }
 
 BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
 {
     int ow = 0;
-    for (; ow + 16 <= OW; ow += 16) BT(gqb_tile)(a, 8, r, ow, 2, OC, y, yo, ldy);
+    for (; ow + 2 * GQB_NP <= OW; ow += 2 * GQB_NP) BT(gqb_tile)(a, GQB_NP, r, ow, 2, OC, y, yo, ldy);
     const int left = OW - ow, np = (left + 1) / 2, nlast = left % 2 ? 1 : 2;
-    switch (np) { /* constant NP: the accumulators stay in registers */
-    case 7: BT(gqb_tile)(a, 7, r, ow, nlast, OC, y, yo, ldy); break;
-    case 6: BT(gqb_tile)(a, 6, r, ow, nlast, OC, y, yo, ldy); break;
-    case 5: BT(gqb_tile)(a, 5, r, ow, nlast, OC, y, yo, ldy); break;
-    case 4: BT(gqb_tile)(a, 4, r, ow, nlast, OC, y, yo, ldy); break;
-    case 3: BT(gqb_tile)(a, 3, r, ow, nlast, OC, y, yo, ldy); break;
-    case 2: BT(gqb_tile)(a, 2, r, ow, nlast, OC, y, yo, ldy); break;
-    case 1: BT(gqb_tile)(a, 1, r, ow, nlast, OC, y, yo, ldy); break;
-    default: break;
-    }
+#define GQB_CALL(n) BT(gqb_tile)(a, n, r, ow, nlast, OC, y, yo, ldy)
+    TS_NP_SWITCH(np, GQB_CALL)
+#undef GQB_CALL
 }
 
 /* one output row of the gather: channel tiles oc0 .. oc1 (global channel

@@ -60,6 +60,28 @@ static inline ts_v16 ts_nn_vld_part(const float *p, int n)
 }
 #endif
 
+/* The voxel-pair tiles' remainder: CALL(n) for a constant n = np (1 .. 15),
+ * so that a tile's accumulators stay in registers */
+#define TS_NP_SWITCH(np, CALL)                                                                                       \
+    switch (np) {                                                                                                    \
+    case 15: CALL(15); break;                                                                                        \
+    case 14: CALL(14); break;                                                                                        \
+    case 13: CALL(13); break;                                                                                        \
+    case 12: CALL(12); break;                                                                                        \
+    case 11: CALL(11); break;                                                                                        \
+    case 10: CALL(10); break;                                                                                        \
+    case 9: CALL(9); break;                                                                                          \
+    case 8: CALL(8); break;                                                                                          \
+    case 7: CALL(7); break;                                                                                          \
+    case 6: CALL(6); break;                                                                                          \
+    case 5: CALL(5); break;                                                                                          \
+    case 4: CALL(4); break;                                                                                          \
+    case 3: CALL(3); break;                                                                                          \
+    case 2: CALL(2); break;                                                                                          \
+    case 1: CALL(1); break;                                                                                          \
+    default: break;                                                                                                  \
+    }
+
 /* The voxel-pair tiles' accumulator (lane 2o + v: channel o of voxel v) to
  * the OC (<= 8) channels of voxel 0 at y0 and, if both, of voxel 1 at
  * y0 + ldy (one store when the two are adjacent). */

@@ -13,6 +13,9 @@
  * multiply-adds: the results are the same bits, about twice as fast where OC is 8
  * (docs/performance.md, "Inference"). */
 typedef double v8d __attribute__((vector_size(64)));
+
+/* voxel pairs per tile (gq_tile): 16 independent accumulator chains */
+#define GQ_NP 16
 typedef int v16i __attribute__((vector_size(64)));
 
 AI v16 bcast_pair(const float *p)
@@ -72,12 +75,12 @@ static void pair_weights(const float *wp, const float *bias, int C, int ocp, int
  * pair only: 1 or 2) of tile row r; OC channels stored at yo of rows of ldy */
 AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, float *y, int yo, int ldy)
 {
-    v16 acc[8];
+    v16 acc[GQ_NP];
     const v16 b = vld(a->bq);
     const int C = a->C;
     const size_t col = (size_t)2 * C, tapw = (size_t)C * 16;
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) acc[i] = b;
+#pragma GCC unroll 16
+    for (int i = 0; i < GQ_NP; i++) acc[i] = b;
     for (int kd = 0; kd < 3; kd++)
         for (int kh = 0; kh < 3; kh++) {
             const float *row = a->ppl[kd] + (size_t)(r + kh) * a->prs + (size_t)ow0 * col;
@@ -86,8 +89,8 @@ AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, flo
                 const v16 w0 = vld(wr + (size_t)c * 16), w1 = vld(wr + tapw + (size_t)c * 16);
                 const v16 w2 = vld(wr + 2 * tapw + (size_t)c * 16);
                 const float *xc = row + 2 * c;
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++)
+#pragma GCC unroll 16
+                for (int i = 0; i < GQ_NP; i++)
                     if (i < NP) {
                         acc[i] += bcast_pair(xc + (size_t)(2 * i) * col) * w0;
                         acc[i] += bcast_pair(xc + (size_t)(2 * i + 1) * col) * w1;
@@ -95,8 +98,8 @@ AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, flo
                     }
             }
         }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
+#pragma GCC unroll 16
+    for (int i = 0; i < GQ_NP; i++)
         if (i < NP) ts_nn_pair_store(y + (size_t)(ow0 + 2 * i) * ldy + yo, ldy, acc[i], OC, i < NP - 1 || nlast == 2);
 }
 
@@ -104,17 +107,9 @@ AI void gq_tile(const gc_args *a, int NP, int r, int ow0, int nlast, int OC, flo
 static void gq_row(const gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
 {
     int ow = 0;
-    for (; ow + 16 <= OW; ow += 16) gq_tile(a, 8, r, ow, 2, OC, y, yo, ldy);
+    for (; ow + 2 * GQ_NP <= OW; ow += 2 * GQ_NP) gq_tile(a, GQ_NP, r, ow, 2, OC, y, yo, ldy);
     const int left = OW - ow, np = (left + 1) / 2, nlast = left % 2 ? 1 : 2;
-    switch (np) { /* constant NP: the accumulators stay in registers */
-    case 7: gq_tile(a, 7, r, ow, nlast, OC, y, yo, ldy); break;
-    case 6: gq_tile(a, 6, r, ow, nlast, OC, y, yo, ldy); break;
-    case 5: gq_tile(a, 5, r, ow, nlast, OC, y, yo, ldy); break;
-    case 4: gq_tile(a, 4, r, ow, nlast, OC, y, yo, ldy); break;
-    case 3: gq_tile(a, 3, r, ow, nlast, OC, y, yo, ldy); break;
-    case 2: gq_tile(a, 2, r, ow, nlast, OC, y, yo, ldy); break;
-    case 1: gq_tile(a, 1, r, ow, nlast, OC, y, yo, ldy); break;
-    default: break;
-    }
+#define GQ_CALL(n) gq_tile(a, n, r, ow, nlast, OC, y, yo, ldy)
+    TS_NP_SWITCH(np, GQ_CALL)
+#undef GQ_CALL
 }
-

@@ -1311,6 +1311,7 @@ int main(int argc, char **argv)
     test_bf16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
     test_bf16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
     /* at most 8 output channels: voxel pairs (channel pairs 4, 8, 12 and 6 a voxel) */
+    test_bf16_shape(0, 1, 3, 3, 37, 8, 8, 3, 1, 1, 1); /* a whole tile of 16 voxel pairs and a remainder */
     test_bf16_shape(0, 2, 4, 3, 17, 8, 8, 3, 1, 1, 1);
     test_bf16_shape(0, 1, 3, 3, 30, 16, 8, 3, 1, 1, 0);
     test_bf16_shape(0, 1, 3, 4, 9, 24, 7, 3, 1, 1, 1);
