@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #define TS_ERR_MSG_MAX 2048
 
@@ -149,13 +152,27 @@ void *ts_calloc(size_t n, size_t size, const char *file, int line)
     return p;
 }
 
+/* Blocks of at least TS_HUGE_MIN bytes are aligned to 2 MiB, rounded up to
+ * it and advised to the kernel as transparent huge pages (where THP is
+ * "madvise", as on Debian's default kernels): a large tensor is then
+ * faulted in 2 MiB at a time instead of 4 KiB (each fault is dear in a
+ * VM; docs/performance.md, "Inference"). The callers touch what they
+ * allocate, so the memory used is about the same; without THP the advice
+ * is ignored. */
+#define TS_HUGE_MIN ((size_t)8 << 20)
+#define TS_HUGE_PAGE ((size_t)2 << 20)
+
 void *ts_aligned_alloc(size_t bytes, const char *file, int line)
 {
     void *p = NULL;
-    size_t b = (bytes + 63) & ~(size_t)63;
-    if (bytes > (size_t)-1 - 63 || posix_memalign(&p, 64, b ? b : 64) != 0) { /* no wrap to a tiny block */
+    const size_t al = bytes >= TS_HUGE_MIN ? TS_HUGE_PAGE : 64;
+    size_t b = (bytes + al - 1) & ~(al - 1);
+    if (bytes > (size_t)-1 - al || posix_memalign(&p, al, b ? b : 64) != 0) { /* no wrap to a tiny block */
         ts_err(TS_ERR_NOMEM, file, line, "cannot allocate %zu bytes", bytes);
         return NULL;
     }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (al == TS_HUGE_PAGE) (void)madvise(p, b, MADV_HUGEPAGE); /* advice: a refusal changes nothing */
+#endif
     return p;
 }

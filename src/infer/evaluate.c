@@ -31,7 +31,9 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
         int lerr = ts_window_plan_make(dhw, win, overlap, &plan);
         if (!lerr) {
             /* K planes of probability, then the weight sum (for probabilities only: the argmax needs none) */
-            acc = calloc((size_t)(nv * (K + (prob != NULL))), sizeof *acc);
+            const size_t nacc = (size_t)(nv * (K + (prob != NULL)));
+            acc = TS_ALIGNED_ALLOC(nacc * sizeof *acc); /* large: in huge pages where the kernel has them */
+            if (acc) memset(acc, 0, nacc * sizeof *acc);
             gw = malloc(sizeof *gw * (size_t)wv);
             in = calloc((size_t)(batch * C * bv), sizeof *in);
             og = calloc((size_t)batch, sizeof *og);
