@@ -38,19 +38,30 @@ static inline int ts_nn_pad16(int c) { return (c + 15) & ~15; }
  * the build targets AVX-512; otherwise through a buffer. Neither touches
  * memory past the n floats. */
 typedef float ts_v16 __attribute__((vector_size(64)));
+/* Always inlined: the bf16 kernels are compiled for AVX-512 by a target
+ * attribute (conv_bf16.c) while these helpers follow the build's flags; a
+ * copy left out of line by the compiler (GCC did, in a build without
+ * -march=native) takes its 64-byte vector in memory while its AVX-512
+ * callers pass it in a register, so it stored garbage. Inlined, no call
+ * and no calling convention is left between the two. */
+#define TS_NN_VINLINE static inline __attribute__((always_inline))
 #ifdef __AVX512F__
 #include <immintrin.h>
-static inline __mmask16 ts_nn_lanes(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
-static inline void ts_nn_vst_part(float *p, ts_v16 v, int n) { _mm512_mask_storeu_ps(p, ts_nn_lanes(n), (__m512)v); }
-static inline ts_v16 ts_nn_vld_part(const float *p, int n) { return (ts_v16)_mm512_maskz_loadu_ps(ts_nn_lanes(n), p); }
+TS_NN_VINLINE __mmask16 ts_nn_lanes(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+TS_NN_VINLINE void ts_nn_vst_part(float *p, ts_v16 v, int n) { _mm512_mask_storeu_ps(p, ts_nn_lanes(n), (__m512)v); }
+TS_NN_VINLINE ts_v16 ts_nn_vld_part(const float *p, int n) { return (ts_v16)_mm512_maskz_loadu_ps(ts_nn_lanes(n), p); }
 #else
-static inline void ts_nn_vst_part(float *p, ts_v16 v, int n)
+/* GCC warns that a 64-byte vector argument's ABI differs without AVX-512:
+ * no call is left to differ (always inlined) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+TS_NN_VINLINE void ts_nn_vst_part(float *p, ts_v16 v, int n)
 {
     float t[16];
     memcpy(t, &v, sizeof t);
     if (n > 0) memcpy(p, t, (size_t)(n < 16 ? n : 16) * sizeof(float));
 }
-static inline ts_v16 ts_nn_vld_part(const float *p, int n)
+TS_NN_VINLINE ts_v16 ts_nn_vld_part(const float *p, int n)
 {
     float t[16] = {0};
     if (n > 0) memcpy(t, p, (size_t)(n < 16 ? n : 16) * sizeof(float));
@@ -58,6 +69,7 @@ static inline ts_v16 ts_nn_vld_part(const float *p, int n)
     memcpy(&v, t, sizeof v);
     return v;
 }
+#pragma GCC diagnostic pop
 #endif
 
 /* The voxel-pair tiles' remainder: CALL(n) for a constant n = np (1 .. 15),
@@ -85,7 +97,7 @@ static inline ts_v16 ts_nn_vld_part(const float *p, int n)
 /* The voxel-pair tiles' accumulator (lane 2o + v: channel o of voxel v) to
  * the OC (<= 8) channels of voxel 0 at y0 and, if both, of voxel 1 at
  * y0 + ldy (one store when the two are adjacent). */
-static inline void ts_nn_pair_store(float *y0, int ldy, ts_v16 acc, int OC, int both)
+TS_NN_VINLINE void ts_nn_pair_store(float *y0, int ldy, ts_v16 acc, int OC, int both)
 {
     const ts_v16 t = __builtin_shufflevector(acc, acc, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     if (both && OC == 8 && ldy == 8) {

@@ -144,7 +144,9 @@ static void test_conv_vs_ref(int N, int D, int H, int W, int C, int OC, int k, i
     for (int64_t i = 0; i < OC; i++) rdb[i] += 1.0;
     double ex = max_rel(dx.data, rdx, ts_tensor_numel(&x)), ew = max_rel(dw.data, rdw, ts_tensor_numel(&w)),
            eb = max_rel(db.data, rdb, OC);
-    ts_ok(rc == 0 && ex < 2e-6 && ew < 2e-6 && eb < 2e-6, "conv3d backward same shape: dx %.2e dw %.2e db %.2e", ex, ew, eb);
+    /* 5e-6: fp32 sums rounded without fused multiply-adds (a build without
+     * -march=native) reached 2.2e-6 here; a wrong term is orders above */
+    ts_ok(rc == 0 && ex < 5e-6 && ew < 5e-6 && eb < 5e-6, "conv3d backward same shape: dx %.2e dw %.2e db %.2e", ex, ew, eb);
     ts_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
     free(ry);
