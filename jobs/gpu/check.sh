@@ -97,7 +97,9 @@ run() {
     say "== $name (timeout $t s): $*"
     mark=$(wc -l <"$log")
     local a; a=$(date +%s.%N)
-    timeout -k 10 "$t" "$@" >>"$log" 2>&1
+    # stdin from /dev/null: mpiexec reads its stdin, which would swallow the rest of a
+    # `while read` loop's input (it did: only the first golden case ran)
+    timeout -k 10 "$t" "$@" </dev/null >>"$log" 2>&1
     rc=$?
     secs=$(python3 -c "import time; print(round(time.time() - $a, 1))" 2>/dev/null || echo 0)
 }
@@ -235,7 +237,7 @@ else
         run "train-$name" 120 env TESSERA_RANKS_PER_NODE=1 "$mpiexec" -n "$np" "$tessera" train "$ini" \
             data.path="$out/model/syn.h5" run.dir="$out/model/run-$name" "$@"
     }
-    "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 >>"$log" 2>&1
+    "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 </dev/null >>"$log" 2>&1
     trn 1 gpu train.engine=cuda model.init="$out/model/init.h5"
     trn 1 cpu train.engine=cpu model.init="$out/model/init.h5"
     losses=$(python3 - "$out/model/run-gpu" "$out/model/run-cpu" <<'PY' 2>>"$log"

@@ -405,6 +405,7 @@ static int timed_steps(bench *b, step_sums *s)
         if (k == warmup) {
             ts_gradpath_reset_stats(b->gp);
             ts_unet_profile_reset(b->m);
+            ts_unet_set_profile_sync(b->m, b->o->profile); /* GPU engine: per-layer times are the device's */
             ts_spatial_set_stats(b->L->spatial, &halo0);
             if (b->pipe) s->pst0 = *ts_pipeline_get_stats(b->pipe);
         }

@@ -72,6 +72,7 @@ const char *ts_unet_prof_name(int kind)
 }
 const double *ts_unet_profile(const ts_unet *m) { return m->prof; }
 void ts_unet_profile_reset(ts_unet *m) { memset(m->prof, 0, sizeof m->prof); }
+void ts_unet_set_profile_sync(ts_unet *m, int on) { m->prof_sync = on && m->device; }
 
 static int add(ts_unet *m, const char *name, ts_param_kind kind, ts_dtype dt, int ndim, const int64_t *shape,
                float bound, int *idx)

@@ -220,6 +220,11 @@ const char *ts_unet_prof_name(int kind);
 const double *ts_unet_profile(const ts_unet *m);
 /* Local. Zeroes the seconds. */
 void ts_unet_profile_reset(ts_unet *m);
+/* Local. On the GPU engine, on (1) makes each profiled layer call wait for
+ * the device before its time is taken, so the seconds per kind are the
+ * GPU's and not the queueing's (slower: one synchronisation per layer).
+ * No effect on the CPU engine. */
+void ts_unet_set_profile_sync(ts_unet *m, int on);
 
 /* Local. fn (may be NULL) is called during ts_unet_backward(_slot) with the arena
  * index of each parameter as soon as its gradient is final, so a

@@ -23,6 +23,7 @@
 #include "src/model/unet.h"
 #include "src/core/error.h"
 #include "src/core/timer.h"
+#include "src/core/device.h"
 
 #define L_MAX TS_UNET_MAX_LEVELS
 
@@ -97,6 +98,7 @@ struct ts_unet {
     int n, d, h, w; /* set-up shape (n = 0: none) */
     ts_tensor gin[L_MAX], dskip[L_MAX]; /* backward scratch shared by the slots (one backward at a time) */
     double prof[TS_PROF_COUNT];
+    int prof_sync; /* the GPU engine: each timed layer call waits for the device (ts_unet_set_profile_sync) */
     void (*grad_hook)(void *ctx, int param); /* told when a parameter's gradient is final */
     void *grad_ctx;
     void (*unit_hook)(void *ctx, int unit, int backward); /* called after each unit's forward or backward */
@@ -184,6 +186,7 @@ static inline ts_tensor G(const ts_unet *m, int i)
     do {                                                       \
         const double t0_ = ts_time_now();                      \
         TS_TRY(call);                                          \
+        if ((m)->prof_sync) TS_TRY(ts_device_sync());          \
         (m)->prof[kind] += ts_time_now() - t0_;                \
     } while (0)
 

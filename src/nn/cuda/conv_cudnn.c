@@ -10,7 +10,13 @@
  * half-precision copies, convolve with fp32 accumulation and widen the
  * results to fp32 (the weight gradient is rounded to the half type by
  * cuDNN before it is widened, as PyTorch's autocast does). The bias and its
- * gradient stay fp32.
+ * gradient stay fp32. A half-precision convolution whose input or output
+ * channels are not a multiple of 8 (the first level's 1 input channel, the
+ * head's classes) runs as fp32 on operands rounded to the half type, its
+ * results rounded the same way (same values as cuDNN's half path, with fp32
+ * accumulation): cuDNN 9's half-precision NDHWC algorithms for such channel
+ * counts gave wrong results on an H200 (legacy API; tensor cores need
+ * multiples of 8 there in any case), and these layers are cheap.
  * A transposed convolution is the data gradient of the convolution that
  * maps its output space to its input space: its forward is cuDNN's
  * backward-data, its input gradient cuDNN's forward, its weight gradient
@@ -59,6 +65,7 @@ typedef struct algo_entry {
     int dir, prec;
     cgeom g;
     int algo;
+    cudnnMathType_t math; /* the math type cuDNN measured the algorithm with: set before running it */
     size_t ws;
 } algo_entry;
 #define ALGO_CACHE 512
@@ -80,6 +87,34 @@ static int prec_code(void)
 {
     const ts_precision p = ts_nn_conv_precision();
     return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
+}
+
+/* The precision a convolution of g runs at, from the asked one (prec_code):
+ * half precision with channel counts that are not multiples of 8 runs as
+ * fp32 without TF32 on rounded operands (*rnd: 1 bf16, 2 fp16; else 0). */
+static int run_prec(const cgeom *g, int *rnd)
+{
+    const int p = prec_code();
+    *rnd = 0;
+    if (p >= 2 && (g->c % 8 || g->k_out % 8)) {
+        *rnd = p == 3 ? 2 : 1;
+        return 0;
+    }
+    return p;
+}
+
+/* src rounded to the half type in an fp32 copy (slot), or src itself when rnd is 0 */
+static int rounded(int rnd, const float *src, size_t n, int slot, void *stream, const float **out)
+{
+    if (!rnd) {
+        *out = src;
+        return 0;
+    }
+    void *p = NULL;
+    TS_TRY(ts_cuda_scratch(slot, n * sizeof(float), &p));
+    TS_TRY(ts_cuk_round_half(src, p, n, rnd == 2, stream));
+    *out = p;
+    return 0;
 }
 
 static int setup(const cgeom *g, int prec, descs *d)
@@ -124,42 +159,50 @@ static algo_entry *cached(int dir, int prec, const cgeom *g)
 
 /* The fastest algorithm that cuDNN's measurement found for this direction,
  * geometry and precision; measured once (cudnnFind* allocates its own
- * buffers, so it writes none of the caller's tensors). */
+ * buffers, so it writes none of the caller's tensors). The descriptor's
+ * math type is then set to the one the algorithm was measured with: Find
+ * may answer with an algorithm measured under another math type than the
+ * descriptor's (FMA for a half-precision shape of few channels where the
+ * descriptor asks for tensor ops), and running it under the descriptor's
+ * is refused (CUDNN_STATUS_BAD_PARAM; seen on an H200, cuDNN 9). */
 static int choose(cudnnHandle_t h, int dir, int prec, const cgeom *g, const descs *d, int *algo, size_t *ws)
 {
     int err = 0, got = 0;
     algo_entry *e = cached(dir, prec, g);
-    if (e) {
-        *algo = e->algo;
-        *ws = e->ws;
-        return 0;
+    if (!e) {
+        int a = -1;
+        size_t w = 0;
+        cudnnMathType_t mt = CUDNN_DEFAULT_MATH;
+        if (dir == DIR_FWD) {
+            cudnnConvolutionFwdAlgoPerf_t p[8];
+            DNN(cudnnFindConvolutionForwardAlgorithm(h, d->x, d->w, d->conv, d->y, 8, &got, p));
+            for (int i = 0; i < got && a < 0; i++)
+                if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory, mt = p[i].mathType;
+        } else if (dir == DIR_BWD_DATA) {
+            cudnnConvolutionBwdDataAlgoPerf_t p[8];
+            DNN(cudnnFindConvolutionBackwardDataAlgorithm(h, d->w, d->y, d->conv, d->x, 8, &got, p));
+            for (int i = 0; i < got && a < 0; i++)
+                if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory, mt = p[i].mathType;
+        } else {
+            cudnnConvolutionBwdFilterAlgoPerf_t p[8];
+            DNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, d->x, d->y, d->conv, d->w, 8, &got, p));
+            for (int i = 0; i < got && a < 0; i++)
+                if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory, mt = p[i].mathType;
+        }
+        if (a < 0)
+            return TS_ERR(TS_ERR_UNSUPPORTED,
+                          "cuDNN has no %s algorithm for a %dx%dx%d convolution of %d -> %d channels "
+                          "(stride %d, padding %d, precision code %d)",
+                          dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "backward-data" : "backward-filter", g->k,
+                          g->k, g->k, g->c, g->k_out, g->stride, g->pad, prec);
+        if (prec == 0 && mt == CUDNN_TENSOR_OP_MATH) mt = CUDNN_FMA_MATH; /* TF32 off stays off */
+        static algo_entry one; /* the cache full: this call's answer only */
+        e = ncache < ALGO_CACHE ? &cache[ncache++] : &one;
+        *e = (algo_entry){dir, prec, *g, a, mt, w};
     }
-    int a = -1;
-    size_t w = 0;
-    if (dir == DIR_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t p[8];
-        DNN(cudnnFindConvolutionForwardAlgorithm(h, d->x, d->w, d->conv, d->y, 8, &got, p));
-        for (int i = 0; i < got && a < 0; i++)
-            if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory;
-    } else if (dir == DIR_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t p[8];
-        DNN(cudnnFindConvolutionBackwardDataAlgorithm(h, d->w, d->y, d->conv, d->x, 8, &got, p));
-        for (int i = 0; i < got && a < 0; i++)
-            if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory;
-    } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t p[8];
-        DNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, d->x, d->y, d->conv, d->w, 8, &got, p));
-        for (int i = 0; i < got && a < 0; i++)
-            if (p[i].status == CUDNN_STATUS_SUCCESS) a = (int)p[i].algo, w = p[i].memory;
-    }
-    if (a < 0)
-        return TS_ERR(TS_ERR_UNSUPPORTED, "cuDNN has no %s algorithm for a %dx%dx%d convolution of %d -> %d channels "
-                      "(stride %d, padding %d, precision code %d)",
-                      dir == DIR_FWD ? "forward" : dir == DIR_BWD_DATA ? "backward-data" : "backward-filter", g->k,
-                      g->k, g->k, g->c, g->k_out, g->stride, g->pad, prec);
-    if (ncache < ALGO_CACHE) cache[ncache++] = (algo_entry){dir, prec, *g, a, w};
-    *algo = a;
-    *ws = w;
+    DNN(cudnnSetConvolutionMathType(d->conv, e->math));
+    *algo = e->algo;
+    *ws = e->ws;
     return 0;
 done:
     return err;
@@ -286,18 +329,22 @@ static int run_fwd(const cgeom *g, const float *in, const float *w, float *out)
     void *h = NULL, *stream = NULL, *wsp = NULL, *o = NULL;
     const void *xi = NULL, *wi = NULL;
     descs d;
-    const int prec = prec_code();
+    int rnd = 0;
+    const int prec = run_prec(g, &rnd);
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
     TS_TRY(setup(g, prec, &d));
     TRYD(choose(h, DIR_FWD, prec, g, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
+    TRYD(rounded(rnd, in, in_elems(g), TS_CUDA_SLOT_A, stream, &in));
     TRYD(operand(&d, in, in_elems(g), TS_CUDA_SLOT_A, stream, &xi));
     TRYD(packed_filter(g, &d, w, stream, &wi));
+    if (rnd) TRYD(ts_cuk_round_half(wi, (float *)wi, w_elems(g), rnd == 2, stream)); /* the packed scratch copy */
     TRYD(result(&d, out, out_elems(g), TS_CUDA_SLOT_C, &o));
     const float one = 1, zero = 0;
     DNN(cudnnConvolutionForward(h, &one, d.x, xi, d.w, wi, d.conv, (cudnnConvolutionFwdAlgo_t)algo, wsp, ws, &zero,
                                 d.y, o));
     if (d.half) TRYD(ts_cuk_from_half(o, out, out_elems(g), d.fp16, 0, stream));
+    if (rnd) TRYD(ts_cuk_round_half(out, out, out_elems(g), rnd == 2, stream));
 done:
     destroy(&d);
     return err;
@@ -310,18 +357,22 @@ static int run_bwd_data(const cgeom *g, const float *out, const float *w, float 
     void *h = NULL, *stream = NULL, *wsp = NULL, *o = NULL;
     const void *dyi = NULL, *wi = NULL;
     descs d;
-    const int prec = prec_code();
+    int rnd = 0;
+    const int prec = run_prec(g, &rnd);
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
     TS_TRY(setup(g, prec, &d));
     TRYD(choose(h, DIR_BWD_DATA, prec, g, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
+    TRYD(rounded(rnd, out, out_elems(g), TS_CUDA_SLOT_B, stream, &out));
     TRYD(operand(&d, out, out_elems(g), TS_CUDA_SLOT_B, stream, &dyi));
     TRYD(packed_filter(g, &d, w, stream, &wi));
+    if (rnd) TRYD(ts_cuk_round_half(wi, (float *)wi, w_elems(g), rnd == 2, stream)); /* the packed scratch copy */
     TRYD(result(&d, in, in_elems(g), TS_CUDA_SLOT_C, &o));
     const float one = 1, zero = 0;
     DNN(cudnnConvolutionBackwardData(h, &one, d.w, wi, d.y, dyi, d.conv, (cudnnConvolutionBwdDataAlgo_t)algo, wsp, ws,
                                      &zero, d.x, o));
     if (d.half) TRYD(ts_cuk_from_half(o, in, in_elems(g), d.fp16, 0, stream));
+    if (rnd) TRYD(ts_cuk_round_half(in, in, in_elems(g), rnd == 2, stream));
 done:
     destroy(&d);
     return err;
@@ -334,11 +385,14 @@ static int run_bwd_filter(const cgeom *g, const float *in, const float *out, flo
     void *h = NULL, *stream = NULL, *wsp = NULL, *dwp = NULL, *dwh = NULL;
     const void *xi = NULL, *dyi = NULL;
     descs d;
-    const int prec = prec_code(), taps = g->k * g->k * g->k;
+    int rnd = 0;
+    const int prec = run_prec(g, &rnd), taps = g->k * g->k * g->k;
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
     TS_TRY(setup(g, prec, &d));
     TRYD(choose(h, DIR_BWD_FILTER, prec, g, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
+    TRYD(rounded(rnd, in, in_elems(g), TS_CUDA_SLOT_A, stream, &in));
+    TRYD(rounded(rnd, out, out_elems(g), TS_CUDA_SLOT_B, stream, &out));
     TRYD(operand(&d, in, in_elems(g), TS_CUDA_SLOT_A, stream, &xi));
     TRYD(operand(&d, out, out_elems(g), TS_CUDA_SLOT_B, stream, &dyi));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_DW, w_elems(g) * sizeof(float), &dwp));
@@ -347,6 +401,7 @@ static int run_bwd_filter(const cgeom *g, const float *in, const float *out, flo
     DNN(cudnnConvolutionBackwardFilter(h, &one, d.x, xi, d.y, dyi, d.conv, (cudnnConvolutionBwdFilterAlgo_t)algo, wsp,
                                        ws, &zero, d.w, d.half ? dwh : dwp));
     if (d.half) TRYD(ts_cuk_from_half(dwh, dwp, w_elems(g), d.fp16, 0, stream));
+    if (rnd) TRYD(ts_cuk_round_half(dwp, dwp, w_elems(g), rnd == 2, stream));
     TRYD(ts_cuk_wunpack_add(dwp, w, g->k_out, g->c, taps, stream));
 done:
     destroy(&d);

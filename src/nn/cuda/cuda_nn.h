@@ -21,6 +21,8 @@ int ts_cuk_wpack(const float *w, float *wp, int rows, int cols, int taps, int fl
 int ts_cuk_wunpack_add(const float *wp, float *w, int rows, int cols, int taps, void *stream);
 /* y (bf16, or fp16 when fp16) = x rounded to nearest even */
 int ts_cuk_to_half(const float *x, void *y, size_t n, int fp16, void *stream);
+/* y = x rounded to bf16 (fp16 when fp16), kept in fp32 (y may be x) */
+int ts_cuk_round_half(const float *x, float *y, size_t n, int fp16, void *stream);
 /* y = (add ? y : 0) + x, x bf16 or fp16 */
 int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void *stream);
 

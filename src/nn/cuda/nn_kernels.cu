@@ -71,6 +71,19 @@ __global__ void from_fp16_k(const __half *x, float *y, size_t n, int add)
         y[i] = (add ? y[i] : 0.0f) + __half2float(x[i]);
 }
 
+__global__ void round_half_k(const float *x, float *y, size_t n, int fp16)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = fp16 ? __half2float(__float2half_rn(x[i])) : __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+extern "C" int ts_cuk_round_half(const float *x, float *y, size_t n, int fp16, void *stream)
+{
+    if (n == 0) return 0;
+    round_half_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, fp16);
+    return launched("rounding to half");
+}
+
 extern "C" int ts_cuk_wpack(const float *w, float *wp, int rows, int cols, int taps, int flip, void *stream)
 {
     const size_t n = (size_t)rows * cols * taps;
