@@ -8,6 +8,9 @@ check_PROGRAMS += tests/nn/test_split
 tests_nn_test_split_SOURCES = tests/nn/test_split.c
 tests_nn_test_split_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_split
+# the AVX-512 kernels and their vector helpers meet only inlined (a build without -march=native)
+TESTS += tests/nn/vector_abi.sh
+EXTRA_DIST += tests/nn/vector_abi.sh
 # the bf16 variant chosen at run time and TESSERA_BF16_ISA
 TESTS += tests/nn/bf16_isa.sh
 EXTRA_DIST += tests/nn/bf16_isa.sh
