@@ -46,7 +46,8 @@ static void help(void)
 {
     printf("usage: mpiexec.mpich -n N tessera train CONFIG [section.key=value ...]\n"
            "       srun tessera train CONFIG [section.key=value ...]\n\n"
-           "Runs on the CPU (a GPU engine for training is not available yet: docs/gpu.md).\n"
+           "Runs on the CPU, or with train.engine = cuda on GPUs (data parallel, model.arch = unet;\n"
+           "checked on an H200, not yet fast: docs/gpu.md).\n"
            "Trains the config's 3D U-Net on a grid of parallel.dp data-parallel replicas x parallel.pp\n"
            "pipeline stages x parallel.sp spatial pieces (= ranks): every replica trains its own samples;\n"
            "the network's layer units are cut into pp stages (parallel.pp_cut, auto: balanced by a timing\n"
