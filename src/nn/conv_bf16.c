@@ -38,6 +38,7 @@ typedef uint32_t v16iu __attribute__((vector_size(64), aligned(4)));
 
 /* the 64 bits at p (two words) in every 64-bit lane pair: a broadcast that
  * gives lanes 2i and 2i + 1 different pairs (the voxel-pair tiles) */
+#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
 static inline __attribute__((always_inline)) v16i bx2(const uint32_t *p) /* inlined: see TS_NN_VINLINE */
 {
     typedef uint64_t v8q __attribute__((vector_size(64)));

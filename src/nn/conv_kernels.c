@@ -23,6 +23,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 #define AI static inline __attribute__((always_inline))
 
+#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
 AI v16 vld(const float *p) { return *(const v16u *)p; }
 AI void vst(float *p, v16 v) { *(v16u *)p = v; }
 

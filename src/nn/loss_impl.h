@@ -31,6 +31,11 @@ static inline int ts_nn_loss_shapes(const ts_tensor *logits, const ts_tensor *la
  * block's unused lanes are computed on zeros and dropped), so a voxel's
  * probabilities do not depend on how the volume is cut into blocks,
  * chunks, threads or spatial pieces. */
+/* GCC warns (at each call, in a build without AVX-512) that 64-byte vector
+ * arguments change the ABI: these helpers are static inline and called only
+ * from code of the same target, so no call can differ; off for the files
+ * that include this header (the two losses). */
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float ts_lv16 __attribute__((vector_size(64)));
 typedef int32_t ts_li16 __attribute__((vector_size(64)));
 #define TS_LANES 16
