@@ -9,6 +9,8 @@
 #   MPIEXEC        the MPI launcher (default mpiexec.mpich, else mpiexec)
 #   PYTHON         a python3 with PyTorch and a GPU for the comparison (default python3; BENCH=0 skips it)
 #   CHECK_BUDGET_S seconds the whole check may take (default 470: under 8 minutes)
+#   CHECK_STEPS    the groups of steps 2-6 to run, a comma list of layers, coll, model, bench,
+#                  profile (default: all; a group left out is recorded as skipped)
 # It runs, in this order, each step under a timeout that keeps the whole
 # under CHECK_BUDGET_S:
 #   1. tessera info: the build, the CUDA libraries and the GPUs;
@@ -32,7 +34,9 @@
 #      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
 #   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
-#      GPU engine at the same sizes: samples/s side by side.
+#      GPU engine at the same sizes: samples/s side by side;
+#   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
+#      layer (each layer call waits for the GPU), for the next speed work.
 # Writes OUTDIR/gpu_check.json (one entry per step: name, status
 # pass|fail|skip, seconds, detail) and OUTDIR/gpu_check.log (everything
 # printed). Exit status: 0 all ran steps passed, 1 some failed, 77 there is
@@ -135,8 +139,15 @@ fi
 record info pass "$secs" "$gpu"
 
 fails=0
+# want GROUP: whether CHECK_STEPS asks for the group (else it is recorded as skipped)
+want() {
+    case ",${CHECK_STEPS:-layers,coll,model,bench,profile}," in *",$1,"*) return 0 ;; esac
+    record "$1" skip 0 "not in CHECK_STEPS=$CHECK_STEPS"
+    return 1
+}
 # 2. the layers on the GPU against the CPU
-if [ -x "$tests/test_layers_cuda" ]; then
+if ! want layers; then :
+elif [ -x "$tests/test_layers_cuda" ]; then
     run layers 120 "$tests/test_layers_cuda"
     n_ok=$(out_of_step | grep -c '^ok ')
     n_bad=$(out_of_step | grep -c '^not ok ')
@@ -160,6 +171,7 @@ coll() {
     if [ $rc -eq 0 ]; then record "$name" pass "$secs" "$np rank(s), $rpn per node: $*"
     else record "$name" fail "$secs" "exit $rc ($np rank(s), $rpn per node: $*): see the log"; fails=$((fails + 1)); fi
 }
+if want coll; then
 coll coll-1-f32 1 1 --algo nccl,hierarchical,auto --min-bytes 4 --max-bytes 4000004
 coll coll-1-bf16-avg 1 1 --algo nccl,hierarchical,auto --dtype bfloat16 --reduce avg --in-place --min-bytes 2 --max-bytes 2000002
 coll coll-1-f16-avg 1 1 --algo nccl,hierarchical,auto --dtype float16 --reduce avg --min-bytes 2 --max-bytes 2000002
@@ -185,13 +197,15 @@ if [ -x "$tests/test_device" ] || [ -x "$here/build/tests/coll/test_device" ]; t
         else record "coll-test-device-$np" fail "$secs" "exit $rc, $bad failed"; fails=$((fails + 1)); fi
     done
 fi
+fi # want coll
 
 # 4. the model on the GPU engine
 gc=$tests/golden_compare
 [ -x "$gc" ] || gc=$here/build/tests/model/golden_compare
 G=$here/tests/golden
 mkdir -p "$out/model"
-if [ ! -x "$gc" ]; then
+if ! want model; then :
+elif [ ! -x "$gc" ]; then
     record model fail 0 "no golden_compare in $tests (build it: make tests/model/golden_compare)"
     fails=$((fails + 1))
 else
@@ -272,6 +286,7 @@ PY
 fi
 
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
+if want bench; then
 for b in 2 8; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
     run "tessera-b$b" 150 "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
@@ -292,6 +307,17 @@ else
 print("; ".join("batch %d: %.1f samples/s (%s), %.1f TFLOP/s, %.3f of peak" % (r["batch"], r["samples_per_s"], r["mode"], r["tflops"], r["fraction_of_peak"]) for r in map(json.loads, sys.stdin)))' 2>/dev/null)
     if [ $rc -eq 0 ] && [ -n "$best" ]; then record pytorch pass "$secs" "$best"
     else record pytorch fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
+fi
+fi # want bench
+
+# 6. where tessera's step goes on the GPU (printed to the log)
+if want profile; then
+    run profile 90 "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 train.batch=2 \
+        train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
+    if [ $rc -eq 0 ]; then
+        record profile pass "$secs" "batch 2, ms per step: $(out_of_step | grep -E '^ +(conv forward|conv weight grad|conv input grad|transposed conv|norm\+relu|other) ' |
+            awk '{n = ""; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { printf "%s %s; ", n, $i; break } else n = (n == "" ? $i : n " " $i)}')"
+    else record profile fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
 fi
 
 if [ $fails -eq 0 ]; then finish pass "$gpu"; exit 0; fi

@@ -9,7 +9,7 @@ if ts_mpirun 1 "$TS_BUILDDIR/tessera" info 2>&1 | grep -q '^GPU 0:'; then
     echo "1..0 # SKIP a GPU is visible here: run jobs/gpu/check.sh itself"
     exit 0
 fi
-echo "1..5"
+echo "1..7"
 TESSERA="$TS_BUILDDIR/tessera" MPIEXEC="$MPIEXEC" BENCH=0 timeout 120 "$TS_SRCDIR/jobs/gpu/check.sh" "$d/out" >"$d/stdout" 2>&1
 rc=$?
 [ $rc -eq 77 ] && echo "ok 1 - exit status 77 (skip) without a GPU" || { echo "not ok 1 - exit status $rc, not 77"; cat "$d/stdout"; }
@@ -36,3 +36,33 @@ case "$out" in
 "1..0 # SKIP "*) echo "ok 5 - test_layers_cuda skips: ${out#1..0 # SKIP }" ;;
 *) echo "not ok 5 - test_layers_cuda without a GPU printed: $out" ;;
 esac
+# CHECK_STEPS: with a stand-in program that reports a GPU (its info only),
+# the groups left out are recorded as skipped and nothing else runs
+cat >"$d/fake" <<'FAKE'
+#!/bin/sh
+[ "$1" = info ] && { echo "CUDA:             compiled"; echo "GPU 0:            Stand-in GPU"; exit 0; }
+echo "stand-in: $*"; exit 3
+FAKE
+chmod +x "$d/fake"
+TESSERA="$d/fake" GPU_TESTS="$d" MPIEXEC="$MPIEXEC" CHECK_STEPS=none timeout 60 "$TS_SRCDIR/jobs/gpu/check.sh" "$d/o2" >"$d/stdout2" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && python3 - "$d/o2/gpu_check.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+st = {s["name"]: s["status"] for s in j["steps"]}
+assert st == {"info": "pass", "layers": "skip", "coll": "skip", "model": "skip", "bench": "skip", "profile": "skip"}, st
+assert j["status"] == "pass" and j["gpu"] == "Stand-in GPU", j
+PY
+then echo "ok 6 - CHECK_STEPS=none: info passes, every group recorded as skipped, nothing else ran"
+else echo "not ok 6 - CHECK_STEPS=none: exit $rc"; sed 's/^/# /' "$d/stdout2"; fi
+# ... and a group asked for runs (the stand-in's bench step fails: the check says so)
+TESSERA="$d/fake" GPU_TESTS="$d" MPIEXEC="$MPIEXEC" CHECK_STEPS=profile timeout 60 "$TS_SRCDIR/jobs/gpu/check.sh" "$d/o3" >"$d/stdout3" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "stand-in: bench step" "$d/o3/gpu_check.log" && python3 - "$d/o3/gpu_check.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+st = {s["name"]: s["status"] for s in j["steps"]}
+assert st["profile"] == "fail" and st["layers"] == "skip" and st["bench"] == "skip" and j["status"] == "fail", st
+PY
+then echo "ok 7 - CHECK_STEPS=profile runs the profile alone (the stand-in fails it: exit 1, recorded)"
+else echo "not ok 7 - CHECK_STEPS=profile: exit $rc"; sed 's/^/# /' "$d/stdout3"; fi
