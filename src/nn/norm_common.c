@@ -19,6 +19,54 @@
 #define BLOCK 256
 #define SUPER 16
 
+#pragma GCC diagnostic ignored "-Wpsabi" /* the vector helpers are always inlined: no call whose ABI could differ */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef int v16i __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) v16 ld16(const float *p) { return *(const v16u *)p; }
+static inline __attribute__((always_inline)) void st16(float *p, v16 v) { *(v16u *)p = v; }
+/* g where m > 0, else +0 (as the scalar `m > 0 ? g : 0`) */
+static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m) { return (v16)((v16i)g & (m > 0.0f)); }
+
+/* One block of sums() where C is a multiple of 16: channels c0 .. c0 + 16 NV
+ * held in registers over the block's voxels, each channel summed in voxel
+ * order as the scalar loop does (the same bits). */
+static inline __attribute__((always_inline)) void sums_run16(int mode, const float *xb, const float *gb,
+                                                             const float *mb, const float *ce, size_t nv, int C,
+                                                             int c0, const int NV, float *a1, float *a2)
+{
+    v16 s1[4], s2[4], k[4];
+    for (int j = 0; j < NV; j++) s1[j] = s2[j] = (v16){0}, k[j] = ld16(ce + c0 + 16 * j);
+    for (size_t v = 0; v < nv; v++) {
+        const size_t e = v * C + c0;
+        for (int j = 0; j < NV; j++) {
+            const v16 d = ld16(xb + e + 16 * j) - k[j];
+            if (mode == 0) {
+                s1[j] += d;
+                s2[j] += d * d;
+            } else {
+                const v16 g = mb ? masked(ld16(gb + e + 16 * j), ld16(mb + e + 16 * j)) : ld16(gb + e + 16 * j);
+                s1[j] += g;
+                s2[j] += g * d;
+            }
+        }
+    }
+    for (int j = 0; j < NV; j++) st16(a1 + c0 + 16 * j, s1[j]), st16(a2 + c0 + 16 * j, s2[j]);
+}
+
+static void sums_block16(int mode, const float *xb, const float *gb, const float *mb, const float *ce, size_t nv, int C,
+                         float *a1, float *a2)
+{
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        const int left = (C - c0) / 16;
+        if (left >= 4) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 4, a1, a2);
+        else if (left == 3) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 3, a1, a2);
+        else if (left == 2) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 2, a1, a2);
+        else sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 1, a1, a2);
+    }
+}
+
 static int nthreads(void)
 {
 #ifdef _OPENMP
@@ -60,6 +108,14 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, co
             for (size_t blk = it % nsup * SUPER; blk < nblk && blk < (it % nsup + 1) * SUPER; blk++) {
                 const size_t v0 = blk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0, o = ((size_t)n * S + v0) * C;
                 const float *xb = x + o;
+                if (C % 16 == 0) {
+                    sums_block16(mode, xb, mode ? dy + o : NULL, mode ? (mask ? mask + o : NULL) : NULL, ce, nv, C, a1, a2);
+                    for (int c = 0; c < C; c++) {
+                        p1[c] += a1[c];
+                        p2[c] += a2[c];
+                    }
+                    continue;
+                }
                 memset(a1, 0, (size_t)C * sizeof(float));
                 memset(a2, 0, (size_t)C * sizeof(float));
                 if (mode == 0) {
@@ -143,6 +199,17 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const flo
         const size_t o = (size_t)n * C, e = ((size_t)n * S + v0) * C;
         const float *xb = x + e, *gb = dy + e;
         float *db = dx + e;
+        if (C % 16 == 0) { /* 16 channels a vector, the scalar expression (the same bits) */
+            const float *mb = mask ? mask + e : NULL;
+            for (size_t v = 0; v < nv; v++)
+                for (int c = 0; c < C; c += 16) {
+                    const size_t i = v * C + c;
+                    const v16 g = mb ? masked(ld16(gb + i), ld16(mb + i)) : ld16(gb + i);
+                    st16(db + i, g * ld16(a + o + c) + (ld16(xb + i) - ld16(center + o + c)) * ld16(b + o + c) +
+                                     ld16(k + o + c));
+                }
+            continue;
+        }
         if (mask) {
             const float *mb = mask + e;
             for (size_t v = 0; v < nv; v++)
@@ -164,6 +231,50 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const flo
 
 typedef __int128 i128;
 
+/* p[c0 .. c0 + 16 NV) = max over the block's voxels of |x| (+inf where not finite), channels in registers */
+static inline __attribute__((always_inline)) void absmax_run16(const float *xb, size_t nv, int C, int c0, const int NV,
+                                                               float *p)
+{
+    const v16i bits = (v16i){0} + 0x7fffffff, inf = (v16i)((v16){0} + INFINITY);
+    v16 m[4];
+    for (int j = 0; j < NV; j++) m[j] = (v16){0};
+    for (size_t v = 0; v < nv; v++)
+        for (int j = 0; j < NV; j++) {
+            const v16i a = (v16i)ld16(xb + v * C + c0 + 16 * j) & bits, fin = (v16)a <= FLT_MAX;
+            const v16i b = (a & fin) | (inf & ~fin), gt = (v16)b > m[j]; /* NaN: inf */
+            m[j] = (v16)((b & gt) | ((v16i)m[j] & ~gt));
+        }
+    for (int j = 0; j < NV; j++) st16(p + c0 + 16 * j, m[j]);
+}
+
+typedef double v8d __attribute__((vector_size(64)));
+typedef double v8du __attribute__((vector_size(64), aligned(8)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int64_t v8q __attribute__((vector_size(64)));
+
+/* p1/p2[c0 .. c0 + 8 NV) = sums of q and q^2 over the block's voxels, q =
+ * rint(x * scale) as channel_qsums' scalar loop (the same integers: x *
+ * scale is exact, a power of two, and |x * scale| < 2^26, so adding and
+ * taking away 1.5 * 2^52 rounds it to the nearest integer, ties to even) */
+static inline __attribute__((always_inline)) void qsums_run8(const float *xb, const double *sc, size_t nv, int C, int c0,
+                                                             const int NV, int64_t *p1, int64_t *p2)
+{
+    const v8d magic = (v8d){0} + 6755399441055744.0;
+    v8q s1[4], s2[4];
+    v8d k[4];
+    for (int j = 0; j < NV; j++) s1[j] = s2[j] = (v8q){0}, k[j] = *(const v8du *)(sc + c0 + 8 * j);
+    for (size_t v = 0; v < nv; v++)
+        for (int j = 0; j < NV; j++) {
+            const v8d t = __builtin_convertvector(*(const v8fu *)(xb + v * C + c0 + 8 * j), v8d) * k[j];
+            const v8q q = __builtin_convertvector((t + magic) - magic, v8q);
+            s1[j] += q;
+            s2[j] += q * q;
+        }
+    for (int j = 0; j < NV; j++)
+        for (int l = 0; l < 8; l++) p1[c0 + 8 * j + l] = s1[j][l], p2[c0 + 8 * j + l] = s2[j][l];
+}
+
 /* amax[n][c] = max |x| over the S voxels; +inf where a value is not finite */
 static int channel_absmax(const float *x, int N, size_t S, int C, float *amax)
 {
@@ -175,6 +286,16 @@ static int channel_absmax(const float *x, int N, size_t S, int C, float *amax)
         const size_t v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
         const float *xb = x + ((it / nblk) * S + v0) * C;
         float *p = part + it * C;
+        if (C % 16 == 0) {
+            for (int c0 = 0; c0 < C; c0 += 64) {
+                const int left = (C - c0) / 16;
+                if (left >= 4) absmax_run16(xb, nv, C, c0, 4, p);
+                else if (left == 3) absmax_run16(xb, nv, C, c0, 3, p);
+                else if (left == 2) absmax_run16(xb, nv, C, c0, 2, p);
+                else absmax_run16(xb, nv, C, c0, 1, p);
+            }
+            continue;
+        }
         for (int c = 0; c < C; c++) p[c] = 0.0f;
         for (size_t v = 0; v < nv; v++)
             for (int c = 0; c < C; c++) {
@@ -204,6 +325,16 @@ static int channel_qsums(const float *x, const double *scale, int N, size_t S, i
         const float *xb = x + (n * S + v0) * C;
         const double *sc = scale + n * C;
         int64_t *p1 = part + it * 2 * C, *p2 = p1 + C;
+        if (C % 8 == 0) {
+            for (int c0 = 0; c0 < C; c0 += 32) {
+                const int left = (C - c0) / 8;
+                if (left >= 4) qsums_run8(xb, sc, nv, C, c0, 4, p1, p2);
+                else if (left == 3) qsums_run8(xb, sc, nv, C, c0, 3, p1, p2);
+                else if (left == 2) qsums_run8(xb, sc, nv, C, c0, 2, p1, p2);
+                else qsums_run8(xb, sc, nv, C, c0, 1, p1, p2);
+            }
+            continue;
+        }
         for (int c = 0; c < C; c++) p1[c] = p2[c] = 0;
         for (size_t v = 0; v < nv; v++)
             for (int c = 0; c < C; c++) {

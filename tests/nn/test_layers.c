@@ -1100,6 +1100,77 @@ static void test_bn_accuracy(void)
  * the voxels gives bitwise the same statistics and outputs, over a dynamic
  * range of 2^80 with a mean far from zero; a non-finite value makes its
  * statistic (and only its) NaN. */
+/* The norm passes take 16 channels a vector where C is a multiple of 16
+ * (src/nn/norm_common.c) and one channel at a time otherwise: each channel
+ * of a C = 80 tensor (vectors of 4 and 1, and 4, 4, 2 for the exact
+ * statistics) must give bitwise what it gives alone (C = 1), forward and
+ * backward, batch and instance norm, with and without the fused ReLU. */
+static void test_norm_channels(void)
+{
+    enum { N = 2, D = 7, H = 9, W = 11, C = 80 };
+    const int64_t V = (int64_t)N * D * H * W;
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), dy = MK(-1, 1, N, D, H, W, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C);
+    float *px = x.data;
+    for (int64_t v = 0; v < V; v++)
+        for (int c = 0; c < C; c++) px[v * C + c] = ldexpf(px[v * C + c], c % 7 - 3) + (float)(c % 5);
+    for (int kind = 0; kind < 2; kind++)
+        for (int relu = 0; relu < 2; relu++) {
+            ts_norm_opts o = nopt(0, relu);
+            ts_tensor y = MK(0, 0, N, D, H, W, C), dx = MK(0, 0, N, D, H, W, C), dg = MK(0, 0, C), db = MK(0, 0, C);
+            const int ns = kind ? N : 1; /* statistics per channel (batch) or per sample and channel (instance) */
+            ts_tensor m = MK(0, 0, ns * C), iv = MK(0, 0, ns * C);
+            int rc = 0;
+            if (kind == 0) {
+                rc |= ts_batchnorm_forward(&x, &g, &b, NULL, NULL, 1, &o, &y, &m, &iv);
+                rc |= ts_batchnorm_backward(&x, &y, &g, &m, &iv, 1, &o, &dy, &dx, &dg, &db);
+            } else {
+                rc |= ts_instancenorm_forward(&x, &g, &b, &o, &y, &m, &iv);
+                rc |= ts_instancenorm_backward(&x, &y, &g, &m, &iv, &o, &dy, &dx, &dg, &db);
+            }
+            int64_t differ = 0, nonzero = 0;
+            for (int c = 0; c < C; c++) {
+                ts_tensor x1 = MK(0, 0, N, D, H, W, 1), d1 = MK(0, 0, N, D, H, W, 1), y1 = MK(0, 0, N, D, H, W, 1);
+                ts_tensor dx1 = MK(0, 0, N, D, H, W, 1), g1 = MK(0, 0, 1), b1 = MK(0, 0, 1), dg1 = MK(0, 0, 1),
+                          db1 = MK(0, 0, 1), m1 = MK(0, 0, ns), i1 = MK(0, 0, ns);
+                float *a = x1.data, *e = d1.data;
+                for (int64_t v = 0; v < V; v++) a[v] = px[v * C + c], e[v] = ((float *)dy.data)[v * C + c];
+                ((float *)g1.data)[0] = ((float *)g.data)[c];
+                ((float *)b1.data)[0] = ((float *)b.data)[c];
+                if (kind == 0) {
+                    rc |= ts_batchnorm_forward(&x1, &g1, &b1, NULL, NULL, 1, &o, &y1, &m1, &i1);
+                    rc |= ts_batchnorm_backward(&x1, &y1, &g1, &m1, &i1, 1, &o, &d1, &dx1, &dg1, &db1);
+                } else {
+                    rc |= ts_instancenorm_forward(&x1, &g1, &b1, &o, &y1, &m1, &i1);
+                    rc |= ts_instancenorm_backward(&x1, &y1, &g1, &m1, &i1, &o, &d1, &dx1, &dg1, &db1);
+                }
+                const float *Y = y.data, *DX = dx.data, *y1p = y1.data, *dx1p = dx1.data;
+                for (int64_t v = 0; v < V; v++) {
+                    differ += memcmp(&Y[v * C + c], &y1p[v], 4) != 0;
+                    differ += memcmp(&DX[v * C + c], &dx1p[v], 4) != 0;
+                    nonzero += Y[v * C + c] != 0 && DX[v * C + c] != 0;
+                }
+                for (int n = 0; n < ns; n++) {
+                    differ += memcmp((float *)m.data + n * C + c, (float *)m1.data + n, 4) != 0;
+                    differ += memcmp((float *)iv.data + n * C + c, (float *)i1.data + n, 4) != 0;
+                }
+                differ += memcmp((float *)dg.data + c, dg1.data, 4) != 0;
+                differ += memcmp((float *)db.data + c, db1.data, 4) != 0;
+                ts_tensor *t1[] = {&x1, &d1, &y1, &dx1, &g1, &b1, &dg1, &db1, &m1, &i1};
+                for (size_t i = 0; i < sizeof t1 / sizeof *t1; i++) ts_tensor_free(t1[i]);
+            }
+            ts_ok(rc == 0 && differ == 0 && nonzero > V * C / 3,
+                  "%s norm%s, C = %d (vector passes) against each channel alone (C = 1): %lld of %lld values differ "
+                  "bitwise (outputs, input gradients, statistics, weight and bias gradients; %lld voxel-channels with "
+                  "both nonzero)",
+                  kind ? "instance" : "batch", relu ? " + ReLU" : "", C, (long long)differ,
+                  (long long)(2 * V * C + 2 * ns * C + 2 * C), (long long)nonzero);
+            ts_tensor *t[] = {&y, &dx, &dg, &db, &m, &iv};
+            for (size_t i = 0; i < sizeof t / sizeof *t; i++) ts_tensor_free(t[i]);
+        }
+    ts_tensor *all[] = {&x, &dy, &g, &b};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 static void test_norm_order(void)
 {
     const int64_t V = 7 * 9 * 11;
@@ -1379,6 +1450,7 @@ int main(int argc, char **argv)
     test_bn_running();
     test_bn_accuracy();
     test_norm_order();
+    test_norm_channels();
     test_channel_affine();
     return ts_done();
 }
