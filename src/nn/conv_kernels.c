@@ -230,19 +230,6 @@ static inline void fill_row(const slab_fmt *f, const ts_conv_geom *g, ts_conv_sr
     if (whi) row_put(f, dst, C, g->W + 1, 1, whi + vox * C, C, NULL);
 }
 
-/* Slab of the input that output rows [oh0, oh0+nr) of planes [od, od+P) of
- * sample n read: KP = (P-1) s + k planes x R rows x CS columns x C channels
- * in format f. */
-static void fill_slab_planes(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, int n, int od, int oh0, int KP,
-                             int R, int CS, void *slab)
-{
-    const size_t row = slab_row_n(f, CS, g->C);
-    for (int kd = 0; kd < KP; kd++)
-        for (int r = 0; r < R; r++)
-            fill_row(f, g, x, n, od * g->s - g->p + kd, oh0 * g->s - g->p + r, CS,
-                     (uint32_t *)slab + ((size_t)kd * R + r) * row);
-}
-
 /* A ring of KP slab planes (each R rows of CS columns in format f) that
  * follows a work unit's items along D: an item whose input planes start
  * `shift` planes after the previous item's (same sample and rows) stages
@@ -305,8 +292,8 @@ typedef struct {
 } gc_args;
 
 typedef struct {
-    const float *slab;
-    size_t rstride, pstride;
+    const float *const *planes; /* slab plane i: input plane od s - p + i (slab_ring) */
+    size_t rstride;
     int k, s, C;
     const float *gy; /* np planes x nr rows of OW voxels x ldg floats */
     int ldg, nr, OW, np;
@@ -634,14 +621,14 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
     return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL);
 }
 
-/* The weight-gradient driver for both precisions. bf16 (f->bf16, f->vpair):
- * the slab holds pairs of columns, the items run along D within a unit
- * (sample, row block, then planes; fp32 and where k <= s: planes, then row
- * blocks) so that a ring of slab planes keeps the planes that consecutive
- * items share, and
- * each item's output-gradient rows are staged as voxel pairs
+/* The weight-gradient driver for both precisions. The items run along D
+ * within a unit (sample, row block, then planes; where k <= s: planes, then
+ * row blocks) so that a ring of slab planes keeps the planes that
+ * consecutive items share (each input plane staged once per run of items,
+ * not k / s times). bf16 (f->bf16, f->vpair): the slab holds pairs of
+ * columns and each item's output-gradient rows are staged as voxel pairs
  * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
- * thread count, are those of fp32. */
+ * thread count, are the same in both. */
 /* long-function: the weight-gradient loop nest of both precisions; its OpenMP region shares the staging buffers */
 static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp,
                       const ts_conv_sched *sch)
@@ -665,7 +652,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
      * plane pointers; fp32: rows padded to ocp where OC is not */
     const int nm = g->OW / 2 + 2;
     const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
-                                  : padg ? (size_t)P * hb * g->OW * ocp : 0;
+                                  : (padg ? (size_t)P * hb * g->OW * ocp : 0) + round16((size_t)KP * 2);
     const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P, dorder = k > g->s;
     const long items = (long)g->N * npb * nhb;
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
@@ -684,10 +671,11 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     {
         const int tid = thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
-        /* bf16: the staged pairs (one zero entry first) and the ring's plane pointers after them */
+        /* bf16: the staged pairs (one zero entry first), fp32: the padded rows where OC is not a multiple
+         * of 16; the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
-        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab,
-                          (const uint32_t **)(gpad + ((size_t)P * hb * nm + 1) * ocp), NULL, NULL, 0};
+        const size_t gused = f->bf16 ? ((size_t)P * hb * nm + 1) * ocp : padg ? (size_t)P * hb * g->OW * ocp : 0;
+        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab, (const uint32_t **)(gpad + gused), NULL, NULL, 0};
         if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -698,12 +686,12 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
             memset(dw + tap_n * p0, 0, tap_n * pairs * sizeof(float));
             ring.n = -1;
             for (long it = ch * items / nch; it < (ch + 1) * items / nch; it++) {
+                /* along D where consecutive items share planes (k > s), else plane by plane */
+                const int n = (int)(it / ((long)npb * nhb));
+                const int oh0 = (int)(dorder ? it / npb % nhb : it % nhb) * hb, od = (int)(dorder ? it % npb : it / nhb % npb) * P;
+                const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
+                ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
                 if (f->bf16) {
-                    /* along D where consecutive items share planes (k > s), else plane by plane as fp32 */
-                    const int n = (int)(it / ((long)npb * nhb));
-                    const int oh0 = (int)(dorder ? it / npb % nhb : it % nhb) * hb, od = (int)(dorder ? it % npb : it / nhb % npb) * P;
-                    const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
-                    ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
                     memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
                     for (int q = 0; q < np * nr; q++) {
                         const float *src = gy + (((size_t)n * g->OD + od + q / nr) * g->OH + oh0 + q % nr) * (size_t)g->OW * g->OC;
@@ -715,14 +703,11 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     if (tid == 0) run_hooks(sch);
                     continue;
                 }
-                const int n = (int)(it / ((long)npb * nhb)), od = (int)(it / nhb % npb) * P, oh0 = (int)(it % nhb) * hb;
-                const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
-                fill_slab_planes(f, g, x, n, od, oh0, KP, R, CS, slab);
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
                 int ldg = g->OC;
                 if (padg) {
-                    memset(gpad, 0, gpad_n * sizeof(float));
+                    memset(gpad, 0, gused * sizeof(float)); /* not the ring's plane pointers after them */
                     for (size_t v = 0; v < (size_t)np * nr * g->OW; v++) {
                         if (f->f16) put_f16(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC);
                         else memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
@@ -730,7 +715,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     gr = gpad;
                     ldg = ocp;
                 }
-                wg_args a = {slab, (size_t)CS * g->C, (size_t)R * CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
+                wg_args a = {(const float *const *)ring.plane, (size_t)CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
                 for (int pr = p0; pr < p0 + pairs; pr++) {
                     const int kd = pr / k, kh = pr % k;
                     if (k3s1 && ocp == 16) { /* 3x3x3 stride 1, one output vector: the three kw taps together */

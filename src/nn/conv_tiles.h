@@ -1901,7 +1901,7 @@ static inline void wk3_8x1(const wg_args *a, int kd, int kh, int c0, int oc0)
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a0_4_0 = *(v16 *)(dwt + 0 * tapw + 4 * (size_t)ocp + 0), a0_5_0 = *(v16 *)(dwt + 0 * tapw + 5 * (size_t)ocp + 0), a0_6_0 = *(v16 *)(dwt + 0 * tapw + 6 * (size_t)ocp + 0), a0_7_0 = *(v16 *)(dwt + 0 * tapw + 7 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a1_4_0 = *(v16 *)(dwt + 1 * tapw + 4 * (size_t)ocp + 0), a1_5_0 = *(v16 *)(dwt + 1 * tapw + 5 * (size_t)ocp + 0), a1_6_0 = *(v16 *)(dwt + 1 * tapw + 6 * (size_t)ocp + 0), a1_7_0 = *(v16 *)(dwt + 1 * tapw + 7 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0), a2_4_0 = *(v16 *)(dwt + 2 * tapw + 4 * (size_t)ocp + 0), a2_5_0 = *(v16 *)(dwt + 2 * tapw + 5 * (size_t)ocp + 0), a2_6_0 = *(v16 *)(dwt + 2 * tapw + 6 * (size_t)ocp + 0), a2_7_0 = *(v16 *)(dwt + 2 * tapw + 7 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *xr = a->planes[pl + kd] + (size_t)(r + kh) * a->rstride + c0;
         const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
         v16 m1_0 = (v16){0}, m2_0 = (v16){0};
         for (int jx = 0; jx < OW + 2; jx++) {
@@ -1952,7 +1952,7 @@ static inline void wk3_4x1(const wg_args *a, int kd, int kh, int c0, int oc0)
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a0_2_0 = *(v16 *)(dwt + 0 * tapw + 2 * (size_t)ocp + 0), a0_3_0 = *(v16 *)(dwt + 0 * tapw + 3 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a1_2_0 = *(v16 *)(dwt + 1 * tapw + 2 * (size_t)ocp + 0), a1_3_0 = *(v16 *)(dwt + 1 * tapw + 3 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0), a2_2_0 = *(v16 *)(dwt + 2 * tapw + 2 * (size_t)ocp + 0), a2_3_0 = *(v16 *)(dwt + 2 * tapw + 3 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *xr = a->planes[pl + kd] + (size_t)(r + kh) * a->rstride + c0;
         const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
         v16 m1_0 = (v16){0}, m2_0 = (v16){0};
         for (int jx = 0; jx < OW + 2; jx++) {
@@ -1987,7 +1987,7 @@ static inline void wk3_2x1(const wg_args *a, int kd, int kh, int c0, int oc0)
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a0_1_0 = *(v16 *)(dwt + 0 * tapw + 1 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a1_1_0 = *(v16 *)(dwt + 1 * tapw + 1 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0), a2_1_0 = *(v16 *)(dwt + 2 * tapw + 1 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *xr = a->planes[pl + kd] + (size_t)(r + kh) * a->rstride + c0;
         const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
         v16 m1_0 = (v16){0}, m2_0 = (v16){0};
         for (int jx = 0; jx < OW + 2; jx++) {
@@ -2014,7 +2014,7 @@ static inline void wk3_1x1(const wg_args *a, int kd, int kh, int c0, int oc0)
     v16 a0_0_0 = *(v16 *)(dwt + 0 * tapw + 0 * (size_t)ocp + 0), a1_0_0 = *(v16 *)(dwt + 1 * tapw + 0 * (size_t)ocp + 0), a2_0_0 = *(v16 *)(dwt + 2 * tapw + 0 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) {
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl + kd) * a->pstride + (size_t)(r + kh) * a->rstride + c0;
+        const float *xr = a->planes[pl + kd] + (size_t)(r + kh) * a->rstride + c0;
         const float *gr = a->gy + (size_t)q * OW * ldg + oc0;
         v16 m1_0 = (v16){0}, m2_0 = (v16){0};
         for (int jx = 0; jx < OW + 2; jx++) {
@@ -2045,7 +2045,7 @@ static inline void wg_16x1(const wg_args *a, int kd, int kh, int kw, int c0, int
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c12_0 = *(v16 *)(dwt + 12 * (size_t)ocp + 0), c13_0 = *(v16 *)(dwt + 13 * (size_t)ocp + 0), c14_0 = *(v16 *)(dwt + 14 * (size_t)ocp + 0), c15_0 = *(v16 *)(dwt + 15 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2093,7 +2093,7 @@ static inline void wg_8x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2125,7 +2125,7 @@ static inline void wg_4x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2149,7 +2149,7 @@ static inline void wg_2x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2169,7 +2169,7 @@ static inline void wg_1x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2197,7 +2197,7 @@ static inline void wg_12x2(const wg_args *a, int kd, int kh, int kw, int c0, int
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16), c8_0 = *(v16 *)(dwt + 8 * (size_t)ocp + 0), c8_1 = *(v16 *)(dwt + 8 * (size_t)ocp + 16), c9_0 = *(v16 *)(dwt + 9 * (size_t)ocp + 0), c9_1 = *(v16 *)(dwt + 9 * (size_t)ocp + 16), c10_0 = *(v16 *)(dwt + 10 * (size_t)ocp + 0), c10_1 = *(v16 *)(dwt + 10 * (size_t)ocp + 16), c11_0 = *(v16 *)(dwt + 11 * (size_t)ocp + 0), c11_1 = *(v16 *)(dwt + 11 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2238,7 +2238,7 @@ static inline void wg_8x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c6_0 = *(v16 *)(dwt + 6 * (size_t)ocp + 0), c6_1 = *(v16 *)(dwt + 6 * (size_t)ocp + 16), c7_0 = *(v16 *)(dwt + 7 * (size_t)ocp + 0), c7_1 = *(v16 *)(dwt + 7 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2271,7 +2271,7 @@ static inline void wg_4x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2296,7 +2296,7 @@ static inline void wg_2x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2317,7 +2317,7 @@ static inline void wg_1x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2346,7 +2346,7 @@ static inline void wg_6x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c4_1 = *(v16 *)(dwt + 4 * (size_t)ocp + 16), c4_2 = *(v16 *)(dwt + 4 * (size_t)ocp + 32), c4_3 = *(v16 *)(dwt + 4 * (size_t)ocp + 48), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0), c5_1 = *(v16 *)(dwt + 5 * (size_t)ocp + 16), c5_2 = *(v16 *)(dwt + 5 * (size_t)ocp + 32), c5_3 = *(v16 *)(dwt + 5 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2377,7 +2377,7 @@ static inline void wg_4x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c2_1 = *(v16 *)(dwt + 2 * (size_t)ocp + 16), c2_2 = *(v16 *)(dwt + 2 * (size_t)ocp + 32), c2_3 = *(v16 *)(dwt + 2 * (size_t)ocp + 48), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c3_1 = *(v16 *)(dwt + 3 * (size_t)ocp + 16), c3_2 = *(v16 *)(dwt + 3 * (size_t)ocp + 32), c3_3 = *(v16 *)(dwt + 3 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2404,7 +2404,7 @@ static inline void wg_2x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c1_1 = *(v16 *)(dwt + 1 * (size_t)ocp + 16), c1_2 = *(v16 *)(dwt + 1 * (size_t)ocp + 32), c1_3 = *(v16 *)(dwt + 1 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
@@ -2427,7 +2427,7 @@ static inline void wg_1x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
     v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c0_1 = *(v16 *)(dwt + 0 * (size_t)ocp + 16), c0_2 = *(v16 *)(dwt + 0 * (size_t)ocp + 32), c0_3 = *(v16 *)(dwt + 0 * (size_t)ocp + 48);
     for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
         const int pl = q / a->nr, r = q % a->nr;
-        const float *xr = a->slab + (size_t)(pl * a->s + kd) * a->pstride + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
         const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
         for (int ow = 0; ow < a->OW; ow++) {
             const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
