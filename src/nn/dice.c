@@ -44,19 +44,23 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
         for (int64_t it = 0; it < N * nch; it++) {
             const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
             double *ps = part + (size_t)it * 3 * K;
-            float p[256];
-            for (int64_t v = v0; v < v1; v++) {
-                const int t = y[v];
-                if (ts_nn_ignored(t, ign)) continue;
-                if (t >= K) {
+            float p[256 * TS_LANES];
+            for (int64_t b0 = v0; b0 < v1; b0 += TS_LANES) {
+                const int nv = v1 - b0 < TS_LANES ? (int)(v1 - b0) : TS_LANES;
+                ts_nn_softmax16(l + b0 * K, K, nv, p, NULL);
+                for (int j = 0; j < nv; j++) {
+                    const int64_t v = b0 + j;
+                    const int t = y[v];
+                    if (ts_nn_ignored(t, ign)) continue;
+                    if (t >= K) {
 #pragma omp critical(ts_dice_bad)
-                    if (bad < 0 || v < bad) bad = v;
-                    continue;
+                        if (bad < 0 || v < bad) bad = v;
+                        continue;
+                    }
+                    for (int k = 0; k < K; k++) ps[3 * k + 1] += p[k * TS_LANES + j];
+                    ps[3 * t] += p[t * TS_LANES + j];
+                    ps[3 * t + 2] += 1.0;
                 }
-                ts_nn_softmax(l + v * K, K, p);
-                for (int k = 0; k < K; k++) ps[3 * k + 1] += p[k];
-                ps[3 * t] += p[t];
-                ps[3 * t + 2] += 1.0;
             }
         }
         for (int64_t it = 0; it < N * nch; it++)
@@ -133,18 +137,44 @@ static int dice_grad(const ts_tensor *logits, const ts_tensor *labels, const ts_
     const uint8_t *y = labels->data;
     const int ign = o ? o->ignore_index : -1;
     float *d = dlogits->data;
-#pragma omp parallel for schedule(dynamic, 1024)
-    for (int64_t v = 0; v < V; v++) {
-        const int t = y[v];
-        if (ts_nn_ignored(t, ign)) continue;
-        const float *ab = AB + (size_t)(v / S) * K * 2;
-        float p[256], dp[256], dot = 0;
-        ts_nn_softmax(l + v * K, K, p);
+    const int64_t nb = (V + TS_LANES - 1) / TS_LANES;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t b0 = b * TS_LANES;
+        const int nv = V - b0 < TS_LANES ? (int)(V - b0) : TS_LANES;
+        float p[256 * TS_LANES], g[256 * TS_LANES];
+        ts_nn_softmax16(l + b0 * K, K, nv, p, NULL);
+        /* dL/dl_k = p_k (dp_k - sum_i p_i dp_i), dp_k = A_k + [k = t] B_k (the
+         * sample's A, B), 16 voxels at a time; ignored voxels get nothing */
+        const ts_li16 t = ts_nn_labels16(y + b0, nv), keep = (t != ign) & (t >= 0);
+        ts_lv16 dot = {0};
+        const int64_t n0 = b0 / S, n1 = (b0 + nv - 1) / S;
+        int32_t nl[TS_LANES];
+        for (int j = 0; j < TS_LANES; j++) nl[j] = (int32_t)((j < nv ? b0 + j : b0) / S - n0);
         for (int k = 0; k < K; k++) {
-            dp[k] = ab[2 * k] + (k == t ? ab[2 * k + 1] : 0.0f);
-            dot += p[k] * dp[k];
+            ts_lv16 pk, A, B;
+            memcpy(&pk, p + k * TS_LANES, sizeof pk);
+            if (n0 == n1) {
+                A = (ts_lv16){0} + AB[(size_t)n0 * K * 2 + 2 * k];
+                B = (ts_lv16){0} + AB[(size_t)n0 * K * 2 + 2 * k + 1];
+            } else { /* a block across samples */
+                for (int j = 0; j < TS_LANES; j++) {
+                    A[j] = AB[(size_t)(n0 + nl[j]) * K * 2 + 2 * k];
+                    B[j] = AB[(size_t)(n0 + nl[j]) * K * 2 + 2 * k + 1];
+                }
+            }
+            const ts_lv16 dpk = A + ts_nn_vsel(t == k, B, (ts_lv16){0});
+            dot += pk * dpk;
+            memcpy(g + k * TS_LANES, &dpk, sizeof dpk);
         }
-        for (int k = 0; k < K; k++) d[v * K + k] += p[k] * (dp[k] - dot);
+        for (int k = 0; k < K; k++) {
+            ts_lv16 pk, dpk;
+            memcpy(&pk, p + k * TS_LANES, sizeof pk);
+            memcpy(&dpk, g + k * TS_LANES, sizeof dpk);
+            const ts_lv16 gk = ts_nn_vsel(keep, pk * (dpk - dot), (ts_lv16){0});
+            memcpy(g + k * TS_LANES, &gk, sizeof gk);
+        }
+        ts_nn_add_lanes(d + b0 * K, K, nv, g);
     }
     free(AB);
     return 0;

@@ -14,6 +14,7 @@
 #include "src/nn/loss_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define CHUNK 4096
 
@@ -54,16 +55,30 @@ static int ce_pass(const ts_tensor *logits, const ts_tensor *labels, const ts_lo
     if (!part) return TS_ERR_NOMEM;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t ch = 0; ch < nch; ch++) {
-        float p[256];
+        float p[256 * TS_LANES], lse[TS_LANES];
         double a = 0;
-        for (int64_t v = ch * CHUNK; v < V && v < (ch + 1) * CHUNK; v++) {
-            const int t = y[v];
-            if (ts_nn_ignored(t, ign)) continue;
-            const float lse = ts_nn_softmax(l + v * K, K, p), wt = w ? w[t] : 1.0f;
-            a += (double)wt * (lse - l[v * K + t]);
-            if (dl) {
-                const float c = f * wt;
-                for (int k = 0; k < K; k++) dl[v * K + k] += c * (p[k] - (k == t ? 1.0f : 0.0f));
+        const int64_t c1 = (ch + 1) * CHUNK < V ? (ch + 1) * CHUNK : V;
+        for (int64_t v0 = ch * CHUNK; v0 < c1; v0 += TS_LANES) {
+            const int nv = c1 - v0 < TS_LANES ? (int)(c1 - v0) : TS_LANES;
+            ts_nn_softmax16(l + v0 * K, K, nv, p, lse);
+            ts_lv16 c = {0}; /* f w[label], 0 where ignored */
+            for (int j = 0; j < nv; j++) {
+                const int64_t v = v0 + j;
+                const int t = y[v];
+                if (ts_nn_ignored(t, ign)) continue;
+                const float wt = w ? w[t] : 1.0f;
+                a += (double)wt * (lse[j] - l[v * K + t]);
+                c[j] = f * wt;
+            }
+            if (dl) { /* dl += f w[label] (softmax - onehot), 16 voxels at a time */
+                const ts_li16 t = ts_nn_labels16(y + v0, nv);
+                for (int k = 0; k < K; k++) {
+                    ts_lv16 pk;
+                    memcpy(&pk, p + k * TS_LANES, sizeof pk);
+                    pk = c * (pk - ts_nn_vsel(t == k, (ts_lv16){0} + 1.0f, (ts_lv16){0}));
+                    memcpy(p + k * TS_LANES, &pk, sizeof pk);
+                }
+                ts_nn_add_lanes(dl + v0 * K, K, nv, p);
             }
         }
         part[ch] = a;

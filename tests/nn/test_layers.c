@@ -8,6 +8,7 @@
 #include "src/nn/conv_impl.h" /* ts_nn_bf16_select_isa: the bf16 tests run both variants */
 #include "src/nn/layers.h"
 #include "src/nn/norm_impl.h" /* ts_nn_channel_affine: its 16-lane path against a naive one */
+#include "src/nn/loss_impl.h" /* ts_nn_softmax16: the losses' vector softmax against double */
 #include "tests/tap.h"
 
 #include <math.h>
@@ -1326,6 +1327,65 @@ static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* The losses' 16-voxel softmax (its own vector exp) against double
+ * precision over logits spread from -100 to 100 (exp's cut-off at -87 and
+ * probabilities down to 1e-38 included), every block size; a voxel's
+ * results must not depend on its lane; NaN stays NaN. */
+static void test_softmax16(void)
+{
+    const int Ks[] = {1, 2, 3, 4, 17};
+    double worst_p = 0, worst_l = 0;
+    int lane_diff = 0, n = 0, tiny = 0;
+    for (int ki = 0; ki < 5; ki++) {
+        const int K = Ks[ki];
+        float l[16 * 17], p[17 * 16], lse[16], p1[17 * 16], lse1[16];
+        for (int rep = 0; rep < 200; rep++) {
+            const float spread = rep % 4 == 0 ? 200.0f : rep % 4 == 1 ? 20.0f : rep % 4 == 2 ? 2.0f : 1e-3f;
+            for (int i = 0; i < 16 * K; i++) l[i] = (ts_rng_uniform(&rng) - 0.5f) * spread;
+            const int nv = 1 + rep % 16;
+            ts_nn_softmax16(l, K, nv, p, lse);
+            for (int j = 0; j < nv; j++) {
+                double m = l[j * K], s = 0;
+                for (int k = 1; k < K; k++) m = l[j * K + k] > m ? l[j * K + k] : m;
+                for (int k = 0; k < K; k++) s += exp((double)l[j * K + k] - m);
+                for (int k = 0; k < K; k++) {
+                    const double want = exp((double)l[j * K + k] - m) / s;
+                    const float got = p[k * 16 + j];
+                    /* relative down to 1e-36; below, within 1e-37 absolute (exp is
+                     * cut to 0 below -87.3, where its value is 1.2e-38) */
+                    if (want > 1e-36) {
+                        /* over its bound: exp (about 1.5 ulp), the division, and the float
+                         * difference l - max (half an ulp of it, relative to exp) */
+                        const double d = fabs((double)l[j * K + k] - m);
+                        const double e = fabs(got - want) / want / (4e-7 + 6e-8 * d);
+                        worst_p = e > worst_p ? e : worst_p;
+                    } else {
+                        tiny++;
+                        if (fabs(got - want) > 1e-37) worst_p = 2;
+                    }
+                    n++;
+                }
+                const double wl = m + log(s), el = fabs(lse[j] - wl) / (fabs(wl) > 1 ? fabs(wl) : 1);
+                worst_l = el > worst_l ? el : worst_l;
+                /* the same voxel alone in lane 0 */
+                ts_nn_softmax16(l + j * K, K, 1, p1, lse1);
+                for (int k = 0; k < K; k++) lane_diff += memcmp(&p1[k * 16], &p[k * 16 + j], sizeof(float)) != 0;
+                lane_diff += memcmp(&lse1[0], &lse[j], sizeof(float)) != 0;
+            }
+        }
+    }
+    ts_ok(n > 10000 && worst_p <= 1 && worst_l < 1e-6 && tiny > 0,
+          "16-voxel softmax vs double: %d probabilities (%d below 1e-36: within 1e-37), worst error %.2f of its bound "
+          "(4e-7 + 6e-8 |l - max| relative), log-sum-exp %.2e (bound 1e-6)",
+          n, tiny, worst_p, worst_l);
+    ts_ok(lane_diff == 0, "16-voxel softmax: a voxel alone in lane 0 = the same voxel in its block, bit for bit (%d differ)",
+          lane_diff);
+    float l[3] = {0.5f, NAN, 1.0f}, p[3 * 16], lse[16];
+    ts_nn_softmax16(l, 3, 1, p, lse);
+    ts_ok(isnan(lse[0]) || isnan(p[0]) || isnan(p[32]), "16-voxel softmax: a NaN logit gives NaN (lse %g, p %g %g %g)",
+          lse[0], p[0], p[16], p[32]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1333,6 +1393,7 @@ int main(int argc, char **argv)
         return 0;
     }
     ts_rng_init(&rng, 42, 0, 0);
+    test_softmax16();
     /* fast kernels vs references: tile tails, padded channels, strides */
     test_conv_vs_ref(2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
     test_conv_vs_ref(1, 4, 4, 37, 16, 16, 3, 1, 1, 1);
