@@ -1172,6 +1172,38 @@ static void test_norm_channels(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* The convolutions' bias gradient sums 16 channels a vector where OC is a
+ * multiple of 16 (up to 64 channels in registers at a time)
+ * and one channel at a time otherwise: each channel of OC = 80 and of
+ * OC = 320 must give bitwise what it gives alone (OC = 1). */
+static void test_bias_grad_channels(void)
+{
+    const int OCs[] = {80, 320};
+    for (int k = 0; k < 2; k++) {
+        const int OC = OCs[k];
+        const size_t V = 5000; /* 64 chunks of 78-79 voxels */
+        float *gy = malloc(V * OC * sizeof(float)), *one = malloc(V * sizeof(float));
+        float *db = calloc((size_t)OC, sizeof(float));
+        int rc = 0;
+        size_t differ = 0, nonzero = 0;
+        for (size_t i = 0; i < V * OC; i++) gy[i] = ldexpf((float)((i * 2654435761u) % 2001) - 1000.0f, -(int)(i % 13));
+        rc |= ts_nn_bias_grad(gy, V, OC, db);
+        for (int c = 0; c < OC; c++) {
+            float d1 = 0.0f;
+            for (size_t v = 0; v < V; v++) one[v] = gy[v * OC + c];
+            rc |= ts_nn_bias_grad(one, V, 1, &d1);
+            differ += memcmp(&d1, &db[c], sizeof d1) != 0;
+            nonzero += db[c] != 0.0f;
+        }
+        ts_ok(rc == 0 && differ == 0 && nonzero > (size_t)OC / 2,
+              "conv bias gradient, OC = %d (vector sums) against each channel alone: %zu of %d differ bitwise (%zu nonzero)",
+              OC, differ, OC, nonzero);
+        free(gy);
+        free(one);
+        free(db);
+    }
+}
+
 static void test_norm_order(void)
 {
     const int64_t V = 7 * 9 * 11;
@@ -1512,6 +1544,7 @@ int main(int argc, char **argv)
     test_bn_accuracy();
     test_norm_order();
     test_norm_channels();
+    test_bias_grad_channels();
     test_channel_affine();
     return ts_done();
 }
