@@ -648,8 +648,8 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const size_t rs = slab_row_n(f, CS, g->C);
     const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
     const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
-    /* bf16: nm pairs per staged row after one zero entry, and the ring's
-     * plane pointers; fp32: rows padded to ocp where OC is not */
+    /* bf16: nm pairs per staged row after one zero entry; fp32: rows padded
+     * to ocp where OC is not; then the ring's plane pointers (both) */
     const int nm = g->OW / 2 + 2;
     const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
                                   : (padg ? (size_t)P * hb * g->OW * ocp : 0) + round16((size_t)KP * 2);

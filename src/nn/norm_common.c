@@ -109,7 +109,7 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, co
                 const size_t v0 = blk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0, o = ((size_t)n * S + v0) * C;
                 const float *xb = x + o;
                 if (C % 16 == 0) {
-                    sums_block16(mode, xb, mode ? dy + o : NULL, mode ? (mask ? mask + o : NULL) : NULL, ce, nv, C, a1, a2);
+                    sums_block16(mode, xb, dy ? dy + o : NULL, mask ? mask + o : NULL, ce, nv, C, a1, a2);
                     for (int c = 0; c < C; c++) {
                         p1[c] += a1[c];
                         p2[c] += a2[c];
