@@ -67,7 +67,7 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
                          ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
 {
     const ts_norm_opts o = ts_unet_norm_opts(m);
-    if (m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_backward(&xa->a[i], m->cfg.slope, g, g));
+    if (ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&xa->a[i], m->cfg.slope, g, g));
     {
         ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
@@ -157,8 +157,8 @@ static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in
                        ts_tensor *dx)
 {
     ts_norm_opts o = ts_unet_norm_opts(m);
-    o.relu = act && m->cfg.act == TS_ACT_RELU;
-    if (act && m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_backward(&x->a, m->cfg.slope, g, g));
+    o.relu = act && o.relu;
+    if (act && ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&x->a, m->cfg.slope, g, g));
     ts_tensor gm = V(m, p->nw), dgm = G(m, p->nw), dbe = G(m, p->nb);
     switch (m->cfg.norm) {
     case TS_NORM_BATCH:

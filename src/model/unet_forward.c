@@ -10,10 +10,13 @@
 
 #include <string.h>
 
-/* norms with the ReLU that follows them fused (leaky ReLU: applied after the norm) */
+/* norms with the activation that follows them fused (the GPU engine: ReLU
+ * only, a leaky ReLU runs as its own pass after the norm; see unet_leaky_pass) */
 ts_norm_opts ts_unet_norm_opts(const ts_unet *m)
 {
-    ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, m->cfg.act == TS_ACT_RELU, NULL, NULL};
+    const int leaky = m->cfg.act == TS_ACT_LEAKY && !m->device;
+    ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, m->cfg.act == TS_ACT_RELU || leaky,
+                      leaky ? m->cfg.slope : 0.0f, NULL, NULL};
     if (m->cfg.norm == TS_NORM_BATCH && m->norm_sync) {
         o.sync = m->norm_sync;
         o.sync_ctx = m->norm_ctx;
@@ -103,7 +106,7 @@ int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train,
             TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y[i], &g, &be, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             break;
         }
-        if (m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_forward(&x->a[i], m->cfg.slope, &x->a[i]));
+        if (ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_forward(&x->a[i], m->cfg.slope, &x->a[i]));
     }
     return 0;
 }
@@ -115,7 +118,7 @@ int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train,
 static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out, int act, int train, int again)
 {
     ts_norm_opts o = ts_unet_norm_opts(m);
-    o.relu = act && m->cfg.act == TS_ACT_RELU;
+    o.relu = act && o.relu;
     ts_tensor g = V(m, p->nw), be = V(m, p->nb);
     switch (m->cfg.norm) {
     case TS_NORM_BATCH: {
@@ -133,7 +136,7 @@ static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out,
         TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y, &g, &be, &o, out, &x->smean, &x->sinv));
         break;
     }
-    if (act && m->cfg.act == TS_ACT_LEAKY) TIMED(m, TS_PROF_NORM, ts_relu_forward(out, m->cfg.slope, out));
+    if (act && ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_forward(out, m->cfg.slope, out));
     return 0;
 }
 

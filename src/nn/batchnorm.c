@@ -108,7 +108,7 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
         }
     }
     for (int c = 0; c < C; c++) affine_of(g[c], b[c], mean[c], inv[c], &scale[c], &shift[c]);
-    ts_nn_channel_affine(x->data, scale, shift, 1, M, C, o->relu, y->data);
+    ts_nn_channel_affine(x->data, scale, shift, 1, M, C, o->relu, o->slope, y->data);
 cleanup:
     free(s);
     free(sc);
@@ -144,7 +144,7 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     k = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
     if (!s || !k) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
-    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, o->slope, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
     for (int c = 0; c < C; c++) {
         if (dgamma) ((float *)dgamma->data)[c] += (float)(s[C + c] * inv[c]);
         if (dbeta) ((float *)dbeta->data)[c] += (float)s[c];
@@ -176,7 +176,7 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 b[c] = kk[c] = 0.0f;
             }
         }
-        ts_nn_norm_dx(x->data, dy->data, mask, mean, a, b, kk, 1, M, C, dx->data);
+        ts_nn_norm_dx(x->data, dy->data, mask, o->slope, mean, a, b, kk, 1, M, C, dx->data);
     }
 cleanup:
     free(s);

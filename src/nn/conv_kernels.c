@@ -351,14 +351,12 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
 static void epilogue(const ts_conv_ep *ep, const float *pat, float *y, int n, int C, int c0)
 {
     if (!ep) return;
-    if (pat) ts_nn_affine_run16(y, pat, pat + 16, (size_t)n * C, ep->act == TS_EP_RELU, y);
-    else if (ep->scale) ts_nn_affine_run(y, ep->scale + c0, ep->shift + c0, (size_t)n, C, ep->act == TS_EP_RELU, y);
-    else if (ep->act == TS_EP_RELU)
-        for (size_t i = 0; i < (size_t)n * C; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
-    if (ep->act == TS_EP_LEAKY) {
-        const float slope = ep->slope;
-        for (size_t i = 0; i < (size_t)n * C; i++) y[i] = y[i] > 0.0f ? y[i] : slope * y[i];
-    }
+    const int act = ep->act != TS_EP_NONE;
+    const float slope = ep->act == TS_EP_LEAKY ? ep->slope : 0.0f;
+    if (pat) ts_nn_affine_run16(y, pat, pat + 16, (size_t)n * C, act, slope, y);
+    else if (ep->scale) ts_nn_affine_run(y, ep->scale + c0, ep->shift + c0, (size_t)n, C, act, slope, y);
+    else if (act)
+        for (size_t i = 0; i < (size_t)n * C; i++) y[i] = ts_nn_act1(y[i], 1, slope);
 }
 
 /* One output row into y (split or not, see ts_conv_dst) with the fp32

@@ -81,7 +81,7 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
                 shift[(size_t)n * d.C + c] = b[c] - mean[j] * g[c] * iv;
             }
         }
-    ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, o->relu, y->data);
+    ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, o->relu, o->slope, y->data);
 cleanup:
     free(s);
     free(t);
@@ -119,7 +119,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
     for (int n = 0; n < d.N; n++)
         for (int c = 0; c < d.C; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + c / d.cg];
-    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, ctr, d.N, d.S, d.C, s, s + nc));
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, o->slope, ctr, d.N, d.S, d.C, s, s + nc));
     /* the weight and bias gradients from this rank's sums (its share) */
     for (int n = 0; n < d.N; n++)
         for (int c = 0; c < d.C; c++) {
@@ -152,7 +152,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 k[i] = (float)(-iv * A / m);
             }
         }
-    ts_nn_norm_dx(x->data, dy->data, mask, ctr, a, b, k, d.N, d.S, d.C, dx->data);
+    ts_nn_norm_dx(x->data, dy->data, mask, o->slope, ctr, a, b, k, d.N, d.S, d.C, dx->data);
 cleanup:
     free(s);
     free(t);

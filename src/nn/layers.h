@@ -207,6 +207,10 @@ typedef struct ts_norm_opts {
     int groups;     /* group norm only: groups dividing C */
     int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
                      * takes that output y and passes dy only where y > 0 */
+    float slope;    /* with relu, > 0: a fused leaky ReLU instead: forward
+                     * t > 0 ? t : slope t, backward dy where y > 0, else
+                     * slope dy (relu.c's arithmetic: the same bits as the
+                     * separate pass; the CPU only) */
     /* may be NULL: reduces n doubles (op TS_SYNC_SUM or TS_SYNC_MAX) over
      * the ranks that share the statistics (batch norm: synchronised batch
      * norm and/or the pieces of a spatially split batch; group and instance

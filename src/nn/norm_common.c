@@ -26,15 +26,22 @@ typedef int v16i __attribute__((vector_size(64)));
 
 static inline __attribute__((always_inline)) v16 ld16(const float *p) { return *(const v16u *)p; }
 static inline __attribute__((always_inline)) void st16(float *p, v16 v) { *(v16u *)p = v; }
-/* g where m > 0, else +0 (as the scalar `m > 0 ? g : 0`) */
-static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m) { return (v16)((v16i)g & (m > 0.0f)); }
+/* g where m > 0, else +0 (slope 0, as the scalar `m > 0 ? g : 0`) or slope g
+ * (leaky, as relu.c's `m > 0 ? g : slope * g`) */
+static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m, float slope)
+{
+    const v16i pos = m > 0.0f;
+    if (slope == 0.0f) return (v16)((v16i)g & pos);
+    return (v16)(((v16i)g & pos) | ((v16i)(slope * g) & ~pos));
+}
+static inline float masked1(float g, float m, float slope) { return m > 0.0f ? g : slope == 0.0f ? 0.0f : slope * g; }
 
 /* One block of sums() where C is a multiple of 16: channels c0 .. c0 + 16 NV
  * held in registers over the block's voxels, each channel summed in voxel
  * order as the scalar loop does (the same bits). */
 static inline __attribute__((always_inline)) void sums_run16(int mode, const float *xb, const float *gb,
-                                                             const float *mb, const float *ce, size_t nv, int C,
-                                                             int c0, const int NV, float *a1, float *a2)
+                                                             const float *mb, float slope, const float *ce, size_t nv,
+                                                             int C, int c0, const int NV, float *a1, float *a2)
 {
     v16 s1[4], s2[4], k[4];
     for (int j = 0; j < NV; j++) s1[j] = s2[j] = (v16){0}, k[j] = ld16(ce + c0 + 16 * j);
@@ -46,7 +53,7 @@ static inline __attribute__((always_inline)) void sums_run16(int mode, const flo
                 s1[j] += d;
                 s2[j] += d * d;
             } else {
-                const v16 g = mb ? masked(ld16(gb + e + 16 * j), ld16(mb + e + 16 * j)) : ld16(gb + e + 16 * j);
+                const v16 g = mb ? masked(ld16(gb + e + 16 * j), ld16(mb + e + 16 * j), slope) : ld16(gb + e + 16 * j);
                 s1[j] += g;
                 s2[j] += g * d;
             }
@@ -55,15 +62,15 @@ static inline __attribute__((always_inline)) void sums_run16(int mode, const flo
     for (int j = 0; j < NV; j++) st16(a1 + c0 + 16 * j, s1[j]), st16(a2 + c0 + 16 * j, s2[j]);
 }
 
-static void sums_block16(int mode, const float *xb, const float *gb, const float *mb, const float *ce, size_t nv, int C,
-                         float *a1, float *a2)
+static void sums_block16(int mode, const float *xb, const float *gb, const float *mb, float slope, const float *ce,
+                         size_t nv, int C, float *a1, float *a2)
 {
     for (int c0 = 0; c0 < C; c0 += 64) {
         const int left = (C - c0) / 16;
-        if (left >= 4) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 4, a1, a2);
-        else if (left == 3) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 3, a1, a2);
-        else if (left == 2) sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 2, a1, a2);
-        else sums_run16(mode, xb, gb, mb, ce, nv, C, c0, 1, a1, a2);
+        if (left >= 4) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 4, a1, a2);
+        else if (left == 3) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 3, a1, a2);
+        else if (left == 2) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 2, a1, a2);
+        else sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 1, a1, a2);
     }
 }
 
@@ -86,8 +93,8 @@ static int tid(void)
 }
 
 /* mode 0: moments of x around K; mode 1: gradient sums */
-static int sums(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N, size_t S, int C,
-                double *s1, double *s2)
+static int sums(int mode, const float *x, const float *dy, const float *mask, float slope, const float *ctr, int N,
+                size_t S, int C, double *s1, double *s2)
 {
     const size_t nblk = (S + BLOCK - 1) / BLOCK, nsup = (nblk + SUPER - 1) / SUPER, items = (size_t)N * nsup;
     double *part = TS_CALLOC(items * 2 * C, sizeof(double));
@@ -109,7 +116,7 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, co
                 const size_t v0 = blk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0, o = ((size_t)n * S + v0) * C;
                 const float *xb = x + o;
                 if (C % 16 == 0) {
-                    sums_block16(mode, xb, dy ? dy + o : NULL, mask ? mask + o : NULL, ce, nv, C, a1, a2);
+                    sums_block16(mode, xb, dy ? dy + o : NULL, mask ? mask + o : NULL, slope, ce, nv, C, a1, a2);
                     for (int c = 0; c < C; c++) {
                         p1[c] += a1[c];
                         p2[c] += a2[c];
@@ -137,7 +144,7 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, co
                     const float *gb = dy + o, *mb = mask + o;
                     for (size_t v = 0; v < nv; v++)
                         for (int c = 0; c < C; c++) {
-                            const float g = mb[v * C + c] > 0.0f ? gb[v * C + c] : 0.0f;
+                            const float g = masked1(gb[v * C + c], mb[v * C + c], slope);
                             a1[c] += g;
                             a2[c] += g * (xb[v * C + c] - ce[c]);
                         }
@@ -166,17 +173,17 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, co
 
 int ts_nn_channel_moments(const float *x, const float *K, int N, size_t S, int C, double *s1, double *s2)
 {
-    return sums(0, x, NULL, NULL, K, N, S, C, s1, s2);
+    return sums(0, x, NULL, NULL, 0.0f, K, N, S, C, s1, s2);
 }
 
-int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, const float *center, int N, size_t S,
-                            int C, double *s1, double *s2)
+int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, float slope, const float *center, int N,
+                            size_t S, int C, double *s1, double *s2)
 {
-    return sums(1, x, dy, mask, center, N, S, C, s1, s2);
+    return sums(1, x, dy, mask, slope, center, N, S, C, s1, s2);
 }
 
 void ts_nn_channel_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
-                          float *y)
+                          float slope, float *y)
 {
     const size_t nblk = (S + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(dynamic, 8)
@@ -184,11 +191,11 @@ void ts_nn_channel_affine(const float *x, const float *scale, const float *shift
         const int n = (int)(it / nblk);
         const size_t v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
         ts_nn_affine_run(x + ((size_t)n * S + v0) * C, scale + (size_t)n * C, shift + (size_t)n * C, nv, C, relu,
-                         y + ((size_t)n * S + v0) * C);
+                         slope, y + ((size_t)n * S + v0) * C);
     }
 }
 
-void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const float *center, const float *a,
+void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *center, const float *a,
                    const float *b, const float *k, int N, size_t S, int C, float *dx)
 {
     const size_t nblk = (S + BLOCK - 1) / BLOCK;
@@ -204,7 +211,7 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const flo
             for (size_t v = 0; v < nv; v++)
                 for (int c = 0; c < C; c += 16) {
                     const size_t i = v * C + c;
-                    const v16 g = mb ? masked(ld16(gb + i), ld16(mb + i)) : ld16(gb + i);
+                    const v16 g = mb ? masked(ld16(gb + i), ld16(mb + i), slope) : ld16(gb + i);
                     st16(db + i, g * ld16(a + o + c) + (ld16(xb + i) - ld16(center + o + c)) * ld16(b + o + c) +
                                      ld16(k + o + c));
                 }
@@ -214,7 +221,7 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const flo
             const float *mb = mask + e;
             for (size_t v = 0; v < nv; v++)
                 for (int c = 0; c < C; c++) {
-                    const float g = mb[v * C + c] > 0.0f ? gb[v * C + c] : 0.0f;
+                    const float g = masked1(gb[v * C + c], mb[v * C + c], slope);
                     db[v * C + c] = g * a[o + c] + (xb[v * C + c] - center[o + c]) * b[o + c] + k[o + c];
                 }
         } else {

@@ -2,7 +2,9 @@
  * on channels-last data x [N][S][C] (S voxels per sample). Sums are taken in
  * float over blocks of voxels and in double across blocks, per work item in
  * a fixed order (results do not depend on the schedule or thread count).
- * mask, where taken, is the output of a fused ReLU: dy counts where mask > 0. */
+ * mask, where taken, is the output of a fused ReLU: dy counts where mask > 0,
+ * elsewhere 0 (slope 0: ReLU) or slope dy (slope > 0: leaky ReLU, the
+ * arithmetic of relu.c's backward, so the bits equal the two passes'). */
 #ifndef TS_NN_NORM_IMPL_H
 #define TS_NN_NORM_IMPL_H
 
@@ -28,12 +30,14 @@
 int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_norm_opts *o, double *mean, double *var,
                       double *count);
 
-/* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy, or 0 where mask <= 0. */
-int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, const float *center, int N, size_t S,
-                            int C, double *s1, double *s2);
-/* y[n][s][c] = x * scale[n][c] + shift[n][c], then max(0, .) if relu (y may be x). */
+/* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy where
+ * there is no mask or mask > 0, else 0 (slope 0) or slope dy. */
+int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, float slope, const float *center, int N,
+                            size_t S, int C, double *s1, double *s2);
+/* y[n][s][c] = x * scale[n][c] + shift[n][c], then if relu max(0, .)
+ * (slope 0) or t > 0 ? t : slope t (leaky; relu.c's arithmetic) (y may be x). */
 void ts_nn_channel_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
-                          float *y);
+                          float slope, float *y);
 
 /* The affine map of ts_nn_channel_affine, inline, so that a convolution's
  * epilogue (conv_kernels.c) computes the same bits on each output row as
@@ -46,49 +50,60 @@ static inline void ts_nn_affine_pattern(const float *sc, const float *sh, int C,
     for (int j = 0; j < 16; j++) a[j] = sc[j % C], b[j] = sh[j % C];
 }
 
-static inline void ts_nn_affine_run16(const float *xb, const float *a, const float *b, size_t ne, int relu, float *yb)
+/* GCC warns that a 64-byte vector's ABI differs without AVX-512: no call is
+ * left to differ (always inlined) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float ts_nn_v16 __attribute__((vector_size(64)));
+typedef int ts_nn_v16i __attribute__((vector_size(64)));
+
+/* the activation of 16 values: t (relu 0), t where t > 0 else +0 (NaN and
+ * -0 -> 0, as the scalar `t > 0 ? t : 0`; slope 0) or slope t (leaky) */
+static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_act16(ts_nn_v16 t, int relu, float slope)
 {
-    typedef float v16 __attribute__((vector_size(64)));
+    if (!relu) return t;
+    const ts_nn_v16i pos = t > 0.0f;
+    if (slope == 0.0f) return (ts_nn_v16)((ts_nn_v16i)t & pos);
+    return (ts_nn_v16)(((ts_nn_v16i)t & pos) | ((ts_nn_v16i)(slope * t) & ~pos));
+}
+
+#pragma GCC diagnostic pop
+
+static inline float ts_nn_act1(float t, int relu, float slope)
+{
+    return !relu ? t : t > 0.0f ? t : slope == 0.0f ? 0.0f : slope * t;
+}
+
+static inline void ts_nn_affine_run16(const float *xb, const float *a, const float *b, size_t ne, int relu, float slope,
+                                      float *yb)
+{
     typedef float v16u __attribute__((vector_size(64), aligned(4)));
-    typedef int v16i __attribute__((vector_size(64)));
-    v16 va, vb;
+    ts_nn_v16 va, vb;
     memcpy(&va, a, sizeof va);
     memcpy(&vb, b, sizeof vb);
     size_t i = 0;
-    for (; i + 16 <= ne; i += 16) {
-        const v16 t = *(const v16u *)(xb + i) * va + vb;
-        *(v16u *)(yb + i) = relu ? (v16)((v16i)t & (t > 0.0f)) : t; /* NaN and -0 -> 0, as below */
-    }
-    for (; i < ne; i++) {
-        const float t = xb[i] * a[i % 16] + b[i % 16];
-        yb[i] = relu ? (t > 0.0f ? t : 0.0f) : t;
-    }
+    for (; i + 16 <= ne; i += 16) *(v16u *)(yb + i) = ts_nn_act16(*(const v16u *)(xb + i) * va + vb, relu, slope);
+    for (; i < ne; i++) yb[i] = ts_nn_act1(xb[i] * a[i % 16] + b[i % 16], relu, slope);
 }
 
 /* ... on nv voxels of C channels from x to y (y may be x) with one
  * sample's scale and shift */
 static inline void ts_nn_affine_run(const float *xb, const float *sc, const float *sh, size_t nv, int C, int relu,
-                                    float *yb)
+                                    float slope, float *yb)
 {
-    typedef float v16 __attribute__((vector_size(64)));
     typedef float v16u __attribute__((vector_size(64), aligned(4)));
-    typedef int v16i __attribute__((vector_size(64)));
     if (C <= 16 && 16 % C == 0) {
         float a[16], b[16];
         ts_nn_affine_pattern(sc, sh, C, a, b);
-        ts_nn_affine_run16(xb, a, b, nv * C, relu, yb);
+        ts_nn_affine_run16(xb, a, b, nv * C, relu, slope, yb);
     } else if (C % 16 == 0) { /* each voxel in vectors of 16 channels */
         for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < C; c += 16) {
-                const v16 t = *(const v16u *)(xb + v * C + c) * *(const v16u *)(sc + c) + *(const v16u *)(sh + c);
-                *(v16u *)(yb + v * C + c) = relu ? (v16)((v16i)t & (t > 0.0f)) : t;
-            }
+            for (int c = 0; c < C; c += 16)
+                *(v16u *)(yb + v * C + c) = ts_nn_act16(
+                    *(const v16u *)(xb + v * C + c) * *(const v16u *)(sc + c) + *(const v16u *)(sh + c), relu, slope);
     } else if (relu) {
         for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < C; c++) {
-                const float t = xb[v * C + c] * sc[c] + sh[c];
-                yb[v * C + c] = t > 0.0f ? t : 0.0f;
-            }
+            for (int c = 0; c < C; c++) yb[v * C + c] = ts_nn_act1(xb[v * C + c] * sc[c] + sh[c], 1, slope);
     } else {
         for (size_t v = 0; v < nv; v++)
             for (int c = 0; c < C; c++) yb[v * C + c] = xb[v * C + c] * sc[c] + sh[c];
@@ -96,6 +111,6 @@ static inline void ts_nn_affine_run(const float *xb, const float *sc, const floa
 }
 /* dx[n][s][c] = dy' * a[n][c] + (x - center[n][c]) * b[n][c] + k[n][c] with dy' as above
  * (the shape of every norm's input gradient; dx may alias dy or x). */
-void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, const float *center, const float *a,
+void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *center, const float *a,
                    const float *b, const float *k, int N, size_t S, int C, float *dx);
 #endif

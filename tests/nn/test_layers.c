@@ -885,12 +885,15 @@ static int gn_any(int fwd, int groups, const ts_tensor *x, const ts_tensor *g, c
                   : ts_instancenorm_backward(x, yb, g, sm, si, o, dy, dx, dg, db);
 }
 
-/* The fused norm + ReLU against the composition of the separately
- * checked layers (finite differences across the ReLU's kink are unreliable):
- * forward = relu(norm(x)); backward = norm backward of relu backward. */
-static void fused_norm(const char *what, int kind, int train, int groups)
+/* The fused norm + ReLU (slope 0) or leaky ReLU (slope > 0) against the
+ * composition of the separately checked layers (finite differences across
+ * the kink are unreliable): forward = relu(norm(x)); backward = norm
+ * backward of relu backward; the same values (every output, input gradient
+ * and parameter gradient equal, not only close), for a channel count with
+ * the vector passes (C = 16) and one without (C = 6). */
+static void fused_norm(const char *what, int kind, int train, int groups, int64_t C, float slope)
 {
-    const int64_t C = 6, N = 2;
+    const int64_t N = 2;
     ts_tensor x = MK(-2, 3, N, 3, 4, 5, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C), dy = MK(-1, 1, N, 3, 4, 5, C);
     ts_tensor y1 = MK(0, 0, N, 3, 4, 5, C), y2 = MK(0, 0, N, 3, 4, 5, C), dx1 = MK(0, 0, N, 3, 4, 5, C),
               dx2 = MK(0, 0, N, 3, 4, 5, C), dm = MK(0, 0, N, 3, 4, 5, C);
@@ -898,24 +901,26 @@ static void fused_norm(const char *what, int kind, int train, int groups)
     int64_t ns = kind == 0 ? C : N * (groups ? groups : C);
     ts_tensor sm = MK(0, 0, ns), si = MK(0, 0, ns), rm = MK(-0.5f, 0.5f, C), rv = MK(0.5f, 2, C);
     ts_norm_opts plain = nopt(groups, 0), fused = nopt(groups, 1);
+    fused.slope = slope;
     int rc = 0;
     /* fused */
     if (kind == 0) {
         rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &fused, &y1, &sm, &si);
         rc |= ts_batchnorm_backward(&x, &y1, &g, &sm, &si, train, &fused, &dy, &dx1, &gg1, &gb1);
         rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &plain, &y2, &sm, &si);
-        rc |= ts_relu_forward(&y2, 0.0f, &y2);
-        rc |= ts_relu_backward(&y2, 0.0f, &dy, &dm);
+        rc |= ts_relu_forward(&y2, slope, &y2);
+        rc |= ts_relu_backward(&y2, slope, &dy, &dm);
         rc |= ts_batchnorm_backward(&x, NULL, &g, &sm, &si, train, &plain, &dm, &dx2, &gg2, &gb2);
     } else {
         rc |= gn_any(1, groups, &x, &g, &b, NULL, &fused, &y1, &sm, &si, NULL, NULL, NULL, NULL);
         rc |= gn_any(0, groups, &x, &g, &b, &y1, &fused, NULL, &sm, &si, &dy, &dx1, &gg1, &gb1);
         rc |= gn_any(1, groups, &x, &g, &b, NULL, &plain, &y2, &sm, &si, NULL, NULL, NULL, NULL);
-        rc |= ts_relu_forward(&y2, 0.0f, &y2);
-        rc |= ts_relu_backward(&y2, 0.0f, &dy, &dm);
+        rc |= ts_relu_forward(&y2, slope, &y2);
+        rc |= ts_relu_backward(&y2, slope, &dy, &dm);
         rc |= gn_any(0, groups, &x, &g, &b, NULL, &plain, NULL, &sm, &si, &dm, &dx2, &gg2, &gb2);
     }
     double e = 0;
+    int64_t neg = 0, differ = 0;
     const ts_tensor *pa[] = {&y1, &dx1, &gg1, &gb1}, *pb[] = {&y2, &dx2, &gg2, &gb2};
     for (int t = 0; t < 4; t++) {
         const float *u = pa[t]->data, *v = pb[t]->data;
@@ -923,10 +928,16 @@ static void fused_norm(const char *what, int kind, int train, int groups)
         for (int64_t i = 0; i < ts_tensor_numel(pa[t]); i++) {
             mx = fmax(mx, fabs(v[i]));
             d = fmax(d, fabs(u[i] - v[i]));
+            differ += u[i] != v[i];
+            neg += t == 0 && u[i] < 0;
         }
         e = fmax(e, d / fmax(mx, 1e-30));
     }
-    ts_ok(rc == 0 && e < 1e-5, "%s with fused ReLU = relu(norm) and its backward: max rel diff %.2e", what, e);
+    /* the leaky branch taken (negative outputs) where slope > 0, none where 0 */
+    ts_ok(rc == 0 && differ == 0 && (slope > 0) == (neg > 0),
+          "%s, C = %lld, fused %s (slope %g) = the separate passes, forward and backward: %lld values differ "
+          "(max rel diff %.2e; %lld negative outputs)",
+          what, (long long)C, slope > 0 ? "leaky ReLU" : "ReLU", (double)slope, (long long)differ, e, (long long)neg);
     ts_tensor *all[] = {&x, &g, &b, &dy, &y1, &y2, &dx1, &dx2, &dm, &gg1, &gb1, &gg2, &gb2, &sm, &si, &rm, &rv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
@@ -1115,8 +1126,9 @@ static void test_norm_channels(void)
     for (int64_t v = 0; v < V; v++)
         for (int c = 0; c < C; c++) px[v * C + c] = ldexpf(px[v * C + c], c % 7 - 3) + (float)(c % 5);
     for (int kind = 0; kind < 2; kind++)
-        for (int relu = 0; relu < 2; relu++) {
-            ts_norm_opts o = nopt(0, relu);
+        for (int relu = 0; relu < 3; relu++) { /* 2: leaky ReLU */
+            ts_norm_opts o = nopt(0, relu != 0);
+            o.slope = relu == 2 ? 0.01f : 0.0f;
             ts_tensor y = MK(0, 0, N, D, H, W, C), dx = MK(0, 0, N, D, H, W, C), dg = MK(0, 0, C), db = MK(0, 0, C);
             const int ns = kind ? N : 1; /* statistics per channel (batch) or per sample and channel (instance) */
             ts_tensor m = MK(0, 0, ns * C), iv = MK(0, 0, ns * C);
@@ -1163,7 +1175,7 @@ static void test_norm_channels(void)
                   "%s norm%s, C = %d (vector passes) against each channel alone (C = 1): %lld of %lld values differ "
                   "bitwise (outputs, input gradients, statistics, weight and bias gradients; %lld voxel-channels with "
                   "both nonzero)",
-                  kind ? "instance" : "batch", relu ? " + ReLU" : "", C, (long long)differ,
+                  kind ? "instance" : "batch", relu == 2 ? " + leaky ReLU" : relu ? " + ReLU" : "", C, (long long)differ,
                   (long long)(2 * V * C + 2 * ns * C + 2 * C), (long long)nonzero);
             ts_tensor *t[] = {&y, &dx, &dg, &db, &m, &iv};
             for (size_t i = 0; i < sizeof t / sizeof *t; i++) ts_tensor_free(t[i]);
@@ -1253,7 +1265,7 @@ static void test_channel_affine(void)
     const int N = 2;
     const size_t S = 300; /* 1 block of 256 and a partial one; 300 C is not a multiple of 16 for C = 1 */
     for (size_t ci = 0; ci < sizeof Cs / sizeof *Cs; ci++)
-        for (int relu = 0; relu < 2; relu++) {
+        for (int relu = 0; relu < 3; relu++) { /* 2: leaky, slope 0.01 */
             const int C = Cs[ci];
             const size_t n = (size_t)N * S * C;
             float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *sc = malloc((size_t)N * C * sizeof *sc),
@@ -1264,14 +1276,18 @@ static void test_channel_affine(void)
             for (int i = 0; i < N * C; i++) sc[i] = 0.5f + i, sh[i] = (float)(i % 3) - 1; /* every channel its own */
             x[7] = NAN;    /* ReLU: 0 */
             x[8] = -0.0f; /* times a positive scale plus shift 0 (channel 8 % C with (8 % C) % 3 == 1): -0 or 0 */
-            ts_nn_channel_affine(x, sc, sh, N, S, C, relu, y);
-            size_t bad = 0, pos = 0;
+            ts_nn_channel_affine(x, sc, sh, N, S, C, relu != 0, relu == 2 ? 0.01f : 0.0f, y);
+            size_t bad = 0, pos = 0, neg = 0;
             for (size_t i = 0; i < n; i++) {
                 const size_t k = i / (S * C) * C + i % C;
+                neg += y[i] < 0;
                 float t = fmaf(x[i], sc[k], sh[k]);
                 const float t2 = x[i] * sc[k] + sh[k];
                 int ok;
-                if (relu) {
+                if (relu == 2) { /* leaky: relu.c's t > 0 ? t : slope t (NaN stays NaN) */
+                    const float l = t > 0 ? t : 0.01f * t, l2 = t2 > 0 ? t2 : 0.01f * t2;
+                    ok = isnan(t) ? isnan(y[i]) : !memcmp(&y[i], &l, 4) || !memcmp(&y[i], &l2, 4);
+                } else if (relu) {
                     t = t > 0 ? t : 0.0f;
                     ok = (y[i] == t || y[i] == (t2 > 0 ? t2 : 0.0f)) && !signbit(y[i]) && !isnan(y[i]);
                 } else {
@@ -1280,8 +1296,9 @@ static void test_channel_affine(void)
                 bad += !ok;
                 pos += y[i] > 0;
             }
-            ts_ok(bad == 0 && pos > n / 10, "channel affine, C %d, relu %d: %zu of %zu outputs differ from x scale + shift "
-                  "(%zu positive)", C, relu, bad, n, pos);
+            ts_ok(bad == 0 && pos > n / 10 && (relu == 1 ? neg == 0 : neg > n / 20),
+                  "channel affine, C %d, %s: %zu of %zu outputs differ from x scale + shift (%zu positive, %zu negative)", C,
+                  relu == 2 ? "leaky ReLU" : relu ? "ReLU" : "no activation", bad, n, pos, neg);
             free(x);
             free(y);
             free(sc);
@@ -1528,10 +1545,14 @@ int main(int argc, char **argv)
     fd_norm("batch norm (eval)", 0, 0, 0, 0);
     fd_norm("group norm (3 groups)", 1, 1, 3, 0);
     fd_norm("instance norm", 1, 1, 0, 0);
-    fused_norm("batch norm (train)", 0, 1, 0);
-    fused_norm("batch norm (eval)", 0, 0, 0);
-    fused_norm("group norm", 1, 1, 3);
-    fused_norm("instance norm", 1, 1, 0);
+    for (int leaky = 0; leaky < 2; leaky++)
+        for (int64_t C = 6; C <= 16; C += 10) {
+            const float slope = leaky ? 0.01f : 0.0f;
+            fused_norm("batch norm (train)", 0, 1, 0, C, slope);
+            fused_norm("batch norm (eval)", 0, 0, 0, C, slope);
+            fused_norm("group norm", 1, 1, C == 6 ? 3 : 4, C, slope);
+            fused_norm("instance norm", 1, 1, 0, C, slope);
+        }
     fd_relu(0);
     fd_relu(0.01f);
     fd_concat();

@@ -277,11 +277,22 @@ static int add_vec(ts_tensor *t, const double *v, const float *mul, int C, int N
     return err;
 }
 
+/* the GPU engine's norms fuse a plain ReLU only; the model runs a leaky
+ * ReLU as its own pass there (ts_norm_opts.slope is the CPU's) */
+static int no_leaky(const ts_norm_opts *o, const char *what)
+{
+    if (o->relu && o->slope != 0.0f)
+        return TS_ERR(TS_ERR_ARG, "%s: the GPU engine does not fuse a leaky ReLU (slope %g) into the norm", what,
+                      (double)o->slope);
+    return 0;
+}
+
 int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                               ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                               ts_tensor *save_mean, ts_tensor *save_invstd)
 {
     int err = 0;
+    TS_TRY(no_leaky(o, "batchnorm"));
     TS_TRY(dev_f32(x, "batchnorm"));
     TS_TRY(dev_f32(y, "batchnorm"));
     if (x->ndim < 2 || !ts_tensor_same_shape(x, y)) return TS_ERR(TS_ERR_ARG, "batchnorm: output must have the input's shape");
@@ -349,6 +360,7 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
                                ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
     int err = 0;
+    TS_TRY(no_leaky(o, "batchnorm backward"));
     TS_TRY(dev_f32(x, "batchnorm backward"));
     TS_TRY(dev_f32(dy, "batchnorm backward"));
     TS_TRY(dev_f32(dx, "batchnorm backward"));
@@ -418,6 +430,7 @@ int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
 {
     int err = 0;
     nd d;
+    TS_TRY(no_leaky(o, "groupnorm"));
     TS_TRY(gn_dims(x, y, o->groups, &d));
     const size_t nc = (size_t)d.N * d.C, ng = (size_t)d.N * d.G;
     TS_TRY(vec(gamma, d.C, "groupnorm weight"));
@@ -457,6 +470,7 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
 {
     int err = 0;
     nd d;
+    TS_TRY(no_leaky(o, "groupnorm backward"));
     TS_TRY(gn_dims(x, dy, o->groups, &d));
     TS_TRY(dev_f32(dx, "groupnorm backward"));
     TS_TRY(dev_f32(y, "groupnorm backward"));
