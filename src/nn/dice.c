@@ -10,6 +10,7 @@
 #include "src/nn/cuda/cuda_nn.h"
 #endif
 #include "src/nn/loss_impl.h"
+#pragma GCC diagnostic ignored "-Wpsabi" /* loss_impl.h's vector helpers are static: no call leaves this file, no ABI to differ */
 
 #include <limits.h>
 #include <stdlib.h>

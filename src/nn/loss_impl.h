@@ -31,6 +31,11 @@ static inline int ts_nn_loss_shapes(const ts_tensor *logits, const ts_tensor *la
  * block's unused lanes are computed on zeros and dropped), so a voxel's
  * probabilities do not depend on how the volume is cut into blocks,
  * chunks, threads or spatial pieces. */
+/* GCC warns that a 64-byte vector's ABI differs without AVX-512 (a build
+ * with --disable-native): these helpers are static to the loss files that
+ * include them, no call leaves a file */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float ts_lv16 __attribute__((vector_size(64)));
 typedef int32_t ts_li16 __attribute__((vector_size(64)));
 #define TS_LANES 16
@@ -113,5 +118,7 @@ static inline void ts_nn_softmax16(const float *l, int K, int nv, float *p, floa
 }
 
 static inline int ts_nn_ignored(int label, int ignore_index) { return label == ignore_index; }
+
+#pragma GCC diagnostic pop
 
 #endif

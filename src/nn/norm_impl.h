@@ -67,8 +67,6 @@ static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_act16(ts_nn_v16 t, 
     return (ts_nn_v16)(((ts_nn_v16i)t & pos) | ((ts_nn_v16i)(slope * t) & ~pos));
 }
 
-#pragma GCC diagnostic pop
-
 static inline float ts_nn_act1(float t, int relu, float slope)
 {
     return !relu ? t : t > 0.0f ? t : slope == 0.0f ? 0.0f : slope * t;
@@ -109,6 +107,7 @@ static inline void ts_nn_affine_run(const float *xb, const float *sc, const floa
             for (int c = 0; c < C; c++) yb[v * C + c] = xb[v * C + c] * sc[c] + sh[c];
     }
 }
+#pragma GCC diagnostic pop
 /* dx[n][s][c] = dy' * a[n][c] + (x - center[n][c]) * b[n][c] + k[n][c] with dy' as above
  * (the shape of every norm's input gradient; dx may alias dy or x). */
 void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *center, const float *a,
