@@ -436,6 +436,18 @@ void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, i
     gather_row_emu(a, k3s1, r, OW, oc0, oc1, OC, yr, yo0, ldy);
 }
 
+void ts_nn_bf16_tgather_k2_row(int nat, const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W,
+                               int OC, float *yr)
+{
+#if TS_BF16_X86
+    if (nat) {
+        tgather_k2_row_nat(xr, wr, b, C, ocp, W, OC, yr);
+        return;
+    }
+#endif
+    tgather_k2_row_emu(xr, wr, b, C, ocp, W, OC, yr);
+}
+
 void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,
                             int OC, float *yr)
 {

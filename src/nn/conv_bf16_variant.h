@@ -90,6 +90,20 @@ BATTR_RUN void BT(tgather_tap)(const uint32_t *xr, const uint32_t *wr, int C, in
     }
 }
 
+/* k = s = 2: one output row from input row xr (W voxels) and the two kw
+ * taps at wr, every output-channel tile, from the bias b (ocp floats) */
+BATTR_RUN void BT(tgather_k2_row)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int OC,
+                                  float *yr)
+{
+    for (int oc0 = 0; oc0 < ocp;) {
+        const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, OC - oc0);
+        if (nv == 4) BT(tg2b_run_4)(xr, wr, b, C, ocp, W, oc0, nco, yr, OC);
+        else if (nv == 2) BT(tg2b_run_2)(xr, wr, b, C, ocp, W, oc0, nco, yr, OC);
+        else BT(tg2b_run_1)(xr, wr, b, C, ocp, W, oc0, nco, yr, OC);
+        oc0 += 16 * nv;
+    }
+}
+
 /* all kw taps and output-channel tiles of the weight gradient at (kd, kh) */
 BATTR_RUN void BT(wgrad_pair)(const ts_bf16_wg_args *a, int kd, int kh, int k3s1)
 {

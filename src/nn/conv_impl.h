@@ -311,6 +311,11 @@ void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, i
                            int yo0, int ldy);
 void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,
                             int OC, float *yr);
+/* k = s = 2, padding 0: output row yr (2 W voxels) from input row xr (W
+ * voxels of C pairs) and the taps (kd, kh, 0), (kd, kh, 1) at wr, starting
+ * from b (ocp floats: the bias, zeros past OC) */
+void ts_nn_bf16_tgather_k2_row(int nat, const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W,
+                               int OC, float *yr);
 void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1);
 
 /* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same

@@ -531,10 +531,47 @@ static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
 /* The transposed gather for both precisions: xb (bf16) NULL: x and wp
  * fp32; else xb holds x as channel pairs ([N][D][H][W][ceil(C/2)]) and wp
  * pairs. */
+/* k = s = 2, padding 0 (the U-Net's up-convolutions): each output voxel
+ * takes one tap, so each output row is one input row times the two kw taps
+ * of its (kd, kh), written by the tg2 tiles (bf16: tg2b) from the bias: no
+ * initialising pass, and each broadcast feeds both taps. The same sums in
+ * the same order as the general loop of tgather_impl. */
+static int tgather_k2(const ts_conv_geom *g, const float *x, const uint32_t *xb, int nat, const void *wp,
+                      const float *bias, float *y)
+{
+    const int ocp = ts_nn_pad16(g->OC), OC = g->OC, C = xb ? (g->C + 1) / 2 : g->C;
+    float *b = TS_ALIGNED_ALLOC((size_t)ocp * sizeof(float));
+    if (!b) return TS_ERR(TS_ERR_NOMEM, "transposed conv bias");
+    for (int oc = 0; oc < ocp; oc++) b[oc] = bias && oc < OC ? bias[oc] : 0.0f;
+    const long rows = (long)g->N * g->OD * g->OH;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (long it = 0; it < rows; it++) {
+        const int n = (int)(it / ((long)g->OD * g->OH)), od = (int)(it / g->OH % g->OD), oh = (int)(it % g->OH);
+        const size_t xrow = (((size_t)n * g->D + od / 2) * g->H + oh / 2) * (size_t)g->W * C;
+        const size_t t = (size_t)(((od & 1) * 2 + (oh & 1)) * 2) * C * ocp; /* tap (kd, kh, 0) */
+        float *yr = y + (size_t)it * g->OW * OC;
+        if (xb) {
+            ts_nn_bf16_tgather_k2_row(nat, xb + xrow, (const uint32_t *)wp + t, b, C, ocp, g->W, OC, yr);
+            continue;
+        }
+        const float *xr = x + xrow, *wr = (const float *)wp + t;
+        for (int oc0 = 0; oc0 < ocp;) {
+            const int nv = nv_for(ocp - oc0), nco = imin(16 * nv, OC - oc0);
+            if (nv == 4) tg2_run_4(xr, wr, b, C, ocp, g->W, oc0, nco, yr, OC);
+            else if (nv == 2) tg2_run_2(xr, wr, b, C, ocp, g->W, oc0, nco, yr, OC);
+            else tg2_run_1(xr, wr, b, C, ocp, g->W, oc0, nco, yr, OC);
+            oc0 += 16 * nv;
+        }
+    }
+    free(b);
+    return 0;
+}
+
 static int tgather_impl(const ts_conv_geom *g, const float *x, const uint32_t *xb, int nat, const void *wp,
                         const float *bias, float *y)
 {
     const int ocp = ts_nn_pad16(g->OC), k = g->k, s = g->s, p = g->p, OC = g->OC;
+    if (k == 2 && s == 2 && p == 0) return tgather_k2(g, x, xb, nat, wp, bias, y);
     const int C = xb ? (g->C + 1) / 2 : g->C; /* elements (floats or pairs) per input voxel */
     const long rows = (long)g->N * g->OD * g->OH;
 #pragma omp parallel for schedule(dynamic, 4)

@@ -1893,6 +1893,479 @@ static void tg_run_4(const float *xr, const float *wr, int C, int ocp, int s, in
     for (; iw + 1 <= hi; iw += 1) tg_1x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
 }
 
+static inline void tg2_8x1(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0, c4_0 = b0, c5_0 = b0, c6_0 = b0, c7_0 = b0, c8_0 = b0, c9_0 = b0, c10_0 = b0, c11_0 = b0, c12_0 = b0, c13_0 = b0, c14_0 = b0, c15_0 = b0;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c8_0 += x * w1_0; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c9_0 += x * w1_0; }
+        { const float x = xc[2 * C]; c2_0 += x * w0_0; c10_0 += x * w1_0; }
+        { const float x = xc[3 * C]; c3_0 += x * w0_0; c11_0 += x * w1_0; }
+        { const float x = xc[4 * C]; c4_0 += x * w0_0; c12_0 += x * w1_0; }
+        { const float x = xc[5 * C]; c5_0 += x * w0_0; c13_0 += x * w1_0; }
+        { const float x = xc[6 * C]; c6_0 += x * w0_0; c14_0 += x * w1_0; }
+        { const float x = xc[7 * C]; c7_0 += x * w0_0; c15_0 += x * w1_0; }
+    }
+    if (nco == 16) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(2 * (iw0 + 6) + 0) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(2 * (iw0 + 7) + 0) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c8_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c9_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c10_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c11_0);
+        vst(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 0, c12_0);
+        vst(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 0, c13_0);
+        vst(y + (size_t)(2 * (iw0 + 6) + 1) * ldy + oc0 + 0, c14_0);
+        vst(y + (size_t)(2 * (iw0 + 7) + 1) * ldy + oc0 + 0, c15_0);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 6) + 0) * ldy + oc0 + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 7) + 0) * ldy + oc0 + 0, c7_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c8_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c9_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c10_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c11_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 0, c12_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 0, c13_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 6) + 1) * ldy + oc0 + 0, c14_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 7) + 1) * ldy + oc0 + 0, c15_0, nco - 0);
+    }
+}
+
+static inline void tg2_4x1(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0, c4_0 = b0, c5_0 = b0, c6_0 = b0, c7_0 = b0;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c4_0 += x * w1_0; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c5_0 += x * w1_0; }
+        { const float x = xc[2 * C]; c2_0 += x * w0_0; c6_0 += x * w1_0; }
+        { const float x = xc[3 * C]; c3_0 += x * w0_0; c7_0 += x * w1_0; }
+    }
+    if (nco == 16) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c7_0);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c5_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c6_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c7_0, nco - 0);
+    }
+}
+
+static inline void tg2_2x1(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c2_0 += x * w1_0; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c3_0 += x * w1_0; }
+    }
+    if (nco == 16) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0, nco - 0);
+    }
+}
+
+static inline void tg2_1x1(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    v16 c0_0 = b0, c1_0 = b0;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c1_0 += x * w1_0; }
+    }
+    if (nco == 16) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0, nco - 0);
+    }
+}
+
+static void tg2_run_1(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
+{
+    int iw = 0;
+    for (; iw + 8 <= W; iw += 8) tg2_8x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 4 <= W; iw += 4) tg2_4x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 2 <= W; iw += 2) tg2_2x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= W; iw += 1) tg2_1x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+}
+
+static inline void tg2_6x2(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1, c4_0 = b0, c4_1 = b1, c5_0 = b0, c5_1 = b1, c6_0 = b0, c6_1 = b1, c7_0 = b0, c7_1 = b1, c8_0 = b0, c8_1 = b1, c9_0 = b0, c9_1 = b1, c10_0 = b0, c10_1 = b1, c11_0 = b0, c11_1 = b1;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c6_0 += x * w1_0; c6_1 += x * w1_1; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c7_0 += x * w1_0; c7_1 += x * w1_1; }
+        { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c8_0 += x * w1_0; c8_1 += x * w1_1; }
+        { const float x = xc[3 * C]; c3_0 += x * w0_0; c3_1 += x * w0_1; c9_0 += x * w1_0; c9_1 += x * w1_1; }
+        { const float x = xc[4 * C]; c4_0 += x * w0_0; c4_1 += x * w0_1; c10_0 += x * w1_0; c10_1 += x * w1_1; }
+        { const float x = xc[5 * C]; c5_0 += x * w0_0; c5_1 += x * w0_1; c11_0 += x * w1_0; c11_1 += x * w1_1; }
+    }
+    if (nco == 32) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 16, c4_1);
+        vst(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 16, c5_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c6_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c7_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c8_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c8_1);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c9_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 16, c9_1);
+        vst(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 0, c10_0);
+        vst(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 16, c10_1);
+        vst(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 0, c11_0);
+        vst(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 16, c11_1);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 0) * ldy + oc0 + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 0) * ldy + oc0 + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c7_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c8_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c8_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c9_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 16, c9_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 0, c10_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 4) + 1) * ldy + oc0 + 16, c10_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 0, c11_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 5) + 1) * ldy + oc0 + 16, c11_1, nco - 16);
+    }
+}
+
+static inline void tg2_4x2(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1, c4_0 = b0, c4_1 = b1, c5_0 = b0, c5_1 = b1, c6_0 = b0, c6_1 = b1, c7_0 = b0, c7_1 = b1;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c4_0 += x * w1_0; c4_1 += x * w1_1; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c5_0 += x * w1_0; c5_1 += x * w1_1; }
+        { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c6_0 += x * w1_0; c6_1 += x * w1_1; }
+        { const float x = xc[3 * C]; c3_0 += x * w0_0; c3_1 += x * w0_1; c7_0 += x * w1_0; c7_1 += x * w1_1; }
+    }
+    if (nco == 32) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c4_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c5_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c6_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c6_1);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c7_0);
+        vst(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 16, c7_1);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 0) * ldy + oc0 + 16, c3_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c4_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c5_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c6_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c6_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 0, c7_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 3) + 1) * ldy + oc0 + 16, c7_1, nco - 16);
+    }
+}
+
+static inline void tg2_2x2(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1, c2_0 = b0, c2_1 = b1, c3_0 = b0, c3_1 = b1;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c2_0 += x * w1_0; c2_1 += x * w1_1; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c3_0 += x * w1_0; c3_1 += x * w1_1; }
+    }
+    if (nco == 32) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c3_1);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c2_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c3_1, nco - 16);
+    }
+}
+
+static inline void tg2_1x2(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    v16 c0_0 = b0, c0_1 = b1, c1_0 = b0, c1_1 = b1;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c1_0 += x * w1_0; c1_1 += x * w1_1; }
+    }
+    if (nco == 32) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c1_1);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c1_1, nco - 16);
+    }
+}
+
+static void tg2_run_2(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
+{
+    int iw = 0;
+    for (; iw + 6 <= W; iw += 6) tg2_6x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 4 <= W; iw += 4) tg2_4x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 2 <= W; iw += 2) tg2_2x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= W; iw += 1) tg2_1x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+}
+
+static inline void tg2_3x4(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    const v16 b2 = vld(b + oc0 + 32);
+    const v16 b3 = vld(b + oc0 + 48);
+    v16 c0_0 = b0, c0_1 = b1, c0_2 = b2, c0_3 = b3, c1_0 = b0, c1_1 = b1, c1_2 = b2, c1_3 = b3, c2_0 = b0, c2_1 = b1, c2_2 = b2, c2_3 = b3, c3_0 = b0, c3_1 = b1, c3_2 = b2, c3_3 = b3, c4_0 = b0, c4_1 = b1, c4_2 = b2, c4_3 = b3, c5_0 = b0, c5_1 = b1, c5_2 = b2, c5_3 = b3;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w0_2 = vld(wc + 0 * tapw + 32);
+        const v16 w0_3 = vld(wc + 0 * tapw + 48);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        const v16 w1_2 = vld(wc + 1 * tapw + 32);
+        const v16 w1_3 = vld(wc + 1 * tapw + 48);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c0_2 += x * w0_2; c0_3 += x * w0_3; c3_0 += x * w1_0; c3_1 += x * w1_1; c3_2 += x * w1_2; c3_3 += x * w1_3; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c1_2 += x * w0_2; c1_3 += x * w0_3; c4_0 += x * w1_0; c4_1 += x * w1_1; c4_2 += x * w1_2; c4_3 += x * w1_3; }
+        { const float x = xc[2 * C]; c2_0 += x * w0_0; c2_1 += x * w0_1; c2_2 += x * w0_2; c2_3 += x * w0_3; c5_0 += x * w1_0; c5_1 += x * w1_1; c5_2 += x * w1_2; c5_3 += x * w1_3; }
+    }
+    if (nco == 64) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 32, c1_2);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 48, c1_3);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 32, c2_2);
+        vst(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 48, c2_3);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c3_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c3_3);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c4_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c4_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 32, c4_2);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 48, c4_3);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c5_0);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c5_1);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 32, c5_2);
+        vst(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 48, c5_3);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 16, c2_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 32, c2_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 0) * ldy + oc0 + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c3_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c3_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c3_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c4_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c4_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 32, c4_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 48, c4_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 0, c5_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 16, c5_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 32, c5_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 2) + 1) * ldy + oc0 + 48, c5_3, nco - 48);
+    }
+}
+
+static inline void tg2_2x4(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    const v16 b2 = vld(b + oc0 + 32);
+    const v16 b3 = vld(b + oc0 + 48);
+    v16 c0_0 = b0, c0_1 = b1, c0_2 = b2, c0_3 = b3, c1_0 = b0, c1_1 = b1, c1_2 = b2, c1_3 = b3, c2_0 = b0, c2_1 = b1, c2_2 = b2, c2_3 = b3, c3_0 = b0, c3_1 = b1, c3_2 = b2, c3_3 = b3;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w0_2 = vld(wc + 0 * tapw + 32);
+        const v16 w0_3 = vld(wc + 0 * tapw + 48);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        const v16 w1_2 = vld(wc + 1 * tapw + 32);
+        const v16 w1_3 = vld(wc + 1 * tapw + 48);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c0_2 += x * w0_2; c0_3 += x * w0_3; c2_0 += x * w1_0; c2_1 += x * w1_1; c2_2 += x * w1_2; c2_3 += x * w1_3; }
+        { const float x = xc[1 * C]; c1_0 += x * w0_0; c1_1 += x * w0_1; c1_2 += x * w0_2; c1_3 += x * w0_3; c3_0 += x * w1_0; c3_1 += x * w1_1; c3_2 += x * w1_2; c3_3 += x * w1_3; }
+    }
+    if (nco == 64) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 32, c1_2);
+        vst(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 48, c1_3);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c2_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c2_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c2_3);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c3_1);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 32, c3_2);
+        vst(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 48, c3_3);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 0) * ldy + oc0 + 48, c1_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c2_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c2_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c2_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c2_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 0, c3_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 16, c3_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 32, c3_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 1) + 1) * ldy + oc0 + 48, c3_3, nco - 48);
+    }
+}
+
+static inline void tg2_1x4(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
+                                 int nco, float *y, int ldy)
+{
+    const v16 b0 = vld(b + oc0 + 0);
+    const v16 b1 = vld(b + oc0 + 16);
+    const v16 b2 = vld(b + oc0 + 32);
+    const v16 b3 = vld(b + oc0 + 48);
+    v16 c0_0 = b0, c0_1 = b1, c0_2 = b2, c0_3 = b3, c1_0 = b0, c1_1 = b1, c1_2 = b2, c1_3 = b3;
+    const size_t tapw = (size_t)C * ocp;
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0_0 = vld(wc + 0 * tapw + 0);
+        const v16 w0_1 = vld(wc + 0 * tapw + 16);
+        const v16 w0_2 = vld(wc + 0 * tapw + 32);
+        const v16 w0_3 = vld(wc + 0 * tapw + 48);
+        const v16 w1_0 = vld(wc + 1 * tapw + 0);
+        const v16 w1_1 = vld(wc + 1 * tapw + 16);
+        const v16 w1_2 = vld(wc + 1 * tapw + 32);
+        const v16 w1_3 = vld(wc + 1 * tapw + 48);
+        { const float x = xc[0 * C]; c0_0 += x * w0_0; c0_1 += x * w0_1; c0_2 += x * w0_2; c0_3 += x * w0_3; c1_0 += x * w1_0; c1_1 += x * w1_1; c1_2 += x * w1_2; c1_3 += x * w1_3; }
+    }
+    if (nco == 64) {
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c1_1);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c1_2);
+        vst(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c1_3);
+    } else {
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 0, c0_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 16, c0_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 32, c0_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 0) * ldy + oc0 + 48, c0_3, nco - 48);
+        ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 0, c1_0, nco - 0); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 16, c1_1, nco - 16); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 32, c1_2, nco - 32); ts_nn_vst_part(y + (size_t)(2 * (iw0 + 0) + 1) * ldy + oc0 + 48, c1_3, nco - 48);
+    }
+}
+
+static void tg2_run_4(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
+{
+    int iw = 0;
+    for (; iw + 3 <= W; iw += 3) tg2_3x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 2 <= W; iw += 2) tg2_2x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= W; iw += 1) tg2_1x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+}
+
 static inline void wk3_8x1(const wg_args *a, int kd, int kh, int c0, int oc0)
 {
     const int C = a->C, ldg = a->ldg, ocp = a->ocp, OW = a->OW;

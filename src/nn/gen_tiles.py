@@ -5,7 +5,8 @@ named vectors in registers; arrays of vectors it leaves in memory).
 Run: python3 src/nn/gen_tiles.py > src/nn/conv_tiles.h
      python3 src/nn/gen_tiles.py bf16 > src/nn/conv_tiles_bf16.h
 Shapes: gather/tgather tiles of WB output voxels x NV 16-lane vectors of
-output channels; wgrad tiles of CB input channels x NV vectors.
+output channels (tg2, the transposed gather with k = s = 2: WB input
+voxels x both kw taps); wgrad tiles of CB input channels x NV vectors.
 The bf16 tiles (conv_bf16.c) have the same shapes; each step is a
 bf16 dot product of pairs (vdpbf16ps: lane i += a[2i] b[2i] + a[2i+1]
 b[2i+1]) written with macros (BW: load 16 pairs, BX: broadcast one pair,
@@ -17,6 +18,7 @@ import sys
 
 GC = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 TG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
+TG2 = {1: [8, 4, 2, 1], 2: [6, 4, 2, 1], 4: [3, 2, 1]}  # k = s = 2: 2 taps x WB voxels x NV vectors
 WG = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1], 4: [6, 4, 2, 1]}
 GK3 = {1: [16, 8, 4, 2, 1], 2: [12, 8, 4, 2, 1]}
 WK3 = {1: [8, 4, 2, 1]}  # with 2 vectors (31 registers) it measured slower than WG
@@ -195,6 +197,34 @@ def wk3(CB, NV):
     return "\n".join(o)
 
 
+def tg2(WB, NV):
+    """transposed gather for k = s = 2 (padding 0): the two kw taps of WB
+    input voxels at once, input voxel iw writing output voxels 2 iw and
+    2 iw + 1 (each output voxel gets one tap), so each broadcast feeds 2 NV
+    FMAs; the sums start from the bias (b: ocp floats, zeros where none),
+    the products in channel order as tg's: the same bits"""
+    o = []
+    o.append(f"static inline void tg2_{WB}x{NV}(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,")
+    o.append("                                 int nco, float *y, int ldy)")
+    o.append("{")
+    for j in range(NV):
+        o.append(f"    const v16 b{j} = vld(b + oc0 + {16 * j});")
+    o.append("    v16 " + ", ".join(f"{acc(t * WB + i, j)} = b{j}" for t in range(2) for i in range(WB) for j in range(NV)) + ";")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    o.append("    for (int c = 0; c < C; c++) {")
+    o.append("        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
+    for t in range(2):
+        for j in range(NV):
+            o.append(f"        const v16 w{t}_{j} = vld(wc + {t} * tapw + {16 * j});")
+    for i in range(WB):
+        o.append(f"        {{ const float x = xc[{i} * C]; " +
+                 " ".join(f"{acc(t * WB + i, j)} += x * w{t}_{j};" for t in range(2) for j in range(NV)) + " }")
+    o.append("    }")
+    store(o, 2 * WB, NV, lambda q: f"y + (size_t)(2 * (iw0 + {q % WB}) + {q // WB}) * ldy + oc0")
+    o.append("}")
+    return "\n".join(o)
+
+
 def runner(kind, sizes, NV, sig, call, loopvar, lo, hi):
     main = sizes[NV]
     o = [f"static void {kind}_run_{NV}({sig})", "{", f"    int {loopvar} = {lo};"]
@@ -222,6 +252,11 @@ def main():
             print(tg(wb, NV) + "\n")
         print(runner("tg", TG, NV, "const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
                      "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
+    for NV, wbs in TG2.items():
+        for wb in wbs:
+            print(tg2(wb, NV) + "\n")
+        print(runner("tg2", TG2, NV, "const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy",
+                     "xr, wr, b, C, ocp, iw, oc0, nco, y, ldy", "iw", "0", "W") + "\n")
     for NV, cbs in WK3.items():
         for cb in cbs:
             print(wk3(cb, NV) + "\n")
@@ -320,6 +355,27 @@ def tgb(WB, NV):
         o.append(f"        {{ BX(x, xc + {i} * C); " + " ".join(f"BDP({acc(i, j)}, x, w{j});" for j in range(NV)) + " }")
     o.append("    }")
     store(o, WB, NV, lambda i: f"y{i}")
+    o.append("}")
+    return "\n".join(o)
+
+
+def tg2b(WB, NV):
+    """bf16 tg2: the two kw taps of WB input voxels (C channel pairs), from the bias"""
+    o = [f"BATTR void BT(tg2b_{WB}x{NV})(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int iw0, int oc0,",
+         "                                 int nco, float *y, int ldy)", "{"]
+    for j in range(NV):
+        o.append(f"    const v16 b{j} = *(const v16 *)(b + oc0 + {16 * j});")
+    o.append("    v16 " + ", ".join(f"{acc(t * WB + i, j)} = b{j}" for t in range(2) for i in range(WB) for j in range(NV)) + ";")
+    o.append("    const size_t tapw = (size_t)C * ocp;")
+    o.append("    for (int c = 0; c < C; c++) {")
+    o.append("        const uint32_t *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;")
+    for t in range(2):
+        for j in range(NV):
+            o.append(f"        BW(w{t}_{j}, wc + {t} * tapw + {16 * j});")
+    for i in range(WB):
+        o.append(f"        {{ BX(x, xc + {i} * C); " + " ".join(f"BDP({acc(t * WB + i, j)}, x, w{t}_{j});" for t in range(2) for j in range(NV)) + " }")
+    o.append("    }")
+    store(o, 2 * WB, NV, lambda q: f"y + (size_t)(2 * (iw0 + {q % WB}) + {q // WB}) * ldy + oc0")
     o.append("}")
     return "\n".join(o)
 
@@ -425,6 +481,11 @@ def main_bf16():
             print(tgb(wb, NV) + "\n")
         print(runner_b("tgb", TG, NV, "const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy",
                        "xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy", "iw", "lo", "hi") + "\n")
+    for NV, wbs in TG2.items():
+        for wb in wbs:
+            print(tg2b(wb, NV) + "\n")
+        print(runner_b("tg2b", TG2, NV, "const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy",
+                       "xr, wr, b, C, ocp, iw, oc0, nco, y, ldy", "iw", "0", "W") + "\n")
     for NV, cbs in WK3B.items():
         for cb in cbs:
             print(wk3b(cb, NV) + "\n")

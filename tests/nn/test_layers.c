@@ -201,6 +201,45 @@ static void test_convt_vs_ref(int N, int D, int C, int OC, int k, int s)
     free(ry);
 }
 
+/* convt3d with k = s = 2 (the tg2 tiles, both kw taps of a voxel at once,
+ * from the bias): every output is exactly the sequential sum bias + x[0] w[0]
+ * + x[1] w[1] + ... in channel order that the general transposed gather
+ * computes (each product added with or without contraction, so either
+ * chain's value is accepted per output), not only close to it; channel
+ * counts with full and partial vectors, 1, 2 and 4 vectors a tile */
+static void test_convt_k2_order(int C, int OC, int bias)
+{
+    const int N = 2, D = 3, H = 2, W = 11, s = 2;
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), w = MK(-0.5f, 0.5f, C, OC, 2, 2, 2), b = MK(-1, 1, OC);
+    ts_tensor y = MK(0, 0, N, 2 * D, 2 * H, 2 * W, OC);
+    int rc = ts_convt3d_forward(&x, &w, bias ? &b : NULL, s, &y);
+    const float *px = x.data, *pw = w.data, *pb = b.data, *py = y.data;
+    int64_t differ = 0, nz = 0;
+    for (int n = 0; n < N; n++)
+        for (int od = 0; od < 2 * D; od++)
+            for (int oh = 0; oh < 2 * H; oh++)
+                for (int ow = 0; ow < 2 * W; ow++)
+                    for (int oc = 0; oc < OC; oc++) {
+                        const int t = ((od % 2) * 2 + oh % 2) * 2 + ow % 2;
+                        const float *xv = px + (((size_t)n * D + od / 2) * H + oh / 2) * W * C + (size_t)(ow / 2) * C;
+                        float f = bias ? pb[oc] : 0.0f, m = f;
+                        for (int c = 0; c < C; c++) {
+                            const float wv = pw[((size_t)c * OC + oc) * 8 + t];
+                            f = fmaf(xv[c], wv, f);
+                            volatile float prod = xv[c] * wv; /* rounded, then added */
+                            m = m + prod;
+                        }
+                        const float got = py[((((size_t)n * 2 * D + od) * 2 * H + oh) * 2 * W + ow) * OC + oc];
+                        differ += memcmp(&got, &f, 4) != 0 && memcmp(&got, &m, 4) != 0;
+                        nz += got != 0;
+                    }
+    ts_ok(rc == 0 && differ == 0 && nz > 0, "convt3d k2 s2 %d -> %d%s: every output the sequential sum in channel order "
+          "bit for bit (%lld of %lld differ)", C, OC, bias ? " bias" : "", (long long)differ,
+          (long long)ts_tensor_numel(&y));
+    ts_tensor *all[] = {&x, &w, &b, &y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* ---------------------------------------------------- bf16 convolutions */
 
 /* the test's own round to nearest even (inputs here are normal numbers) */
@@ -1470,6 +1509,10 @@ int main(int argc, char **argv)
     test_convt_vs_ref(1, 4, 5, 7, 2, 2);
     test_convt_vs_ref(1, 3, 3, 4, 3, 2);
     test_convt_vs_ref(1, 3, 64, 40, 2, 2);
+    test_convt_k2_order(32, 16, 1);
+    test_convt_k2_order(5, 7, 0);
+    test_convt_k2_order(24, 40, 1);
+    test_convt_k2_order(64, 80, 1);
     test_conv_cat(16, 16, 16);
     test_conv_cat(32, 32, 32);
     test_conv_cat(4, 8, 6);
