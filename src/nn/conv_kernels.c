@@ -528,9 +528,6 @@ static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
     *hi = imax(*lo, imin(h, n));
 }
 
-/* The transposed gather for both precisions: xb (bf16) NULL: x and wp
- * fp32; else xb holds x as channel pairs ([N][D][H][W][ceil(C/2)]) and wp
- * pairs. */
 /* k = s = 2, padding 0 (the U-Net's up-convolutions): each output voxel
  * takes one tap, so each output row is one input row times the two kw taps
  * of its (kd, kh), written by the tg2 tiles (bf16: tg2b) from the bias: no
@@ -567,6 +564,9 @@ static int tgather_k2(const ts_conv_geom *g, const float *x, const uint32_t *xb,
     return 0;
 }
 
+/* The transposed gather for both precisions: xb (bf16) NULL: x and wp
+ * fp32; else xb holds x as channel pairs ([N][D][H][W][ceil(C/2)]) and wp
+ * pairs. */
 static int tgather_impl(const ts_conv_geom *g, const float *x, const uint32_t *xb, int nat, const void *wp,
                         const float *bias, float *y)
 {
