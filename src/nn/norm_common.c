@@ -26,15 +26,9 @@ typedef int v16i __attribute__((vector_size(64)));
 
 static inline __attribute__((always_inline)) v16 ld16(const float *p) { return *(const v16u *)p; }
 static inline __attribute__((always_inline)) void st16(float *p, v16 v) { *(v16u *)p = v; }
-/* g where m > 0, else +0 (slope 0, as the scalar `m > 0 ? g : 0`) or slope g
- * (leaky, as relu.c's `m > 0 ? g : slope * g`) */
-static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m, float slope)
-{
-    const v16i pos = m > 0.0f;
-    if (slope == 0.0f) return (v16)((v16i)g & pos);
-    return (v16)(((v16i)g & pos) | ((v16i)(slope * g) & ~pos));
-}
-static inline float masked1(float g, float m, float slope) { return m > 0.0f ? g : slope == 0.0f ? 0.0f : slope * g; }
+/* g where m > 0, else +0 (slope 0) or slope g (leaky): norm_impl.h's select */
+static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m, float slope) { return ts_nn_relu_sel(m, g, slope); }
+static inline float masked1(float g, float m, float slope) { return ts_nn_relu_sel1(m, g, slope); }
 
 /* One block of sums() where C is a multiple of 16: channels c0 .. c0 + 16 NV
  * held in registers over the block's voxels, each channel summed in voxel

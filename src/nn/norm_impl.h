@@ -57,20 +57,24 @@ static inline void ts_nn_affine_pattern(const float *sc, const float *sh, int C,
 typedef float ts_nn_v16 __attribute__((vector_size(64)));
 typedef int ts_nn_v16i __attribute__((vector_size(64)));
 
-/* the activation of 16 values: t (relu 0), t where t > 0 else +0 (NaN and
- * -0 -> 0, as the scalar `t > 0 ? t : 0`; slope 0) or slope t (leaky) */
+/* The (leaky) ReLU's select, lane by lane: v where m > 0, else +0 (slope 0:
+ * NaN and -0 -> 0, as the scalar `m > 0 ? v : 0`) or slope v (relu.c's
+ * leaky arithmetic). Forward: m = v = the norm's output; backward: m the
+ * forward output, v the gradient (norm_common.c). */
+static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_relu_sel(ts_nn_v16 m, ts_nn_v16 v, float slope)
+{
+    const ts_nn_v16i pos = m > 0.0f;
+    if (slope == 0.0f) return (ts_nn_v16)((ts_nn_v16i)v & pos);
+    return (ts_nn_v16)(((ts_nn_v16i)v & pos) | ((ts_nn_v16i)(slope * v) & ~pos));
+}
+static inline float ts_nn_relu_sel1(float m, float v, float slope) { return m > 0.0f ? v : slope == 0.0f ? 0.0f : slope * v; }
+
+/* the activation of 16 values (relu 0: none) and of one */
 static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_act16(ts_nn_v16 t, int relu, float slope)
 {
-    if (!relu) return t;
-    const ts_nn_v16i pos = t > 0.0f;
-    if (slope == 0.0f) return (ts_nn_v16)((ts_nn_v16i)t & pos);
-    return (ts_nn_v16)(((ts_nn_v16i)t & pos) | ((ts_nn_v16i)(slope * t) & ~pos));
+    return relu ? ts_nn_relu_sel(t, t, slope) : t;
 }
-
-static inline float ts_nn_act1(float t, int relu, float slope)
-{
-    return !relu ? t : t > 0.0f ? t : slope == 0.0f ? 0.0f : slope * t;
-}
+static inline float ts_nn_act1(float t, int relu, float slope) { return relu ? ts_nn_relu_sel1(t, t, slope) : t; }
 
 static inline void ts_nn_affine_run16(const float *xb, const float *a, const float *b, size_t ne, int relu, float slope,
                                       float *yb)
