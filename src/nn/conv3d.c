@@ -215,6 +215,21 @@ int ts_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b
     return conv_forward(&g, (ts_conv_src){x->data, NULL, g.C, NULL}, w, b, NULL, NULL, y);
 }
 
+int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts_tensor *w, const ts_tensor *b,
+                               const ts_conv_ep *ep, ts_tensor *y)
+{
+    ts_conv_geom g;
+    ts_tensor cat;
+    if (x2) TS_TRY(cat_shapes(x, x2, &cat));
+    TS_TRY(conv_shapes(x2 ? &cat : x, w, b, 1, 1, y, "conv3d output", &g));
+    if (g.k != 3) return TS_ERR(TS_ERR_ARG, "conv3d Winograd forward: kernel %d (3x3x3 only)", g.k);
+    if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
+        return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
+    if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
+    return ts_nn_winograd(&g, (ts_conv_src){x->data, x2 ? x2->data : NULL, x2 ? (int)x->shape[4] : g.C, NULL}, w->data,
+                          b ? b->data : NULL, ep, y->data);
+}
+
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,
                        ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
 {

@@ -160,6 +160,16 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 
+/* Winograd F(2x2x2, 3x3x3) forward (src/nn/winograd.c): g a 3x3x3,
+ * stride 1, padding 1 geometry; x without a halo; w [OC][C][3][3][3] as
+ * given (not packed); bias NULL or [OC]; ep NULL or the epilogue of
+ * ts_conv_dst; y [N, D, H, W, OC] (not split). Return 0, TS_ERR_NOMEM or
+ * TS_ERR_ARG (an epilogue over more than 2048 channels). */
+int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const float *bias, const ts_conv_ep *ep,
+                   float *y);
+/* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
+void ts_nn_winograd_release(void);
+
 /* ---- fp16 (ts_nn_set_conv_precision(TS_PREC_FP16)) ----
  * The fp32 kernels and drivers with every operand rounded through IEEE half
  * as it is staged: input slabs and halo faces as they are filled, the packed

@@ -49,6 +49,7 @@ void ts_nn_release_scratch(void) { ts_nn_scratch_release(); }
 
 void ts_nn_scratch_release(void)
 {
+    ts_nn_winograd_release();
     for (int i = 0; i < SCRATCH_SLOTS; i++) {
         free(scratch[i].p);
         scratch[i].p = NULL;

@@ -158,6 +158,15 @@ int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_ten
                             ts_tensor *y);
 int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
                                 const ts_conv_split *s, ts_tensor *y);
+/* Winograd F(2x2x2, 3x3x3) forward of a 3x3x3, stride 1, padding 1
+ * convolution (fp32, host tensors, no halo): y = ep(conv([x, x2]) + b),
+ * x2 NULL for a single input; b and ep may be NULL. 64 instead of 216
+ * multiplications per 2x2x2 outputs and channel pair; the transforms add.
+ * Not the same bits as ts_conv3d_forward: relative differences of about
+ * 1e-6 of the output's scale (docs/engine.md). tessera infer uses it with
+ * conv=winograd (fp32). */
+int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts_tensor *w, const ts_tensor *b,
+                               const ts_conv_ep *ep, ts_tensor *y);
 /* Backward on the box: xs is the forward input's halo (for dw: the weight
  * gradient sums over the box's outputs, reading x's halo), dys the output
  * gradient's halo (for dx: the input gradient of the box's voxels gathers dy

@@ -26,3 +26,8 @@ check_PROGRAMS += tests/nn/test_layers_cuda
 tests_nn_test_layers_cuda_SOURCES = tests/nn/test_layers_cuda.c
 tests_nn_test_layers_cuda_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_layers_cuda
+# the Winograd convolution forward against a naive double-precision convolution
+check_PROGRAMS += tests/nn/test_winograd
+tests_nn_test_winograd_SOURCES = tests/nn/test_winograd.c
+tests_nn_test_winograd_LDADD = $(TS_LIBS)
+TESTS += tests/nn/test_winograd

@@ -156,16 +156,58 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
     return rc ? 1 : 0;
 }
 
+/* fp32 forward with a folded norm + ReLU epilogue: the direct convolution
+ * against the Winograd one (ts_conv3d_winograd_forward), interleaved in
+ * every repetition; GFLOP/s of the direct convolution's count for both */
+static int bench_wino(int N, int D, int C, int OC, int reps)
+{
+    ts_tensor x, w, b, y, sc, sh;
+    int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, C});
+    rc |= ts_tensor_alloc(&y, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, OC});
+    rc |= ts_tensor_alloc(&w, TS_FLOAT32, 5, (const int64_t[]){OC, C, 3, 3, 3});
+    rc |= ts_tensor_alloc(&b, TS_FLOAT32, 1, (const int64_t[]){OC});
+    rc |= ts_tensor_alloc(&sc, TS_FLOAT32, 1, (const int64_t[]){OC});
+    rc |= ts_tensor_alloc(&sh, TS_FLOAT32, 1, (const int64_t[]){OC});
+    if (rc) return 1;
+    fill(&x);
+    fill(&w);
+    fill(&b);
+    fill(&sc);
+    fill(&sh);
+    const ts_conv_ep ep = {sc.data, sh.data, TS_EP_RELU, 0};
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
+    double t[2][64];
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 2; k++) {
+            const double t0 = ts_time_now();
+            rc |= k ? ts_conv3d_winograd_forward(&x, NULL, &w, &b, &ep, &y) : ts_conv3d_forward_split(&x, &w, &b, &sp, &y);
+            t[k][r] = ts_time_now() - t0;
+        }
+    const double fl = 2.0 * N * D * D * D * (double)C * OC * 27, md = median(t[0], reps), mw = median(t[1], reps);
+    printf("conv3d 3x3x3 [%d, %d^3, %d] -> %d forward + folded norm + ReLU, fp32, median of %d:\n", N, D, C, OC, reps);
+    printf("  direct   %8.2f ms  %7.1f GFLOP/s\n  winograd %8.2f ms  %7.1f GFLOP/s (direct-equivalent)   ratio %.2f\n",
+           md * 1e3, fl / md / 1e9, mw * 1e3, fl / mw / 1e9, md / mw);
+    ts_tensor_free(&x);
+    ts_tensor_free(&y);
+    ts_tensor_free(&w);
+    ts_tensor_free(&b);
+    ts_tensor_free(&sc);
+    ts_tensor_free(&sh);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt]\n");
+        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt|wino]\n");
         return 2;
     }
     const int N = 2, D = atoi(argv[1]), C = atoi(argv[2]), OC = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
     const char *mode = argc > 5 ? argv[5] : "all";
+    if (!strcmp(mode, "wino")) return bench_wino(N, D, C, OC, reps);
     if (strcmp(mode, "all") && strcmp(mode, "prec") && strcmp(mode, "cat") && strcmp(mode, "convt")) {
-        fprintf(stderr, "bench_conv: ROWS is all, prec, cat or convt\n");
+        fprintf(stderr, "bench_conv: ROWS is all, prec, cat, convt or wino\n");
         return 2;
     }
     if (strcmp(mode, "all")) return bench_prec(N, D, C, OC, reps, mode);

@@ -1,0 +1,386 @@
+/* Winograd F(2x2x2, 3x3x3) for the 3x3x3, stride 1, padding 1 convolution
+ * forward on channels-last fp32 data (ts_conv3d_winograd_forward,
+ * layers.h; docs/engine.md, "Winograd convolution at inference"). Each
+ * 2x2x2 block of outputs (a tile) is read from its 4x4x4 input block:
+ *   V = B^T d B (per dim), M[xi] = sum_c V[xi][c] U[xi][c][:], y = A^T M A
+ * with U = G w G^T the transformed weights, 64 transform points xi instead
+ * of 27 taps per output voxel: 64 instead of 216 multiplications per tile
+ * and channel pair. The transforms are additions (B, A: entries 0, +-1; G:
+ * 0, +-1/2, 1). Not the same bits as the direct convolution (other sums in
+ * another order): relative differences of about 1e-6 (tests/nn/test_winograd).
+ *
+ * A work item is a set of tiles: one sample, one pair of output planes, a
+ * block of row pairs and of column pairs. Its input is staged (zero-padded,
+ * channels padded to 16) in a slab, transformed into V[64][T][cp], multiplied
+ * per transform point into M[64][T][op] by register-blocked micro-kernels
+ * (tiles x 16-lane output-channel vectors, input channels broadcast), and M
+ * transformed back into the outputs with the bias and the epilogue. Items
+ * write disjoint outputs: the results do not depend on the threads. */
+#include "tsbuild.h"
+#include "src/core/error.h"
+#include "src/nn/conv_impl.h"
+#include "src/nn/norm_impl.h" /* ts_nn_act16: the epilogue's activation */
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+#define AI static inline __attribute__((always_inline))
+#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
+AI v16 vld(const float *p) { return *(const v16u *)p; }
+AI void vst(float *p, v16 v) { *(v16u *)p = v; }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* U[xi][c][op] (op: OC padded to 16 with zeros) from w [OC][C][3][3][3]:
+ * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] along kw, kh, then kd;
+ * xi = (a * 4 + b) * 4 + e for the kd, kh, kw rows a, b, e of G */
+static void weights(const float *w, int C, int OC, int op, float *U)
+{
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int xi = 0; xi < 64; xi++) memset(U + ((size_t)xi * C + c) * op + OC, 0, (size_t)(op - OC) * sizeof(float));
+        for (int oc = 0; oc < OC; oc++) {
+            const float *k = w + ((size_t)oc * C + c) * 27;
+            float t1[3][3][4], t2[3][4][4];
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++) {
+                    const float *r = k + (a * 3 + b) * 3;
+                    t1[a][b][0] = r[0];
+                    t1[a][b][1] = 0.5f * (r[0] + r[1] + r[2]);
+                    t1[a][b][2] = 0.5f * (r[0] - r[1] + r[2]);
+                    t1[a][b][3] = r[2];
+                }
+            for (int a = 0; a < 3; a++)
+                for (int e = 0; e < 4; e++) {
+                    t2[a][0][e] = t1[a][0][e];
+                    t2[a][1][e] = 0.5f * (t1[a][0][e] + t1[a][1][e] + t1[a][2][e]);
+                    t2[a][2][e] = 0.5f * (t1[a][0][e] - t1[a][1][e] + t1[a][2][e]);
+                    t2[a][3][e] = t1[a][2][e];
+                }
+            for (int be = 0; be < 16; be++) {
+                const int b = be / 4, e = be % 4;
+                const float u[4] = {t2[0][b][e], 0.5f * (t2[0][b][e] + t2[1][b][e] + t2[2][b][e]),
+                                    0.5f * (t2[0][b][e] - t2[1][b][e] + t2[2][b][e]), t2[2][b][e]};
+                for (int a = 0; a < 4; a++) U[((size_t)(a * 16 + be) * C + c) * op + oc] = u[a];
+            }
+        }
+    }
+}
+
+/* Transformed weights cached per calling thread: one entry per weight
+ * tensor (its address), kept with a copy of the weights it came from and
+ * used again only while they are equal, bit for bit (a memcmp per call, far
+ * cheaper than the transform; training's updates in place are seen).
+ * At most CACHE_MAX bytes; beyond that the oldest entry is dropped.
+ * ts_nn_winograd_release (ts_nn_release_scratch) frees them. */
+#define CACHE_N 64
+#define CACHE_MAX ((size_t)1 << 30)
+static _Thread_local struct wcache {
+    const float *key;
+    int C, OC;
+    float *copy, *U; /* [OC * C * 27], [64][C][op] */
+    unsigned long used;
+} cache[CACHE_N];
+static _Thread_local unsigned long cache_clock;
+
+void ts_nn_winograd_release(void)
+{
+    for (int i = 0; i < CACHE_N; i++) {
+        free(cache[i].copy);
+        free(cache[i].U);
+        cache[i] = (struct wcache){0};
+    }
+}
+
+static size_t cache_bytes(const struct wcache *e)
+{
+    return e->key ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float) : 0;
+}
+
+/* U of w [OC][C][27]: the cached one where w is unchanged, else transformed
+ * (and cached where it fits); NULL: out of memory */
+static const float *transformed(const float *w, int C, int OC, int op)
+{
+    const size_t wn = (size_t)OC * C * 27, un = (size_t)64 * C * op;
+    struct wcache *e = NULL;
+    for (int i = 0; i < CACHE_N; i++)
+        if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC) e = &cache[i];
+    if (e && !memcmp(e->copy, w, wn * sizeof(float))) {
+        e->used = ++cache_clock;
+        return e->U;
+    }
+    if (!e) {
+        size_t total = (wn + un) * sizeof(float);
+        for (int i = 0; i < CACHE_N; i++) total += cache_bytes(&cache[i]);
+        for (;;) { /* the free entry, or the oldest dropped until the new one fits */
+            struct wcache *old = NULL;
+            for (int i = 0; i < CACHE_N && !e; i++)
+                if (!cache[i].key) e = &cache[i];
+            if (e && total <= CACHE_MAX) break;
+            for (int i = 0; i < CACHE_N; i++)
+                if (cache[i].key && (!old || cache[i].used < old->used)) old = &cache[i];
+            if (!old) break;
+            total -= cache_bytes(old);
+            free(old->copy);
+            free(old->U);
+            *old = (struct wcache){0};
+            e = NULL;
+        }
+        if (e && total > CACHE_MAX) e = NULL; /* too large to cache at all */
+    }
+    if (!e) { /* not cached: this call's scratch */
+        float *U = ts_nn_scratch(1, un * sizeof(float));
+        if (U) weights(w, C, OC, op, U);
+        return U;
+    }
+    if (!e->key) {
+        e->copy = malloc(wn * sizeof(float));
+        e->U = TS_ALIGNED_ALLOC(un * sizeof(float));
+        if (!e->copy || !e->U) {
+            free(e->copy);
+            free(e->U);
+            *e = (struct wcache){0};
+            return NULL;
+        }
+        e->key = w;
+        e->C = C;
+        e->OC = OC;
+    }
+    memcpy(e->copy, w, wn * sizeof(float));
+    weights(w, C, OC, op, e->U);
+    e->used = ++cache_clock;
+    return e->U;
+}
+
+/* the micro-kernels: M rows t .. t + TB - 1, vectors oc0 .. oc0 + 16 NV - 1
+ * of one transform point, summed over the C input channels; one function
+ * per (TB, NV), array sizes constant, so that the accumulators stay in
+ * registers */
+#define DEF_GEMM(TB, NV)                                                                                             \
+    static void gemm_##TB##x##NV(const float *v, int cp, const float *u, int op, int C, float *m)                  \
+    {                                                                                                                \
+        v16 acc[TB][NV];                                                                                             \
+        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
+            acc[i][j] = (v16){0};                                                                                    \
+        for (int c = 0; c < C; c++) {                                                                                \
+            v16 uc[NV];                                                                                              \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) uc[j] = vld(u + (size_t)c * op + 16 * j);          \
+            _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++)                                                    \
+            {                                                                                                        \
+                const float x = v[(size_t)i * cp + c];                                                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] += x * uc[j];                         \
+            }                                                                                                        \
+        }                                                                                                            \
+        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
+            vst(m + (size_t)i * op + 16 * j, acc[i][j]);                                                             \
+    }
+/* tiles per micro-kernel call for NV output vectors (accumulators TB x NV <= 24) */
+#define TB4 6
+#define TB2 12
+#define TB1 16
+DEF_GEMM(1, 4) DEF_GEMM(2, 4) DEF_GEMM(3, 4) DEF_GEMM(4, 4) DEF_GEMM(5, 4) DEF_GEMM(6, 4)
+DEF_GEMM(1, 2) DEF_GEMM(2, 2) DEF_GEMM(3, 2) DEF_GEMM(4, 2) DEF_GEMM(5, 2) DEF_GEMM(6, 2)
+DEF_GEMM(7, 2) DEF_GEMM(8, 2) DEF_GEMM(9, 2) DEF_GEMM(10, 2) DEF_GEMM(11, 2) DEF_GEMM(12, 2)
+DEF_GEMM(1, 1) DEF_GEMM(2, 1) DEF_GEMM(3, 1) DEF_GEMM(4, 1) DEF_GEMM(5, 1) DEF_GEMM(6, 1) DEF_GEMM(7, 1)
+DEF_GEMM(8, 1) DEF_GEMM(9, 1) DEF_GEMM(10, 1) DEF_GEMM(11, 1) DEF_GEMM(12, 1) DEF_GEMM(13, 1) DEF_GEMM(14, 1)
+DEF_GEMM(15, 1) DEF_GEMM(16, 1)
+
+typedef void (*gemm_fn)(const float *, int, const float *, int, int, float *);
+/* [nv index: 1, 2, 4][tb - 1] */
+static const gemm_fn GEMMS[3][16] = {
+    {gemm_1x1, gemm_2x1, gemm_3x1, gemm_4x1, gemm_5x1, gemm_6x1, gemm_7x1, gemm_8x1, gemm_9x1, gemm_10x1, gemm_11x1,
+     gemm_12x1, gemm_13x1, gemm_14x1, gemm_15x1, gemm_16x1},
+    {gemm_1x2, gemm_2x2, gemm_3x2, gemm_4x2, gemm_5x2, gemm_6x2, gemm_7x2, gemm_8x2, gemm_9x2, gemm_10x2, gemm_11x2,
+     gemm_12x2},
+    {gemm_1x4, gemm_2x4, gemm_3x4, gemm_4x4, gemm_5x4, gemm_6x4}};
+
+/* M[xi] = V[xi] U[xi] for all 64 points: T tiles, C channels, op outputs;
+ * the points vs (V) and ms (M) floats apart */
+static void gemm(const float *V, int T, int cp, size_t vs, const float *U, int C, int op, float *M, size_t ms)
+{
+    for (int xi = 0; xi < 64; xi++) {
+        const float *vx = V + (size_t)xi * vs, *ux = U + (size_t)xi * C * op;
+        float *mx = M + (size_t)xi * ms;
+        for (int oc0 = 0; oc0 < op;) {
+            const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
+            const gemm_fn *fn = GEMMS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
+            for (int t = 0; t < T; t += tbn) {
+                const int tb = imin(tbn, T - t);
+                fn[tb - 1](vx + (size_t)t * cp, cp, ux + oc0, op, C, mx + (size_t)t * op + oc0);
+            }
+            oc0 += 16 * nv;
+        }
+    }
+}
+
+/* B^T applied to four values (one dim of a 4x4x4 block) */
+#define BT(d0, d1, d2, d3, r0, r1, r2, r3)                                                                           \
+    do {                                                                                                             \
+        const v16 d0_ = (d0), d1_ = (d1), d2_ = (d2), d3_ = (d3);                                                    \
+        r0 = d0_ - d2_;                                                                                              \
+        r1 = d1_ + d2_;                                                                                              \
+        r2 = d2_ - d1_;                                                                                              \
+        r3 = d1_ - d3_;                                                                                              \
+    } while (0)
+
+/* V[xi][t][16 cv ..] of one tile from the slab at s (its block's first
+ * voxel; rows sr floats apart, planes sp, voxels cp) */
+AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, size_t vstride)
+{
+    v16 tmp[4][16];
+    for (int z = 0; z < 4; z++) {
+        v16 e[4][4];
+        for (int y = 0; y < 4; y++) {
+            const float *p = s + z * sp + y * sr;
+            BT(vld(p), vld(p + cp), vld(p + 2 * cp), vld(p + 3 * cp), e[y][0], e[y][1], e[y][2], e[y][3]);
+        }
+        for (int x = 0; x < 4; x++) BT(e[0][x], e[1][x], e[2][x], e[3][x], tmp[z][x], tmp[z][4 + x], tmp[z][8 + x], tmp[z][12 + x]);
+    }
+    for (int yx = 0; yx < 16; yx++) {
+        v16 r0, r1, r2, r3;
+        BT(tmp[0][yx], tmp[1][yx], tmp[2][yx], tmp[3][yx], r0, r1, r2, r3);
+        vst(V + (size_t)yx * vstride, r0);
+        vst(V + (size_t)(16 + yx) * vstride, r1);
+        vst(V + (size_t)(32 + yx) * vstride, r2);
+        vst(V + (size_t)(48 + yx) * vstride, r3);
+    }
+}
+
+/* A^T = [1 1 1 0; 0 1 -1 -1] on four values */
+#define AT(m0, m1, m2, m3, o0, o1)                                                                                   \
+    do {                                                                                                             \
+        const v16 m1_ = (m1), m2_ = (m2);                                                                            \
+        o0 = (m0) + m1_ + m2_;                                                                                       \
+        o1 = m1_ - m2_ - (m3);                                                                                       \
+    } while (0)
+
+/* the 2x2x2 outputs of one tile, 16 channels: o[z][y][x] from M[xi] at m
+ * (points mstride floats apart) */
+AI void out_tile(const float *m, size_t mstride, v16 o[2][2][2])
+{
+    v16 s[2][16], q[2][2][4];
+    for (int yx = 0; yx < 16; yx++)
+        AT(vld(m + yx * mstride), vld(m + (16 + yx) * mstride), vld(m + (32 + yx) * mstride),
+           vld(m + (48 + yx) * mstride), s[0][yx], s[1][yx]);
+    for (int z = 0; z < 2; z++)
+        for (int x = 0; x < 4; x++) AT(s[z][x], s[z][4 + x], s[z][8 + x], s[z][12 + x], q[z][0][x], q[z][1][x]);
+    for (int z = 0; z < 2; z++)
+        for (int y = 0; y < 2; y++) AT(q[z][y][0], q[z][y][1], q[z][y][2], q[z][y][3], o[z][y][0], o[z][y][1]);
+}
+
+int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const float *bias, const ts_conv_ep *ep,
+                   float *y)
+{
+    int err = 0;
+    const int C = g->C, OC = g->OC, cp = ts_nn_pad16(C), op = ts_nn_pad16(OC), D = g->D, H = g->H, W = g->W;
+    const int TD = (D + 1) / 2, TH = (H + 1) / 2, TW = (W + 1) / 2;
+    /* tiles per item: V and M within about 1 MiB, at least 16 */
+    const int tcap = imax(16, 4096 / (cp + op));
+    const int tw = imin(TW, tcap), rp = imin(TH, imax(1, tcap / tw));
+    const int nrb = (TH + rp - 1) / rp, ncb = (TW + tw - 1) / tw, T = rp * tw;
+    const int SR = 2 * rp + 2, SC = 2 * tw + 2;
+    /* the transform points' rows of V and M one vector longer than their
+     * tiles: not a multiple of 4 KiB apart (the transforms touch all 64) */
+    const size_t slab_n = (size_t)4 * SR * SC * cp, v_n = (size_t)64 * (T * cp + 16), m_n = (size_t)64 * (T * op + 16);
+    const size_t per = slab_n + v_n + m_n;
+#ifdef _OPENMP
+    const int nt = omp_get_max_threads();
+#else
+    const int nt = 1;
+#endif
+    const float *U = transformed(w, C, OC, op);
+    float *bufs = ts_nn_scratch(0, per * nt * sizeof(float));
+    if (!U || !bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd convolution scratch (%d -> %d channels)", C, OC);
+    /* bias, scale and shift padded to op (zeros, ones) */
+    float epbuf[3 * 2048], *bp = epbuf, *sp = NULL, *hp = NULL;
+    if (op > 2048) TS_FAIL(TS_ERR_ARG, "Winograd convolution: %d output channels (at most 2048)", OC);
+    for (int oc = 0; oc < op; oc++) bp[oc] = bias && oc < OC ? bias[oc] : 0.0f;
+    if (ep && ep->scale) {
+        sp = epbuf + op;
+        hp = epbuf + 2 * op;
+        for (int oc = 0; oc < op; oc++) sp[oc] = oc < OC ? ep->scale[oc] : 1.0f, hp[oc] = oc < OC ? ep->shift[oc] : 0.0f;
+    }
+    const int act = ep && ep->act != TS_EP_NONE;
+    const float slope = ep && ep->act == TS_EP_LEAKY ? ep->slope : 0.0f;
+    const int cb = x.b ? C - x.ca : 0, ca = x.b ? x.ca : C;
+    const long items = (long)g->N * TD * nrb * ncb;
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *S = bufs + per * tid, *V = S + slab_n, *M = V + v_n;
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < items; it++) {
+            const int n = (int)(it / ((long)TD * nrb * ncb)), tz = (int)(it / ((long)nrb * ncb) % TD);
+            const int ty0 = (int)(it / ncb % nrb) * rp, tx0 = (int)(it % ncb) * tw;
+            const int nr = imin(rp, TH - ty0), nc = imin(tw, TW - tx0), nt_ = nr * nc;
+            const int z0 = 2 * tz - 1, h0 = 2 * ty0 - 1, w0 = 2 * tx0 - 1, ncol = 2 * nc + 2;
+            /* stage planes z0 .. z0 + 3, rows h0 .. h0 + 2 nr + 1, columns w0 .. w0 + 2 nc + 1 */
+            for (int zz = 0; zz < 4; zz++)
+                for (int r = 0; r < 2 * nr + 2; r++) {
+                    float *dst = S + ((size_t)zz * SR + r) * SC * cp;
+                    const int z = z0 + zz, h = h0 + r;
+                    if (z < 0 || z >= D || h < 0 || h >= H) {
+                        memset(dst, 0, (size_t)ncol * cp * sizeof(float));
+                        continue;
+                    }
+                    const size_t row = ((size_t)n * D + z) * H + h;
+                    for (int j = 0; j < ncol; j++) {
+                        const int wv = w0 + j;
+                        float *d = dst + (size_t)j * cp;
+                        if (wv < 0 || wv >= W) {
+                            memset(d, 0, (size_t)cp * sizeof(float));
+                            continue;
+                        }
+                        const size_t vox = row * W + wv;
+                        memcpy(d, x.a + vox * ca, (size_t)ca * sizeof(float));
+                        if (cb) memcpy(d + ca, x.b + vox * cb, (size_t)cb * sizeof(float));
+                        if (cp > C) memset(d + C, 0, (size_t)(cp - C) * sizeof(float));
+                    }
+                }
+            /* V[xi][t][cp], t = ry * nc + tx */
+            const size_t vs = (size_t)nt_ * cp + 16, ms = (size_t)nt_ * op + 16;
+            const size_t sr = (size_t)SC * cp, spl = (size_t)SR * SC * cp;
+            for (int t = 0; t < nt_; t++) {
+                const int ry = t / nc, tx = t % nc;
+                const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
+                for (int c0 = 0; c0 < cp; c0 += 16)
+                    in_tile(s + c0, sr, spl, cp, V + (size_t)t * cp + c0, vs);
+            }
+            gemm(V, nt_, cp, vs, U, C, op, M, ms);
+            /* outputs: A^T M A + bias, the epilogue */
+            for (int t = 0; t < nt_; t++) {
+                const int ry = t / nc, tx = t % nc;
+                const int od = 2 * tz, oh = 2 * (ty0 + ry), ow = 2 * (tx0 + tx);
+                for (int c0 = 0; c0 < op; c0 += 16) {
+                    v16 o[2][2][2];
+                    out_tile(M + (size_t)t * op + c0, ms, o);
+                    const v16 b = vld(bp + c0);
+                    const int nco = OC - c0;
+                    for (int z = 0; z < 2 && od + z < D; z++)
+                        for (int yy = 0; yy < 2 && oh + yy < H; yy++)
+                            for (int xx = 0; xx < 2 && ow + xx < W; xx++) {
+                                v16 v = o[z][yy][xx] + b;
+                                if (sp) v = v * vld(sp + c0) + vld(hp + c0);
+                                if (act) v = ts_nn_act16(v, 1, slope);
+                                float *dst = y + ((((size_t)n * D + od + z) * H + oh + yy) * W + ow + xx) * OC + c0;
+                                if (nco >= 16) vst(dst, v);
+                                else ts_nn_vst_part(dst, v, nco);
+                            }
+                }
+            }
+        }
+    }
+cleanup:
+    return err;
+}

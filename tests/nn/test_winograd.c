@@ -1,0 +1,165 @@
+/* The Winograd F(2x2x2, 3x3x3) convolution forward (src/nn/winograd.c)
+ * against a naive double-precision 3x3x3 convolution: every output within
+ * 1e-5 of the output's largest magnitude (fp32 Winograd F(2, 3) keeps about
+ * 1e-6), on odd and even edges, channel counts not multiples of 16, a
+ * concatenated input, epilogues (folded norm, ReLU, leaky ReLU), items of
+ * several row pairs and rows split into column blocks; the direct
+ * convolution is held to the same bound as a control; bad arguments fail. */
+#include "tsbuild.h"
+#include "src/core/error.h"
+#include "src/core/rng.h"
+#include "src/nn/layers.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ts_rng rng;
+
+static ts_tensor mk(int ndim, const int64_t *shape, float lo, float hi)
+{
+    ts_tensor t;
+    if (ts_tensor_alloc(&t, TS_FLOAT32, ndim, shape)) {
+        fprintf(stderr, "alloc: %s\n", ts_err_message());
+        exit(1);
+    }
+    float *p = t.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * ts_rng_uniformf(&rng);
+    return t;
+}
+#define MK(lo, hi, ...) mk(sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__}, lo, hi)
+
+/* y[n, d, h, w, o] = ep(b[o] + sum x[.., c] w[o][c][kd][kh][kw]) in double, x = [a, b2] */
+static void ref(const ts_tensor *a, const ts_tensor *a2, const ts_tensor *w, const float *b, const ts_conv_ep *ep,
+                double *y)
+{
+    const int N = (int)a->shape[0], D = (int)a->shape[1], H = (int)a->shape[2], W = (int)a->shape[3];
+    const int ca = (int)a->shape[4], cb = a2 ? (int)a2->shape[4] : 0, C = ca + cb, OC = (int)w->shape[0];
+    const float *pa = a->data, *pb = a2 ? a2->data : NULL, *pw = w->data;
+    for (int n = 0; n < N; n++)
+        for (int d = 0; d < D; d++)
+            for (int h = 0; h < H; h++)
+                for (int x = 0; x < W; x++)
+                    for (int o = 0; o < OC; o++) {
+                        double s = b ? b[o] : 0;
+                        for (int kd = 0; kd < 3; kd++)
+                            for (int kh = 0; kh < 3; kh++)
+                                for (int kw = 0; kw < 3; kw++) {
+                                    const int id = d + kd - 1, ih = h + kh - 1, iw = x + kw - 1;
+                                    if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                    const size_t v = (((size_t)n * D + id) * H + ih) * W + iw;
+                                    for (int c = 0; c < C; c++) {
+                                        const double xv = c < ca ? pa[v * ca + c] : pb[v * cb + c - ca];
+                                        s += xv * pw[(((size_t)o * C + c) * 3 + kd) * 9 + kh * 3 + kw];
+                                    }
+                                }
+                        if (ep && ep->scale) s = s * ep->scale[o] + ep->shift[o];
+                        if (ep && ep->act != TS_EP_NONE && !(s > 0)) s = ep->act == TS_EP_LEAKY ? s * ep->slope : 0;
+                        y[((((size_t)n * D + d) * H + h) * W + x) * OC + o] = s;
+                    }
+}
+
+static double max_rel(const float *a, const double *r, size_t n, double *scale)
+{
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) s = fmax(s, fabs(r[i]));
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - r[i]) / fmax(s, 1e-30));
+    *scale = s;
+    return m;
+}
+
+/* ep: 0 none, 1 folded norm + ReLU, 2 folded norm + leaky ReLU, 3 ReLU alone */
+static void check(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
+{
+    const int C = ca + cb;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), a2 = cb ? MK(-1, 1, N, D, H, W, cb) : (ts_tensor){0};
+    ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
+    ts_tensor y = MK(7, 7, N, D, H, W, OC), yd = MK(7, 7, N, D, H, W, OC);
+    const ts_conv_ep ep = {epk == 1 || epk == 2 ? (float *)sc.data : NULL, epk == 1 || epk == 2 ? (float *)sh.data : NULL,
+                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f};
+    const size_t n = (size_t)ts_tensor_numel(&y);
+    double *r = malloc(n * sizeof *r);
+    ref(&a, cb ? &a2 : NULL, &w, b.data, epk ? &ep : NULL, r);
+    int rc = ts_conv3d_winograd_forward(&a, cb ? &a2 : NULL, &w, &b, epk ? &ep : NULL, &y);
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, epk ? &ep : NULL};
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &a2, &w, &b, &sp, &yd) : ts_conv3d_forward_split(&a, &w, &b, &sp, &yd);
+    double scale, sd, e = max_rel(y.data, r, n, &scale), ed = max_rel(yd.data, r, n, &sd);
+    size_t pos = 0, neg = 0;
+    for (size_t i = 0; i < n; i++) pos += r[i] > 0, neg += r[i] < 0;
+    char cat[32] = "";
+    if (cb) snprintf(cat, sizeof cat, "+%d", cb);
+    ts_ok(rc == 0 && e <= 1e-5 && ed <= 1e-5 && scale > 0.1 && pos > n / 8 && (epk == 1 || epk == 3 || neg > n / 8),
+          "winograd [%d, %dx%dx%d, %d%s] -> %d, epilogue %d: max error %.2e of the scale %.3g (direct %.2e), "
+          "%zu positive, %zu negative of %zu",
+          N, D, H, W, ca, cat, OC, epk, e, scale, ed, pos, neg, n);
+    free(r);
+    ts_tensor_free(&a);
+    if (cb) ts_tensor_free(&a2);
+    ts_tensor_free(&w);
+    ts_tensor_free(&b);
+    ts_tensor_free(&sc);
+    ts_tensor_free(&sh);
+    ts_tensor_free(&y);
+    ts_tensor_free(&yd);
+}
+
+/* the transformed weights are cached by the weights' address: changed in
+ * place (a training step), they are transformed again */
+static void weights_changed(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 6, 6, 6, 16), w = MK(-0.3f, 0.3f, 16, 16, 3, 3, 3), y = MK(0, 0, 1, 6, 6, 6, 16);
+    const size_t n = (size_t)ts_tensor_numel(&y);
+    double *r = malloc(n * sizeof *r), scale, e[2];
+    for (int k = 0; k < 2; k++) {
+        if (k) ((float *)w.data)[5 * 16 * 27 + 3 * 27 + 13] += 1.0f; /* output 5, input 3, the centre tap */
+        ref(&x, NULL, &w, NULL, NULL, r);
+        int rc = ts_conv3d_winograd_forward(&x, NULL, &w, NULL, NULL, &y);
+        e[k] = rc ? 1 : max_rel(y.data, r, n, &scale);
+    }
+    ts_ok(e[0] <= 1e-5 && e[1] <= 1e-5, "weights changed in place between two calls: max error %.2e, then %.2e", e[0],
+          e[1]);
+    free(r);
+    ts_tensor_free(&x);
+    ts_tensor_free(&w);
+    ts_tensor_free(&y);
+}
+
+static void bad_args(void)
+{
+    ts_tensor x = MK(0, 1, 1, 4, 4, 4, 8), w1 = MK(0, 1, 8, 8, 1, 1, 1), w3 = MK(0, 1, 8, 8, 3, 3, 3);
+    ts_tensor y = MK(0, 1, 1, 4, 4, 4, 8), y2 = MK(0, 1, 1, 4, 4, 5, 8), y6 = MK(0, 1, 1, 6, 6, 6, 8);
+    int rc = ts_conv3d_winograd_forward(&x, NULL, &w1, NULL, NULL, &y6); /* padding 1: 6^3 outputs */
+    ts_ok(rc == TS_ERR_ARG && strstr(ts_err_message(), "3x3x3 only"), "a 1x1x1 kernel is refused: %s", ts_err_message());
+    rc = ts_conv3d_winograd_forward(&x, NULL, &w3, NULL, NULL, &y2);
+    ts_ok(rc == TS_ERR_FORMAT && strstr(ts_err_message(), "conv3d output"), "a wrong output shape is refused: %s",
+          ts_err_message());
+    const ts_conv_ep half = {(float *)y.data, NULL, TS_EP_RELU, 0};
+    rc = ts_conv3d_winograd_forward(&x, NULL, &w3, NULL, &half, &y);
+    ts_ok(rc == TS_ERR_ARG && strstr(ts_err_message(), "scale and shift"), "a scale without a shift is refused: %s",
+          ts_err_message());
+    ts_tensor_free(&x);
+    ts_tensor_free(&w1);
+    ts_tensor_free(&w3);
+    ts_tensor_free(&y);
+    ts_tensor_free(&y2);
+    ts_tensor_free(&y6);
+}
+
+int main(void)
+{
+    ts_rng_init(&rng, 7, 0, 0);
+    check(1, 4, 4, 4, 16, 0, 16, 0);
+    check(2, 5, 6, 7, 3, 0, 5, 0);    /* odd edges, few channels */
+    check(1, 6, 6, 6, 24, 0, 40, 1);  /* channels not multiples of 16, folded norm + ReLU */
+    check(1, 8, 8, 8, 16, 16, 32, 3); /* a concatenation, ReLU alone */
+    check(1, 3, 9, 37, 64, 0, 80, 2); /* leaky ReLU; 4 + 1 output vectors */
+    check(1, 3, 5, 9, 10, 7, 33, 1);  /* a concatenation not at a multiple of 16 */
+    check(1, 12, 12, 12, 64, 0, 64, 1); /* several row pairs an item, a partial block */
+    check(1, 2, 3, 300, 8, 0, 16, 0);   /* rows split into column blocks */
+    check(1, 1, 1, 1, 4, 0, 4, 0);      /* one voxel */
+    weights_changed();
+    bad_args();
+    ts_nn_release_scratch();
+    return ts_done();
+}
