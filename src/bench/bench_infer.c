@@ -105,6 +105,7 @@ int ts_bench_infer_write_json(const char *path, const ts_bench_infer_result *r, 
     cJSON_AddNumberToObject(o, "batch", l->batch);
     cJSON_AddStringToObject(o, "precision", l->precision);
     cJSON_AddStringToObject(o, "conv_isa", r->conv_isa);
+    cJSON_AddStringToObject(o, "conv", l->conv);
     cJSON_AddNumberToObject(o, "flop_per_window", l->flop_per_window);
     cJSON_AddNumberToObject(o, "network_gflops", r->network_gflops);
     cJSON_AddNumberToObject(o, "total_gflops", r->total_gflops);

@@ -29,15 +29,16 @@ static void help(void)
            "OMP_NUM_THREADS. JSON (--json): total_s, setup_s, read_s, predict_s, network_s, blend_s, reduce_s,\n"
            "write_s, metrics_s (medians), totals (every run), windows, forwards, batch, precision,\n"
            "flop_per_window, network_gflops, total_gflops, peak_kind, peak_gflops, network_fraction_of_peak,\n"
-           "total_fraction_of_peak, ranks, threads, peak_rss_mb, conv_isa, config, input.\n"
+           "total_fraction_of_peak, ranks, threads, peak_rss_mb, conv_isa, conv, config, input.\n"
            "jobs/bench/compare_infer.sh runs it next to a PyTorch sliding window (docs/performance.md).\n");
 }
 
 static void on_run(int i, int repeat, const ts_infer_result *r, void *ctx)
 {
     (void)ctx;
-    printf("bench infer: run %d/%d: %.3f s (network %.3f s, %lld windows in %lld forwards of %d, %s)\n", i + 1, repeat,
-           r->total_s, r->network_s, (long long)r->windows, (long long)r->forwards, r->batch, r->precision);
+    printf("bench infer: run %d/%d: %.3f s (network %.3f s, %lld windows in %lld forwards of %d, %s %s)\n", i + 1,
+           repeat, r->total_s, r->network_s, (long long)r->windows, (long long)r->forwards, r->batch, r->precision,
+           r->conv);
 }
 
 static void report(const char *cfgpath, const char *input, const ts_bench_infer_result *b)
@@ -50,8 +51,9 @@ static void report(const char *cfgpath, const char *input, const ts_bench_infer_
            "%.3f), writing %.3f, metrics %.3f\n",
            m[TS_BI_TOTAL], m[TS_BI_SETUP], m[TS_BI_READ], m[TS_BI_PREDICT], m[TS_BI_NETWORK], m[TS_BI_BLEND],
            m[TS_BI_REDUCE], m[TS_BI_WRITE], m[TS_BI_METRICS]);
-    printf("  %lld windows, %d per forward, %s (%s); %.4g FLOP per window (convolutions, forward), %.4g in all\n",
-           (long long)r->windows, r->batch, r->precision, b->conv_isa, r->flop_per_window, b->flop);
+    printf("  %lld windows, %d per forward, %s (%s, %s convolutions); %.4g FLOP per window (convolutions, forward, "
+           "counted as direct ones), %.4g in all\n",
+           (long long)r->windows, r->batch, r->precision, b->conv_isa, r->conv, r->flop_per_window, b->flop);
     printf("  network %.1f GFLOP/s, whole run %.1f GFLOP/s", b->network_gflops, b->total_gflops);
     if (b->peak_gflops > 0)
         printf("; %.3f and %.3f of the measured %s peak (%.1f GFLOP/s over the ranks)", b->network_gflops / b->peak_gflops,

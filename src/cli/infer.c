@@ -22,7 +22,8 @@ static void help(void)
            "                                  [mirror=xyz] [keep_largest=all|foreground,1,2,... | postprocess=PP.json]\n"
            "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
            "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [preprocess=dataset|none]\n"
-           "                                  [precision=fp32|bf16|fp16] [batch=N] [section.key=value ...]\n\n"
+           "                                  [precision=fp32|bf16|fp16] [conv=winograd|direct] [batch=N]\n"
+           "                                  [section.key=value ...]\n\n"
            "Predicts label volumes for NIfTI scans (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint, loaded once: DIR is a checkpoint (ckpt/step-<N>), a\n"
            "checkpoint folder (the newest complete one is used) or a run directory. input= is one scan, a\n"
@@ -59,6 +60,11 @@ static void help(void)
            "them); downsample= must be the dataset's. preprocess=none predicts on the scan as it is.\n"
            "precision= is the convolutions' precision (default: CONFIG's train.precision; bf16 runs on\n"
            "AVX512-BF16 where the CPU has it; docs/performance.md states the Dice bf16 keeps against fp32);\n"
+           "conv=winograd (the default) runs the 3x3x3 convolutions with at least 16 input and 16 output\n"
+           "channels in fp32 as Winograd F(2x2x2, 3x3x3) convolutions (64 instead of 216 multiplications\n"
+           "per 2x2x2 outputs; probabilities within about 1e-6 of the direct convolution's, not the same\n"
+           "bits; docs/engine.md); conv=direct runs them all as direct convolutions. bf16 and fp16 are\n"
+           "always direct.\n"
            "batch=N puts N windows in each forward (default: train.batch). The closing line says where the\n"
            "time went (set-up, reading, the network, blending the windows, writing, metrics) and the\n"
            "network's GFLOP/s; `tessera bench infer` times the command against the machine's peak.\n");
@@ -110,9 +116,9 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
         printf("\n");
     }
     printf("infer: %.2f s: set-up %.2f, reading %.2f, prediction %.2f (network %.2f: %lld windows in %lld forwards of "
-           "%d, %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
+           "%d, %s %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
            r->total_s, r->setup_s, r->read_s, r->predict_s, r->network_s, (long long)r->windows, (long long)r->forwards,
-           r->batch, r->precision, r->network_s > 0 ? r->flop_per_window * (double)r->windows / r->network_s / 1e9 : 0,
+           r->batch, r->precision, r->conv, r->network_s > 0 ? r->flop_per_window * (double)r->windows / r->network_s / 1e9 : 0,
            r->blend_s, r->reduce_s, r->write_s, r->metrics_s);
     if (!r->have_dice) return;
     if (r->nscans > 1) {
@@ -144,9 +150,9 @@ static int parse_mirror(const char *a, int *mask)
 int ts_cli_infer_opt(const char *a, ts_infer_opts *o, int *lerr)
 {
     static const char *keys[] = {"checkpoint=", "input=", "output=", "label=", "label_map=", "probabilities=",
-                                 "metrics=", "keep_largest=", "postprocess=", "decide=", "precision="};
+                                 "metrics=", "keep_largest=", "postprocess=", "decide=", "precision=", "conv="};
     const char **dst[] = {&o->checkpoint, &o->input, &o->output, &o->label, &o->label_map, &o->probabilities,
-                          &o->metrics, &o->keep_largest, &o->postprocess, &o->decide, &o->precision};
+                          &o->metrics, &o->keep_largest, &o->postprocess, &o->decide, &o->precision, &o->conv};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strncmp(a, keys[i], strlen(keys[i]))) {
             *dst[i] = a + strlen(keys[i]);

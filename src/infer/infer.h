@@ -54,6 +54,7 @@ typedef struct ts_infer_opts {
     void (*on_scan)(const ts_infer_scan *s, void *ctx);
     void *on_scan_ctx;
     const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
+    const char *conv;          /* "winograd" (NULL: the default) or "direct": ts_unet_set_winograd in fp32 */
     int batch;                 /* windows per forward, 0: CONFIG's train.batch */
 } ts_infer_opts;
 
@@ -113,6 +114,8 @@ typedef struct ts_infer_result {
     int64_t windows, forwards; /* windows of all ranks (each mirrored copy counts); forwards of rank 0 */
     int batch;                 /* windows per forward */
     const char *precision;     /* the convolutions' precision ("fp32", "bf16", "fp16") */
+    const char *conv;          /* the 3x3x3 convolutions: "winograd" (fp32, 16 channels and more; the
+                                * others direct) or "direct" */
     double flop_per_window;    /* the forward's convolution FLOP per window (src/model/cost.h) */
 } ts_infer_result;
 

@@ -247,6 +247,13 @@ void ts_unet_set_norm_sync(ts_unet *m, ts_nn_sync_fn fn, void *ctx);
  * forward is refused. For inference (ts_eval_predict sets it); off by
  * default. */
 void ts_unet_set_fold_eval(ts_unet *m, int on);
+/* Local. on = 1: eval-mode forwards (train = 0) in fp32 on the CPU without
+ * a spatial split run their 3x3x3 convolutions with at least 16 input and
+ * 16 output channels through Winograd F(2x2x2, 3x3x3)
+ * (ts_conv3d_winograd_forward): logits within about 1e-6 of the direct
+ * convolution's, not the same bits. tessera infer sets it (conv=winograd,
+ * its default); off by default. */
+void ts_unet_set_winograd(ts_unet *m, int on);
 
 /* A spatial split of the model's inputs (spatial parallelism): this rank
  * holds one box of every input and so of every activation (halved per

@@ -335,6 +335,13 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const f
                         continue;
                     }
                     const size_t row = ((size_t)n * D + z) * H + h;
+                    if (!cb && C == cp) { /* one copy of the row's voxels inside, zeros outside */
+                        const int j0 = imax(0, -w0), j1 = imin(ncol, W - w0);
+                        if (j0 > 0) memset(dst, 0, (size_t)j0 * cp * sizeof(float));
+                        memcpy(dst + (size_t)j0 * cp, x.a + (row * W + w0 + j0) * C, (size_t)(j1 - j0) * C * sizeof(float));
+                        if (j1 < ncol) memset(dst + (size_t)j1 * cp, 0, (size_t)(ncol - j1) * cp * sizeof(float));
+                        continue;
+                    }
                     for (int j = 0; j < ncol; j++) {
                         const int wv = w0 + j;
                         float *d = dst + (size_t)j * cp;

@@ -7,8 +7,9 @@
 # ranks, on a spatial group and through pipeline stages; largest-component
 # post-processing, and its decision on validation scans, against SciPy;
 # bad lists and options fail on every rank before anything is written;
-# windows per forward change nothing, bf16 stays close to fp32, the closing
-# line and `bench infer` time the parts (issue [17]).
+# windows per forward change nothing, bf16 stays close to fp32, Winograd
+# convolutions close to the direct ones, the closing line and `bench infer`
+# time the parts (issue [17]).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 if [ -z "$TS_PY" ] || ! "$TS_PY" -c 'import scipy.ndimage' 2>/dev/null; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and scipy"
@@ -111,7 +112,7 @@ ts_step "b with 1 window a forward, probabilities" infer 1 input="$d/single/b.ni
 ts_step "b with 3 windows a forward" infer 1 input="$d/single/b.nii.gz" output="$d/w3.nii.gz" \
     probabilities="$d/w3_p.nii.gz" batch=3
 ts_check "the closing line: 3 windows a forward, fp32, the network and the blending timed" sh -c \
-    'printf "%s\n" "$1" | grep -qE "^infer: [0-9.]+ s: set-up [0-9.]+, reading [0-9.]+, prediction [0-9.]+ \(network [0-9.]+: [1-9][0-9]* windows in [1-9][0-9]* forwards of 3, fp32, [0-9.]+ GFLOP/s; blending [0-9.]+"' \
+    'printf "%s\n" "$1" | grep -qE "^infer: [0-9.]+ s: set-up [0-9.]+, reading [0-9.]+, prediction [0-9.]+ \(network [0-9.]+: [1-9][0-9]* windows in [1-9][0-9]* forwards of 3, fp32 winograd, [0-9.]+ GFLOP/s; blending [0-9.]+"' \
     _ "$ts_out"
 ts_check "batch= changes nothing: the same mask and probability files, bit for bit" \
     sh -c "cmp '$d/w1.nii.gz' '$d/w3.nii.gz' && cmp '$d/w1_p.nii.gz' '$d/w3_p.nii.gz'"
@@ -121,7 +122,7 @@ ts_step "2 ranks' probabilities are 1 rank's (1e-5: the windows' sums add in ano
     ref same "$d/w1_p.nii.gz" "$d/w32_p.nii.gz"
 ts_step "precision=bf16 on b, probabilities" infer 1 input="$d/single/b.nii.gz" output="$d/wb.nii.gz" \
     probabilities="$d/wb_p.nii.gz" precision=bf16
-ts_check "the closing line says bf16" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16,"' _ "$ts_out"
+ts_check "the closing line says bf16, direct" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 direct,"' _ "$ts_out"
 ts_step "bf16 probabilities within 0.02 of fp32's, not equal to them; masks agree on 99 % of the voxels" \
     "$TS_PY" -c "
 import sys; sys.path.insert(0, '$TS_SRCDIR/tests/train')
@@ -142,6 +143,34 @@ assert len(j['totals']) == 2 and j['precision'] == 'fp32' and j['windows'] > 0 a
 assert 0 < j['network_s'] <= j['predict_s'] <= j['total_s'] and j['blend_s'] > 0
 assert j['flop_per_window'] > 0 and abs(j['network_gflops'] - j['flop_per_window'] * j['windows'] / j['network_s'] / 1e9) < 1e-6 * j['network_gflops']"
 ts_check "bench infer wrote the mask infer writes" cmp "$d/bi.nii.gz" "$d/w1.nii.gz"
+
+# conv=winograd (the default) against conv=direct on a model whose 3x3x3
+# convolutions have 16 and 32 channels (all but the first run as Winograd
+# ones), batch norm folded into their epilogues
+ini_i=$ini
+ts_ini w.ini model.channels=16,32 model.norm=batch -model.groups train.batch=1 train.loss=ce -train.log_every train.steps=3
+ts_step "train a 16,32-channel batch-norm model 3 steps" train_run 1 runw
+ini=$ini_i
+W="$TESSERA infer $d/w.ini checkpoint=$d/runw input=$d/single/b.nii.gz"
+# shellcheck disable=SC2086
+ts_step "conv=direct on b, probabilities" ts_mpirun 1 $W output="$d/wd.nii.gz" probabilities="$d/wd_p.nii.gz" conv=direct
+ts_check "the closing line says fp32 direct" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, fp32 direct,"' _ "$ts_out"
+# shellcheck disable=SC2086
+ts_step "the default (Winograd) on b, probabilities" ts_mpirun 1 $W output="$d/ww.nii.gz" probabilities="$d/ww_p.nii.gz"
+ts_check "the closing line says fp32 winograd" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, fp32 winograd,"' _ "$ts_out"
+ts_step "Winograd's probabilities within 1e-4 of the direct ones, not equal to them; masks agree on 99.9 % of the voxels" \
+    "$TS_PY" -c "
+import sys; sys.path.insert(0, '$TS_SRCDIR/tests/train')
+import infer_ref as r
+import numpy as np
+a, b = r.load('$d/wd_p.nii.gz'), r.load('$d/ww_p.nii.gz')
+d = np.abs(a.astype(np.float64) - b)
+agree = float((r.load('$d/wd.nii.gz') == r.load('$d/ww.nii.gz')).mean())
+print('max |winograd - direct| %.3g, mean %.3g; masks agree on %.5f of the voxels; probabilities from %.3g to %.3g' % (d.max(), d.mean(), agree, a.min(), a.max()))
+assert 0 < d.max() < 1e-4 and agree >= 0.999 and a.max() - a.min() > 0.1"
+# shellcheck disable=SC2086
+ts_step "precision=bf16 with the default conv: direct (bf16 has no Winograd path)" ts_mpirun 1 $W output="$d/wb2.nii.gz" precision=bf16
+ts_check "the closing line says bf16 direct" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 direct,"' _ "$ts_out"
 
 # bad lists and options fail on every rank, before any prediction
 mkdir -p "$d/lab2"
@@ -165,5 +194,7 @@ ts_fails_on_all "precision=fp8" "infer: precision=fp8: give fp32, bf16 or fp16" 
     infer 2 input="$d/single/b.nii.gz" output="$d/e7.nii.gz" precision=fp8
 ts_fails_on_all "batch=0" "infer: batch=0 must be 1..4096" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e8.nii.gz" batch=0
-ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" ]
+ts_fails_on_all "conv=fft" "infer: conv=fft: give winograd or direct" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e9.nii.gz" conv=fft
+ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" -a ! -e "$d/e9.nii.gz" ]
 ts_finish
