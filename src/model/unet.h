@@ -51,6 +51,7 @@ typedef struct ts_unet_cfg {
     float slope;          /* model.leaky_slope (leaky ReLU) */
     ts_engine engine;     /* train.engine (docs/gpu.md) */
     int tf32;             /* train.tf32: fp32 convolutions on a GPU may use TF32 (set by forward and backward) */
+    int conv_winograd;    /* train.conv = winograd: ts_nn_set_winograd in every forward and backward (CPU) */
 } ts_unet_cfg;
 
 /* Config keys of the model (model.*, data.patch, train.loss, train.ignore_index,
@@ -247,12 +248,13 @@ void ts_unet_set_norm_sync(ts_unet *m, ts_nn_sync_fn fn, void *ctx);
  * forward is refused. For inference (ts_eval_predict sets it); off by
  * default. */
 void ts_unet_set_fold_eval(ts_unet *m, int on);
-/* Local. on = 1: eval-mode forwards (train = 0) in fp32 on the CPU without
- * a spatial split run their 3x3x3 convolutions with at least 16 input and
- * 16 output channels through Winograd F(2x2x2, 3x3x3)
- * (ts_conv3d_winograd_forward): logits within about 1e-6 of the direct
- * convolution's, not the same bits. tessera infer sets it (conv=winograd,
- * its default); off by default. */
+/* Local. on = 1: eval-mode forwards (train = 0) on the CPU run with
+ * ts_nn_set_winograd on (fp32 3x3x3 convolutions with at least 16 input and
+ * 16 output channels as Winograd F(2x2x2, 3x3x3) ones, without a spatial
+ * split): logits within about 1e-6 of the direct convolutions', not the
+ * same bits. tessera infer sets it (conv=winograd, its default); off by
+ * default. train.conv = winograd turns it on for every forward and
+ * backward. */
 void ts_unet_set_winograd(ts_unet *m, int on);
 
 /* A spatial split of the model's inputs (spatial parallelism): this rank

@@ -283,6 +283,7 @@ int ts_unet_backward_slot(ts_unet *m, int k)
     slot *s = ts_unet_get_slot(m, k);
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: backward on slot %d before forward", k);
     TS_TRY(ts_nn_set_conv_precision(m->cfg.precision));
+    ts_nn_set_winograd(!m->device && m->cfg.conv_winograd);
     ts_nn_set_tf32(m->cfg.tf32);
     if (here(m, U_H(m)) && !s->have_dlogits)
         return TS_ERR(TS_ERR_ARG, "unet: backward without a loss gradient (call ts_unet_loss)");

@@ -45,6 +45,10 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"train.engine", TS_CFG_ENUM, "auto", "auto|cpu|cuda", "where the layers run: cpu; cuda (cuDNN/cuBLAS on this "
      "rank's GPU, local rank % GPUs; data parallelism and model.arch = unet only so far; not yet run on a GPU, "
      "docs/gpu.md); auto: cuda where a GPU is found and the run is one it runs, else cpu"},
+    {"train.conv", TS_CFG_ENUM, "direct", "direct|winograd", "fp32 3x3x3 convolutions on the CPU with at least 16 "
+     "input and 16 output channels (no spatial split): direct; winograd: their forward and input gradient as Winograd "
+     "F(2x2x2, 3x3x3) convolutions (64 instead of 216 multiplications per 2x2x2 outputs; results within about 1e-6 "
+     "of the direct ones, not the same bits; docs/engine.md). The weight gradient stays direct"},
     {"train.tf32", TS_CFG_BOOL, "true", NULL, "train.engine = cuda, train.precision = fp32: the convolutions may use "
      "TF32 tensor cores (10-bit products, fp32 sums; PyTorch's cudnn.allow_tf32); false: fp32 products"},
     {NULL, 0, NULL, NULL, NULL},
@@ -185,6 +189,8 @@ int ts_unet_cfg_from_config(const ts_config *cfg, ts_unet_cfg *u)
     TS_TRY(ts_config_get_str(cfg, "train.engine", &s));
     u->engine = !strcmp(s, "cuda") ? TS_ENGINE_CUDA : !strcmp(s, "cpu") ? TS_ENGINE_CPU : TS_ENGINE_AUTO;
     TS_TRY(ts_config_get_bool(cfg, "train.tf32", &u->tf32));
+    TS_TRY(ts_config_get_str(cfg, "train.conv", &s));
+    u->conv_winograd = !strcmp(s, "winograd");
     TS_TRY(ts_config_get_int(cfg, "train.ignore_index", &v));
     u->ignore_index = (int)v;
     if (u->ignore_index >= 0 && u->ignore_index < u->classes)

@@ -57,10 +57,6 @@ int ts_unet_halo_wait(ts_unet *m)
 int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
                          const ts_tensor *bias, const ts_conv_ep *ep, ts_tensor *y)
 {
-    if (m->wino_now && w->shape[0] >= 16 && w->shape[1] >= 16) { /* ts_unet_set_winograd */
-        TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_winograd_forward(in, in2, w, bias, ep, y));
-        return 0;
-    }
     if (!m->split_on && ep) { /* the epilogue goes through the split calls' options, without a halo */
         const ts_conv_split cs = {NULL, TS_CONV_ALL, NULL, NULL, ep};
         if (in2) TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_cat_forward_split(in, in2, w, bias, &cs, y));
@@ -323,7 +319,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     if (!s) return TS_ERR(TS_ERR_ARG, "unet: forward on slot %d before ts_unet_setup (%d slots)", k, m->nslots);
     s->have_dlogits = 0;
     m->folding = m->fold_eval && !train && c->norm == TS_NORM_BATCH && !m->device;
-    m->wino_now = m->winograd && !train && c->precision == TS_PREC_FP32 && !m->device && !m->split_on;
+    ts_nn_set_winograd(!m->device && (c->conv_winograd || (m->winograd && !train)));
     if (m->device) TIMED(m, TS_PROF_OTHER, ts_arena_to_device(m->arena)); /* the host's params are the master */
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);

@@ -118,7 +118,6 @@ struct ts_unet {
     int fold_eval;     /* ts_unet_set_fold_eval */
     int folding;       /* the forward under way folds its batch norms (eval, batch norm, CPU) */
     int winograd;      /* ts_unet_set_winograd */
-    int wino_now;      /* the forward under way uses it (eval, fp32, CPU, no split) */
     ts_tensor hx, hlab, hlogits; /* its host staging: the channels-last image, downsampled labels, logits */
     int *ready, nready; /* GPU engine: the arena entries whose gradients became final in this backward, in order */
 };

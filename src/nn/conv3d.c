@@ -112,6 +112,14 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
     return r;
 }
 
+/* Whether a call of geometry g (forward; for the input gradient its
+ * transposed geometry) runs as a Winograd convolution (ts_nn_set_winograd) */
+static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
+{
+    return ts_nn_winograd_on() && ts_nn_conv_precision() == TS_PREC_FP32 && g->k == 3 && g->s == 1 && g->p == 1 &&
+           !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16;
+}
+
 /* Forward shared by the entry points: y = conv(x) (+ bias). */
 static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
                         const ts_conv_sched *sch, const ts_conv_ep *ep, ts_tensor *y)
@@ -119,6 +127,8 @@ static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w
     if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
         return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
     if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
+    if (wino_fits(g, x.halo, sch))
+        return ts_nn_winograd(g, x, w->data, 0, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep});
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
         const uint32_t *wb = ts_nn_bf16_pack(w->data, g->C, g->OC, g->k * g->k * g->k, 0, 0);
         if (!wb) return TS_ERR(TS_ERR_NOMEM, "conv3d packed bf16 weights");
@@ -163,6 +173,10 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
         if (g->s == 1 && g->p <= g->k - 1) {
             /* dx = conv(dy, flipped w^T) with padding k-1-pad */
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
+            if (wino_fits(&r, hy, NULL)) {
+                TS_CHECK(ts_nn_winograd(&r, (ts_conv_src){dy->data, NULL, g->OC, NULL}, w->data, 1, NULL, dx));
+                goto cleanup;
+            }
             if (bf) {
                 const uint32_t *wb = ts_nn_bf16_pack(w->data, g->OC, g->C, taps, 1, 1);
                 if (!wb) TS_FAIL(TS_ERR_NOMEM, "conv3d backward bf16 weights");
@@ -226,8 +240,8 @@ int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts
     if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
         return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
     if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
-    return ts_nn_winograd(&g, (ts_conv_src){x->data, x2 ? x2->data : NULL, x2 ? (int)x->shape[4] : g.C, NULL}, w->data,
-                          b ? b->data : NULL, ep, y->data);
+    return ts_nn_winograd(&g, (ts_conv_src){x->data, x2 ? x2->data : NULL, x2 ? (int)x->shape[4] : g.C, NULL}, w->data, 0,
+                          b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g.OC, ep});
 }
 
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,

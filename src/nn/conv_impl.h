@@ -160,13 +160,14 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 
-/* Winograd F(2x2x2, 3x3x3) forward (src/nn/winograd.c): g a 3x3x3,
- * stride 1, padding 1 geometry; x without a halo; w [OC][C][3][3][3] as
- * given (not packed); bias NULL or [OC]; ep NULL or the epilogue of
- * ts_conv_dst; y [N, D, H, W, OC] (not split). Return 0, TS_ERR_NOMEM or
- * TS_ERR_ARG (an epilogue over more than 2048 channels). */
-int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const float *bias, const ts_conv_ep *ep,
-                   float *y);
+/* Winograd F(2x2x2, 3x3x3) (src/nn/winograd.c): g a 3x3x3, stride 1,
+ * padding 1 geometry; x without a halo; w as given (not packed):
+ * [OC][C][3][3][3], or with flip [C][OC][3][3][3] used with its taps
+ * reversed (the input gradient of a convolution with those weights, g then
+ * its transposed geometry); bias NULL or [OC]; y as ts_conv_dst (one tensor
+ * or split at ca, with its epilogue). Return 0, TS_ERR_NOMEM or TS_ERR_ARG
+ * (more than 2048 output channels). */
+int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y);
 /* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
 void ts_nn_winograd_release(void);
 

@@ -52,6 +52,17 @@ ts_precision ts_nn_conv_precision(void);
  * GPU layer tests turn it off). No effect on the CPU or on bf16/fp16. */
 void ts_nn_set_tf32(int on);
 int ts_nn_tf32(void);
+/* Local, process-wide, off by default; read once by each conv call as the
+ * precision. On: fp32 3x3x3, stride 1, padding 1 convolutions on the CPU
+ * with at least 16 input and 16 output channels, without a halo and not
+ * split into interior and border parts, run their forward and their input
+ * gradient as Winograd F(2x2x2, 3x3x3) convolutions (src/nn/winograd.c,
+ * docs/engine.md: within about 1e-6 of the direct convolution's results
+ * relative to their scale, not the same bits); the weight gradient, bf16,
+ * fp16 and every other shape stay direct. The U-Net sets it at the start of
+ * each forward and backward (train.conv, ts_unet_set_winograd). */
+int ts_nn_set_winograd(int on);
+int ts_nn_winograd_on(void);
 /* Local. Which bf16 kernels run: "avx512bf16" (VDPBF16PS, chosen when the
  * CPU and OS support AVX512 F/BW/VL/BF16) or "emulated" (portable C with the
  * same rounding and summation order: bitwise the same results as long as no

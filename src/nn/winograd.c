@@ -21,6 +21,7 @@
 #include "src/nn/conv_impl.h"
 #include "src/nn/norm_impl.h" /* ts_nn_act16: the epilogue's activation */
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -37,16 +38,20 @@ AI void vst(float *p, v16 v) { *(v16u *)p = v; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* U[xi][c][op] (op: OC padded to 16 with zeros) from w [OC][C][3][3][3]:
+/* U[xi][c][op] (op: OC padded to 16 with zeros) from w [OC][C][3][3][3],
+ * or with flip from w [C][OC][3][3][3] with the taps reversed (the input
+ * gradient's convolution: dx = conv(dy, flipped w^T)):
  * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] along kw, kh, then kd;
  * xi = (a * 4 + b) * 4 + e for the kd, kh, kw rows a, b, e of G */
-static void weights(const float *w, int C, int OC, int op, float *U)
+static void weights(const float *w, int flip, int C, int OC, int op, float *U)
 {
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++) {
         for (int xi = 0; xi < 64; xi++) memset(U + ((size_t)xi * C + c) * op + OC, 0, (size_t)(op - OC) * sizeof(float));
         for (int oc = 0; oc < OC; oc++) {
-            const float *k = w + ((size_t)oc * C + c) * 27;
+            float k[27];
+            const float *src = w + (flip ? (size_t)c * OC + oc : (size_t)oc * C + c) * 27;
+            for (int t = 0; t < 27; t++) k[t] = src[flip ? 26 - t : t];
             float t1[3][3][4], t2[3][4][4];
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++) {
@@ -73,6 +78,16 @@ static void weights(const float *w, int C, int OC, int op, float *U)
     }
 }
 
+static atomic_int wino_on;
+
+int ts_nn_set_winograd(int on)
+{
+    atomic_store(&wino_on, on != 0);
+    return 0;
+}
+
+int ts_nn_winograd_on(void) { return atomic_load(&wino_on); }
+
 /* Transformed weights cached per calling thread: one entry per weight
  * tensor (its address), kept with a copy of the weights it came from and
  * used again only while they are equal, bit for bit (a memcmp per call, far
@@ -83,7 +98,7 @@ static void weights(const float *w, int C, int OC, int op, float *U)
 #define CACHE_MAX ((size_t)1 << 30)
 static _Thread_local struct wcache {
     const float *key;
-    int C, OC;
+    int C, OC, flip;
     float *copy, *U; /* [OC * C * 27], [64][C][op] */
     unsigned long used;
 } cache[CACHE_N];
@@ -105,12 +120,12 @@ static size_t cache_bytes(const struct wcache *e)
 
 /* U of w [OC][C][27]: the cached one where w is unchanged, else transformed
  * (and cached where it fits); NULL: out of memory */
-static const float *transformed(const float *w, int C, int OC, int op)
+static const float *transformed(const float *w, int flip, int C, int OC, int op)
 {
     const size_t wn = (size_t)OC * C * 27, un = (size_t)64 * C * op;
     struct wcache *e = NULL;
     for (int i = 0; i < CACHE_N; i++)
-        if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC) e = &cache[i];
+        if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC && cache[i].flip == flip) e = &cache[i];
     if (e && !memcmp(e->copy, w, wn * sizeof(float))) {
         e->used = ++cache_clock;
         return e->U;
@@ -136,7 +151,7 @@ static const float *transformed(const float *w, int C, int OC, int op)
     }
     if (!e) { /* not cached: this call's scratch */
         float *U = ts_nn_scratch(1, un * sizeof(float));
-        if (U) weights(w, C, OC, op, U);
+        if (U) weights(w, flip, C, OC, op, U);
         return U;
     }
     if (!e->key) {
@@ -151,9 +166,10 @@ static const float *transformed(const float *w, int C, int OC, int op)
         e->key = w;
         e->C = C;
         e->OC = OC;
+        e->flip = flip;
     }
     memcpy(e->copy, w, wn * sizeof(float));
-    weights(w, C, OC, op, e->U);
+    weights(w, flip, C, OC, op, e->U);
     e->used = ++cache_clock;
     return e->U;
 }
@@ -275,9 +291,9 @@ AI void out_tile(const float *m, size_t mstride, v16 o[2][2][2])
         for (int y = 0; y < 2; y++) AT(q[z][y][0], q[z][y][1], q[z][y][2], q[z][y][3], o[z][y][0], o[z][y][1]);
 }
 
-int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const float *bias, const ts_conv_ep *ep,
-                   float *y)
+int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y)
 {
+    const ts_conv_ep *ep = y.ep;
     int err = 0;
     const int C = g->C, OC = g->OC, cp = ts_nn_pad16(C), op = ts_nn_pad16(OC), D = g->D, H = g->H, W = g->W;
     const int TD = (D + 1) / 2, TH = (H + 1) / 2, TW = (W + 1) / 2;
@@ -295,7 +311,7 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const f
 #else
     const int nt = 1;
 #endif
-    const float *U = transformed(w, C, OC, op);
+    const float *U = transformed(w, flip, C, OC, op);
     float *bufs = ts_nn_scratch(0, per * nt * sizeof(float));
     if (!U || !bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd convolution scratch (%d -> %d channels)", C, OC);
     /* bias, scale and shift padded to op (zeros, ones) */
@@ -380,9 +396,22 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, const f
                                 v16 v = o[z][yy][xx] + b;
                                 if (sp) v = v * vld(sp + c0) + vld(hp + c0);
                                 if (act) v = ts_nn_act16(v, 1, slope);
-                                float *dst = y + ((((size_t)n * D + od + z) * H + oh + yy) * W + ow + xx) * OC + c0;
-                                if (nco >= 16) vst(dst, v);
-                                else ts_nn_vst_part(dst, v, nco);
+                                const size_t vox = (((size_t)n * D + od + z) * H + oh + yy) * W + ow + xx;
+                                if (!y.b) { /* one output tensor */
+                                    float *dst = y.a + vox * OC + c0;
+                                    if (nco >= 16) vst(dst, v);
+                                    else ts_nn_vst_part(dst, v, nco);
+                                    continue;
+                                }
+                                /* split at y.ca: lanes below it to a, the others to b */
+                                const int na = imin(imax(y.ca - c0, 0), imin(nco, 16)), ob = OC - y.ca;
+                                if (na > 0) ts_nn_vst_part(y.a + vox * y.ca + c0, v, na);
+                                if (na < imin(nco, 16)) {
+                                    float t[16];
+                                    memcpy(t, &v, sizeof t);
+                                    memcpy(y.b + vox * ob + (c0 + na - y.ca), t + na,
+                                           (size_t)(imin(nco, 16) - na) * sizeof(float));
+                                }
                             }
                 }
             }

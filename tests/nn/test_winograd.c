@@ -104,6 +104,78 @@ static void check(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
     ts_tensor_free(&yd);
 }
 
+/* dx[n, d, h, w, c] = sum dy[n, d - kd + 1, .., oc] w[oc][c][kd][kh][kw] in double */
+static void ref_dx(const ts_tensor *dy, const ts_tensor *w, int C, double *dx)
+{
+    const int N = (int)dy->shape[0], D = (int)dy->shape[1], H = (int)dy->shape[2], W = (int)dy->shape[3];
+    const int OC = (int)dy->shape[4];
+    const float *g = dy->data, *pw = w->data;
+    for (int n = 0; n < N; n++)
+        for (int d = 0; d < D; d++)
+            for (int h = 0; h < H; h++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < C; c++) {
+                        double s = 0;
+                        for (int kd = 0; kd < 3; kd++)
+                            for (int kh = 0; kh < 3; kh++)
+                                for (int kw = 0; kw < 3; kw++) {
+                                    const int od = d - kd + 1, oh = h - kh + 1, ow = x - kw + 1;
+                                    if (od < 0 || od >= D || oh < 0 || oh >= H || ow < 0 || ow >= W) continue;
+                                    const float *gy = g + ((((size_t)n * D + od) * H + oh) * W + ow) * OC;
+                                    for (int o = 0; o < OC; o++)
+                                        s += gy[o] * (double)pw[(((size_t)o * C + c) * 3 + kd) * 9 + kh * 3 + kw];
+                                }
+                        dx[((((size_t)n * D + d) * H + h) * W + x) * C + c] = s;
+                    }
+}
+
+/* with ts_nn_set_winograd on: the layers' forward (ts_conv3d_forward, the
+ * same bits as ts_conv3d_winograd_forward) and input gradient (through a
+ * concatenation: dx split into da, db at ca) as Winograd convolutions,
+ * against double; the weight gradient stays direct (the same bits as with
+ * the switch off); a layer under 16 channels stays direct */
+static void layer_switch(int D, int H, int W, int ca, int cb, int OC)
+{
+    const int C = ca + cb;
+    ts_tensor a = MK(-1, 1, 1, D, H, W, ca), b2 = MK(-1, 1, 1, D, H, W, cb), w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3);
+    ts_tensor dy = MK(-1, 1, 1, D, H, W, OC), da = MK(0, 0, 1, D, H, W, ca), db = MK(0, 0, 1, D, H, W, cb);
+    ts_tensor dw0 = MK(0, 0, OC, C, 3, 3, 3), dw1 = MK(0, 0, OC, C, 3, 3, 3), y0 = MK(0, 0, 1, D, H, W, OC),
+              y1 = MK(0, 0, 1, D, H, W, OC);
+    const size_t nx = (size_t)D * H * W * C;
+    double *r = malloc(nx * sizeof *r), scale = 0, e = 0;
+    ref_dx(&dy, &w, C, r);
+    ts_tensor da0 = MK(0, 0, 1, D, H, W, ca), db0 = MK(0, 0, 1, D, H, W, cb);
+    int rc = ts_conv3d_cat_backward(&a, &b2, &w, 1, 1, &dy, &da0, &db0, &dw0, NULL);
+    rc |= ts_conv3d_cat_forward(&a, &b2, &w, NULL, 1, 1, &y0);
+    ts_nn_set_winograd(1);
+    rc |= ts_conv3d_cat_backward(&a, &b2, &w, 1, 1, &dy, &da, &db, &dw1, NULL);
+    rc |= ts_conv3d_cat_forward(&a, &b2, &w, NULL, 1, 1, &y1);
+    ts_nn_set_winograd(0);
+    ts_tensor yw = MK(0, 0, 1, D, H, W, OC);
+    rc |= ts_conv3d_winograd_forward(&a, &b2, &w, NULL, NULL, &yw);
+    for (size_t i = 0; i < nx; i++) scale = fmax(scale, fabs(r[i]));
+    for (size_t v = 0; v < nx / C; v++)
+        for (int c = 0; c < C; c++) {
+            const float got = c < ca ? ((float *)da.data)[v * ca + c] : ((float *)db.data)[v * cb + c - ca];
+            e = fmax(e, fabs(got - r[v * C + c]) / scale);
+        }
+    const size_t ny = (size_t)ts_tensor_numel(&y0);
+    int fwd_wino = !memcmp(y1.data, yw.data, ny * sizeof(float)), fwd_direct = !memcmp(y1.data, y0.data, ny * sizeof(float));
+    const int dx_direct = !memcmp(da.data, da0.data, (size_t)ts_tensor_numel(&da) * sizeof(float)) &&
+                          !memcmp(db.data, db0.data, (size_t)ts_tensor_numel(&db) * sizeof(float));
+    int dw_same = !memcmp(dw0.data, dw1.data, (size_t)ts_tensor_numel(&dw0) * sizeof(float));
+    const int wino = C >= 16 && OC >= 16;
+    ts_ok(rc == 0 && e <= 1e-5 && scale > 0.1 && dw_same && (wino ? fwd_wino && !fwd_direct && !dx_direct : fwd_direct && dx_direct),
+          "switch on, [%dx%dx%d, %d+%d] -> %d: dx (split at %d) max error %.2e of the scale %.3g, %s; forward %s; "
+          "weight gradient %s",
+          D, H, W, ca, cb, OC, ca, e, scale, dx_direct ? "the direct bits" : "not the direct bits",
+          fwd_wino && !fwd_direct ? "Winograd's bits" : fwd_direct ? "direct bits" : "neither",
+          dw_same ? "the direct one's bits" : "changed");
+    free(r);
+    ts_tensor *all[] = {&a, &b2, &w, &dy, &da, &db, &da0, &db0, &dw0, &dw1, &y0, &y1, &yw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* the transformed weights are cached by the weights' address: changed in
  * place (a training step), they are transformed again */
 static void weights_changed(void)
@@ -159,6 +231,9 @@ int main(void)
     check(1, 2, 3, 300, 8, 0, 16, 0);   /* rows split into column blocks */
     check(1, 1, 1, 1, 4, 0, 4, 0);      /* one voxel */
     weights_changed();
+    layer_switch(6, 7, 9, 10, 7, 20);  /* dx split inside a vector */
+    layer_switch(8, 8, 8, 16, 16, 32); /* at a vector's edge */
+    layer_switch(5, 5, 5, 8, 4, 16);   /* 12 input channels: direct */
     bad_args();
     ts_nn_release_scratch();
     return ts_done();
