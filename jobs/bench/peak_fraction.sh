@@ -5,7 +5,8 @@
 # 1. tessera bench peak: fp32 FMA, bf16 VDPBF16PS and triad limits;
 # 2. tessera bench step --peak --profile, 1 rank: the small UNet3D at 64^3
 #    batch 2 in fp32 and in bf16, and nnU-Net's 3d_fullres model
-#    (configs/nnunet-3d-fullres.ini) at 128^3 batch 1 in fp32;
+#    (configs/nnunet-3d-fullres.ini) at 128^3 batch 1 in fp32; the fp32
+#    ones also with train.conv = winograd (FLOP counted as direct ones);
 # and prints each step's GFLOP/s (the cost model's FLOP) as a fraction of
 # the measured peak of its precision, with the per-kind roofline table.
 set -uo pipefail
@@ -25,12 +26,16 @@ step() { # NAME CONFIG ARGS...
     "$mpiexec" -n 1 "$tessera" bench step "$cfg" "$@" --peak --profile --json "$out/$name.json" || exit 1
 }
 step small-fp32 "$here/configs/unet3d-small.ini" --steps "$steps" --warmup "$warm"
+step small-fp32-winograd "$here/configs/unet3d-small.ini" train.conv=winograd --steps "$steps" --warmup "$warm"
 step small-bf16 "$here/configs/unet3d-small.ini" train.precision=bf16 --steps "$steps" --warmup "$warm"
-[ "${NNUNET:-1}" = 0 ] || step nnunet-fp32 "$here/configs/nnunet-3d-fullres.ini" train.batch=1 --steps 2 --warmup 1
+if [ "${NNUNET:-1}" != 0 ]; then
+    step nnunet-fp32 "$here/configs/nnunet-3d-fullres.ini" train.batch=1 --steps 2 --warmup 1
+    step nnunet-fp32-winograd "$here/configs/nnunet-3d-fullres.ini" train.batch=1 train.conv=winograd --steps 2 --warmup 1
+fi
 python3 - "$out" <<'PY'
 import json, os, sys
 d = sys.argv[1]
-for n in ("small-fp32", "small-bf16", "nnunet-fp32"):
+for n in ("small-fp32", "small-fp32-winograd", "small-bf16", "nnunet-fp32", "nnunet-fp32-winograd"):
     p = os.path.join(d, n + ".json")
     if not os.path.exists(p):
         continue

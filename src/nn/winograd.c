@@ -92,14 +92,18 @@ int ts_nn_winograd_on(void) { return atomic_load(&wino_on); }
  * tensor (its address), kept with a copy of the weights it came from and
  * used again only while they are equal, bit for bit (a memcmp per call, far
  * cheaper than the transform; training's updates in place are seen).
- * At most CACHE_MAX bytes; beyond that the oldest entry is dropped.
+ * Weights found changed are being trained: their entry keeps only the key
+ * (changing), and they are transformed into scratch on every call from
+ * then on, without a copy. At most CACHE_MAX bytes; beyond that the oldest
+ * entry is dropped.
  * ts_nn_winograd_release (ts_nn_release_scratch) frees them. */
 #define CACHE_N 64
 #define CACHE_MAX ((size_t)1 << 30)
 static _Thread_local struct wcache {
     const float *key;
     int C, OC, flip;
-    float *copy, *U; /* [OC * C * 27], [64][C][op] */
+    int changing;    /* seen changed: not cached any more */
+    float *copy, *U; /* [OC * C * 27], [64][C][op]; NULL when changing */
     unsigned long used;
 } cache[CACHE_N];
 static _Thread_local unsigned long cache_clock;
@@ -115,62 +119,65 @@ void ts_nn_winograd_release(void)
 
 static size_t cache_bytes(const struct wcache *e)
 {
-    return e->key ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float) : 0;
+    return e->key && !e->changing ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float)
+                                  : 0;
 }
 
-/* U of w [OC][C][27]: the cached one where w is unchanged, else transformed
- * (and cached where it fits); NULL: out of memory */
+/* U transformed into this call's scratch */
+static const float *scratch_U(const float *w, int flip, int C, int OC, int op)
+{
+    float *U = ts_nn_scratch(1, (size_t)64 * C * op * sizeof(float));
+    if (U) weights(w, flip, C, OC, op, U);
+    return U;
+}
+
+/* U of w (see weights): the cached one where w is unchanged, else
+ * transformed (and cached where it fits and w has not been seen changing);
+ * NULL: out of memory */
 static const float *transformed(const float *w, int flip, int C, int OC, int op)
 {
     const size_t wn = (size_t)OC * C * 27, un = (size_t)64 * C * op;
     struct wcache *e = NULL;
     for (int i = 0; i < CACHE_N; i++)
         if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC && cache[i].flip == flip) e = &cache[i];
-    if (e && !memcmp(e->copy, w, wn * sizeof(float))) {
+    if (e) {
         e->used = ++cache_clock;
-        return e->U;
-    }
-    if (!e) {
-        size_t total = (wn + un) * sizeof(float);
-        for (int i = 0; i < CACHE_N; i++) total += cache_bytes(&cache[i]);
-        for (;;) { /* the free entry, or the oldest dropped until the new one fits */
-            struct wcache *old = NULL;
-            for (int i = 0; i < CACHE_N && !e; i++)
-                if (!cache[i].key) e = &cache[i];
-            if (e && total <= CACHE_MAX) break;
-            for (int i = 0; i < CACHE_N; i++)
-                if (cache[i].key && (!old || cache[i].used < old->used)) old = &cache[i];
-            if (!old) break;
-            total -= cache_bytes(old);
-            free(old->copy);
-            free(old->U);
-            *old = (struct wcache){0};
-            e = NULL;
-        }
-        if (e && total > CACHE_MAX) e = NULL; /* too large to cache at all */
-    }
-    if (!e) { /* not cached: this call's scratch */
-        float *U = ts_nn_scratch(1, un * sizeof(float));
-        if (U) weights(w, flip, C, OC, op, U);
-        return U;
-    }
-    if (!e->key) {
-        e->copy = malloc(wn * sizeof(float));
-        e->U = TS_ALIGNED_ALLOC(un * sizeof(float));
-        if (!e->copy || !e->U) {
+        if (!e->changing && !memcmp(e->copy, w, wn * sizeof(float))) return e->U;
+        if (!e->changing) { /* changed since: being trained, not worth caching */
             free(e->copy);
             free(e->U);
-            *e = (struct wcache){0};
-            return NULL;
+            e->copy = e->U = NULL;
+            e->changing = 1;
         }
-        e->key = w;
-        e->C = C;
-        e->OC = OC;
-        e->flip = flip;
+        return scratch_U(w, flip, C, OC, op);
     }
+    size_t total = (wn + un) * sizeof(float);
+    for (int i = 0; i < CACHE_N; i++) total += cache_bytes(&cache[i]);
+    for (;;) { /* a free entry, the oldest ones dropped until the new one fits */
+        for (int i = 0; i < CACHE_N && !e; i++)
+            if (!cache[i].key) e = &cache[i];
+        if (e && total <= CACHE_MAX) break;
+        struct wcache *old = NULL;
+        for (int i = 0; i < CACHE_N; i++)
+            if (cache[i].key && (!old || cache[i].used < old->used)) old = &cache[i];
+        if (!old) return scratch_U(w, flip, C, OC, op); /* too large to cache at all */
+        total -= cache_bytes(old);
+        free(old->copy);
+        free(old->U);
+        *old = (struct wcache){0};
+        e = NULL;
+    }
+    e->copy = malloc(wn * sizeof(float));
+    e->U = TS_ALIGNED_ALLOC(un * sizeof(float));
+    if (!e->copy || !e->U) {
+        free(e->copy);
+        free(e->U);
+        *e = (struct wcache){0};
+        return NULL;
+    }
+    *e = (struct wcache){w, C, OC, flip, 0, e->copy, e->U, ++cache_clock};
     memcpy(e->copy, w, wn * sizeof(float));
     weights(w, flip, C, OC, op, e->U);
-    e->used = ++cache_clock;
     return e->U;
 }
 
