@@ -45,35 +45,39 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
  * xi = (a * 4 + b) * 4 + e for the kd, kh, kw rows a, b, e of G */
 static void weights(const float *w, int flip, int C, int OC, int op, float *U)
 {
+    const int nb = op / 16;
+    /* 16 output channels at a time, one per lane (zeros past OC) */
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        for (int xi = 0; xi < 64; xi++) memset(U + ((size_t)xi * C + c) * op + OC, 0, (size_t)(op - OC) * sizeof(float));
-        for (int oc = 0; oc < OC; oc++) {
-            float k[27];
+    for (long it = 0; it < (long)C * nb; it++) {
+        const int c = (int)(it / nb), oc0 = (int)(it % nb) * 16;
+        float kb[27][16];
+        memset(kb, 0, sizeof kb);
+        for (int j = 0; j < 16 && oc0 + j < OC; j++) {
+            const int oc = oc0 + j;
             const float *src = w + (flip ? (size_t)c * OC + oc : (size_t)oc * C + c) * 27;
-            for (int t = 0; t < 27; t++) k[t] = src[flip ? 26 - t : t];
-            float t1[3][3][4], t2[3][4][4];
-            for (int a = 0; a < 3; a++)
-                for (int b = 0; b < 3; b++) {
-                    const float *r = k + (a * 3 + b) * 3;
-                    t1[a][b][0] = r[0];
-                    t1[a][b][1] = 0.5f * (r[0] + r[1] + r[2]);
-                    t1[a][b][2] = 0.5f * (r[0] - r[1] + r[2]);
-                    t1[a][b][3] = r[2];
-                }
-            for (int a = 0; a < 3; a++)
-                for (int e = 0; e < 4; e++) {
-                    t2[a][0][e] = t1[a][0][e];
-                    t2[a][1][e] = 0.5f * (t1[a][0][e] + t1[a][1][e] + t1[a][2][e]);
-                    t2[a][2][e] = 0.5f * (t1[a][0][e] - t1[a][1][e] + t1[a][2][e]);
-                    t2[a][3][e] = t1[a][2][e];
-                }
-            for (int be = 0; be < 16; be++) {
-                const int b = be / 4, e = be % 4;
-                const float u[4] = {t2[0][b][e], 0.5f * (t2[0][b][e] + t2[1][b][e] + t2[2][b][e]),
-                                    0.5f * (t2[0][b][e] - t2[1][b][e] + t2[2][b][e]), t2[2][b][e]};
-                for (int a = 0; a < 4; a++) U[((size_t)(a * 16 + be) * C + c) * op + oc] = u[a];
+            for (int t = 0; t < 27; t++) kb[t][j] = src[flip ? 26 - t : t];
+        }
+        v16 t1[3][3][4], t2[3][4][4];
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                const v16 r0 = vld(kb[(a * 3 + b) * 3]), r1 = vld(kb[(a * 3 + b) * 3 + 1]), r2 = vld(kb[(a * 3 + b) * 3 + 2]);
+                t1[a][b][0] = r0;
+                t1[a][b][1] = 0.5f * (r0 + r1 + r2);
+                t1[a][b][2] = 0.5f * (r0 - r1 + r2);
+                t1[a][b][3] = r2;
             }
+        for (int a = 0; a < 3; a++)
+            for (int e = 0; e < 4; e++) {
+                t2[a][0][e] = t1[a][0][e];
+                t2[a][1][e] = 0.5f * (t1[a][0][e] + t1[a][1][e] + t1[a][2][e]);
+                t2[a][2][e] = 0.5f * (t1[a][0][e] - t1[a][1][e] + t1[a][2][e]);
+                t2[a][3][e] = t1[a][2][e];
+            }
+        for (int be = 0; be < 16; be++) {
+            const int b = be / 4, e = be % 4;
+            const v16 u[4] = {t2[0][b][e], 0.5f * (t2[0][b][e] + t2[1][b][e] + t2[2][b][e]),
+                              0.5f * (t2[0][b][e] - t2[1][b][e] + t2[2][b][e]), t2[2][b][e]};
+            for (int a = 0; a < 4; a++) vst(U + ((size_t)(a * 16 + be) * C + c) * op + oc0, u[a]);
         }
     }
 }
