@@ -129,8 +129,8 @@ static void report_profile(const ts_bench_step_result *r)
     printf("    %-17s %9.1f\n    %-17s %9.1f ms = %.3f of the step (%.1f ms; the rest is untimed: batch set-up, "
            "gradient hooks)\n", "optimizer", r->optimizer_s * 1e3, "sum", sum * 1e3, sum / r->step_s, r->step_s * 1e3);
     if (strstr(r->kernels, "winograd"))
-        printf("    (train.conv = winograd: conv forward and input grad count the direct convolutions' FLOP; their "
-               "Winograd layers multiply 64/216 of that, so their fraction of the roof can pass 1)\n");
+        printf("    (train.conv = winograd: the conv kinds count the direct convolutions' FLOP; their Winograd layers "
+               "multiply 64/216 of that, so their fraction of the roof can pass 1)\n");
 }
 
 static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_bench_step_result *r)

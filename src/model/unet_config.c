@@ -46,9 +46,10 @@ const ts_cfg_key ts_model_config_keys[] = {
      "rank's GPU, local rank % GPUs; data parallelism and model.arch = unet only so far; not yet run on a GPU, "
      "docs/gpu.md); auto: cuda where a GPU is found and the run is one it runs, else cpu"},
     {"train.conv", TS_CFG_ENUM, "direct", "direct|winograd", "fp32 3x3x3 convolutions on the CPU with at least 16 "
-     "input and 16 output channels (no spatial split): direct; winograd: their forward and input gradient as Winograd "
-     "F(2x2x2, 3x3x3) convolutions (64 instead of 216 multiplications per 2x2x2 outputs; results within about 1e-6 "
-     "of the direct ones, not the same bits; docs/engine.md). The weight gradient stays direct"},
+     "input and 16 output channels (no spatial split): direct; winograd: their forward, input gradient and (48+ "
+     "channels in and out, 256+ 2x2x2 tiles) weight gradient as Winograd F(2x2x2, 3x3x3) convolutions (64 instead "
+     "of 216 multiplications per 2x2x2 outputs; results within about 1e-6 of the direct ones, not the same bits; "
+     "docs/engine.md)"},
     {"train.tf32", TS_CFG_BOOL, "true", NULL, "train.engine = cuda, train.precision = fp32: the convolutions may use "
      "TF32 tensor cores (10-bit products, fp32 sums; PyTorch's cudnn.allow_tf32); false: fp32 products"},
     {NULL, 0, NULL, NULL, NULL},

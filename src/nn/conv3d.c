@@ -156,7 +156,12 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
+        /* Winograd's weight gradient where it measured faster (docs/engine.md):
+         * 48+ channels in and out together, 256+ tiles to sum over */
+        const long tiles = (long)g->N * ((g->D + 1) / 2) * ((g->H + 1) / 2) * ((g->W + 1) / 2);
+        if (wino_fits(g, x.halo, NULL) && g->C + g->OC >= 48 && tiles >= 256)
+            TS_CHECK(ts_nn_winograd_wgrad(g, x, dy->data, dwp, sch));
+        else if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
         else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, sch));
         float *d = dw->data;
         const int C = g->C, OC = g->OC;

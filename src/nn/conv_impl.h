@@ -168,6 +168,11 @@ int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
  * or split at ca, with its epilogue). Return 0, TS_ERR_NOMEM or TS_ERR_ARG
  * (more than 2048 output channels). */
 int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y);
+/* The weight gradient of that convolution (x as there, gy [N, D, H, W, OC])
+ * into dwp [27][C][OC] (overwritten), the same layout as ts_nn_wgrad2's:
+ * dU = sum over tiles of (B^T x B) (A gy A^T), dw = G^T dU G; the same
+ * bits for any thread count; sch's progress hooks run between items. */
+int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 /* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
 void ts_nn_winograd_release(void);
 

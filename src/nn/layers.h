@@ -58,8 +58,10 @@ int ts_nn_tf32(void);
  * split into interior and border parts, run their forward and their input
  * gradient as Winograd F(2x2x2, 3x3x3) convolutions (src/nn/winograd.c,
  * docs/engine.md: within about 1e-6 of the direct convolution's results
- * relative to their scale, not the same bits); the weight gradient, bf16,
- * fp16 and every other shape stay direct. The U-Net sets it at the start of
+ * relative to their scale, not the same bits), and their weight gradient
+ * where they have 48+ channels in and out together and 256+ 2x2x2 tiles
+ * (where it measured faster); bf16, fp16 and every other shape stay
+ * direct. The U-Net sets it at the start of
  * each forward and backward (train.conv, ts_unet_set_winograd). */
 int ts_nn_set_winograd(int on);
 int ts_nn_winograd_on(void);

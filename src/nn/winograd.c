@@ -302,28 +302,105 @@ AI void out_tile(const float *m, size_t mstride, v16 o[2][2][2])
         for (int y = 0; y < 2; y++) AT(q[z][y][0], q[z][y][1], q[z][y][2], q[z][y][3], o[z][y][0], o[z][y][1]);
 }
 
+/* The tiling of a geometry into work items (sets of tiles): one sample, one
+ * pair of planes, nr row pairs x nc column pairs; V and M (or Y) of an item
+ * within about 1 MiB, at least 16 tiles */
+typedef struct wplan {
+    int C, OC, cp, op, D, H, W, TD, TH, TW, tw, rp, nrb, ncb, T, SR, SC;
+    size_t slab_n, v_n, m_n, per; /* floats: slab, V, M (or Y), all three */
+    long items;
+} wplan;
+
+static wplan plan_of(const ts_conv_geom *g, int tmin)
+{
+    wplan p;
+    p.C = g->C, p.OC = g->OC, p.cp = ts_nn_pad16(g->C), p.op = ts_nn_pad16(g->OC), p.D = g->D, p.H = g->H, p.W = g->W;
+    p.TD = (p.D + 1) / 2, p.TH = (p.H + 1) / 2, p.TW = (p.W + 1) / 2;
+    const int tcap = imax(tmin, 4096 / (p.cp + p.op));
+    p.tw = imin(p.TW, tcap), p.rp = imin(p.TH, imax(1, tcap / p.tw));
+    p.nrb = (p.TH + p.rp - 1) / p.rp, p.ncb = (p.TW + p.tw - 1) / p.tw, p.T = p.rp * p.tw;
+    p.SR = 2 * p.rp + 2, p.SC = 2 * p.tw + 2;
+    /* the transform points' rows of V and M one vector longer than their
+     * tiles: not a multiple of 4 KiB apart (the transforms touch all 64) */
+    p.slab_n = (size_t)4 * p.SR * p.SC * p.cp, p.v_n = (size_t)64 * (p.T * p.cp + 16);
+    p.m_n = (size_t)64 * (p.T * p.op + 16);
+    p.per = p.slab_n + p.v_n + p.m_n;
+    p.items = (long)g->N * p.TD * p.nrb * p.ncb;
+    return p;
+}
+
+typedef struct witem {
+    int n, tz, ty0, tx0, nr, nc, nt; /* sample, plane pair, first row and column pair, counts, tiles */
+} witem;
+
+static witem item_of(const wplan *p, long it)
+{
+    witem i;
+    i.n = (int)(it / ((long)p->TD * p->nrb * p->ncb)), i.tz = (int)(it / ((long)p->nrb * p->ncb) % p->TD);
+    i.ty0 = (int)(it / p->ncb % p->nrb) * p->rp, i.tx0 = (int)(it % p->ncb) * p->tw;
+    i.nr = imin(p->rp, p->TH - i.ty0), i.nc = imin(p->tw, p->TW - i.tx0), i.nt = i.nr * i.nc;
+    return i;
+}
+
+/* an item's input blocks staged in the slab S (zeros outside the volume,
+ * channels padded to cp) and transformed into V[xi][t][cp] (t = ry * nc +
+ * tx; points vs floats apart) */
+static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, float *V, size_t vs)
+{
+    const int C = p->C, cp = p->cp, D = p->D, H = p->H, W = p->W, SR = p->SR, SC = p->SC;
+    const int cb = x.b ? C - x.ca : 0, ca = x.b ? x.ca : C;
+    const int z0 = 2 * i->tz - 1, h0 = 2 * i->ty0 - 1, w0 = 2 * i->tx0 - 1, ncol = 2 * i->nc + 2;
+    /* planes z0 .. z0 + 3, rows h0 .. h0 + 2 nr + 1, columns w0 .. w0 + 2 nc + 1 */
+    for (int zz = 0; zz < 4; zz++)
+        for (int r = 0; r < 2 * i->nr + 2; r++) {
+            float *dst = S + ((size_t)zz * SR + r) * SC * cp;
+            const int z = z0 + zz, h = h0 + r;
+            if (z < 0 || z >= D || h < 0 || h >= H) {
+                memset(dst, 0, (size_t)ncol * cp * sizeof(float));
+                continue;
+            }
+            const size_t row = ((size_t)i->n * D + z) * H + h;
+            if (!cb && C == cp) { /* one copy of the row's voxels inside, zeros outside */
+                const int j0 = imax(0, -w0), j1 = imin(ncol, W - w0);
+                if (j0 > 0) memset(dst, 0, (size_t)j0 * cp * sizeof(float));
+                memcpy(dst + (size_t)j0 * cp, x.a + (row * W + w0 + j0) * C, (size_t)(j1 - j0) * C * sizeof(float));
+                if (j1 < ncol) memset(dst + (size_t)j1 * cp, 0, (size_t)(ncol - j1) * cp * sizeof(float));
+                continue;
+            }
+            for (int j = 0; j < ncol; j++) {
+                const int wv = w0 + j;
+                float *d = dst + (size_t)j * cp;
+                if (wv < 0 || wv >= W) {
+                    memset(d, 0, (size_t)cp * sizeof(float));
+                    continue;
+                }
+                const size_t vox = row * W + wv;
+                memcpy(d, x.a + vox * ca, (size_t)ca * sizeof(float));
+                if (cb) memcpy(d + ca, x.b + vox * cb, (size_t)cb * sizeof(float));
+                if (cp > C) memset(d + C, 0, (size_t)(cp - C) * sizeof(float));
+            }
+        }
+    const size_t sr = (size_t)SC * cp, spl = (size_t)SR * SC * cp;
+    for (int t = 0; t < i->nt; t++) {
+        const int ry = t / i->nc, tx = t % i->nc;
+        const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
+        for (int c0 = 0; c0 < cp; c0 += 16) in_tile(s + c0, sr, spl, cp, V + (size_t)t * cp + c0, vs);
+    }
+}
+
 int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y)
 {
     const ts_conv_ep *ep = y.ep;
     int err = 0;
-    const int C = g->C, OC = g->OC, cp = ts_nn_pad16(C), op = ts_nn_pad16(OC), D = g->D, H = g->H, W = g->W;
-    const int TD = (D + 1) / 2, TH = (H + 1) / 2, TW = (W + 1) / 2;
-    /* tiles per item: V and M within about 1 MiB, at least 16 */
-    const int tcap = imax(16, 4096 / (cp + op));
-    const int tw = imin(TW, tcap), rp = imin(TH, imax(1, tcap / tw));
-    const int nrb = (TH + rp - 1) / rp, ncb = (TW + tw - 1) / tw, T = rp * tw;
-    const int SR = 2 * rp + 2, SC = 2 * tw + 2;
-    /* the transform points' rows of V and M one vector longer than their
-     * tiles: not a multiple of 4 KiB apart (the transforms touch all 64) */
-    const size_t slab_n = (size_t)4 * SR * SC * cp, v_n = (size_t)64 * (T * cp + 16), m_n = (size_t)64 * (T * op + 16);
-    const size_t per = slab_n + v_n + m_n;
+    const wplan p = plan_of(g, 16);
+    const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
 #ifdef _OPENMP
     const int nt = omp_get_max_threads();
 #else
     const int nt = 1;
 #endif
     const float *U = transformed(w, flip, C, OC, op);
-    float *bufs = ts_nn_scratch(0, per * nt * sizeof(float));
+    float *bufs = ts_nn_scratch(0, p.per * nt * sizeof(float));
     if (!U || !bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd convolution scratch (%d -> %d channels)", C, OC);
     /* bias, scale and shift padded to op (zeros, ones) */
     float epbuf[3 * 2048], *bp = epbuf, *sp = NULL, *hp = NULL;
@@ -336,8 +413,6 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
     }
     const int act = ep && ep->act != TS_EP_NONE;
     const float slope = ep && ep->act == TS_EP_LEAKY ? ep->slope : 0.0f;
-    const int cb = x.b ? C - x.ca : 0, ca = x.b ? x.ca : C;
-    const long items = (long)g->N * TD * nrb * ncb;
 #pragma omp parallel
     {
 #ifdef _OPENMP
@@ -345,52 +420,13 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
 #else
         const int tid = 0;
 #endif
-        float *S = bufs + per * tid, *V = S + slab_n, *M = V + v_n;
+        float *S = bufs + p.per * tid, *V = S + p.slab_n, *M = V + p.v_n;
 #pragma omp for schedule(dynamic, 1)
-        for (long it = 0; it < items; it++) {
-            const int n = (int)(it / ((long)TD * nrb * ncb)), tz = (int)(it / ((long)nrb * ncb) % TD);
-            const int ty0 = (int)(it / ncb % nrb) * rp, tx0 = (int)(it % ncb) * tw;
-            const int nr = imin(rp, TH - ty0), nc = imin(tw, TW - tx0), nt_ = nr * nc;
-            const int z0 = 2 * tz - 1, h0 = 2 * ty0 - 1, w0 = 2 * tx0 - 1, ncol = 2 * nc + 2;
-            /* stage planes z0 .. z0 + 3, rows h0 .. h0 + 2 nr + 1, columns w0 .. w0 + 2 nc + 1 */
-            for (int zz = 0; zz < 4; zz++)
-                for (int r = 0; r < 2 * nr + 2; r++) {
-                    float *dst = S + ((size_t)zz * SR + r) * SC * cp;
-                    const int z = z0 + zz, h = h0 + r;
-                    if (z < 0 || z >= D || h < 0 || h >= H) {
-                        memset(dst, 0, (size_t)ncol * cp * sizeof(float));
-                        continue;
-                    }
-                    const size_t row = ((size_t)n * D + z) * H + h;
-                    if (!cb && C == cp) { /* one copy of the row's voxels inside, zeros outside */
-                        const int j0 = imax(0, -w0), j1 = imin(ncol, W - w0);
-                        if (j0 > 0) memset(dst, 0, (size_t)j0 * cp * sizeof(float));
-                        memcpy(dst + (size_t)j0 * cp, x.a + (row * W + w0 + j0) * C, (size_t)(j1 - j0) * C * sizeof(float));
-                        if (j1 < ncol) memset(dst + (size_t)j1 * cp, 0, (size_t)(ncol - j1) * cp * sizeof(float));
-                        continue;
-                    }
-                    for (int j = 0; j < ncol; j++) {
-                        const int wv = w0 + j;
-                        float *d = dst + (size_t)j * cp;
-                        if (wv < 0 || wv >= W) {
-                            memset(d, 0, (size_t)cp * sizeof(float));
-                            continue;
-                        }
-                        const size_t vox = row * W + wv;
-                        memcpy(d, x.a + vox * ca, (size_t)ca * sizeof(float));
-                        if (cb) memcpy(d + ca, x.b + vox * cb, (size_t)cb * sizeof(float));
-                        if (cp > C) memset(d + C, 0, (size_t)(cp - C) * sizeof(float));
-                    }
-                }
-            /* V[xi][t][cp], t = ry * nc + tx */
+        for (long it = 0; it < p.items; it++) {
+            const witem i = item_of(&p, it);
+            const int n = i.n, tz = i.tz, ty0 = i.ty0, tx0 = i.tx0, nc = i.nc, nt_ = i.nt;
             const size_t vs = (size_t)nt_ * cp + 16, ms = (size_t)nt_ * op + 16;
-            const size_t sr = (size_t)SC * cp, spl = (size_t)SR * SC * cp;
-            for (int t = 0; t < nt_; t++) {
-                const int ry = t / nc, tx = t % nc;
-                const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
-                for (int c0 = 0; c0 < cp; c0 += 16)
-                    in_tile(s + c0, sr, spl, cp, V + (size_t)t * cp + c0, vs);
-            }
+            item_input(&p, x, &i, S, V, vs);
             gemm(V, nt_, cp, vs, U, C, op, M, ms);
             /* outputs: A^T M A + bias, the epilogue */
             for (int t = 0; t < nt_; t++) {
@@ -427,6 +463,196 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
                 }
             }
         }
+    }
+cleanup:
+    return err;
+}
+
+/* ------------------------------------------------------- weight gradient */
+
+/* dU[xi] += V[xi]^T Y[xi] for one transform point: rows c .. c + TB - 1
+ * (V's channels, consecutive), vectors oc0 .. oc0 + 16 NV - 1 of Y, summed
+ * over the item's T tiles (V rows cp apart, Y rows op apart) into dU
+ * (rows op apart) */
+#define DEF_GEMMT(TB, NV)                                                                                            \
+    static void gemmt_##TB##x##NV(const float *v, int cp, const float *y, int op, int T, float *du)                \
+    {                                                                                                                \
+        v16 acc[TB][NV];                                                                                             \
+        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
+            acc[i][j] = vld(du + (size_t)i * op + 16 * j);                                                          \
+        for (int t = 0; t < T; t++) {                                                                                \
+            v16 yc[NV];                                                                                              \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) yc[j] = vld(y + (size_t)t * op + 16 * j);          \
+            _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++)                                                    \
+            {                                                                                                        \
+                const float xv = v[(size_t)t * cp + i];                                                              \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] += xv * yc[j];                        \
+            }                                                                                                        \
+        }                                                                                                            \
+        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
+            vst(du + (size_t)i * op + 16 * j, acc[i][j]);                                                            \
+    }
+DEF_GEMMT(1, 4) DEF_GEMMT(2, 4) DEF_GEMMT(3, 4) DEF_GEMMT(4, 4) DEF_GEMMT(5, 4) DEF_GEMMT(6, 4)
+DEF_GEMMT(1, 2) DEF_GEMMT(2, 2) DEF_GEMMT(3, 2) DEF_GEMMT(4, 2) DEF_GEMMT(5, 2) DEF_GEMMT(6, 2)
+DEF_GEMMT(7, 2) DEF_GEMMT(8, 2) DEF_GEMMT(9, 2) DEF_GEMMT(10, 2) DEF_GEMMT(11, 2) DEF_GEMMT(12, 2)
+DEF_GEMMT(1, 1) DEF_GEMMT(2, 1) DEF_GEMMT(3, 1) DEF_GEMMT(4, 1) DEF_GEMMT(5, 1) DEF_GEMMT(6, 1) DEF_GEMMT(7, 1)
+DEF_GEMMT(8, 1) DEF_GEMMT(9, 1) DEF_GEMMT(10, 1) DEF_GEMMT(11, 1) DEF_GEMMT(12, 1) DEF_GEMMT(13, 1)
+DEF_GEMMT(14, 1) DEF_GEMMT(15, 1) DEF_GEMMT(16, 1)
+
+typedef void (*gemmt_fn)(const float *, int, const float *, int, int, float *);
+static const gemmt_fn GEMMTS[3][16] = {
+    {gemmt_1x1, gemmt_2x1, gemmt_3x1, gemmt_4x1, gemmt_5x1, gemmt_6x1, gemmt_7x1, gemmt_8x1, gemmt_9x1, gemmt_10x1,
+     gemmt_11x1, gemmt_12x1, gemmt_13x1, gemmt_14x1, gemmt_15x1, gemmt_16x1},
+    {gemmt_1x2, gemmt_2x2, gemmt_3x2, gemmt_4x2, gemmt_5x2, gemmt_6x2, gemmt_7x2, gemmt_8x2, gemmt_9x2, gemmt_10x2,
+     gemmt_11x2, gemmt_12x2},
+    {gemmt_1x4, gemmt_2x4, gemmt_3x4, gemmt_4x4, gemmt_5x4, gemmt_6x4}};
+
+/* A = [1 0; 1 1; 1 -1; 0 -1] on two values */
+#define AY(d0, d1, r0, r1, r2, r3)                                                                                   \
+    do {                                                                                                             \
+        const v16 d0_ = (d0), d1_ = (d1);                                                                            \
+        r0 = d0_;                                                                                                    \
+        r1 = d0_ + d1_;                                                                                              \
+        r2 = d0_ - d1_;                                                                                              \
+        r3 = -d1_;                                                                                                   \
+    } while (0)
+
+/* Y[xi][t][16 lanes] = A dy A^T (per dim) of one tile's 2x2x2 output
+ * gradients g[z][y][x] */
+AI void dy_tile(v16 g[2][2][2], float *Y, size_t ystride)
+{
+    v16 q[2][2][4], s[2][16];
+    for (int z = 0; z < 2; z++)
+        for (int y = 0; y < 2; y++) AY(g[z][y][0], g[z][y][1], q[z][y][0], q[z][y][1], q[z][y][2], q[z][y][3]);
+    for (int z = 0; z < 2; z++)
+        for (int x = 0; x < 4; x++) AY(q[z][0][x], q[z][1][x], s[z][x], s[z][4 + x], s[z][8 + x], s[z][12 + x]);
+    for (int yx = 0; yx < 16; yx++) {
+        v16 r0, r1, r2, r3;
+        AY(s[0][yx], s[1][yx], r0, r1, r2, r3);
+        vst(Y + (size_t)yx * ystride, r0);
+        vst(Y + (size_t)(16 + yx) * ystride, r1);
+        vst(Y + (size_t)(32 + yx) * ystride, r2);
+        vst(Y + (size_t)(48 + yx) * ystride, r3);
+    }
+}
+
+/* G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1] on four values */
+#define GT(u0, u1, u2, u3, k0, k1, k2)                                                                               \
+    do {                                                                                                             \
+        const v16 u1_ = (u1), u2_ = (u2), h_ = 0.5f * (u1_ + u2_);                                                   \
+        k0 = (u0) + h_;                                                                                              \
+        k1 = 0.5f * (u1_ - u2_);                                                                                     \
+        k2 = h_ + (u3);                                                                                              \
+    } while (0)
+
+#ifndef WG_TMIN
+#define WG_TMIN 64
+#endif
+#ifndef WG_CHUNKS
+#define WG_CHUNKS 8
+#endif
+int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+{
+    int err = 0;
+    /* longer sums per item than the forward's (each kernel call loads and
+     * stores its dU block once per item) */
+    const wplan p = plan_of(g, WG_TMIN);
+    const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
+#ifdef _OPENMP
+    const int nt = omp_get_max_threads();
+#else
+    const int nt = 1;
+#endif
+    /* chunks of consecutive items, each summed into its own dU and the sums
+     * added in chunk order: the same bits for any thread count; their number
+     * from the shapes alone (one per 64 tiles, at most WG_CHUNKS, their sums
+     * within 96 MiB where there are several) */
+    const size_t du_n = (size_t)64 * C * op;
+    const long tiles = (long)g->N * p.TD * p.TH * p.TW;
+    long nch = tiles / 64 < WG_CHUNKS ? tiles / 64 : WG_CHUNKS;
+    if (nch > p.items) nch = p.items;
+    if (nch < 1) nch = 1;
+    while (nch > 1 && (size_t)nch * du_n * sizeof(float) > ((size_t)96 << 20)) nch--;
+    float *bufs = ts_nn_scratch(0, (p.per * nt + du_n * nch) * sizeof(float));
+    if (!bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd weight-gradient scratch (%d -> %d channels)", C, OC);
+    float *dus = bufs + p.per * nt;
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *S = bufs + p.per * tid, *V = S + p.slab_n, *Y = V + p.v_n;
+        if (tid == 0 && sch)
+            for (int h = 0; h < 2; h++)
+                if (sch->progress[h]) sch->progress[h](sch->ctx[h]);
+#pragma omp for schedule(dynamic, 1)
+        for (long ch = 0; ch < nch; ch++) {
+            float *du = dus + du_n * ch;
+            memset(du, 0, du_n * sizeof(float));
+            for (long it = ch * p.items / nch; it < (ch + 1) * p.items / nch; it++) {
+                const witem i = item_of(&p, it);
+                const size_t vs = (size_t)i.nt * cp + 16, ys = (size_t)i.nt * op + 16;
+                item_input(&p, x, &i, S, V, vs);
+                /* Y[xi][t][op]: the tiles' output gradients (zeros outside the volume) */
+                for (int t = 0; t < i.nt; t++) {
+                    const int od = 2 * i.tz, oh = 2 * (i.ty0 + t / i.nc), ow = 2 * (i.tx0 + t % i.nc);
+                    for (int c0 = 0; c0 < op; c0 += 16) {
+                        v16 gt[2][2][2];
+                        for (int z = 0; z < 2; z++)
+                            for (int yy = 0; yy < 2; yy++)
+                                for (int xx = 0; xx < 2; xx++) {
+                                    const int in = od + z < D && oh + yy < H && ow + xx < W;
+                                    const size_t vox = (((size_t)i.n * D + od + z) * H + oh + yy) * W + ow + xx;
+                                    gt[z][yy][xx] = in ? ts_nn_vld_part(gy + vox * OC + c0, OC - c0) : (v16){0};
+                                }
+                        dy_tile(gt, Y + (size_t)t * op + c0, ys);
+                    }
+                }
+                /* dU[xi][c][op] += sum over the tiles of V[xi][t][c] Y[xi][t][:] */
+                for (int xi = 0; xi < 64; xi++) {
+                    const float *vx = V + (size_t)xi * vs, *yx = Y + (size_t)xi * ys;
+                    float *dx = du + (size_t)xi * C * op;
+                    for (int oc0 = 0; oc0 < op;) {
+                        const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                        const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
+                        const gemmt_fn *fn = GEMMTS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
+                        for (int c = 0; c < C; c += tbn) {
+                            const int tb = imin(tbn, C - c);
+                            fn[tb - 1](vx + c, cp, yx + oc0, op, i.nt, dx + (size_t)c * op + oc0);
+                        }
+                        oc0 += 16 * nv;
+                    }
+                }
+                if (tid == 0 && sch)
+                    for (int h = 0; h < 2; h++)
+                        if (sch->progress[h]) sch->progress[h](sch->ctx[h]);
+            }
+        }
+    }
+    /* the chunks' sums in order, then dw = G^T dU G per dim, into dwp [27][C][OC] */
+#pragma omp parallel for schedule(static)
+    for (long cv = 0; cv < (long)C * (op / 16); cv++) {
+        const int c = (int)(cv / (op / 16)), oc0 = (int)(cv % (op / 16)) * 16;
+        v16 u[64];
+        for (int xi = 0; xi < 64; xi++) {
+            v16 sum = vld(dus + ((size_t)xi * C + c) * op + oc0);
+            for (long ch = 1; ch < nch; ch++) sum += vld(dus + du_n * ch + ((size_t)xi * C + c) * op + oc0);
+            u[xi] = sum;
+        }
+        v16 t1[4][4][3], t2[4][3][3], k[3][3][3];
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++) {
+                const v16 *r = u + (a * 4 + b) * 4;
+                GT(r[0], r[1], r[2], r[3], t1[a][b][0], t1[a][b][1], t1[a][b][2]);
+            }
+        for (int a = 0; a < 4; a++)
+            for (int e = 0; e < 3; e++) GT(t1[a][0][e], t1[a][1][e], t1[a][2][e], t1[a][3][e], t2[a][0][e], t2[a][1][e], t2[a][2][e]);
+        for (int b = 0; b < 3; b++)
+            for (int e = 0; e < 3; e++) GT(t2[0][b][e], t2[1][b][e], t2[2][b][e], t2[3][b][e], k[0][b][e], k[1][b][e], k[2][b][e]);
+        for (int tap = 0; tap < 27; tap++)
+            ts_nn_vst_part(dwp + ((size_t)tap * C + c) * OC + oc0, k[tap / 9][tap / 3 % 3][tap % 3], OC - oc0);
     }
 cleanup:
     return err;

@@ -161,8 +161,9 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
  * every repetition; GFLOP/s of the direct convolution's count for both */
 static int bench_wino(int N, int D, int C, int OC, int reps)
 {
-    ts_tensor x, w, b, y, sc, sh;
+    ts_tensor x, w, b, y, sc, sh, dw;
     int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, C});
+    rc |= ts_tensor_alloc(&dw, TS_FLOAT32, 5, (const int64_t[]){OC, C, 3, 3, 3});
     rc |= ts_tensor_alloc(&y, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, OC});
     rc |= ts_tensor_alloc(&w, TS_FLOAT32, 5, (const int64_t[]){OC, C, 3, 3, 3});
     rc |= ts_tensor_alloc(&b, TS_FLOAT32, 1, (const int64_t[]){OC});
@@ -176,24 +177,34 @@ static int bench_wino(int N, int D, int C, int OC, int reps)
     fill(&sh);
     const ts_conv_ep ep = {sc.data, sh.data, TS_EP_RELU, 0};
     const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
-    double t[2][64];
+    double t[4][64];
     if (reps > 64) reps = 64;
+    fill(&y);
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 4; k++) {
             const double t0 = ts_time_now();
-            rc |= k ? ts_conv3d_winograd_forward(&x, NULL, &w, &b, &ep, &y) : ts_conv3d_forward_split(&x, &w, &b, &sp, &y);
+            if (k < 2) rc |= k ? ts_conv3d_winograd_forward(&x, NULL, &w, &b, &ep, &y) : ts_conv3d_forward_split(&x, &w, &b, &sp, &y);
+            else { /* the weight gradient (over y as the output gradient), the switch off then on */
+                ts_nn_set_winograd(k == 3);
+                rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, NULL, &dw, NULL);
+                ts_nn_set_winograd(0);
+            }
             t[k][r] = ts_time_now() - t0;
         }
     const double fl = 2.0 * N * D * D * D * (double)C * OC * 27, md = median(t[0], reps), mw = median(t[1], reps);
+    const double gd = median(t[2], reps), gw = median(t[3], reps);
     printf("conv3d 3x3x3 [%d, %d^3, %d] -> %d forward + folded norm + ReLU, fp32, median of %d:\n", N, D, C, OC, reps);
     printf("  direct   %8.2f ms  %7.1f GFLOP/s\n  winograd %8.2f ms  %7.1f GFLOP/s (direct-equivalent)   ratio %.2f\n",
            md * 1e3, fl / md / 1e9, mw * 1e3, fl / mw / 1e9, md / mw);
+    printf("  weight gradient: direct %8.2f ms  %7.1f GFLOP/s, winograd %8.2f ms  %7.1f GFLOP/s   ratio %.2f\n", gd * 1e3,
+           fl / gd / 1e9, gw * 1e3, fl / gw / 1e9, gd / gw);
     ts_tensor_free(&x);
     ts_tensor_free(&y);
     ts_tensor_free(&w);
     ts_tensor_free(&b);
     ts_tensor_free(&sc);
     ts_tensor_free(&sh);
+    ts_tensor_free(&dw);
     return rc ? 1 : 0;
 }
 

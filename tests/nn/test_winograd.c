@@ -14,6 +14,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static ts_rng rng;
 
@@ -129,11 +132,35 @@ static void ref_dx(const ts_tensor *dy, const ts_tensor *w, int C, double *dx)
                     }
 }
 
+/* dw[oc][c][tap] = sum x[.., o + tap - 1, c] dy[.., o, oc] in double, x = [a, b] */
+static void ref_dw(const ts_tensor *a, const ts_tensor *a2, const ts_tensor *dy, double *dw)
+{
+    const int D = (int)a->shape[1], H = (int)a->shape[2], W = (int)a->shape[3], ca = (int)a->shape[4];
+    const int cb = (int)a2->shape[4], C = ca + cb, OC = (int)dy->shape[4];
+    const float *pa = a->data, *pb = a2->data, *g = dy->data;
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < 27; t++) {
+                const int kd = t / 9, kh = t / 3 % 3, kw = t % 3;
+                double s = 0;
+                for (int d = 0; d < D; d++)
+                    for (int h = 0; h < H; h++)
+                        for (int x = 0; x < W; x++) {
+                            const int id = d + kd - 1, ih = h + kh - 1, iw = x + kw - 1;
+                            if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            const size_t v = ((size_t)id * H + ih) * W + iw, vo = ((size_t)d * H + h) * W + x;
+                            s += (c < ca ? pa[v * ca + c] : pb[v * cb + c - ca]) * (double)g[vo * OC + o];
+                        }
+                dw[((size_t)o * C + c) * 27 + t] = s;
+            }
+}
+
 /* with ts_nn_set_winograd on: the layers' forward (ts_conv3d_forward, the
  * same bits as ts_conv3d_winograd_forward) and input gradient (through a
- * concatenation: dx split into da, db at ca) as Winograd convolutions,
- * against double; the weight gradient stays direct (the same bits as with
- * the switch off); a layer under 16 channels stays direct */
+ * concatenation: dx split into da, db at ca) and, with 48+ channels and
+ * 256+ tiles, weight gradient as Winograd convolutions, against double, and
+ * not the direct bits; a layer under 16 channels stays direct (the same
+ * bits) */
 static void layer_switch(int D, int H, int W, int ca, int cb, int OC)
 {
     const int C = ca + cb;
@@ -164,16 +191,59 @@ static void layer_switch(int D, int H, int W, int ca, int cb, int OC)
     const int dx_direct = !memcmp(da.data, da0.data, (size_t)ts_tensor_numel(&da) * sizeof(float)) &&
                           !memcmp(db.data, db0.data, (size_t)ts_tensor_numel(&db) * sizeof(float));
     int dw_same = !memcmp(dw0.data, dw1.data, (size_t)ts_tensor_numel(&dw0) * sizeof(float));
+    const size_t nw = (size_t)ts_tensor_numel(&dw1);
+    double *rw = malloc(nw * sizeof *rw), sw = 0, ew = 0;
+    ref_dw(&a, &b2, &dy, rw);
+    for (size_t i = 0; i < nw; i++) sw = fmax(sw, fabs(rw[i]));
+    for (size_t i = 0; i < nw; i++) ew = fmax(ew, fabs(((float *)dw1.data)[i] - rw[i]) / sw);
+    free(rw);
     const int wino = C >= 16 && OC >= 16;
-    ts_ok(rc == 0 && e <= 1e-5 && scale > 0.1 && dw_same && (wino ? fwd_wino && !fwd_direct && !dx_direct : fwd_direct && dx_direct),
+    /* the weight gradient where src/nn/conv3d.c takes Winograd's: 48+ channels, 256+ tiles */
+    const int wgw = wino && C + OC >= 48 && ((D + 1) / 2) * ((H + 1) / 2) * ((W + 1) / 2) >= 256;
+    ts_ok(rc == 0 && e <= 1e-5 && scale > 0.1 && ew <= 1e-5 && sw > 0.1 && dw_same == !wgw &&
+              (wino ? fwd_wino && !fwd_direct && !dx_direct : fwd_direct && dx_direct),
           "switch on, [%dx%dx%d, %d+%d] -> %d: dx (split at %d) max error %.2e of the scale %.3g, %s; forward %s; "
-          "weight gradient %s",
+          "weight gradient max error %.2e of the scale %.3g, %s",
           D, H, W, ca, cb, OC, ca, e, scale, dx_direct ? "the direct bits" : "not the direct bits",
-          fwd_wino && !fwd_direct ? "Winograd's bits" : fwd_direct ? "direct bits" : "neither",
-          dw_same ? "the direct one's bits" : "changed");
+          fwd_wino && !fwd_direct ? "Winograd's bits" : fwd_direct ? "direct bits" : "neither", ew, sw,
+          dw_same ? "the direct bits" : "not the direct bits");
     free(r);
     ts_tensor *all[] = {&a, &b2, &w, &dy, &da, &db, &da0, &db0, &dw0, &dw1, &y0, &y1, &yw};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* the Winograd weight gradient and input gradient on 1, 2 and 3 threads:
+ * the same bits (fixed chunks summed in order) */
+static void threads_same(void)
+{
+#ifdef _OPENMP
+    ts_tensor x = MK(-1, 1, 2, 10, 12, 14, 32), w = MK(-0.3f, 0.3f, 48, 32, 3, 3, 3), dy = MK(-1, 1, 2, 10, 12, 14, 48);
+    ts_tensor dw[3], dx[3];
+    int rc = 0, same = 1;
+    const int before = omp_get_max_threads();
+    ts_nn_set_winograd(1);
+    for (int k = 0; k < 3; k++) {
+        dw[k] = MK(0, 0, 48, 32, 3, 3, 3);
+        dx[k] = MK(0, 0, 2, 10, 12, 14, 32);
+        omp_set_num_threads(k + 1);
+        rc |= ts_conv3d_backward(&x, &w, 1, 1, &dy, &dx[k], &dw[k], NULL);
+        if (k)
+            same &= !memcmp(dw[k].data, dw[0].data, (size_t)ts_tensor_numel(&dw[0]) * sizeof(float)) &&
+                    !memcmp(dx[k].data, dx[0].data, (size_t)ts_tensor_numel(&dx[0]) * sizeof(float));
+    }
+    ts_nn_set_winograd(0);
+    omp_set_num_threads(before);
+    ts_ok(rc == 0 && same, "Winograd weight and input gradients: the same bits on 1, 2 and 3 threads");
+    for (int k = 0; k < 3; k++) {
+        ts_tensor_free(&dw[k]);
+        ts_tensor_free(&dx[k]);
+    }
+    ts_tensor_free(&x);
+    ts_tensor_free(&w);
+    ts_tensor_free(&dy);
+#else
+    ts_diag("threads: skipped, built without OpenMP (one thread only)");
+#endif
 }
 
 /* the transformed weights are cached by the weights' address: changed in
@@ -234,6 +304,10 @@ int main(void)
     layer_switch(6, 7, 9, 10, 7, 20);  /* dx split inside a vector */
     layer_switch(8, 8, 8, 16, 16, 32); /* at a vector's edge */
     layer_switch(5, 5, 5, 8, 4, 16);   /* 12 input channels: direct */
+    layer_switch(3, 5, 41, 40, 24, 80); /* 4 + 1 output vectors, 12 + 16 + 16 + 16 input rows a kernel call */
+    layer_switch(16, 16, 18, 24, 8, 40); /* 576 tiles: the Winograd weight gradient */
+    layer_switch(9, 20, 41, 40, 24, 80); /* 550 tiles, 4 + 1 vectors, 12 + 16 + 16 + 16 rows */
+    threads_same();
     bad_args();
     ts_nn_release_scratch();
     return ts_done();

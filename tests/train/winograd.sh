@@ -2,7 +2,8 @@
 # train.conv = winograd (issue [17]; docs/engine.md, "Winograd convolution"):
 # one training step's gradients, batch-norm buffers and loss against
 # train.conv = direct's from the same initial weights, tensor by tensor
-# relative to each tensor's scale (tests/train/lib_grads.sh), on a plain
+# relative to each tensor's scale (tests/train/lib_grads.sh; forward,
+# input and weight gradients through Winograd where they qualify), on a plain
 # batch-norm U-Net and on nnU-Net's variant (residual encoder, deep
 # supervision, instance norm, leaky ReLU) with activation checkpointing;
 # and not bit-identical to them (the Winograd convolutions ran). With a
@@ -16,7 +17,7 @@ if [ -z "$TS_PY" ]; then
     ts_finish
 fi
 ts_synth 4 32 13
-ts_ini w.ini model.channels=16,32,64 model.norm=batch -model.groups data.patch=16 train.batch=2 train.steps=1 \
+ts_ini w.ini model.channels=16,32,64 model.norm=batch -model.groups data.patch=32 train.batch=1 train.steps=1 \
     -train.momentum -train.log_every train.warmup_steps=0 ckpt.every=0
 grad_ref plain
 grad_eq plain 1 1e-4 train.conv=winograd
