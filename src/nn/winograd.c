@@ -185,29 +185,33 @@ static const float *transformed(const float *w, int flip, int C, int OC, int op)
     return e->U;
 }
 
-/* the micro-kernels: M rows t .. t + TB - 1, vectors oc0 .. oc0 + 16 NV - 1
- * of one transform point, summed over the C input channels; one function
- * per (TB, NV), array sizes constant, so that the accumulators stay in
- * registers */
+/* The micro-kernels: m[i][:] = (m[i][:] if acc, else 0) + sum over k < K
+ * of v[i vi + k vk] u[k op + :] for rows i < TB and NV 16-lane vectors,
+ * rows of m op floats apart. The forward takes rows = tiles, k = input
+ * channels (vi = cp, vk = 1); the weight gradient rows = input channels,
+ * k = tiles (vi = 1, vk = cp, accumulating). One function per (TB, NV),
+ * array sizes constant, so that the accumulators stay in registers. */
 #define DEF_GEMM(TB, NV)                                                                                             \
-    static void gemm_##TB##x##NV(const float *v, int cp, const float *u, int op, int C, float *m)                  \
+    static void gemm_##TB##x##NV(const float *v, size_t vi, size_t vk, const float *u, int op, int K, float *m,      \
+                                 int acc)                                                                            \
     {                                                                                                                \
-        v16 acc[TB][NV];                                                                                             \
+        v16 a[TB][NV];                                                                                               \
         _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
-            acc[i][j] = (v16){0};                                                                                    \
-        for (int c = 0; c < C; c++) {                                                                                \
+            a[i][j] = acc ? vld(m + (size_t)i * op + 16 * j) : (v16){0};                                             \
+        for (int k = 0; k < K; k++) {                                                                                \
+            const float *vr = v + (size_t)k * vk;                                                                    \
             v16 uc[NV];                                                                                              \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) uc[j] = vld(u + (size_t)c * op + 16 * j);          \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) uc[j] = vld(u + (size_t)k * op + 16 * j);          \
             _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++)                                                    \
             {                                                                                                        \
-                const float x = v[(size_t)i * cp + c];                                                               \
-                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] += x * uc[j];                         \
+                const float x = vr[(size_t)i * vi];                                                                  \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] += x * uc[j];                           \
             }                                                                                                        \
         }                                                                                                            \
         _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
-            vst(m + (size_t)i * op + 16 * j, acc[i][j]);                                                             \
+            vst(m + (size_t)i * op + 16 * j, a[i][j]);                                                               \
     }
-/* tiles per micro-kernel call for NV output vectors (accumulators TB x NV <= 24) */
+/* rows per micro-kernel call for NV output vectors (accumulators TB x NV <= 24) */
 #define TB4 6
 #define TB2 12
 #define TB1 16
@@ -218,7 +222,7 @@ DEF_GEMM(1, 1) DEF_GEMM(2, 1) DEF_GEMM(3, 1) DEF_GEMM(4, 1) DEF_GEMM(5, 1) DEF_G
 DEF_GEMM(8, 1) DEF_GEMM(9, 1) DEF_GEMM(10, 1) DEF_GEMM(11, 1) DEF_GEMM(12, 1) DEF_GEMM(13, 1) DEF_GEMM(14, 1)
 DEF_GEMM(15, 1) DEF_GEMM(16, 1)
 
-typedef void (*gemm_fn)(const float *, int, const float *, int, int, float *);
+typedef void (*gemm_fn)(const float *, size_t, size_t, const float *, int, int, float *, int);
 /* [nv index: 1, 2, 4][tb - 1] */
 static const gemm_fn GEMMS[3][16] = {
     {gemm_1x1, gemm_2x1, gemm_3x1, gemm_4x1, gemm_5x1, gemm_6x1, gemm_7x1, gemm_8x1, gemm_9x1, gemm_10x1, gemm_11x1,
@@ -240,7 +244,7 @@ static void gemm(const float *V, int T, int cp, size_t vs, const float *U, int C
             const gemm_fn *fn = GEMMS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
             for (int t = 0; t < T; t += tbn) {
                 const int tb = imin(tbn, T - t);
-                fn[tb - 1](vx + (size_t)t * cp, cp, ux + oc0, op, C, mx + (size_t)t * op + oc0);
+                fn[tb - 1](vx + (size_t)t * cp, (size_t)cp, 1, ux + oc0, op, C, mx + (size_t)t * op + oc0, 0);
             }
             oc0 += 16 * nv;
         }
@@ -470,43 +474,6 @@ cleanup:
 
 /* ------------------------------------------------------- weight gradient */
 
-/* dU[xi] += V[xi]^T Y[xi] for one transform point: rows c .. c + TB - 1
- * (V's channels, consecutive), vectors oc0 .. oc0 + 16 NV - 1 of Y, summed
- * over the item's T tiles (V rows cp apart, Y rows op apart) into dU
- * (rows op apart) */
-#define DEF_GEMMT(TB, NV)                                                                                            \
-    static void gemmt_##TB##x##NV(const float *v, int cp, const float *y, int op, int T, float *du)                \
-    {                                                                                                                \
-        v16 acc[TB][NV];                                                                                             \
-        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
-            acc[i][j] = vld(du + (size_t)i * op + 16 * j);                                                          \
-        for (int t = 0; t < T; t++) {                                                                                \
-            v16 yc[NV];                                                                                              \
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) yc[j] = vld(y + (size_t)t * op + 16 * j);          \
-            _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++)                                                    \
-            {                                                                                                        \
-                const float xv = v[(size_t)t * cp + i];                                                              \
-                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] += xv * yc[j];                        \
-            }                                                                                                        \
-        }                                                                                                            \
-        _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
-            vst(du + (size_t)i * op + 16 * j, acc[i][j]);                                                            \
-    }
-DEF_GEMMT(1, 4) DEF_GEMMT(2, 4) DEF_GEMMT(3, 4) DEF_GEMMT(4, 4) DEF_GEMMT(5, 4) DEF_GEMMT(6, 4)
-DEF_GEMMT(1, 2) DEF_GEMMT(2, 2) DEF_GEMMT(3, 2) DEF_GEMMT(4, 2) DEF_GEMMT(5, 2) DEF_GEMMT(6, 2)
-DEF_GEMMT(7, 2) DEF_GEMMT(8, 2) DEF_GEMMT(9, 2) DEF_GEMMT(10, 2) DEF_GEMMT(11, 2) DEF_GEMMT(12, 2)
-DEF_GEMMT(1, 1) DEF_GEMMT(2, 1) DEF_GEMMT(3, 1) DEF_GEMMT(4, 1) DEF_GEMMT(5, 1) DEF_GEMMT(6, 1) DEF_GEMMT(7, 1)
-DEF_GEMMT(8, 1) DEF_GEMMT(9, 1) DEF_GEMMT(10, 1) DEF_GEMMT(11, 1) DEF_GEMMT(12, 1) DEF_GEMMT(13, 1)
-DEF_GEMMT(14, 1) DEF_GEMMT(15, 1) DEF_GEMMT(16, 1)
-
-typedef void (*gemmt_fn)(const float *, int, const float *, int, int, float *);
-static const gemmt_fn GEMMTS[3][16] = {
-    {gemmt_1x1, gemmt_2x1, gemmt_3x1, gemmt_4x1, gemmt_5x1, gemmt_6x1, gemmt_7x1, gemmt_8x1, gemmt_9x1, gemmt_10x1,
-     gemmt_11x1, gemmt_12x1, gemmt_13x1, gemmt_14x1, gemmt_15x1, gemmt_16x1},
-    {gemmt_1x2, gemmt_2x2, gemmt_3x2, gemmt_4x2, gemmt_5x2, gemmt_6x2, gemmt_7x2, gemmt_8x2, gemmt_9x2, gemmt_10x2,
-     gemmt_11x2, gemmt_12x2},
-    {gemmt_1x4, gemmt_2x4, gemmt_3x4, gemmt_4x4, gemmt_5x4, gemmt_6x4}};
-
 /* A = [1 0; 1 1; 1 -1; 0 -1] on two values */
 #define AY(d0, d1, r0, r1, r2, r3)                                                                                   \
     do {                                                                                                             \
@@ -617,10 +584,10 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
                     for (int oc0 = 0; oc0 < op;) {
                         const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
                         const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
-                        const gemmt_fn *fn = GEMMTS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
+                        const gemm_fn *fn = GEMMS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
                         for (int c = 0; c < C; c += tbn) {
                             const int tb = imin(tbn, C - c);
-                            fn[tb - 1](vx + c, cp, yx + oc0, op, i.nt, dx + (size_t)c * op + oc0);
+                            fn[tb - 1](vx + c, 1, (size_t)cp, yx + oc0, op, i.nt, dx + (size_t)c * op + oc0, 1);
                         }
                         oc0 += 16 * nv;
                     }
