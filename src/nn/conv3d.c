@@ -117,7 +117,7 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
 {
     return ts_nn_winograd_on() && ts_nn_conv_precision() == TS_PREC_FP32 && g->k == 3 && g->s == 1 && g->p == 1 &&
-           !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16;
+           !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
 
 /* Forward shared by the entry points: y = conv(x) (+ bias). */

@@ -1,6 +1,9 @@
 /* Winograd F(2x2x2, 3x3x3) for the 3x3x3, stride 1, padding 1 convolution
- * forward on channels-last fp32 data (ts_conv3d_winograd_forward,
- * layers.h; docs/engine.md, "Winograd convolution at inference"). Each
+ * on channels-last fp32 data: the forward (ts_conv3d_winograd_forward and
+ * ts_nn_set_winograd, layers.h), the input gradient (the same with the
+ * flipped, transposed weights) and the weight gradient
+ * (ts_nn_winograd_wgrad, at the end); docs/engine.md, "Winograd
+ * convolution". Each
  * 2x2x2 block of outputs (a tile) is read from its 4x4x4 input block:
  *   V = B^T d B (per dim), M[xi] = sum_c V[xi][c] U[xi][c][:], y = A^T M A
  * with U = G w G^T the transformed weights, 64 transform points xi instead
@@ -15,7 +18,8 @@
  * per transform point into M[64][T][op] by register-blocked micro-kernels
  * (tiles x 16-lane output-channel vectors, input channels broadcast), and M
  * transformed back into the outputs with the bias and the epilogue. Items
- * write disjoint outputs: the results do not depend on the threads. */
+ * write disjoint outputs: the results do not depend on the threads (the
+ * weight gradient sums fixed chunks of items in order, to the same end). */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/nn/conv_impl.h"
