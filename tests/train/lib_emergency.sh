@@ -32,13 +32,19 @@ killed() {
     wait "$_bg" 2>/dev/null
     cat "$d/$_n.out"/err.* | grep -E 'emergency|watchdog|fault injected' | cut -c1-300 | sed 's/^/# /'
 }
-# survivors NAME NP DEAD: every rank but DEAD exited 76 and wrote its file
+# survivors NAME NP DEAD: every rank but DEAD exited 76 and wrote its file;
+# for a rank that did not: its exit status and the end of its stderr (which
+# killed() filters), so that a rare failure can be read from the log
 survivors() {
     _ok=0
     for _r in $(seq 0 $(($2 - 1))); do
         [ "$_r" = "$3" ] && continue
-        [ "$(cat "$d/$1.out/rc.$_r" 2>/dev/null)" = 76 ] || _ok=1
-        grep -q "rank $_r: emergency state of step [0-9]* written" "$d/$1.out/err.$_r" || _ok=1
+        _rc=$(cat "$d/$1.out/rc.$_r" 2>/dev/null)
+        if [ "$_rc" != 76 ] || ! grep -q "rank $_r: emergency state of step [0-9]* written" "$d/$1.out/err.$_r"; then
+            _ok=1
+            echo "# rank $_r: exit status ${_rc:-none recorded}; the end of its stderr:"
+            tail -n 8 "$d/$1.out/err.$_r" 2>/dev/null | cut -c1-300 | sed 's/^/#   /'
+        fi
     done
     return $_ok
 }
