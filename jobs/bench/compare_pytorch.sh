@@ -12,8 +12,9 @@
 # usage: jobs/bench/compare_pytorch.sh [CONFIG] [ROUNDS]     (from the build dir
 #        or with TESSERA=path/to/tessera); THREADS (default 2), STEPS (5),
 #        WARMUP (2), PRECISION (fp32 or bf16), BATCH (train.batch instead of
-#        the config's, both sides), OUT (a directory for the JSON files;
-#        default a temp dir).
+#        the config's, both sides), CONV (tessera's train.conv: direct or
+#        winograd; default the config's), OUT (a directory for the JSON
+#        files; default a temp dir).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 config=${1:-$here/../../configs/unet3d-small.ini}
@@ -39,9 +40,14 @@ case $batch in
 *[!0-9]* | 0) echo "compare_pytorch.sh: BATCH is a positive integer, not $batch" >&2; exit 1 ;;
 *) tprec="$tprec train.batch=$batch"; pprec="$pprec --batch $batch" ;;
 esac
+case ${CONV:-} in
+'') ;;
+direct | winograd) tprec="$tprec train.conv=$CONV" ;;
+*) echo "compare_pytorch.sh: CONV is direct or winograd, not $CONV" >&2; exit 1 ;;
+esac
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 flags=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')
-echo "config $config${batch:+ (train.batch=$batch)}, $precision, $threads threads, $steps steps after $warmup warm-up, $rounds rounds"
+echo "config $config${batch:+ (train.batch=$batch)}${CONV:+ (tessera train.conv=$CONV)}, $precision, $threads threads, $steps steps after $warmup warm-up, $rounds rounds"
 echo "CPU: $cpu ($(nproc) cores; $flags), PyTorch $("$python" -c 'import torch; print(torch.__version__)'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 run_tessera() {
     # shellcheck disable=SC2086 # tprec is words without spaces in them, or none
