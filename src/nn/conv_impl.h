@@ -20,6 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "src/nn/layers.h"
 
@@ -147,6 +150,33 @@ typedef struct ts_conv_sched {
     void (*progress[2])(void *ctx);
     void *ctx[2];
 } ts_conv_sched;
+
+/* sch's progress hooks (NULL: none), called by the kernels' thread 0 */
+static inline void ts_nn_run_hooks(const ts_conv_sched *sch)
+{
+    if (!sch) return;
+    for (int i = 0; i < 2; i++)
+        if (sch->progress[i]) sch->progress[i](sch->ctx[i]);
+}
+
+/* the kernels' OpenMP team: its size ahead of a parallel region, and this
+ * thread's number inside one (1 and 0 without OpenMP) */
+static inline int ts_nn_nthreads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int ts_nn_thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 /* bias: NULL or [OC]. Return 0 or TS_ERR_NOMEM. */
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);

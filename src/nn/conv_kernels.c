@@ -57,23 +57,6 @@ void ts_nn_scratch_release(void)
     }
 }
 
-static int nthreads(void)
-{
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
@@ -311,12 +294,6 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
 }
 
 /* the progress hooks of sch (see conv_impl.h); the caller is thread 0 */
-static void run_hooks(const ts_conv_sched *sch)
-{
-    if (!sch) return;
-    for (int i = 0; i < 2; i++)
-        if (sch->progress[i]) sch->progress[i](sch->ctx[i]);
-}
 
 #include "src/nn/conv_pairs.h"
 
@@ -419,7 +396,7 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                        ts_conv_dst y, const ts_conv_sched *sch)
 {
     int err = 0;
-    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = nthreads();
+    const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = ts_nn_nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     if (g->k > 8) TS_FAIL(TS_ERR_UNSUPPORTED, "conv kernel size %d (at most 8)", g->k);
     const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs);
@@ -458,12 +435,12 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
      * threads can take them all) and after each item it completes */
 #pragma omp parallel
     {
-        const int tid = thread_id();
+        const int tid = ts_nn_thread_id();
         float *slab = slabs + per * tid, *rowbuf = slab + slab_n;
         const uint32_t *plane[8], *bpl[8];
         const float *pl[8], *ppl[8];
         slab_ring ring = {-1, 0, 0, 0, g->k, R * rs, (uint32_t *)slab, plane, pairs ? rowbuf + row_n : NULL, ppl, ppn};
-        if (tid == 0) run_hooks(sch);
+        if (tid == 0) ts_nn_run_hooks(sch);
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < gr.units; u++) {
             const int n = (int)(u / ((long)gr.nhb * gr.nrun));
@@ -490,7 +467,7 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                                        (size_t)2 * CS * cw};
                     for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, patp, rowbuf);
                 }
-                if (tid == 0) run_hooks(sch);
+                if (tid == 0) ts_nn_run_hooks(sch);
             }
         }
     }
@@ -670,7 +647,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                       const ts_conv_sched *sch)
 {
     int err = 0;
-    const int ocp = ts_nn_pad16(g->OC), nt = nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
+    const int ocp = ts_nn_pad16(g->OC), nt = ts_nn_nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
     /* an item: P planes x hb rows of output, at least 512 voxels where the
      * layer allows (each weight tile sums that many voxels in registers) */
     int hb = row_block(g), P = 1;
@@ -705,14 +682,14 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const long units = nch * G;
 #pragma omp parallel
     {
-        const int tid = thread_id();
+        const int tid = ts_nn_thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
         /* bf16: the staged pairs (one zero entry first), fp32: the padded rows where OC is not a multiple
          * of 16; the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
         const size_t gused = f->bf16 ? ((size_t)P * hb * nm + 1) * ocp : padg ? (size_t)P * hb * g->OW * ocp : 0;
         slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab, (const uint32_t **)(gpad + gused), NULL, NULL, 0};
-        if (tid == 0) run_hooks(sch); /* on entry, and after each item of thread 0 */
+        if (tid == 0) ts_nn_run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
             const long ch = u / G;
@@ -736,7 +713,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     const ts_bf16_wg_args b = {ring.plane, rs, k, g->s, g->C, gb, nm, (g->OW + 1) / 2, g->OW / 2 + 1,
                                                (CS + 1) / 2, nr, np, dw, ocp};
                     for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
-                    if (tid == 0) run_hooks(sch);
+                    if (tid == 0) ts_nn_run_hooks(sch);
                     continue;
                 }
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
@@ -767,7 +744,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                             oc0 += 16 * nv;
                         }
                 }
-                if (tid == 0) run_hooks(sch);
+                if (tid == 0) ts_nn_run_hooks(sch);
             }
         }
     }

@@ -28,9 +28,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
@@ -402,11 +399,7 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
     int err = 0;
     const wplan p = plan_of(g, 16);
     const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
-#ifdef _OPENMP
-    const int nt = omp_get_max_threads();
-#else
-    const int nt = 1;
-#endif
+    const int nt = ts_nn_nthreads();
     const float *U = transformed(w, flip, C, OC, op);
     float *bufs = ts_nn_scratch(0, p.per * nt * sizeof(float));
     if (!U || !bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd convolution scratch (%d -> %d channels)", C, OC);
@@ -423,11 +416,7 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
     const float slope = ep && ep->act == TS_EP_LEAKY ? ep->slope : 0.0f;
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = ts_nn_thread_id();
         float *S = bufs + p.per * tid, *V = S + p.slab_n, *M = V + p.v_n;
 #pragma omp for schedule(dynamic, 1)
         for (long it = 0; it < p.items; it++) {
@@ -529,11 +518,7 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
      * stores its dU block once per item) */
     const wplan p = plan_of(g, WG_TMIN);
     const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
-#ifdef _OPENMP
-    const int nt = omp_get_max_threads();
-#else
-    const int nt = 1;
-#endif
+    const int nt = ts_nn_nthreads();
     /* chunks of consecutive items, each summed into its own dU and the sums
      * added in chunk order: the same bits for any thread count; their number
      * from the shapes alone (one per 64 tiles, at most WG_CHUNKS, their sums
@@ -549,15 +534,9 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
     float *dus = bufs + p.per * nt;
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = ts_nn_thread_id();
         float *S = bufs + p.per * tid, *V = S + p.slab_n, *Y = V + p.v_n;
-        if (tid == 0 && sch)
-            for (int h = 0; h < 2; h++)
-                if (sch->progress[h]) sch->progress[h](sch->ctx[h]);
+        if (tid == 0) ts_nn_run_hooks(sch);
 #pragma omp for schedule(dynamic, 1)
         for (long ch = 0; ch < nch; ch++) {
             float *du = dus + du_n * ch;
@@ -596,9 +575,7 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
                         oc0 += 16 * nv;
                     }
                 }
-                if (tid == 0 && sch)
-                    for (int h = 0; h < 2; h++)
-                        if (sch->progress[h]) sch->progress[h](sch->ctx[h]);
+                if (tid == 0) ts_nn_run_hooks(sch);
             }
         }
     }

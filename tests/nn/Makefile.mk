@@ -1,4 +1,5 @@
 # tests/nn: layer kernels against naive references; finite-difference gradient checks
+EXTRA_DIST += tests/nn/rand_tensor.h
 check_PROGRAMS += tests/nn/test_layers
 tests_nn_test_layers_SOURCES = tests/nn/test_layers.c
 tests_nn_test_layers_LDADD = $(TS_LIBS)

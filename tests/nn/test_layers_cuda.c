@@ -22,19 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ts_rng rng;
+#include "tests/nn/rand_tensor.h" /* rng, mk */
 
-static ts_tensor host(int ndim, const int64_t *shape, float lo, float hi)
-{
-    ts_tensor t;
-    if (ts_tensor_alloc(&t, TS_FLOAT32, ndim, shape)) {
-        fprintf(stderr, "alloc: %s\n", ts_err_message());
-        exit(1);
-    }
-    float *p = t.data;
-    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * ts_rng_uniformf(&rng);
-    return t;
-}
 
 static ts_tensor host_like(const ts_tensor *a)
 {
@@ -87,10 +76,10 @@ static void test_conv(int n, int d, int h, int w, int ci, int co, int k, int s, 
     snprintf(what, sizeof what, "conv3d [%d,%d,%d,%d,%d] -> %d k%d s%d p%d", n, d, h, w, ci, co, k, s, pad);
     const int64_t od = ts_conv_out_size(d, k, s, pad), oh = ts_conv_out_size(h, k, s, pad),
                   ow = ts_conv_out_size(w, k, s, pad);
-    ts_tensor x = host(5, (int64_t[]){n, d, h, w, ci}, -1, 1), wt = host(5, (int64_t[]){co, ci, k, k, k}, -0.5f, 0.5f),
-              b = host(1, (int64_t[]){co}, -1, 1), y = host(5, (int64_t[]){n, od, oh, ow, co}, 0, 0),
-              dy = host(5, (int64_t[]){n, od, oh, ow, co}, -1, 1), dx = host_like(&x),
-              dw = host(5, wt.shape, -0.1f, 0.1f), db = host(1, b.shape, -0.1f, 0.1f);
+    ts_tensor x = mk(5, (int64_t[]){n, d, h, w, ci}, -1, 1), wt = mk(5, (int64_t[]){co, ci, k, k, k}, -0.5f, 0.5f),
+              b = mk(1, (int64_t[]){co}, -1, 1), y = mk(5, (int64_t[]){n, od, oh, ow, co}, 0, 0),
+              dy = mk(5, (int64_t[]){n, od, oh, ow, co}, -1, 1), dx = host_like(&x),
+              dw = mk(5, wt.shape, -0.1f, 0.1f), db = mk(1, b.shape, -0.1f, 0.1f);
     ts_tensor gx = up(&x), gw = up(&wt), gb = up(&b), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gdw = up(&dw),
               gdb = up(&db);
     ts_nn_set_conv_precision(p);
@@ -116,10 +105,10 @@ static void test_convt(int n, int d, int ci, int co, int k, int s, ts_precision 
     char what[160];
     snprintf(what, sizeof what, "convt3d [%d,%d^3,%d] -> %d k%d s%d", n, d, ci, co, k, s);
     const int64_t o = (int64_t)(d - 1) * s + k;
-    ts_tensor x = host(5, (int64_t[]){n, d, d, d, ci}, -1, 1), wt = host(5, (int64_t[]){ci, co, k, k, k}, -0.5f, 0.5f),
-              b = host(1, (int64_t[]){co}, -1, 1), y = host(5, (int64_t[]){n, o, o, o, co}, 0, 0),
-              dy = host(5, (int64_t[]){n, o, o, o, co}, -1, 1), dx = host_like(&x),
-              dw = host(5, wt.shape, -0.1f, 0.1f), db = host(1, b.shape, -0.1f, 0.1f);
+    ts_tensor x = mk(5, (int64_t[]){n, d, d, d, ci}, -1, 1), wt = mk(5, (int64_t[]){ci, co, k, k, k}, -0.5f, 0.5f),
+              b = mk(1, (int64_t[]){co}, -1, 1), y = mk(5, (int64_t[]){n, o, o, o, co}, 0, 0),
+              dy = mk(5, (int64_t[]){n, o, o, o, co}, -1, 1), dx = host_like(&x),
+              dw = mk(5, wt.shape, -0.1f, 0.1f), db = mk(1, b.shape, -0.1f, 0.1f);
     ts_tensor gx = up(&x), gw = up(&wt), gb = up(&b), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gdw = up(&dw),
               gdb = up(&db);
     ts_nn_set_conv_precision(p);
@@ -144,10 +133,10 @@ static void test_cat(int ca, int cb, int co, ts_precision p)
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
     snprintf(what, sizeof what, "conv3d over [%d, %d] channels -> %d", ca, cb, co);
-    ts_tensor a = host(5, (int64_t[]){2, 5, 6, 7, ca}, -1, 1), bb = host(5, (int64_t[]){2, 5, 6, 7, cb}, -1, 1),
-              wt = host(5, (int64_t[]){co, ca + cb, 3, 3, 3}, -0.5f, 0.5f), bias = host(1, (int64_t[]){co}, -1, 1),
-              y = host(5, (int64_t[]){2, 5, 6, 7, co}, 0, 0), dy = host(5, y.shape, -1, 1), da = host_like(&a),
-              db = host_like(&bb), dw = host(5, wt.shape, -0.1f, 0.1f), dbias = host(1, bias.shape, -0.1f, 0.1f);
+    ts_tensor a = mk(5, (int64_t[]){2, 5, 6, 7, ca}, -1, 1), bb = mk(5, (int64_t[]){2, 5, 6, 7, cb}, -1, 1),
+              wt = mk(5, (int64_t[]){co, ca + cb, 3, 3, 3}, -0.5f, 0.5f), bias = mk(1, (int64_t[]){co}, -1, 1),
+              y = mk(5, (int64_t[]){2, 5, 6, 7, co}, 0, 0), dy = mk(5, y.shape, -1, 1), da = host_like(&a),
+              db = host_like(&bb), dw = mk(5, wt.shape, -0.1f, 0.1f), dbias = mk(1, bias.shape, -0.1f, 0.1f);
     ts_tensor ga = up(&a), gbb = up(&bb), gw = up(&wt), gbias = up(&bias), gy = up(&y), gdy = up(&dy), gda = up(&da),
               gdb = up(&db), gdw = up(&dw), gdbias = up(&dbias);
     ts_nn_set_conv_precision(p);
@@ -185,7 +174,7 @@ static ts_tensor labels_host(int64_t n, int64_t v, int K, int ign)
 
 static void test_relu_pool_concat(void)
 {
-    ts_tensor x = host(5, (int64_t[]){2, 6, 4, 8, 5}, -1, 1), y = host_like(&x), dy = host(5, x.shape, -1, 1),
+    ts_tensor x = mk(5, (int64_t[]){2, 6, 4, 8, 5}, -1, 1), y = host_like(&x), dy = mk(5, x.shape, -1, 1),
               dx = host_like(&x);
     ts_tensor gx = up(&x), gy = up(&y), gdy = up(&dy), gdx = up(&dx);
     int e = ts_relu_forward(&x, 0.01f, &y) || ts_relu_backward(&y, 0.01f, &dy, &dx) ||
@@ -195,7 +184,7 @@ static void test_relu_pool_concat(void)
         check("leaky relu input gradient", &gdx, &dx, 1e-6, TS_PREC_FP32);
     }
     /* max-pool 2: output, indices (as the gradient they route) */
-    ts_tensor py = host(5, (int64_t[]){2, 3, 2, 4, 5}, 0, 0), pdy = host(5, py.shape, -1, 1), pdx = host_like(&x), pi;
+    ts_tensor py = mk(5, (int64_t[]){2, 3, 2, 4, 5}, 0, 0), pdy = mk(5, py.shape, -1, 1), pdx = host_like(&x), pi;
     ts_tensor gpy = up(&py), gpdy = up(&pdy), gpdx = up(&pdx), gpi;
     if (ts_tensor_alloc(&pi, TS_UINT8, 5, py.shape) || ts_tensor_alloc_device(&gpi, TS_UINT8, 5, py.shape)) exit(1);
     e = ts_maxpool3d_forward(&x, 2, &py, &pi) || ts_maxpool3d_backward(&pdy, &pi, 2, &pdx) ||
@@ -205,7 +194,7 @@ static void test_relu_pool_concat(void)
         check("max-pool input gradient", &gpdx, &pdx, 0, TS_PREC_FP32);
     }
     /* concatenation along the channels and back */
-    ts_tensor b = host(5, (int64_t[]){2, 6, 4, 8, 3}, -1, 1), cy = host(5, (int64_t[]){2, 6, 4, 8, 8}, 0, 0),
+    ts_tensor b = mk(5, (int64_t[]){2, 6, 4, 8, 3}, -1, 1), cy = mk(5, (int64_t[]){2, 6, 4, 8, 8}, 0, 0),
               da = host_like(&x), dbb = host_like(&b);
     ts_tensor gb = up(&b), gcy = up(&cy), gda = up(&da), gdbb = up(&dbb);
     e = ts_concat_forward(&x, &b, &cy) || ts_concat_backward(&cy, &da, &dbb) || ts_concat_forward(&gx, &gb, &gcy) ||
@@ -227,11 +216,11 @@ static void test_norm(int kind, int relu)
     char what[96];
     snprintf(what, sizeof what, "%s%s", names[kind], relu ? " + relu" : "");
     const int N = 2, C = 8, G = kind == 2 ? 4 : kind == 3 ? C : 1, nstat = kind <= 1 ? C : N * G;
-    ts_tensor x = host(5, (int64_t[]){N, 5, 6, 7, C}, -2, 3), y = host_like(&x), dy = host(5, x.shape, -1, 1),
-              dx = host_like(&x), g = host(1, (int64_t[]){C}, 0.5f, 1.5f), b = host(1, (int64_t[]){C}, -0.5f, 0.5f),
-              rm = host(1, (int64_t[]){C}, -0.2f, 0.2f), rv = host(1, (int64_t[]){C}, 0.5f, 1.5f),
-              sm = host(1, (int64_t[]){nstat}, 0, 0), si = host(1, (int64_t[]){nstat}, 0, 0),
-              dg = host(1, (int64_t[]){C}, -0.1f, 0.1f), db = host(1, (int64_t[]){C}, -0.1f, 0.1f);
+    ts_tensor x = mk(5, (int64_t[]){N, 5, 6, 7, C}, -2, 3), y = host_like(&x), dy = mk(5, x.shape, -1, 1),
+              dx = host_like(&x), g = mk(1, (int64_t[]){C}, 0.5f, 1.5f), b = mk(1, (int64_t[]){C}, -0.5f, 0.5f),
+              rm = mk(1, (int64_t[]){C}, -0.2f, 0.2f), rv = mk(1, (int64_t[]){C}, 0.5f, 1.5f),
+              sm = mk(1, (int64_t[]){nstat}, 0, 0), si = mk(1, (int64_t[]){nstat}, 0, 0),
+              dg = mk(1, (int64_t[]){C}, -0.1f, 0.1f), db = mk(1, (int64_t[]){C}, -0.1f, 0.1f);
     ts_tensor gx = up(&x), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gg = up(&g), gb = up(&b), grm = up(&rm),
               grv = up(&rv), gsm = up(&sm), gsi = up(&si), gdg = up(&dg), gdb = up(&db);
     ts_norm_opts o = {1e-5f, 0.1f, G, relu, 0.0f, NULL, NULL};
@@ -281,8 +270,8 @@ static void test_loss(int dice, int ignore, int weighted)
     const int64_t V = 300;
     const float w[3] = {0.5f, 1.0f, 2.0f};
     ts_loss_opts o = {ignore ? 3 : -1, weighted ? w : NULL, 1e-5f, NULL, NULL};
-    ts_tensor l = host(5, (int64_t[]){N, V, 1, 1, K}, -3, 3), y = labels_host(N, V, K, ignore ? 3 : -1),
-              d = host(5, l.shape, -0.1f, 0.1f);
+    ts_tensor l = mk(5, (int64_t[]){N, V, 1, 1, K}, -3, 3), y = labels_host(N, V, K, ignore ? 3 : -1),
+              d = mk(5, l.shape, -0.1f, 0.1f);
     ts_tensor gl = up(&l), gy = up(&y), gd = up(&d);
     double lc = 0, lg = 0;
     int e1 = dice ? ts_dice_forward_backward(&l, &y, &o, 0.5f, &lc, &d) : ts_softmax_ce_forward_backward(&l, &y, &o, 0.5f, &lc, &d);
@@ -313,8 +302,8 @@ static void test_loss(int dice, int ignore, int weighted)
 /* a device tensor handed to a layer with a host tensor is refused with a message */
 static void test_mixed(void)
 {
-    ts_tensor x = host(5, (int64_t[]){1, 4, 4, 4, 2}, -1, 1), w = host(5, (int64_t[]){3, 2, 3, 3, 3}, -1, 1),
-              y = host(5, (int64_t[]){1, 4, 4, 4, 3}, 0, 0);
+    ts_tensor x = mk(5, (int64_t[]){1, 4, 4, 4, 2}, -1, 1), w = mk(5, (int64_t[]){3, 2, 3, 3, 3}, -1, 1),
+              y = mk(5, (int64_t[]){1, 4, 4, 4, 3}, 0, 0);
     ts_tensor gx = up(&x);
     const int e = ts_conv3d_forward(&gx, &w, NULL, 1, 1, &y);
     ts_ok(e == TS_ERR_ARG && strstr(ts_err_message(), "device memory"),

@@ -24,20 +24,7 @@
 #include <omp.h>
 #endif
 
-static ts_rng rng;
-
-static ts_tensor mk(int ndim, const int64_t *shape, float lo, float hi)
-{
-    ts_tensor t;
-    if (ts_tensor_alloc(&t, TS_FLOAT32, ndim, shape)) {
-        fprintf(stderr, "alloc: %s\n", ts_err_message());
-        exit(1);
-    }
-    float *p = t.data;
-    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * ts_rng_uniformf(&rng);
-    return t;
-}
-#define MK(lo, hi, ...) mk(sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__}, lo, hi)
+#include "tests/nn/rand_tensor.h" /* rng, mk, MK */
 
 static void *xmalloc(size_t n)
 {
