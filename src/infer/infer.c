@@ -45,6 +45,7 @@ typedef struct infer {
     ts_loader_opts lo;
     double overlap;
     int64_t batch;
+    int winograd; /* conv=winograd (the default): ts_unet_set_winograd */
     ts_unet *m;
     /* built once for every scan */
     ts_layout *L; /* the grid (parallel.dp ignored), the spatial split, the collectives */
@@ -100,8 +101,9 @@ static int load_model(infer *t, const char *ckpt)
     const char *cv = t->o->conv ? t->o->conv : "winograd";
     if (strcmp(cv, "winograd") && strcmp(cv, "direct"))
         return TS_ERR(TS_ERR_ARG, "infer: conv=%s: give winograd or direct", cv);
+    t->winograd = !strcmp(cv, "winograd");
     TS_TRY(ts_unet_create(&t->u, 0, &t->m));
-    ts_unet_set_winograd(t->m, !strcmp(cv, "winograd"));
+    ts_unet_set_winograd(t->m, t->winograd);
     TS_TRY(ts_path_join(state, sizeof state, ckpt, "state.h5"));
     return ts_weights_load(ts_unet_arena(t->m), state); /* errors name state.h5 in the checkpoint */
 }
@@ -559,7 +561,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     r->forwards = t.st.forwards;
     r->batch = (int)t.batch;
     r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
-    r->conv = t.u.precision == TS_PREC_FP32 && !(t.o->conv && !strcmp(t.o->conv, "direct")) ? "winograd" : "direct";
+    r->conv = t.winograd && t.u.precision == TS_PREC_FP32 ? "winograd" : "direct"; /* bf16, fp16: always direct */
     r->total_s = MPI_Wtime() - start;
 cleanup:
     teardown(&t);

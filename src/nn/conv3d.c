@@ -120,13 +120,20 @@ static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_s
            !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
 
-/* Forward shared by the entry points: y = conv(x) (+ bias). */
-static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
-                        const ts_conv_sched *sch, const ts_conv_ep *ep, ts_tensor *y)
+/* an epilogue (NULL: none) the forward kernels take */
+static int ep_ok(const ts_conv_ep *ep)
 {
     if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
         return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
     if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
+    return 0;
+}
+
+/* Forward shared by the entry points: y = conv(x) (+ bias). */
+static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
+                        const ts_conv_sched *sch, const ts_conv_ep *ep, ts_tensor *y)
+{
+    TS_TRY(ep_ok(ep));
     if (wino_fits(g, x.halo, sch))
         return ts_nn_winograd(g, x, w->data, 0, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep});
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
@@ -242,9 +249,7 @@ int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts
     if (x2) TS_TRY(cat_shapes(x, x2, &cat));
     TS_TRY(conv_shapes(x2 ? &cat : x, w, b, 1, 1, y, "conv3d output", &g));
     if (g.k != 3) return TS_ERR(TS_ERR_ARG, "conv3d Winograd forward: kernel %d (3x3x3 only)", g.k);
-    if (ep && ep->act != TS_EP_NONE && ep->act != TS_EP_RELU && ep->act != TS_EP_LEAKY)
-        return TS_ERR(TS_ERR_ARG, "conv3d epilogue: activation %d (none, relu or leaky)", (int)ep->act);
-    if (ep && !ep->scale != !ep->shift) return TS_ERR(TS_ERR_ARG, "conv3d epilogue: scale and shift, both or neither");
+    TS_TRY(ep_ok(ep));
     return ts_nn_winograd(&g, (ts_conv_src){x->data, x2 ? x2->data : NULL, x2 ? (int)x->shape[4] : g.C, NULL}, w->data, 0,
                           b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g.OC, ep});
 }
