@@ -135,8 +135,14 @@ static int pid_ended(pid_t pid)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
-    return p && (p[2] == 'Z' || p[2] == 'X');
+    const char *p = strrchr(buf, ')'); /* "pid (comm) S ppid pgrp session tty_nr tpgid flags ..." */
+    if (!p || !p[1] || !p[2]) return 0;
+    if (p[2] == 'Z' || p[2] == 'X') return 1;
+    /* exiting (PF_EXITING in flags): killed and tearing down, not yet a
+     * zombie; its memory can already be gone (a peer's cross-memory copy
+     * fails), and on a loaded node the rest of the exit can take a while */
+    unsigned long flags = 0;
+    return sscanf(p + 3, "%*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4ul);
 }
 
 /* ---- probing the other nodes over the network (node_info above) ---- */
@@ -400,8 +406,9 @@ static void *watch(void *arg)
         if (w.listen_fd >= 0) /* the probes of other nodes' watchdogs: the kernel answered them, drain the queue */
             for (int c; (c = accept(w.listen_fd, NULL, NULL)) >= 0;) close(c);
         const slot *me = &w.slots[w.me];
-        if (aborting && !abort_go) { /* the MPI library aborts this rank: a lost peer, or not */
-            if (peer_gone(0))
+        if (aborting && !abort_go) { /* the MPI library aborts this rank: a lost peer, or not (a peer
+                                      * killed may take a moment to be seen ending on a loaded node) */
+            if (peer_gone(5.0))
                 end_job("the MPI library aborted this rank (a peer gone in the middle of a transfer)",
                         me->depth > 0 ? ts_time_now() - me->since : 0);
             abort_go = 1; /* no peer is gone: the abort is this rank's own */

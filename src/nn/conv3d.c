@@ -120,6 +120,14 @@ static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_s
            !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
 
+/* Winograd's weight gradient where it measured faster (docs/engine.md):
+ * 48+ channels in and out together, 256+ tiles to sum over */
+static int wgrad_wino_size(const ts_conv_geom *g)
+{
+    const long tiles = (long)g->N * ((g->D + 1) / 2) * ((g->H + 1) / 2) * ((g->W + 1) / 2);
+    return g->C + g->OC >= 48 && tiles >= 256;
+}
+
 /* an epilogue (NULL: none) the forward kernels take */
 static int ep_ok(const ts_conv_ep *ep)
 {
@@ -163,10 +171,7 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        /* Winograd's weight gradient where it measured faster (docs/engine.md):
-         * 48+ channels in and out together, 256+ tiles to sum over */
-        const long tiles = (long)g->N * ((g->D + 1) / 2) * ((g->H + 1) / 2) * ((g->W + 1) / 2);
-        if (wino_fits(g, x.halo, NULL) && g->C + g->OC >= 48 && tiles >= 256)
+        if (wino_fits(g, x.halo, NULL) && wgrad_wino_size(g))
             TS_CHECK(ts_nn_winograd_wgrad(g, x, dy->data, dwp, sch));
         else if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
         else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, sch));
@@ -252,6 +257,13 @@ int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts
     TS_TRY(ep_ok(ep));
     return ts_nn_winograd(&g, (ts_conv_src){x->data, x2 ? x2->data : NULL, x2 ? (int)x->shape[4] : g.C, NULL}, w->data, 0,
                           b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g.OC, ep});
+}
+
+size_t ts_conv3d_winograd_scratch_bytes(int N, int D, int H, int W, int C, int OC, int nthreads, int wgrad)
+{
+    ts_conv_geom g = {0};
+    g.N = N, g.D = g.OD = D, g.H = g.OH = H, g.W = g.OW = W, g.C = C, g.OC = OC, g.k = 3, g.s = 1, g.p = 1;
+    return ts_nn_winograd_scratch_bytes(&g, nthreads > 0 ? nthreads : ts_nn_nthreads(), wgrad && wgrad_wino_size(&g));
 }
 
 int ts_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,

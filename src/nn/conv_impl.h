@@ -118,6 +118,8 @@ TS_NN_VINLINE void ts_nn_pair_store(float *y0, int ldy, ts_v16 acc, int OC, int 
  * every call. Not zeroed; NULL on failure.
  * The buffers live until ts_nn_scratch_release() on that thread. */
 void *ts_nn_scratch(int slot, size_t bytes);
+/* the bytes ts_nn_scratch allocates for a request of `bytes` (a quarter more, whole pages) */
+size_t ts_nn_scratch_alloc_size(size_t bytes);
 void ts_nn_scratch_release(void);
 
 /* An input that is the channel concatenation [a, b] of two channels-last
@@ -205,6 +207,13 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
 int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
 /* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
 void ts_nn_winograd_release(void);
+/* the bytes of the calling thread's cache of transformed weights (weights
+ * seen twice unchanged; weights that change between calls are not cached) */
+size_t ts_nn_winograd_cache_bytes(void);
+/* the scratch bytes (ts_nn_scratch, slots 0 and 1) the Winograd forward
+ * and input gradient of geometry g on nthreads threads take, and with
+ * wgrad its weight gradient too: for the memory plan */
+size_t ts_nn_winograd_scratch_bytes(const ts_conv_geom *g, int nthreads, int wgrad);
 
 /* ---- fp16 (ts_nn_set_conv_precision(TS_PREC_FP16)) ----
  * The fp32 kernels and drivers with every operand rounded through IEEE half

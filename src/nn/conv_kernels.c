@@ -33,12 +33,14 @@ static _Thread_local struct {
     size_t n;
 } scratch[SCRATCH_SLOTS];
 
+size_t ts_nn_scratch_alloc_size(size_t bytes) { return (bytes + bytes / 4 + 4095) & ~(size_t)4095; }
+
 void *ts_nn_scratch(int slot, size_t bytes)
 {
     if (slot < 0 || slot >= SCRATCH_SLOTS) return NULL;
     if (scratch[slot].n < bytes) {
         free(scratch[slot].p);
-        const size_t n = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+        const size_t n = ts_nn_scratch_alloc_size(bytes);
         scratch[slot].p = TS_ALIGNED_ALLOC(n);
         scratch[slot].n = scratch[slot].p ? n : 0;
     }

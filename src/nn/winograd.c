@@ -26,6 +26,7 @@
 #include "src/nn/norm_impl.h" /* ts_nn_act16: the epilogue's activation */
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,21 +95,26 @@ int ts_nn_set_winograd(int on)
 int ts_nn_winograd_on(void) { return atomic_load(&wino_on); }
 
 /* Transformed weights cached per calling thread: one entry per weight
- * tensor (its address), kept with a copy of the weights it came from and
- * used again only while they are equal, bit for bit (a memcmp per call, far
- * cheaper than the transform; training's updates in place are seen).
- * Weights found changed are being trained: their entry keeps only the key
- * (changing), and they are transformed into scratch on every call from
- * then on, without a copy. At most CACHE_MAX bytes; beyond that the oldest
- * entry is dropped.
+ * tensor (its address). Weights seen for the first time are transformed
+ * into scratch and only a 64-bit hash of their bits is kept; seen again
+ * with the same hash, they are transformed into the cache with a copy of
+ * the weights they came from, and from then on used again only while the
+ * weights are equal to the copy, bit for bit (a memcmp per call, far
+ * cheaper than the transform; training's updates in place are seen). The
+ * hash decides only whether to cache: what is cached is always transformed
+ * from the weights of that call. Weights that change between calls (being
+ * trained) are never cached (no transform or copy held per layer: training
+ * needs only the scratch of one layer); weights found changed after being
+ * cached lose their entry's memory likewise. At most CACHE_MAX bytes;
+ * beyond that the oldest entry is dropped.
  * ts_nn_winograd_release (ts_nn_release_scratch) frees them. */
 #define CACHE_N 64
 #define CACHE_MAX ((size_t)1 << 30)
 static _Thread_local struct wcache {
     const float *key;
     int C, OC, flip;
-    int changing;    /* seen changed: not cached any more */
-    float *copy, *U; /* [OC * C * 27], [64][C][op]; NULL when changing */
+    uint64_t hash;   /* of the weights last seen, while not cached */
+    float *copy, *U; /* [OC * C * 27], [64][C][op]; NULL while not cached */
     unsigned long used;
 } cache[CACHE_N];
 static _Thread_local unsigned long cache_clock;
@@ -124,8 +130,44 @@ void ts_nn_winograd_release(void)
 
 static size_t cache_bytes(const struct wcache *e)
 {
-    return e->key && !e->changing ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float)
-                                  : 0;
+    return e->U ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float) : 0;
+}
+
+size_t ts_nn_winograd_cache_bytes(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < CACHE_N; i++) n += cache_bytes(&cache[i]);
+    return n;
+}
+
+static void cache_drop(struct wcache *e)
+{
+    free(e->copy);
+    free(e->U);
+    e->copy = e->U = NULL;
+}
+
+/* a 64-bit hash of n floats' bits (four multiply-xorshift lanes) */
+static uint64_t bits_hash(const float *w, size_t n)
+{
+    uint64_t h[4] = {0x9e3779b97f4a7c15u, 0xbf58476d1ce4e5b9u, 0x94d049bb133111ebu, 0x2545f4914f6cdd1du};
+    const uint64_t k = 0xff51afd7ed558ccdu;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 4; j++) {
+            uint64_t v;
+            memcpy(&v, w + i + 2 * j, sizeof v);
+            h[j] = (h[j] ^ v) * k;
+            h[j] ^= h[j] >> 29;
+        }
+    uint64_t r = n;
+    for (; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, w + i, sizeof v);
+        r = (r ^ v) * k;
+    }
+    for (int j = 0; j < 4; j++) r = (r ^ h[j]) * k, r ^= r >> 32;
+    return r;
 }
 
 /* U transformed into this call's scratch */
@@ -137,50 +179,51 @@ static const float *scratch_U(const float *w, int flip, int C, int OC, int op)
 }
 
 /* U of w (see weights): the cached one where w is unchanged, else
- * transformed (and cached where it fits and w has not been seen changing);
- * NULL: out of memory */
+ * transformed into scratch, or into the cache where w is seen unchanged
+ * for the second time and fits; NULL: out of memory */
 static const float *transformed(const float *w, int flip, int C, int OC, int op)
 {
     const size_t wn = (size_t)OC * C * 27, un = (size_t)64 * C * op;
     struct wcache *e = NULL;
     for (int i = 0; i < CACHE_N; i++)
         if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC && cache[i].flip == flip) e = &cache[i];
-    if (e) {
+    if (e && e->U && !memcmp(e->copy, w, wn * sizeof(float))) {
         e->used = ++cache_clock;
-        if (!e->changing && !memcmp(e->copy, w, wn * sizeof(float))) return e->U;
-        if (!e->changing) { /* changed since: being trained, not worth caching */
-            free(e->copy);
-            free(e->U);
-            e->copy = e->U = NULL;
-            e->changing = 1;
+        return e->U;
+    }
+    const uint64_t h = bits_hash(w, wn);
+    if (!e || e->U || e->hash != h) { /* new, changed since cached, or changed since last seen */
+        if (!e) { /* a free entry, else the least recently used one */
+            for (int i = 0; i < CACHE_N && !e; i++)
+                if (!cache[i].key) e = &cache[i];
+            if (!e) {
+                e = &cache[0];
+                for (int i = 1; i < CACHE_N; i++)
+                    if (cache[i].used < e->used) e = &cache[i];
+            }
         }
+        cache_drop(e);
+        *e = (struct wcache){w, C, OC, flip, h, NULL, NULL, ++cache_clock};
         return scratch_U(w, flip, C, OC, op);
     }
+    /* the second call with these weights: cached, the oldest entries dropped until it fits */
+    e->used = ++cache_clock;
     size_t total = (wn + un) * sizeof(float);
     for (int i = 0; i < CACHE_N; i++) total += cache_bytes(&cache[i]);
-    for (;;) { /* a free entry, the oldest ones dropped until the new one fits */
-        for (int i = 0; i < CACHE_N && !e; i++)
-            if (!cache[i].key) e = &cache[i];
-        if (e && total <= CACHE_MAX) break;
+    while (total > CACHE_MAX) {
         struct wcache *old = NULL;
         for (int i = 0; i < CACHE_N; i++)
-            if (cache[i].key && (!old || cache[i].used < old->used)) old = &cache[i];
+            if (cache[i].U && &cache[i] != e && (!old || cache[i].used < old->used)) old = &cache[i];
         if (!old) return scratch_U(w, flip, C, OC, op); /* too large to cache at all */
         total -= cache_bytes(old);
-        free(old->copy);
-        free(old->U);
-        *old = (struct wcache){0};
-        e = NULL;
+        cache_drop(old);
     }
     e->copy = malloc(wn * sizeof(float));
     e->U = TS_ALIGNED_ALLOC(un * sizeof(float));
     if (!e->copy || !e->U) {
-        free(e->copy);
-        free(e->U);
-        *e = (struct wcache){0};
-        return NULL;
+        cache_drop(e);
+        return scratch_U(w, flip, C, OC, op);
     }
-    *e = (struct wcache){w, C, OC, flip, 0, e->copy, e->U, ++cache_clock};
     memcpy(e->copy, w, wn * sizeof(float));
     weights(w, flip, C, OC, op, e->U);
     return e->U;
@@ -511,6 +554,18 @@ AI void dy_tile(v16 g[2][2][2], float *Y, size_t ystride)
 #ifndef WG_CHUNKS
 #define WG_CHUNKS 8
 #endif
+/* the weight gradient's chunks of items (see ts_nn_winograd_wgrad) */
+static long wg_chunks(const ts_conv_geom *g, const wplan *p)
+{
+    const size_t du_n = (size_t)64 * p->C * p->op;
+    const long tiles = (long)g->N * p->TD * p->TH * p->TW;
+    long nch = tiles / 64 < WG_CHUNKS ? tiles / 64 : WG_CHUNKS;
+    if (nch > p->items) nch = p->items;
+    if (nch < 1) nch = 1;
+    while (nch > 1 && (size_t)nch * du_n * sizeof(float) > ((size_t)96 << 20)) nch--;
+    return nch;
+}
+
 int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
 {
     int err = 0;
@@ -524,11 +579,7 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
      * from the shapes alone (one per 64 tiles, at most WG_CHUNKS, their sums
      * within 96 MiB where there are several) */
     const size_t du_n = (size_t)64 * C * op;
-    const long tiles = (long)g->N * p.TD * p.TH * p.TW;
-    long nch = tiles / 64 < WG_CHUNKS ? tiles / 64 : WG_CHUNKS;
-    if (nch > p.items) nch = p.items;
-    if (nch < 1) nch = 1;
-    while (nch > 1 && (size_t)nch * du_n * sizeof(float) > ((size_t)96 << 20)) nch--;
+    const long nch = wg_chunks(g, &p);
     float *bufs = ts_nn_scratch(0, (p.per * nt + du_n * nch) * sizeof(float));
     if (!bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd weight-gradient scratch (%d -> %d channels)", C, OC);
     float *dus = bufs + p.per * nt;
@@ -604,4 +655,25 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
     }
 cleanup:
     return err;
+}
+
+/* What ts_nn_scratch holds after a layer's Winograd calls (see
+ * conv_impl.h): slot 0 the per-thread item buffers (and the weight
+ * gradient's chunk sums), slot 1 the transformed weights of a call that
+ * does not use the cache; each as ts_nn_scratch allocates it */
+size_t ts_nn_winograd_scratch_bytes(const ts_conv_geom *g, int nthreads, int wgrad)
+{
+    const size_t f = sizeof(float);
+    ts_conv_geom t = *g; /* the input gradient's: the transposed geometry */
+    t.C = g->OC, t.OC = g->C;
+    const wplan pf = plan_of(g, 16), pt = plan_of(&t, 16);
+    size_t s0 = pf.per * nthreads * f, s1 = (size_t)64 * pf.C * pf.op * f;
+    if (pt.per * nthreads * f > s0) s0 = pt.per * nthreads * f;
+    if ((size_t)64 * pt.C * pt.op * f > s1) s1 = (size_t)64 * pt.C * pt.op * f;
+    if (wgrad) {
+        const wplan pw = plan_of(g, WG_TMIN);
+        const size_t w0 = (pw.per * nthreads + (size_t)64 * pw.C * pw.op * wg_chunks(g, &pw)) * f;
+        if (w0 > s0) s0 = w0;
+    }
+    return ts_nn_scratch_alloc_size(s0) + ts_nn_scratch_alloc_size(s1);
 }

@@ -27,6 +27,31 @@ double ts_train_peak_rss_mb(void)
 
 double ts_train_rss_mb(void) { return rss_now_mb(); }
 
+/* train.conv = winograd: the largest Winograd layer's scratch (item buffers,
+ * transformed weights, the weight gradient's chunk sums; the buffers are
+ * reused from layer to layer) and the transformed weights (with a copy of
+ * the weights) that evaluation's forwards cache while the weights do not
+ * change. The layers: 3x3x3 convolutions with 16+ channels each side,
+ * encoder l (in -> c_l, c_l -> c_l), decoder l (2 c_l -> c_l, c_l -> c_l). */
+static double winograd_mb(const ts_unet_cfg *u, int batch, const int64_t box[3])
+{
+    size_t scratch = 0;
+    double cached = 0;
+    for (int l = 0; l < u->levels; l++) {
+        const int c = u->channels[l], cin = l ? u->channels[l - 1] : u->in_channels;
+        const int pairs[4][2] = {{cin, c}, {c, c}, {2 * c, c}, {c, c}}, np = l < u->levels - 1 ? 4 : 2;
+        const int D = (int)(box[0] >> l), H = (int)(box[1] >> l), W = (int)(box[2] >> l);
+        for (int i = 0; i < np; i++) {
+            const int C = pairs[i][0], OC = pairs[i][1];
+            if (C < 16 || OC < 16 || OC > 2048) continue;
+            const size_t b = ts_conv3d_winograd_scratch_bytes(batch, D, H, W, C, OC, 0, 1);
+            if (b > scratch) scratch = b;
+            cached += (64.0 * C * ((OC + 15) / 16 * 16) + 27.0 * C * OC) * 4;
+        }
+    }
+    return ((double)scratch + cached) / 1048576.0;
+}
+
 int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_cfg *u, int batch, int channels,
                          int prefetch, const int64_t box[3], const int sp_dims[3], double read_bytes, double process_mb,
                          ts_mem_plan *mp)
@@ -45,6 +70,10 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
     /* the convolution kernels' per-thread slabs, packed weights and partial sums */
     const int cmax = u->channels[u->levels - 1];
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
+    int split_any = 0;
+    for (int d = 0; d < 3; d++) split_any |= sp_dims && sp_dims[d] > 1;
+    if (u->conv_winograd && u->precision == TS_PREC_FP32 && u->engine != TS_ENGINE_CUDA && !split_any)
+        mp->scratch_mb += winograd_mb(u, batch, box);
     /* the halo exchange's send and receive buffers: two per neighbour, as large as the largest
      * exchange (level 0's decoder conv on [up, skip], 2 c0 channels) */
     for (int d = 0; d < 3; d++)

@@ -8,6 +8,7 @@
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
+#include "src/nn/conv_impl.h" /* ts_nn_winograd_cache_bytes, ts_nn_winograd_release */
 #include "src/nn/layers.h"
 #include "tests/tap.h"
 
@@ -233,21 +234,40 @@ static void threads_same(void)
 #endif
 }
 
-/* the transformed weights are cached by the weights' address: changed in
- * place (a training step), they are transformed again */
+/* the transformed weights are cached by the weights' address, from their
+ * second call unchanged on: changed in place (a training step), they are
+ * transformed again and no longer cached; weights that change on every
+ * call (training) are never cached; each result within the bound and a
+ * cached result the same bits as the uncached one */
 static void weights_changed(void)
 {
     ts_tensor x = MK(-1, 1, 1, 6, 6, 6, 16), w = MK(-0.3f, 0.3f, 16, 16, 3, 3, 3), y = MK(0, 0, 1, 6, 6, 6, 16);
     const size_t n = (size_t)ts_tensor_numel(&y);
-    double *r = malloc(n * sizeof *r), scale, e[2];
-    for (int k = 0; k < 2; k++) {
-        if (k) ((float *)w.data)[5 * 16 * 27 + 3 * 27 + 13] += 1.0f; /* output 5, input 3, the centre tap */
-        ref(&x, NULL, &w, NULL, NULL, r);
-        int rc = ts_conv3d_winograd_forward(&x, NULL, &w, NULL, NULL, &y);
-        e[k] = rc ? 1 : max_rel(y.data, r, n, &scale);
+    double *r = malloc(n * sizeof *r), scale, worst = 0;
+    float *first = malloc(n * sizeof *first);
+    /* per call: change the weights first?, the cache's bytes expected after it (0: none, 1: some):
+     * the second call with the same weights caches them */
+    const int change[8] = {0, 0, 1, 1, 1, 1, 0, 0}, held[8] = {0, 1, 0, 0, 0, 0, 1, 1};
+    int ok = 1, same = 1;
+    size_t bytes[8];
+    ts_nn_winograd_release();
+    for (int k = 0; k < 8; k++) {
+        if (change[k]) ((float *)w.data)[(5 * 16 + 3) * 27 + 13] += 0.25f; /* output 5, input 3, the centre tap */
+        if (change[k] || !k) ref(&x, NULL, &w, NULL, NULL, r);
+        const int rc = ts_conv3d_winograd_forward(&x, NULL, &w, NULL, NULL, &y);
+        const double e = rc ? 1 : max_rel(y.data, r, n, &scale);
+        worst = e > worst ? e : worst;
+        bytes[k] = ts_nn_winograd_cache_bytes();
+        ok &= (bytes[k] > 0) == held[k];
+        if (k == 5) memcpy(first, y.data, n * sizeof *first); /* uncached, then cached: the same bits */
+        if (k == 6) same = !memcmp(first, y.data, n * sizeof *first);
     }
-    ts_ok(e[0] <= 1e-5 && e[1] <= 1e-5, "weights changed in place between two calls: max error %.2e, then %.2e", e[0],
-          e[1]);
+    ts_ok(worst <= 1e-5, "weights unchanged, changed in place on 4 calls in a row, unchanged again: max error %.2e", worst);
+    ts_ok(ok, "cached from the second unchanged call on, dropped when changed, never while changing: bytes held "
+          "%zu %zu | %zu %zu %zu %zu | %zu %zu", bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6],
+          bytes[7]);
+    ts_ok(same, "the cached transform gives the same bits as the uncached one");
+    free(first);
     free(r);
     ts_tensor_free(&x);
     ts_tensor_free(&w);
