@@ -16,6 +16,9 @@
 #include "src/core/error.h"
 #include "src/core/rng.h"
 #include "src/nn/layers.h"
+#ifdef TS_HAVE_CUDA
+#include "src/nn/cuda/cuda_nn.h" /* ts_cuda_set_fewch */
+#endif
 #include "tests/tap.h"
 
 #include <math.h>
@@ -69,11 +72,15 @@ static void check(const char *what, const ts_tensor *gpu, const ts_tensor *cpu, 
 }
 
 /* conv3d: x [n, d, h, w, ci], weight [co, ci, k, k, k], stride s, padding pad */
+/* the few-channel half convolutions' path (conv_cudnn.c), named in the test lines */
+static const char *fewch_name = "";
+
 static void test_conv(int n, int d, int h, int w, int ci, int co, int k, int s, int pad, ts_precision p)
 {
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
-    snprintf(what, sizeof what, "conv3d [%d,%d,%d,%d,%d] -> %d k%d s%d p%d", n, d, h, w, ci, co, k, s, pad);
+    snprintf(what, sizeof what, "conv3d [%d,%d,%d,%d,%d] -> %d k%d s%d p%d%s", n, d, h, w, ci, co, k, s, pad,
+             p != TS_PREC_FP32 && (ci % 8 || co % 8) ? fewch_name : "");
     const int64_t od = ts_conv_out_size(d, k, s, pad), oh = ts_conv_out_size(h, k, s, pad),
                   ow = ts_conv_out_size(w, k, s, pad);
     ts_tensor x = mk(5, (int64_t[]){n, d, h, w, ci}, -1, 1), wt = mk(5, (int64_t[]){co, ci, k, k, k}, -0.5f, 0.5f),
@@ -334,6 +341,7 @@ int main(void)
     ts_rng_init(&rng, 42, 0, 0);
     ts_nn_set_tf32(0);
     const ts_precision precs[] = {TS_PREC_FP32, TS_PREC_BF16, TS_PREC_FP16};
+    fewch_name = " (few channels: padded to 8)";
     for (int i = 0; i < 3; i++) {
         const ts_precision p = precs[i];
         test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, p);     /* odd shape, few channels (the first level) */
@@ -350,6 +358,18 @@ int main(void)
         test_cat(16, 16, 16, p);
         test_cat(4, 8, 6, p);
     }
+#ifdef TS_HAVE_CUDA
+    /* the few-channel half convolutions also through the fallback (fp32 on
+     * rounded operands) that the padded path replaced */
+    ts_cuda_set_fewch(0);
+    fewch_name = " (few channels: fp32 fallback)";
+    for (int i = 1; i < 3; i++) {
+        test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, precs[i]);
+        test_conv(1, 5, 6, 7, 1, 16, 3, 1, 1, precs[i]);
+        test_conv(2, 4, 5, 6, 16, 4, 1, 1, 0, precs[i]);
+    }
+    ts_cuda_set_fewch(1);
+#endif
     test_relu_pool_concat();
     for (int kind = 0; kind < 4; kind++)
         for (int relu = 0; relu < 2; relu++) test_norm(kind, relu);

@@ -12,11 +12,18 @@
  * cuDNN before it is widened, as PyTorch's autocast does). The bias and its
  * gradient stay fp32. A half-precision convolution whose input or output
  * channels are not a multiple of 8 (the first level's 1 input channel, the
- * head's classes) runs as fp32 on operands rounded to the half type, its
- * results rounded the same way (same values as cuDNN's half path, with fp32
- * accumulation): cuDNN 9's half-precision NDHWC algorithms for such channel
- * counts gave wrong results on an H200 (legacy API; tensor cores need
- * multiples of 8 there in any case), and these layers are cheap.
+ * head's classes): cuDNN 9's half-precision NDHWC algorithms for such
+ * channel counts gave wrong results on an H200 (legacy API; tensor cores
+ * need multiples of 8 there in any case). It runs on copies with the
+ * channels padded to multiples of 8 with zeros (the staging kernels pad
+ * and slice as they convert; the padding adds only zero products, so the
+ * results are those of the unpadded convolution), or, with
+ * TESSERA_CUDA_FEWCH=fp32 (ts_cuda_set_fewch), as fp32 without TF32 on
+ * operands rounded to the half type, its results rounded the same way: the
+ * fallback of 2026-12-04, correct on the H200 but run on CUDA cores (the
+ * first level's one-channel convolution then doubled the step's backward).
+ * The padded path has not yet run on a GPU (written 2026-12-05 without
+ * one; tests/nn/test_layers_cuda checks both).
  * A transposed convolution is the data gradient of the convolution that
  * maps its output space to its input space: its forward is cuDNN's
  * backward-data, its input gradient cuDNN's forward, its weight gradient
@@ -29,6 +36,7 @@
 
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DNN(call)                                                                                               \
@@ -89,14 +97,43 @@ static int prec_code(void)
     return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
 }
 
-/* The precision a convolution of g runs at, from the asked one (prec_code):
- * half precision with channel counts that are not multiples of 8 runs as
- * fp32 without TF32 on rounded operands (*rnd: 1 bf16, 2 fp16; else 0). */
-static int run_prec(const cgeom *g, int *rnd)
+/* few-channel half convolutions: 1 padded to multiples of 8, 0 the fp32
+ * fallback; -1 not chosen yet (TESSERA_CUDA_FEWCH on first use) */
+static int fewch_pad = -1;
+
+int ts_cuda_set_fewch(int pad)
+{
+    fewch_pad = pad != 0;
+    return 0;
+}
+
+static int fewch(void)
+{
+    if (fewch_pad < 0) {
+        const char *e = getenv("TESSERA_CUDA_FEWCH");
+        fewch_pad = !(e && !strcmp(e, "fp32"));
+    }
+    return fewch_pad;
+}
+
+static int round8(int c) { return (c + 7) / 8 * 8; }
+
+/* The precision a convolution of g runs at, from the asked one (prec_code),
+ * and the geometry it runs on (*gp): half precision with channel counts
+ * that are not multiples of 8 runs padded (gp's channels rounded up to
+ * multiples of 8), or, with the fallback, as fp32 without TF32 on rounded
+ * operands (*rnd: 1 bf16, 2 fp16; else 0). */
+static int run_prec(const cgeom *g, int *rnd, cgeom *gp)
 {
     const int p = prec_code();
     *rnd = 0;
+    *gp = *g;
     if (p >= 2 && (g->c % 8 || g->k_out % 8)) {
+        if (fewch()) {
+            gp->c = round8(g->c);
+            gp->k_out = round8(g->k_out);
+            return p;
+        }
         *rnd = p == 3 ? 2 : 1;
         return 0;
     }
@@ -275,45 +312,61 @@ static size_t in_elems(const cgeom *g) { return (size_t)g->n * g->c * g->in[0] *
 static size_t out_elems(const cgeom *g) { return (size_t)g->n * g->k_out * g->out[0] * g->out[1] * g->out[2]; }
 static size_t w_elems(const cgeom *g) { return (size_t)g->k_out * g->c * g->k * g->k * g->k; }
 
-/* src (fp32) as the operand of the precision: itself, or a half copy in slot */
-static int operand(const descs *d, const float *src, size_t n, int slot, void *stream, const void **out)
+static size_t in_vox(const cgeom *g) { return (size_t)g->n * g->in[0] * g->in[1] * g->in[2]; }
+static size_t out_vox(const cgeom *g) { return (size_t)g->n * g->out[0] * g->out[1] * g->out[2]; }
+
+/* src (fp32, nv voxels of c channels) as the operand of the precision:
+ * itself, or a half copy in slot with cp channels (zeros past c) */
+static int operand(const descs *d, const float *src, size_t nv, int c, int cp, int slot, void *stream,
+                   const void **out)
 {
     if (!d->half) {
         *out = src;
         return 0;
     }
     void *p = NULL;
-    TS_TRY(ts_cuda_scratch(slot, n * 2, &p));
-    TS_TRY(ts_cuk_to_half(src, p, n, d->fp16, stream));
+    TS_TRY(ts_cuda_scratch(slot, nv * cp * 2, &p));
+    if (c == cp) TS_TRY(ts_cuk_to_half(src, p, nv * c, d->fp16, stream));
+    else TS_TRY(ts_cuk_to_half_pad(src, c, p, cp, nv, d->fp16, stream));
     *out = p;
     return 0;
 }
 
-/* a result buffer of the precision: dst itself, or a half buffer in slot to widen afterwards */
-static int result(const descs *d, float *dst, size_t n, int slot, void **out)
+/* a result buffer of the precision: dst itself, or a half buffer in slot
+ * (nv voxels of cp channels) to widen afterwards (widen) */
+static int result(const descs *d, float *dst, size_t nv, int cp, int slot, void **out)
 {
     if (!d->half) {
         *out = dst;
         return 0;
     }
-    return ts_cuda_scratch(slot, n * 2, out);
+    return ts_cuda_scratch(slot, nv * cp * 2, out);
 }
 
-/* The packed filter of w ([K][C][taps] in PyTorch's order for this
- * convolution's K and C) as the precision's operand. */
-static int packed_filter(const cgeom *g, const descs *d, const float *w, void *stream, const void **out)
+/* the half result h (nv voxels of cp channels) widened into dst's c channels */
+static int widen(const descs *d, const void *h, float *dst, size_t nv, int c, int cp, void *stream)
+{
+    if (c == cp) return ts_cuk_from_half(h, dst, nv * c, d->fp16, 0, stream);
+    return ts_cuk_from_half_slice(h, cp, dst, c, nv, d->fp16, stream);
+}
+
+/* The packed filter of w ([K][C][taps] in PyTorch's order for g's K and C)
+ * as the precision's operand, on gp's channels (zeros past g's). */
+static int packed_filter(const cgeom *g, const cgeom *gp, const descs *d, const float *w, void *stream,
+                         const void **out)
 {
     float *wp = NULL;
     const int taps = g->k * g->k * g->k;
-    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_W, w_elems(g) * sizeof(float), (void **)&wp));
-    TS_TRY(ts_cuk_wpack(w, wp, g->k_out, g->c, taps, 0, stream));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_W, w_elems(gp) * sizeof(float), (void **)&wp));
+    if (gp->c == g->c && gp->k_out == g->k_out) TS_TRY(ts_cuk_wpack(w, wp, g->k_out, g->c, taps, 0, stream));
+    else TS_TRY(ts_cuk_wpack_pad(w, wp, g->k_out, g->c, taps, gp->k_out, gp->c, stream));
     if (!d->half) {
         *out = wp;
         return 0;
     }
     void *h = NULL;
-    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_D, w_elems(g) * 2, &h));
-    TS_TRY(ts_cuk_to_half(wp, h, w_elems(g), d->fp16, stream));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_D, w_elems(gp) * 2, &h));
+    TS_TRY(ts_cuk_to_half(wp, h, w_elems(gp), d->fp16, stream));
     *out = h;
     return 0;
 }
@@ -330,20 +383,21 @@ static int run_fwd(const cgeom *g, const float *in, const float *w, float *out)
     const void *xi = NULL, *wi = NULL;
     descs d;
     int rnd = 0;
-    const int prec = run_prec(g, &rnd);
+    cgeom gp;
+    const int prec = run_prec(g, &rnd, &gp);
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
-    TS_TRY(setup(g, prec, &d));
-    TRYD(choose(h, DIR_FWD, prec, g, &d, &algo, &ws));
+    TS_TRY(setup(&gp, prec, &d));
+    TRYD(choose(h, DIR_FWD, prec, &gp, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
     TRYD(rounded(rnd, in, in_elems(g), TS_CUDA_SLOT_A, stream, &in));
-    TRYD(operand(&d, in, in_elems(g), TS_CUDA_SLOT_A, stream, &xi));
-    TRYD(packed_filter(g, &d, w, stream, &wi));
+    TRYD(operand(&d, in, in_vox(g), g->c, gp.c, TS_CUDA_SLOT_A, stream, &xi));
+    TRYD(packed_filter(g, &gp, &d, w, stream, &wi));
     if (rnd) TRYD(ts_cuk_round_half(wi, (float *)wi, w_elems(g), rnd == 2, stream)); /* the packed scratch copy */
-    TRYD(result(&d, out, out_elems(g), TS_CUDA_SLOT_C, &o));
+    TRYD(result(&d, out, out_vox(g), gp.k_out, TS_CUDA_SLOT_C, &o));
     const float one = 1, zero = 0;
     DNN(cudnnConvolutionForward(h, &one, d.x, xi, d.w, wi, d.conv, (cudnnConvolutionFwdAlgo_t)algo, wsp, ws, &zero,
                                 d.y, o));
-    if (d.half) TRYD(ts_cuk_from_half(o, out, out_elems(g), d.fp16, 0, stream));
+    if (d.half) TRYD(widen(&d, o, out, out_vox(g), g->k_out, gp.k_out, stream));
     if (rnd) TRYD(ts_cuk_round_half(out, out, out_elems(g), rnd == 2, stream));
 done:
     destroy(&d);
@@ -358,20 +412,21 @@ static int run_bwd_data(const cgeom *g, const float *out, const float *w, float 
     const void *dyi = NULL, *wi = NULL;
     descs d;
     int rnd = 0;
-    const int prec = run_prec(g, &rnd);
+    cgeom gp;
+    const int prec = run_prec(g, &rnd, &gp);
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
-    TS_TRY(setup(g, prec, &d));
-    TRYD(choose(h, DIR_BWD_DATA, prec, g, &d, &algo, &ws));
+    TS_TRY(setup(&gp, prec, &d));
+    TRYD(choose(h, DIR_BWD_DATA, prec, &gp, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
     TRYD(rounded(rnd, out, out_elems(g), TS_CUDA_SLOT_B, stream, &out));
-    TRYD(operand(&d, out, out_elems(g), TS_CUDA_SLOT_B, stream, &dyi));
-    TRYD(packed_filter(g, &d, w, stream, &wi));
+    TRYD(operand(&d, out, out_vox(g), g->k_out, gp.k_out, TS_CUDA_SLOT_B, stream, &dyi));
+    TRYD(packed_filter(g, &gp, &d, w, stream, &wi));
     if (rnd) TRYD(ts_cuk_round_half(wi, (float *)wi, w_elems(g), rnd == 2, stream)); /* the packed scratch copy */
-    TRYD(result(&d, in, in_elems(g), TS_CUDA_SLOT_C, &o));
+    TRYD(result(&d, in, in_vox(g), gp.c, TS_CUDA_SLOT_C, &o));
     const float one = 1, zero = 0;
     DNN(cudnnConvolutionBackwardData(h, &one, d.w, wi, d.y, dyi, d.conv, (cudnnConvolutionBwdDataAlgo_t)algo, wsp, ws,
                                      &zero, d.x, o));
-    if (d.half) TRYD(ts_cuk_from_half(o, in, in_elems(g), d.fp16, 0, stream));
+    if (d.half) TRYD(widen(&d, o, in, in_vox(g), g->c, gp.c, stream));
     if (rnd) TRYD(ts_cuk_round_half(in, in, in_elems(g), rnd == 2, stream));
 done:
     destroy(&d);
@@ -386,23 +441,26 @@ static int run_bwd_filter(const cgeom *g, const float *in, const float *out, flo
     const void *xi = NULL, *dyi = NULL;
     descs d;
     int rnd = 0;
-    const int prec = run_prec(g, &rnd), taps = g->k * g->k * g->k;
+    cgeom gp;
+    const int prec = run_prec(g, &rnd, &gp), taps = g->k * g->k * g->k;
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
-    TS_TRY(setup(g, prec, &d));
-    TRYD(choose(h, DIR_BWD_FILTER, prec, g, &d, &algo, &ws));
+    TS_TRY(setup(&gp, prec, &d));
+    TRYD(choose(h, DIR_BWD_FILTER, prec, &gp, &d, &algo, &ws));
     TRYD(ts_cuda_scratch(TS_CUDA_SLOT_WORKSPACE, ws, &wsp));
     TRYD(rounded(rnd, in, in_elems(g), TS_CUDA_SLOT_A, stream, &in));
     TRYD(rounded(rnd, out, out_elems(g), TS_CUDA_SLOT_B, stream, &out));
-    TRYD(operand(&d, in, in_elems(g), TS_CUDA_SLOT_A, stream, &xi));
-    TRYD(operand(&d, out, out_elems(g), TS_CUDA_SLOT_B, stream, &dyi));
-    TRYD(ts_cuda_scratch(TS_CUDA_SLOT_DW, w_elems(g) * sizeof(float), &dwp));
-    if (d.half) TRYD(ts_cuda_scratch(TS_CUDA_SLOT_D, w_elems(g) * 2, &dwh));
+    TRYD(operand(&d, in, in_vox(g), g->c, gp.c, TS_CUDA_SLOT_A, stream, &xi));
+    TRYD(operand(&d, out, out_vox(g), g->k_out, gp.k_out, TS_CUDA_SLOT_B, stream, &dyi));
+    /* the gradient of gp's filter [K'][taps][C'], fp32 */
+    TRYD(ts_cuda_scratch(TS_CUDA_SLOT_DW, w_elems(&gp) * sizeof(float), &dwp));
+    if (d.half) TRYD(ts_cuda_scratch(TS_CUDA_SLOT_D, w_elems(&gp) * 2, &dwh));
     const float one = 1, zero = 0;
     DNN(cudnnConvolutionBackwardFilter(h, &one, d.x, xi, d.y, dyi, d.conv, (cudnnConvolutionBwdFilterAlgo_t)algo, wsp,
                                        ws, &zero, d.w, d.half ? dwh : dwp));
-    if (d.half) TRYD(ts_cuk_from_half(dwh, dwp, w_elems(g), d.fp16, 0, stream));
+    if (d.half) TRYD(ts_cuk_from_half(dwh, dwp, w_elems(&gp), d.fp16, 0, stream));
     if (rnd) TRYD(ts_cuk_round_half(dwp, dwp, w_elems(g), rnd == 2, stream));
-    TRYD(ts_cuk_wunpack_add(dwp, w, g->k_out, g->c, taps, stream));
+    if (gp.c == g->c) TRYD(ts_cuk_wunpack_add(dwp, w, g->k_out, g->c, taps, stream)); /* (rows past K unread) */
+    else TRYD(ts_cuk_wunpack_add_pad(dwp, w, g->k_out, g->c, taps, gp.c, stream));
 done:
     destroy(&d);
     return err;

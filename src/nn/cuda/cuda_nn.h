@@ -25,6 +25,16 @@ int ts_cuk_to_half(const float *x, void *y, size_t n, int fp16, void *stream);
 int ts_cuk_round_half(const float *x, float *y, size_t n, int fp16, void *stream);
 /* y = (add ? y : 0) + x, x bf16 or fp16 */
 int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void *stream);
+/* Channels padded to cp for the half-precision convolutions of few
+ * channels (conv_cudnn.c): y [nv][cp] (bf16, or fp16) = x [nv][c] rounded,
+ * zeros in channels c .. cp-1; y [nv][c] = x [nv][cp]'s first c channels
+ * widened; wp [rp][taps][cp] = w [rows][cols][taps] packed as
+ * ts_cuk_wpack (no flip) with zero rows and channels past rows and cols;
+ * w [rows][cols][taps] += wp [rows][taps][cp]'s first cols channels. */
+int ts_cuk_to_half_pad(const float *x, int c, void *y, int cp, size_t nv, int fp16, void *stream);
+int ts_cuk_from_half_slice(const void *x, int cp, float *y, int c, size_t nv, int fp16, void *stream);
+int ts_cuk_wpack_pad(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp, void *stream);
+int ts_cuk_wunpack_add_pad(const float *wp, float *w, int rows, int cols, int taps, int cp, void *stream);
 
 int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream);
 int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream);
@@ -75,6 +85,11 @@ void ts_cuda_nn_release(void);
 
 /* ---- convolutions through cuDNN (conv_cudnn.c); arguments as the host
  * functions of layers.h ---- */
+/* Local, for tests: half-precision convolutions with channel counts that
+ * are not multiples of 8 run on zero-padded copies (pad 1, the default)
+ * or as fp32 on rounded operands (pad 0; TESSERA_CUDA_FEWCH=fp32 on first
+ * use); conv_cudnn.c's header says why. */
+int ts_cuda_set_fewch(int pad);
 int ts_cuda_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad,
                            ts_tensor *y);
 int ts_cuda_conv3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, int pad, const ts_tensor *dy,

@@ -116,6 +116,87 @@ extern "C" int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int
     return launched("half to fp32");
 }
 
+// ------------------------------------------ channels padded to a multiple of 8
+// (half-precision convolutions of few channels: cuDNN runs them on padded
+// copies, the padding channels zero, so that the results are the same)
+
+// y[v][j] (half) = x[v][j] for j < c, 0 for c <= j < cp
+template <typename H>
+__global__ void to_half_pad_k(const float *x, int c, H *y, int cp, size_t nv)
+{
+    const size_t n = nv * cp;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t v = i / cp;
+        const int j = (int)(i % cp);
+        y[i] = H(j < c ? x[v * c + j] : 0.0f);
+    }
+}
+
+// y[v][j] = x[v][j] (half, rows of cp) for j < c
+template <typename H>
+__global__ void from_half_slice_k(const H *x, int cp, float *y, int c, size_t nv)
+{
+    const size_t n = nv * c;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = (float)x[(i / c) * cp + i % c];
+}
+
+// wp[r][t][j] = w[r][j][t] for r < rows, j < cols; 0 elsewhere (r < rp, j < cp)
+__global__ void wpack_pad_k(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp)
+{
+    const size_t n = (size_t)rp * cp * taps;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t j = i % cp, t = (i / cp) % taps, r = i / ((size_t)cp * taps);
+        wp[i] = r < (size_t)rows && j < (size_t)cols ? w[(r * cols + j) * taps + t] : 0.0f;
+    }
+}
+
+// w[r][c][t] += wp[r][t][c] with rows of wp cp long
+__global__ void wunpack_add_pad_k(const float *wp, float *w, int rows, int cols, int taps, int cp)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i % taps, c = (i / taps) % cols, r = i / ((size_t)cols * taps);
+        w[i] += wp[(r * taps + t) * cp + c];
+    }
+}
+
+extern "C" int ts_cuk_to_half_pad(const float *x, int c, void *y, int cp, size_t nv, int fp16, void *stream)
+{
+    const size_t n = nv * cp;
+    if (n == 0) return 0;
+    if (fp16) to_half_pad_k<__half><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__half *)y, cp, nv);
+    else to_half_pad_k<__nv_bfloat16><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__nv_bfloat16 *)y, cp, nv);
+    return launched("fp32 to half, channels padded");
+}
+
+extern "C" int ts_cuk_from_half_slice(const void *x, int cp, float *y, int c, size_t nv, int fp16, void *stream)
+{
+    const size_t n = nv * c;
+    if (n == 0) return 0;
+    if (fp16) from_half_slice_k<__half><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, cp, y, c, nv);
+    else
+        from_half_slice_k<__nv_bfloat16>
+            <<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, cp, y, c, nv);
+    return launched("half to fp32, padding channels dropped");
+}
+
+extern "C" int ts_cuk_wpack_pad(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp, void *stream)
+{
+    const size_t n = (size_t)rp * cp * taps;
+    if (n == 0) return 0;
+    wpack_pad_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, rp, cp);
+    return launched("weight pack, channels padded");
+}
+
+extern "C" int ts_cuk_wunpack_add_pad(const float *wp, float *w, int rows, int cols, int taps, int cp, void *stream)
+{
+    const size_t n = (size_t)rows * cols * taps;
+    if (n == 0) return 0;
+    wunpack_add_pad_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps, cp);
+    return launched("weight gradient unpack, padding channels dropped");
+}
+
 // ---------------------------------------------------------------- ReLU
 __global__ void relu_fwd_k(const float *x, float *y, size_t n, float slope)
 {
