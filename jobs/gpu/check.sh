@@ -34,7 +34,9 @@
 #      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
 #   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
-#      GPU engine at the same sizes: samples/s side by side;
+#      GPU engine at the same sizes: samples/s side by side (and batch 8
+#      again with the few-channel convolutions padded to 8 channels,
+#      TESSERA_CUDA_FEWCH=pad, not yet the default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
 #      layer (each layer call waits for the GPU), for the next speed work.
 # Writes OUTDIR/gpu_check.json (one entry per step: name, status
@@ -287,10 +289,14 @@ fi
 
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
 if want bench; then
-for b in 2 8; do
+# (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad, not yet the default)
+for b in 2 8 8-pad; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
-    run "tessera-b$b" 150 "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
-        train.batch=$b train.precision=bf16 train.engine=cuda --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
+    fewch=fp32
+    [ "$b" = 8-pad ] && fewch=pad
+    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch "$mpiexec" -n 1 "$tessera" bench step \
+        "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%-pad} train.precision=bf16 train.engine=cuda \
+        --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
 print('%.2f samples/s (%s, %s)' % (r['samples_per_s'], r['engine'], r['conv_kernels']))" "$out/tessera-b$b.json" 2>/dev/null)
     if [ $rc -eq 0 ] && [ -n "$sps" ]; then record "tessera-b$b" pass "$secs" "batch $b: $sps"

@@ -341,6 +341,7 @@ int main(void)
     ts_rng_init(&rng, 42, 0, 0);
     ts_nn_set_tf32(0);
     const ts_precision precs[] = {TS_PREC_FP32, TS_PREC_BF16, TS_PREC_FP16};
+    ts_cuda_set_fewch(1);
     fewch_name = " (few channels: padded to 8)";
     for (int i = 0; i < 3; i++) {
         const ts_precision p = precs[i];
@@ -359,16 +360,16 @@ int main(void)
         test_cat(4, 8, 6, p);
     }
 #ifdef TS_HAVE_CUDA
-    /* the few-channel half convolutions also through the fallback (fp32 on
-     * rounded operands) that the padded path replaced */
+    /* the few-channel half convolutions also through the default fallback
+     * (fp32 on rounded operands); the loop above ran them padded */
     ts_cuda_set_fewch(0);
     fewch_name = " (few channels: fp32 fallback)";
     for (int i = 1; i < 3; i++) {
         test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, precs[i]);
         test_conv(1, 5, 6, 7, 1, 16, 3, 1, 1, precs[i]);
         test_conv(2, 4, 5, 6, 16, 4, 1, 1, 0, precs[i]);
+        test_cat(4, 8, 6, precs[i]);
     }
-    ts_cuda_set_fewch(1);
 #endif
     test_relu_pool_concat();
     for (int kind = 0; kind < 4; kind++)

@@ -14,16 +14,17 @@
  * channels are not a multiple of 8 (the first level's 1 input channel, the
  * head's classes): cuDNN 9's half-precision NDHWC algorithms for such
  * channel counts gave wrong results on an H200 (legacy API; tensor cores
- * need multiples of 8 there in any case). It runs on copies with the
- * channels padded to multiples of 8 with zeros (the staging kernels pad
- * and slice as they convert; the padding adds only zero products, so the
- * results are those of the unpadded convolution), or, with
- * TESSERA_CUDA_FEWCH=fp32 (ts_cuda_set_fewch), as fp32 without TF32 on
- * operands rounded to the half type, its results rounded the same way: the
- * fallback of 2026-12-04, correct on the H200 but run on CUDA cores (the
+ * need multiples of 8 there in any case). By default it runs as fp32
+ * without TF32 on operands rounded to the half type, its results rounded
+ * the same way: correct on the H200 (2026-12-04) but on CUDA cores (the
  * first level's one-channel convolution then doubled the step's backward).
- * The padded path has not yet run on a GPU (written 2026-12-05 without
- * one; tests/nn/test_layers_cuda checks both).
+ * With TESSERA_CUDA_FEWCH=pad (ts_cuda_set_fewch) it runs on copies with
+ * the channels padded to multiples of 8 with zeros (the staging kernels
+ * pad and slice as they convert; the padding adds only zero products, so
+ * the results are those of the unpadded convolution): written on
+ * 2026-12-05 without a GPU, not yet run on one, so not the default until
+ * it has (tests/nn/test_layers_cuda checks both; jobs/gpu/check.sh times
+ * both).
  * A transposed convolution is the data gradient of the convolution that
  * maps its output space to its input space: its forward is cuDNN's
  * backward-data, its input gradient cuDNN's forward, its weight gradient
@@ -98,7 +99,7 @@ static int prec_code(void)
 }
 
 /* few-channel half convolutions: 1 padded to multiples of 8, 0 the fp32
- * fallback; -1 not chosen yet (TESSERA_CUDA_FEWCH on first use) */
+ * fallback (the default); -1 not chosen yet (TESSERA_CUDA_FEWCH=pad on first use) */
 static int fewch_pad = -1;
 
 int ts_cuda_set_fewch(int pad)
@@ -111,7 +112,7 @@ static int fewch(void)
 {
     if (fewch_pad < 0) {
         const char *e = getenv("TESSERA_CUDA_FEWCH");
-        fewch_pad = !(e && !strcmp(e, "fp32"));
+        fewch_pad = e && !strcmp(e, "pad");
     }
     return fewch_pad;
 }

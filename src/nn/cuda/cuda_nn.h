@@ -86,9 +86,10 @@ void ts_cuda_nn_release(void);
 /* ---- convolutions through cuDNN (conv_cudnn.c); arguments as the host
  * functions of layers.h ---- */
 /* Local, for tests: half-precision convolutions with channel counts that
- * are not multiples of 8 run on zero-padded copies (pad 1, the default)
- * or as fp32 on rounded operands (pad 0; TESSERA_CUDA_FEWCH=fp32 on first
- * use); conv_cudnn.c's header says why. */
+ * are not multiples of 8 run on zero-padded copies (pad 1;
+ * TESSERA_CUDA_FEWCH=pad on first use) or as fp32 on rounded operands
+ * (pad 0, the default until the padded path has run on a GPU);
+ * conv_cudnn.c's header says why. */
 int ts_cuda_set_fewch(int pad);
 int ts_cuda_conv3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, int pad,
                            ts_tensor *y);
