@@ -86,7 +86,13 @@ int ts_cli_info(int argc, char **argv)
         printf("launch:           %s; scheduler %s%s%s%s", l->launcher, l->scheduler, l->job_id[0] ? ", job " : "",
                l->job_id, l->restarts ? " (requeued)" : "");
         if (l->allocated) printf(", %d task(s) allocated (%s)", l->allocated, l->allocated_from);
-        printf("; OMP_NUM_THREADS %s\n", getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset");
+        printf("; OMP_NUM_THREADS %s", getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset");
+        if (l->threads_auto && l->cpu_first >= 0)
+            printf(": %d thread(s) per rank, each bound to its share of the node's CPUs (node 0's ranks: CPUs %s; "
+                   "TESSERA_BIND=none turns it off)", l->threads_auto, l->binding);
+        else if (l->threads_auto)
+            printf(": 1 thread per rank (fewer CPUs than ranks on the node; not bound)");
+        printf("\n");
         for (int k = 0; k < TS_COLL_KIND_COUNT; k++) {
             printf("%-17s ", k == 0 ? "collectives:" : "");
             printf("%-15s", ts_coll_kind_name((ts_coll_kind)k));

@@ -147,6 +147,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (warning[0] && world_rank == 0) fprintf(stderr, "tessera: warning: %s\n", warning);
+    /* OMP_NUM_THREADS unset, ranks of a node unbound: each its share of the node's CPUs */
+    err = ts_err_agree(MPI_COMM_WORLD, ts_launch_split_cpus(MPI_COMM_WORLD, &launch));
+    if (err) {
+        fprintf(stderr, "tessera: error (rank %d): %s\n", world_rank, ts_err_message());
+        return finish(err);
+    }
     err = ts_err_agree(MPI_COMM_WORLD, ts_fault_init(world_rank)); /* TESSERA_FAULT (docs/testing.md) */
     if (err) {
         fprintf(stderr, "tessera: error (rank %d): %s\n", world_rank, ts_err_message());

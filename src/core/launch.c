@@ -11,11 +11,15 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static ts_launch current;
 
@@ -42,6 +46,7 @@ int ts_launch_detect(MPI_Comm world, ts_launch *l, char *warning, size_t nwarnin
     int err = 0;
     MPI_Comm node = MPI_COMM_NULL;
     memset(l, 0, sizeof *l);
+    l->cpu_first = l->cpu_last = -1;
     if (warning && nwarning) warning[0] = '\0';
     TS_MPI(MPI_Comm_rank(world, &l->rank));
     TS_MPI(MPI_Comm_size(world, &l->size));
@@ -112,6 +117,73 @@ cleanup:
     return err;
 }
 
+int ts_launch_split_cpus(MPI_Comm world, ts_launch *l)
+{
+    int err = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    cpu_set_t mine, *all = NULL;
+    l->threads_auto = 0;
+    l->cpu_first = l->cpu_last = -1;
+    l->binding[0] = '\0';
+    const char *b = getenv("TESSERA_BIND");
+    /* the same answer on every rank of a node: the environment is the launcher's */
+    if (l->threads > 0 || l->local_size < 2 || (b && !strcmp(b, "none"))) goto cleanup;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine); /* (an empty set: nothing is split) */
+    TS_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &node));
+    all = malloc(sizeof *all * (size_t)l->local_size);
+    if (!all) TS_FAIL(TS_ERR_NOMEM, "the node's CPU sets");
+    TS_MPI(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node));
+    const int n = CPU_COUNT(&mine);
+    int same = n > 0;
+    for (int r = 0; r < l->local_size; r++) same &= CPU_EQUAL(&all[r], &mine);
+    if (!same) goto cleanup; /* bound by the launcher (or unreadable): left as they are */
+    if (n < l->local_size) {
+        l->threads_auto = 1;
+    } else {
+        int lo = (int)((long)l->local_rank * n / l->local_size), hi = (int)((long)(l->local_rank + 1) * n / l->local_size);
+        cpu_set_t part;
+        CPU_ZERO(&part);
+        for (int c = 0, i = 0; c < CPU_SETSIZE && i < hi; c++)
+            if (CPU_ISSET(c, &mine)) {
+                if (i >= lo) {
+                    CPU_SET(c, &part);
+                    if (l->cpu_first < 0) l->cpu_first = c;
+                    l->cpu_last = c;
+                }
+                i++;
+            }
+        if (sched_setaffinity(0, sizeof part, &part) != 0) l->cpu_first = l->cpu_last = -1; /* threads still split */
+        l->threads_auto = hi - lo;
+        /* every local rank's range, for tessera info */
+        int fl[2] = {l->cpu_first, l->cpu_last}, *fls = malloc(sizeof(int) * 2 * (size_t)l->local_size);
+        if (!fls) TS_FAIL(TS_ERR_NOMEM, "the node's CPU bindings");
+        err = MPI_Allgather(fl, 2, MPI_INT, fls, 2, MPI_INT, node) == MPI_SUCCESS ? 0 : TS_ERR(TS_ERR_MPI, "MPI_Allgather of the CPU bindings");
+        for (int r = 0; !err && r < l->local_size; r++) {
+            const size_t k = strlen(l->binding);
+            if (k + 24 >= sizeof l->binding) {
+                snprintf(l->binding + k, sizeof l->binding - k, " ...");
+                break;
+            }
+            if (fls[2 * r] == fls[2 * r + 1]) snprintf(l->binding + k, sizeof l->binding - k, "%s%d", r ? " " : "", fls[2 * r]);
+            else snprintf(l->binding + k, sizeof l->binding - k, "%s%d-%d", r ? " " : "", fls[2 * r], fls[2 * r + 1]);
+        }
+        free(fls);
+        if (err) goto cleanup;
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(l->threads_auto);
+#endif
+cleanup:
+    free(all);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    current.threads_auto = l->threads_auto;
+    current.cpu_first = l->cpu_first;
+    current.cpu_last = l->cpu_last;
+    memcpy(current.binding, l->binding, sizeof current.binding);
+    return err;
+}
+
 /* JSON string contents: quotes, backslashes and control characters escaped */
 static void jstr(char *out, size_t n, const char *s)
 {
@@ -141,9 +213,10 @@ void ts_launch_json(const ts_launch *l, char *buf, size_t n)
     snprintf(buf, n,
              "{\"scheduler\": \"%s\", \"job_id\": \"%s\", \"array_id\": \"%s\", \"job_name\": \"%s\", "
              "\"restarts\": %d, \"launcher\": \"%s\", \"ranks\": %d, \"nodes\": %d, \"ranks_per_node\": %d, "
-             "\"threads\": %d, \"launcher_tasks\": %d, \"allocated_tasks\": %d, \"host0\": \"%s\"}",
-             l->scheduler, id, arr, name, l->restarts, lau, l->size, l->nodes, l->local_size, l->threads, l->expected,
-             l->allocated, host);
+             "\"threads\": %d, \"threads_auto\": %d, \"cpu_first\": %d, \"cpu_last\": %d, \"launcher_tasks\": %d, "
+             "\"allocated_tasks\": %d, \"host0\": \"%s\"}",
+             l->scheduler, id, arr, name, l->restarts, lau, l->size, l->nodes, l->local_size, l->threads,
+             l->threads_auto, l->cpu_first, l->cpu_last, l->expected, l->allocated, host);
 }
 
 /* MPI_Finalize of MPICH 4.0.x over UCX's TCP transport (Debian 12's MPICH

@@ -16,6 +16,9 @@ typedef struct ts_launch {
     int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED) */
     int nodes;                  /* distinct nodes */
     int threads;                /* OMP_NUM_THREADS (0: unset) */
+    int threads_auto;           /* ts_launch_split_cpus: the threads it set per rank (0: none set) */
+    int cpu_first, cpu_last;    /* ... and the CPUs this rank was bound to (-1: not bound) */
+    char binding[160];          /* ... and every local rank's, in local-rank order: "0-7 8-15" ("" if none) */
     char scheduler[16];         /* "slurm", "pbs" or "none" */
     char job_id[64];            /* SLURM_JOB_ID / PBS_JOBID, "" outside a job */
     char array_id[64];          /* "JOB_TASK" of a job array, else "" */
@@ -37,6 +40,20 @@ typedef struct ts_launch {
  * allocation of N > 1 tasks outside any launcher is only noted in
  * *warning (may be NULL). The result is also kept for ts_launch_current. */
 int ts_launch_detect(MPI_Comm world, ts_launch *l, char *warning, size_t nwarning);
+/* Collective on world, after ts_launch_detect (l): ranks of a node that
+ * share one CPU set (a launch that binds nothing: mpiexec's default) while
+ * OMP_NUM_THREADS is unset would each start a thread per CPU of it, so N
+ * ranks oversubscribe the node N times. Each such rank instead binds
+ * itself to its own contiguous share of the set (local rank r of n: CPUs
+ * r*c/n .. (r+1)*c/n - 1 of its c, in CPU-number order, so that a share
+ * stays on one socket where the numbering follows them) and runs that
+ * many OpenMP threads; with fewer CPUs than ranks, one thread each and no
+ * binding. Nothing changes with OMP_NUM_THREADS set, with ranks bound by
+ * the launcher (their sets differ), with one rank per node, or with
+ * TESSERA_BIND=none. Records the choice in l (threads_auto, cpu_first,
+ * cpu_last) and in what ts_launch_current returns. Call before the first
+ * OpenMP parallel region (the threads inherit the binding). */
+int ts_launch_split_cpus(MPI_Comm world, ts_launch *l);
 /* Local. What the last ts_launch_detect found (zeros before it). */
 const ts_launch *ts_launch_current(void);
 /* Local. l as a JSON object (no trailing newline) into buf. */

@@ -16,6 +16,9 @@
 #include "src/train/synthetic.h"
 #include "src/train/trainer.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -247,9 +250,13 @@ int ts_plan_calibrate(const ts_config *cfg, int steps, ts_plan_calib *c)
     double prof[TS_PROF_COUNT];
     for (int k = 0; k < TS_PROF_COUNT; k++) prof[k] = ts_unet_profile(m)[k] / steps;
     double opt_s = (ts_stepper_times(st)->optimizer - o0) / steps;
-    const char *th = getenv("OMP_NUM_THREADS");
+    /* the threads that ran (OMP_NUM_THREADS, or the CPUs' share ts_launch_split_cpus chose, or all) */
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
     TS_CHECK(ts_plan_calib_from_profile(&u, (int)batch, u.patch, prof, opt_s, t, (double)ts_unet_activation_bytes(m),
-                                        (double)ts_unet_arena(m)->nparam, rss0, th ? atoi(th) : 1, c));
+                                        (double)ts_unet_arena(m)->nparam, rss0, threads, c));
 cleanup:
     ts_tensor_free(&img);
     ts_tensor_free(&lab);
