@@ -41,13 +41,13 @@ ok $r "OMP_NUM_THREADS set: left as it is"
 TESSERA_BIND=none ts_mpirun 2 "$TESSERA" info >"$tmpdir/i4.txt" 2>&1
 case "$(launch "$tmpdir/i4.txt")" in *"OMP_NUM_THREADS unset") r=0 ;; *) r=1 ;; esac
 ok $r "TESSERA_BIND=none: left as it is"
-taskset -c "$first" "$MPIEXEC" -n 2 "$TESSERA" info >"$tmpdir/i5.txt" 2>&1
+timeout -k 10 "${TS_TEST_TIMEOUT:-300}" taskset -c "$first" "$MPIEXEC" -n 2 "$TESSERA" info >"$tmpdir/i5.txt" 2>&1
 case "$(launch "$tmpdir/i5.txt")" in *"1 thread per rank (fewer CPUs than ranks on the node; not bound)") r=0 ;; *) r=1 ;; esac
 ok $r "one CPU for 2 ranks (taskset -c $first): one thread each, not bound"
 ts_mpirun 1 "$TESSERA" info >"$tmpdir/i6.txt" 2>&1
 case "$(launch "$tmpdir/i6.txt")" in *"OMP_NUM_THREADS unset") r=0 ;; *) r=1 ;; esac
 ok $r "one rank: left as it is"
-if "$MPIEXEC" -bind-to core -n 2 "$TESSERA" info >"$tmpdir/i7.txt" 2>&1 && [ "$want" != none ]; then
+if timeout -k 10 "${TS_TEST_TIMEOUT:-300}" "$MPIEXEC" -bind-to core -n 2 "$TESSERA" info >"$tmpdir/i7.txt" 2>&1 && [ "$want" != none ]; then
     case "$(launch "$tmpdir/i7.txt")" in *"OMP_NUM_THREADS unset") r=0 ;; *) r=1 ;; esac
     ok $r "ranks bound by the launcher (mpiexec -bind-to core): left as they are"
 else
