@@ -20,13 +20,12 @@
 /* the CUDA build and the GPUs this rank sees (rank 0's view) */
 static void gpus(void)
 {
-    char v[160];
     if (!ts_device_compiled()) {
         printf("CUDA:             not compiled (configure --with-cuda)\n");
         return;
     }
 #ifdef TS_HAVE_CUDA
-    char nn[96];
+    char v[160], nn[96];
     printf("CUDA:             compiled (sm_90 + PTX); %s; %s\n", ts_device_versions(v, sizeof v),
            ts_cuda_nn_versions(nn, sizeof nn));
 #endif

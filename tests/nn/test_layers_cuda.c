@@ -341,8 +341,10 @@ int main(void)
     ts_rng_init(&rng, 42, 0, 0);
     ts_nn_set_tf32(0);
     const ts_precision precs[] = {TS_PREC_FP32, TS_PREC_BF16, TS_PREC_FP16};
+#ifdef TS_HAVE_CUDA
     ts_cuda_set_fewch(1);
     fewch_name = " (few channels: padded to 8)";
+#endif
     for (int i = 0; i < 3; i++) {
         const ts_precision p = precs[i];
         test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, p);     /* odd shape, few channels (the first level) */
