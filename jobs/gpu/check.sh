@@ -36,9 +36,12 @@
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
 #      GPU engine at the same sizes: samples/s side by side (and batch 8
 #      again with the few-channel convolutions padded to 8 channels,
-#      TESSERA_CUDA_FEWCH=pad, not yet the default);
+#      TESSERA_CUDA_FEWCH=pad, and with that and the transposed
+#      convolutions as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm: neither yet
+#      the default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
-#      layer (each layer call waits for the GPU), for the next speed work.
+#      layer (each layer call waits for the GPU), for the next speed work;
+#      again with the opt-in paths of 5 (profile-opt).
 # Writes OUTDIR/gpu_check.json (one entry per step: name, status
 # pass|fail|skip, seconds, detail) and OUTDIR/gpu_check.log (everything
 # printed). Exit status: 0 all ran steps passed, 1 some failed, 77 there is
@@ -289,13 +292,15 @@ fi
 
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
 if want bench; then
-# (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad, not yet the default)
-for b in 2 8 8-pad; do
+# (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-pad-gemm: also the
+# 2x2x2 transposed convolutions as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm; neither the default yet)
+for b in 2 8 8-pad 8-pad-gemm; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
-    fewch=fp32
-    [ "$b" = 8-pad ] && fewch=pad
-    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch "$mpiexec" -n 1 "$tessera" bench step \
-        "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%-pad} train.precision=bf16 train.engine=cuda \
+    fewch=fp32 convt=cudnn
+    case $b in *-pad*) fewch=pad ;; esac
+    case $b in *-gemm) convt=gemm ;; esac
+    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt "$mpiexec" -n 1 "$tessera" bench step \
+        "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%%-*} train.precision=bf16 train.engine=cuda \
         --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
 print('%.2f samples/s (%s, %s)' % (r['samples_per_s'], r['engine'], r['conv_kernels']))" "$out/tessera-b$b.json" 2>/dev/null)
@@ -318,12 +323,17 @@ fi # want bench
 
 # 6. where tessera's step goes on the GPU (printed to the log)
 if want profile; then
-    run profile 90 "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 train.batch=2 \
-        train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
+# (profile-opt: with the opt-in paths of the bench above, TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm)
+for p in profile profile-opt; do
+    opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn"
+    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm"
+    run $p 90 env $opts "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
+        train.batch=2 train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
     if [ $rc -eq 0 ]; then
-        record profile pass "$secs" "batch 2, ms per step: $(out_of_step | grep -E '^ +(conv forward|conv weight grad|conv input grad|transposed conv|norm\+relu|other) ' |
+        record $p pass "$secs" "batch 2, ms per step: $(out_of_step | grep -E '^ +(conv forward|conv weight grad|conv input grad|transposed conv|norm\+relu|other) ' |
             awk '{n = ""; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { printf "%s %s; ", n, $i; break } else n = (n == "" ? $i : n " " $i)}')"
-    else record profile fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
+    else record $p fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
+done
 fi
 
 if [ $fails -eq 0 ]; then finish pass "$gpu"; exit 0; fi

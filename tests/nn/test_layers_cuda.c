@@ -74,6 +74,7 @@ static void check(const char *what, const ts_tensor *gpu, const ts_tensor *cpu, 
 /* conv3d: x [n, d, h, w, ci], weight [co, ci, k, k, k], stride s, padding pad */
 /* the few-channel half convolutions' path (conv_cudnn.c), named in the test lines */
 static const char *fewch_name = "";
+static const char *convt_name = ""; /* " (GEMM)" while the cuBLAS path is on */
 
 static void test_conv(int n, int d, int h, int w, int ci, int co, int k, int s, int pad, ts_precision p)
 {
@@ -110,7 +111,7 @@ static void test_convt(int n, int d, int ci, int co, int k, int s, ts_precision 
 {
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
-    snprintf(what, sizeof what, "convt3d [%d,%d^3,%d] -> %d k%d s%d", n, d, ci, co, k, s);
+    snprintf(what, sizeof what, "convt3d [%d,%d^3,%d] -> %d k%d s%d%s", n, d, ci, co, k, s, convt_name);
     const int64_t o = (int64_t)(d - 1) * s + k;
     ts_tensor x = mk(5, (int64_t[]){n, d, d, d, ci}, -1, 1), wt = mk(5, (int64_t[]){ci, co, k, k, k}, -0.5f, 0.5f),
               b = mk(1, (int64_t[]){co}, -1, 1), y = mk(5, (int64_t[]){n, o, o, o, co}, 0, 0),
@@ -372,6 +373,18 @@ int main(void)
         test_conv(2, 4, 5, 6, 16, 4, 1, 1, 0, precs[i]);
         test_cat(4, 8, 6, precs[i]);
     }
+    /* the transposed convolutions whose kernel equals their stride also as
+     * cuBLAS GEMMs (TESSERA_CUDA_CONVT=gemm; src/nn/cuda/convt_gemm.c) */
+    ts_cuda_set_convt_gemm(1);
+    convt_name = " (GEMM)";
+    for (int i = 0; i < 3; i++) {
+        test_convt(2, 3, 32, 16, 2, 2, precs[i]);
+        test_convt(1, 4, 5, 7, 2, 2, precs[i]);   /* channels not multiples of 8 */
+        test_convt(2, 2, 16, 8, 3, 3, precs[i]);  /* k = s = 3 */
+        test_convt(1, 3, 3, 4, 3, 2, precs[i]);   /* k != s: still cuDNN */
+    }
+    ts_cuda_set_convt_gemm(0);
+    convt_name = "";
 #endif
     test_relu_pool_concat();
     for (int kind = 0; kind < 4; kind++)

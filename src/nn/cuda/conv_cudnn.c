@@ -29,6 +29,8 @@
  * maps its output space to its input space: its forward is cuDNN's
  * backward-data, its input gradient cuDNN's forward, its weight gradient
  * cuDNN's backward-filter with the roles of input and output swapped.
+ * With TESSERA_CUDA_CONVT=gemm, those whose kernel equals their stride run
+ * as cuBLAS GEMMs instead (convt_gemm.c; opt-in until it has run on a GPU).
  * Owns no device selection (src/core/device.c) and no handles (context.c). */
 #include "tsbuild.h"
 #include "src/nn/cuda/cuda_nn.h"
@@ -519,6 +521,7 @@ int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_ten
 {
     cgeom g;
     TS_TRY(convt_geom(x, w, b, stride, y, "convt3d output", &g));
+    if (ts_cuda_convt_gemm_fits(x, w, stride)) return ts_cuda_convt_gemm_forward(x, w, b, y);
     /* y's space is the convolution's input: y = conv^T(x) */
     TS_TRY(run_bwd_data(&g, x->data, w->data, y->data));
     if (b) {
@@ -543,15 +546,17 @@ int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride,
         TS_TRY(on_device(dw, "convt3d"));
         TS_TRY(ts_tensor_check_shape(dw, "convt3d weight gradient", 5, w->shape));
     }
+    const int gemm = ts_cuda_convt_gemm_fits(x, w, stride);
     /* the convolution's input is dy's space, its output x's space */
-    if (dw) TS_TRY(run_bwd_filter(&g, dy->data, x->data, dw->data));
+    if (gemm) TS_TRY(ts_cuda_convt_gemm_backward(x, w, dy, dx, dw)); /* dw, then dx */
+    else if (dw) TS_TRY(run_bwd_filter(&g, dy->data, x->data, dw->data));
     if (db) {
         cgeom gb = g;
         gb.k_out = g.c;
         memcpy(gb.out, g.in, sizeof gb.out);
         TS_TRY(bias_op(&gb, 1, dy->data, db->data));
     }
-    if (dx) TS_TRY(run_fwd(&g, dy->data, w->data, dx->data));
+    if (dx && !gemm) TS_TRY(run_fwd(&g, dy->data, w->data, dx->data));
     return 0;
 }
 

@@ -35,6 +35,14 @@ int ts_cuk_to_half_pad(const float *x, int c, void *y, int cp, size_t nv, int fp
 int ts_cuk_from_half_slice(const void *x, int cp, float *y, int c, size_t nv, int fp16, void *stream);
 int ts_cuk_wpack_pad(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp, void *stream);
 int ts_cuk_wunpack_add_pad(const float *wp, float *w, int rows, int cols, int taps, int cp, void *stream);
+/* Transposed convolutions with kernel = stride k (convt_gemm.c): y
+ * [N][D k][H k][W k][C] = z [M][taps][C] (M = N D H W input voxels, each
+ * output voxel one entry of z: the tap of its offset in its input voxel's
+ * k^3 block) + bias (NULL: none); dz [M][taps][C] = the entries of dy the
+ * same way, as fp32 (type 0), bf16 (1) or fp16 (2). */
+int ts_cuk_convt_scatter(const float *z, const float *bias, float *y, int N, int D, int H, int W, int C, int k,
+                         void *stream);
+int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, int D, int H, int W, int C, int k, void *stream);
 
 int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream);
 int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream);
@@ -100,6 +108,18 @@ int ts_cuda_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_
 int ts_cuda_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
                                 const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
 int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y);
+/* ---- transposed convolutions with kernel = stride as cuBLAS GEMMs
+ * (convt_gemm.c), called by the two above when ts_cuda_convt_gemm_fits ---- */
+/* Local, for tests: 1 on (TESSERA_CUDA_CONVT=gemm on first use), 0 cuDNN
+ * (the default until the GEMM path has run on a GPU) */
+int ts_cuda_set_convt_gemm(int on);
+/* 1 when the GEMM path is on and takes this call (k == stride, sizes within cuBLAS's int) */
+int ts_cuda_convt_gemm_fits(const ts_tensor *x, const ts_tensor *w, int stride);
+/* y = convt(x) + b (b may be NULL); shapes checked by the caller */
+int ts_cuda_convt_gemm_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, ts_tensor *y);
+/* dw += the weight gradient (dw may be NULL), then dx = the input gradient (dx may be NULL) */
+int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *dy, ts_tensor *dx,
+                                ts_tensor *dw);
 int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
                              ts_tensor *dw, ts_tensor *db);
 

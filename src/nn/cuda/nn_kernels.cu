@@ -530,3 +530,62 @@ extern "C" int ts_cuk_dice_grad(const float *l, const uint8_t *y, int N, size_t 
     dice_grad_k<<<blocks_for(V), 256, 0, (cudaStream_t)stream>>>(l, y, S, V, K, ign, AB, dl);
     return launched("dice gradient");
 }
+
+// ------------------------------------ transposed convolutions with kernel = stride
+// (convt_gemm.c: one GEMM z [M][taps][C] = x [M][Cin] wp [Cin][taps][C] over
+// the M input voxels, each output voxel then taking exactly one of z's
+// entries; the backward gathers dy into the same layout)
+
+// y [N][D k][H k][W k][C] = z [((n D + d) H + h) W + w][tap of (od, oh, ow)][c] (+ bias[c])
+__global__ void convt_scatter_k(const float *z, const float *bias, float *y, int D, int H, int W, int C, int k,
+                                size_t n)
+{
+    const size_t taps = (size_t)k * k * k, OW = (size_t)W * k, OH = (size_t)H * k, OD = (size_t)D * k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        size_t v = i / C;
+        const size_t ow = v % OW;
+        v /= OW;
+        const size_t oh = v % OH;
+        v /= OH;
+        const size_t od = v % OD, nn = v / OD;
+        const size_t m = ((nn * D + od / k) * H + oh / k) * W + ow / k;
+        const size_t t = ((od % k) * k + oh % k) * k + ow % k;
+        y[i] = z[(m * taps + t) * C + c] + (bias ? bias[c] : 0.0f);
+    }
+}
+
+// dz [M][taps][C] (T: float, bf16 or fp16) = dy at the output voxel of (m, tap)
+template <typename T>
+__global__ void convt_gather_k(const float *dy, T *dz, int D, int H, int W, int C, int k, size_t n)
+{
+    const size_t taps = (size_t)k * k * k, OW = (size_t)W * k, OH = (size_t)H * k, OD = (size_t)D * k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        const size_t t = (i / C) % taps, m = i / ((size_t)C * taps);
+        const size_t w = m % W, h = (m / W) % H, d = (m / ((size_t)W * H)) % D, nn = m / ((size_t)W * H * D);
+        const size_t a = t / ((size_t)k * k), b = (t / k) % k, e = t % k;
+        dz[i] = T(dy[(((nn * OD + d * k + a) * OH + h * k + b) * OW + w * k + e) * C + c]);
+    }
+}
+
+extern "C" int ts_cuk_convt_scatter(const float *z, const float *bias, float *y, int N, int D, int H, int W, int C,
+                                    int k, void *stream)
+{
+    const size_t n = (size_t)N * D * H * W * k * k * k * C;
+    if (n == 0) return 0;
+    convt_scatter_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(z, bias, y, D, H, W, C, k, n);
+    return launched("transposed convolution scatter");
+}
+
+extern "C" int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, int D, int H, int W, int C, int k,
+                                   void *stream)
+{
+    const size_t n = (size_t)N * D * H * W * k * k * k * C;
+    if (n == 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (type == 1) convt_gather_k<__nv_bfloat16><<<blocks_for(n), 256, 0, s>>>(dy, (__nv_bfloat16 *)dz, D, H, W, C, k, n);
+    else if (type == 2) convt_gather_k<__half><<<blocks_for(n), 256, 0, s>>>(dy, (__half *)dz, D, H, W, C, k, n);
+    else convt_gather_k<float><<<blocks_for(n), 256, 0, s>>>(dy, (float *)dz, D, H, W, C, k, n);
+    return launched("transposed convolution gather");
+}

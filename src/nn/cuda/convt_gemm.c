@@ -1,0 +1,158 @@
+/* Transposed convolutions whose kernel equals their stride (the U-Net's
+ * 2x2x2 stride-2 upsampling) as cuBLAS GEMMs on device tensors. Each input
+ * voxel then owns a k^3 block of output voxels that no other input voxel
+ * touches, so with M the input voxels, J = k^3 Cout and the weights packed
+ * to wp [Cin][taps][Cout] (ts_cuk_wpack):
+ *   forward   z [M][J] = x [M][Cin] wp [Cin][J], y = z scattered (+ bias);
+ *   backward  dz [M][J] = dy gathered;  dwp [Cin][J] = x^T dz (added back
+ *             into w's layout);  dx [M][Cin] = dz wp^T.
+ * cuDNN's backward-data for these shapes ran at about 1.3 TFLOP/s on an
+ * H200 (docs/gpu.md); these are plain GEMMs of k = Cin, J and M.
+ * Precision as conv_cudnn.c: fp32 (TF32 when ts_nn_tf32), or bf16/fp16
+ * operands with fp32 accumulation and fp32 results; the weight gradient is
+ * rounded to the half type before it is added, as cuDNN's path does.
+ * Written on 2026-12-05 without a GPU: opt-in (TESSERA_CUDA_CONVT=gemm or
+ * ts_cuda_set_convt_gemm) until tests/nn/test_layers_cuda and
+ * jobs/gpu/check.sh have run it on one. Every cuBLAS and CUDA status is
+ * checked. */
+#include "tsbuild.h"
+#include "src/nn/cuda/cuda_nn.h"
+#include "src/nn/layers.h"
+#include "src/core/error.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int gemm_on = -1; /* -1: not chosen yet (TESSERA_CUDA_CONVT on first use) */
+
+int ts_cuda_set_convt_gemm(int on)
+{
+    gemm_on = on != 0;
+    return 0;
+}
+
+static int on(void)
+{
+    if (gemm_on < 0) {
+        const char *e = getenv("TESSERA_CUDA_CONVT");
+        gemm_on = e && !strcmp(e, "gemm");
+    }
+    return gemm_on;
+}
+
+/* the sizes of one call: x [N, D, H, W, Cin], w [Cin, Cout, k, k, k] */
+typedef struct tg {
+    int n, d, h, w, cin, cout, k;
+    size_t m, j; /* input voxels, taps * Cout */
+} tg;
+
+static tg sizes(const ts_tensor *x, const ts_tensor *w)
+{
+    tg g = {(int)x->shape[0], (int)x->shape[1], (int)x->shape[2], (int)x->shape[3], (int)x->shape[4],
+            (int)w->shape[1], (int)w->shape[2], 0, 0};
+    g.m = (size_t)g.n * g.d * g.h * g.w;
+    g.j = (size_t)g.k * g.k * g.k * g.cout;
+    return g;
+}
+
+int ts_cuda_convt_gemm_fits(const ts_tensor *x, const ts_tensor *w, int stride)
+{
+    if (!on() || x->ndim != 5 || w->ndim != 5 || w->shape[2] != stride) return 0;
+    const tg g = sizes(x, w);
+    return g.m > 0 && g.j > 0 && g.m <= INT_MAX && g.j <= INT_MAX && g.cin > 0;
+}
+
+/* 0 fp32, 1 TF32, 2 bf16, 3 fp16 (conv_cudnn.c's codes) */
+static int prec(void)
+{
+    const ts_precision p = ts_nn_conv_precision();
+    return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
+}
+
+/* C (fp32, column-major m x n, ldc) = op(A) op(B) (+ C when beta is 1), A and
+ * B of the precision's operand type */
+static int gemm(void *blas, int p, int ta, int tb, size_t m, size_t n, size_t k, const void *a, size_t lda,
+                const void *b, size_t ldb, float beta, float *c, size_t ldc)
+{
+    const cudaDataType_t ab = p == 2 ? CUDA_R_16BF : p == 3 ? CUDA_R_16F : CUDA_R_32F;
+    const cublasComputeType_t ct = p == 1 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float one = 1;
+    const cublasStatus_t s = cublasGemmEx((cublasHandle_t)blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          (int)m, (int)n, (int)k, &one, a, ab, (int)lda, b, ab, (int)ldb, &beta, c,
+                                          CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return TS_ERR(TS_ERR_CUDA, "transposed convolution GEMM (%zu x %zu x %zu, precision code %d): %s", m, n, k, p,
+                      cublasGetStatusString(s));
+    return 0;
+}
+
+/* src (fp32, n values) as the precision's operand: itself or a half copy in slot */
+static int operand(int p, const float *src, size_t n, int slot, void *stream, const void **out)
+{
+    if (p < 2) {
+        *out = src;
+        return 0;
+    }
+    void *h = NULL;
+    TS_TRY(ts_cuda_scratch(slot, n * 2, &h));
+    TS_TRY(ts_cuk_to_half(src, h, n, p == 3, stream));
+    *out = h;
+    return 0;
+}
+
+/* the packed weights wp [Cin][taps][Cout] as the precision's operand */
+static int packed(const tg *g, int p, const float *w, void *stream, const void **out)
+{
+    float *wp = NULL;
+    const size_t n = (size_t)g->cin * g->j;
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_W, n * sizeof(float), (void **)&wp));
+    TS_TRY(ts_cuk_wpack(w, wp, g->cin, g->cout, g->k * g->k * g->k, 0, stream));
+    return operand(p, wp, n, TS_CUDA_SLOT_D, stream, out);
+}
+
+int ts_cuda_convt_gemm_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, ts_tensor *y)
+{
+    void *blas = NULL, *stream = NULL, *z = NULL;
+    const void *xo = NULL, *wo = NULL;
+    const tg g = sizes(x, w);
+    const int p = prec();
+    TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
+    TS_TRY(operand(p, x->data, g.m * g.cin, TS_CUDA_SLOT_A, stream, &xo));
+    TS_TRY(packed(&g, p, w->data, stream, &wo));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_C, g.m * g.j * sizeof(float), &z));
+    /* row-major z [M][J] = x [M][Cin] wp [Cin][J]: column-major z^T = wp^T x^T */
+    TS_TRY(gemm(blas, p, 0, 0, g.j, g.m, (size_t)g.cin, wo, g.j, xo, (size_t)g.cin, 0.0f, z, g.j));
+    return ts_cuk_convt_scatter(z, b ? b->data : NULL, y->data, g.n, g.d, g.h, g.w, g.cout, g.k, stream);
+}
+
+int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *dy, ts_tensor *dx,
+                                ts_tensor *dw)
+{
+    void *blas = NULL, *stream = NULL, *dz = NULL;
+    const tg g = sizes(x, w);
+    const int p = prec(), taps = g.k * g.k * g.k;
+    TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_B, g.m * g.j * (p < 2 ? sizeof(float) : 2), &dz));
+    TS_TRY(ts_cuk_convt_gather(dy->data, dz, p < 2 ? 0 : p - 1, g.n, g.d, g.h, g.w, g.cout, g.k, stream));
+    if (dw) { /* first: dx may be x itself */
+        const void *xo = NULL;
+        float *dwp = NULL;
+        TS_TRY(operand(p, x->data, g.m * g.cin, TS_CUDA_SLOT_A, stream, &xo));
+        TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_DW, (size_t)g.cin * g.j * sizeof(float), (void **)&dwp));
+        /* row-major dwp [Cin][J] = x^T dz: column-major dwp^T = dz^T x */
+        TS_TRY(gemm(blas, p, 0, 1, g.j, (size_t)g.cin, g.m, dz, g.j, xo, (size_t)g.cin, 0.0f, dwp, g.j));
+        if (p >= 2) TS_TRY(ts_cuk_round_half(dwp, dwp, (size_t)g.cin * g.j, p == 3, stream));
+        TS_TRY(ts_cuk_wunpack_add(dwp, dw->data, g.cin, g.cout, taps, stream));
+    }
+    if (dx) {
+        const void *wo = NULL;
+        TS_TRY(packed(&g, p, w->data, stream, &wo));
+        /* row-major dx [M][Cin] = dz [M][J] wp^T: column-major dx^T = wp dz^T, wp's
+         * column-major view being wp^T (J x Cin) */
+        TS_TRY(gemm(blas, p, 1, 0, (size_t)g.cin, g.m, g.j, wo, g.j, dz, g.j, 0.0f, dx->data, (size_t)g.cin));
+    }
+    return 0;
+}
