@@ -37,8 +37,9 @@
 #      GPU engine at the same sizes: samples/s side by side (and batch 8
 #      again with the few-channel convolutions padded to 8 channels,
 #      TESSERA_CUDA_FEWCH=pad, and with that and the transposed
-#      convolutions as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm: neither yet
-#      the default);
+#      convolutions and every weight gradient as cuBLAS GEMMs,
+#      TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm: none yet the
+#      default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
 #      layer (each layer call waits for the GPU), for the next speed work;
 #      again with the opt-in paths of 5 (profile-opt).
@@ -293,13 +294,14 @@ fi
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
 if want bench; then
 # (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-pad-gemm: also the
-# 2x2x2 transposed convolutions as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm; neither the default yet)
+# 2x2x2 transposed convolutions and the weight gradients as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm
+# TESSERA_CUDA_WGRAD=gemm; none the default yet)
 for b in 2 8 8-pad 8-pad-gemm; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
     fewch=fp32 convt=cudnn
     case $b in *-pad*) fewch=pad ;; esac
     case $b in *-gemm) convt=gemm ;; esac
-    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt "$mpiexec" -n 1 "$tessera" bench step \
+    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt TESSERA_CUDA_WGRAD=$convt "$mpiexec" -n 1 "$tessera" bench step \
         "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%%-*} train.precision=bf16 train.engine=cuda \
         --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
@@ -323,10 +325,10 @@ fi # want bench
 
 # 6. where tessera's step goes on the GPU (printed to the log)
 if want profile; then
-# (profile-opt: with the opt-in paths of the bench above, TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm)
+# (profile-opt: with the opt-in paths of the bench above)
 for p in profile profile-opt; do
-    opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn"
-    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm"
+    opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn TESSERA_CUDA_WGRAD=cudnn"
+    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm"
     run $p 90 env $opts "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
         train.batch=2 train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
     if [ $rc -eq 0 ]; then

@@ -74,14 +74,14 @@ static void check(const char *what, const ts_tensor *gpu, const ts_tensor *cpu, 
 /* conv3d: x [n, d, h, w, ci], weight [co, ci, k, k, k], stride s, padding pad */
 /* the few-channel half convolutions' path (conv_cudnn.c), named in the test lines */
 static const char *fewch_name = "";
-static const char *convt_name = ""; /* " (GEMM)" while the cuBLAS path is on */
+static const char *gemm_name = ""; /* which cuBLAS path is on, if one is */
 
 static void test_conv(int n, int d, int h, int w, int ci, int co, int k, int s, int pad, ts_precision p)
 {
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
-    snprintf(what, sizeof what, "conv3d [%d,%d,%d,%d,%d] -> %d k%d s%d p%d%s", n, d, h, w, ci, co, k, s, pad,
-             p != TS_PREC_FP32 && (ci % 8 || co % 8) ? fewch_name : "");
+    snprintf(what, sizeof what, "conv3d [%d,%d,%d,%d,%d] -> %d k%d s%d p%d%s%s", n, d, h, w, ci, co, k, s, pad,
+             p != TS_PREC_FP32 && (ci % 8 || co % 8) ? fewch_name : "", gemm_name);
     const int64_t od = ts_conv_out_size(d, k, s, pad), oh = ts_conv_out_size(h, k, s, pad),
                   ow = ts_conv_out_size(w, k, s, pad);
     ts_tensor x = mk(5, (int64_t[]){n, d, h, w, ci}, -1, 1), wt = mk(5, (int64_t[]){co, ci, k, k, k}, -0.5f, 0.5f),
@@ -111,7 +111,7 @@ static void test_convt(int n, int d, int ci, int co, int k, int s, ts_precision 
 {
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
-    snprintf(what, sizeof what, "convt3d [%d,%d^3,%d] -> %d k%d s%d%s", n, d, ci, co, k, s, convt_name);
+    snprintf(what, sizeof what, "convt3d [%d,%d^3,%d] -> %d k%d s%d%s", n, d, ci, co, k, s, gemm_name);
     const int64_t o = (int64_t)(d - 1) * s + k;
     ts_tensor x = mk(5, (int64_t[]){n, d, d, d, ci}, -1, 1), wt = mk(5, (int64_t[]){ci, co, k, k, k}, -0.5f, 0.5f),
               b = mk(1, (int64_t[]){co}, -1, 1), y = mk(5, (int64_t[]){n, o, o, o, co}, 0, 0),
@@ -140,7 +140,7 @@ static void test_cat(int ca, int cb, int co, ts_precision p)
 {
     const double bound = p == TS_PREC_FP32 ? 1e-4 : 1e-2;
     char what[160];
-    snprintf(what, sizeof what, "conv3d over [%d, %d] channels -> %d", ca, cb, co);
+    snprintf(what, sizeof what, "conv3d over [%d, %d] channels -> %d%s", ca, cb, co, gemm_name);
     ts_tensor a = mk(5, (int64_t[]){2, 5, 6, 7, ca}, -1, 1), bb = mk(5, (int64_t[]){2, 5, 6, 7, cb}, -1, 1),
               wt = mk(5, (int64_t[]){co, ca + cb, 3, 3, 3}, -0.5f, 0.5f), bias = mk(1, (int64_t[]){co}, -1, 1),
               y = mk(5, (int64_t[]){2, 5, 6, 7, co}, 0, 0), dy = mk(5, y.shape, -1, 1), da = host_like(&a),
@@ -374,9 +374,9 @@ int main(void)
         test_cat(4, 8, 6, precs[i]);
     }
     /* the transposed convolutions whose kernel equals their stride also as
-     * cuBLAS GEMMs (TESSERA_CUDA_CONVT=gemm; src/nn/cuda/convt_gemm.c) */
+     * cuBLAS GEMMs (TESSERA_CUDA_CONVT=gemm; src/nn/cuda/conv_gemm.c) */
     ts_cuda_set_convt_gemm(1);
-    convt_name = " (GEMM)";
+    gemm_name = " (GEMM)";
     for (int i = 0; i < 3; i++) {
         test_convt(2, 3, 32, 16, 2, 2, precs[i]);
         test_convt(1, 4, 5, 7, 2, 2, precs[i]);   /* channels not multiples of 8 */
@@ -384,7 +384,28 @@ int main(void)
         test_convt(1, 3, 3, 4, 3, 2, precs[i]);   /* k != s: still cuDNN */
     }
     ts_cuda_set_convt_gemm(0);
-    convt_name = "";
+    /* every weight gradient as im2col + cuBLAS (TESSERA_CUDA_WGRAD=gemm),
+     * few-channel half convolutions included; the im2col buffer cut to
+     * 20000 bytes, so that most cases take several chunks, the last one
+     * partial (3 -> 5 in fp32: 61 output voxels a chunk, 420 in 7 chunks;
+     * 64 -> 128 in bf16: 5 a chunk, 128 in 26) */
+    ts_cuda_set_wgrad_gemm(1, 20000);
+    gemm_name = " (weight gradient GEMM)";
+    for (int i = 0; i < 3; i++) {
+        const ts_precision p = precs[i];
+        test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, p);
+        test_conv(2, 4, 4, 4, 64, 128, 3, 1, 1, p);
+        test_conv(1, 5, 6, 7, 1, 16, 3, 1, 1, p);
+        test_conv(2, 4, 5, 6, 16, 4, 1, 1, 0, p);
+        test_conv(1, 7, 6, 9, 5, 6, 3, 2, 1, p);
+        test_conv(1, 8, 8, 8, 4, 3, 2, 2, 0, p);
+        test_convt(1, 3, 3, 4, 3, 2, p); /* cuDNN's transposed conv, its weight gradient by GEMM */
+        test_cat(16, 16, 16, p);
+    }
+    ts_cuda_set_wgrad_gemm(1, 0); /* one chunk of the default size */
+    test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, TS_PREC_BF16);
+    ts_cuda_set_wgrad_gemm(0, 0);
+    gemm_name = "";
 #endif
     test_relu_pool_concat();
     for (int kind = 0; kind < 4; kind++)

@@ -30,7 +30,9 @@
  * backward-data, its input gradient cuDNN's forward, its weight gradient
  * cuDNN's backward-filter with the roles of input and output swapped.
  * With TESSERA_CUDA_CONVT=gemm, those whose kernel equals their stride run
- * as cuBLAS GEMMs instead (convt_gemm.c; opt-in until it has run on a GPU).
+ * as cuBLAS GEMMs instead, and with TESSERA_CUDA_WGRAD=gemm every weight
+ * gradient runs as im2col + GEMM (conv_gemm.c; opt-in until they have run
+ * on a GPU).
  * Owns no device selection (src/core/device.c) and no handles (context.c). */
 #include "tsbuild.h"
 #include "src/nn/cuda/cuda_nn.h"
@@ -446,6 +448,8 @@ static int run_bwd_filter(const cgeom *g, const float *in, const float *out, flo
     int rnd = 0;
     cgeom gp;
     const int prec = run_prec(g, &rnd, &gp), taps = g->k * g->k * g->k;
+    if (ts_cuda_wgrad_gemm_on()) /* im2col + cuBLAS instead (conv_gemm.c; opt-in) */
+        return ts_cuda_wgrad_gemm(g->n, g->c, g->in, g->k_out, g->out, g->k, g->stride, g->pad, in, out, w);
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
     TS_TRY(setup(&gp, prec, &d));
     TRYD(choose(h, DIR_BWD_FILTER, prec, &gp, &d, &algo, &ws));

@@ -35,13 +35,19 @@ int ts_cuk_to_half_pad(const float *x, int c, void *y, int cp, size_t nv, int fp
 int ts_cuk_from_half_slice(const void *x, int cp, float *y, int c, size_t nv, int fp16, void *stream);
 int ts_cuk_wpack_pad(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp, void *stream);
 int ts_cuk_wunpack_add_pad(const float *wp, float *w, int rows, int cols, int taps, int cp, void *stream);
-/* Transposed convolutions with kernel = stride k (convt_gemm.c): y
+/* Transposed convolutions with kernel = stride k (conv_gemm.c): y
  * [N][D k][H k][W k][C] = z [M][taps][C] (M = N D H W input voxels, each
  * output voxel one entry of z: the tap of its offset in its input voxel's
  * k^3 block) + bias (NULL: none); dz [M][taps][C] = the entries of dy the
  * same way, as fp32 (type 0), bf16 (1) or fp16 (2). */
 int ts_cuk_convt_scatter(const float *z, const float *bias, float *y, int N, int D, int H, int W, int C, int k,
                          void *stream);
+/* col [mc][taps][C] (type 0 fp32, 1 bf16, 2 fp16) = for output voxels m0 ..
+ * m0+mc-1 of a convolution of x [N][D][H][W][C] (kernel k, stride s,
+ * padding p, output OD x OH x OW; voxels counted over N too) the input
+ * value under each tap, 0 outside x */
+int ts_cuk_im2col(const float *x, void *col, int type, int D, int H, int W, int C, int k, int s, int p, int OD, int OH,
+                  int OW, size_t m0, size_t mc, void *stream);
 int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, int D, int H, int W, int C, int k, void *stream);
 
 int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream);
@@ -109,7 +115,7 @@ int ts_cuda_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts
                                 const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
 int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y);
 /* ---- transposed convolutions with kernel = stride as cuBLAS GEMMs
- * (convt_gemm.c), called by the two above when ts_cuda_convt_gemm_fits ---- */
+ * (conv_gemm.c), called by the two above when ts_cuda_convt_gemm_fits ---- */
 /* Local, for tests: 1 on (TESSERA_CUDA_CONVT=gemm on first use), 0 cuDNN
  * (the default until the GEMM path has run on a GPU) */
 int ts_cuda_set_convt_gemm(int on);
@@ -120,6 +126,16 @@ int ts_cuda_convt_gemm_forward(const ts_tensor *x, const ts_tensor *w, const ts_
 /* dw += the weight gradient (dw may be NULL), then dx = the input gradient (dx may be NULL) */
 int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *dy, ts_tensor *dx,
                                 ts_tensor *dw);
+/* Local, for tests: the weight gradient of conv3d (and of transposed convs
+ * cuDNN runs) as im2col + GEMM: 1 on (TESSERA_CUDA_WGRAD=gemm on first
+ * use), 0 cuDNN (the default until it has run on a GPU); chunk_bytes: the
+ * im2col buffer's size (0: 256 MiB) */
+int ts_cuda_set_wgrad_gemm(int on, size_t chunk_bytes);
+int ts_cuda_wgrad_gemm_on(void);
+/* w [K][C][k^3] += the weight gradient of the convolution of in [N][D][H][W][C]
+ * (in3: D, H, W) to out [N][OD][OH][OW][K] (out3), kernel k, stride s, padding p */
+int ts_cuda_wgrad_gemm(int N, int C, const int in3[3], int K, const int out3[3], int k, int s, int p, const float *in,
+                       const float *out, float *w);
 int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, const ts_tensor *dy, ts_tensor *dx,
                              ts_tensor *dw, ts_tensor *db);
 

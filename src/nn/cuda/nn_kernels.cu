@@ -532,7 +532,7 @@ extern "C" int ts_cuk_dice_grad(const float *l, const uint8_t *y, int N, size_t 
 }
 
 // ------------------------------------ transposed convolutions with kernel = stride
-// (convt_gemm.c: one GEMM z [M][taps][C] = x [M][Cin] wp [Cin][taps][C] over
+// (conv_gemm.c: one GEMM z [M][taps][C] = x [M][Cin] wp [Cin][taps][C] over
 // the M input voxels, each output voxel then taking exactly one of z's
 // entries; the backward gathers dy into the same layout)
 
@@ -588,4 +588,41 @@ extern "C" int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, i
     else if (type == 2) convt_gather_k<__half><<<blocks_for(n), 256, 0, s>>>(dy, (__half *)dz, D, H, W, C, k, n);
     else convt_gather_k<float><<<blocks_for(n), 256, 0, s>>>(dy, (float *)dz, D, H, W, C, k, n);
     return launched("transposed convolution gather");
+}
+
+// ------------------------------------------ im2col for the weight gradient as a GEMM
+// (conv_gemm.c): col [mc][taps][C] for the output voxels m0 .. m0+mc-1 of a
+// convolution of x [N][D][H][W][C] (kernel k, stride s, padding p, output
+// OD x OH x OW): the input voxel under each tap, zero outside x
+template <typename T>
+__global__ void im2col_k(const float *x, T *col, int D, int H, int W, int C, int k, int s, int p, int OD, int OH,
+                         int OW, size_t m0, size_t n)
+{
+    const size_t taps = (size_t)k * k * k;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        const size_t t = (i / C) % taps, m = m0 + i / ((size_t)C * taps);
+        const long ow = (long)(m % OW), oh = (long)((m / OW) % OH), od = (long)((m / ((size_t)OW * OH)) % OD);
+        const size_t nn = m / ((size_t)OW * OH * OD);
+        const long id = od * s - p + (long)(t / ((size_t)k * k)), ih = oh * s - p + (long)((t / k) % k),
+                   iw = ow * s - p + (long)(t % k);
+        float v = 0.0f;
+        if (id >= 0 && id < D && ih >= 0 && ih < H && iw >= 0 && iw < W)
+            v = x[(((nn * D + (size_t)id) * H + (size_t)ih) * W + (size_t)iw) * C + c];
+        col[i] = T(v);
+    }
+}
+
+extern "C" int ts_cuk_im2col(const float *x, void *col, int type, int D, int H, int W, int C, int k, int s, int p,
+                             int OD, int OH, int OW, size_t m0, size_t mc, void *stream)
+{
+    const size_t n = mc * k * k * k * C;
+    if (n == 0) return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (type == 1)
+        im2col_k<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(x, (__nv_bfloat16 *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+    else if (type == 2)
+        im2col_k<__half><<<blocks_for(n), 256, 0, st>>>(x, (__half *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+    else im2col_k<float><<<blocks_for(n), 256, 0, st>>>(x, (float *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+    return launched("im2col");
 }

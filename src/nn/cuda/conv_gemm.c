@@ -1,4 +1,8 @@
-/* Transposed convolutions whose kernel equals their stride (the U-Net's
+/* Convolution products as cuBLAS GEMMs on device tensors: transposed
+ * convolutions whose kernel equals their stride, and the weight gradient of
+ * any convolution as im2col + GEMM (below).
+ *
+ * Transposed convolutions whose kernel equals their stride (the U-Net's
  * 2x2x2 stride-2 upsampling) as cuBLAS GEMMs on device tensors. Each input
  * voxel then owns a k^3 block of output voxels that no other input voxel
  * touches, so with M the input voxels, J = k^3 Cout and the weights packed
@@ -12,9 +16,9 @@
  * operands with fp32 accumulation and fp32 results; the weight gradient is
  * rounded to the half type before it is added, as cuDNN's path does.
  * Written on 2026-12-05 without a GPU: opt-in (TESSERA_CUDA_CONVT=gemm or
- * ts_cuda_set_convt_gemm) until tests/nn/test_layers_cuda and
- * jobs/gpu/check.sh have run it on one. Every cuBLAS and CUDA status is
- * checked. */
+ * ts_cuda_set_convt_gemm; TESSERA_CUDA_WGRAD=gemm or ts_cuda_set_wgrad_gemm)
+ * until tests/nn/test_layers_cuda and jobs/gpu/check.sh have run them on
+ * one. Every cuBLAS and CUDA status is checked. */
 #include "tsbuild.h"
 #include "src/nn/cuda/cuda_nn.h"
 #include "src/nn/layers.h"
@@ -155,4 +159,60 @@ int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts
         TS_TRY(gemm(blas, p, 1, 0, (size_t)g.cin, g.m, g.j, wo, g.j, dz, g.j, 0.0f, dx->data, (size_t)g.cin));
     }
     return 0;
+}
+
+/* ---- the weight gradient of a convolution as im2col + GEMM ----
+ * With Mo the output voxels, K = taps C and col [Mo][taps][C] the input
+ * values under each tap (ts_cuk_im2col), dwp [OC][taps][C] = dy^T col, in
+ * chunks of output voxels (col's chunk at most col_bytes), accumulated in
+ * fp32 by the GEMM (beta 1 after the first chunk), then rounded to the half
+ * type (bf16/fp16) and added into w's layout (ts_cuk_wunpack_add). */
+static size_t col_bytes = (size_t)256 << 20;
+static int wgrad_on = -1;
+
+int ts_cuda_set_wgrad_gemm(int v, size_t chunk_bytes)
+{
+    wgrad_on = v != 0;
+    col_bytes = chunk_bytes ? chunk_bytes : (size_t)256 << 20;
+    return 0;
+}
+
+int ts_cuda_wgrad_gemm_on(void)
+{
+    if (wgrad_on < 0) {
+        const char *e = getenv("TESSERA_CUDA_WGRAD");
+        wgrad_on = e && !strcmp(e, "gemm");
+    }
+    return wgrad_on;
+}
+
+int ts_cuda_wgrad_gemm(int N, int C, const int in3[3], int K, const int out3[3], int k, int s, int p, const float *in,
+                       const float *out, float *w)
+{
+    void *blas = NULL, *stream = NULL, *col = NULL;
+    const void *dyo = NULL;
+    float *dwp = NULL;
+    const int pr = prec(), taps = k * k * k;
+    const size_t elt = pr < 2 ? sizeof(float) : 2, kk = (size_t)taps * C;
+    const size_t mo = (size_t)N * out3[0] * out3[1] * out3[2];
+    if (kk > INT_MAX || mo == 0) return TS_ERR(TS_ERR_ARG, "weight gradient GEMM: %d taps x %d channels", taps, C);
+    size_t mc = col_bytes / (kk * elt);
+    if (mc < 1) mc = 1;
+    if (mc > mo) mc = mo;
+    if (mc > INT_MAX) mc = INT_MAX;
+    TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
+    TS_TRY(operand(pr, out, mo * K, TS_CUDA_SLOT_B, stream, &dyo));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_A, mc * kk * elt, &col));
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_DW, (size_t)K * kk * sizeof(float), (void **)&dwp));
+    for (size_t m0 = 0; m0 < mo; m0 += mc) {
+        const size_t n = mo - m0 < mc ? mo - m0 : mc;
+        TS_TRY(ts_cuk_im2col(in, col, pr < 2 ? 0 : pr - 1, in3[0], in3[1], in3[2], C, k, s, p, out3[0], out3[1],
+                             out3[2], m0, n, stream));
+        /* row-major dwp [K][kk] += dy[m0..]^T col: column-major dwp^T = col^T dy, dy's
+         * column-major view being dy^T (OC x n) */
+        TS_TRY(gemm(blas, pr, 0, 1, kk, (size_t)K, n, col, kk, (const char *)dyo + m0 * K * elt, (size_t)K,
+                    m0 ? 1.0f : 0.0f, dwp, kk));
+    }
+    if (pr >= 2) TS_TRY(ts_cuk_round_half(dwp, dwp, (size_t)K * kk, pr == 3, stream));
+    return ts_cuk_wunpack_add(dwp, w, K, C, taps, stream);
 }
