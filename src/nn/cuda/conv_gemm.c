@@ -88,7 +88,7 @@ static int gemm(void *blas, int p, int ta, int tb, size_t m, size_t n, size_t k,
                                           (int)m, (int)n, (int)k, &one, a, ab, (int)lda, b, ab, (int)ldb, &beta, c,
                                           CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-        return TS_ERR(TS_ERR_CUDA, "transposed convolution GEMM (%zu x %zu x %zu, precision code %d): %s", m, n, k, p,
+        return TS_ERR(TS_ERR_CUDA, "convolution GEMM (%zu x %zu x %zu, precision code %d): %s", m, n, k, p,
                       cublasGetStatusString(s));
     return 0;
 }
@@ -138,6 +138,7 @@ int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts
     void *blas = NULL, *stream = NULL, *dz = NULL;
     const tg g = sizes(x, w);
     const int p = prec(), taps = g.k * g.k * g.k;
+    if (!dx && !dw) return 0;
     TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
     TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_B, g.m * g.j * (p < 2 ? sizeof(float) : 2), &dz));
     TS_TRY(ts_cuk_convt_gather(dy->data, dz, p < 2 ? 0 : p - 1, g.n, g.d, g.h, g.w, g.cout, g.k, stream));
@@ -195,7 +196,8 @@ int ts_cuda_wgrad_gemm(int N, int C, const int in3[3], int K, const int out3[3],
     const int pr = prec(), taps = k * k * k;
     const size_t elt = pr < 2 ? sizeof(float) : 2, kk = (size_t)taps * C;
     const size_t mo = (size_t)N * out3[0] * out3[1] * out3[2];
-    if (kk > INT_MAX || mo == 0) return TS_ERR(TS_ERR_ARG, "weight gradient GEMM: %d taps x %d channels", taps, C);
+    if (kk == 0 || K <= 0 || mo == 0) return 0; /* nothing to add */
+    if (kk > INT_MAX) return TS_ERR(TS_ERR_ARG, "weight gradient GEMM: %d taps x %d channels (over cuBLAS's int)", taps, C);
     size_t mc = col_bytes / (kk * elt);
     if (mc < 1) mc = 1;
     if (mc > mo) mc = mo;
