@@ -96,12 +96,6 @@ static void destroy(descs *d)
     memset(d, 0, sizeof *d);
 }
 
-static int prec_code(void)
-{
-    const ts_precision p = ts_nn_conv_precision();
-    return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
-}
-
 /* few-channel half convolutions: 1 padded to multiples of 8, 0 the fp32
  * fallback (the default); -1 not chosen yet (TESSERA_CUDA_FEWCH=pad on first use) */
 static int fewch_pad = -1;
@@ -112,25 +106,18 @@ int ts_cuda_set_fewch(int pad)
     return 0;
 }
 
-static int fewch(void)
-{
-    if (fewch_pad < 0) {
-        const char *e = getenv("TESSERA_CUDA_FEWCH");
-        fewch_pad = e && !strcmp(e, "pad");
-    }
-    return fewch_pad;
-}
+static int fewch(void) { return ts_cuda_switch(&fewch_pad, "TESSERA_CUDA_FEWCH", "pad"); }
 
 static int round8(int c) { return (c + 7) / 8 * 8; }
 
-/* The precision a convolution of g runs at, from the asked one (prec_code),
+/* The precision a convolution of g runs at, from the asked one (ts_cuda_prec_code),
  * and the geometry it runs on (*gp): half precision with channel counts
  * that are not multiples of 8 runs padded (gp's channels rounded up to
  * multiples of 8), or, with the fallback, as fp32 without TF32 on rounded
  * operands (*rnd: 1 bf16, 2 fp16; else 0). */
 static int run_prec(const cgeom *g, int *rnd, cgeom *gp)
 {
-    const int p = prec_code();
+    const int p = ts_cuda_prec_code();
     *rnd = 0;
     *gp = *g;
     if (p >= 2 && (g->c % 8 || g->k_out % 8)) {
@@ -447,9 +434,9 @@ static int run_bwd_filter(const cgeom *g, const float *in, const float *out, flo
     descs d;
     int rnd = 0;
     cgeom gp;
-    const int prec = run_prec(g, &rnd, &gp), taps = g->k * g->k * g->k;
     if (ts_cuda_wgrad_gemm_on()) /* im2col + cuBLAS instead (conv_gemm.c; opt-in) */
         return ts_cuda_wgrad_gemm(g->n, g->c, g->in, g->k_out, g->out, g->k, g->stride, g->pad, in, out, w);
+    const int prec = run_prec(g, &rnd, &gp), taps = g->k * g->k * g->k;
     TS_TRY(ts_cuda_nn_handles(&h, NULL, &stream));
     TS_TRY(setup(&gp, prec, &d));
     TRYD(choose(h, DIR_BWD_FILTER, prec, &gp, &d, &algo, &ws));

@@ -27,8 +27,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 static int gemm_on = -1; /* -1: not chosen yet (TESSERA_CUDA_CONVT on first use) */
 
@@ -38,14 +36,7 @@ int ts_cuda_set_convt_gemm(int on)
     return 0;
 }
 
-static int on(void)
-{
-    if (gemm_on < 0) {
-        const char *e = getenv("TESSERA_CUDA_CONVT");
-        gemm_on = e && !strcmp(e, "gemm");
-    }
-    return gemm_on;
-}
+static int on(void) { return ts_cuda_switch(&gemm_on, "TESSERA_CUDA_CONVT", "gemm"); }
 
 /* the sizes of one call: x [N, D, H, W, Cin], w [Cin, Cout, k, k, k] */
 typedef struct tg {
@@ -67,13 +58,6 @@ int ts_cuda_convt_gemm_fits(const ts_tensor *x, const ts_tensor *w, int stride)
     if (!on() || x->ndim != 5 || w->ndim != 5 || w->shape[2] != stride) return 0;
     const tg g = sizes(x, w);
     return g.m > 0 && g.j > 0 && g.m <= INT_MAX && g.j <= INT_MAX && g.cin > 0;
-}
-
-/* 0 fp32, 1 TF32, 2 bf16, 3 fp16 (conv_cudnn.c's codes) */
-static int prec(void)
-{
-    const ts_precision p = ts_nn_conv_precision();
-    return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
 }
 
 /* C (fp32, column-major m x n, ldc) = op(A) op(B) (+ C when beta is 1), A and
@@ -122,7 +106,7 @@ int ts_cuda_convt_gemm_forward(const ts_tensor *x, const ts_tensor *w, const ts_
     void *blas = NULL, *stream = NULL, *z = NULL;
     const void *xo = NULL, *wo = NULL;
     const tg g = sizes(x, w);
-    const int p = prec();
+    const int p = ts_cuda_prec_code();
     TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
     TS_TRY(operand(p, x->data, g.m * g.cin, TS_CUDA_SLOT_A, stream, &xo));
     TS_TRY(packed(&g, p, w->data, stream, &wo));
@@ -137,7 +121,7 @@ int ts_cuda_convt_gemm_backward(const ts_tensor *x, const ts_tensor *w, const ts
 {
     void *blas = NULL, *stream = NULL, *dz = NULL;
     const tg g = sizes(x, w);
-    const int p = prec(), taps = g.k * g.k * g.k;
+    const int p = ts_cuda_prec_code(), taps = g.k * g.k * g.k;
     if (!dx && !dw) return 0;
     TS_TRY(ts_cuda_nn_handles(NULL, &blas, &stream));
     TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_B, g.m * g.j * (p < 2 ? sizeof(float) : 2), &dz));
@@ -178,14 +162,7 @@ int ts_cuda_set_wgrad_gemm(int v, size_t chunk_bytes)
     return 0;
 }
 
-int ts_cuda_wgrad_gemm_on(void)
-{
-    if (wgrad_on < 0) {
-        const char *e = getenv("TESSERA_CUDA_WGRAD");
-        wgrad_on = e && !strcmp(e, "gemm");
-    }
-    return wgrad_on;
-}
+int ts_cuda_wgrad_gemm_on(void) { return ts_cuda_switch(&wgrad_on, "TESSERA_CUDA_WGRAD", "gemm"); }
 
 int ts_cuda_wgrad_gemm(int N, int C, const int in3[3], int K, const int out3[3], int k, int s, int p, const float *in,
                        const float *out, float *w)
@@ -193,7 +170,7 @@ int ts_cuda_wgrad_gemm(int N, int C, const int in3[3], int K, const int out3[3],
     void *blas = NULL, *stream = NULL, *col = NULL;
     const void *dyo = NULL;
     float *dwp = NULL;
-    const int pr = prec(), taps = k * k * k;
+    const int pr = ts_cuda_prec_code(), taps = k * k * k;
     const size_t elt = pr < 2 ? sizeof(float) : 2, kk = (size_t)taps * C;
     const size_t mo = (size_t)N * out3[0] * out3[1] * out3[2];
     if (kk == 0 || K <= 0 || mo == 0) return 0; /* nothing to add */

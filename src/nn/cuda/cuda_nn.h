@@ -91,6 +91,11 @@ enum { TS_CUDA_SLOT_WORKSPACE = 0, TS_CUDA_SLOT_W, TS_CUDA_SLOT_DW, TS_CUDA_SLOT
        TS_CUDA_SLOT_C, TS_CUDA_SLOT_D, TS_CUDA_SLOT_CAT, TS_CUDA_SLOT_CAT2,
        TS_CUDA_SLOT_SMALL, TS_CUDA_SLOT_SMALL2, TS_CUDA_SLOTS };
 int ts_cuda_scratch(int slot, size_t bytes, void **p);
+/* An opt-in path's switch: *state 0 off, 1 on, -1 not chosen yet: then on
+ * when the environment variable env equals on (read once, kept in *state) */
+int ts_cuda_switch(int *state, const char *env, const char *on);
+/* The convolutions' precision: 0 fp32, 1 TF32, 2 bf16, 3 fp16 */
+int ts_cuda_prec_code(void);
 /* "cuDNN 9.19.0, cuBLAS 13.1.0" (the libraries loaded at run time) */
 const char *ts_cuda_nn_versions(char *buf, size_t n);
 /* Releases the handles and the scratch (waits for queued work first); the
