@@ -69,19 +69,19 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
     const ts_norm_opts o = ts_unet_norm_opts(m);
     if (ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&xa->a[i], m->cfg.slope, g, g));
     {
-        ts_tensor gm = V(m, b->nw[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
+        ts_tensor gm = V(m, b->nw[i]), be = V(m, b->nb[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
         switch (m->cfg.norm) {
         case TS_NORM_BATCH:
-            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], train,
+            TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&xa->y[i], &xa->a[i], &gm, &be, &xa->smean[i], &xa->sinv[i], train,
                                                          &o, g, &xa->y[i], &dgm, &dbe));
             break;
         case TS_NORM_GROUP:
-            TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], &o, g,
+            TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&xa->y[i], &xa->a[i], &gm, &be, &xa->smean[i], &xa->sinv[i], &o, g,
                                                          &xa->y[i], &dgm, &dbe));
             break;
         case TS_NORM_INSTANCE:
-            TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&xa->y[i], &xa->a[i], &gm, &xa->smean[i], &xa->sinv[i], &o, g,
+            TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&xa->y[i], &xa->a[i], &gm, &be, &xa->smean[i], &xa->sinv[i], &o, g,
                                                             &xa->y[i], &dgm, &dbe));
             break;
         }
@@ -159,17 +159,17 @@ static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in
     ts_norm_opts o = ts_unet_norm_opts(m);
     o.relu = act && o.relu;
     if (act && ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&x->a, m->cfg.slope, g, g));
-    ts_tensor gm = V(m, p->nw), dgm = G(m, p->nw), dbe = G(m, p->nb);
+    ts_tensor gm = V(m, p->nw), be = V(m, p->nb), dgm = G(m, p->nw), dbe = G(m, p->nb);
     switch (m->cfg.norm) {
     case TS_NORM_BATCH:
-        TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, train, &o, g, &x->y, &dgm,
+        TIMED(m, TS_PROF_NORM, ts_batchnorm_backward(&x->y, &x->a, &gm, &be, &x->smean, &x->sinv, train, &o, g, &x->y, &dgm,
                                                      &dbe));
         break;
     case TS_NORM_GROUP:
-        TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, &o, g, &x->y, &dgm, &dbe));
+        TIMED(m, TS_PROF_NORM, ts_groupnorm_backward(&x->y, &x->a, &gm, &be, &x->smean, &x->sinv, &o, g, &x->y, &dgm, &dbe));
         break;
     case TS_NORM_INSTANCE:
-        TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&x->y, &x->a, &gm, &x->smean, &x->sinv, &o, g, &x->y, &dgm,
+        TIMED(m, TS_PROF_NORM, ts_instancenorm_backward(&x->y, &x->a, &gm, &be, &x->smean, &x->sinv, &o, g, &x->y, &dgm,
                                                         &dbe));
         break;
     }

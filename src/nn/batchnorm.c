@@ -115,9 +115,9 @@ cleanup:
     return err;
 }
 
-int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
-                          ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
+int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                          const ts_tensor *save_mean, const ts_tensor *save_invstd, int train, const ts_norm_opts *o,
+                          const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
 #ifdef TS_HAVE_CUDA
     if (x->device) return ts_cuda_batchnorm_backward(x, y, gamma, save_mean, save_invstd, train, o, dy, dx, dgamma, dbeta);
@@ -134,17 +134,19 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     TS_CHECK(vec_ok(dgamma, C, "batchnorm weight gradient"));
     TS_CHECK(vec_ok(dbeta, C, "batchnorm bias gradient"));
     if (dx) TS_CHECK(bn_shapes(x, dx, "input gradient"));
-    if (o->relu) {
-        if (!y) TS_FAIL(TS_ERR_ARG, "batchnorm backward: the fused ReLU needs the forward output");
-        TS_CHECK(bn_shapes(x, y, "forward output"));
-    }
-    const float *mask = o->relu ? y->data : NULL;
+    TS_CHECK(vec_ok(beta, C, "batchnorm bias"));
+    if (o->relu && !beta) TS_FAIL(TS_ERR_ARG, "batchnorm backward: the fused ReLU needs the bias (its mask is recomputed)");
     if (!gamma || !save_mean || !save_invstd) TS_FAIL(TS_ERR_ARG, "batchnorm backward: weight and saved statistics are required");
+    (void)y; /* the GPU engine's mask; here it is recomputed from x (layers.h) */
     s = TS_CALLOC((size_t)2 * C, sizeof(double));
-    k = TS_ALIGNED_ALLOC((size_t)3 * C * sizeof(float));
+    k = TS_ALIGNED_ALLOC((size_t)5 * C * sizeof(float));
     if (!s || !k) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
-    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, o->slope, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
+    /* the fused ReLU's mask: the forward's pre-activation, from its scale and shift (the same bits) */
+    float *msc = o->relu ? k + 3 * C : NULL, *msh = msc ? msc + C : NULL;
+    if (msc)
+        for (int c = 0; c < C; c++) affine_of(g[c], ((const float *)beta->data)[c], mean[c], inv[c], &msc[c], &msh[c]);
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, msc, msh, o->slope, mean, 1, M, C, s, s + C)); /* sum dy, sum dy (x - mean) */
     for (int c = 0; c < C; c++) {
         if (dgamma) ((float *)dgamma->data)[c] += (float)(s[C + c] * inv[c]);
         if (dbeta) ((float *)dbeta->data)[c] += (float)s[c];
@@ -176,7 +178,7 @@ int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 b[c] = kk[c] = 0.0f;
             }
         }
-        ts_nn_norm_dx(x->data, dy->data, mask, o->slope, mean, a, b, kk, 1, M, C, dx->data);
+        ts_nn_norm_dx(x->data, dy->data, msc, msh, o->slope, mean, a, b, kk, 1, M, C, dx->data);
     }
 cleanup:
     free(s);

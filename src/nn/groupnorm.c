@@ -23,6 +23,14 @@ typedef struct {
     size_t S;
 } gn_dims;
 
+/* the affine map of channel c in a group of mean m and inverse deviation iv:
+ * shared by the forward and the backward's recomputed ReLU mask (the same bits) */
+static void gn_affine(float g, float b, float m, float iv, float *scale, float *shift)
+{
+    *scale = g * iv;
+    *shift = b - m * g * iv;
+}
+
 static int gn_shapes(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *mean, const ts_tensor *inv,
                      int groups, const ts_tensor *y, const char *yname, gn_dims *d)
 {
@@ -76,10 +84,8 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
             const float iv = (float)(1.0 / sqrt(s[ng + j] + o->eps));
             mean[j] = (float)s[j];
             inv[j] = iv;
-            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++) {
-                scale[(size_t)n * d.C + c] = g[c] * iv;
-                shift[(size_t)n * d.C + c] = b[c] - mean[j] * g[c] * iv;
-            }
+            for (int c = gi * d.cg; c < (gi + 1) * d.cg; c++)
+                gn_affine(g[c], b[c], mean[j], iv, &scale[(size_t)n * d.C + c], &shift[(size_t)n * d.C + c]);
         }
     ts_nn_channel_affine(x->data, scale, shift, d.N, d.S, d.C, o->relu, o->slope, y->data);
 cleanup:
@@ -88,9 +94,9 @@ cleanup:
     return err;
 }
 
-int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
-                          ts_tensor *dgamma, ts_tensor *dbeta)
+int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                          const ts_tensor *save_mean, const ts_tensor *save_invstd, const ts_norm_opts *o,
+                          const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
 #ifdef TS_HAVE_CUDA
     if (x->device) return ts_cuda_groupnorm_backward(x, y, gamma, save_mean, save_invstd, o, dy, dx, dgamma, dbeta);
@@ -102,24 +108,34 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
     TS_CHECK(gn_shapes(x, gamma, save_mean, save_invstd, o->groups, dy, "output gradient", &d));
     if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
         TS_FAIL(TS_ERR_ARG, "groupnorm: input gradient must be float32 shaped like the input");
-    if (o->relu && (!y || !ts_tensor_f32(y) || !ts_tensor_same_shape(y, x)))
-        TS_FAIL(TS_ERR_ARG, "groupnorm backward: the fused ReLU needs the forward output");
-    const float *mask = o->relu ? y->data : NULL;
+    (void)y; /* the GPU engine's mask; here it is recomputed from x (layers.h) */
     {
         int64_t c = d.C;
+        if (beta) {
+            if (!ts_tensor_f32(beta)) TS_FAIL(TS_ERR_ARG, "groupnorm: bias must be float32");
+            TS_CHECK(ts_tensor_check_shape(beta, "groupnorm bias", 1, &c));
+        } else if (o->relu) {
+            TS_FAIL(TS_ERR_ARG, "groupnorm backward: the fused ReLU needs the bias (its mask is recomputed)");
+        }
         if (dgamma) TS_CHECK(ts_tensor_check_shape(dgamma, "groupnorm weight gradient", 1, &c));
         if (dbeta) TS_CHECK(ts_tensor_check_shape(dbeta, "groupnorm bias gradient", 1, &c));
     }
     const size_t nc = (size_t)d.N * d.C;
     if (o->sync && 2 * nc + 1 > INT_MAX) TS_FAIL(TS_ERR_UNSUPPORTED, "groupnorm: %zu statistics to synchronise", nc);
     s = TS_CALLOC(2 * nc + 1, sizeof(double));
-    t = TS_ALIGNED_ALLOC(4 * nc * sizeof(float));
+    t = TS_ALIGNED_ALLOC(6 * nc * sizeof(float));
     if (!s || !t) TS_FAIL(TS_ERR_NOMEM, "groupnorm backward");
     float *ctr = t, *a = t + nc, *b = t + 2 * nc, *k = t + 3 * nc;
+    /* the fused ReLU's mask: the forward's pre-activation, from its scale and shift (the same bits) */
+    float *msc = o->relu ? t + 4 * nc : NULL, *msh = msc ? msc + nc : NULL;
     const float *mean = save_mean->data, *inv = save_invstd->data, *g = gamma->data;
     for (int n = 0; n < d.N; n++)
-        for (int c = 0; c < d.C; c++) ctr[(size_t)n * d.C + c] = mean[n * d.G + c / d.cg];
-    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, mask, o->slope, ctr, d.N, d.S, d.C, s, s + nc));
+        for (int c = 0; c < d.C; c++) {
+            const size_t i = (size_t)n * d.C + c, j = (size_t)n * d.G + c / d.cg;
+            ctr[i] = mean[j];
+            if (msc) gn_affine(g[c], ((const float *)beta->data)[c], mean[j], inv[j], &msc[i], &msh[i]);
+        }
+    TS_CHECK(ts_nn_channel_grad_sums(x->data, dy->data, msc, msh, o->slope, ctr, d.N, d.S, d.C, s, s + nc));
     /* the weight and bias gradients from this rank's sums (its share) */
     for (int n = 0; n < d.N; n++)
         for (int c = 0; c < d.C; c++) {
@@ -152,7 +168,7 @@ int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tenso
                 k[i] = (float)(-iv * A / m);
             }
         }
-    ts_nn_norm_dx(x->data, dy->data, mask, o->slope, ctr, a, b, k, d.N, d.S, d.C, dx->data);
+    ts_nn_norm_dx(x->data, dy->data, msc, msh, o->slope, ctr, a, b, k, d.N, d.S, d.C, dx->data);
 cleanup:
     free(s);
     free(t);
@@ -167,11 +183,11 @@ int ts_instancenorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts
     return ts_groupnorm_forward(x, gamma, beta, &io, y, save_mean, save_invstd);
 }
 
-int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                             const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
-                             ts_tensor *dgamma, ts_tensor *dbeta)
+int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                             const ts_tensor *save_mean, const ts_tensor *save_invstd, const ts_norm_opts *o,
+                             const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
     ts_norm_opts io = *o;
     io.groups = (int)x->shape[x->ndim - 1];
-    return ts_groupnorm_backward(x, y, gamma, save_mean, save_invstd, &io, dy, dx, dgamma, dbeta);
+    return ts_groupnorm_backward(x, y, gamma, beta, save_mean, save_invstd, &io, dy, dx, dgamma, dbeta);
 }

@@ -233,9 +233,13 @@ typedef struct ts_norm_opts {
     float momentum; /* 0.1, batch norm only */
     int groups;     /* group norm only: groups dividing C */
     int relu;       /* 1: fused ReLU: forward writes max(0, norm(x)); backward
-                     * takes that output y and passes dy only where y > 0 */
+                     * passes dy only where y > 0 (on the CPU: where the
+                     * pre-activation t = x * scale + shift, recomputed
+                     * from x, gamma, beta and the saved statistics with
+                     * the forward's arithmetic, is > 0: the same voxels,
+                     * without reading y; the GPU engine reads y) */
     float slope;    /* with relu, > 0: a fused leaky ReLU instead: forward
-                     * t > 0 ? t : slope t, backward dy where y > 0, else
+                     * t > 0 ? t : slope t, backward dy where t > 0, else
                      * slope dy (relu.c's arithmetic: the same bits as the
                      * separate pass; the CPU only) */
     /* may be NULL: reduces n doubles (op TS_SYNC_SUM or TS_SYNC_MAX) over
@@ -256,28 +260,30 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
  * ts_batchnorm_forward's eval mode: for ts_conv_ep. */
 int ts_batchnorm_fold(const ts_tensor *gamma, const ts_tensor *beta, const ts_tensor *running_mean,
                       const ts_tensor *running_var, double eps, float *scale, float *shift);
-/* x is the forward input, y the forward output (used only with o->relu; may
- * be NULL otherwise); train selects the batch-statistics or the affine (eval)
- * backward. dx may alias dy or x. */
-int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, int train, const ts_norm_opts *o, const ts_tensor *dy,
-                          ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
+/* x is the forward input; with o->relu, beta (the forward's bias: the CPU
+ * recomputes the ReLU's mask from x, one pass over the activations less in
+ * each of the backward's two passes) and y the forward output (the GPU
+ * engine's mask); either may be NULL where not used. train selects the
+ * batch-statistics or the affine (eval) backward. dx may alias dy or x. */
+int ts_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                          const ts_tensor *save_mean, const ts_tensor *save_invstd, int train, const ts_norm_opts *o,
+                          const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
 
 /* ---- group norm (PyTorch GroupNorm): statistics per sample and group of
  * C/groups channels over D, H, W; affine per channel. save_* [N * groups].
  * Backward arguments as for batch norm. */
 int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
                          ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd);
-int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                          const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
-                          ts_tensor *dgamma, ts_tensor *dbeta);
+int ts_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                          const ts_tensor *save_mean, const ts_tensor *save_invstd, const ts_norm_opts *o,
+                          const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
 /* ---- instance norm = group norm with one channel per group (PyTorch
  * InstanceNorm3d(affine=True), statistics always from the input). */
 int ts_instancenorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, const ts_norm_opts *o,
                             ts_tensor *y, ts_tensor *save_mean, ts_tensor *save_invstd);
-int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *save_mean,
-                             const ts_tensor *save_invstd, const ts_norm_opts *o, const ts_tensor *dy, ts_tensor *dx,
-                             ts_tensor *dgamma, ts_tensor *dbeta);
+int ts_instancenorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_tensor *gamma, const ts_tensor *beta,
+                             const ts_tensor *save_mean, const ts_tensor *save_invstd, const ts_norm_opts *o,
+                             const ts_tensor *dy, ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta);
 
 /* ---- ReLU (slope 0) and leaky ReLU (slope > 0), any shape ----
  * y may be x (in place). Backward takes the forward output y (its sign is

@@ -34,20 +34,24 @@ static inline float masked1(float g, float m, float slope) { return ts_nn_relu_s
  * held in registers over the block's voxels, each channel summed in voxel
  * order as the scalar loop does (the same bits). */
 static inline __attribute__((always_inline)) void sums_run16(int mode, const float *xb, const float *gb,
-                                                             const float *mb, float slope, const float *ce, size_t nv,
-                                                             int C, int c0, const int NV, float *a1, float *a2)
+                                                             const float *msc, const float *msh, float slope,
+                                                             const float *ce, size_t nv, int C, int c0, const int NV,
+                                                             float *a1, float *a2)
 {
-    v16 s1[4], s2[4], k[4];
-    for (int j = 0; j < NV; j++) s1[j] = s2[j] = (v16){0}, k[j] = ld16(ce + c0 + 16 * j);
+    v16 s1[4], s2[4], k[4], ma[4], mb[4];
+    for (int j = 0; j < NV; j++) {
+        s1[j] = s2[j] = ma[j] = mb[j] = (v16){0}, k[j] = ld16(ce + c0 + 16 * j);
+        if (msc) ma[j] = ld16(msc + c0 + 16 * j), mb[j] = ld16(msh + c0 + 16 * j);
+    }
     for (size_t v = 0; v < nv; v++) {
         const size_t e = v * C + c0;
         for (int j = 0; j < NV; j++) {
-            const v16 d = ld16(xb + e + 16 * j) - k[j];
+            const v16 xv = ld16(xb + e + 16 * j), d = xv - k[j];
             if (mode == 0) {
                 s1[j] += d;
                 s2[j] += d * d;
             } else {
-                const v16 g = mb ? masked(ld16(gb + e + 16 * j), ld16(mb + e + 16 * j), slope) : ld16(gb + e + 16 * j);
+                const v16 g = msc ? masked(ld16(gb + e + 16 * j), ts_nn_pre16(xv, ma[j], mb[j]), slope) : ld16(gb + e + 16 * j);
                 s1[j] += g;
                 s2[j] += g * d;
             }
@@ -56,15 +60,15 @@ static inline __attribute__((always_inline)) void sums_run16(int mode, const flo
     for (int j = 0; j < NV; j++) st16(a1 + c0 + 16 * j, s1[j]), st16(a2 + c0 + 16 * j, s2[j]);
 }
 
-static void sums_block16(int mode, const float *xb, const float *gb, const float *mb, float slope, const float *ce,
-                         size_t nv, int C, float *a1, float *a2)
+static void sums_block16(int mode, const float *xb, const float *gb, const float *msc, const float *msh, float slope,
+                         const float *ce, size_t nv, int C, float *a1, float *a2)
 {
     for (int c0 = 0; c0 < C; c0 += 64) {
         const int left = (C - c0) / 16;
-        if (left >= 4) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 4, a1, a2);
-        else if (left == 3) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 3, a1, a2);
-        else if (left == 2) sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 2, a1, a2);
-        else sums_run16(mode, xb, gb, mb, slope, ce, nv, C, c0, 1, a1, a2);
+        if (left >= 4) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 4, a1, a2);
+        else if (left == 3) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);
+        else if (left == 2) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);
+        else sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);
     }
 }
 
@@ -87,8 +91,8 @@ static int tid(void)
 }
 
 /* mode 0: moments of x around K; mode 1: gradient sums */
-static int sums(int mode, const float *x, const float *dy, const float *mask, float slope, const float *ctr, int N,
-                size_t S, int C, double *s1, double *s2)
+static int sums(int mode, const float *x, const float *dy, const float *msc, const float *msh, float slope,
+                const float *ctr, int N, size_t S, int C, double *s1, double *s2)
 {
     const size_t nblk = (S + BLOCK - 1) / BLOCK, nsup = (nblk + SUPER - 1) / SUPER, items = (size_t)N * nsup;
     double *part = TS_CALLOC(items * 2 * C, sizeof(double));
@@ -106,11 +110,12 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, fl
             const int n = (int)(it / nsup);
             double *p1 = part + it * 2 * C, *p2 = p1 + C;
             const float *ce = ctr + (size_t)n * C;
+            const float *sc = msc ? msc + (size_t)n * C : NULL, *sh = msc ? msh + (size_t)n * C : NULL;
             for (size_t blk = it % nsup * SUPER; blk < nblk && blk < (it % nsup + 1) * SUPER; blk++) {
                 const size_t v0 = blk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0, o = ((size_t)n * S + v0) * C;
                 const float *xb = x + o;
                 if (C % 16 == 0) {
-                    sums_block16(mode, xb, dy ? dy + o : NULL, mask ? mask + o : NULL, slope, ce, nv, C, a1, a2);
+                    sums_block16(mode, xb, dy ? dy + o : NULL, sc, sh, slope, ce, nv, C, a1, a2);
                     for (int c = 0; c < C; c++) {
                         p1[c] += a1[c];
                         p2[c] += a2[c];
@@ -126,7 +131,7 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, fl
                             a1[c] += d;
                             a2[c] += d * d;
                         }
-                } else if (!mask) {
+                } else if (!sc) {
                     const float *gb = dy + o;
                     for (size_t v = 0; v < nv; v++)
                         for (int c = 0; c < C; c++) {
@@ -135,10 +140,10 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, fl
                             a2[c] += g * (xb[v * C + c] - ce[c]);
                         }
                 } else {
-                    const float *gb = dy + o, *mb = mask + o;
+                    const float *gb = dy + o;
                     for (size_t v = 0; v < nv; v++)
                         for (int c = 0; c < C; c++) {
-                            const float g = masked1(gb[v * C + c], mb[v * C + c], slope);
+                            const float g = masked1(gb[v * C + c], ts_nn_pre1(xb[v * C + c], sc[c], sh[c]), slope);
                             a1[c] += g;
                             a2[c] += g * (xb[v * C + c] - ce[c]);
                         }
@@ -167,13 +172,13 @@ static int sums(int mode, const float *x, const float *dy, const float *mask, fl
 
 int ts_nn_channel_moments(const float *x, const float *K, int N, size_t S, int C, double *s1, double *s2)
 {
-    return sums(0, x, NULL, NULL, 0.0f, K, N, S, C, s1, s2);
+    return sums(0, x, NULL, NULL, NULL, 0.0f, K, N, S, C, s1, s2);
 }
 
-int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, float slope, const float *center, int N,
-                            size_t S, int C, double *s1, double *s2)
+int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *msc, const float *msh, float slope,
+                            const float *center, int N, size_t S, int C, double *s1, double *s2)
 {
-    return sums(1, x, dy, mask, slope, center, N, S, C, s1, s2);
+    return sums(1, x, dy, msc, msh, slope, center, N, S, C, s1, s2);
 }
 
 void ts_nn_channel_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
@@ -189,8 +194,8 @@ void ts_nn_channel_affine(const float *x, const float *scale, const float *shift
     }
 }
 
-void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *center, const float *a,
-                   const float *b, const float *k, int N, size_t S, int C, float *dx)
+void ts_nn_norm_dx(const float *x, const float *dy, const float *msc, const float *msh, float slope, const float *center,
+                   const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx)
 {
     const size_t nblk = (S + BLOCK - 1) / BLOCK;
 #pragma omp parallel for schedule(dynamic, 8)
@@ -199,24 +204,24 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slo
         const size_t v0 = it % nblk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0;
         const size_t o = (size_t)n * C, e = ((size_t)n * S + v0) * C;
         const float *xb = x + e, *gb = dy + e;
+        const float *sc = msc ? msc + o : NULL, *sh = msc ? msh + o : NULL;
         float *db = dx + e;
         if (C % 16 == 0) { /* 16 channels a vector, the scalar expression (the same bits) */
-            const float *mb = mask ? mask + e : NULL;
             for (size_t v = 0; v < nv; v++)
                 for (int c = 0; c < C; c += 16) {
                     const size_t i = v * C + c;
-                    const v16 g = mb ? masked(ld16(gb + i), ld16(mb + i), slope) : ld16(gb + i);
-                    st16(db + i, g * ld16(a + o + c) + (ld16(xb + i) - ld16(center + o + c)) * ld16(b + o + c) +
-                                     ld16(k + o + c));
+                    const v16 xv = ld16(xb + i);
+                    const v16 g = sc ? masked(ld16(gb + i), ts_nn_pre16(xv, ld16(sc + c), ld16(sh + c)), slope) : ld16(gb + i);
+                    st16(db + i, g * ld16(a + o + c) + (xv - ld16(center + o + c)) * ld16(b + o + c) + ld16(k + o + c));
                 }
             continue;
         }
-        if (mask) {
-            const float *mb = mask + e;
+        if (sc) {
             for (size_t v = 0; v < nv; v++)
                 for (int c = 0; c < C; c++) {
-                    const float g = masked1(gb[v * C + c], mb[v * C + c], slope);
-                    db[v * C + c] = g * a[o + c] + (xb[v * C + c] - center[o + c]) * b[o + c] + k[o + c];
+                    const float xv = xb[v * C + c];
+                    const float g = masked1(gb[v * C + c], ts_nn_pre1(xv, sc[c], sh[c]), slope);
+                    db[v * C + c] = g * a[o + c] + (xv - center[o + c]) * b[o + c] + k[o + c];
                 }
         } else {
             for (size_t v = 0; v < nv; v++)

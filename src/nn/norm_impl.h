@@ -2,9 +2,12 @@
  * on channels-last data x [N][S][C] (S voxels per sample). Sums are taken in
  * float over blocks of voxels and in double across blocks, per work item in
  * a fixed order (results do not depend on the schedule or thread count).
- * mask, where taken, is the output of a fused ReLU: dy counts where mask > 0,
- * elsewhere 0 (slope 0: ReLU) or slope dy (slope > 0: leaky ReLU, the
- * arithmetic of relu.c's backward, so the bits equal the two passes'). */
+ * A fused ReLU's mask, where taken, is the forward's pre-activation t =
+ * x * msc[n][c] + msh[n][c] (the forward's scale and shift, the arithmetic
+ * of ts_nn_affine_run: the same bits, so t > 0 exactly where the forward's
+ * output y > 0), recomputed from x instead of read from y: dy counts where
+ * t > 0, elsewhere 0 (slope 0: ReLU) or slope dy (slope > 0: leaky ReLU,
+ * the arithmetic of relu.c's backward, so the bits equal the two passes'). */
 #ifndef TS_NN_NORM_IMPL_H
 #define TS_NN_NORM_IMPL_H
 
@@ -31,9 +34,9 @@ int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_no
                       double *count);
 
 /* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy where
- * there is no mask or mask > 0, else 0 (slope 0) or slope dy. */
-int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *mask, float slope, const float *center, int N,
-                            size_t S, int C, double *s1, double *s2);
+ * there is no mask (msc NULL) or t > 0, else 0 (slope 0) or slope dy. */
+int ts_nn_channel_grad_sums(const float *x, const float *dy, const float *msc, const float *msh, float slope,
+                            const float *center, int N, size_t S, int C, double *s1, double *s2);
 /* y[n][s][c] = x * scale[n][c] + shift[n][c], then if relu max(0, .)
  * (slope 0) or t > 0 ? t : slope t (leaky; relu.c's arithmetic) (y may be x). */
 void ts_nn_channel_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
@@ -69,6 +72,11 @@ static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_relu_sel(ts_nn_v16 
 }
 static inline float ts_nn_relu_sel1(float m, float v, float slope) { return m > 0.0f ? v : slope == 0.0f ? 0.0f : slope * v; }
 
+/* the affine map's pre-activation x * a + b: one expression for the forward
+ * (ts_nn_affine_run*) and the backward's recomputed mask (the same bits) */
+static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_pre16(ts_nn_v16 x, ts_nn_v16 a, ts_nn_v16 b) { return x * a + b; }
+static inline float ts_nn_pre1(float x, float a, float b) { return x * a + b; }
+
 /* the activation of 16 values (relu 0: none) and of one */
 static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_act16(ts_nn_v16 t, int relu, float slope)
 {
@@ -84,8 +92,8 @@ static inline void ts_nn_affine_run16(const float *xb, const float *a, const flo
     memcpy(&va, a, sizeof va);
     memcpy(&vb, b, sizeof vb);
     size_t i = 0;
-    for (; i + 16 <= ne; i += 16) *(v16u *)(yb + i) = ts_nn_act16(*(const v16u *)(xb + i) * va + vb, relu, slope);
-    for (; i < ne; i++) yb[i] = ts_nn_act1(xb[i] * a[i % 16] + b[i % 16], relu, slope);
+    for (; i + 16 <= ne; i += 16) *(v16u *)(yb + i) = ts_nn_act16(ts_nn_pre16(*(const v16u *)(xb + i), va, vb), relu, slope);
+    for (; i < ne; i++) yb[i] = ts_nn_act1(ts_nn_pre1(xb[i], a[i % 16], b[i % 16]), relu, slope);
 }
 
 /* ... on nv voxels of C channels from x to y (y may be x) with one
@@ -102,18 +110,18 @@ static inline void ts_nn_affine_run(const float *xb, const float *sc, const floa
         for (size_t v = 0; v < nv; v++)
             for (int c = 0; c < C; c += 16)
                 *(v16u *)(yb + v * C + c) = ts_nn_act16(
-                    *(const v16u *)(xb + v * C + c) * *(const v16u *)(sc + c) + *(const v16u *)(sh + c), relu, slope);
+                    ts_nn_pre16(*(const v16u *)(xb + v * C + c), *(const v16u *)(sc + c), *(const v16u *)(sh + c)), relu, slope);
     } else if (relu) {
         for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < C; c++) yb[v * C + c] = ts_nn_act1(xb[v * C + c] * sc[c] + sh[c], 1, slope);
+            for (int c = 0; c < C; c++) yb[v * C + c] = ts_nn_act1(ts_nn_pre1(xb[v * C + c], sc[c], sh[c]), 1, slope);
     } else {
         for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < C; c++) yb[v * C + c] = xb[v * C + c] * sc[c] + sh[c];
+            for (int c = 0; c < C; c++) yb[v * C + c] = ts_nn_pre1(xb[v * C + c], sc[c], sh[c]);
     }
 }
 #pragma GCC diagnostic pop
 /* dx[n][s][c] = dy' * a[n][c] + (x - center[n][c]) * b[n][c] + k[n][c] with dy' as above
  * (the shape of every norm's input gradient; dx may alias dy or x). */
-void ts_nn_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *center, const float *a,
-                   const float *b, const float *k, int N, size_t S, int C, float *dx);
+void ts_nn_norm_dx(const float *x, const float *dy, const float *msc, const float *msh, float slope, const float *center,
+                   const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx);
 #endif

@@ -867,7 +867,7 @@ static int bn_f(fd_case *c, ts_tensor *y)
 static int bn_b(fd_case *c, const ts_tensor *dy)
 {
     ts_norm_opts o = nopt(0, c->k);
-    return ts_batchnorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], c->train, &o, dy, c->grad[0], c->grad[1],
+    return ts_batchnorm_backward(c->in[0], &c->y, c->in[1], c->in[2], c->t[0], c->t[1], c->train, &o, dy, c->grad[0], c->grad[1],
                                  c->grad[2]);
 }
 static int gn_f(fd_case *c, ts_tensor *y)
@@ -879,9 +879,9 @@ static int gn_f(fd_case *c, ts_tensor *y)
 static int gn_b(fd_case *c, const ts_tensor *dy)
 {
     ts_norm_opts o = nopt(c->groups, c->k);
-    return c->groups ? ts_groupnorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1],
+    return c->groups ? ts_groupnorm_backward(c->in[0], &c->y, c->in[1], c->in[2], c->t[0], c->t[1], &o, dy, c->grad[0], c->grad[1],
                                              c->grad[2])
-                     : ts_instancenorm_backward(c->in[0], &c->y, c->in[1], c->t[0], c->t[1], &o, dy, c->grad[0],
+                     : ts_instancenorm_backward(c->in[0], &c->y, c->in[1], c->in[2], c->t[0], c->t[1], &o, dy, c->grad[0],
                                                 c->grad[1], c->grad[2]);
 }
 /* relu: norm with the fused ReLU (fd_check runs the forward before backward, so c->y holds the output) */
@@ -907,8 +907,8 @@ static int gn_any(int fwd, int groups, const ts_tensor *x, const ts_tensor *g, c
 {
     if (fwd)
         return groups ? ts_groupnorm_forward(x, g, b, o, y, sm, si) : ts_instancenorm_forward(x, g, b, o, y, sm, si);
-    return groups ? ts_groupnorm_backward(x, yb, g, sm, si, o, dy, dx, dg, db)
-                  : ts_instancenorm_backward(x, yb, g, sm, si, o, dy, dx, dg, db);
+    return groups ? ts_groupnorm_backward(x, yb, g, b, sm, si, o, dy, dx, dg, db)
+                  : ts_instancenorm_backward(x, yb, g, b, sm, si, o, dy, dx, dg, db);
 }
 
 /* The fused norm + ReLU (slope 0) or leaky ReLU (slope > 0) against the
@@ -932,14 +932,14 @@ static void fused_norm(const char *what, int kind, int train, int groups, int64_
     /* fused */
     if (kind == 0) {
         rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &fused, &y1, &sm, &si);
-        rc |= ts_batchnorm_backward(&x, &y1, &g, &sm, &si, train, &fused, &dy, &dx1, &gg1, &gb1);
+        rc |= ts_batchnorm_backward(&x, NULL, &g, &b, &sm, &si, train, &fused, &dy, &dx1, &gg1, &gb1);
         rc |= ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &plain, &y2, &sm, &si);
         rc |= ts_relu_forward(&y2, slope, &y2);
         rc |= ts_relu_backward(&y2, slope, &dy, &dm);
-        rc |= ts_batchnorm_backward(&x, NULL, &g, &sm, &si, train, &plain, &dm, &dx2, &gg2, &gb2);
+        rc |= ts_batchnorm_backward(&x, NULL, &g, NULL, &sm, &si, train, &plain, &dm, &dx2, &gg2, &gb2);
     } else {
         rc |= gn_any(1, groups, &x, &g, &b, NULL, &fused, &y1, &sm, &si, NULL, NULL, NULL, NULL);
-        rc |= gn_any(0, groups, &x, &g, &b, &y1, &fused, NULL, &sm, &si, &dy, &dx1, &gg1, &gb1);
+        rc |= gn_any(0, groups, &x, &g, &b, NULL, &fused, NULL, &sm, &si, &dy, &dx1, &gg1, &gb1);
         rc |= gn_any(1, groups, &x, &g, &b, NULL, &plain, &y2, &sm, &si, NULL, NULL, NULL, NULL);
         rc |= ts_relu_forward(&y2, slope, &y2);
         rc |= ts_relu_backward(&y2, slope, &dy, &dm);
@@ -964,6 +964,12 @@ static void fused_norm(const char *what, int kind, int train, int groups, int64_
           "%s, C = %lld, fused %s (slope %g) = the separate passes, forward and backward: %lld values differ "
           "(max rel diff %.2e; %lld negative outputs)",
           what, (long long)C, slope > 0 ? "leaky ReLU" : "ReLU", (double)slope, (long long)differ, e, (long long)neg);
+    /* the backward above had no forward output (the mask is recomputed from x and the bias); without the bias it
+     * is refused with a message that names it */
+    const int eb = kind == 0 ? ts_batchnorm_backward(&x, &y1, &g, NULL, &sm, &si, train, &fused, &dy, &dx1, &gg1, &gb1)
+                             : gn_any(0, groups, &x, &g, NULL, &y1, &fused, NULL, &sm, &si, &dy, &dx1, &gg1, &gb1);
+    ts_ok(eb != 0 && strstr(ts_err_message(), "bias") != NULL, "%s, C = %lld: fused backward without the bias refused (%s)",
+          what, (long long)C, eb ? ts_err_message() : "accepted");
     ts_tensor *all[] = {&x, &g, &b, &dy, &y1, &y2, &dx1, &dx2, &dm, &gg1, &gb1, &gg2, &gb2, &sm, &si, &rm, &rv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
@@ -1161,10 +1167,10 @@ static void test_norm_channels(void)
             int rc = 0;
             if (kind == 0) {
                 rc |= ts_batchnorm_forward(&x, &g, &b, NULL, NULL, 1, &o, &y, &m, &iv);
-                rc |= ts_batchnorm_backward(&x, &y, &g, &m, &iv, 1, &o, &dy, &dx, &dg, &db);
+                rc |= ts_batchnorm_backward(&x, &y, &g, &b, &m, &iv, 1, &o, &dy, &dx, &dg, &db);
             } else {
                 rc |= ts_instancenorm_forward(&x, &g, &b, &o, &y, &m, &iv);
-                rc |= ts_instancenorm_backward(&x, &y, &g, &m, &iv, &o, &dy, &dx, &dg, &db);
+                rc |= ts_instancenorm_backward(&x, &y, &g, &b, &m, &iv, &o, &dy, &dx, &dg, &db);
             }
             int64_t differ = 0, nonzero = 0;
             for (int c = 0; c < C; c++) {
@@ -1177,10 +1183,10 @@ static void test_norm_channels(void)
                 ((float *)b1.data)[0] = ((float *)b.data)[c];
                 if (kind == 0) {
                     rc |= ts_batchnorm_forward(&x1, &g1, &b1, NULL, NULL, 1, &o, &y1, &m1, &i1);
-                    rc |= ts_batchnorm_backward(&x1, &y1, &g1, &m1, &i1, 1, &o, &d1, &dx1, &dg1, &db1);
+                    rc |= ts_batchnorm_backward(&x1, &y1, &g1, &b1, &m1, &i1, 1, &o, &d1, &dx1, &dg1, &db1);
                 } else {
                     rc |= ts_instancenorm_forward(&x1, &g1, &b1, &o, &y1, &m1, &i1);
-                    rc |= ts_instancenorm_backward(&x1, &y1, &g1, &m1, &i1, &o, &d1, &dx1, &dg1, &db1);
+                    rc |= ts_instancenorm_backward(&x1, &y1, &g1, &b1, &m1, &i1, &o, &d1, &dx1, &dg1, &db1);
                 }
                 const float *Y = y.data, *DX = dx.data, *y1p = y1.data, *dx1p = dx1.data;
                 for (int64_t v = 0; v < V; v++) {

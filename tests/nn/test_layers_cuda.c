@@ -236,19 +236,19 @@ static void test_norm(int kind, int relu)
     if (kind <= 1) {
         const int train = kind == 0;
         e1 = ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &o, &y, &sm, &si) ||
-             ts_batchnorm_backward(&x, &y, &g, &sm, &si, train, &o, &dy, &dx, &dg, &db);
+             ts_batchnorm_backward(&x, &y, &g, &b, &sm, &si, train, &o, &dy, &dx, &dg, &db);
         e2 = ts_batchnorm_forward(&gx, &gg, &gb, &grm, &grv, train, &o, &gy, &gsm, &gsi) ||
-             ts_batchnorm_backward(&gx, &gy, &gg, &gsm, &gsi, train, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
+             ts_batchnorm_backward(&gx, &gy, &gg, &gb, &gsm, &gsi, train, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
     } else if (kind == 2) {
         e1 = ts_groupnorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
-             ts_groupnorm_backward(&x, &y, &g, &sm, &si, &o, &dy, &dx, &dg, &db);
+             ts_groupnorm_backward(&x, &y, &g, &b, &sm, &si, &o, &dy, &dx, &dg, &db);
         e2 = ts_groupnorm_forward(&gx, &gg, &gb, &o, &gy, &gsm, &gsi) ||
-             ts_groupnorm_backward(&gx, &gy, &gg, &gsm, &gsi, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
+             ts_groupnorm_backward(&gx, &gy, &gg, &gb, &gsm, &gsi, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
     } else {
         e1 = ts_instancenorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
-             ts_instancenorm_backward(&x, &y, &g, &sm, &si, &o, &dy, &dx, &dg, &db);
+             ts_instancenorm_backward(&x, &y, &g, &b, &sm, &si, &o, &dy, &dx, &dg, &db);
         e2 = ts_instancenorm_forward(&gx, &gg, &gb, &o, &gy, &gsm, &gsi) ||
-             ts_instancenorm_backward(&gx, &gy, &gg, &gsm, &gsi, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
+             ts_instancenorm_backward(&gx, &gy, &gg, &gb, &gsm, &gsi, &o, &gdy, &gdx, &gdg, &gdb) || ts_device_sync();
     }
     if (ts_ok(!e1 && !e2, "%s ran (%s)", what, e1 || e2 ? ts_err_message() : "ok")) {
         char t[160];

@@ -465,8 +465,8 @@ static void *norm_rank_run(void *p)
     r->err = r->groups ? ts_groupnorm_forward(&r->x, r->gamma, r->beta, &o, &r->y, &r->sm, &r->si)
                        : ts_instancenorm_forward(&r->x, r->gamma, r->beta, &o, &r->y, &r->sm, &r->si);
     if (!r->err)
-        r->err = r->groups ? ts_groupnorm_backward(&r->x, &r->y, r->gamma, &r->sm, &r->si, &o, &r->dy, &r->dx, &r->dg, &r->db)
-                           : ts_instancenorm_backward(&r->x, &r->y, r->gamma, &r->sm, &r->si, &o, &r->dy, &r->dx, &r->dg, &r->db);
+        r->err = r->groups ? ts_groupnorm_backward(&r->x, &r->y, r->gamma, r->beta, &r->sm, &r->si, &o, &r->dy, &r->dx, &r->dg, &r->db)
+                           : ts_instancenorm_backward(&r->x, &r->y, r->gamma, r->beta, &r->sm, &r->si, &o, &r->dy, &r->dx, &r->dg, &r->db);
     snprintf(r->msg, sizeof r->msg, "%s", r->err ? ts_err_message() : "");
     return NULL;
 }
