@@ -223,7 +223,7 @@ int ts_unet_cost_of(const ts_unet_cfg *u, int n, const int64_t dhw[3], const int
     c->act_elems += scratch_in + 2 * scratch_y + scratch_r + 2 * scratch_s;
     for (int k = 0; k < TS_PROF_COUNT; k++) w[k] += rw[k];
     /* the memory-bound kinds' bytes per element of work (cost.h); the convolutions' recomputed bytes */
-    static const double per[TS_PROF_COUNT] = {[TS_PROF_NORM] = 18, [TS_PROF_POOL] = 5, [TS_PROF_LOSS] = 12,
+    static const double per[TS_PROF_COUNT] = {[TS_PROF_NORM] = 16, [TS_PROF_POOL] = 5, [TS_PROF_LOSS] = 12,
                                               [TS_PROF_HALO] = 8, [TS_PROF_OTHER] = 8};
     for (int k = 0; k < TS_PROF_COUNT; k++) c->bytes[k] += rb[k] + per[k] * w[k];
     return 0;

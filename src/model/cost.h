@@ -19,12 +19,13 @@ typedef struct ts_unet_cost {
     /* bytes each kind moves, an estimate for the roofline of `bench step
      * --profile`: a convolution reads its two operands and writes its
      * result once (input, weights, output; float32); the memory-bound
-     * kinds per element of work: norm 18 (forward: three reads, one
-     * write: the exact statistics' two passes and the affine map;
-     * backward: four reads, one write: the gradient sums and the input
-     * gradient, each reading x and dy, a fused ReLU's mask recomputed
-     * from x; per forward and backward element pair), pool 5, loss 12,
-     * other 8 (a read and a write), halo 8 (pack and unpack) */
+     * kinds per element of work: norm 16 (forward: two reads, one
+     * write: the exact statistics' integer sums and the affine map, the
+     * largest |x| taken in the conv's epilogue; backward: four reads,
+     * one write: the gradient sums and the input gradient, each reading
+     * x and dy, a fused ReLU's mask recomputed from x; per forward and
+     * backward element pair), pool 5, loss 12, other 8 (a read and a
+     * write), halo 8 (pack and unpack) */
     double bytes[TS_PROF_COUNT];
     double flops_forward;   /* all convolutions, transposed ones included */
     double flops_backward;  /* their weight and input gradients */

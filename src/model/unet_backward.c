@@ -250,8 +250,11 @@ static int recompute_block(ts_unet *m, slot *s, int enc, int l, int train)
         ts_tensor w = V(m, b->cw[0]), bias = V(m, b->cb[0]);
         TS_TRY(ts_unet_block_input(m, s, enc, l));
         const ts_tensor *in = enc ? (l ? &s->pool[l] : &s->x) : &s->up[l];
-        TS_TRY(ts_unet_conv3_forward(m, &x->xh[0], in, enc ? NULL : act(m, s, l), &w, &bias, NULL, &x->y[0]));
-        if (here(m, U_B(m, b, 1))) TS_TRY(ts_unet_norm_forward(m, b, x, 0, train, 1));
+        float am[TS_UNET_AMAX];
+        const ts_conv_ep ep = {NULL, NULL, TS_EP_NONE, 0.0f, am};
+        const int fuse = here(m, U_B(m, b, 1)) && ts_unet_amax_fits(m, in, w.shape[0], am);
+        TS_TRY(ts_unet_conv3_forward(m, &x->xh[0], in, enc ? NULL : act(m, s, l), &w, &bias, fuse ? &ep : NULL, &x->y[0]));
+        if (here(m, U_B(m, b, 1))) TS_TRY(ts_unet_norm_forward(m, b, x, 0, train, 1, fuse ? am : NULL));
     }
     if (here(m, U_B(m, b, 1))) {
         ts_tensor w = V(m, b->cw[1]), bias = V(m, b->cb[1]);

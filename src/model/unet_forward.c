@@ -16,7 +16,7 @@ ts_norm_opts ts_unet_norm_opts(const ts_unet *m)
 {
     const int leaky = m->cfg.act == TS_ACT_LEAKY && !m->device;
     ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, m->cfg.act == TS_ACT_RELU || leaky,
-                      leaky ? m->cfg.slope : 0.0f, NULL, NULL};
+                      leaky ? m->cfg.slope : 0.0f, NULL, NULL, NULL};
     if (m->cfg.norm == TS_NORM_BATCH && m->norm_sync) {
         o.sync = m->norm_sync;
         o.sync_ctx = m->norm_ctx;
@@ -52,6 +52,17 @@ int ts_unet_halo_wait(ts_unet *m)
     return rc;
 }
 
+/* Whether a conv of C output channels on in takes the maxima of its
+ * output for the norm after it in its epilogue (ts_conv_ep.amax: host
+ * tensors, at most TS_UNET_AMAX values), and if so am zeroed for them */
+int ts_unet_amax_fits(const ts_unet *m, const ts_tensor *in, int64_t C, float *am)
+{
+    const int64_t n = in->shape[0] * C;
+    if (m->device || n > TS_UNET_AMAX) return 0;
+    memset(am, 0, (size_t)n * sizeof(float));
+    return 1;
+}
+
 /* a 3x3x3 conv of the block (on [in, in2] when in2): with a split, the
  * interior while the halo travels, then the border */
 int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
@@ -84,9 +95,10 @@ int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_
 /* norm i of a block and its ReLU: a[i] from y[i]. again = 1: the
  * recomputation in backward of a checkpointed level, which leaves batch
  * norm's running statistics and counter as the forward left them */
-int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again)
+int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again, const float *amax)
 {
-    const ts_norm_opts o = ts_unet_norm_opts(m);
+    ts_norm_opts o = ts_unet_norm_opts(m);
+    o.amax = amax;
     {
         ts_tensor g = V(m, b->nw[i]), be = V(m, b->nb[i]);
         switch (m->cfg.norm) {
@@ -279,11 +291,14 @@ static int half_forward(ts_unet *m, const block *b, bacts *x, int i, const ts_te
         float ss[2 * FOLD_MAX_C];
         ts_tensor g = V(m, b->nw[i]), be = V(m, b->nb[i]), rm = V(m, b->rm[i]), rv = V(m, b->rv[i]);
         TS_TRY(ts_batchnorm_fold(&g, &be, &rm, &rv, m->cfg.eps, ss, ss + C));
-        const ts_conv_ep ep = {ss, ss + C, m->cfg.act == TS_ACT_LEAKY ? TS_EP_LEAKY : TS_EP_RELU, m->cfg.slope};
+        const ts_conv_ep ep = {ss, ss + C, m->cfg.act == TS_ACT_LEAKY ? TS_EP_LEAKY : TS_EP_RELU, m->cfg.slope, NULL};
         return ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, &ep, &x->a[i]);
     }
-    TS_TRY(ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, NULL, &x->y[i]));
-    return ts_unet_norm_forward(m, b, x, i, train, 0);
+    float am[TS_UNET_AMAX];
+    const ts_conv_ep ep = {NULL, NULL, TS_EP_NONE, 0.0f, am};
+    const int fuse = ts_unet_amax_fits(m, in, C, am);
+    TS_TRY(ts_unet_conv3_forward(m, &x->xh[i], in, in2, &w, &bias, fuse ? &ep : NULL, &x->y[i]));
+    return ts_unet_norm_forward(m, b, x, i, train, 0, fuse ? am : NULL);
 }
 
 /* the input of enc l's first conv below level 0 (the max-pool of the level

@@ -219,7 +219,10 @@ int ts_unet_halo_start(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const
 int ts_unet_halo_wait(ts_unet *m);
 int ts_unet_conv3_forward(ts_unet *m, ts_halo *h, const ts_tensor *in, const ts_tensor *in2, const ts_tensor *w,
                           const ts_tensor *bias, const ts_conv_ep *ep, ts_tensor *y);
-int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again);
+/* amax: NULL, or the conv output's maxima from the conv's epilogue (ts_unet_amax_fits) */
+int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train, int again, const float *amax);
+#define TS_UNET_AMAX 4096 /* the most (sample, channel) maxima a conv's epilogue takes for its norm */
+int ts_unet_amax_fits(const ts_unet *m, const ts_tensor *in, int64_t C, float *am);
 void ts_unet_halo_grow(const ts_tensor *x, const ts_halo *h, int hi, ts_tensor *out);
 ts_tensor ts_unet_grown(const ts_tensor *t, const ts_tensor *x, int64_t C);
 int ts_unet_cn_conv_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in);

@@ -87,7 +87,15 @@ int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     double Mt = (double)M; /* values per channel over the ranks that share the statistics */
     if (train) {
         /* mean and variance per channel over the ranks that share them (norm_impl.h) */
-        TS_CHECK(ts_nn_exact_stats(x->data, 1, M, C, C, o, s, s + C, s + 2 * C));
+        if (o->amax) { /* the epilogue's per-sample maxima, over the batch */
+            const int64_t ns = x->shape[0];
+            for (int c = 0; c < C; c++) {
+                float m = 0.0f;
+                for (int64_t n = 0; n < ns; n++) m = fmaxf(m, o->amax[n * C + c]);
+                sc[c] = m;
+            }
+        }
+        TS_CHECK(ts_nn_exact_stats(x->data, o->amax ? sc : NULL, 1, M, C, C, o, s, s + C, s + 2 * C));
         Mt = s[2 * C];
         if (o->sync && Mt < 2) TS_FAIL(TS_ERR_ARG, "batchnorm: training needs more than one value per channel (the group has %.0f)", Mt);
         for (int c = 0; c < C; c++) {

@@ -328,7 +328,7 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
  * channels c0 .. c0 + C - 1: norm_impl.h's affine map and relu.c's leaky
  * ReLU, the same arithmetic as those passes; pat (NULL: none) the affine
  * map's 16-lane pattern of the whole output (C dividing 16, c0 = 0) */
-static void epilogue(const ts_conv_ep *ep, const float *pat, float *y, int n, int C, int c0)
+static void epilogue(const ts_conv_ep *ep, const float *pat, float *y, int n, int C, int c0, float *acc)
 {
     if (!ep) return;
     const int act = ep->act != TS_EP_NONE;
@@ -337,29 +337,30 @@ static void epilogue(const ts_conv_ep *ep, const float *pat, float *y, int n, in
     else if (ep->scale) ts_nn_affine_run(y, ep->scale + c0, ep->shift + c0, (size_t)n, C, act, slope, y);
     else if (act)
         for (size_t i = 0; i < (size_t)n * C; i++) y[i] = ts_nn_act1(y[i], 1, slope);
+    if (acc) ts_nn_amax_run(y, (size_t)n, C, acc + c0); /* ep->amax: this thread's maxima of the row's sample */
 }
 
 /* One output row into y (split or not, see ts_conv_dst) with the fp32
  * tiles (ab NULL) or the bf16 ones: row index `row`, tile row r. */
 static void out_row(const gc_args *a, const ts_bf16_gc_args *ab, int nat, const ts_conv_geom *g, int k3s1, int r,
-                    size_t row, ts_conv_dst y, const float *pat, float *rowbuf)
+                    size_t row, ts_conv_dst y, const float *pat, float *rowbuf, float *acc)
 {
 #define ROW(oc0_, oc1_, yr_, ldy_)                                                                                         \
     (ab ? ts_nn_bf16_gather_row(nat, ab, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_)                             \
         : gather_row(a, k3s1, r, g->OW, oc0_, oc1_, g->OC, yr_, 0, ldy_))
     if (!y.b) {
         ROW(0, g->OC, y.a + row * g->OW * g->OC, g->OC);
-        epilogue(y.ep, pat, y.a + row * g->OW * g->OC, g->OW, g->OC, 0);
+        epilogue(y.ep, pat, y.a + row * g->OW * g->OC, g->OW, g->OC, 0, acc);
     } else if (y.ca % 16 == 0) {
         const int cb = g->OC - y.ca;
         ROW(0, y.ca, y.a + row * g->OW * y.ca, y.ca);
         ROW(y.ca, g->OC, y.b + row * g->OW * cb, cb);
-        epilogue(y.ep, NULL, y.a + row * g->OW * y.ca, g->OW, y.ca, 0);
-        epilogue(y.ep, NULL, y.b + row * g->OW * cb, g->OW, cb, y.ca);
+        epilogue(y.ep, NULL, y.a + row * g->OW * y.ca, g->OW, y.ca, 0, acc);
+        epilogue(y.ep, NULL, y.b + row * g->OW * cb, g->OW, cb, y.ca, acc);
     } else {
         const int cb = g->OC - y.ca;
         ROW(0, g->OC, rowbuf, g->OC);
-        epilogue(y.ep, pat, rowbuf, g->OW, g->OC, 0);
+        epilogue(y.ep, pat, rowbuf, g->OW, g->OC, 0, acc);
         for (int w = 0; w < g->OW; w++) {
             memcpy(y.a + (row * g->OW + w) * y.ca, rowbuf + (size_t)w * g->OC, (size_t)y.ca * sizeof(float));
             memcpy(y.b + (row * g->OW + w) * cb, rowbuf + (size_t)w * g->OC + y.ca, (size_t)cb * sizeof(float));
@@ -398,6 +399,8 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                        ts_conv_dst y, const ts_conv_sched *sch)
 {
     int err = 0;
+    size_t nam = 0;
+    float *tam = NULL; /* see below */
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = ts_nn_nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     if (g->k > 8) TS_FAIL(TS_ERR_UNSUPPORTED, "conv kernel size %d (at most 8)", g->k);
@@ -428,6 +431,10 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
         ts_nn_affine_pattern(y.ep->scale, y.ep->shift, g->OC, pat, pat + 16);
         patp = pat;
     }
+    /* the epilogue's maxima (ts_conv_ep.amax): per thread, then into ep->amax */
+    nam = y.ep && y.ep->amax ? (size_t)g->N * g->OC : 0;
+    tam = nam ? TS_CALLOC(nam * (size_t)nt, sizeof(float)) : NULL;
+    if (nam && !tam) TS_FAIL(TS_ERR_NOMEM, "conv epilogue maxima");
     /* which items read a non-NULL face (see ts_conv_part) */
     const ts_conv_part part = sch ? sch->part : TS_CONV_ALL;
     const int fd0 = halo_face(x.halo, 0, 0) != NULL, fd1 = halo_face(x.halo, 0, 1) != NULL;
@@ -458,22 +465,26 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
                 }
                 ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
                 const size_t row = ((size_t)n * g->OD + od) * g->OH + oh0;
+                float *acc = tam ? tam + nam * tid + (size_t)n * g->OC : NULL;
                 if (f->bf16) {
                     for (int i = 0; i < g->k; i++) bpl[i] = (const uint32_t *)ppl[i];
                     const ts_bf16_gc_args b = {plane, rs, g->k, g->s, cw, ocp, wp, bp, pairs ? bpl : NULL,
                                                (const uint32_t *)wq, bq, (size_t)2 * CS * cw};
-                    for (int r = 0; r < nr; r++) out_row(NULL, &b, f->nat, g, k3s1, r, row + r, y, patp, rowbuf);
+                    for (int r = 0; r < nr; r++) out_row(NULL, &b, f->nat, g, k3s1, r, row + r, y, patp, rowbuf, acc);
                 } else {
                     for (int i = 0; i < g->k; i++) pl[i] = (const float *)plane[i];
                     const gc_args a = {pl, rs, g->k, g->s, g->C, ocp, wp, bp, pairs ? ppl : NULL, wq, bq,
                                        (size_t)2 * CS * cw};
-                    for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, patp, rowbuf);
+                    for (int r = 0; r < nr; r++) out_row(&a, NULL, 0, g, k3s1, r, row + r, y, patp, rowbuf, acc);
                 }
                 if (tid == 0) ts_nn_run_hooks(sch);
             }
         }
     }
+    for (size_t i = 0; i < nam; i++)
+        for (int t = 0; t < nt; t++) y.ep->amax[i] = fmaxf(y.ep->amax[i], tam[nam * (size_t)t + i]);
 cleanup:
+    free(tam);
     return err;
 }
 

@@ -77,7 +77,7 @@ int ts_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_te
     float *scale = t, *shift = t + nc, *mean = save_mean->data, *inv = save_invstd->data;
     const float *g = gamma->data, *b = beta->data;
     /* mean and variance per sample and group over the ranks that share them (norm_impl.h) */
-    TS_CHECK(ts_nn_exact_stats(x->data, d.N, d.S, d.C, d.G, o, s, s + ng, s + 2 * ng));
+    TS_CHECK(ts_nn_exact_stats(x->data, o->amax, d.N, d.S, d.C, d.G, o, s, s + ng, s + 2 * ng));
     for (int n = 0; n < d.N; n++)
         for (int gi = 0; gi < d.G; gi++) {
             const size_t j = (size_t)n * d.G + gi;

@@ -148,6 +148,14 @@ typedef struct ts_conv_ep {
     const float *scale, *shift; /* [Cout] each, or both NULL */
     ts_conv_act act;
     float slope; /* TS_EP_LEAKY */
+    /* NULL: none. Else [N][Cout]: amax[n * Cout + c] is raised to the
+     * largest |y| (after the map above; +inf for a value that is not
+     * finite) of sample n, channel c among the voxels the call writes, so
+     * that the norm reading y needs no pass of its own for it
+     * (ts_norm_opts.amax); the caller zeroes it before the first call (a
+     * split's interior and border calls add to it). Host forward kernels:
+     * the direct ones in every precision and Winograd. */
+    float *amax;
 } ts_conv_ep;
 
 typedef struct ts_conv_split {
@@ -251,6 +259,11 @@ typedef struct ts_norm_opts {
      * gradients use the group's sums. */
     ts_nn_sync_fn sync;
     void *sync_ctx;
+    /* forward, host: NULL, or the largest |x| of each sample and channel,
+     * [x's first dim][C], as a convolution's epilogue gives it
+     * (ts_conv_ep.amax): the exact statistics' scale without a pass over
+     * x for it (the same values, so the same bits) */
+    const float *amax;
 } ts_norm_opts;
 int ts_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                          ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,

@@ -383,8 +383,8 @@ static i128 from_limbs(const double *l)
     return v;
 }
 
-int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_norm_opts *o, double *mean, double *var,
-                      double *count)
+int ts_nn_exact_stats(const float *x, const float *amax_in, int N, size_t S, int C, int G, const ts_norm_opts *o,
+                      double *mean, double *var, double *count)
 {
     int err = 0;
     const int cg = C / G, NG = N * G;
@@ -395,7 +395,8 @@ int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_no
     int *ex = TS_CALLOC((size_t)NG * 2, sizeof(int)), *bad = ex + NG;
     if (!amax || !buf || !scale || !s1 || !s2 || !ex) TS_FAIL(TS_ERR_NOMEM, "norm statistics");
     /* the scale of each statistic: from its largest |value| over the group */
-    TS_CHECK(channel_absmax(x, N, S, C, amax));
+    if (amax_in) memcpy(amax, amax_in, nc * sizeof(float));
+    else TS_CHECK(channel_absmax(x, N, S, C, amax));
     for (int j = 0; j < NG; j++) {
         float m = 0.0f;
         for (int c = 0; c < cg; c++) m = fmaxf(m, amax[(size_t)j * cg + c]);

@@ -11,6 +11,8 @@
 #ifndef TS_NN_NORM_IMPL_H
 #define TS_NN_NORM_IMPL_H
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -28,10 +30,12 @@
  * doubles), and mean and variance follow from them by the same arithmetic
  * on every rank and every layout: bit-identical to one rank's. A non-finite
  * value makes its statistic NaN. count[j] receives the number of values of
- * statistic j over the group. Collective over o->sync's group when
+ * statistic j over the group. amax_in: NULL, or max |x| of each (n, c)
+ * ([N][C], +inf where a value is not finite: ts_conv_ep.amax), which
+ * saves the pass that finds it. Collective over o->sync's group when
  * o->sync is set; errors: out of memory, the reduction's. */
-int ts_nn_exact_stats(const float *x, int N, size_t S, int C, int G, const ts_norm_opts *o, double *mean, double *var,
-                      double *count);
+int ts_nn_exact_stats(const float *x, const float *amax_in, int N, size_t S, int C, int G, const ts_norm_opts *o,
+                      double *mean, double *var, double *count);
 
 /* s1[n][c] = sum dy', s2[n][c] = sum dy' (x - center[n][c]); dy' = dy where
  * there is no mask (msc NULL) or t > 0, else 0 (slope 0) or slope dy. */
@@ -117,6 +121,49 @@ static inline void ts_nn_affine_run(const float *xb, const float *sc, const floa
     } else {
         for (size_t v = 0; v < nv; v++)
             for (int c = 0; c < C; c++) yb[v * C + c] = ts_nn_pre1(xb[v * C + c], sc[c], sh[c]);
+    }
+}
+
+/* |v| lane by lane, +inf where v is not finite (NaN included): the values
+ * whose maximum the exact statistics take (ts_nn_exact_stats) */
+static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_absinf16(ts_nn_v16 v)
+{
+    const ts_nn_v16i a = (ts_nn_v16i)v & 0x7fffffff, fin = (ts_nn_v16)a <= FLT_MAX;
+    return (ts_nn_v16)((a & fin) | ((ts_nn_v16i)((ts_nn_v16){0} + INFINITY) & ~fin));
+}
+static inline float ts_nn_absinf1(float v)
+{
+    const float a = fabsf(v);
+    return a <= FLT_MAX ? a : INFINITY;
+}
+/* lane by lane max(m, a) of values that are never NaN */
+static inline __attribute__((always_inline)) ts_nn_v16 ts_nn_max16(ts_nn_v16 m, ts_nn_v16 a)
+{
+    const ts_nn_v16i gt = a > m;
+    return (ts_nn_v16)(((ts_nn_v16i)a & gt) | ((ts_nn_v16i)m & ~gt));
+}
+
+/* acc[c] = max(acc[c], |y| of channel c) over nv voxels of C channels at y
+ * (ts_conv_ep.amax: a convolution's epilogue, on rows still in cache) */
+static inline void ts_nn_amax_run(const float *y, size_t nv, int C, float *acc)
+{
+    typedef float v16u __attribute__((vector_size(64), aligned(4)));
+    if (C % 16 == 0) {
+        for (int c = 0; c < C; c += 16) {
+            ts_nn_v16 m = *(const v16u *)(acc + c);
+            for (size_t v = 0; v < nv; v++) m = ts_nn_max16(m, ts_nn_absinf16(*(const v16u *)(y + v * C + c)));
+            *(v16u *)(acc + c) = m;
+        }
+    } else if (16 % C == 0) { /* lane j holds channel j % C */
+        const size_t ne = nv * (size_t)C;
+        ts_nn_v16 m = {0};
+        size_t i = 0;
+        for (; i + 16 <= ne; i += 16) m = ts_nn_max16(m, ts_nn_absinf16(*(const v16u *)(y + i)));
+        for (; i < ne; i++) acc[i % C] = fmaxf(acc[i % C], ts_nn_absinf1(y[i]));
+        for (int j = 0; j < 16; j++) acc[j % C] = fmaxf(acc[j % C], m[j]);
+    } else {
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < C; c++) acc[c] = fmaxf(acc[c], ts_nn_absinf1(y[v * C + c]));
     }
 }
 #pragma GCC diagnostic pop

@@ -440,6 +440,7 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
 {
     const ts_conv_ep *ep = y.ep;
     int err = 0;
+    float *tam = NULL;
     const wplan p = plan_of(g, 16);
     const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
     const int nt = ts_nn_nthreads();
@@ -457,6 +458,10 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
     }
     const int act = ep && ep->act != TS_EP_NONE;
     const float slope = ep && ep->act == TS_EP_LEAKY ? ep->slope : 0.0f;
+    /* the epilogue's maxima (ts_conv_ep.amax): per thread over op lanes, then into ep->amax */
+    const size_t nam = ep && ep->amax ? (size_t)g->N * op : 0;
+    tam = nam ? TS_CALLOC(nam * (size_t)nt, sizeof(float)) : NULL;
+    if (nam && !tam) TS_FAIL(TS_ERR_NOMEM, "Winograd epilogue maxima");
 #pragma omp parallel
     {
         const int tid = ts_nn_thread_id();
@@ -465,6 +470,7 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
         for (long it = 0; it < p.items; it++) {
             const witem i = item_of(&p, it);
             const int n = i.n, tz = i.tz, ty0 = i.ty0, tx0 = i.tx0, nc = i.nc, nt_ = i.nt;
+            float *acc = tam ? tam + nam * tid + (size_t)n * op : NULL;
             const size_t vs = (size_t)nt_ * cp + 16, ms = (size_t)nt_ * op + 16;
             item_input(&p, x, &i, S, V, vs);
             gemm(V, nt_, cp, vs, U, C, op, M, ms);
@@ -477,12 +483,14 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
                     out_tile(M + (size_t)t * op + c0, ms, o);
                     const v16 b = vld(bp + c0);
                     const int nco = OC - c0;
+                    v16 am = acc ? vld(acc + c0) : (v16){0};
                     for (int z = 0; z < 2 && od + z < D; z++)
                         for (int yy = 0; yy < 2 && oh + yy < H; yy++)
                             for (int xx = 0; xx < 2 && ow + xx < W; xx++) {
                                 v16 v = o[z][yy][xx] + b;
                                 if (sp) v = v * vld(sp + c0) + vld(hp + c0);
                                 if (act) v = ts_nn_act16(v, 1, slope);
+                                if (acc) am = ts_nn_max16(am, ts_nn_absinf16(v)); /* padded lanes: not read */
                                 const size_t vox = (((size_t)n * D + od + z) * H + oh + yy) * W + ow + xx;
                                 if (!y.b) { /* one output tensor */
                                     float *dst = y.a + vox * OC + c0;
@@ -500,11 +508,17 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
                                            (size_t)(imin(nco, 16) - na) * sizeof(float));
                                 }
                             }
+                    if (acc) vst(acc + c0, am);
                 }
             }
         }
     }
+    for (int n = 0; n < g->N && nam; n++)
+        for (int oc = 0; oc < OC; oc++)
+            for (int t = 0; t < nt; t++)
+                ep->amax[(size_t)n * OC + oc] = fmaxf(ep->amax[(size_t)n * OC + oc], tam[nam * (size_t)t + (size_t)n * op + oc]);
 cleanup:
+    free(tam);
     return err;
 }
 

@@ -175,7 +175,7 @@ static int bench_wino(int N, int D, int C, int OC, int reps)
     fill(&b);
     fill(&sc);
     fill(&sh);
-    const ts_conv_ep ep = {sc.data, sh.data, TS_EP_RELU, 0};
+    const ts_conv_ep ep = {sc.data, sh.data, TS_EP_RELU, 0, NULL};
     const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
     double t[4][64];
     if (reps > 64) reps = 64;

@@ -1362,7 +1362,7 @@ static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16
     if (act == TS_EP_LEAKY) rc |= ts_relu_forward(&ref, slope, &ref);
     /* one call */
     rc |= ts_batchnorm_fold(&g, &be, &rm, &rv, o.eps, ss, ss + OC);
-    const ts_conv_ep ep = {ss, ss + OC, act, slope};
+    const ts_conv_ep ep = {ss, ss + OC, act, slope, NULL};
     const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
     rc |= cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sp, &fused) : ts_conv3d_forward_split(&a, &w, &bias, &sp, &fused);
     const int64_t n = ts_tensor_numel(&y);
@@ -1382,7 +1382,7 @@ static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16
           "(%lld of %lld differ; %lld non-positive)", bf16 ? " bf16" : "", in, OC,
           act == TS_EP_RELU ? "ReLU" : "leaky ReLU", (long long)diff, (long long)n, (long long)neg);
     /* the activation alone */
-    const ts_conv_ep ea = {NULL, NULL, act, slope};
+    const ts_conv_ep ea = {NULL, NULL, act, slope, NULL};
     const ts_conv_split spa = {NULL, TS_CONV_ALL, NULL, NULL, &ea};
     rc = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &spa, &fused) : ts_conv3d_forward_split(&a, &w, &bias, &spa, &fused);
     diff = 0;
@@ -1392,7 +1392,7 @@ static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16
     }
     ts_ok(rc == 0 && diff == 0, "... and the activation alone in the epilogue = conv, then the activation (%lld differ)",
           (long long)diff);
-    const ts_conv_ep bad1 = {ss, NULL, act, slope}, bad2 = {NULL, NULL, (ts_conv_act)7, 0};
+    const ts_conv_ep bad1 = {ss, NULL, act, slope, NULL}, bad2 = {NULL, NULL, (ts_conv_act)7, 0, NULL};
     const ts_conv_split sb1 = {NULL, TS_CONV_ALL, NULL, NULL, &bad1}, sb2 = {NULL, TS_CONV_ALL, NULL, NULL, &bad2};
     const int r1 = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sb1, &fused)
                       : ts_conv3d_forward_split(&a, &w, &bias, &sb1, &fused);
@@ -1405,6 +1405,85 @@ static void test_conv_epilogue(int ca, int cb, int OC, ts_conv_act act, int bf16
     ts_nn_set_conv_precision(TS_PREC_FP32);
     free(ss);
     ts_tensor *all[] = {&a, &b, &w, &bias, &y, &ref, &fused, &g, &be, &rm, &rv, &sm, &si};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* The epilogue's maxima (ts_conv_ep.amax), which the U-Net hands to the
+ * norm after the conv instead of a pass of its own: for each sample and
+ * channel the largest |y| (+inf for a value that is not finite), the same
+ * bits as a scalar pass over the output of the conv without them, which
+ * the epilogue leaves unchanged; raised, not overwritten (a split's two
+ * calls); in fp32, fp16 and bf16, direct and Winograd, on one input or a
+ * concatenation. With inf a non-finite input voxel in sample 1. Then a
+ * batch and an instance norm given the maxima (ts_norm_opts.amax) equal
+ * the norms that find them, bit for bit. */
+static void test_conv_amax(ts_precision prec, int wino, int ca, int cb, int OC, int inf)
+{
+    const int64_t N = 2, D = 6, H = 5, W = 9, V = D * H * W;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), b = MK(-1, 1, N, D, H, W, cb ? cb : 1);
+    ts_tensor w = MK(-0.3f, 0.3f, OC, ca + cb, 3, 3, 3), bias = MK(-0.5f, 0.5f, OC), y = MK(0, 0, N, D, H, W, OC),
+              y2 = MK(0, 0, N, D, H, W, OC);
+    if (inf) ((float *)a.data)[((V + 2 * H * W + 3 * W + 4) * ca)] = INFINITY; /* sample 1 */
+    float *am = malloc(2 * (size_t)N * OC * sizeof(float)), *ref = am + N * OC;
+    int rc = ts_nn_set_conv_precision(prec) | ts_nn_set_winograd(wino);
+    rc |= cb ? ts_conv3d_cat_forward(&a, &b, &w, &bias, 1, 1, &y) : ts_conv3d_forward(&a, &w, &bias, 1, 1, &y);
+    for (int64_t i = 0; i < N * OC; i++) am[i] = i % 3 == 0 ? 0.25f : 0.0f; /* raised, not overwritten */
+    const ts_conv_ep ep = {NULL, NULL, TS_EP_NONE, 0.0f, am};
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sp, &y2) : ts_conv3d_forward_split(&a, &w, &bias, &sp, &y2);
+    ts_nn_set_winograd(0);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    const float *Y = y.data, *Y2 = y2.data;
+    int64_t ydiff = 0, adiff = 0, infs = 0, big = 0;
+    for (int64_t i = 0; i < N * V * OC; i++) ydiff += memcmp(Y + i, Y2 + i, sizeof(float)) != 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int c = 0; c < OC; c++) {
+            float m = (n * OC + c) % 3 == 0 ? 0.25f : 0.0f;
+            for (int64_t v = 0; v < V; v++) {
+                const float t = fabsf(Y[(n * V + v) * OC + c]), u = t <= FLT_MAX ? t : INFINITY;
+                m = u > m ? u : m;
+            }
+            ref[n * OC + c] = m;
+            adiff += memcmp(&m, am + n * OC + c, sizeof m) != 0;
+            infs += isinf(m);
+            big += m > 0.25f;
+        }
+    char in[32];
+    if (cb) snprintf(in, sizeof in, "[%d, %d]", ca, cb);
+    else snprintf(in, sizeof in, "%d", ca);
+    const char *pn = prec == TS_PREC_BF16 ? "bf16" : prec == TS_PREC_FP16 ? "fp16" : "fp32";
+    ts_ok(rc == 0 && ydiff == 0 && adiff == 0 && big == N * OC && (inf ? infs > 0 && infs < N * OC : infs == 0),
+          "conv3d %s%s %s -> %d: the epilogue's maxima = a pass over the output, bit for bit (%lld of %lld differ; "
+          "%lld +inf), the output unchanged (%lld differ)",
+          pn, wino ? " Winograd" : "", in, OC, (long long)adiff, (long long)(N * OC), (long long)infs, (long long)ydiff);
+    if (!inf) { /* the norms given the maxima */
+        for (int64_t i = 0; i < N * OC; i++) am[i] = 0.0f;
+        rc = cb ? ts_conv3d_cat_forward_split(&a, &b, &w, &bias, &sp, &y2) : ts_conv3d_forward_split(&a, &w, &bias, &sp, &y2);
+        int64_t ndiff = 0;
+        for (int kind = 0; kind < 2; kind++) {
+            const int64_t ns = kind ? N * OC : OC;
+            ts_tensor g = MK(0.5f, 2, OC), be = MK(-0.5f, 0.5f, OC), o1 = MK(0, 0, N, D, H, W, OC), o2 = MK(0, 0, N, D, H, W, OC);
+            ts_tensor m1 = MK(0, 0, ns), i1 = MK(0, 0, ns), m2 = MK(0, 0, ns), i2 = MK(0, 0, ns);
+            ts_norm_opts o = nopt(0, 1), oa = nopt(0, 1);
+            oa.amax = am;
+            if (kind == 0) {
+                rc |= ts_batchnorm_forward(&y, &g, &be, NULL, NULL, 1, &o, &o1, &m1, &i1);
+                rc |= ts_batchnorm_forward(&y, &g, &be, NULL, NULL, 1, &oa, &o2, &m2, &i2);
+            } else {
+                rc |= ts_instancenorm_forward(&y, &g, &be, &o, &o1, &m1, &i1);
+                rc |= ts_instancenorm_forward(&y, &g, &be, &oa, &o2, &m2, &i2);
+            }
+            ndiff += memcmp(o1.data, o2.data, (size_t)(N * V * OC) * sizeof(float)) != 0;
+            ndiff += memcmp(m1.data, m2.data, (size_t)ns * sizeof(float)) != 0;
+            ndiff += memcmp(i1.data, i2.data, (size_t)ns * sizeof(float)) != 0;
+            ts_tensor *t[] = {&g, &be, &o1, &o2, &m1, &i1, &m2, &i2};
+            for (size_t k = 0; k < sizeof t / sizeof *t; k++) ts_tensor_free(t[k]);
+        }
+        ts_ok(rc == 0 && ndiff == 0, "... batch and instance norm given those maxima = finding them (%lld of 6 differ)",
+              (long long)ndiff);
+    }
+    free(am);
+    ts_tensor *all[] = {&a, &b, &w, &bias, &y, &y2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
@@ -1518,6 +1597,18 @@ int main(int argc, char **argv)
         test_conv_epilogue(16, 16, 24, TS_EP_RELU, bf); /* a partial channel vector */
         test_conv_epilogue(12, 0, 32, TS_EP_RELU, bf);  /* whole vectors of 16 */
     }
+    /* the epilogue's maxima for the norm after the conv */
+    for (int pi = 0; pi < 3; pi++) {
+        const ts_precision pr = pi == 0 ? TS_PREC_FP32 : pi == 1 ? TS_PREC_BF16 : TS_PREC_FP16;
+        test_conv_amax(pr, 0, 3, 0, 5, 0);   /* a channel count not dividing 16 */
+        test_conv_amax(pr, 0, 1, 0, 8, 1);   /* the voxel pairs, a non-finite input */
+        test_conv_amax(pr, 0, 8, 8, 16, 0);  /* a concatenation, lanes = channels */
+        test_conv_amax(pr, 0, 16, 0, 24, 1); /* a partial vector */
+        test_conv_amax(pr, 0, 12, 0, 32, 0);
+    }
+    test_conv_amax(TS_PREC_FP32, 1, 16, 0, 16, 0); /* Winograd */
+    test_conv_amax(TS_PREC_FP32, 1, 16, 16, 24, 1);
+    test_conv_amax(TS_PREC_FP32, 1, 32, 0, 40, 0);
     /* bf16: the same shapes, each variant, against references on rounded operands */
     test_bf16_switch();
     test_bf16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);

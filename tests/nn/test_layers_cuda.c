@@ -231,7 +231,7 @@ static void test_norm(int kind, int relu)
               dg = mk(1, (int64_t[]){C}, -0.1f, 0.1f), db = mk(1, (int64_t[]){C}, -0.1f, 0.1f);
     ts_tensor gx = up(&x), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gg = up(&g), gb = up(&b), grm = up(&rm),
               grv = up(&rv), gsm = up(&sm), gsi = up(&si), gdg = up(&dg), gdb = up(&db);
-    ts_norm_opts o = {1e-5f, 0.1f, G, relu, 0.0f, NULL, NULL};
+    ts_norm_opts o = {1e-5f, 0.1f, G, relu, 0.0f, NULL, NULL, NULL};
     int e1, e2;
     if (kind <= 1) {
         const int train = kind == 0;

@@ -68,7 +68,7 @@ static void check(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
     ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
     ts_tensor y = MK(7, 7, N, D, H, W, OC), yd = MK(7, 7, N, D, H, W, OC);
     const ts_conv_ep ep = {epk == 1 || epk == 2 ? (float *)sc.data : NULL, epk == 1 || epk == 2 ? (float *)sh.data : NULL,
-                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f};
+                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f, NULL};
     const size_t n = (size_t)ts_tensor_numel(&y);
     double *r = malloc(n * sizeof *r);
     ref(&a, cb ? &a2 : NULL, &w, b.data, epk ? &ep : NULL, r);
@@ -283,7 +283,7 @@ static void bad_args(void)
     rc = ts_conv3d_winograd_forward(&x, NULL, &w3, NULL, NULL, &y2);
     ts_ok(rc == TS_ERR_FORMAT && strstr(ts_err_message(), "conv3d output"), "a wrong output shape is refused: %s",
           ts_err_message());
-    const ts_conv_ep half = {(float *)y.data, NULL, TS_EP_RELU, 0};
+    const ts_conv_ep half = {(float *)y.data, NULL, TS_EP_RELU, 0, NULL};
     rc = ts_conv3d_winograd_forward(&x, NULL, &w3, NULL, &half, &y);
     ts_ok(rc == TS_ERR_ARG && strstr(ts_err_message(), "scale and shift"), "a scale without a shift is refused: %s",
           ts_err_message());
