@@ -460,6 +460,17 @@ void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int
     tgather_tap_emu(xr, wr, C, ocp, s, off, lo, hi, OC, yr);
 }
 
+void ts_nn_bf16_wgrad_c1(int nat, const ts_bf16_wg_args *a)
+{
+#if TS_BF16_X86
+    if (nat) {
+        wgrad_c1_nat(a);
+        return;
+    }
+#endif
+    wgrad_c1_emu(a);
+}
+
 void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1)
 {
 #if TS_BF16_X86

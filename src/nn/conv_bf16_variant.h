@@ -104,6 +104,40 @@ BATTR_RUN void BT(tgather_k2_row)(const uint32_t *xr, const uint32_t *wr, const 
     }
 }
 
+/* one input channel (the first layer), 3x3x3 stride 1, one output vector:
+ * all 27 taps at once, 27 independent sums (wk3b_1x1, one (kd, kh) at a
+ * time, has three, and waits on VDPBF16PS's latency), each tap's sum in
+ * wk3b_1x1's order (rows, then voxel pairs): the same bits */
+BATTR_RUN void BT(wgrad_c1)(const ts_bf16_wg_args *a)
+{
+    const int nm = a->nm, nx = a->nx;
+    float *dw = a->dw; /* [27][1][16] */
+    v16 acc[27];
+#pragma GCC unroll 27
+    for (int t = 0; t < 27; t++) acc[t] = *(v16 *)(dw + (size_t)t * 16);
+    for (int q = 0, pl = 0, rr = 0; q < a->np * a->nr; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+        const uint32_t *xr[9];
+#pragma GCC unroll 9
+        for (int p = 0; p < 9; p++) xr[p] = a->plane[pl + p / 3] + (size_t)(rr + p % 3) * a->rstride;
+        const uint32_t *gr = a->g + (size_t)q * nm * 16;
+        BWZERO(gm0);
+        for (int m = 0; m < nx; m++) {
+            BW(g00, gr + (size_t)m * 16);
+            BWSHIFT(g10, g00, gm0);
+#pragma GCC unroll 9
+            for (int p = 0; p < 9; p++) {
+                BX(x, xr[p] + m);
+                BDP(acc[3 * p], x, g00);
+                BDP(acc[3 * p + 1], x, g10);
+                BDP(acc[3 * p + 2], x, gm0);
+            }
+            BWSET(gm0, g00);
+        }
+    }
+#pragma GCC unroll 27
+    for (int t = 0; t < 27; t++) *(v16 *)(dw + (size_t)t * 16) = acc[t];
+}
+
 /* all kw taps and output-channel tiles of the weight gradient at (kd, kh) */
 BATTR_RUN void BT(wgrad_pair)(const ts_bf16_wg_args *a, int kd, int kh, int k3s1)
 {

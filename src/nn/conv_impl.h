@@ -372,6 +372,9 @@ void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int
 void ts_nn_bf16_tgather_k2_row(int nat, const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W,
                                int OC, float *yr);
 void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, int k3s1);
+/* one input channel, 3x3x3 stride 1, ocp 16: every (kd, kh) at once, the
+ * same bits as ts_nn_bf16_wgrad_pair over them */
+void ts_nn_bf16_wgrad_c1(int nat, const ts_bf16_wg_args *a);
 
 /* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same
  * arguments, parts, progress hooks and halos, results independent of the

@@ -647,6 +647,41 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
     return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL);
 }
 
+/* One input channel (the first layer), 3x3x3 stride 1, ocp 16, fp32: all
+ * 27 taps at once, 27 independent sums (wk3_1x1, one (kd, kh) at a time,
+ * has three and waits on the FMA's latency), each tap's sum in wk3_1x1's
+ * order (rows, then voxels, the same expression): the same bits */
+static void wk3_c1(const wg_args *a)
+{
+    const int ldg = a->ldg, OW = a->OW;
+    float *dw = a->dw; /* [27][1][16] */
+    v16 acc[27];
+#pragma GCC unroll 27
+    for (int t = 0; t < 27; t++) acc[t] = *(v16 *)(dw + (size_t)t * 16);
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr[9];
+#pragma GCC unroll 9
+        for (int p = 0; p < 9; p++) xr[p] = a->planes[pl + p / 3] + (size_t)(r + p % 3) * a->rstride;
+        const float *gr = a->gy + (size_t)q * OW * ldg;
+        v16 m1 = (v16){0}, m2 = (v16){0};
+        for (int jx = 0; jx < OW + 2; jx++) {
+            const v16 g0 = jx < OW ? vld(gr + (size_t)jx * ldg) : (v16){0};
+#pragma GCC unroll 9
+            for (int p = 0; p < 9; p++) {
+                const float x = xr[p][jx];
+                acc[3 * p] += x * g0;
+                acc[3 * p + 1] += x * m1;
+                acc[3 * p + 2] += x * m2;
+            }
+            m2 = m1;
+            m1 = g0;
+        }
+    }
+#pragma GCC unroll 27
+    for (int t = 0; t < 27; t++) *(v16 *)(dw + (size_t)t * 16) = acc[t];
+}
+
 /* The weight-gradient driver for both precisions. The items run along D
  * within a unit (sample, row block, then planes; where k <= s: planes, then
  * row blocks) so that a ring of slab planes keeps the planes that
@@ -725,7 +760,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     }
                     const ts_bf16_wg_args b = {ring.plane, rs, k, g->s, g->C, gb, nm, (g->OW + 1) / 2, g->OW / 2 + 1,
                                                (CS + 1) / 2, nr, np, dw, ocp};
-                    for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
+                    if (k3s1 && ocp == 16 && g->C == 1 && pairs == 9) ts_nn_bf16_wgrad_c1(f->nat, &b);
+                    else
+                        for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
                     if (tid == 0) ts_nn_run_hooks(sch);
                     continue;
                 }
@@ -742,6 +779,11 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     ldg = ocp;
                 }
                 wg_args a = {(const float *const *)ring.plane, (size_t)CS * g->C, k, g->s, g->C, gr, ldg, nr, g->OW, np, dw, ocp};
+                if (k3s1 && ocp == 16 && g->C == 1 && pairs == 9) { /* the first layer: every tap at once */
+                    wk3_c1(&a);
+                    if (tid == 0) ts_nn_run_hooks(sch);
+                    continue;
+                }
                 for (int pr = p0; pr < p0 + pairs; pr++) {
                     const int kd = pr / k, kh = pr % k;
                     if (k3s1 && ocp == 16) { /* 3x3x3 stride 1, one output vector: the three kw taps together */

@@ -1561,6 +1561,8 @@ int main(int argc, char **argv)
     test_conv_vs_ref(1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
     test_conv_vs_ref(2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
     test_conv_vs_ref(1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
+    test_conv_vs_ref(2, 8, 12, 20, 1, 16, 3, 1, 1, 1); /* one channel: the weight gradient's every-tap kernel */
+    test_conv_vs_ref(2, 8, 12, 20, 1, 13, 3, 1, 1, 0);
     test_conv_vs_ref(2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
     test_conv_vs_ref(1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
     test_conv_vs_ref(1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
@@ -1617,6 +1619,8 @@ int main(int argc, char **argv)
     test_bf16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
     test_bf16_shape(0, 2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
     test_bf16_shape(0, 1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
+    test_bf16_shape(0, 2, 8, 12, 20, 1, 16, 3, 1, 1, 1); /* one channel: the weight gradient's every-tap kernel */
+    test_bf16_shape(0, 2, 8, 12, 20, 1, 13, 3, 1, 1, 0);
     test_bf16_shape(0, 2, 4, 5, 6, 16, 4, 1, 1, 0, 1);
     test_bf16_shape(0, 1, 7, 6, 9, 5, 6, 3, 2, 1, 1);
     test_bf16_shape(0, 1, 8, 8, 8, 4, 3, 2, 2, 0, 1);
