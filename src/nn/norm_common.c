@@ -237,19 +237,15 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *msc, const floa
 
 typedef __int128 i128;
 
-/* p[c0 .. c0 + 16 NV) = max over the block's voxels of |x| (+inf where not finite), channels in registers */
+/* p[c0 .. c0 + 16 NV) = max over the block's voxels of |x| (+inf where not finite), channels in registers
+ * (norm_impl.h's ts_nn_absinf16 / ts_nn_max16, as the conv epilogue's maxima) */
 static inline __attribute__((always_inline)) void absmax_run16(const float *xb, size_t nv, int C, int c0, const int NV,
                                                                float *p)
 {
-    const v16i bits = (v16i){0} + 0x7fffffff, inf = (v16i)((v16){0} + INFINITY);
     v16 m[4];
     for (int j = 0; j < NV; j++) m[j] = (v16){0};
     for (size_t v = 0; v < nv; v++)
-        for (int j = 0; j < NV; j++) {
-            const v16i a = (v16i)ld16(xb + v * C + c0 + 16 * j) & bits, fin = (v16)a <= FLT_MAX;
-            const v16i b = (a & fin) | (inf & ~fin), gt = (v16)b > m[j]; /* NaN: inf */
-            m[j] = (v16)((b & gt) | ((v16i)m[j] & ~gt));
-        }
+        for (int j = 0; j < NV; j++) m[j] = ts_nn_max16(m[j], ts_nn_absinf16(ld16(xb + v * C + c0 + 16 * j)));
     for (int j = 0; j < NV; j++) st16(p + c0 + 16 * j, m[j]);
 }
 
@@ -303,11 +299,7 @@ static int channel_absmax(const float *x, int N, size_t S, int C, float *amax)
             continue;
         }
         for (int c = 0; c < C; c++) p[c] = 0.0f;
-        for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < C; c++) {
-                const float a = fabsf(xb[v * C + c]), m = a <= FLT_MAX ? a : INFINITY; /* NaN: inf */
-                p[c] = m > p[c] ? m : p[c];
-            }
+        ts_nn_amax_run(xb, nv, C, p); /* the conv epilogue's maxima, the same values */
     }
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
