@@ -205,10 +205,11 @@ TS_BF16_TARGET static void put_nat(int vpair, int s, int C, int ld, void *dst, i
         if (i < len) seg_nat(a + i, (int)(len - i), d + i, 0);
         return;
     }
-    if (C == 1) { /* one channel: column j is half-word 2j (its partner zero) or, in pairs of columns, j */
+    if (C == 1) { /* one channel: column j is half-word 2j (its partner zero) or, in pairs of columns one word
+                   * apart (ld 1: the input slab; not the one-channel output gradient's rows, ld 16), j */
         uint16_t *d = d16 + (vpair && s == 1 ? (size_t)col0 : 0);
         int v = 0;
-        if (vpair && s == 1) {
+        if (vpair && s == 1 && ld == 1) {
             for (; v + 16 <= n; v += 16) _mm256_storeu_si256((__m256i *)(d + v), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + v)));
             if (v < n) seg_nat(a + v, n - v, d + v, 0);
             return;

@@ -1634,6 +1634,9 @@ int main(int argc, char **argv)
     test_bf16_shape(0, 1, 5, 5, 5, 2, 3, 1, 2, 0, 1);
     test_bf16_shape(0, 1, 4, 5, 6, 17, 33, 3, 1, 1, 1);
     test_bf16_shape(0, 1, 9, 7, 11, 6, 5, 3, 3, 1, 1);
+    /* one output channel: the weight gradient's output-gradient rows (one channel, 16 words a column pair) */
+    test_bf16_shape(0, 1, 4, 4, 4, 4, 1, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 4, 4, 9, 8, 1, 1, 1, 0, 1);
     /* weight-gradient items that follow each other along D (the bf16 plane ring), strides 1 and 2 */
     test_bf16_shape(0, 2, 6, 9, 70, 5, 20, 3, 1, 1, 1);
     test_bf16_shape(0, 1, 5, 16, 40, 16, 16, 3, 1, 1, 0);
