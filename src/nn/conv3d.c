@@ -137,11 +137,26 @@ static int ep_ok(const ts_conv_ep *ep)
     return 0;
 }
 
+/* Whether a call runs through the pointwise kernels (ts_nn_pw_fits: 1x1x1
+ * with few output channels; fp32 or bf16; one input without a halo; every
+ * item; the progress hooks, if any, run before and after) */
+static int pw_path(const ts_conv_geom *g, ts_conv_src x, const ts_conv_sched *sch)
+{
+    return ts_nn_pw_fits(g) && ts_nn_conv_precision() != TS_PREC_FP16 && !x.b && !x.halo &&
+           (!sch || sch->part == TS_CONV_ALL);
+}
+
 /* Forward shared by the entry points: y = conv(x) (+ bias). */
 static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w, const ts_tensor *b,
                         const ts_conv_sched *sch, const ts_conv_ep *ep, ts_tensor *y)
 {
     TS_TRY(ep_ok(ep));
+    if (!ep && pw_path(g, x, sch)) {
+        ts_nn_run_hooks(sch);
+        TS_TRY(ts_nn_pw_forward(ts_nn_conv_precision() == TS_PREC_BF16, g, x.a, w->data, b ? b->data : NULL, y->data));
+        ts_nn_run_hooks(sch);
+        return 0;
+    }
     if (wino_fits(g, x.halo, sch))
         return ts_nn_winograd(g, x, w->data, 0, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep});
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
@@ -171,7 +186,11 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        if (wino_fits(g, x.halo, NULL) && wgrad_wino_size(g))
+        if (pw_path(g, x, sch)) {
+            ts_nn_run_hooks(sch);
+            TS_CHECK(ts_nn_pw_wgrad(bf, g, x.a, dy->data, dwp));
+            ts_nn_run_hooks(sch);
+        } else if (wino_fits(g, x.halo, NULL) && wgrad_wino_size(g))
             TS_CHECK(ts_nn_winograd_wgrad(g, x, dy->data, dwp, sch));
         else if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
         else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, sch));
@@ -190,6 +209,10 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
         if (g->s == 1 && g->p <= g->k - 1) {
             /* dx = conv(dy, flipped w^T) with padding k-1-pad */
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
+            if (!dx.b && !dx.ep && !hy && pw_path(g, (ts_conv_src){dy->data, NULL, g->OC, NULL}, NULL)) {
+                TS_CHECK(ts_nn_pw_dgrad(bf, g, dy->data, w->data, dx.a));
+                goto cleanup;
+            }
             if (wino_fits(&r, hy, NULL)) {
                 TS_CHECK(ts_nn_winograd(&r, (ts_conv_src){dy->data, NULL, g->OC, NULL}, w->data, 1, NULL, dx));
                 goto cleanup;

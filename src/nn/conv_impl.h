@@ -192,6 +192,22 @@ int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *d
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 
+/* Pointwise convolutions (src/nn/conv_pointwise.c): k = 1, s = 1, p = 0,
+ * at most 16 output channels, one input tensor without a halo, fp32 (bf 0)
+ * or bf16 operands (bf 1); w unpacked [OC][C]. ts_nn_pw_fits: g is such a
+ * geometry and the path is on (ts_nn_set_pointwise: off sends these layers
+ * through the gather and wgrad drivers, for the tests that compare them).
+ * forward y = b + x w^T (bias NULL: none), dgrad dx = dy w (overwritten),
+ * wgrad dwp [C][OC] overwritten, as ts_nn_wgrad's. Return 0 or
+ * TS_ERR_NOMEM. */
+int ts_nn_set_pointwise(int on);
+int ts_nn_pointwise_on(void);
+long ts_nn_pw_calls(void); /* calls of the three so far (the tests check that they ran) */
+int ts_nn_pw_fits(const ts_conv_geom *g);
+int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float *w, const float *bias, float *y);
+int ts_nn_pw_dgrad(int bf, const ts_conv_geom *g, const float *dy, const float *w, float *dx);
+int ts_nn_pw_wgrad(int bf, const ts_conv_geom *g, const float *x, const float *dy, float *dwp);
+
 /* Winograd F(2x2x2, 3x3x3) (src/nn/winograd.c): g a 3x3x3, stride 1,
  * padding 1 geometry; x without a halo; w as given (not packed):
  * [OC][C][3][3][3], or with flip [C][OC][3][3][3] used with its taps

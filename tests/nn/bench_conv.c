@@ -18,6 +18,7 @@
 #include "tsbuild.h"
 #include "src/core/timer.h"
 #include "src/nn/layers.h"
+#include "src/nn/conv_impl.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -91,7 +92,7 @@ static double median(double *t, int n)
 static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
 {
     const int cat = !strcmp(mode, "cat"), convt = !strcmp(mode, "convt"), ca = C / 2;
-    const int Di = convt ? D / 2 : D, k = convt ? 2 : 3;
+    const int Di = convt ? D / 2 : D, k = convt ? 2 : 3, pad = 1;
     ts_tensor x, xb, w, b, y, dx, dxb, dw;
     int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, Di, Di, Di, cat ? ca : C});
     rc |= ts_tensor_alloc(&xb, TS_FLOAT32, 5, (const int64_t[]){N, Di, Di, Di, cat ? C - ca : 1});
@@ -124,9 +125,9 @@ static int bench_prec(int N, int D, int C, int OC, int reps, const char *mode)
                     else if (kk == 1) rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &y, NULL, NULL, &dw, NULL);
                     else rc |= ts_conv3d_cat_backward(&x, &xb, &w, 1, 1, &y, &dx, &dxb, NULL, NULL);
                 } else {
-                    if (kk == 0) rc |= ts_conv3d_forward(&x, &w, &b, 1, 1, &y);
-                    else if (kk == 1) rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, NULL, &dw, NULL);
-                    else rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, &dx, NULL, NULL);
+                    if (kk == 0) rc |= ts_conv3d_forward(&x, &w, &b, 1, pad, &y);
+                    else if (kk == 1) rc |= ts_conv3d_backward(&x, &w, 1, pad, &y, NULL, &dw, NULL);
+                    else rc |= ts_conv3d_backward(&x, &w, 1, pad, &y, &dx, NULL, NULL);
                 }
                 t[(pr * K + kk) * reps + r] = ts_time_now() - t0;
                 tc[(pr * K + kk) * reps + r] = cpu_now() - c0;
@@ -208,17 +209,70 @@ static int bench_wino(int N, int D, int C, int OC, int reps)
     return rc ? 1 : 0;
 }
 
+/* 1x1x1 convolutions (the segmentation heads): the pointwise kernels
+ * against the gather / wgrad drivers (ts_nn_set_pointwise), fp32 and bf16,
+ * alternated in every repetition; GB/s of the tensors each pass must move */
+static int bench_pw(int N, int D, int C, int OC, int reps)
+{
+    ts_tensor x, w, b, y, dx, dw;
+    int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, C});
+    rc |= ts_tensor_alloc(&dx, TS_FLOAT32, 5, x.shape);
+    rc |= ts_tensor_alloc(&y, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, OC});
+    rc |= ts_tensor_alloc(&w, TS_FLOAT32, 5, (const int64_t[]){OC, C, 1, 1, 1});
+    rc |= ts_tensor_alloc(&dw, TS_FLOAT32, 5, w.shape);
+    rc |= ts_tensor_alloc(&b, TS_FLOAT32, 1, (const int64_t[]){OC});
+    if (rc) return 1;
+    fill(&x);
+    fill(&w);
+    fill(&y);
+    fill(&b);
+    enum { K = 3 };
+    if (reps > 64) reps = 64;
+    double t[4][K][64];
+    for (int r = 0; r < reps; r++)
+        for (int v = 0; v < 4; v++) { /* bf16 or not x pointwise or not */
+            rc |= ts_nn_set_conv_precision(v & 2 ? TS_PREC_BF16 : TS_PREC_FP32);
+            ts_nn_set_pointwise(v & 1);
+            for (int kk = 0; kk < K; kk++) {
+                const double t0 = ts_time_now();
+                if (kk == 0) rc |= ts_conv3d_forward(&x, &w, &b, 1, 0, &y);
+                else if (kk == 1) rc |= ts_conv3d_backward(&x, &w, 1, 0, &y, NULL, &dw, NULL);
+                else rc |= ts_conv3d_backward(&x, &w, 1, 0, &y, &dx, NULL, NULL);
+                t[v][kk][r] = ts_time_now() - t0;
+            }
+        }
+    ts_nn_set_pointwise(1);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    const double vox = (double)N * D * D * D, mb = vox * (C + OC) * 4 / 1e6;
+    printf("conv3d 1x1x1 [%d, %d^3, %d] -> %d, median of %d, ms (GB/s of the %.1f MB each pass moves): gather/wgrad drivers "
+           "against the pointwise kernels\n", N, D, C, OC, reps, mb);
+    static const char *const name[K] = {"forward", "weight grad", "input grad"};
+    for (int kk = 0; kk < K; kk++) {
+        printf("  %-12s", name[kk]);
+        for (int p = 0; p < 2; p++) {
+            const double g = median(t[2 * p][kk], reps), q = median(t[2 * p + 1][kk], reps);
+            printf("  %s %6.2f (%5.1f) -> %6.2f (%5.1f) %.2fx", p ? "bf16" : "fp32", g * 1e3, mb / g / 1e3, q * 1e3,
+                   mb / q / 1e3, g / q);
+        }
+        printf("\n");
+    }
+    ts_tensor *all[] = {&x, &w, &b, &y, &dx, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt|wino]\n");
+        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt|pw|wino]\n");
         return 2;
     }
     const int N = 2, D = atoi(argv[1]), C = atoi(argv[2]), OC = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
     const char *mode = argc > 5 ? argv[5] : "all";
     if (!strcmp(mode, "wino")) return bench_wino(N, D, C, OC, reps);
-    if (strcmp(mode, "all") && strcmp(mode, "prec") && strcmp(mode, "cat") && strcmp(mode, "convt")) {
-        fprintf(stderr, "bench_conv: ROWS is all, prec, cat, convt or wino\n");
+    if (!strcmp(mode, "pw")) return bench_pw(N, D, C, OC, reps);
+    if (strcmp(mode, "all") && strcmp(mode, "prec") && strcmp(mode, "cat") && strcmp(mode, "convt") && strcmp(mode, "pw")) {
+        fprintf(stderr, "bench_conv: ROWS is all, prec, cat, convt, pw or wino\n");
         return 2;
     }
     if (strcmp(mode, "all")) return bench_prec(N, D, C, OC, reps, mode);

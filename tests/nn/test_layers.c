@@ -1546,6 +1546,106 @@ static void test_softmax16(void)
           lse[0], p[0], p[16], p[32]);
 }
 
+/* 1x1x1 convolutions with at most 16 output channels (the segmentation
+ * heads) run the pointwise kernels (src/nn/conv_pointwise.c): forward and
+ * input gradient bitwise equal to the gather driver's
+ * (ts_nn_set_pointwise(0)) in fp32 and in each bf16 variant, also with a
+ * NaN, infinities, denormals and signed zeros among the inputs (specials:
+ * forward and input gradient only); the weight gradient against double
+ * references (bf16: on rounded operands) and bitwise the same with 1, 2, 3
+ * threads; the kernels counted as they run */
+static void test_pointwise(int N, int D, int H, int W, int C, int OC, int bias, int specials)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), w = MK(-0.5f, 0.5f, OC, C, 1, 1, 1), b = MK(-1, 1, OC);
+    ts_tensor dy = MK(-1, 1, N, D, H, W, OC);
+    const int64_t nx = ts_tensor_numel(&x), ny = ts_tensor_numel(&dy), nw = ts_tensor_numel(&w);
+    if (specials) {
+        float *p = x.data, *q = dy.data;
+        const float sp[] = {NAN, INFINITY, -INFINITY, 1e-40f, -3e-39f, -0.0f, 0.0f, 3.4e38f, -1.5e-38f};
+        for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+            p[(i * 37 + 5) % (size_t)nx] = sp[i];
+            if (i >= 3) q[(i * 11 + 2) % (size_t)ny] = sp[i]; /* dy: finite specials (a NaN would spread to all of dx's row) */
+        }
+    }
+    const ts_conv_geom g = {N, D, H, W, C, D, H, W, OC, 1, 1, 0};
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+    char what[96];
+    snprintf(what, sizeof what, "1x1x1 conv %dx%dx%dx%dx%d -> %d%s%s", N, D, H, W, C, OC, bias ? " (bias)" : "",
+             specials ? " with NaN, inf, denormals, -0" : "");
+    int rc = 0, fits = ts_nn_pw_fits(&g);
+    for (int v = 0; v <= nvar; v++) { /* v == 0: fp32; then the bf16 variants */
+        const int bf = v > 0;
+        if (bf) rc |= ts_nn_bf16_select_isa(names[v - 1]);
+        rc |= ts_nn_set_conv_precision(bf ? TS_PREC_BF16 : TS_PREC_FP32);
+        ts_tensor y[2], dx[2], dw[2];
+        long calls[2];
+        for (int pw = 0; pw < 2; pw++) {
+            ts_nn_set_pointwise(pw);
+            y[pw] = MK(0, 0, N, D, H, W, OC);
+            dx[pw] = MK(0, 0, N, D, H, W, C);
+            dw[pw] = MK(0, 0, OC, C, 1, 1, 1);
+            const long c0 = ts_nn_pw_calls();
+            rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, 1, 0, &y[pw]);
+            rc |= ts_conv3d_backward(&x, &w, 1, 0, &dy, &dx[pw], specials ? NULL : &dw[pw], NULL);
+            calls[pw] = ts_nn_pw_calls() - c0;
+        }
+        ts_nn_set_pointwise(1);
+        int same_y = 1, same_dx = !memcmp(dx[0].data, dx[1].data, (size_t)nx * 4);
+        double ymax = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            const float a = ((const float *)y[0].data)[i], c = ((const float *)y[1].data)[i];
+            same_y &= !memcmp(&a, &c, 4) || (isnan(a) && isnan(c));
+            if (isfinite(c)) ymax = fmax(ymax, fabs(c));
+        }
+        const char *vn = bf ? names[v - 1] : "fp32";
+        ts_ok(rc == 0 && fits && calls[0] == 0 && calls[1] == (specials ? 2 : 3) && same_y && same_dx && ymax > 0,
+              "%s %s: the pointwise kernels ran (%ld calls) and equal the gather driver's forward and input gradient bit for bit",
+              vn, what, calls[1]);
+        if (!specials) {
+            ts_tensor xr = bf ? rounded(&x) : x, wr = bf ? rounded(&w) : w, dyr = bf ? rounded(&dy) : dy;
+            double *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw), *rdb = malloc(sizeof(double) * OC);
+            ref_conv_bwd(&xr, &wr, 1, 0, &dyr, rdx, rdw, rdb);
+            const double ew = max_rel(dw[1].data, rdw, nw), eg = max_rel_f(dw[1].data, dw[0].data, nw);
+            ts_ok(rc == 0 && ew < 1e-5 && eg < 1e-5,
+                  "%s %s: pointwise weight gradient = double reference%s (%.1e; %.1e from the wgrad driver's)", vn, what,
+                  bf ? " on bf16-rounded operands" : "", ew, eg);
+            free(rdx);
+            free(rdw);
+            free(rdb);
+            if (bf) {
+                ts_tensor_free(&xr);
+                ts_tensor_free(&wr);
+                ts_tensor_free(&dyr);
+            }
+#ifdef _OPENMP
+            const int nt0 = omp_get_max_threads();
+            int same = 1;
+            for (int nt = 1; nt <= 3; nt++) {
+                omp_set_num_threads(nt);
+                ts_tensor o[3] = {MK(0, 0, N, D, H, W, OC), MK(0, 0, N, D, H, W, C), MK(0, 0, OC, C, 1, 1, 1)};
+                rc |= ts_conv3d_forward(&x, &w, bias ? &b : NULL, 1, 0, &o[0]);
+                rc |= ts_conv3d_backward(&x, &w, 1, 0, &dy, &o[1], &o[2], NULL);
+                same &= !memcmp(o[0].data, y[1].data, (size_t)ny * 4) && !memcmp(o[1].data, dx[1].data, (size_t)nx * 4) &&
+                        !memcmp(o[2].data, dw[1].data, (size_t)nw * 4);
+                for (int t = 0; t < 3; t++) ts_tensor_free(&o[t]);
+            }
+            omp_set_num_threads(nt0);
+            ts_ok(rc == 0 && same, "%s %s: pointwise forward and backward bitwise the same with 1, 2, 3 threads", vn, what);
+#endif
+        }
+        for (int pw = 0; pw < 2; pw++) {
+            ts_tensor_free(&y[pw]);
+            ts_tensor_free(&dx[pw]);
+            ts_tensor_free(&dw[pw]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_nn_bf16_select_isa("auto");
+    ts_tensor *all[] = {&x, &w, &b, &dy};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1653,6 +1753,13 @@ int main(int argc, char **argv)
     test_bf16_cat(8, 8, 8);  /* eights: the unpaired put's [8, 8] path (the demo's last level) */
     test_bf16_cat(24, 8, 12);
     test_bf16_threads();
+    /* the pointwise kernels (1x1x1, at most 16 output channels): whole and partial blocks of 16 voxels */
+    test_pointwise(2, 4, 5, 8, 16, 4, 1, 0);
+    test_pointwise(1, 3, 5, 7, 32, 3, 0, 0);
+    test_pointwise(2, 2, 3, 5, 48, 16, 1, 0);
+    test_pointwise(1, 4, 4, 4, 16, 1, 1, 0);
+    test_pointwise(1, 3, 4, 5, 16, 4, 1, 1);
+    test_pointwise(1, 2, 3, 7, 32, 7, 0, 1);
     /* fp16: the rounding, the same kinds of shapes, the range */
     test_fp16_round();
     test_fp16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);

@@ -1,0 +1,371 @@
+/* Pointwise convolutions (1x1x1, stride 1, padding 0) with few output
+ * channels: the segmentation heads (C feature channels -> a handful of
+ * classes). Through the gather and wgrad drivers such a layer stages every
+ * input row into a slab and pads its few output channels to a 16-lane
+ * vector, and ran at a third of the memory bandwidth (docs/engine.md); here
+ * each pass reads its operands once, straight from the tensors:
+ *   forward  y[v][o]  = b[o] + sum_c x[v][c] w[o][c]   lanes: 16 voxels (x
+ *            transposed in registers, 16 voxels x 16 channels at a time)
+ *   dgrad    dx[v][c] = sum_o dy[v][o] w[o][c]          lanes: 16 channels
+ *   wgrad    dw[c][o] = sum_v x[v][c] dy[v][o]          lanes: 16 channels
+ * fp32, or bf16 (bf = 1): the operands rounded to bf16 (ts_nn_bf16_round),
+ * exact products, fp32 sums. Forward and dgrad add in the order of the
+ * gather kernels (fp32: bias, then channel 0, 1, ...; bf16: bias, then the
+ * upper channel of each pair first, as VDPBF16PS and the emulated variant),
+ * so their results are the gather's bit for bit (the gather's native bf16
+ * flushes a denormal sum to zero: the one difference). The weight gradient
+ * sums in its own fixed order (PW_CHUNKS chunks of PW_BLK-voxel blocks, the
+ * chunks added in order), independent of the thread count. */
+#pragma GCC optimize("O3")
+#include "tsbuild.h"
+#include "src/nn/conv_impl.h"
+#include "src/core/error.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__) || defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t v16i __attribute__((vector_size(64)));
+
+#define AI static inline __attribute__((always_inline))
+#pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
+
+enum { PW_MAX_OC = 16, PW_CHUNKS = 16, PW_BLK = 512 };
+
+static atomic_int pw_off;
+static atomic_long pw_calls;
+
+long ts_nn_pw_calls(void) { return atomic_load(&pw_calls); }
+
+int ts_nn_set_pointwise(int on)
+{
+    atomic_store(&pw_off, on == 0);
+    return 0;
+}
+
+int ts_nn_pointwise_on(void) { return !atomic_load(&pw_off); }
+
+int ts_nn_pw_fits(const ts_conv_geom *g)
+{
+    return ts_nn_pointwise_on() && g->k == 1 && g->s == 1 && g->p == 0 && g->OC <= PW_MAX_OC && g->C % 16 == 0 && g->C > 0;
+}
+
+/* ts_nn_bf16_round on 16 lanes, back as floats (the bf16 in the upper
+ * half): one conversion where the build has AVX512-BF16 (the native put
+ * of conv_bf16.c rounds the same way: its tests compare it with
+ * ts_nn_bf16_round); else rounded to nearest even, and where a lane's
+ * exponent is 0 or 255 (zero, denormal: signed zero; inf; NaN: quieted)
+ * as ts_nn_bf16_round does (a branch taken for such vectors only) */
+AI v16 bf16r(v16 f)
+{
+#ifdef __AVX512BF16__
+    return (v16)_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)f)), 16);
+#else
+    v16i u;
+    memcpy(&u, &f, sizeof u);
+    const v16i zero = (v16i){0} + 0, one = zero + 1;
+    v16i r = (u + 0x7fffu + ((u >> 16) & one)) & 0xffff0000u;
+    const v16i special = (v16i)(((u + 0x800000u) & 0x7f800000u) < (zero + 0x1000000u));
+    v16i any = special | __builtin_shufflevector(special, special, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    any |= __builtin_shufflevector(any, any, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+    any |= __builtin_shufflevector(any, any, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+    if (__builtin_expect((any[0] | any[1]) != 0, 0)) {
+        const v16i tiny = (v16i)((u & 0x7f800000u) == zero);
+        const v16i nan = (v16i)((u & 0x7fffffffu) > (zero + 0x7f800000u));
+        const v16i inf = special & ~tiny & ~nan; /* exponent 255, zero fraction: as it is */
+        r = (tiny & (u & 0x80000000u)) | (nan & ((u & 0xffff0000u) | 0x400000u)) | (inf & u) | (~special & r);
+    }
+    v16 o;
+    memcpy(&o, &r, sizeof o);
+    return o;
+#endif
+}
+
+/* a store past the caches where the build has AVX-512 (p 64-byte aligned) */
+AI void st_nt(float *p, v16 v)
+{
+#ifdef __AVX512F__
+    _mm512_stream_ps(p, (__m512)v);
+#else
+    memcpy(p, &v, sizeof v);
+#endif
+}
+
+AI float bf16r1(float f) { return ts_nn_bf16_float(ts_nn_bf16_round(f)); }
+
+/* r[i][j] -> r[j][i]: four butterfly stages, stage B exchanging bit B of
+ * the row and the lane index (rows i and i + B, i without bit B) */
+AI void transpose16(v16 r[16])
+{
+    for (int i = 0; i < 16; i += 2) {
+        const v16 a = r[i], b = r[i + 1];
+        r[i] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        r[i + 1] = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int j = i; j < i + 2; j++) {
+            const v16 a = r[j], b = r[j + 2];
+            r[j] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            r[j + 2] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = i; j < i + 4; j++) {
+            const v16 a = r[j], b = r[j + 4];
+            r[j] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            r[j + 4] = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int j = 0; j < 8; j++) {
+        const v16 a = r[j], b = r[j + 8];
+        r[j] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        r[j + 8] = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+}
+
+AI v16 bcast(float f) { return (v16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
+AI v16 ld(const float *p) { return *(const v16u *)p; }
+
+/* the 16 x 16 block of x at rows x, x + C, ... (nv of them, zeros after), channels [cb, cb + 16) */
+AI void load16(const float *x, int C, int cb, int nv, v16 *r)
+{
+    if (nv == 16) {
+#pragma GCC unroll 16
+        for (int v = 0; v < 16; v++) r[v] = *(const v16u *)(x + (size_t)v * C + cb);
+    } else {
+        for (int v = 0; v < 16; v++) r[v] = v < nv ? *(const v16u *)(x + (size_t)v * C + cb) : (v16){0};
+    }
+}
+
+/* y for the nv (<= 16) voxels at x (rows of C floats, C a multiple of 16):
+ * wt [C][OC] (bf16: rounded), bias [OC] or NULL; OC a constant where
+ * inlined (pw_forward's switch), so that the accumulators stay in
+ * registers */
+AI void fwd16(int bf, const float *x, int C, const int OC, const float *wt, const float *bias, float *y, int nv)
+{
+    v16 acc[PW_MAX_OC], r[16];
+#pragma GCC unroll 16
+    for (int o = 0; o < OC; o++) acc[o] = bias ? bcast(bias[o]) : (v16){0};
+    for (int cb = 0; cb < C; cb += 16) {
+        load16(x, C, cb, nv, r);
+        transpose16(r); /* r[c]: channel cb + c of the 16 voxels */
+        const float *w = wt + (size_t)cb * OC;
+        if (!bf) {
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++)
+#pragma GCC unroll 16
+                for (int o = 0; o < OC; o++) acc[o] += r[c] * w[c * OC + o];
+            continue;
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 16; c += 2) { /* a pair: the upper channel first (VDPBF16PS) */
+            const v16 lo = bf16r(r[c]), hi = bf16r(r[c + 1]);
+#pragma GCC unroll 16
+            for (int o = 0; o < OC; o++) acc[o] += hi * w[(c + 1) * OC + o];
+#pragma GCC unroll 16
+            for (int o = 0; o < OC; o++) acc[o] += lo * w[c * OC + o];
+        }
+    }
+    if (OC == 4 && nv == 16) { /* four classes: the 4 x 16 accumulators as 16 x 4 in four whole vectors */
+        const v16 a01 = __builtin_shufflevector(acc[0], acc[1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+        const v16 b01 = __builtin_shufflevector(acc[0], acc[1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+        const v16 a23 = __builtin_shufflevector(acc[2], acc[3], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+        const v16 b23 = __builtin_shufflevector(acc[2], acc[3], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+        /* a01 lanes (voxel, class): (0,0) (0,1) (1,0) (1,1) | (4,0) (4,1) (5,0) (5,1) | ... */
+        const v16 p = __builtin_shufflevector(a01, a23, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+        const v16 q = __builtin_shufflevector(a01, a23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+        const v16 t = __builtin_shufflevector(b01, b23, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+        const v16 u = __builtin_shufflevector(b01, b23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+        /* p: voxels 0, 1, 4, 5; t: 2, 3, 6, 7; q: 8, 9, 12, 13; u: 10, 11, 14, 15 (four floats each) */
+        *(v16u *)y = __builtin_shufflevector(p, t, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        *(v16u *)(y + 16) = __builtin_shufflevector(p, t, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        *(v16u *)(y + 32) = __builtin_shufflevector(q, u, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        *(v16u *)(y + 48) = __builtin_shufflevector(q, u, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int o = 0; o < 16; o++) r[o] = o < OC ? acc[o] : (v16){0};
+    transpose16(r); /* r[v]: the OC outputs of voxel v */
+    for (int v = 0; v < nv; v++) ts_nn_vst_part(y + (size_t)v * OC, r[v], OC);
+}
+
+/* CALL(n) with the constant n = oc (1 .. 16) */
+#define PW_OC_SWITCH(oc, CALL)                                                                                       \
+    switch (oc) {                                                                                                    \
+    case 1: CALL(1); break;                                                                                          \
+    case 2: CALL(2); break;                                                                                          \
+    case 3: CALL(3); break;                                                                                          \
+    case 4: CALL(4); break;                                                                                          \
+    case 5: CALL(5); break;                                                                                          \
+    case 6: CALL(6); break;                                                                                          \
+    case 7: CALL(7); break;                                                                                          \
+    case 8: CALL(8); break;                                                                                          \
+    case 9: CALL(9); break;                                                                                          \
+    case 10: CALL(10); break;                                                                                        \
+    case 11: CALL(11); break;                                                                                        \
+    case 12: CALL(12); break;                                                                                        \
+    case 13: CALL(13); break;                                                                                        \
+    case 14: CALL(14); break;                                                                                        \
+    case 15: CALL(15); break;                                                                                        \
+    default: CALL(16); break;                                                                                        \
+    }
+
+int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float *w, const float *bias, float *y)
+{
+    atomic_fetch_add(&pw_calls, 1);
+    const int C = g->C, OC = g->OC;
+    const size_t V = (size_t)g->N * g->D * g->H * g->W, nb = (V + 15) / 16;
+    float *wt = ts_nn_scratch(1, (size_t)C * OC * sizeof(float));
+    if (!wt) return TS_ERR(TS_ERR_NOMEM, "pointwise conv weights");
+    for (int c = 0; c < C; c++)
+        for (int o = 0; o < OC; o++) wt[(size_t)c * OC + o] = bf ? bf16r1(w[(size_t)o * C + c]) : w[(size_t)o * C + c];
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t v0 = b * 16;
+        const int nv = V - v0 < 16 ? (int)(V - v0) : 16;
+#define PW_F(n) (bf ? fwd16(1, x + v0 * C, C, n, wt, bias, y + v0 * OC, nv) : fwd16(0, x + v0 * C, C, n, wt, bias, y + v0 * OC, nv))
+        PW_OC_SWITCH(OC, PW_F)
+#undef PW_F
+    }
+    return 0;
+}
+
+enum { PW_DBLK = 64 }; /* voxels per dgrad block */
+
+/* dx of the nv voxels at g (OC output gradients each; bf16: rounded):
+ * wr [OC][C] (bf16: rounded); streaming stores (dx is not read again
+ * soon, and a whole head's input gradient is larger than the caches) */
+AI void dgrad_blk(int bf, const float *g, int nv, int C, const int OC, const float *wr, float *dx, int nt)
+{
+    for (int v = 0; v < nv; v++)
+        for (int cb = 0; cb < C; cb += 16) {
+            const float *d = g + (size_t)v * OC;
+            v16 acc = (v16){0};
+            if (!bf) {
+#pragma GCC unroll 16
+                for (int o = 0; o < OC; o++) acc += d[o] * ld(wr + (size_t)o * C + cb);
+            } else {
+#pragma GCC unroll 8
+                for (int o = 0; o < OC; o += 2) { /* acc is never -0 here: a missing partner's +0 changes nothing */
+                    if (o + 1 < OC) acc += d[o + 1] * ld(wr + (size_t)(o + 1) * C + cb);
+                    acc += d[o] * ld(wr + (size_t)o * C + cb);
+                }
+            }
+            if (nt) st_nt(dx + (size_t)v * C + cb, acc);
+            else memcpy(dx + (size_t)v * C + cb, &acc, sizeof acc);
+        }
+}
+
+int ts_nn_pw_dgrad(int bf, const ts_conv_geom *g, const float *dy, const float *w, float *dx)
+{
+    atomic_fetch_add(&pw_calls, 1);
+    const int C = g->C, OC = g->OC;
+    const size_t V = (size_t)g->N * g->D * g->H * g->W, nb = (V + PW_DBLK - 1) / PW_DBLK;
+    float *wr = ts_nn_scratch(1, (size_t)OC * C * sizeof(float));
+    if (!wr) return TS_ERR(TS_ERR_NOMEM, "pointwise conv weights");
+    for (size_t i = 0; i < (size_t)OC * C; i++) wr[i] = bf ? bf16r1(w[i]) : w[i];
+    const int nt = ((uintptr_t)dx & 63) == 0; /* rows of C floats: every vector aligned */
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t v0 = b * PW_DBLK;
+        const int nv = V - v0 < PW_DBLK ? (int)(V - v0) : PW_DBLK;
+        const float *gb = dy + v0 * OC;
+        float d[PW_DBLK * PW_MAX_OC];
+        if (bf) {
+            const size_t n = (size_t)nv * OC;
+            size_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                const v16 t = bf16r(ld(gb + i));
+                memcpy(d + i, &t, sizeof t);
+            }
+            for (; i < n; i++) d[i] = bf16r1(gb[i]);
+            gb = d;
+        }
+#define PW_D(n) (bf ? dgrad_blk(1, gb, nv, C, n, wr, dx + v0 * C, nt) : dgrad_blk(0, gb, nv, C, n, wr, dx + v0 * C, nt))
+        PW_OC_SWITCH(OC, PW_D)
+#undef PW_D
+    }
+#ifdef __AVX512F__
+    _mm_sfence(); /* the streaming stores before anything reads dx */
+#endif
+    return 0;
+}
+
+/* the sums of one block of voxels [v0, v1) into part [C][OC]: per 16
+ * channels, two accumulator sets (even and odd voxels), then their sum */
+AI void wgrad_blk(int bf, const float *x, const float *dy, int C, const int OC, size_t v0, size_t v1, float *part)
+{
+    const int nv = (int)(v1 - v0);
+    const float *gb = dy + v0 * OC;
+    x += v0 * C;
+    float d[PW_BLK * PW_MAX_OC]; /* bf16: the block's dy rounded */
+    if (bf) {
+        const int n = nv * OC;
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const v16 t = bf16r(ld(gb + i));
+            memcpy(d + i, &t, sizeof t);
+        }
+        for (; i < n; i++) d[i] = bf16r1(gb[i]);
+        gb = d;
+    }
+    for (int cb = 0; cb < C; cb += 16) {
+        v16 a0[PW_MAX_OC], a1[PW_MAX_OC];
+#pragma GCC unroll 16
+        for (int o = 0; o < OC; o++) a0[o] = a1[o] = (v16){0};
+        int v = 0;
+        for (; v + 1 < nv; v += 2) {
+            v16 x0 = ld(x + (size_t)v * C + cb), x1 = ld(x + (size_t)(v + 1) * C + cb);
+            if (bf) {
+                x0 = bf16r(x0);
+                x1 = bf16r(x1);
+            }
+            const float *g0 = gb + (size_t)v * OC, *g1 = g0 + OC;
+#pragma GCC unroll 16
+            for (int o = 0; o < OC; o++) {
+                a0[o] += x0 * g0[o];
+                a1[o] += x1 * g1[o];
+            }
+        }
+        if (v < nv) {
+            const v16 x0 = bf ? bf16r(ld(x + (size_t)v * C + cb)) : ld(x + (size_t)v * C + cb);
+#pragma GCC unroll 16
+            for (int o = 0; o < OC; o++) a0[o] += x0 * gb[(size_t)v * OC + o];
+        }
+        for (int o = 0; o < OC; o++) {
+            float t[16];
+            const v16 s = a0[o] + a1[o];
+            memcpy(t, &s, sizeof t);
+            for (int c = 0; c < 16; c++) part[(size_t)(cb + c) * OC + o] += t[c];
+        }
+    }
+}
+
+int ts_nn_pw_wgrad(int bf, const ts_conv_geom *g, const float *x, const float *dy, float *dwp)
+{
+    atomic_fetch_add(&pw_calls, 1);
+    const int C = g->C, OC = g->OC;
+    const size_t V = (size_t)g->N * g->D * g->H * g->W, n = (size_t)C * OC;
+    float *parts = ts_nn_scratch(0, PW_CHUNKS * n * sizeof(float));
+    if (!parts) return TS_ERR(TS_ERR_NOMEM, "pointwise conv weight-gradient sums");
+    memset(parts, 0, PW_CHUNKS * n * sizeof(float));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int ch = 0; ch < PW_CHUNKS; ch++) {
+        const size_t e = V * (size_t)(ch + 1) / PW_CHUNKS;
+        for (size_t v0 = V * (size_t)ch / PW_CHUNKS; v0 < e; v0 += PW_BLK) {
+            const size_t v1 = v0 + PW_BLK < e ? v0 + PW_BLK : e;
+#define PW_W(k) (bf ? wgrad_blk(1, x, dy, C, k, v0, v1, parts + ch * n) : wgrad_blk(0, x, dy, C, k, v0, v1, parts + ch * n))
+            PW_OC_SWITCH(OC, PW_W)
+#undef PW_W
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        float s = 0;
+        for (int ch = 0; ch < PW_CHUNKS; ch++) s += parts[(size_t)ch * n + i];
+        dwp[i] = s;
+    }
+    return 0;
+}
