@@ -114,10 +114,14 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 
 /* Whether a call of geometry g (forward; for the input gradient its
  * transposed geometry) runs as a Winograd convolution (ts_nn_set_winograd) */
+static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
+{
+    return ts_nn_winograd_on() && g->k == 3 && g->s == 1 && g->p == 1 && !halo && (!sch || sch->part == TS_CONV_ALL) &&
+           g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
+}
 static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
 {
-    return ts_nn_winograd_on() && ts_nn_conv_precision() == TS_PREC_FP32 && g->k == 3 && g->s == 1 && g->p == 1 &&
-           !halo && (!sch || sch->part == TS_CONV_ALL) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
+    return wino_geom(g, halo, sch) && ts_nn_conv_precision() == TS_PREC_FP32;
 }
 
 /* Winograd's weight gradient where it measured faster (docs/engine.md):
@@ -140,10 +144,13 @@ static int ep_ok(const ts_conv_ep *ep)
 /* Whether a call runs through the pointwise kernels (ts_nn_pw_fits: 1x1x1
  * with few output channels; fp32 or bf16; one input without a halo; every
  * item; the progress hooks, if any, run before and after) */
+static int pw_geom(const ts_conv_geom *g, ts_conv_src x, const ts_conv_sched *sch)
+{
+    return ts_nn_pw_fits(g) && !x.b && !x.halo && (!sch || sch->part == TS_CONV_ALL);
+}
 static int pw_path(const ts_conv_geom *g, ts_conv_src x, const ts_conv_sched *sch)
 {
-    return ts_nn_pw_fits(g) && ts_nn_conv_precision() != TS_PREC_FP16 && !x.b && !x.halo &&
-           (!sch || sch->part == TS_CONV_ALL);
+    return pw_geom(g, x, sch) && ts_nn_conv_precision() != TS_PREC_FP16;
 }
 
 /* Forward shared by the entry points: y = conv(x) (+ bias). */
@@ -170,7 +177,9 @@ static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w
     return (h ? ts_nn_gather2_fp16 : ts_nn_gather2)(g, x, wp, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep}, sch);
 }
 
-/* Backward shared by the entry points, in this order: db += sum dy; dw +=
+/* Backward shared by the entry points, in this order: db += sum dy (summed
+ * by the weight-gradient driver from its items' rows where it runs, else in
+ * a pass of its own); dw +=
  * the weight gradient over x (with x.halo; sch's hooks run between its work
  * items); the input gradient into dx (dx.a NULL: none) by a gather of dy
  * with flipped taps reading dy's halo hy (stride 1), or a transposed gather
@@ -182,18 +191,23 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     int err = 0;
     const ts_precision prec = ts_nn_conv_precision();
     const int taps = g->k * g->k * g->k, bf = prec == TS_PREC_BF16, h = prec == TS_PREC_FP16;
-    if (db) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
+    /* db with the generic weight gradient (its items' rows as they are staged), else a pass of its own;
+     * chosen by the geometry, not by the precision, so that db has the same bits in every precision */
+    const int pw = dw && pw_path(g, x, sch), wino = dw && !pw && wino_fits(g, x.halo, NULL) && wgrad_wino_size(g);
+    const int own = !dw || pw_geom(g, x, sch) || (wino_geom(g, x.halo, NULL) && wgrad_wino_size(g));
+    if (db && own) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
+    float *dbw = db && !own ? db->data : NULL;
     if (dw) {
         float *dwp = ts_nn_scratch(2, (size_t)taps * g->C * g->OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "conv3d weight gradient");
-        if (pw_path(g, x, sch)) {
+        if (pw) {
             ts_nn_run_hooks(sch);
             TS_CHECK(ts_nn_pw_wgrad(bf, g, x.a, dy->data, dwp));
             ts_nn_run_hooks(sch);
-        } else if (wino_fits(g, x.halo, NULL) && wgrad_wino_size(g))
+        } else if (wino)
             TS_CHECK(ts_nn_winograd_wgrad(g, x, dy->data, dwp, sch));
-        else if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, sch));
-        else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, sch));
+        else if (bf) TS_CHECK(ts_nn_wgrad2_bf16(g, x, dy->data, dwp, dbw, sch));
+        else TS_CHECK((h ? ts_nn_wgrad2_fp16 : ts_nn_wgrad2)(g, x, dy->data, dwp, dbw, sch));
         float *d = dw->data;
         const int C = g->C, OC = g->OC;
         /* blocks of 16 output channels: each line of dwp is read once */

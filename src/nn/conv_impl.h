@@ -186,9 +186,13 @@ int ts_nn_gather2(const ts_conv_geom *g, ts_conv_src x, const float *wp, const f
                   const ts_conv_sched *sch);
 int ts_nn_tgather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
 /* gy [N, OD, OH, OW, OC]; dwp [k^3][C][OC] is overwritten (not padded).
- * sch->part is ignored (all items). */
+ * sch->part is ignored (all items). db (NULL: none): db[oc] += the sum of
+ * gy's channel oc, taken from each work item's rows as the item is staged
+ * (no pass of its own over gy); in a fixed order (float sums per item,
+ * added per chunk in double, the chunks in order) that is the same in
+ * every precision and for any thread count, not ts_nn_bias_grad's. */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp);
-int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db, const ts_conv_sched *sch);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
 
@@ -269,7 +273,8 @@ static inline float ts_nn_fp16_round(float f)
 int ts_nn_gather2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *wp, const float *bias, ts_conv_dst y,
                        const ts_conv_sched *sch);
 int ts_nn_tgather_fp16(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y);
-int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
+                      const ts_conv_sched *sch);
 
 /* ---- bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)) ----
  * The same three kernels and drivers (conv_kernels.c), with both operands
@@ -399,6 +404,7 @@ void ts_nn_bf16_wgrad_c1(int nat, const ts_bf16_wg_args *a);
 int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp, const float *bias, ts_conv_dst y,
                        const ts_conv_sched *sch);
 int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp, const float *bias, float *y);
-int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
+                      const ts_conv_sched *sch);
 
 #endif

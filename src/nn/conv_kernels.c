@@ -644,7 +644,7 @@ int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp
  * hold the others up). */
 int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *dwp)
 {
-    return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL);
+    return ts_nn_wgrad2(g, (ts_conv_src){x, NULL, g->C, NULL}, gy, dwp, NULL, NULL);
 }
 
 /* One input channel (the first layer), 3x3x3 stride 1, ocp 16, fp32: all
@@ -691,10 +691,13 @@ static void wk3_c1(const wg_args *a)
  * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
  * thread count, are the same in both. */
 /* long-function: the weight-gradient loop nest of both precisions; its OpenMP region shares the staging buffers */
-static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp,
+static void item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps);
+
+static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
                       const ts_conv_sched *sch)
 {
     int err = 0;
+    double *dbs = NULL;
     const int ocp = ts_nn_pad16(g->OC), nt = ts_nn_nthreads(), k = g->k, k3s1 = k == 3 && g->s == 1 && g->p == 1;
     /* an item: P planes x hb rows of output, at least 512 voxels where the
      * layer allows (each weight tile sums that many voxels in registers) */
@@ -722,6 +725,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
     float *gpads = slabs + slab_n * nt, *dws = gpads + gpad_n * nt;
+    /* db: the sums of each chunk's items (group 0 of the chunk), added in chunk order below */
+    dbs = db ? TS_CALLOC((size_t)nch * g->OC, sizeof(double)) : NULL;
+    if (db && !dbs) TS_FAIL(TS_ERR_NOMEM, "conv bias-gradient sums");
     /* with more threads than chunks, a chunk's taps are split into G groups
      * of (kd, kh) pairs: work units (chunk, group) write disjoint parts of
      * the chunk's sums, so the summation order stays the same */
@@ -732,6 +738,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     {
         const int tid = ts_nn_thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
+        float bacc[256]; /* item_bias's block sums */
         /* bf16: the staged pairs (one zero entry first), fp32: the padded rows where OC is not a multiple
          * of 16; the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
@@ -752,6 +759,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 const int oh0 = (int)(dorder ? it / npb % nhb : it % nhb) * hb, od = (int)(dorder ? it % npb : it / nhb % npb) * P;
                 const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
                 ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
+                if (dbs && grp == 0) /* the item's rows are contiguous: one plane's rows, or whole planes */
+                    item_bias(gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC,
+                              (size_t)np * nr * g->OW, g->OC, bacc, dbs + (size_t)ch * g->OC);
                 if (f->bf16) {
                     memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
                     for (int q = 0; q < np * nr; q++) {
@@ -803,6 +813,11 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
             }
         }
     }
+    for (int oc = 0; dbs && oc < g->OC; oc++) {
+        double t = 0;
+        for (long c = 0; c < nch; c++) t += dbs[(size_t)c * g->OC + oc];
+        db[oc] += (float)t;
+    }
     /* fixed-order reduction of the chunk sums, unpadded: 0 + chunk 0 + chunk 1 ... per value */
     const size_t rows = (size_t)k * k * k * g->C;
 #pragma omp parallel for schedule(static)
@@ -815,23 +830,26 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
         }
     }
 cleanup:
+    free(dbs);
     return err;
 }
 
-int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db, const ts_conv_sched *sch)
 {
-    return wgrad_impl(&FMT_F32, g, x, gy, dwp, sch);
+    return wgrad_impl(&FMT_F32, g, x, gy, dwp, db, sch);
 }
 
-int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+int ts_nn_wgrad2_fp16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
+                      const ts_conv_sched *sch)
 {
-    return wgrad_impl(&FMT_F16, g, x, gy, dwp, sch);
+    return wgrad_impl(&FMT_F16, g, x, gy, dwp, db, sch);
 }
 
-int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch)
+int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
+                      const ts_conv_sched *sch)
 {
     const slab_fmt f = {1, 1, ts_nn_bf16_native(), g->s, 0};
-    return wgrad_impl(&f, g, x, gy, dwp, sch);
+    return wgrad_impl(&f, g, x, gy, dwp, db, sch);
 }
 
 /* acc[0 .. 16 NV) = sums over voxels b0 .. b1 of gy's channels c0 .. c0 + 16 NV, each channel in voxel
@@ -843,6 +861,31 @@ AI void bias_run16(const float *gy, size_t b0, size_t b1, int OC, int c0, const 
     for (size_t v = b0; v < b1; v++)
         for (int j = 0; j < NV; j++) a[j] += vld(gy + v * OC + c0 + 16 * j);
     for (int j = 0; j < NV; j++) *(v16u *)(acc + 16 * j) = a[j];
+}
+
+/* ps[0 .. OC) += the sums over the nv voxels at gr, per block of 256 channels (16 a vector where OC is a
+ * multiple of 16) each channel in voxel order in float, then added to ps in double (wgrad_impl's
+ * bias gradient: one item) */
+static void item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps)
+{
+    if (OC % 16 == 0) {
+        for (int c0 = 0; c0 < OC; c0 += 64) {
+            const int left = (OC - c0) / 16;
+            if (left >= 4) bias_run16(gr, 0, nv, OC, c0, 4, acc);
+            else if (left == 3) bias_run16(gr, 0, nv, OC, c0, 3, acc);
+            else if (left == 2) bias_run16(gr, 0, nv, OC, c0, 2, acc);
+            else bias_run16(gr, 0, nv, OC, c0, 1, acc);
+            for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
+        }
+        return;
+    }
+    for (int c0 = 0; c0 < OC; c0 += 256) {
+        const int nc = imin(256, OC - c0);
+        for (int c = 0; c < nc; c++) acc[c] = 0;
+        for (size_t v = 0; v < nv; v++)
+            for (int c = 0; c < nc; c++) acc[c] += gr[v * OC + c0 + c];
+        for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
+    }
 }
 
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)

@@ -113,8 +113,8 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
             TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
         dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
-        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
-        else if (h) TS_CHECK(ts_nn_wgrad2_fp16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL));
+        if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL, NULL));
+        else if (h) TS_CHECK(ts_nn_wgrad2_fp16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL, NULL));
         else TS_CHECK(ts_nn_wgrad(&r, dy->data, x->data, dwp)); /* dwp[t][co][ci] */
         float *d = dw->data;
         /* blocks of 16 input channels: each line of dwp is read once */

@@ -1646,6 +1646,52 @@ static void test_pointwise(int N, int D, int H, int W, int C, int OC, int bias, 
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* The bias gradient summed by the weight-gradient driver from its items'
+ * rows (conv_kernels.c, wgrad_impl): against a double sum of dy, the same
+ * bits in fp32, bf16 and fp16 and with 1, 2, 3 threads; shapes with one
+ * chunk per item group (taps split in groups), strides 1 and 2, channel
+ * counts with and without whole vectors */
+static void test_wgrad_bias(int N, int D, int C, int OC, int k, int s, int p)
+{
+    ts_tensor x = MK(-1, 1, N, D, D + 1, D + 2, C), w = MK(-0.5f, 0.5f, OC, C, k, k, k);
+    const int64_t OD = ts_conv_out_size(D, k, s, p), OH = ts_conv_out_size(D + 1, k, s, p), OW = ts_conv_out_size(D + 2, k, s, p);
+    ts_tensor dy = MK(-1, 1, N, OD, OH, OW, OC), dw = MK(0, 0, OC, C, k, k, k);
+    const int64_t V = N * OD * OH * OW;
+    const float *g = dy.data;
+    double *ref = calloc((size_t)OC, sizeof(double));
+    for (int64_t v = 0; v < V; v++)
+        for (int c = 0; c < OC; c++) ref[c] += g[v * OC + c];
+    for (int c = 0; c < OC; c++) ref[c] += 0.5;
+    float db[3][4][128];
+    int rc = 0, same = 1;
+#ifdef _OPENMP
+    const int nt0 = omp_get_max_threads();
+#endif
+    for (int pr = 0; pr < 3; pr++)
+        for (int t = 1; t <= 3; t++) {
+#ifdef _OPENMP
+            omp_set_num_threads(t);
+#endif
+            rc |= ts_nn_set_conv_precision(pr == 0 ? TS_PREC_FP32 : pr == 1 ? TS_PREC_BF16 : TS_PREC_FP16);
+            ts_tensor b = mk(1, (const int64_t[]){OC}, 0.5f, 0.5f);
+            rc |= ts_conv3d_backward(&x, &w, s, p, &dy, NULL, &dw, &b);
+            memcpy(db[pr][t], b.data, (size_t)OC * 4);
+            same &= !memcmp(db[pr][t], db[0][1], (size_t)OC * 4);
+            ts_tensor_free(&b);
+        }
+#ifdef _OPENMP
+    omp_set_num_threads(nt0);
+#endif
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    const double e = max_rel(db[0][1], ref, OC);
+    ts_ok(rc == 0 && e < 5e-6 && same,
+          "conv %dx%dx%dx%dx%d -> %d k%d s%d: bias gradient from the weight gradient's items = double sum + 0.5 (%.1e), the same bits "
+          "in fp32, bf16, fp16 and with 1, 2, 3 threads", N, D, D + 1, D + 2, C, OC, k, s, e);
+    free(ref);
+    ts_tensor *all[] = {&x, &w, &dy, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1807,6 +1853,10 @@ int main(int argc, char **argv)
     test_norm_order();
     test_norm_channels();
     test_bias_grad_channels();
+    test_wgrad_bias(1, 3, 4, 5, 3, 1, 1);   /* few items: the taps in groups */
+    test_wgrad_bias(2, 9, 16, 32, 3, 1, 1); /* whole vectors, 16 chunks */
+    test_wgrad_bias(1, 11, 8, 20, 3, 2, 1); /* stride 2, a partial vector */
+    test_wgrad_bias(2, 6, 32, 80, 3, 1, 0);
     test_channel_affine();
     return ts_done();
 }
