@@ -195,9 +195,15 @@ int ts_nn_wgrad(const ts_conv_geom *g, const float *x, const float *gy, float *d
 int ts_nn_wgrad2(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db, const ts_conv_sched *sch);
 /* db[oc] += sum over all voxels of gy[.., oc] (deterministic per thread count). */
 int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db);
+/* ps[0 .. OC) += the sums over the nv voxels at gr (float sums of blocks of
+ * up to 256 channels, each channel in voxel order, added in double); acc:
+ * 256 floats of scratch. The weight-gradient driver's bias gradient, one
+ * work item at a time (src/nn/conv_bias.c). */
+void ts_nn_item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps);
 
 /* Pointwise convolutions (src/nn/conv_pointwise.c): k = 1, s = 1, p = 0,
- * at most 16 output channels, one input tensor without a halo, fp32 (bf 0)
+ * at most 16 output channels, a multiple of 8 input channels, one input
+ * tensor without a halo, fp32 (bf 0)
  * or bf16 operands (bf 1); w unpacked [OC][C]. ts_nn_pw_fits: g is such a
  * geometry and the path is on (ts_nn_set_pointwise: off sends these layers
  * through the gather and wgrad drivers, for the tests that compare them).

@@ -691,8 +691,6 @@ static void wk3_c1(const wg_args *a)
  * (ts_bf16_wg_args). Chunks and groups, hence the independence of the
  * thread count, are the same in both. */
 /* long-function: the weight-gradient loop nest of both precisions; its OpenMP region shares the staging buffers */
-static void item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps);
-
 static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, float *db,
                       const ts_conv_sched *sch)
 {
@@ -738,7 +736,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     {
         const int tid = ts_nn_thread_id();
         float *slab = slabs + slab_n * tid, *gpad = gpads + gpad_n * tid;
-        float bacc[256]; /* item_bias's block sums */
+        float bacc[256]; /* ts_nn_item_bias's block sums */
         /* bf16: the staged pairs (one zero entry first), fp32: the padded rows where OC is not a multiple
          * of 16; the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
@@ -760,7 +758,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 const int nr = imin(hb, g->OH - oh0), np = imin(P, g->OD - od);
                 ring_stage(&ring, f, g, x, n, od * g->s - g->p, oh0, R, CS);
                 if (dbs && grp == 0) /* the item's rows are contiguous: one plane's rows, or whole planes */
-                    item_bias(gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC,
+                    ts_nn_item_bias(gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC,
                               (size_t)np * nr * g->OW, g->OC, bacc, dbs + (size_t)ch * g->OC);
                 if (f->bf16) {
                     memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
@@ -850,85 +848,4 @@ int ts_nn_wgrad2_bf16(const ts_conv_geom *g, ts_conv_src x, const float *gy, flo
 {
     const slab_fmt f = {1, 1, ts_nn_bf16_native(), g->s, 0};
     return wgrad_impl(&f, g, x, gy, dwp, db, sch);
-}
-
-/* acc[0 .. 16 NV) = sums over voxels b0 .. b1 of gy's channels c0 .. c0 + 16 NV, each channel in voxel
- * order (as the scalar loop) */
-AI void bias_run16(const float *gy, size_t b0, size_t b1, int OC, int c0, const int NV, float *acc)
-{
-    v16 a[4];
-    for (int j = 0; j < NV; j++) a[j] = (v16){0};
-    for (size_t v = b0; v < b1; v++)
-        for (int j = 0; j < NV; j++) a[j] += vld(gy + v * OC + c0 + 16 * j);
-    for (int j = 0; j < NV; j++) *(v16u *)(acc + 16 * j) = a[j];
-}
-
-/* ps[0 .. OC) += the sums over the nv voxels at gr, per block of 256 channels (16 a vector where OC is a
- * multiple of 16) each channel in voxel order in float, then added to ps in double (wgrad_impl's
- * bias gradient: one item) */
-static void item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps)
-{
-    if (OC % 16 == 0) {
-        for (int c0 = 0; c0 < OC; c0 += 64) {
-            const int left = (OC - c0) / 16;
-            if (left >= 4) bias_run16(gr, 0, nv, OC, c0, 4, acc);
-            else if (left == 3) bias_run16(gr, 0, nv, OC, c0, 3, acc);
-            else if (left == 2) bias_run16(gr, 0, nv, OC, c0, 2, acc);
-            else bias_run16(gr, 0, nv, OC, c0, 1, acc);
-            for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
-        }
-        return;
-    }
-    for (int c0 = 0; c0 < OC; c0 += 256) {
-        const int nc = imin(256, OC - c0);
-        for (int c = 0; c < nc; c++) acc[c] = 0;
-        for (size_t v = 0; v < nv; v++)
-            for (int c = 0; c < nc; c++) acc[c] += gr[v * OC + c0 + c];
-        for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
-    }
-}
-
-int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)
-{
-    enum { CHUNKS = 64, BLK = 256 };
-    double *part = TS_CALLOC((size_t)CHUNKS * OC, sizeof(double));
-    if (!part) return TS_ERR_NOMEM;
-#pragma omp parallel
-    {
-        float acc[256];
-        const int cb = OC < 256 ? OC : 256;
-#pragma omp for schedule(dynamic, 1)
-        for (int ch = 0; ch < CHUNKS; ch++) {
-            double *ps = part + (size_t)ch * OC;
-            const size_t e = voxels * (size_t)(ch + 1) / CHUNKS;
-            for (size_t b0 = voxels * (size_t)ch / CHUNKS; b0 < e; b0 += BLK) {
-                const size_t b1 = b0 + BLK < e ? b0 + BLK : e;
-                if (OC % 16 == 0) { /* 16 channels a vector, up to 64 in registers: the same sums */
-                    for (int c0 = 0; c0 < OC; c0 += 64) {
-                        const int left = (OC - c0) / 16;
-                        if (left >= 4) bias_run16(gy, b0, b1, OC, c0, 4, acc);
-                        else if (left == 3) bias_run16(gy, b0, b1, OC, c0, 3, acc);
-                        else if (left == 2) bias_run16(gy, b0, b1, OC, c0, 2, acc);
-                        else bias_run16(gy, b0, b1, OC, c0, 1, acc);
-                        for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
-                    }
-                    continue;
-                }
-                for (int c0 = 0; c0 < OC; c0 += cb) {
-                    const int nc = imin(cb, OC - c0);
-                    for (int c = 0; c < nc; c++) acc[c] = 0;
-                    for (size_t v = b0; v < b1; v++)
-                        for (int c = 0; c < nc; c++) acc[c] += gy[v * OC + c0 + c];
-                    for (int c = 0; c < nc; c++) ps[c0 + c] += acc[c];
-                }
-            }
-        }
-    }
-    for (int c = 0; c < OC; c++) {
-        double s = 0;
-        for (int t = 0; t < CHUNKS; t++) s += part[(size_t)t * OC + c];
-        db[c] += (float)s;
-    }
-    free(part);
-    return 0;
 }

@@ -52,7 +52,7 @@ int ts_nn_pointwise_on(void) { return !atomic_load(&pw_off); }
 
 int ts_nn_pw_fits(const ts_conv_geom *g)
 {
-    return ts_nn_pointwise_on() && g->k == 1 && g->s == 1 && g->p == 0 && g->OC <= PW_MAX_OC && g->C % 16 == 0 && g->C > 0;
+    return ts_nn_pointwise_on() && g->k == 1 && g->s == 1 && g->p == 0 && g->OC <= PW_MAX_OC && g->C % 8 == 0 && g->C > 0;
 }
 
 /* ts_nn_bf16_round on 16 lanes, back as floats (the bf16 in the upper
@@ -129,18 +129,40 @@ AI void transpose16(v16 r[16])
 AI v16 bcast(float f) { return (v16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
 AI v16 ld(const float *p) { return *(const v16u *)p; }
 
-/* the 16 x 16 block of x at rows x, x + C, ... (nv of them, zeros after), channels [cb, cb + 16) */
-AI void load16(const float *x, int C, int cb, int nv, v16 *r)
+/* the 16 x 16 block of x at rows x, x + C, ... (nv of them, zeros after), channels [cb, cb + nc) (nc 16,
+ * or 8 for the last block of a channel count that is an odd multiple of 8; zeros after) */
+AI v16 ldn(const float *p, int nc) { return nc == 16 ? *(const v16u *)p : ts_nn_vld_part(p, nc); }
+AI void load16(const float *x, int C, int cb, int nc, int nv, v16 *r)
 {
     if (nv == 16) {
 #pragma GCC unroll 16
-        for (int v = 0; v < 16; v++) r[v] = *(const v16u *)(x + (size_t)v * C + cb);
+        for (int v = 0; v < 16; v++) r[v] = ldn(x + (size_t)v * C + cb, nc);
     } else {
-        for (int v = 0; v < 16; v++) r[v] = v < nv ? *(const v16u *)(x + (size_t)v * C + cb) : (v16){0};
+        for (int v = 0; v < 16; v++) r[v] = v < nv ? ldn(x + (size_t)v * C + cb, nc) : (v16){0};
     }
 }
 
-/* y for the nv (<= 16) voxels at x (rows of C floats, C a multiple of 16):
+/* acc[o] += the products of channels [0, nc) of r (transposed) with w [c][OC] */
+AI void fwd_prod(int bf, const v16 *r, const int nc, const int OC, const float *w, v16 *acc)
+{
+    if (!bf) {
+#pragma GCC unroll 16
+        for (int c = 0; c < nc; c++)
+#pragma GCC unroll 16
+            for (int o = 0; o < OC; o++) acc[o] += r[c] * w[c * OC + o];
+        return;
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c += 2) { /* a pair: the upper channel first (VDPBF16PS) */
+        const v16 lo = bf16r(r[c]), hi = bf16r(r[c + 1]);
+#pragma GCC unroll 16
+        for (int o = 0; o < OC; o++) acc[o] += hi * w[(c + 1) * OC + o];
+#pragma GCC unroll 16
+        for (int o = 0; o < OC; o++) acc[o] += lo * w[c * OC + o];
+    }
+}
+
+/* y for the nv (<= 16) voxels at x (rows of C floats, C a multiple of 8):
  * wt [C][OC] (bf16: rounded), bias [OC] or NULL; OC a constant where
  * inlined (pw_forward's switch), so that the accumulators stay in
  * registers */
@@ -150,23 +172,14 @@ AI void fwd16(int bf, const float *x, int C, const int OC, const float *wt, cons
 #pragma GCC unroll 16
     for (int o = 0; o < OC; o++) acc[o] = bias ? bcast(bias[o]) : (v16){0};
     for (int cb = 0; cb < C; cb += 16) {
-        load16(x, C, cb, nv, r);
-        transpose16(r); /* r[c]: channel cb + c of the 16 voxels */
-        const float *w = wt + (size_t)cb * OC;
-        if (!bf) {
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++)
-#pragma GCC unroll 16
-                for (int o = 0; o < OC; o++) acc[o] += r[c] * w[c * OC + o];
-            continue;
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < 16; c += 2) { /* a pair: the upper channel first (VDPBF16PS) */
-            const v16 lo = bf16r(r[c]), hi = bf16r(r[c + 1]);
-#pragma GCC unroll 16
-            for (int o = 0; o < OC; o++) acc[o] += hi * w[(c + 1) * OC + o];
-#pragma GCC unroll 16
-            for (int o = 0; o < OC; o++) acc[o] += lo * w[c * OC + o];
+        if (C - cb >= 16) { /* the constant 16 lets the loads and products unroll */
+            load16(x, C, cb, 16, nv, r);
+            transpose16(r); /* r[c]: channel cb + c of the 16 voxels */
+            fwd_prod(bf, r, 16, OC, wt + (size_t)cb * OC, acc);
+        } else {
+            load16(x, C, cb, 8, nv, r);
+            transpose16(r);
+            fwd_prod(bf, r, 8, OC, wt + (size_t)cb * OC, acc);
         }
     }
     if (OC == 4 && nv == 16) { /* four classes: the 4 x 16 accumulators as 16 x 4 in four whole vectors */
@@ -236,9 +249,10 @@ int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float 
 enum { PW_DBLK = 64 }; /* voxels per dgrad block */
 
 /* dx of the nv voxels at g (OC output gradients each; bf16: rounded):
- * wr [OC][C] (bf16: rounded); streaming stores (dx is not read again
- * soon, and a whole head's input gradient is larger than the caches) */
-AI void dgrad_blk(int bf, const float *g, int nv, int C, const int OC, const float *wr, float *dx, int nt)
+ * wr [OC][Cp] (Cp: C rounded up to 16, zeros after C; bf16: rounded);
+ * streaming stores where nt (dx is not read again soon, and a whole
+ * head's input gradient is larger than the caches) */
+AI void dgrad_blk(int bf, const float *g, int nv, int C, int Cp, const int OC, const float *wr, float *dx, int nt)
 {
     for (int v = 0; v < nv; v++)
         for (int cb = 0; cb < C; cb += 16) {
@@ -246,15 +260,16 @@ AI void dgrad_blk(int bf, const float *g, int nv, int C, const int OC, const flo
             v16 acc = (v16){0};
             if (!bf) {
 #pragma GCC unroll 16
-                for (int o = 0; o < OC; o++) acc += d[o] * ld(wr + (size_t)o * C + cb);
+                for (int o = 0; o < OC; o++) acc += d[o] * ld(wr + (size_t)o * Cp + cb);
             } else {
 #pragma GCC unroll 8
                 for (int o = 0; o < OC; o += 2) { /* acc is never -0 here: a missing partner's +0 changes nothing */
-                    if (o + 1 < OC) acc += d[o + 1] * ld(wr + (size_t)(o + 1) * C + cb);
-                    acc += d[o] * ld(wr + (size_t)o * C + cb);
+                    if (o + 1 < OC) acc += d[o + 1] * ld(wr + (size_t)(o + 1) * Cp + cb);
+                    acc += d[o] * ld(wr + (size_t)o * Cp + cb);
                 }
             }
-            if (nt) st_nt(dx + (size_t)v * C + cb, acc);
+            if (C - cb < 16) ts_nn_vst_part(dx + (size_t)v * C + cb, acc, 8); /* the last 8 of an odd multiple of 8 */
+            else if (nt) st_nt(dx + (size_t)v * C + cb, acc);
             else memcpy(dx + (size_t)v * C + cb, &acc, sizeof acc);
         }
 }
@@ -262,12 +277,14 @@ AI void dgrad_blk(int bf, const float *g, int nv, int C, const int OC, const flo
 int ts_nn_pw_dgrad(int bf, const ts_conv_geom *g, const float *dy, const float *w, float *dx)
 {
     atomic_fetch_add(&pw_calls, 1);
-    const int C = g->C, OC = g->OC;
+    const int C = g->C, OC = g->OC, Cp = ts_nn_pad16(C);
     const size_t V = (size_t)g->N * g->D * g->H * g->W, nb = (V + PW_DBLK - 1) / PW_DBLK;
-    float *wr = ts_nn_scratch(1, (size_t)OC * C * sizeof(float));
+    float *wr = ts_nn_scratch(1, (size_t)OC * Cp * sizeof(float));
     if (!wr) return TS_ERR(TS_ERR_NOMEM, "pointwise conv weights");
-    for (size_t i = 0; i < (size_t)OC * C; i++) wr[i] = bf ? bf16r1(w[i]) : w[i];
-    const int nt = ((uintptr_t)dx & 63) == 0; /* rows of C floats: every vector aligned */
+    memset(wr, 0, (size_t)OC * Cp * sizeof(float));
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) wr[(size_t)o * Cp + c] = bf ? bf16r1(w[(size_t)o * C + c]) : w[(size_t)o * C + c];
+    const int nt = ((uintptr_t)dx & 63) == 0 && C % 16 == 0; /* rows of C floats: every vector aligned */
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
         const size_t v0 = b * PW_DBLK;
@@ -284,7 +301,7 @@ int ts_nn_pw_dgrad(int bf, const ts_conv_geom *g, const float *dy, const float *
             for (; i < n; i++) d[i] = bf16r1(gb[i]);
             gb = d;
         }
-#define PW_D(n) (bf ? dgrad_blk(1, gb, nv, C, n, wr, dx + v0 * C, nt) : dgrad_blk(0, gb, nv, C, n, wr, dx + v0 * C, nt))
+#define PW_D(n) (bf ? dgrad_blk(1, gb, nv, C, Cp, n, wr, dx + v0 * C, nt) : dgrad_blk(0, gb, nv, C, Cp, n, wr, dx + v0 * C, nt))
         PW_OC_SWITCH(OC, PW_D)
 #undef PW_D
     }
@@ -313,12 +330,13 @@ AI void wgrad_blk(int bf, const float *x, const float *dy, int C, const int OC, 
         gb = d;
     }
     for (int cb = 0; cb < C; cb += 16) {
+        const int nc = C - cb >= 16 ? 16 : 8;
         v16 a0[PW_MAX_OC], a1[PW_MAX_OC];
 #pragma GCC unroll 16
         for (int o = 0; o < OC; o++) a0[o] = a1[o] = (v16){0};
         int v = 0;
         for (; v + 1 < nv; v += 2) {
-            v16 x0 = ld(x + (size_t)v * C + cb), x1 = ld(x + (size_t)(v + 1) * C + cb);
+            v16 x0 = ldn(x + (size_t)v * C + cb, nc), x1 = ldn(x + (size_t)(v + 1) * C + cb, nc);
             if (bf) {
                 x0 = bf16r(x0);
                 x1 = bf16r(x1);
@@ -331,7 +349,7 @@ AI void wgrad_blk(int bf, const float *x, const float *dy, int C, const int OC, 
             }
         }
         if (v < nv) {
-            const v16 x0 = bf ? bf16r(ld(x + (size_t)v * C + cb)) : ld(x + (size_t)v * C + cb);
+            const v16 x0 = bf ? bf16r(ldn(x + (size_t)v * C + cb, nc)) : ldn(x + (size_t)v * C + cb, nc);
 #pragma GCC unroll 16
             for (int o = 0; o < OC; o++) a0[o] += x0 * gb[(size_t)v * OC + o];
         }
@@ -339,7 +357,7 @@ AI void wgrad_blk(int bf, const float *x, const float *dy, int C, const int OC, 
             float t[16];
             const v16 s = a0[o] + a1[o];
             memcpy(t, &s, sizeof t);
-            for (int c = 0; c < 16; c++) part[(size_t)(cb + c) * OC + o] += t[c];
+            for (int c = 0; c < nc; c++) part[(size_t)(cb + c) * OC + o] += t[c];
         }
     }
 }

@@ -1799,13 +1799,16 @@ int main(int argc, char **argv)
     test_bf16_cat(8, 8, 8);  /* eights: the unpaired put's [8, 8] path (the demo's last level) */
     test_bf16_cat(24, 8, 12);
     test_bf16_threads();
-    /* the pointwise kernels (1x1x1, at most 16 output channels): whole and partial blocks of 16 voxels */
+    /* the pointwise kernels (1x1x1, at most 16 output channels, channels a multiple of 8): whole and partial blocks of 16 voxels */
     test_pointwise(2, 4, 5, 8, 16, 4, 1, 0);
     test_pointwise(1, 3, 5, 7, 32, 3, 0, 0);
     test_pointwise(2, 2, 3, 5, 48, 16, 1, 0);
     test_pointwise(1, 4, 4, 4, 16, 1, 1, 0);
     test_pointwise(1, 3, 4, 5, 16, 4, 1, 1);
     test_pointwise(1, 2, 3, 7, 32, 7, 0, 1);
+    test_pointwise(1, 3, 4, 6, 8, 4, 1, 0);  /* 8 channels: the demo's head, half blocks */
+    test_pointwise(2, 2, 3, 5, 24, 3, 0, 0); /* a whole and a half block */
+    test_pointwise(1, 2, 5, 5, 8, 2, 1, 1);
     /* fp16: the rounding, the same kinds of shapes, the range */
     test_fp16_round();
     test_fp16_shape(0, 2, 5, 6, 7, 3, 5, 3, 1, 1, 1);
