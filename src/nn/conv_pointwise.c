@@ -246,6 +246,18 @@ int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float 
     return 0;
 }
 
+/* n floats of src rounded to bf16 into d (returned) */
+static float *round_n(const float *src, size_t n, float *d)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const v16 t = bf16r(ld(src + i));
+        memcpy(d + i, &t, sizeof t);
+    }
+    for (; i < n; i++) d[i] = bf16r1(src[i]);
+    return d;
+}
+
 enum { PW_DBLK = 64 }; /* voxels per dgrad block */
 
 /* dx of the nv voxels at g (OC output gradients each; bf16: rounded):
@@ -291,16 +303,7 @@ int ts_nn_pw_dgrad(int bf, const ts_conv_geom *g, const float *dy, const float *
         const int nv = V - v0 < PW_DBLK ? (int)(V - v0) : PW_DBLK;
         const float *gb = dy + v0 * OC;
         float d[PW_DBLK * PW_MAX_OC];
-        if (bf) {
-            const size_t n = (size_t)nv * OC;
-            size_t i = 0;
-            for (; i + 16 <= n; i += 16) {
-                const v16 t = bf16r(ld(gb + i));
-                memcpy(d + i, &t, sizeof t);
-            }
-            for (; i < n; i++) d[i] = bf16r1(gb[i]);
-            gb = d;
-        }
+        if (bf) gb = round_n(gb, (size_t)nv * OC, d);
 #define PW_D(n) (bf ? dgrad_blk(1, gb, nv, C, Cp, n, wr, dx + v0 * C, nt) : dgrad_blk(0, gb, nv, C, Cp, n, wr, dx + v0 * C, nt))
         PW_OC_SWITCH(OC, PW_D)
 #undef PW_D
@@ -319,16 +322,7 @@ AI void wgrad_blk(int bf, const float *x, const float *dy, int C, const int OC, 
     const float *gb = dy + v0 * OC;
     x += v0 * C;
     float d[PW_BLK * PW_MAX_OC]; /* bf16: the block's dy rounded */
-    if (bf) {
-        const int n = nv * OC;
-        int i = 0;
-        for (; i + 16 <= n; i += 16) {
-            const v16 t = bf16r(ld(gb + i));
-            memcpy(d + i, &t, sizeof t);
-        }
-        for (; i < n; i++) d[i] = bf16r1(gb[i]);
-        gb = d;
-    }
+    if (bf) gb = round_n(gb, (size_t)nv * OC, d);
     for (int cb = 0; cb < C; cb += 16) {
         const int nc = C - cb >= 16 ? 16 : 8;
         v16 a0[PW_MAX_OC], a1[PW_MAX_OC];
