@@ -205,26 +205,10 @@ AI void fwd16(int bf, const float *x, int C, const int OC, const float *wt, cons
     for (int v = 0; v < nv; v++) ts_nn_vst_part(y + (size_t)v * OC, r[v], OC);
 }
 
-/* CALL(n) with the constant n = oc (1 .. 16) */
+/* CALL(n) with the constant n = oc (1 .. 16; conv_impl.h's switch for 1 .. 15) */
 #define PW_OC_SWITCH(oc, CALL)                                                                                       \
-    switch (oc) {                                                                                                    \
-    case 1: CALL(1); break;                                                                                          \
-    case 2: CALL(2); break;                                                                                          \
-    case 3: CALL(3); break;                                                                                          \
-    case 4: CALL(4); break;                                                                                          \
-    case 5: CALL(5); break;                                                                                          \
-    case 6: CALL(6); break;                                                                                          \
-    case 7: CALL(7); break;                                                                                          \
-    case 8: CALL(8); break;                                                                                          \
-    case 9: CALL(9); break;                                                                                          \
-    case 10: CALL(10); break;                                                                                        \
-    case 11: CALL(11); break;                                                                                        \
-    case 12: CALL(12); break;                                                                                        \
-    case 13: CALL(13); break;                                                                                        \
-    case 14: CALL(14); break;                                                                                        \
-    case 15: CALL(15); break;                                                                                        \
-    default: CALL(16); break;                                                                                        \
-    }
+    if ((oc) == 16) CALL(16);                                                                                        \
+    else TS_NP_SWITCH(oc, CALL)
 
 int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float *w, const float *bias, float *y)
 {
