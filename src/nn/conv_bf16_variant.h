@@ -51,6 +51,37 @@ BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, floa
 #undef GQB_CALL
 }
 
+/* the 3x3x3 stride-1 runs with the pairs per voxel C a constant (8, 16 or
+ * 32 pairs: 16, 32, 64 channels): the tiles' 18 input offsets i * C become
+ * immediates instead of registers spilled to the stack */
+#define GK3B_CONST(nv, cc)                                                                                              \
+    BATTR_RUN __attribute__((flatten)) void BT(gk3b_run_##nv##_c##cc)(const ts_bf16_gc_args *a, int r, int OW, int oc, \
+                                                                      int yo, int nco, float *yr, int ldy)             \
+    {                                                                                                                   \
+        ts_bf16_gc_args b = *a;                                                                                         \
+        b.C = cc;                                                                                                       \
+        BT(gk3b_run_##nv)(&b, r, OW, oc, yo, nco, yr, ldy);                                                            \
+    }
+GK3B_CONST(1, 8)
+GK3B_CONST(1, 16)
+GK3B_CONST(1, 32)
+GK3B_CONST(2, 8)
+GK3B_CONST(2, 16)
+GK3B_CONST(2, 32)
+#undef GK3B_CONST
+
+BATTR_RUN void BT(gk3b_run)(const ts_bf16_gc_args *a, int nv, int r, int OW, int oc, int yo, int nco, float *yr, int ldy)
+{
+#define GK3B_C(nv)                                                                                                      \
+    (a->C == 8    ? BT(gk3b_run_##nv##_c8)(a, r, OW, oc, yo, nco, yr, ldy)                                              \
+     : a->C == 16 ? BT(gk3b_run_##nv##_c16)(a, r, OW, oc, yo, nco, yr, ldy)                                             \
+     : a->C == 32 ? BT(gk3b_run_##nv##_c32)(a, r, OW, oc, yo, nco, yr, ldy)                                             \
+                  : BT(gk3b_run_##nv)(a, r, OW, oc, yo, nco, yr, ldy))
+    if (nv == 2) GK3B_C(2);
+    else GK3B_C(1);
+#undef GK3B_C
+}
+
 /* one output row of the gather: channel tiles oc0 .. oc1 (global channel
  * index for the weights) written at channel yo0 of rows of ldy floats */
 BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
@@ -64,8 +95,7 @@ BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW,
         const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
         if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
             const int nv = lanes >= 32 ? 2 : 1, nco = imin(16 * nv, imin(oc1, OC) - oc);
-            if (nv == 2) BT(gk3b_run_2)(a, r, OW, oc, yo, nco, yr, ldy);
-            else BT(gk3b_run_1)(a, r, OW, oc, yo, nco, yr, ldy);
+            BT(gk3b_run)(a, nv, r, OW, oc, yo, nco, yr, ldy);
             oc += 16 * nv;
         } else {
             const int nv = nv_for(lanes), nco = imin(16 * nv, imin(oc1, OC) - oc);

@@ -299,6 +299,37 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
 
 #include "src/nn/conv_pairs.h"
 
+/* the 3x3x3 stride-1 runs with C (channels a voxel) a constant where it is
+ * 16, 32 or 64: the tiles' 18 input offsets i * C become immediates instead
+ * of registers spilled to the stack (conv_bf16_variant.h does the same) */
+#define GK3_CONST(nv, cc)                                                                                               \
+    __attribute__((flatten)) static void gk3_run_##nv##_c##cc(const gc_args *a, int r, int OW, int oc, int yo, int nco, \
+                                                              float *yr, int ldy)                                     \
+    {                                                                                                                   \
+        gc_args b = *a;                                                                                                 \
+        b.C = cc;                                                                                                       \
+        gk3_run_##nv(&b, r, OW, oc, yo, nco, yr, ldy);                                                                 \
+    }
+GK3_CONST(1, 16)
+GK3_CONST(1, 32)
+GK3_CONST(1, 64)
+GK3_CONST(2, 16)
+GK3_CONST(2, 32)
+GK3_CONST(2, 64)
+#undef GK3_CONST
+
+static void gk3_run(const gc_args *a, int nv, int r, int OW, int oc, int yo, int nco, float *yr, int ldy)
+{
+#define GK3_C(nv)                                                                                                       \
+    (a->C == 16   ? gk3_run_##nv##_c16(a, r, OW, oc, yo, nco, yr, ldy)                                                  \
+     : a->C == 32 ? gk3_run_##nv##_c32(a, r, OW, oc, yo, nco, yr, ldy)                                                  \
+     : a->C == 64 ? gk3_run_##nv##_c64(a, r, OW, oc, yo, nco, yr, ldy)                                                  \
+                  : gk3_run_##nv(a, r, OW, oc, yo, nco, yr, ldy))
+    if (nv == 2) GK3_C(2);
+    else GK3_C(1);
+#undef GK3_C
+}
+
 /* one output row: channel tiles from oc0 to oc1 (global channel index for
  * the weights) written at channel yo0 of rows of ldy floats */
 static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
@@ -311,8 +342,7 @@ static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int o
         const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
         if (k3s1) { /* 3x3x3, stride 1: broadcasts shared across kw */
             const int nv = lanes >= 32 ? 2 : 1, nco = imin(16 * nv, imin(oc1, OC) - oc);
-            if (nv == 2) gk3_run_2(a, r, OW, oc, yo, nco, yr, ldy);
-            else gk3_run_1(a, r, OW, oc, yo, nco, yr, ldy);
+            gk3_run(a, nv, r, OW, oc, yo, nco, yr, ldy);
             oc += 16 * nv;
         } else {
             const int nv = nv_for(lanes), nco = imin(16 * nv, imin(oc1, OC) - oc);
