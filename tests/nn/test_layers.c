@@ -1035,7 +1035,7 @@ static void fd_loss(int kind, int ignore, int weighted)
         for (int64_t i = 0; i < ts_tensor_numel(&lab); i += 5) p[i] = (uint8_t)ignore;
     float cw[4] = {0.5f, 2.0f, 1.0f, 3.0f};
     fd_case c = {loss_f, loss_b, {&l}, {&gl}, {"logits"}, .k = kind, .t = {&lab}};
-    c.lo = (ts_loss_opts){ignore, weighted ? cw : NULL, 1e-5f};
+    c.lo = (ts_loss_opts){.ignore_index = ignore, .class_weights = weighted ? cw : NULL, .dice_smooth = 1e-5f};
     ts_tensor_alloc(&c.y, TS_FLOAT32, 1, (int64_t[]){1});
     char what[96];
     snprintf(what, sizeof what, "%s%s%s", kind ? "soft dice" : "softmax cross-entropy", ignore >= 0 ? " ignore-index" : "",
@@ -1065,14 +1065,14 @@ static void test_loss_values(void)
         for (int k = 0; k < 3; k++) p[n][k] = exp(v[3 * n + k]) / s;
     }
     float cw[3] = {2, 1, 0.5f};
-    ts_loss_opts o = {-1, cw, 1e-5f};
+    ts_loss_opts o = {.ignore_index = -1, .class_weights = cw, .dice_smooth = 1e-5f};
     int rc = ts_softmax_ce_forward(&l, &lab, &o, &ce);
     want = (0.5 * -log(p[0][2]) + 2 * -log(p[1][0])) / 2.5;
     ts_ok(rc == 0 && fabs(ce - want) < 1e-6, "cross-entropy with class weights = %.7f (expected %.7f)", ce, want);
     o.ignore_index = 0;
     rc = ts_softmax_ce_forward(&l, &lab, &o, &ce);
     ts_ok(rc == 0 && fabs(ce + log(p[0][2])) < 1e-6, "cross-entropy ignores label 0: %.7f", ce);
-    o = (ts_loss_opts){-1, NULL, 1e-5f};
+    o = (ts_loss_opts){.ignore_index = -1, .dice_smooth = 1e-5f};
     double dice;
     rc = ts_dice_forward(&l, &lab, &o, &dice);
     want = 0;
