@@ -461,6 +461,18 @@ void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int
     tgather_tap_emu(xr, wr, C, ocp, s, off, lo, hi, OC, yr);
 }
 
+void ts_nn_bf16_tk2_wgrad(int nat, const uint32_t *xq, int C, const uint32_t *const *gq, size_t gri, size_t gm, int nr,
+                          int nm, int ocp, float *dw)
+{
+#if TS_BF16_X86
+    if (nat) {
+        tk2_wgrad_nat(xq, C, gq, gri, gm, nr, nm, ocp, dw);
+        return;
+    }
+#endif
+    tk2_wgrad_emu(xq, C, gq, gri, gm, nr, nm, ocp, dw);
+}
+
 void ts_nn_bf16_wgrad_c1(int nat, const ts_bf16_wg_args *a)
 {
 #if TS_BF16_X86

@@ -188,3 +188,54 @@ BATTR_RUN void BT(wgrad_pair)(const ts_bf16_wg_args *a, int kd, int kh, int k3s1
             oc0 += 16 * nv;
         }
 }
+
+/* The k = s = 2 transposed convolution's weight gradient (convt3d.c): for
+ * each tap t < 8, dw[t][c][0 .. ocp) += the sums over rows i < nr and voxel
+ * pairs m < nm of x's pair of channel c (word xq[(i nm + m) C + c]) times
+ * tap t's output-gradient pairs (words gq[t] + i gri + m gm + [0, ocp)),
+ * in the order (i, m) for every channel and block of 16 channels: the same
+ * bits however the channels are blocked */
+BATTR void BT(tk2_col)(const uint32_t *xq, int C, int c, const uint32_t *g, size_t gri, size_t gm, int nr, int nm,
+                       float *d)
+{
+    v16 a = *(v16 *)d;
+    for (int i = 0; i < nr; i++)
+        for (int m = 0; m < nm; m++) {
+            BW(gv, g + i * gri + m * gm);
+            BX(xx, xq + ((size_t)i * nm + m) * C + c);
+            BDP(a, xx, gv);
+        }
+    *(v16 *)d = a;
+}
+
+BATTR void BT(tk2_16)(const uint32_t *xq, int C, int c0, const uint32_t *g, size_t gri, size_t gm, int nr, int nm,
+                      float *d, int ocp)
+{
+    v16 a[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) a[j] = *(v16 *)(d + (size_t)j * ocp);
+    for (int i = 0; i < nr; i++)
+        for (int m = 0; m < nm; m++) {
+            BW(gv, g + i * gri + m * gm);
+            const uint32_t *xv = xq + ((size_t)i * nm + m) * C + c0;
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                BX(xx, xv + j);
+                BDP(a[j], xx, gv);
+            }
+        }
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) *(v16 *)(d + (size_t)j * ocp) = a[j];
+}
+
+BATTR_RUN void BT(tk2_wgrad)(const uint32_t *xq, int C, const uint32_t *const *gq, size_t gri, size_t gm, int nr, int nm,
+                             int ocp, float *dw)
+{
+    for (int t = 0; t < 8; t++)
+        for (int oc0 = 0; oc0 < ocp; oc0 += 16) {
+            float *d = dw + (size_t)t * C * ocp + oc0;
+            int c = 0;
+            for (; c + 16 <= C; c += 16) BT(tk2_16)(xq, C, c, gq[t] + oc0, gri, gm, nr, nm, d + (size_t)c * ocp, ocp);
+            for (; c < C; c++) BT(tk2_col)(xq, C, c, gq[t] + oc0, gri, gm, nr, nm, d + (size_t)c * ocp);
+        }
+}

@@ -403,6 +403,21 @@ void ts_nn_bf16_wgrad_pair(int nat, const ts_bf16_wg_args *a, int kd, int kh, in
  * same bits as ts_nn_bf16_wgrad_pair over them */
 void ts_nn_bf16_wgrad_c1(int nat, const ts_bf16_wg_args *a);
 
+/* The k = s = 2 transposed convolution's weight gradient over one work
+ * item (convt3d.c): for taps t < 8, dw[t][c][0 .. ocp) (floats, added to)
+ * += sum over rows i < nr, voxel pairs m < nm of the bf16 pairs
+ * xq[(i nm + m) C + c] (x voxels 2m, 2m + 1 of row i) times the ocp pairs at
+ * gq[t] + i gri + m gm (the output-gradient voxels 4m + kw, 4m + 2 + kw of
+ * the tap's row), in the order (i, m) */
+void ts_nn_bf16_tk2_wgrad(int nat, const uint32_t *xq, int C, const uint32_t *const *gq, size_t gri, size_t gm, int nr,
+                          int nm, int ocp, float *dw);
+
+/* convt3d.c's one-pass bf16 backward of k = s = 2 transposed convolutions:
+ * on by default; off sends them to the separate gather and weight-gradient
+ * drivers (the tests compare the two); calls so far */
+int ts_nn_set_convt_fused(int on);
+long ts_nn_convt_fused_calls(void);
+
 /* The bf16 drivers: as ts_nn_gather2, ts_nn_tgather, ts_nn_wgrad2 (same
  * arguments, parts, progress hooks and halos, results independent of the
  * thread count) with pair-packed weights (ts_nn_bf16_pack). Return 0 or

@@ -12,6 +12,7 @@
 #endif
 #include "src/core/error.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,102 @@ static float *pack(const float *w, int cin, int cout, int taps, int by_out, int 
     return wp;
 }
 
+/* --------------------------------- bf16, k = s = 2: one pass over dy */
+
+static atomic_int fused_off;
+static atomic_long fused_calls;
+
+int ts_nn_set_convt_fused(int on)
+{
+    atomic_store(&fused_off, on ? 0 : 1);
+    return 0;
+}
+
+long ts_nn_convt_fused_calls(void) { return atomic_load(&fused_calls); }
+
+/* The input and weight gradients of a bf16 k = s = 2 transposed convolution
+ * (the U-Net's up-convolutions) from one reading of dy: a work item is a
+ * block of nr rows of x (sample n, plane id, rows ih0 ..) and the 2 x 2 nr
+ * rows of dy over it, staged once as channel pairs (the input gradient:
+ * the strided gather's tiles, ts_nn_bf16_gather_row, so the same bits as
+ * ts_nn_gather2_bf16) and as voxel pairs (the weight gradient:
+ * ts_nn_bf16_tk2_wgrad, each tap's sums over the item's voxel pairs);
+ * fixed chunks of items, their sums added in order: the same bits for any
+ * thread count. dx and dw may each be NULL; dw (w's layout) is added to. */
+/* long-function: one OpenMP region staging each item's rows once for both gradients */
+static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const float *w, const float *dy, float *dx,
+                                  float *dw)
+{
+    const int nat = ts_nn_bf16_native(), C = g->C, OC = g->OC, W = g->W, nt = ts_nn_nthreads();
+    const int ocp = ts_nn_pad16(OC), cxp = ts_nn_pad16(C), OCq = (OC + 1) / 2, nm = (W + 1) / 2;
+    int hb = 1;
+    while (hb < g->H && hb * W < 256) hb *= 2;
+    hb = hb < g->H ? hb : g->H;
+    const int nhb = (g->H + hb - 1) / hb;
+    const long items = (long)g->N * g->D * nhb;
+    /* chunks: up to 16, fewer for large weights (their partial sums zeroed and added: at most ~256K floats) */
+    long nch = items < 16 ? items : 16;
+    while (dw && nch > 2 && (size_t)nch * 8 * C * ts_nn_pad16(OC) > ((size_t)1 << 18)) nch--;
+    const uint32_t *wb = NULL;
+    if (dx && !(wb = ts_nn_bf16_pack(w, OC, C, 8, 0, 0))) return TS_ERR(TS_ERR_NOMEM, "convt3d backward bf16 weights");
+    /* per thread: dy rows as channel pairs, as voxel pairs (rows of rq words), x rows as voxel pairs */
+    const size_t nat_n = (size_t)2 * 2 * hb * 2 * W * OCq, rq = (size_t)((2 * W + 3) / 4) * 2 * ocp;
+    const size_t gq_n = dw ? (size_t)2 * 2 * hb * rq : 0, xq_n = dw ? (size_t)hb * nm * C : 0;
+    const size_t per = (nat_n + gq_n + xq_n + 15) & ~(size_t)15, part_n = dw ? (size_t)8 * C * ocp : 0;
+    uint32_t *buf = ts_nn_scratch(0, (per * nt + part_n * nch) * sizeof(uint32_t));
+    if (!buf) return TS_ERR(TS_ERR_NOMEM, "convt3d backward bf16 scratch");
+    float *parts = (float *)(buf + per * nt);
+    atomic_fetch_add(&fused_calls, 1);
+#pragma omp parallel
+    {
+        uint32_t *nb = buf + per * ts_nn_thread_id(), *gq = nb + nat_n, *xq = gq + gq_n;
+        const uint32_t *plane[2] = {nb, nb + (size_t)2 * hb * 2 * W * OCq};
+        const ts_bf16_gc_args ga = {plane, (size_t)2 * W * OCq, 2, 2, OCq, cxp, wb, NULL, NULL, NULL, NULL, 0};
+        const uint32_t *gt[8];
+        for (int t = 0; t < 8; t++) gt[t] = gq + (size_t)((t >> 2) * 2 * hb + ((t >> 1) & 1)) * rq + (size_t)(t & 1) * ocp;
+#pragma omp for schedule(dynamic, 1)
+        for (long ch = 0; ch < nch; ch++) {
+            float *part = parts + part_n * ch;
+            if (dw) memset(part, 0, part_n * sizeof(float));
+            for (long it = items * ch / nch; it < items * (ch + 1) / nch; it++) {
+                const int n = (int)(it / ((long)g->D * nhb)), id = (int)(it / nhb % g->D), ih0 = (int)(it % nhb) * hb;
+                const int nr = g->H - ih0 < hb ? g->H - ih0 : hb;
+                if (dw) memset(gq, 0, (gq_n + xq_n) * sizeof(uint32_t));
+                for (int kd = 0; kd < 2; kd++)
+                    for (int j = 0; j < 2 * nr; j++) {
+                        const float *src = dy + (((size_t)n * g->OD + 2 * id + kd) * g->OH + 2 * ih0 + j) * (size_t)g->OW * OC;
+                        const size_t q = (size_t)kd * 2 * hb + j;
+                        if (dx) ts_nn_bf16_put(nat, 0, 1, OC, OC, nb + q * 2 * W * OCq, 0, 2 * W, src, OC, NULL);
+                        if (dw) ts_nn_bf16_put(nat, 1, 2, OC, ocp, gq + q * rq, 0, 2 * W, src, OC, NULL);
+                    }
+                const size_t row0 = ((size_t)n * g->D + id) * g->H + ih0; /* x row of the item's first */
+                if (dx)
+                    for (int i = 0; i < nr; i++)
+                        ts_nn_bf16_gather_row(nat, &ga, 0, i, W, 0, C, C, dx + (row0 + i) * W * C, 0, C);
+                if (dw) {
+                    for (int i = 0; i < nr; i++)
+                        ts_nn_bf16_put(nat, 1, 1, C, C, xq + (size_t)i * nm * C, 0, W, x + (row0 + i) * W * C, C, NULL);
+                    ts_nn_bf16_tk2_wgrad(nat, xq, C, gt, 2 * rq, 2 * (size_t)ocp, nr, nm, ocp, part);
+                }
+            }
+        }
+    }
+    if (dw) { /* dw[ci][co][t] += 0 + chunk 0 + chunk 1 + ...: the chunks summed into chunk 0's buffer, element by element */
+#pragma omp parallel for schedule(static)
+        for (size_t i0 = 0; i0 < part_n; i0 += 1024) {
+            const size_t i1 = i0 + 1024 < part_n ? i0 + 1024 : part_n;
+            for (size_t i = i0; i < i1; i++) parts[i] = 0.0f + parts[i];
+            for (long ch = 1; ch < nch; ch++)
+                for (size_t i = i0; i < i1; i++) parts[i] += parts[part_n * ch + i];
+        }
+#pragma omp parallel for schedule(static)
+        for (int ci = 0; ci < C; ci++)
+            for (int t = 0; t < 8; t++)
+                for (int co = 0; co < OC; co++) dw[((size_t)ci * OC + co) * 8 + t] += parts[((size_t)t * C + ci) * ocp + co];
+    }
+    return 0;
+}
+
 int ts_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y)
 {
 #ifdef TS_HAVE_CUDA
@@ -90,9 +187,16 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
     const int taps = g.k * g.k * g.k;
     /* the big side (dy) as the input of gather / wgrad */
     ts_conv_geom r = {g.N, g.OD, g.OH, g.OW, g.OC, g.D, g.H, g.W, g.C, g.k, stride, 0};
+    if (dx && (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x)))
+        TS_FAIL(TS_ERR_ARG, "convt3d: input gradient must be float32 shaped like the input");
+    if (dw && (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w)))
+        TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
+    if (bf && g.k == 2 && stride == 2 && !atomic_load(&fused_off) && (dx || dw)) {
+        TS_CHECK(convt_k2_backward_bf16(&g, x->data, w->data, dy->data, dx ? dx->data : NULL, dw ? dw->data : NULL));
+        dx = NULL;
+        dw = NULL;
+    }
     if (dx) {
-        if (!ts_tensor_f32(dx) || !ts_tensor_same_shape(dx, x))
-            TS_FAIL(TS_ERR_ARG, "convt3d: input gradient must be float32 shaped like the input");
         if (bf) {
             const uint32_t *wb = ts_nn_bf16_pack(w->data, g.OC, g.C, taps, 0, 0);
             if (!wb) TS_FAIL(TS_ERR_NOMEM, "convt3d backward bf16 weights");
@@ -109,8 +213,6 @@ int ts_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride, cons
         }
     }
     if (dw) {
-        if (!ts_tensor_f32(dw) || !ts_tensor_same_shape(dw, w))
-            TS_FAIL(TS_ERR_ARG, "convt3d: weight gradient must be float32 shaped like the weight");
         dwp = ts_nn_scratch(2, (size_t)taps * g.C * g.OC * sizeof(float));
         if (!dwp) TS_FAIL(TS_ERR_NOMEM, "convt3d weight gradient");
         if (bf) TS_CHECK(ts_nn_wgrad2_bf16(&r, (ts_conv_src){dy->data, NULL, r.C, NULL}, x->data, dwp, NULL, NULL));

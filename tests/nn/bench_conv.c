@@ -14,7 +14,8 @@
  *   ROWS all (default): the rows above plus bf16; prec: fp32 and bf16
  *   forward, weight grad, input grad; cat: the same over a concatenation
  *   [CIN/2, CIN - CIN/2]; convt: transposed conv 2x2x2 stride 2 from
- *   [2, (D/2)^3, CIN] to [2, D^3, COUT]. */
+ *   [2, (D/2)^3, CIN] to [2, D^3, COUT]; ct2: that transposed conv's bf16
+ *   backward, the separate drivers against the one-pass kernel. */
 #include "tsbuild.h"
 #include "src/core/timer.h"
 #include "src/nn/layers.h"
@@ -261,18 +262,58 @@ static int bench_pw(int N, int D, int C, int OC, int reps)
     return rc ? 1 : 0;
 }
 
+/* The bf16 backward of a k = s = 2 transposed convolution from [N, (D/2)^3,
+ * C] to [N, D^3, OC] (the U-Net's up-convolutions): the separate gather and
+ * weight-gradient drivers against the one-pass kernel
+ * (ts_nn_set_convt_fused), alternated in every repetition; dx, dw and db as
+ * in a training step */
+static int bench_ct2(int N, int D, int C, int OC, int reps)
+{
+    const int Di = D / 2;
+    ts_tensor x, w, dy, dx, dw, db;
+    int rc = ts_tensor_alloc(&x, TS_FLOAT32, 5, (const int64_t[]){N, Di, Di, Di, C});
+    rc |= ts_tensor_alloc(&dx, TS_FLOAT32, 5, x.shape);
+    rc |= ts_tensor_alloc(&dy, TS_FLOAT32, 5, (const int64_t[]){N, D, D, D, OC});
+    rc |= ts_tensor_alloc(&w, TS_FLOAT32, 5, (const int64_t[]){C, OC, 2, 2, 2});
+    rc |= ts_tensor_alloc(&dw, TS_FLOAT32, 5, w.shape);
+    rc |= ts_tensor_alloc(&db, TS_FLOAT32, 1, (const int64_t[]){OC});
+    if (rc) return 1;
+    fill(&x);
+    fill(&w);
+    fill(&dy);
+    if (reps > 64) reps = 64;
+    double t[2][64];
+    rc |= ts_nn_set_conv_precision(TS_PREC_BF16);
+    for (int r = 0; r < reps; r++)
+        for (int v = 0; v < 2; v++) {
+            ts_nn_set_convt_fused(v);
+            const double t0 = ts_time_now();
+            rc |= ts_convt3d_backward(&x, &w, 2, &dy, &dx, &dw, &db);
+            t[v][r] = ts_time_now() - t0;
+        }
+    ts_nn_set_convt_fused(1);
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    const double a = median(t[0], reps), b = median(t[1], reps), mb = (double)N * D * D * D * OC * 4 / 1e6;
+    printf("convt3d 2x2x2 s2 bf16 backward (dx, dw, db) [%d, %d^3, %d] -> [%d, %d^3, %d] (dy %.1f MB), median of %d: "
+           "separate drivers %.2f ms -> one pass %.2f ms, %.2fx\n", N, Di, C, N, D, OC, mb, reps, a * 1e3, b * 1e3, a / b);
+    ts_tensor *all[] = {&x, &w, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt|pw|wino]\n");
+        fprintf(stderr, "usage: bench_conv D CIN COUT [REPS] [all|prec|cat|convt|pw|ct2|wino]\n");
         return 2;
     }
     const int N = 2, D = atoi(argv[1]), C = atoi(argv[2]), OC = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
     const char *mode = argc > 5 ? argv[5] : "all";
     if (!strcmp(mode, "wino")) return bench_wino(N, D, C, OC, reps);
     if (!strcmp(mode, "pw")) return bench_pw(N, D, C, OC, reps);
+    if (!strcmp(mode, "ct2")) return bench_ct2(N, D, C, OC, reps);
     if (strcmp(mode, "all") && strcmp(mode, "prec") && strcmp(mode, "cat") && strcmp(mode, "convt") && strcmp(mode, "pw")) {
-        fprintf(stderr, "bench_conv: ROWS is all, prec, cat, convt, pw or wino\n");
+        fprintf(stderr, "bench_conv: ROWS is all, prec, cat, convt, pw, ct2 or wino\n");
         return 2;
     }
     if (strcmp(mode, "all")) return bench_prec(N, D, C, OC, reps, mode);

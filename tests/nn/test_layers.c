@@ -1693,6 +1693,66 @@ static void test_wgrad_bias(int N, int D, int C, int OC, int k, int s, int p)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* The one-pass bf16 backward of k = s = 2 transposed convolutions
+ * (convt3d.c) against the separate drivers it replaces: it ran; the input
+ * gradient bit for bit; the weight gradient against the double reference on
+ * bf16-rounded operands and the same bits with 1, 2, 3 threads and with dx
+ * not asked; each bf16 variant. Shapes: odd widths, partial row blocks,
+ * channel counts off the 16-blocks. */
+static void test_convt_fused(int N, int D, int H, int W, int C, int OC)
+{
+    ts_tensor x = MK(-1, 1, N, D, H, W, C), w = MK(-0.5f, 0.5f, C, OC, 2, 2, 2);
+    ts_tensor dy = MK(-1, 1, N, 2 * D, 2 * H, 2 * W, OC), xr = rounded(&x), wr = rounded(&w), dyr = rounded(&dy);
+    const int64_t nx = ts_tensor_numel(&x), nw = ts_tensor_numel(&w);
+    double *rdx = malloc(sizeof(double) * nx), *rdw = malloc(sizeof(double) * nw);
+    ref_convt_bwd(&xr, &wr, 2, &dyr, rdx, rdw);
+    const char *names[2];
+    const int nvar = bf16_variants(names);
+#ifdef _OPENMP
+    const int nt0 = omp_get_max_threads();
+#endif
+    int rc = ts_nn_set_conv_precision(TS_PREC_BF16);
+    for (int v = 0; v < nvar; v++) {
+        rc |= ts_nn_bf16_select_isa(names[v]);
+        ts_tensor dx[5], dw[5]; /* 0: separate drivers; 1-3: one pass on 1-3 threads; 4: dw alone */
+        long calls = 0;
+        for (int r = 0; r < 5; r++) {
+            dx[r] = MK(0, 0, N, D, H, W, C);
+            dw[r] = MK(0, 0, C, OC, 2, 2, 2);
+            ts_nn_set_convt_fused(r > 0);
+#ifdef _OPENMP
+            omp_set_num_threads(r >= 1 && r <= 3 ? r : nt0);
+#endif
+            const long c0 = ts_nn_convt_fused_calls();
+            rc |= ts_convt3d_backward(&x, &w, 2, &dy, r < 4 ? &dx[r] : NULL, &dw[r], NULL);
+            calls += ts_nn_convt_fused_calls() - c0;
+        }
+#ifdef _OPENMP
+        omp_set_num_threads(nt0);
+#endif
+        ts_nn_set_convt_fused(1);
+        int same_dx = 1, same_dw = 1;
+        for (int r = 1; r < 4; r++) same_dx &= !memcmp(dx[r].data, dx[0].data, (size_t)nx * 4);
+        for (int r = 2; r < 5; r++) same_dw &= !memcmp(dw[r].data, dw[1].data, (size_t)nw * 4);
+        const double ex = max_rel(dx[1].data, rdx, nx), ew = max_rel(dw[1].data, rdw, nw), e0 = max_rel(dw[0].data, rdw, nw);
+        const double wmax = fabs(((const float *)dw[1].data)[nw / 2]) + fabs(((const float *)dw[1].data)[0]);
+        ts_ok(rc == 0 && calls == 4 && same_dx && same_dw && ex < 1e-5 && ew < 1e-5 && e0 < 1e-5 && wmax > 0,
+              "bf16 (%s) convt3d %dx%dx%dx%dx%d -> %d k2 s2 in one pass (%ld calls): dx bitwise the separate gather's, dw "
+              "= double on rounded operands %.1e (separate drivers %.1e), the same bits on 1-3 threads and without dx",
+              names[v], N, D, H, W, C, OC, calls, ew, e0);
+        for (int r = 0; r < 5; r++) {
+            ts_tensor_free(&dx[r]);
+            ts_tensor_free(&dw[r]);
+        }
+    }
+    rc |= ts_nn_set_conv_precision(TS_PREC_FP32);
+    rc |= ts_nn_bf16_select_isa("auto");
+    free(rdx);
+    free(rdw);
+    ts_tensor *all[] = {&x, &w, &dy, &xr, &wr, &dyr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "isa")) { /* for tests/nn/bf16_isa.sh: the variant chosen on first use */
@@ -1861,6 +1921,9 @@ int main(int argc, char **argv)
     test_wgrad_bias(2, 9, 16, 32, 3, 1, 1); /* whole vectors, 16 chunks */
     test_wgrad_bias(1, 11, 8, 20, 3, 2, 1); /* stride 2, a partial vector */
     test_wgrad_bias(2, 6, 32, 80, 3, 1, 0);
+    test_convt_fused(2, 3, 5, 7, 32, 16);  /* odd width */
+    test_convt_fused(1, 2, 10, 64, 20, 7); /* row blocks of 4 (the last of 2), 16 + 4 channels, odd OC */
+    test_convt_fused(2, 4, 4, 4, 64, 40);  /* three output-channel vectors */
     test_channel_affine();
     return ts_done();
 }
