@@ -122,7 +122,7 @@ BATTR_RUN void BT(tgather_tap)(const uint32_t *xr, const uint32_t *wr, int C, in
 
 /* k = s = 2: one output row from input row xr (W voxels) and the two kw
  * taps at wr, every output-channel tile, from the bias b (ocp floats) */
-BATTR_RUN void BT(tgather_k2_row)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int OC,
+BATTR_RUN void BT(tgather_k2_any)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int OC,
                                   float *yr)
 {
     for (int oc0 = 0; oc0 < ocp;) {
@@ -132,6 +132,30 @@ BATTR_RUN void BT(tgather_k2_row)(const uint32_t *xr, const uint32_t *wr, const 
         else BT(tg2b_run_1)(xr, wr, b, C, ocp, W, oc0, nco, yr, OC);
         oc0 += 16 * nv;
     }
+}
+
+/* the U-Net's up-convolutions (32 -> 16, 64 -> 32, 128 -> 64 channels) with
+ * the pairs per input voxel and the output channels constants: the tiles'
+ * input offsets and output addresses become immediates (a tile's 16
+ * channel pairs left the loop too short to hide their set-up) */
+#define TK2_CONST(cc, oo)                                                                                               \
+    BATTR_RUN __attribute__((flatten)) void BT(tgather_k2_c##cc##_o##oo)(const uint32_t *xr, const uint32_t *wr,         \
+                                                                         const float *b, int W, float *yr)              \
+    {                                                                                                                   \
+        BT(tgather_k2_any)(xr, wr, b, cc, oo, W, oo, yr);                                                               \
+    }
+TK2_CONST(16, 16)
+TK2_CONST(32, 32)
+TK2_CONST(64, 64)
+#undef TK2_CONST
+
+BATTR_RUN void BT(tgather_k2_row)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int OC,
+                                  float *yr)
+{
+    if (C == 16 && OC == 16) BT(tgather_k2_c16_o16)(xr, wr, b, W, yr);
+    else if (C == 32 && OC == 32) BT(tgather_k2_c32_o32)(xr, wr, b, W, yr);
+    else if (C == 64 && OC == 64) BT(tgather_k2_c64_o64)(xr, wr, b, W, yr);
+    else BT(tgather_k2_any)(xr, wr, b, C, ocp, W, OC, yr);
 }
 
 /* one input channel (the first layer), 3x3x3 stride 1, one output vector:
