@@ -51,9 +51,10 @@ BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, floa
 #undef GQB_CALL
 }
 
-/* the 3x3x3 stride-1 runs with the pairs per voxel C a constant (8, 16 or
- * 32 pairs: 16, 32, 64 channels): the tiles' 18 input offsets i * C become
- * immediates instead of registers spilled to the stack */
+/* the 3x3x3 stride-1 runs with the pairs per voxel C a constant (1, 8, 16
+ * or 32 pairs: the first layer's one channel, 16, 32, 64 channels): the
+ * tiles' 18 input offsets i * C become immediates instead of registers
+ * spilled to the stack */
 #define GK3B_CONST(nv, cc)                                                                                              \
     BATTR_RUN __attribute__((flatten)) void BT(gk3b_run_##nv##_c##cc)(const ts_bf16_gc_args *a, int r, int OW, int oc, \
                                                                       int yo, int nco, float *yr, int ldy)             \
@@ -62,6 +63,7 @@ BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, floa
         b.C = cc;                                                                                                       \
         BT(gk3b_run_##nv)(&b, r, OW, oc, yo, nco, yr, ldy);                                                            \
     }
+GK3B_CONST(1, 1)
 GK3B_CONST(1, 8)
 GK3B_CONST(1, 16)
 GK3B_CONST(1, 32)
@@ -78,6 +80,7 @@ BATTR_RUN void BT(gk3b_run)(const ts_bf16_gc_args *a, int nv, int r, int OW, int
      : a->C == 32 ? BT(gk3b_run_##nv##_c32)(a, r, OW, oc, yo, nco, yr, ldy)                                             \
                   : BT(gk3b_run_##nv)(a, r, OW, oc, yo, nco, yr, ldy))
     if (nv == 2) GK3B_C(2);
+    else if (a->C == 1) BT(gk3b_run_1_c1)(a, r, OW, oc, yo, nco, yr, ldy); /* the first layer's one channel */
     else GK3B_C(1);
 #undef GK3B_C
 }

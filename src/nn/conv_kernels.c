@@ -300,7 +300,7 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
 #include "src/nn/conv_pairs.h"
 
 /* the 3x3x3 stride-1 runs with C (channels a voxel) a constant where it is
- * 16, 32 or 64: the tiles' 18 input offsets i * C become immediates instead
+ * 1, 16, 32 or 64: the tiles' 18 input offsets i * C become immediates instead
  * of registers spilled to the stack (conv_bf16_variant.h does the same) */
 #define GK3_CONST(nv, cc)                                                                                               \
     __attribute__((flatten)) static void gk3_run_##nv##_c##cc(const gc_args *a, int r, int OW, int oc, int yo, int nco, \
@@ -310,6 +310,7 @@ int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const f
         b.C = cc;                                                                                                       \
         gk3_run_##nv(&b, r, OW, oc, yo, nco, yr, ldy);                                                                 \
     }
+GK3_CONST(1, 1)
 GK3_CONST(1, 16)
 GK3_CONST(1, 32)
 GK3_CONST(1, 64)
@@ -326,6 +327,7 @@ static void gk3_run(const gc_args *a, int nv, int r, int OW, int oc, int yo, int
      : a->C == 64 ? gk3_run_##nv##_c64(a, r, OW, oc, yo, nco, yr, ldy)                                                  \
                   : gk3_run_##nv(a, r, OW, oc, yo, nco, yr, ldy))
     if (nv == 2) GK3_C(2);
+    else if (a->C == 1) gk3_run_1_c1(a, r, OW, oc, yo, nco, yr, ldy); /* the first layer's one channel */
     else GK3_C(1);
 #undef GK3_C
 }
