@@ -85,6 +85,24 @@ BATTR_RUN void BT(gk3b_run)(const ts_bf16_gc_args *a, int nv, int r, int OW, int
 #undef GK3B_C
 }
 
+/* the k = s = 2 gather (the up-convolutions' input gradient: 16 -> 32,
+ * 32 -> 64, 64 -> 128 channels) with the kernel, stride, pairs per voxel
+ * and output channels constants, as above */
+#define GCB2_CONST(cc, oo, nv)                                                                                          \
+    BATTR_RUN __attribute__((flatten)) void BT(gcb2_c##cc##_o##oo)(const ts_bf16_gc_args *a, int r, int OW, float *yr)  \
+    {                                                                                                                   \
+        ts_bf16_gc_args b = *a;                                                                                         \
+        b.k = 2;                                                                                                        \
+        b.s = 2;                                                                                                        \
+        b.C = cc;                                                                                                       \
+        b.ocp = oo;                                                                                                     \
+        for (int oc = 0; oc < oo; oc += 16 * nv) BT(gcb_run_##nv)(&b, 2 * r, OW, oc, oc, 16 * nv, yr, oo);            \
+    }
+GCB2_CONST(8, 32, 2)
+GCB2_CONST(16, 64, 4)
+GCB2_CONST(32, 128, 4)
+#undef GCB2_CONST
+
 /* one output row of the gather: channel tiles oc0 .. oc1 (global channel
  * index for the weights) written at channel yo0 of rows of ldy floats */
 BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
@@ -93,6 +111,21 @@ BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW,
     if (a->ppl && k3s1 && oc0 == 0 && oc1 == OC) {
         BT(gqb_row)(a, r, OW, OC, yr, yo0, ldy);
         return;
+    }
+    if (!k3s1 && a->k == 2 && a->s == 2 && oc0 == 0 && oc1 == OC && ldy == OC && yo0 == 0 && a->ocp == OC) {
+        const int C = a->C;
+        if (C == 8 && OC == 32) {
+            BT(gcb2_c8_o32)(a, r, OW, yr);
+            return;
+        }
+        if (C == 16 && OC == 64) {
+            BT(gcb2_c16_o64)(a, r, OW, yr);
+            return;
+        }
+        if (C == 32 && OC == 128) {
+            BT(gcb2_c32_o128)(a, r, OW, yr);
+            return;
+        }
     }
     for (int oc = oc0; oc < oc1;) {
         const int lanes = ts_nn_pad16(oc1) - oc, yo = yo0 + oc - oc0;
