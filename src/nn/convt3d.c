@@ -103,6 +103,9 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
     uint32_t *buf = ts_nn_scratch(0, (per * nt + part_n * nch) * sizeof(uint32_t));
     if (!buf) return TS_ERR(TS_ERR_NOMEM, "convt3d backward bf16 scratch");
     float *parts = (float *)(buf + per * nt);
+    /* the voxel-pair rows need zeros first unless the staging writes every word: whole pairs (W even) and
+     * no padded channels */
+    const int zero = W % 2 || OC != ocp;
     atomic_fetch_add(&fused_calls, 1);
 #pragma omp parallel
     {
@@ -118,7 +121,7 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
             for (long it = items * ch / nch; it < items * (ch + 1) / nch; it++) {
                 const int n = (int)(it / ((long)g->D * nhb)), id = (int)(it / nhb % g->D), ih0 = (int)(it % nhb) * hb;
                 const int nr = g->H - ih0 < hb ? g->H - ih0 : hb;
-                if (dw) memset(gq, 0, (gq_n + xq_n) * sizeof(uint32_t));
+                if (dw && zero) memset(gq, 0, (gq_n + xq_n) * sizeof(uint32_t));
                 for (int kd = 0; kd < 2; kd++)
                     for (int j = 0; j < 2 * nr; j++) {
                         const float *src = dy + (((size_t)n * g->OD + 2 * id + kd) * g->OH + 2 * ih0 + j) * (size_t)g->OW * OC;

@@ -1924,6 +1924,7 @@ int main(int argc, char **argv)
     test_convt_fused(2, 3, 5, 7, 32, 16);  /* odd width */
     test_convt_fused(1, 2, 10, 64, 20, 7); /* row blocks of 4 (the last of 2), 16 + 4 channels, odd OC */
     test_convt_fused(2, 4, 4, 4, 64, 40);  /* three output-channel vectors */
+    test_convt_fused(2, 3, 4, 6, 32, 16);  /* even width, whole vectors: the staging writes every word, no zeroing */
     test_channel_affine();
     return ts_done();
 }
