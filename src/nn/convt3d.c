@@ -86,6 +86,7 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
 {
     const int nat = ts_nn_bf16_native(), C = g->C, OC = g->OC, W = g->W, nt = ts_nn_nthreads();
     const int ocp = ts_nn_pad16(OC), cxp = ts_nn_pad16(C), OCq = (OC + 1) / 2, nm = (W + 1) / 2;
+    if (!g->N || !g->D || !g->H || !W || !C || !OC) return 0; /* nothing to add */
     int hb = 1;
     while (hb < g->H && hb * W < 256) hb *= 2;
     hb = hb < g->H ? hb : g->H;
@@ -129,7 +130,7 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
                         if (dx) ts_nn_bf16_put(nat, 0, 1, OC, OC, nb + q * 2 * W * OCq, 0, 2 * W, src, OC, NULL);
                         if (dw) ts_nn_bf16_put(nat, 1, 2, OC, ocp, gq + q * rq, 0, 2 * W, src, OC, NULL);
                     }
-                const size_t row0 = ((size_t)n * g->D + id) * g->H + ih0; /* x row of the item's first */
+                const size_t row0 = ((size_t)n * g->D + id) * g->H + ih0; /* the item's first x row */
                 if (dx)
                     for (int i = 0; i < nr; i++)
                         ts_nn_bf16_gather_row(nat, &ga, 0, i, W, 0, C, C, dx + (row0 + i) * W * C, 0, C);
