@@ -32,6 +32,16 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 typedef uint32_t v16i __attribute__((vector_size(64)));
 
+/* clang's UndefinedBehaviorSanitizer (the fuzz build, tests/fuzz) makes the
+ * unrolled register transposes and the 1..15-channel switch take tens of
+ * minutes to compile: its checks are left out of this file's kernels (they
+ * take no hostile input; AddressSanitizer still covers them) */
+#if defined(__clang__) && defined(__has_feature)
+#if __has_feature(undefined_behavior_sanitizer) || defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#pragma clang attribute push(__attribute__((no_sanitize("undefined"))), apply_to = function)
+#define TS_PW_NO_UBSAN 1
+#endif
+#endif
 #define AI static inline __attribute__((always_inline))
 #pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
 
@@ -365,3 +375,6 @@ int ts_nn_pw_wgrad(int bf, const ts_conv_geom *g, const float *x, const float *d
     }
     return 0;
 }
+#ifdef TS_PW_NO_UBSAN
+#pragma clang attribute pop
+#endif
