@@ -94,7 +94,7 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
     const long items = (long)g->N * g->D * nhb;
     /* chunks: up to 16, fewer for large weights (their partial sums zeroed and added: at most ~256K floats) */
     long nch = items < 16 ? items : 16;
-    while (dw && nch > 2 && (size_t)nch * 8 * C * ts_nn_pad16(OC) > ((size_t)1 << 18)) nch--;
+    while (dw && nch > 2 && (size_t)nch * 8 * C * ocp > ((size_t)1 << 18)) nch--;
     const uint32_t *wb = NULL;
     if (dx && !(wb = ts_nn_bf16_pack(w, OC, C, 8, 0, 0))) return TS_ERR(TS_ERR_NOMEM, "convt3d backward bf16 weights");
     /* per thread: dy rows as channel pairs, as voxel pairs (rows of rq words), x rows as voxel pairs */
