@@ -30,6 +30,31 @@ AI void bias_run16(const float *gy, size_t b0, size_t b1, int OC, int c0, const 
     for (int j = 0; j < NV; j++) *(v16u *)(acc + 16 * j) = a[j];
 }
 
+/* bias_run16 with 8 channels a vector (OC a multiple of 8, not of 16), then
+ * ps[c] += acc[c] for every channel: the same sums as the scalar loop */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+AI void bias_run8(const float *gy, size_t b0, size_t b1, int OC, int c0, const int NV, float *acc)
+{
+    v8 a[4];
+    for (int j = 0; j < NV; j++) a[j] = (v8){0};
+    for (size_t v = b0; v < b1; v++)
+        for (int j = 0; j < NV; j++) a[j] += *(const v8u *)(gy + v * OC + c0 + 8 * j);
+    for (int j = 0; j < NV; j++) *(v8u *)(acc + 8 * j) = a[j];
+}
+
+static void bias_sums8(const float *gy, size_t b0, size_t b1, int OC, float *acc, double *ps)
+{
+    for (int c0 = 0; c0 < OC; c0 += 32) {
+        const int left = (OC - c0) / 8;
+        if (left >= 4) bias_run8(gy, b0, b1, OC, c0, 4, acc);
+        else if (left == 3) bias_run8(gy, b0, b1, OC, c0, 3, acc);
+        else if (left == 2) bias_run8(gy, b0, b1, OC, c0, 2, acc);
+        else bias_run8(gy, b0, b1, OC, c0, 1, acc);
+        for (int c = 0; c < 8 * imin(left, 4); c++) ps[c0 + c] += acc[c];
+    }
+}
+
 /* ps[0 .. OC) += the sums over the nv voxels at gr, per block of 256 channels (16 a vector where OC is a
  * multiple of 16) each channel in voxel order in float, then added to ps in double (wgrad_impl's
  * bias gradient: one item) */
@@ -44,6 +69,10 @@ void ts_nn_item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps)
             else bias_run16(gr, 0, nv, OC, c0, 1, acc);
             for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
         }
+        return;
+    }
+    if (OC % 8 == 0) {
+        bias_sums8(gr, 0, nv, OC, acc, ps);
         return;
     }
     for (int c0 = 0; c0 < OC; c0 += 256) {
@@ -79,6 +108,10 @@ int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)
                         else bias_run16(gy, b0, b1, OC, c0, 1, acc);
                         for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
                     }
+                    continue;
+                }
+                if (OC % 8 == 0) {
+                    bias_sums8(gy, b0, b1, OC, acc, ps);
                     continue;
                 }
                 for (int c0 = 0; c0 < OC; c0 += cb) {

@@ -809,11 +809,12 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
                 int ldg = g->OC;
-                if (padg) {
-                    memset(gpad, 0, gused * sizeof(float)); /* not the ring's plane pointers after them */
+                if (padg) { /* fp32: each voxel's OC floats and zeros up to ocp, whole vectors (no pass to zero) */
+                    if (f->f16) memset(gpad, 0, gused * sizeof(float)); /* not the ring's plane pointers after them */
                     for (size_t v = 0; v < (size_t)np * nr * g->OW; v++) {
                         if (f->f16) put_f16(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC);
-                        else memcpy(gpad + v * ocp, gr + v * g->OC, (size_t)g->OC * sizeof(float));
+                        else
+                            for (int c = 0; c < ocp; c += 16) *(v16u *)(gpad + v * ocp + c) = ts_nn_vld_part(gr + v * g->OC + c, g->OC - c);
                     }
                     gr = gpad;
                     ldg = ocp;

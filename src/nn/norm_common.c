@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __FMA__
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -23,12 +26,31 @@
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
 typedef int v16i __attribute__((vector_size(64)));
+/* 8 channels a vector where C is a multiple of 8 but not of 16 (the demo's 8-channel level) */
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+typedef int v8i __attribute__((vector_size(32)));
 
 static inline __attribute__((always_inline)) v16 ld16(const float *p) { return *(const v16u *)p; }
 static inline __attribute__((always_inline)) void st16(float *p, v16 v) { *(v16u *)p = v; }
 /* g where m > 0, else +0 (slope 0) or slope g (leaky): norm_impl.h's select */
 static inline __attribute__((always_inline)) v16 masked(v16 g, v16 m, float slope) { return ts_nn_relu_sel(m, g, slope); }
 static inline float masked1(float g, float m, float slope) { return ts_nn_relu_sel1(m, g, slope); }
+static inline __attribute__((always_inline)) v8 ld8(const float *p) { return *(const v8u *)p; }
+/* c + a b rounded once where the build has FMA, as the scalar loops' contracted `s += a * b`: GCC's
+ * tuning for AMD cores leaves some 8-lane accumulation chains unfused, which changed the bits.
+ * Macros, as MASKED8 and ST8 */
+#ifdef __FMA__
+#define FMA8(a, b, c) ((v8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#else
+#define FMA8(a, b, c) ((a) * (b) + (c))
+#endif
+#define ST8(p, v) (*(v8u *)(p) = (v))
+/* ts_nn_relu_sel on 8 lanes: g where m > 0, else +0 (slope 0) or slope g (a macro: a function taking
+ * 32-byte vectors draws GCC's ABI note in builds without AVX) */
+#define MASKED8(g, m, slope)                                                                                            \
+    ((slope) == 0.0f ? (v8)((v8i)(g) & (v8i)((m) > 0.0f))                                                              \
+                     : (v8)(((v8i)(g) & (v8i)((m) > 0.0f)) | ((v8i)((slope) * (g)) & ~(v8i)((m) > 0.0f))))
 
 /* One block of sums() where C is a multiple of 16: channels c0 .. c0 + 16 NV
  * held in registers over the block's voxels, each channel summed in voxel
@@ -69,6 +91,47 @@ static void sums_block16(int mode, const float *xb, const float *gb, const float
         else if (left == 3) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);
         else if (left == 2) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);
         else sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);
+    }
+}
+
+/* sums_run16 with 8 channels a vector (C a multiple of 8): the same
+ * expressions per channel in voxel order, so the same bits as the scalar loop */
+static inline __attribute__((always_inline)) void sums_run8(int mode, const float *xb, const float *gb,
+                                                            const float *msc, const float *msh, float slope,
+                                                            const float *ce, size_t nv, int C, int c0, const int NV,
+                                                            float *a1, float *a2)
+{
+    v8 s1[4], s2[4], k[4], ma[4], mb[4];
+    for (int j = 0; j < NV; j++) {
+        s1[j] = s2[j] = ma[j] = mb[j] = (v8){0}, k[j] = ld8(ce + c0 + 8 * j);
+        if (msc) ma[j] = ld8(msc + c0 + 8 * j), mb[j] = ld8(msh + c0 + 8 * j);
+    }
+    for (size_t v = 0; v < nv; v++) {
+        const size_t e = v * C + c0;
+        for (int j = 0; j < NV; j++) {
+            const v8 xv = ld8(xb + e + 8 * j), d = xv - k[j];
+            if (mode == 0) {
+                s1[j] += d;
+                s2[j] = FMA8(d, d, s2[j]);
+            } else {
+                const v8 g = msc ? MASKED8(ld8(gb + e + 8 * j), xv * ma[j] + mb[j], slope) : ld8(gb + e + 8 * j);
+                s1[j] += g;
+                s2[j] = FMA8(g, d, s2[j]);
+            }
+        }
+    }
+    for (int j = 0; j < NV; j++) ST8(a1 + c0 + 8 * j, s1[j]), ST8(a2 + c0 + 8 * j, s2[j]);
+}
+
+static void sums_block8(int mode, const float *xb, const float *gb, const float *msc, const float *msh, float slope,
+                        const float *ce, size_t nv, int C, float *a1, float *a2)
+{
+    for (int c0 = 0; c0 < C; c0 += 32) {
+        const int left = (C - c0) / 8;
+        if (left >= 4) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 4, a1, a2);
+        else if (left == 3) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);
+        else if (left == 2) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);
+        else sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);
     }
 }
 
@@ -114,8 +177,9 @@ static int sums(int mode, const float *x, const float *dy, const float *msc, con
             for (size_t blk = it % nsup * SUPER; blk < nblk && blk < (it % nsup + 1) * SUPER; blk++) {
                 const size_t v0 = blk * BLOCK, nv = (v0 + BLOCK < S ? v0 + BLOCK : S) - v0, o = ((size_t)n * S + v0) * C;
                 const float *xb = x + o;
-                if (C % 16 == 0) {
-                    sums_block16(mode, xb, dy ? dy + o : NULL, sc, sh, slope, ce, nv, C, a1, a2);
+                if (C % 8 == 0) {
+                    if (C % 16 == 0) sums_block16(mode, xb, dy ? dy + o : NULL, sc, sh, slope, ce, nv, C, a1, a2);
+                    else sums_block8(mode, xb, dy ? dy + o : NULL, sc, sh, slope, ce, nv, C, a1, a2);
                     for (int c = 0; c < C; c++) {
                         p1[c] += a1[c];
                         p2[c] += a2[c];
@@ -213,6 +277,16 @@ void ts_nn_norm_dx(const float *x, const float *dy, const float *msc, const floa
                     const v16 xv = ld16(xb + i);
                     const v16 g = sc ? masked(ld16(gb + i), ts_nn_pre16(xv, ld16(sc + c), ld16(sh + c)), slope) : ld16(gb + i);
                     st16(db + i, g * ld16(a + o + c) + (xv - ld16(center + o + c)) * ld16(b + o + c) + ld16(k + o + c));
+                }
+            continue;
+        }
+        if (C % 8 == 0) { /* 8 channels a vector, the same expression */
+            for (size_t v = 0; v < nv; v++)
+                for (int c = 0; c < C; c += 8) {
+                    const size_t i = v * C + c;
+                    const v8 xv = ld8(xb + i);
+                    const v8 g = sc ? MASKED8(ld8(gb + i), xv * ld8(sc + c) + ld8(sh + c), slope) : ld8(gb + i);
+                    ST8(db + i, g * ld8(a + o + c) + (xv - ld8(center + o + c)) * ld8(b + o + c) + ld8(k + o + c));
                 }
             continue;
         }

@@ -1144,14 +1144,17 @@ static void test_bn_accuracy(void)
  * the voxels gives bitwise the same statistics and outputs, over a dynamic
  * range of 2^80 with a mean far from zero; a non-finite value makes its
  * statistic (and only its) NaN. */
-/* The norm passes take 16 channels a vector where C is a multiple of 16
- * (src/nn/norm_common.c) and one channel at a time otherwise: each channel
- * of a C = 80 tensor (vectors of 4 and 1, and 4, 4, 2 for the exact
- * statistics) must give bitwise what it gives alone (C = 1), forward and
- * backward, batch and instance norm, with and without the fused ReLU. */
-static void test_norm_channels(void)
+/* The norm passes take 16 channels a vector where C is a multiple of 16,
+ * 8 where C is a multiple of 8 only (src/nn/norm_common.c), and one channel
+ * at a time otherwise: each channel of a C = 80 tensor (vectors of 4 and 1,
+ * and 4, 4, 2 for the exact statistics), of C = 40 (8-lane runs of 4 and 1)
+ * and of C = 24 (a run of 3) must give bitwise what it gives alone (C = 1),
+ * forward and backward, batch and instance norm, with and without the fused
+ * ReLU. (GCC's tuning for AMD cores left 8-lane sums unfused where the
+ * scalar loop's multiply-add is fused: C = 40 caught it.) */
+static void test_norm_channels(int C)
 {
-    enum { N = 2, D = 7, H = 9, W = 11, C = 80 };
+    enum { N = 2, D = 7, H = 9, W = 11 };
     const int64_t V = (int64_t)N * D * H * W;
     ts_tensor x = MK(-1, 1, N, D, H, W, C), dy = MK(-1, 1, N, D, H, W, C), g = MK(0.5f, 1.5f, C), b = MK(-1, 1, C);
     float *px = x.data;
@@ -1217,13 +1220,13 @@ static void test_norm_channels(void)
 }
 
 /* The convolutions' bias gradient sums 16 channels a vector where OC is a
- * multiple of 16 (up to 64 channels in registers at a time)
- * and one channel at a time otherwise: each channel of OC = 80 and of
- * OC = 320 must give bitwise what it gives alone (OC = 1). */
+ * multiple of 16 (up to 64 channels in registers at a time), 8 where OC is
+ * a multiple of 8 only, and one channel at a time otherwise: each channel
+ * of OC = 80, 320, 40 and 24 must give bitwise what it gives alone (OC = 1). */
 static void test_bias_grad_channels(void)
 {
-    const int OCs[] = {80, 320};
-    for (int k = 0; k < 2; k++) {
+    const int OCs[] = {80, 320, 40, 24};
+    for (int k = 0; k < 4; k++) {
         const int OC = OCs[k];
         const size_t V = 5000; /* 64 chunks of 78-79 voxels */
         float *gy = malloc(V * OC * sizeof(float)), *one = malloc(V * sizeof(float));
@@ -1915,7 +1918,9 @@ int main(int argc, char **argv)
     test_bn_running();
     test_bn_accuracy();
     test_norm_order();
-    test_norm_channels();
+    test_norm_channels(80);
+    test_norm_channels(40);
+    test_norm_channels(24);
     test_bias_grad_channels();
     test_wgrad_bias(1, 3, 4, 5, 3, 1, 1);   /* few items: the taps in groups */
     test_wgrad_bias(2, 9, 16, 32, 3, 1, 1); /* whole vectors, 16 chunks */
