@@ -742,19 +742,22 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     const size_t rs = slab_row_n(f, CS, g->C);
     const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
     const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
+    /* fp32, 3x3x3 stride 1, 2 to 8 output channels: the voxel-pair tiles (conv_pairs.h) on pair planes */
+    const int wpair = !f->bf16 && !f->f16 && k3s1 && g->OC <= 8 && g->C > 1;
+    const size_t pq_n = wpair ? round16((size_t)KP * R * CS * 2 * g->C) : 0;
     /* bf16: nm pairs per staged row after one zero entry; fp32: rows padded
      * to ocp where OC is not; then the ring's plane pointers (both) */
     const int nm = g->OW / 2 + 2;
     const size_t gpad_n = f->bf16 ? round16(((size_t)P * hb * nm + 1) * ocp + (size_t)KP * 2)
-                                  : (padg ? (size_t)P * hb * g->OW * ocp : 0) + round16((size_t)KP * 2);
+                                  : (padg ? (size_t)P * hb * g->OW * ocp : 0) + round16((size_t)KP * 4);
     const int nhb = (g->OH + hb - 1) / hb, npb = (g->OD + P - 1) / P, dorder = k > g->s;
     const long items = (long)g->N * npb * nhb;
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
     long nch = items < 16 ? items : 16;
     while (nch > 2 && (size_t)nch * dw_n > ((size_t)1 << 20)) nch--;
-    float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n) * nt + dw_n * nch) * sizeof(float));
+    float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n + pq_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
-    float *gpads = slabs + slab_n * nt, *dws = gpads + gpad_n * nt;
+    float *gpads = slabs + slab_n * nt, *pqs = gpads + gpad_n * nt, *dws = pqs + pq_n * nt;
     /* db: the sums of each chunk's items (group 0 of the chunk), added in chunk order below */
     dbs = db ? TS_CALLOC((size_t)nch * g->OC, sizeof(double)) : NULL;
     if (db && !dbs) TS_FAIL(TS_ERR_NOMEM, "conv bias-gradient sums");
@@ -773,7 +776,8 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
          * of 16; the ring's plane pointers after them */
         uint32_t *gb = (uint32_t *)gpad + ocp;
         const size_t gused = f->bf16 ? ((size_t)P * hb * nm + 1) * ocp : padg ? (size_t)P * hb * g->OW * ocp : 0;
-        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab, (const uint32_t **)(gpad + gused), NULL, NULL, 0};
+        slab_ring ring = {-1, 0, 0, 0, KP, R * rs, (uint32_t *)slab, (const uint32_t **)(gpad + gused), wpair ? pqs + pq_n * tid : NULL,
+                          (const float **)(gpad + gused) + KP, (size_t)R * CS * 2 * g->C};
         if (tid == 0) ts_nn_run_hooks(sch); /* on entry, and after each item of thread 0 */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -809,6 +813,14 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 /* rows of the item are contiguous: one plane's rows, or whole planes */
                 const float *gr = gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC;
                 int ldg = g->OC;
+                if (wpair) { /* the rows as voxel pairs, then the pair tiles of each (kd, kh) */
+                    const int nmp = (g->OW + 1) / 2;
+                    for (int q = 0; q < np * nr; q++) wq_stage(gr + (size_t)q * g->OW * g->OC, g->OW, g->OC, gpad + (size_t)q * nmp * 16);
+                    const wg_args a = {(const float *const *)ring.plane, 0, k, 1, g->C, gpad, 16, nr, g->OW, np, dw, ocp};
+                    for (int pr = p0; pr < p0 + pairs; pr++) wq_pair(&a, ring.pplane, (size_t)CS * 2 * g->C, gpad, nmp, pr / 3, pr % 3);
+                    if (tid == 0) ts_nn_run_hooks(sch);
+                    continue;
+                }
                 if (padg) { /* fp32: each voxel's OC floats and zeros up to ocp, whole vectors (no pass to zero) */
                     if (f->f16) memset(gpad, 0, gused * sizeof(float)); /* not the ring's plane pointers after them */
                     for (size_t v = 0; v < (size_t)np * nr * g->OW; v++) {

@@ -113,3 +113,65 @@ static void gq_row(const gc_args *a, int r, int OW, int OC, float *y, int yo, in
     TS_NP_SWITCH(np, GQ_CALL)
 #undef GQ_CALL
 }
+
+/* The weight gradient of the same convolutions (fp32, 3x3x3 stride 1, OC <=
+ * 8), two output voxels a vector as above: the output gradient's rows staged
+ * as voxel pairs (wq_stage: lane 2o + v of pair m holds channel o of voxel
+ * 2m + v, zeros past OC and past the row), the input's slab planes as the
+ * column pairs of pair_rows. For tap (kd, kh, kw) and channel c, pair m
+ * meets the 64-bit broadcast of input columns (2m + kw, 2m + kw + 1); lanes
+ * 2o and 2o + 1 hold the even and odd voxels' sums of channel o, added into
+ * dw once per item. Not the bits of the 16-lane tiles (another order). */
+static void wq_stage(const float *gy, int OW, int OC, float *dst)
+{
+    int m0 = 0;
+    if (OC == 8) /* whole pairs: 16 floats interleaved by one shuffle */
+        for (; 2 * m0 + 1 < OW; m0++) {
+            const v16 t = vld(gy + (size_t)m0 * 16);
+            vst(dst + (size_t)m0 * 16, __builtin_shufflevector(t, t, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+        }
+    for (int m = m0; m < (OW + 1) / 2; m++)
+        for (int o = 0; o < 8; o++)
+            for (int v = 0; v < 2; v++) dst[m * 16 + 2 * o + v] = o < OC && 2 * m + v < OW ? gy[(size_t)(2 * m + v) * OC + o] : 0.0f;
+}
+
+/* channels c0 .. c0 + CB - 1, the three kw taps of (kd, kh), over the item's rows */
+AI void wq_tile(const wg_args *a, const float *const *ppl, size_t prs, const float *gq, int nmp, int kd, int kh, int c0,
+                const int CB)
+{
+    v16 acc[3][8];
+    const int C = a->C;
+    const size_t col = (size_t)2 * C;
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) acc[0][c] = acc[1][c] = acc[2][c] = (v16){0};
+    for (int q = 0; q < a->np * a->nr; q++) {
+        const float *xr = ppl[q / a->nr + kd] + (size_t)(q % a->nr + kh) * prs + 2 * c0;
+        const float *gr = gq + (size_t)q * nmp * 16;
+        for (int m = 0; m < nmp; m++) {
+            const v16 gv = vld(gr + (size_t)m * 16);
+            const float *xm = xr + (size_t)(2 * m) * col;
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                if (c < CB) {
+                    acc[0][c] += bcast_pair(xm + 2 * c) * gv;
+                    acc[1][c] += bcast_pair(xm + col + 2 * c) * gv;
+                    acc[2][c] += bcast_pair(xm + 2 * col + 2 * c) * gv;
+                }
+        }
+    }
+    for (int kw = 0; kw < 3; kw++)
+        for (int c = 0; c < CB; c++) {
+            float *d = a->dw + ((size_t)((kd * 3 + kh) * 3 + kw) * C + c0 + c) * a->ocp;
+            for (int o = 0; o < 8; o++) d[o] += acc[kw][c][2 * o] + acc[kw][c][2 * o + 1];
+        }
+}
+
+/* every channel of (kd, kh) */
+static void wq_pair(const wg_args *a, const float *const *ppl, size_t prs, const float *gq, int nmp, int kd, int kh)
+{
+    int c = 0;
+    for (; c + 8 <= a->C; c += 8) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 8);
+    for (; c + 4 <= a->C; c += 4) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 4);
+    for (; c + 2 <= a->C; c += 2) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 2);
+    for (; c < a->C; c++) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 1);
+}

@@ -1785,6 +1785,7 @@ int main(int argc, char **argv)
     test_conv_vs_ref(1, 3, 3, 30, 16, 8, 3, 1, 1, 1);
     test_conv_vs_ref(1, 4, 4, 5, 1, 8, 3, 1, 1, 1);
     test_conv_vs_ref(1, 3, 3, 11, 12, 3, 3, 1, 1, 1);
+    test_conv_vs_ref(2, 6, 7, 9, 13, 7, 3, 1, 1, 1); /* fp32 weight gradient's voxel-pair tiles: channel runs 8, 4, 1; odd W */
     test_conv_pairs(2, 5, 6, 33, 8, 8, 16, 1, 1);
     test_conv_pairs(1, 4, 5, 18, 16, 8, 9, 1, 0);
     test_conv_pairs(1, 3, 4, 7, 1, 8, 24, 1, 1);
