@@ -51,6 +51,22 @@ BATTR_RUN void BT(gqb_row)(const ts_bf16_gc_args *a, int r, int OW, int OC, floa
 #undef GQB_CALL
 }
 
+/* gqb_row with the pair words per voxel a constant where it is 1, 4 or 8
+ * (1 or 2, 8 and 16 channels): the column addresses become immediates (as
+ * GK3B_CONST below) */
+#define GQB_CONST(cc)                                                                                                   \
+    BATTR_RUN __attribute__((flatten)) void BT(gqb_row_c##cc)(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, \
+                                                              int yo, int ldy)                                          \
+    {                                                                                                                   \
+        ts_bf16_gc_args b = *a;                                                                                         \
+        b.C = cc;                                                                                                       \
+        BT(gqb_row)(&b, r, OW, OC, y, yo, ldy);                                                                         \
+    }
+GQB_CONST(1)
+GQB_CONST(4)
+GQB_CONST(8)
+#undef GQB_CONST
+
 /* the 3x3x3 stride-1 runs with the pairs per voxel C a constant (1, 8, 16
  * or 32 pairs: the first layer's one channel, 16, 32, 64 channels): the
  * tiles' 18 input offsets i * C become immediates instead of registers
@@ -109,7 +125,10 @@ BATTR_RUN void BT(gather_row)(const ts_bf16_gc_args *a, int k3s1, int r, int OW,
                               int yo0, int ldy)
 {
     if (a->ppl && k3s1 && oc0 == 0 && oc1 == OC) {
-        BT(gqb_row)(a, r, OW, OC, yr, yo0, ldy);
+        if (a->C == 4) BT(gqb_row_c4)(a, r, OW, OC, yr, yo0, ldy);
+        else if (a->C == 8) BT(gqb_row_c8)(a, r, OW, OC, yr, yo0, ldy);
+        else if (a->C == 1) BT(gqb_row_c1)(a, r, OW, OC, yr, yo0, ldy);
+        else BT(gqb_row)(a, r, OW, OC, yr, yo0, ldy);
         return;
     }
     if (!k3s1 && a->k == 2 && a->s == 2 && oc0 == 0 && oc1 == OC && ldy == OC && yo0 == 0 && a->ocp == OC) {

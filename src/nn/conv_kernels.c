@@ -337,7 +337,7 @@ static void gk3_run(const gc_args *a, int nv, int r, int OW, int oc, int yo, int
 static void gather_row(const gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
 {
     if (a->ppl && k3s1 && oc0 == 0 && oc1 == OC) {
-        gq_row(a, r, OW, OC, yr, yo0, ldy);
+        gq_row_any(a, r, OW, OC, yr, yo0, ldy);
         return;
     }
     for (int oc = oc0; oc < oc1;) {

@@ -114,6 +114,29 @@ static void gq_row(const gc_args *a, int r, int OW, int OC, float *y, int yo, in
 #undef GQ_CALL
 }
 
+/* gq_row with C a constant where it is 1, 8 or 16 (the demo's first, 8- and
+ * 16-channel inputs): the tiles' 33 column addresses become immediates
+ * from one base instead of pointers reloaded from the stack (GK3_CONST) */
+#define GQ_CONST(cc)                                                                                                    \
+    __attribute__((flatten)) static void gq_row_c##cc(const gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy) \
+    {                                                                                                                   \
+        gc_args b = *a;                                                                                                 \
+        b.C = cc;                                                                                                       \
+        gq_row(&b, r, OW, OC, y, yo, ldy);                                                                              \
+    }
+GQ_CONST(1)
+GQ_CONST(8)
+GQ_CONST(16)
+#undef GQ_CONST
+
+static void gq_row_any(const gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
+{
+    if (a->C == 8) gq_row_c8(a, r, OW, OC, y, yo, ldy);
+    else if (a->C == 16) gq_row_c16(a, r, OW, OC, y, yo, ldy);
+    else if (a->C == 1) gq_row_c1(a, r, OW, OC, y, yo, ldy);
+    else gq_row(a, r, OW, OC, y, yo, ldy);
+}
+
 /* The weight gradient of the same convolutions (fp32, 3x3x3 stride 1, OC <=
  * 8), two output voxels a vector as above: the output gradient's rows staged
  * as voxel pairs (wq_stage: lane 2o + v of pair m holds channel o of voxel
