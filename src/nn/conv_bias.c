@@ -13,66 +13,50 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
 
 #define AI static inline __attribute__((always_inline))
 #pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
-AI v16 vld(const float *p) { return *(const v16u *)p; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-/* acc[0 .. 16 NV) = sums over voxels b0 .. b1 of gy's channels c0 .. c0 + 16 NV, each channel in voxel
- * order (as the scalar loop) */
-AI void bias_run16(const float *gy, size_t b0, size_t b1, int OC, int c0, const int NV, float *acc)
-{
-    v16 a[4];
-    for (int j = 0; j < NV; j++) a[j] = (v16){0};
-    for (size_t v = b0; v < b1; v++)
-        for (int j = 0; j < NV; j++) a[j] += vld(gy + v * OC + c0 + 16 * j);
-    for (int j = 0; j < NV; j++) *(v16u *)(acc + 16 * j) = a[j];
-}
-
-/* bias_run16 with 8 channels a vector (OC a multiple of 8, not of 16), then
- * ps[c] += acc[c] for every channel: the same sums as the scalar loop */
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
-AI void bias_run8(const float *gy, size_t b0, size_t b1, int OC, int c0, const int NV, float *acc)
-{
-    v8 a[4];
-    for (int j = 0; j < NV; j++) a[j] = (v8){0};
-    for (size_t v = b0; v < b1; v++)
-        for (int j = 0; j < NV; j++) a[j] += *(const v8u *)(gy + v * OC + c0 + 8 * j);
-    for (int j = 0; j < NV; j++) *(v8u *)(acc + 8 * j) = a[j];
-}
-
-static void bias_sums8(const float *gy, size_t b0, size_t b1, int OC, float *acc, double *ps)
-{
-    for (int c0 = 0; c0 < OC; c0 += 32) {
-        const int left = (OC - c0) / 8;
-        if (left >= 4) bias_run8(gy, b0, b1, OC, c0, 4, acc);
-        else if (left == 3) bias_run8(gy, b0, b1, OC, c0, 3, acc);
-        else if (left == 2) bias_run8(gy, b0, b1, OC, c0, 2, acc);
-        else bias_run8(gy, b0, b1, OC, c0, 1, acc);
-        for (int c = 0; c < 8 * imin(left, 4); c++) ps[c0 + c] += acc[c];
+/* W channels a vector (16 where OC is a multiple of 16, 8 where it is a
+ * multiple of 8 only): bias_runW sets acc[0 .. W NV) to the sums over
+ * voxels b0 .. b1 of gy's channels c0 .. c0 + W NV, each channel in voxel
+ * order (as the scalar loop, so the same bits); bias_sumsW does every
+ * channel, up to 4 W at a time, then ps[c] += acc[c] */
+#define BIAS_WIDTH(W, VT, VTU)                                                                                          \
+    AI void bias_run##W(const float *gy, size_t b0, size_t b1, int OC, int c0, const int NV, float *acc)               \
+    {                                                                                                                   \
+        VT a[4];                                                                                                        \
+        for (int j = 0; j < NV; j++) a[j] = (VT){0};                                                                    \
+        for (size_t v = b0; v < b1; v++)                                                                                \
+            for (int j = 0; j < NV; j++) a[j] += *(const VTU *)(gy + v * OC + c0 + W * j);                             \
+        for (int j = 0; j < NV; j++) *(VTU *)(acc + W * j) = a[j];                                                     \
+    }                                                                                                                   \
+    static void bias_sums##W(const float *gy, size_t b0, size_t b1, int OC, float *acc, double *ps)                    \
+    {                                                                                                                   \
+        for (int c0 = 0; c0 < OC; c0 += 4 * W) {                                                                        \
+            const int left = (OC - c0) / W;                                                                             \
+            if (left >= 4) bias_run##W(gy, b0, b1, OC, c0, 4, acc);                                                     \
+            else if (left == 3) bias_run##W(gy, b0, b1, OC, c0, 3, acc);                                                \
+            else if (left == 2) bias_run##W(gy, b0, b1, OC, c0, 2, acc);                                                \
+            else bias_run##W(gy, b0, b1, OC, c0, 1, acc);                                                               \
+            for (int c = 0; c < W * imin(left, 4); c++) ps[c0 + c] += acc[c];                                           \
+        }                                                                                                               \
     }
-}
+BIAS_WIDTH(16, v16, v16u)
+BIAS_WIDTH(8, v8, v8u)
+#undef BIAS_WIDTH
 
 /* ps[0 .. OC) += the sums over the nv voxels at gr, per block of 256 channels (16 a vector where OC is a
  * multiple of 16) each channel in voxel order in float, then added to ps in double (wgrad_impl's
  * bias gradient: one item) */
 void ts_nn_item_bias(const float *gr, size_t nv, int OC, float *acc, double *ps)
 {
-    if (OC % 16 == 0) {
-        for (int c0 = 0; c0 < OC; c0 += 64) {
-            const int left = (OC - c0) / 16;
-            if (left >= 4) bias_run16(gr, 0, nv, OC, c0, 4, acc);
-            else if (left == 3) bias_run16(gr, 0, nv, OC, c0, 3, acc);
-            else if (left == 2) bias_run16(gr, 0, nv, OC, c0, 2, acc);
-            else bias_run16(gr, 0, nv, OC, c0, 1, acc);
-            for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
-        }
-        return;
-    }
     if (OC % 8 == 0) {
-        bias_sums8(gr, 0, nv, OC, acc, ps);
+        if (OC % 16 == 0) bias_sums16(gr, 0, nv, OC, acc, ps);
+        else bias_sums8(gr, 0, nv, OC, acc, ps);
         return;
     }
     for (int c0 = 0; c0 < OC; c0 += 256) {
@@ -99,19 +83,9 @@ int ts_nn_bias_grad(const float *gy, size_t voxels, int OC, float *db)
             const size_t e = voxels * (size_t)(ch + 1) / CHUNKS;
             for (size_t b0 = voxels * (size_t)ch / CHUNKS; b0 < e; b0 += BLK) {
                 const size_t b1 = b0 + BLK < e ? b0 + BLK : e;
-                if (OC % 16 == 0) { /* 16 channels a vector, up to 64 in registers: the same sums */
-                    for (int c0 = 0; c0 < OC; c0 += 64) {
-                        const int left = (OC - c0) / 16;
-                        if (left >= 4) bias_run16(gy, b0, b1, OC, c0, 4, acc);
-                        else if (left == 3) bias_run16(gy, b0, b1, OC, c0, 3, acc);
-                        else if (left == 2) bias_run16(gy, b0, b1, OC, c0, 2, acc);
-                        else bias_run16(gy, b0, b1, OC, c0, 1, acc);
-                        for (int c = 0; c < 16 * imin(left, 4); c++) ps[c0 + c] += acc[c];
-                    }
-                    continue;
-                }
-                if (OC % 8 == 0) {
-                    bias_sums8(gy, b0, b1, OC, acc, ps);
+                if (OC % 8 == 0) { /* 16 or 8 channels a vector, up to 4 vectors in registers: the same sums */
+                    if (OC % 16 == 0) bias_sums16(gy, b0, b1, OC, acc, ps);
+                    else bias_sums8(gy, b0, b1, OC, acc, ps);
                     continue;
                 }
                 for (int c0 = 0; c0 < OC; c0 += cb) {

@@ -52,88 +52,57 @@ static inline __attribute__((always_inline)) v8 ld8(const float *p) { return *(c
     ((slope) == 0.0f ? (v8)((v8i)(g) & (v8i)((m) > 0.0f))                                                              \
                      : (v8)(((v8i)(g) & (v8i)((m) > 0.0f)) | ((v8i)((slope) * (g)) & ~(v8i)((m) > 0.0f))))
 
-/* One block of sums() where C is a multiple of 16: channels c0 .. c0 + 16 NV
- * held in registers over the block's voxels, each channel summed in voxel
- * order as the scalar loop does (the same bits). */
-static inline __attribute__((always_inline)) void sums_run16(int mode, const float *xb, const float *gb,
-                                                             const float *msc, const float *msh, float slope,
-                                                             const float *ce, size_t nv, int C, int c0, const int NV,
-                                                             float *a1, float *a2)
-{
-    v16 s1[4], s2[4], k[4], ma[4], mb[4];
-    for (int j = 0; j < NV; j++) {
-        s1[j] = s2[j] = ma[j] = mb[j] = (v16){0}, k[j] = ld16(ce + c0 + 16 * j);
-        if (msc) ma[j] = ld16(msc + c0 + 16 * j), mb[j] = ld16(msh + c0 + 16 * j);
+/* One block of sums() where C is a multiple of W (16, or 8 where C is not a
+ * multiple of 16): channels c0 .. c0 + W NV held in registers over the
+ * block's voxels, each channel summed in voxel order with the scalar loop's
+ * expressions (the same bits; FMA: the multiply-add, see FMA8); sums_blockW
+ * runs every channel, up to 4 W at a time. */
+#define FMA16(a, b, c) ((c) + (a) * (b))
+#define LD16(p) ld16(p)
+#define ST16(p, v) st16(p, v)
+#define MASKED16(g, m, slope) masked(g, m, slope)
+#define LD8(p) ld8(p)
+#define SUMS_WIDTH(W, VT)                                                                                               \
+    static inline __attribute__((always_inline)) void sums_run##W(int mode, const float *xb, const float *gb,          \
+                                                                  const float *msc, const float *msh, float slope,    \
+                                                                  const float *ce, size_t nv, int C, int c0,          \
+                                                                  const int NV, float *a1, float *a2)                 \
+    {                                                                                                                   \
+        VT s1[4], s2[4], k[4], ma[4], mb[4];                                                                            \
+        for (int j = 0; j < NV; j++) {                                                                                  \
+            s1[j] = s2[j] = ma[j] = mb[j] = (VT){0}, k[j] = LD##W(ce + c0 + W * j);                                     \
+            if (msc) ma[j] = LD##W(msc + c0 + W * j), mb[j] = LD##W(msh + c0 + W * j);                                  \
+        }                                                                                                               \
+        for (size_t v = 0; v < nv; v++) {                                                                               \
+            const size_t e = v * C + c0;                                                                                \
+            for (int j = 0; j < NV; j++) {                                                                              \
+                const VT xv = LD##W(xb + e + W * j), d = xv - k[j];                                                     \
+                if (mode == 0) {                                                                                        \
+                    s1[j] += d;                                                                                         \
+                    s2[j] = FMA##W(d, d, s2[j]);                                                                        \
+                } else {                                                                                                \
+                    const VT g = msc ? MASKED##W(LD##W(gb + e + W * j), xv * ma[j] + mb[j], slope) : LD##W(gb + e + W * j); \
+                    s1[j] += g;                                                                                         \
+                    s2[j] = FMA##W(g, d, s2[j]);                                                                        \
+                }                                                                                                       \
+            }                                                                                                           \
+        }                                                                                                               \
+        for (int j = 0; j < NV; j++) ST##W(a1 + c0 + W * j, s1[j]), ST##W(a2 + c0 + W * j, s2[j]);                     \
+    }                                                                                                                   \
+    static void sums_block##W(int mode, const float *xb, const float *gb, const float *msc, const float *msh,          \
+                              float slope, const float *ce, size_t nv, int C, float *a1, float *a2)                    \
+    {                                                                                                                   \
+        for (int c0 = 0; c0 < C; c0 += 4 * W) {                                                                         \
+            const int left = (C - c0) / W;                                                                              \
+            if (left >= 4) sums_run##W(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 4, a1, a2);                       \
+            else if (left == 3) sums_run##W(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);                  \
+            else if (left == 2) sums_run##W(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);                  \
+            else sums_run##W(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);                                 \
+        }                                                                                                               \
     }
-    for (size_t v = 0; v < nv; v++) {
-        const size_t e = v * C + c0;
-        for (int j = 0; j < NV; j++) {
-            const v16 xv = ld16(xb + e + 16 * j), d = xv - k[j];
-            if (mode == 0) {
-                s1[j] += d;
-                s2[j] += d * d;
-            } else {
-                const v16 g = msc ? masked(ld16(gb + e + 16 * j), ts_nn_pre16(xv, ma[j], mb[j]), slope) : ld16(gb + e + 16 * j);
-                s1[j] += g;
-                s2[j] += g * d;
-            }
-        }
-    }
-    for (int j = 0; j < NV; j++) st16(a1 + c0 + 16 * j, s1[j]), st16(a2 + c0 + 16 * j, s2[j]);
-}
-
-static void sums_block16(int mode, const float *xb, const float *gb, const float *msc, const float *msh, float slope,
-                         const float *ce, size_t nv, int C, float *a1, float *a2)
-{
-    for (int c0 = 0; c0 < C; c0 += 64) {
-        const int left = (C - c0) / 16;
-        if (left >= 4) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 4, a1, a2);
-        else if (left == 3) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);
-        else if (left == 2) sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);
-        else sums_run16(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);
-    }
-}
-
-/* sums_run16 with 8 channels a vector (C a multiple of 8): the same
- * expressions per channel in voxel order, so the same bits as the scalar loop */
-static inline __attribute__((always_inline)) void sums_run8(int mode, const float *xb, const float *gb,
-                                                            const float *msc, const float *msh, float slope,
-                                                            const float *ce, size_t nv, int C, int c0, const int NV,
-                                                            float *a1, float *a2)
-{
-    v8 s1[4], s2[4], k[4], ma[4], mb[4];
-    for (int j = 0; j < NV; j++) {
-        s1[j] = s2[j] = ma[j] = mb[j] = (v8){0}, k[j] = ld8(ce + c0 + 8 * j);
-        if (msc) ma[j] = ld8(msc + c0 + 8 * j), mb[j] = ld8(msh + c0 + 8 * j);
-    }
-    for (size_t v = 0; v < nv; v++) {
-        const size_t e = v * C + c0;
-        for (int j = 0; j < NV; j++) {
-            const v8 xv = ld8(xb + e + 8 * j), d = xv - k[j];
-            if (mode == 0) {
-                s1[j] += d;
-                s2[j] = FMA8(d, d, s2[j]);
-            } else {
-                const v8 g = msc ? MASKED8(ld8(gb + e + 8 * j), xv * ma[j] + mb[j], slope) : ld8(gb + e + 8 * j);
-                s1[j] += g;
-                s2[j] = FMA8(g, d, s2[j]);
-            }
-        }
-    }
-    for (int j = 0; j < NV; j++) ST8(a1 + c0 + 8 * j, s1[j]), ST8(a2 + c0 + 8 * j, s2[j]);
-}
-
-static void sums_block8(int mode, const float *xb, const float *gb, const float *msc, const float *msh, float slope,
-                        const float *ce, size_t nv, int C, float *a1, float *a2)
-{
-    for (int c0 = 0; c0 < C; c0 += 32) {
-        const int left = (C - c0) / 8;
-        if (left >= 4) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 4, a1, a2);
-        else if (left == 3) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 3, a1, a2);
-        else if (left == 2) sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 2, a1, a2);
-        else sums_run8(mode, xb, gb, msc, msh, slope, ce, nv, C, c0, 1, a1, a2);
-    }
-}
+SUMS_WIDTH(16, v16)
+SUMS_WIDTH(8, v8)
+#undef SUMS_WIDTH
 
 static int nthreads(void)
 {
