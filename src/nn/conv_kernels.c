@@ -816,8 +816,8 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                 if (wpair) { /* the rows as voxel pairs, then the pair tiles of each (kd, kh) */
                     const int nmp = (g->OW + 1) / 2;
                     for (int q = 0; q < np * nr; q++) wq_stage(gr + (size_t)q * g->OW * g->OC, g->OW, g->OC, gpad + (size_t)q * nmp * 16);
-                    const wg_args a = {(const float *const *)ring.plane, 0, k, 1, g->C, gpad, 16, nr, g->OW, np, dw, ocp};
-                    for (int pr = p0; pr < p0 + pairs; pr++) wq_pair(&a, ring.pplane, (size_t)CS * 2 * g->C, gpad, nmp, pr / 3, pr % 3);
+                    const wg_args a = {ring.pplane, (size_t)CS * 2 * g->C, k, 1, g->C, gpad, 16, nr, g->OW, np, dw, ocp};
+                    for (int pr = p0; pr < p0 + pairs; pr++) wq_pair(&a, pr / 3, pr % 3);
                     if (tid == 0) ts_nn_run_hooks(sch);
                     continue;
                 }

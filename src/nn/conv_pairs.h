@@ -158,18 +158,19 @@ static void wq_stage(const float *gy, int OW, int OC, float *dst)
             for (int v = 0; v < 2; v++) dst[m * 16 + 2 * o + v] = o < OC && 2 * m + v < OW ? gy[(size_t)(2 * m + v) * OC + o] : 0.0f;
 }
 
-/* channels c0 .. c0 + CB - 1, the three kw taps of (kd, kh), over the item's rows */
-AI void wq_tile(const wg_args *a, const float *const *ppl, size_t prs, const float *gq, int nmp, int kd, int kh, int c0,
-                const int CB)
+/* channels c0 .. c0 + CB - 1, the three kw taps of (kd, kh), over the item's
+ * rows; here a->planes are the pair planes, a->rstride their row stride and
+ * a->gy the staged pairs ((OW + 1) / 2 of 16 floats a row) */
+AI void wq_tile(const wg_args *a, int kd, int kh, int c0, const int CB)
 {
     v16 acc[3][8];
-    const int C = a->C;
+    const int C = a->C, nmp = (a->OW + 1) / 2;
     const size_t col = (size_t)2 * C;
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) acc[0][c] = acc[1][c] = acc[2][c] = (v16){0};
     for (int q = 0; q < a->np * a->nr; q++) {
-        const float *xr = ppl[q / a->nr + kd] + (size_t)(q % a->nr + kh) * prs + 2 * c0;
-        const float *gr = gq + (size_t)q * nmp * 16;
+        const float *xr = a->planes[q / a->nr + kd] + (size_t)(q % a->nr + kh) * a->rstride + 2 * c0;
+        const float *gr = a->gy + (size_t)q * nmp * 16;
         for (int m = 0; m < nmp; m++) {
             const v16 gv = vld(gr + (size_t)m * 16);
             const float *xm = xr + (size_t)(2 * m) * col;
@@ -190,11 +191,11 @@ AI void wq_tile(const wg_args *a, const float *const *ppl, size_t prs, const flo
 }
 
 /* every channel of (kd, kh) */
-static void wq_pair(const wg_args *a, const float *const *ppl, size_t prs, const float *gq, int nmp, int kd, int kh)
+static void wq_pair(const wg_args *a, int kd, int kh)
 {
     int c = 0;
-    for (; c + 8 <= a->C; c += 8) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 8);
-    for (; c + 4 <= a->C; c += 4) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 4);
-    for (; c + 2 <= a->C; c += 2) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 2);
-    for (; c < a->C; c++) wq_tile(a, ppl, prs, gq, nmp, kd, kh, c, 1);
+    for (; c + 8 <= a->C; c += 8) wq_tile(a, kd, kh, c, 8);
+    for (; c + 4 <= a->C; c += 4) wq_tile(a, kd, kh, c, 4);
+    for (; c + 2 <= a->C; c += 2) wq_tile(a, kd, kh, c, 2);
+    for (; c < a->C; c++) wq_tile(a, kd, kh, c, 1);
 }
