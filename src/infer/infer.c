@@ -561,7 +561,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     r->forwards = t.st.forwards;
     r->batch = (int)t.batch;
     r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
-    r->conv = t.winograd && t.u.precision == TS_PREC_FP32 ? "winograd" : "direct"; /* bf16, fp16: always direct */
+    r->conv = t.winograd && t.u.precision != TS_PREC_FP16 ? "winograd" : "direct"; /* fp16: always direct */
     r->total_s = MPI_Wtime() - start;
 cleanup:
     teardown(&t);

@@ -45,11 +45,12 @@ const ts_cfg_key ts_model_config_keys[] = {
     {"train.engine", TS_CFG_ENUM, "auto", "auto|cpu|cuda", "where the layers run: cpu; cuda (cuDNN/cuBLAS on this "
      "rank's GPU, local rank % GPUs; data parallelism and model.arch = unet only so far; not yet run on a GPU, "
      "docs/gpu.md); auto: cuda where a GPU is found and the run is one it runs, else cpu"},
-    {"train.conv", TS_CFG_ENUM, "direct", "direct|winograd", "fp32 3x3x3 convolutions on the CPU with at least 16 "
-     "input and 16 output channels (no spatial split): direct; winograd: their forward, input gradient and (48+ "
-     "channels in and out, 256+ 2x2x2 tiles) weight gradient as Winograd F(2x2x2, 3x3x3) convolutions (64 instead "
-     "of 216 multiplications per 2x2x2 outputs; results within about 1e-6 of the direct ones, not the same bits; "
-     "docs/engine.md)"},
+    {"train.conv", TS_CFG_ENUM, "direct", "direct|winograd", "3x3x3 convolutions on the CPU with at least 16 "
+     "input and 16 output channels (no spatial split): direct; winograd: fp32: their forward, input gradient and "
+     "(48+ channels in and out, 256+ 2x2x2 tiles) weight gradient as Winograd F(2x2x2, 3x3x3) convolutions (64 "
+     "instead of 216 multiplications per 2x2x2 outputs; results within about 1e-6 of the direct ones, not the same "
+     "bits); bf16: the forward and input gradient of those with 64+ channels in and out together, bf16 products "
+     "(errors about 2.5x the direct bf16 kernels'); docs/engine.md"},
     {"train.tf32", TS_CFG_BOOL, "true", NULL, "train.engine = cuda, train.precision = fp32: the convolutions may use "
      "TF32 tensor cores (10-bit products, fp32 sums; PyTorch's cudnn.allow_tf32); false: fp32 products"},
     {NULL, 0, NULL, NULL, NULL},

@@ -119,9 +119,14 @@ static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_s
     return ts_nn_winograd_on() && g->k == 3 && g->s == 1 && g->p == 1 && !halo && (!sch || sch->part == TS_CONV_ALL) &&
            g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
+/* the forward and the input gradient: fp32, or bf16 products
+ * (winograd_bf16.c) with 64+ channels in and out together, where they
+ * measured faster than the direct bf16 kernels (docs/engine.md: 0.9x at
+ * 16 -> 16, 1.0x at 32 -> 16, 1.3x at 32 -> 32, 1.6-2.2x from 64 -> 64) */
 static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
 {
-    return wino_geom(g, halo, sch) && ts_nn_conv_precision() == TS_PREC_FP32;
+    const ts_precision p = ts_nn_conv_precision();
+    return wino_geom(g, halo, sch) && (p == TS_PREC_FP32 || (p == TS_PREC_BF16 && g->C + g->OC >= 64));
 }
 
 /* Winograd's weight gradient where it measured faster (docs/engine.md):
@@ -193,7 +198,9 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     const int taps = g->k * g->k * g->k, bf = prec == TS_PREC_BF16, h = prec == TS_PREC_FP16;
     /* db with the generic weight gradient (its items' rows as they are staged), else a pass of its own;
      * chosen by the geometry, not by the precision, so that db has the same bits in every precision */
-    const int pw = dw && pw_path(g, x, sch), wino = dw && !pw && wino_fits(g, x.halo, NULL) && wgrad_wino_size(g);
+    /* the weight gradient's Winograd path is fp32 only (bf16 keeps its direct kernels, faster than fp32 Winograd) */
+    const int pw = dw && pw_path(g, x, sch),
+              wino = dw && !pw && prec == TS_PREC_FP32 && wino_geom(g, x.halo, NULL) && wgrad_wino_size(g);
     const int own = !dw || pw_geom(g, x, sch) || (wino_geom(g, x.halo, NULL) && wgrad_wino_size(g));
     if (db && own) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
     float *dbw = db && !own ? db->data : NULL;

@@ -17,13 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
-#define TS_BF16_X86 1
+#if TS_BF16_X86
 #include <cpuid.h>
-#include <immintrin.h>
-#define TS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#else
-#define TS_BF16_X86 0
 #endif
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "bf16 pairs assume little-endian words");

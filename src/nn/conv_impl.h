@@ -26,6 +26,16 @@
 
 #include "src/nn/layers.h"
 
+/* AVX512-BF16 kernels compiled where the compiler knows the instructions
+ * (conv_bf16.c, winograd_bf16.c: chosen at run time by ts_nn_bf16_native) */
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#define TS_BF16_X86 1
+#include <immintrin.h>
+#define TS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define TS_BF16_X86 0
+#endif
+
 typedef struct ts_conv_geom {
     int N;
     int D, H, W, C;     /* input dims and channels (gather, wgrad: the large side) */
@@ -231,6 +241,12 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
  * dU = sum over tiles of (B^T x B) (A gy A^T), dw = G^T dU G; the same
  * bits for any thread count; sch's progress hooks run between items. */
 int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+/* The bf16 products of ts_nn_winograd (winograd_bf16.c): M[xi] = V[xi] U[xi]
+ * for the 64 points, V [64][T][cp] bf16 (points vs half-words apart), U
+ * [64][K][op] words of two bf16 input channels (K pairs), M [64][T][op]
+ * floats (points ms apart); VDPBF16PS or its emulation, the same bits. */
+void ts_nn_wino_bf16_gemm(const uint16_t *V, int T, int cp, size_t vs, const uint32_t *U, int K, int op, float *M,
+                          size_t ms);
 /* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
 void ts_nn_winograd_release(void);
 /* the bytes of the calling thread's cache of transformed weights (weights

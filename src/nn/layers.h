@@ -60,8 +60,11 @@ int ts_nn_tf32(void);
  * docs/engine.md: within about 1e-6 of the direct convolution's results
  * relative to their scale, not the same bits), and their weight gradient
  * where they have 48+ channels in and out together and 256+ 2x2x2 tiles
- * (where it measured faster); bf16, fp16 and every other shape stay
- * direct. The U-Net sets it at the start of
+ * (where it measured faster). In bf16 (ts_nn_set_conv_precision) the
+ * forward and input gradient of those with 64+ channels in and out
+ * together run with bf16 products and fp32 sums (src/nn/winograd_bf16.c),
+ * the weight gradient direct; fp16 and every other shape stay direct.
+ * The U-Net sets it at the start of
  * each forward and backward (train.conv, ts_unet_set_winograd). */
 int ts_nn_set_winograd(int on);
 int ts_nn_winograd_on(void);
@@ -180,12 +183,13 @@ int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_ten
 int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
                                 const ts_conv_split *s, ts_tensor *y);
 /* Winograd F(2x2x2, 3x3x3) forward of a 3x3x3, stride 1, padding 1
- * convolution (fp32, host tensors, no halo): y = ep(conv([x, x2]) + b),
+ * convolution (float32 host tensors, no halo): y = ep(conv([x, x2]) + b),
  * x2 NULL for a single input; b and ep may be NULL. 64 instead of 216
  * multiplications per 2x2x2 outputs and channel pair; the transforms add.
  * Not the same bits as ts_conv3d_forward: relative differences of about
- * 1e-6 of the output's scale (docs/engine.md). tessera infer uses it with
- * conv=winograd (fp32). */
+ * 1e-6 of the output's scale (docs/engine.md). Where the conv precision
+ * is bf16 (ts_nn_set_conv_precision), bf16 products and fp32 sums at any
+ * channel count; otherwise fp32. tessera infer uses it with conv=winograd. */
 int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts_tensor *w, const ts_tensor *b,
                                const ts_conv_ep *ep, ts_tensor *y);
 /* Local. The scratch bytes (per process; the kernels' buffers on nthreads

@@ -32,6 +32,8 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16iu __attribute__((vector_size(64), aligned(4)));
 #define AI static inline __attribute__((always_inline))
 #pragma GCC diagnostic ignored "-Wpsabi" /* always inlined: no call whose ABI could differ */
 AI v16 vld(const float *p) { return *(const v16u *)p; }
@@ -40,47 +42,87 @@ AI void vst(float *p, v16 v) { *(v16u *)p = v; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
-/* U[xi][c][op] (op: OC padded to 16 with zeros) from w [OC][C][3][3][3],
+/* The 64 transform points of input channel c (zeros: c >= C) for output
+ * channels oc0 .. oc0 + 15 (zeros past OC), u[xi], from w [OC][C][3][3][3],
  * or with flip from w [C][OC][3][3][3] with the taps reversed (the input
  * gradient's convolution: dx = conv(dy, flipped w^T)):
  * G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] along kw, kh, then kd;
  * xi = (a * 4 + b) * 4 + e for the kd, kh, kw rows a, b, e of G */
-static void weights(const float *w, int flip, int C, int OC, int op, float *U)
+AI void wt_chan(const float *w, int flip, int C, int OC, int c, int oc0, v16 u[64])
 {
-    const int nb = op / 16;
-    /* 16 output channels at a time, one per lane (zeros past OC) */
+    float kb[27][16];
+    memset(kb, 0, sizeof kb);
+    for (int j = 0; j < 16 && oc0 + j < OC && c < C; j++) {
+        const int oc = oc0 + j;
+        const float *src = w + (flip ? (size_t)c * OC + oc : (size_t)oc * C + c) * 27;
+        for (int t = 0; t < 27; t++) kb[t][j] = src[flip ? 26 - t : t];
+    }
+    v16 t1[3][3][4], t2[3][4][4];
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            const v16 r0 = vld(kb[(a * 3 + b) * 3]), r1 = vld(kb[(a * 3 + b) * 3 + 1]), r2 = vld(kb[(a * 3 + b) * 3 + 2]);
+            t1[a][b][0] = r0;
+            t1[a][b][1] = 0.5f * (r0 + r1 + r2);
+            t1[a][b][2] = 0.5f * (r0 - r1 + r2);
+            t1[a][b][3] = r2;
+        }
+    for (int a = 0; a < 3; a++)
+        for (int e = 0; e < 4; e++) {
+            t2[a][0][e] = t1[a][0][e];
+            t2[a][1][e] = 0.5f * (t1[a][0][e] + t1[a][1][e] + t1[a][2][e]);
+            t2[a][2][e] = 0.5f * (t1[a][0][e] - t1[a][1][e] + t1[a][2][e]);
+            t2[a][3][e] = t1[a][2][e];
+        }
+    for (int be = 0; be < 16; be++) {
+        const int b = be / 4, e = be % 4;
+        u[be] = t2[0][b][e];
+        u[16 + be] = 0.5f * (t2[0][b][e] + t2[1][b][e] + t2[2][b][e]);
+        u[32 + be] = 0.5f * (t2[0][b][e] - t2[1][b][e] + t2[2][b][e]);
+        u[48 + be] = t2[2][b][e];
+    }
+}
+
+/* ts_nn_bf16_round on 16 lanes (round to nearest even; zeros and
+ * denormals to signed zero, NaN quiet), the bf16 bits in each word's low half */
+AI v16i bf16_bits(v16 f)
+{
+    const v16i u = (v16i)f, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const v16i z = (v16i)((u & 0x7f800000u) == 0), n = (v16i)((u & 0x7fffffffu) > 0x7f800000u);
+    return (r & ~(z | n)) | ((u >> 16) & 0x8000u & z) | (((u >> 16) | 0x40u) & n);
+}
+
+/* 16 floats rounded to bf16 at dst */
+AI void st_bf16(uint16_t *dst, v16 v)
+{
+#if TS_BF16_X86 && defined(__AVX512BF16__)
+    _mm256_storeu_si256((__m256i *)dst, (__m256i)_mm512_cvtneps_pbh((__m512)v));
+#else
+    typedef uint16_t v16h __attribute__((vector_size(32), aligned(2)));
+    *(v16h *)dst = __builtin_convertvector(bf16_bits(v), v16h);
+#endif
+}
+
+/* The transformed weights: fp32 U[xi][c][op] (op: OC padded to 16 with
+ * zeros), or with bf U[xi][k][op] as 32-bit words of bf16 pairs, channel
+ * 2k in the low half and 2k + 1 (zero past C) in the high half, k <
+ * (C + 1) / 2 (winograd_bf16.c's layout) */
+static void weights(const float *w, int flip, int C, int OC, int op, int bf, void *Uv)
+{
+    const int nb = op / 16, K = bf ? (C + 1) / 2 : C;
+    /* 16 output channels at a time, one per lane */
 #pragma omp parallel for schedule(static)
-    for (long it = 0; it < (long)C * nb; it++) {
-        const int c = (int)(it / nb), oc0 = (int)(it % nb) * 16;
-        float kb[27][16];
-        memset(kb, 0, sizeof kb);
-        for (int j = 0; j < 16 && oc0 + j < OC; j++) {
-            const int oc = oc0 + j;
-            const float *src = w + (flip ? (size_t)c * OC + oc : (size_t)oc * C + c) * 27;
-            for (int t = 0; t < 27; t++) kb[t][j] = src[flip ? 26 - t : t];
+    for (long it = 0; it < (long)K * nb; it++) {
+        const int k = (int)(it / nb), oc0 = (int)(it % nb) * 16;
+        v16 u[64];
+        wt_chan(w, flip, C, OC, bf ? 2 * k : k, oc0, u);
+        if (!bf) {
+            for (int xi = 0; xi < 64; xi++) vst((float *)Uv + ((size_t)xi * C + k) * op + oc0, u[xi]);
+            continue;
         }
-        v16 t1[3][3][4], t2[3][4][4];
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 3; b++) {
-                const v16 r0 = vld(kb[(a * 3 + b) * 3]), r1 = vld(kb[(a * 3 + b) * 3 + 1]), r2 = vld(kb[(a * 3 + b) * 3 + 2]);
-                t1[a][b][0] = r0;
-                t1[a][b][1] = 0.5f * (r0 + r1 + r2);
-                t1[a][b][2] = 0.5f * (r0 - r1 + r2);
-                t1[a][b][3] = r2;
-            }
-        for (int a = 0; a < 3; a++)
-            for (int e = 0; e < 4; e++) {
-                t2[a][0][e] = t1[a][0][e];
-                t2[a][1][e] = 0.5f * (t1[a][0][e] + t1[a][1][e] + t1[a][2][e]);
-                t2[a][2][e] = 0.5f * (t1[a][0][e] - t1[a][1][e] + t1[a][2][e]);
-                t2[a][3][e] = t1[a][2][e];
-            }
-        for (int be = 0; be < 16; be++) {
-            const int b = be / 4, e = be % 4;
-            const v16 u[4] = {t2[0][b][e], 0.5f * (t2[0][b][e] + t2[1][b][e] + t2[2][b][e]),
-                              0.5f * (t2[0][b][e] - t2[1][b][e] + t2[2][b][e]), t2[2][b][e]};
-            for (int a = 0; a < 4; a++) vst(U + ((size_t)(a * 16 + be) * C + c) * op + oc0, u[a]);
-        }
+        v16 h[64];
+        wt_chan(w, flip, C, OC, 2 * k + 1, oc0, h);
+        for (int xi = 0; xi < 64; xi++)
+            *(v16iu *)((uint32_t *)Uv + ((size_t)xi * K + k) * op + oc0) = bf16_bits(u[xi]) | bf16_bits(h[xi]) << 16;
     }
 }
 
@@ -112,9 +154,10 @@ int ts_nn_winograd_on(void) { return atomic_load(&wino_on); }
 #define CACHE_MAX ((size_t)1 << 30)
 static _Thread_local struct wcache {
     const float *key;
-    int C, OC, flip;
-    uint64_t hash;   /* of the weights last seen, while not cached */
-    float *copy, *U; /* [OC * C * 27], [64][C][op]; NULL while not cached */
+    int C, OC, flip, bf;
+    uint64_t hash; /* of the weights last seen, while not cached */
+    float *copy;   /* [OC * C * 27]; NULL while not cached */
+    void *U;       /* as weights() writes it; NULL while not cached */
     unsigned long used;
 } cache[CACHE_N];
 static _Thread_local unsigned long cache_clock;
@@ -128,9 +171,15 @@ void ts_nn_winograd_release(void)
     }
 }
 
+/* the bytes of weights()' output: U of C -> OC channels, fp32 or bf16 pairs */
+static size_t u_bytes(int C, int OC, int bf)
+{
+    return (size_t)64 * (bf ? (C + 1) / 2 : C) * ts_nn_pad16(OC) * sizeof(float);
+}
+
 static size_t cache_bytes(const struct wcache *e)
 {
-    return e->U ? ((size_t)e->OC * e->C * 27 + (size_t)64 * e->C * ts_nn_pad16(e->OC)) * sizeof(float) : 0;
+    return e->U ? (size_t)e->OC * e->C * 27 * sizeof(float) + u_bytes(e->C, e->OC, e->bf) : 0;
 }
 
 size_t ts_nn_winograd_cache_bytes(void)
@@ -144,7 +193,8 @@ static void cache_drop(struct wcache *e)
 {
     free(e->copy);
     free(e->U);
-    e->copy = e->U = NULL;
+    e->copy = NULL;
+    e->U = NULL;
 }
 
 /* a 64-bit hash of n floats' bits (four multiply-xorshift lanes) */
@@ -171,22 +221,23 @@ static uint64_t bits_hash(const float *w, size_t n)
 }
 
 /* U transformed into this call's scratch */
-static const float *scratch_U(const float *w, int flip, int C, int OC, int op)
+static const void *scratch_U(const float *w, int flip, int C, int OC, int op, int bf)
 {
-    float *U = ts_nn_scratch(1, (size_t)64 * C * op * sizeof(float));
-    if (U) weights(w, flip, C, OC, op, U);
+    void *U = ts_nn_scratch(1, u_bytes(C, OC, bf));
+    if (U) weights(w, flip, C, OC, op, bf, U);
     return U;
 }
 
 /* U of w (see weights): the cached one where w is unchanged, else
  * transformed into scratch, or into the cache where w is seen unchanged
  * for the second time and fits; NULL: out of memory */
-static const float *transformed(const float *w, int flip, int C, int OC, int op)
+static const void *transformed(const float *w, int flip, int C, int OC, int op, int bf)
 {
-    const size_t wn = (size_t)OC * C * 27, un = (size_t)64 * C * op;
+    const size_t wn = (size_t)OC * C * 27, ub = u_bytes(C, OC, bf);
     struct wcache *e = NULL;
     for (int i = 0; i < CACHE_N; i++)
-        if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC && cache[i].flip == flip) e = &cache[i];
+        if (cache[i].key == w && cache[i].C == C && cache[i].OC == OC && cache[i].flip == flip && cache[i].bf == bf)
+            e = &cache[i];
     if (e && e->U && !memcmp(e->copy, w, wn * sizeof(float))) {
         e->used = ++cache_clock;
         return e->U;
@@ -203,29 +254,29 @@ static const float *transformed(const float *w, int flip, int C, int OC, int op)
             }
         }
         cache_drop(e);
-        *e = (struct wcache){w, C, OC, flip, h, NULL, NULL, ++cache_clock};
-        return scratch_U(w, flip, C, OC, op);
+        *e = (struct wcache){w, C, OC, flip, bf, h, NULL, NULL, ++cache_clock};
+        return scratch_U(w, flip, C, OC, op, bf);
     }
     /* the second call with these weights: cached, the oldest entries dropped until it fits */
     e->used = ++cache_clock;
-    size_t total = (wn + un) * sizeof(float);
+    size_t total = wn * sizeof(float) + ub;
     for (int i = 0; i < CACHE_N; i++) total += cache_bytes(&cache[i]);
     while (total > CACHE_MAX) {
         struct wcache *old = NULL;
         for (int i = 0; i < CACHE_N; i++)
             if (cache[i].U && &cache[i] != e && (!old || cache[i].used < old->used)) old = &cache[i];
-        if (!old) return scratch_U(w, flip, C, OC, op); /* too large to cache at all */
+        if (!old) return scratch_U(w, flip, C, OC, op, bf); /* too large to cache at all */
         total -= cache_bytes(old);
         cache_drop(old);
     }
     e->copy = malloc(wn * sizeof(float));
-    e->U = TS_ALIGNED_ALLOC(un * sizeof(float));
+    e->U = TS_ALIGNED_ALLOC(ub);
     if (!e->copy || !e->U) {
         cache_drop(e);
-        return scratch_U(w, flip, C, OC, op);
+        return scratch_U(w, flip, C, OC, op, bf);
     }
     memcpy(e->copy, w, wn * sizeof(float));
-    weights(w, flip, C, OC, op, e->U);
+    weights(w, flip, C, OC, op, bf, e->U);
     return e->U;
 }
 
@@ -393,7 +444,7 @@ static witem item_of(const wplan *p, long it)
 /* an item's input blocks staged in the slab S (zeros outside the volume,
  * channels padded to cp) and transformed into V[xi][t][cp] (t = ry * nc +
  * tx; points vs floats apart) */
-static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, float *V, size_t vs)
+static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, void *V, size_t vs, int bf)
 {
     const int C = p->C, cp = p->cp, D = p->D, H = p->H, W = p->W, SR = p->SR, SC = p->SC;
     const int cb = x.b ? C - x.ca : 0, ca = x.b ? x.ca : C;
@@ -432,7 +483,16 @@ static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, 
     for (int t = 0; t < i->nt; t++) {
         const int ry = t / i->nc, tx = t % i->nc;
         const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
-        for (int c0 = 0; c0 < cp; c0 += 16) in_tile(s + c0, sr, spl, cp, V + (size_t)t * cp + c0, vs);
+        for (int c0 = 0; c0 < cp; c0 += 16) {
+            if (!bf) {
+                in_tile(s + c0, sr, spl, cp, (float *)V + (size_t)t * cp + c0, vs);
+                continue;
+            }
+            /* bf16: the points rounded as they leave the transform */
+            float loc[64 * 16] __attribute__((aligned(64)));
+            in_tile(s + c0, sr, spl, cp, loc, 16);
+            for (int xi = 0; xi < 64; xi++) st_bf16((uint16_t *)V + xi * vs + (size_t)t * cp + c0, vld(loc + 16 * xi));
+        }
     }
 }
 
@@ -444,7 +504,8 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
     const wplan p = plan_of(g, 16);
     const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
     const int nt = ts_nn_nthreads();
-    const float *U = transformed(w, flip, C, OC, op);
+    const int bf = ts_nn_conv_precision() == TS_PREC_BF16; /* bf16 products (winograd_bf16.c) */
+    const void *U = transformed(w, flip, C, OC, op, bf);
     float *bufs = ts_nn_scratch(0, p.per * nt * sizeof(float));
     if (!U || !bufs) TS_FAIL(TS_ERR_NOMEM, "Winograd convolution scratch (%d -> %d channels)", C, OC);
     /* bias, scale and shift padded to op (zeros, ones) */
@@ -471,9 +532,11 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
             const witem i = item_of(&p, it);
             const int n = i.n, tz = i.tz, ty0 = i.ty0, tx0 = i.tx0, nc = i.nc, nt_ = i.nt;
             float *acc = tam ? tam + nam * tid + (size_t)n * op : NULL;
-            const size_t vs = (size_t)nt_ * cp + 16, ms = (size_t)nt_ * op + 16;
-            item_input(&p, x, &i, S, V, vs);
-            gemm(V, nt_, cp, vs, U, C, op, M, ms);
+            /* V's points apart: one vector more than the tiles (fp32), 32 half-words (bf16) */
+            const size_t vs = (size_t)nt_ * cp + (bf ? 32 : 16), ms = (size_t)nt_ * op + 16;
+            item_input(&p, x, &i, S, V, vs, bf);
+            if (bf) ts_nn_wino_bf16_gemm((const uint16_t *)V, nt_, cp, vs, U, (C + 1) / 2, op, M, ms);
+            else gemm(V, nt_, cp, vs, U, C, op, M, ms);
             /* outputs: A^T M A + bias, the epilogue */
             for (int t = 0; t < nt_; t++) {
                 const int ry = t / nc, tx = t % nc;
@@ -609,7 +672,7 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
             for (long it = ch * p.items / nch; it < (ch + 1) * p.items / nch; it++) {
                 const witem i = item_of(&p, it);
                 const size_t vs = (size_t)i.nt * cp + 16, ys = (size_t)i.nt * op + 16;
-                item_input(&p, x, &i, S, V, vs);
+                item_input(&p, x, &i, S, V, vs, 0);
                 /* Y[xi][t][op]: the tiles' output gradients (zeros outside the volume) */
                 for (int t = 0; t < i.nt; t++) {
                     const int od = 2 * i.tz, oh = 2 * (i.ty0 + t / i.nc), ow = 2 * (i.tx0 + t % i.nc);

@@ -72,7 +72,7 @@ int ts_train_memory_plan(ts_unet *m, const ts_unet_split *split, const ts_unet_c
     mp->scratch_mb = (8.0 * 27 * cmax * cmax * 4 + 16.0 * (1 << 20) * 4) / MiB;
     int split_any = 0;
     for (int d = 0; d < 3; d++) split_any |= sp_dims && sp_dims[d] > 1;
-    if (u->conv_winograd && u->precision == TS_PREC_FP32 && u->engine != TS_ENGINE_CUDA && !split_any)
+    if (u->conv_winograd && u->precision != TS_PREC_FP16 && u->engine != TS_ENGINE_CUDA && !split_any)
         mp->scratch_mb += winograd_mb(u, batch, box);
     /* the halo exchange's send and receive buffers: two per neighbour, as large as the largest
      * exchange (level 0's decoder conv on [up, skip], 2 c0 channels) */

@@ -4,7 +4,9 @@
  * 1e-6), on odd and even edges, channel counts not multiples of 16, a
  * concatenated input, epilogues (folded norm, ReLU, leaky ReLU), items of
  * several row pairs and rows split into column blocks; the direct
- * convolution is held to the same bound as a control; bad arguments fail. */
+ * convolution is held to the same bound as a control; with bf16 products
+ * (bf16_case) against double and the direct bf16 convolution; bad
+ * arguments fail. */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/core/rng.h"
@@ -274,6 +276,100 @@ static void weights_changed(void)
     ts_tensor_free(&y);
 }
 
+/* bf16 (ts_nn_set_conv_precision(TS_PREC_BF16)): the forward and, with one
+ * input, the input gradient as Winograd convolutions with bf16 products
+ * (src/nn/winograd_bf16.c): against double within 1e-2 of the output's
+ * scale and within 3x the direct bf16 convolution's error on the same data
+ * (the control), not the fp32 Winograd bits (the products were rounded);
+ * AVX512-BF16 and its emulation the same bits; the weight gradient keeps
+ * the direct bf16 kernels' bits */
+static void bf16_case(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
+{
+    const int C = ca + cb, nat = ts_nn_cpu_bf16();
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), a2 = cb ? MK(-1, 1, N, D, H, W, cb) : (ts_tensor){0};
+    ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
+    ts_tensor yf = MK(7, 7, N, D, H, W, OC), ye = MK(7, 7, N, D, H, W, OC), yn = MK(7, 7, N, D, H, W, OC),
+              yd = MK(7, 7, N, D, H, W, OC), yl = MK(7, 7, N, D, H, W, OC);
+    const ts_conv_ep ep = {epk == 1 || epk == 2 ? (float *)sc.data : NULL, epk == 1 || epk == 2 ? (float *)sh.data : NULL,
+                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f, NULL};
+    const ts_conv_ep *e_ = epk ? &ep : NULL;
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, e_};
+    const size_t n = (size_t)ts_tensor_numel(&yf);
+    double *r = malloc(n * sizeof *r);
+    ref(&a, cb ? &a2 : NULL, &w, b.data, e_, r);
+    int rc = ts_conv3d_winograd_forward(&a, cb ? &a2 : NULL, &w, &b, e_, &yf);
+    rc |= ts_nn_set_conv_precision(TS_PREC_BF16);
+    rc |= ts_nn_bf16_select_isa("emulated");
+    rc |= ts_conv3d_winograd_forward(&a, cb ? &a2 : NULL, &w, &b, e_, &ye);
+    if (nat) {
+        rc |= ts_nn_bf16_select_isa("avx512bf16");
+        rc |= ts_conv3d_winograd_forward(&a, cb ? &a2 : NULL, &w, &b, e_, &yn);
+    }
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &a2, &w, &b, &sp, &yd) : ts_conv3d_forward_split(&a, &w, &b, &sp, &yd);
+    ts_nn_set_winograd(1); /* the layer's forward through the switch: Winograd's bf16 bits */
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &a2, &w, &b, &sp, &yl) : ts_conv3d_forward_split(&a, &w, &b, &sp, &yl);
+    ts_nn_set_winograd(0);
+    double scale, sd, e = max_rel(ye.data, r, n, &scale), ed = max_rel(yd.data, r, n, &sd);
+    const int same_isa = !nat || !memcmp(ye.data, yn.data, n * sizeof(float));
+    const int fp32_bits = !memcmp(ye.data, yf.data, n * sizeof(float)), layer = !memcmp(ye.data, yl.data, n * sizeof(float));
+    char cat[32] = "";
+    if (cb) snprintf(cat, sizeof cat, "+%d", cb);
+    ts_ok(rc == 0 && e <= 1e-2 && e <= 3 * ed && scale > 0.1 && ed > 0 && same_isa && !fp32_bits && layer,
+          "bf16 winograd [%d, %dx%dx%d, %d%s] -> %d, epilogue %d: max error %.2e of the scale %.3g (direct bf16 "
+          "%.2e); emulated and AVX512-BF16 %s; %s the fp32 Winograd bits; the layer switch %s",
+          N, D, H, W, ca, cat, OC, epk, e, scale, ed, nat ? (same_isa ? "the same bits" : "DIFFER") : "(no AVX512-BF16 here)",
+          fp32_bits ? "EQUAL to" : "not", layer ? "gives them" : "DIFFERS");
+    if (!cb) { /* the input gradient (Winograd, bf16) and the weight gradient (direct bf16 bits) */
+        ts_tensor dy = MK(-1, 1, N, D, H, W, OC), dx0 = MK(0, 0, N, D, H, W, C), dx1 = MK(0, 0, N, D, H, W, C);
+        ts_tensor dw0 = MK(0, 0, OC, C, 3, 3, 3), dw1 = MK(0, 0, OC, C, 3, 3, 3);
+        const size_t nx = (size_t)ts_tensor_numel(&dx0);
+        double *rx = malloc(nx * sizeof *rx), sx, sx0;
+        ref_dx(&dy, &w, C, rx);
+        rc = ts_conv3d_backward(&a, &w, 1, 1, &dy, &dx0, &dw0, NULL);
+        ts_nn_set_winograd(1);
+        rc |= ts_conv3d_backward(&a, &w, 1, 1, &dy, &dx1, &dw1, NULL);
+        ts_nn_set_winograd(0);
+        const double ex = max_rel(dx1.data, rx, nx, &sx), ex0 = max_rel(dx0.data, rx, nx, &sx0);
+        const int dw_same = !memcmp(dw0.data, dw1.data, (size_t)ts_tensor_numel(&dw0) * sizeof(float));
+        ts_ok(rc == 0 && ex <= 1e-2 && ex <= 3 * ex0 && sx > 0.1 && dw_same,
+              "bf16 winograd input gradient [%d, %dx%dx%d, %d] <- %d: max error %.2e of the scale %.3g (direct bf16 "
+              "%.2e); weight gradient %s", N, D, H, W, C, OC, ex, sx, ex0, dw_same ? "the direct bf16 bits" : "DIFFERS");
+        free(rx);
+        ts_tensor *bk[] = {&dy, &dx0, &dx1, &dw0, &dw1};
+        for (size_t i = 0; i < sizeof bk / sizeof *bk; i++) ts_tensor_free(bk[i]);
+    }
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_nn_bf16_select_isa("auto");
+    free(r);
+    ts_tensor *all[] = {&a, &w, &b, &sc, &sh, &yf, &ye, &yn, &yd, &yl};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    if (cb) ts_tensor_free(&a2);
+}
+
+/* the cache of transformed weights keeps fp32 and bf16 transforms of the
+ * same weights apart: fp32, bf16, fp32, bf16 calls (each twice: uncached,
+ * then cached) give one precision's bits each time */
+static void bf16_cache(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 6, 6, 6, 32), w = MK(-0.3f, 0.3f, 16, 32, 3, 3, 3);
+    ts_tensor y[8];
+    int rc = 0;
+    ts_nn_winograd_release();
+    for (int k = 0; k < 8; k++) {
+        y[k] = MK(0, 0, 1, 6, 6, 6, 16);
+        rc |= ts_nn_set_conv_precision(k / 2 % 2 ? TS_PREC_BF16 : TS_PREC_FP32);
+        rc |= ts_conv3d_winograd_forward(&x, NULL, &w, NULL, NULL, &y[k]);
+    }
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    const size_t nb = (size_t)ts_tensor_numel(&y[0]) * sizeof(float);
+    int ok = rc == 0 && memcmp(y[0].data, y[2].data, nb);
+    for (int k = 1; k < 8; k++) ok &= !memcmp(y[k].data, y[k / 2 % 2 ? 2 : 0].data, nb);
+    ts_ok(ok, "cached fp32 and bf16 transforms of one weight tensor kept apart: each call its precision's bits");
+    for (int k = 0; k < 8; k++) ts_tensor_free(&y[k]);
+    ts_tensor_free(&x);
+    ts_tensor_free(&w);
+}
+
 static void bad_args(void)
 {
     ts_tensor x = MK(0, 1, 1, 4, 4, 4, 8), w1 = MK(0, 1, 8, 8, 1, 1, 1), w3 = MK(0, 1, 8, 8, 3, 3, 3);
@@ -315,6 +411,12 @@ int main(void)
     layer_switch(16, 16, 18, 24, 8, 40); /* 576 tiles: the Winograd weight gradient */
     layer_switch(9, 20, 41, 40, 24, 80); /* 550 tiles, 4 + 1 vectors, 12 + 16 + 16 + 16 rows */
     threads_same();
+    bf16_case(1, 6, 6, 6, 24, 0, 40, 1);   /* channels not multiples of 16, folded norm + ReLU */
+    bf16_case(1, 8, 8, 8, 16, 16, 32, 3);  /* a concatenation, ReLU alone */
+    bf16_case(2, 5, 7, 9, 17, 0, 20, 0);   /* an odd channel count: the last pair half zero */
+    bf16_case(1, 3, 9, 37, 64, 0, 80, 2);  /* leaky ReLU; 4 + 1 output vectors */
+    bf16_case(1, 12, 12, 12, 64, 0, 64, 1); /* several row pairs an item, a partial block */
+    bf16_cache();
     bad_args();
     ts_nn_release_scratch();
     return ts_done();

@@ -122,7 +122,8 @@ ts_step "2 ranks' probabilities are 1 rank's (1e-5: the windows' sums add in ano
     ref same "$d/w1_p.nii.gz" "$d/w32_p.nii.gz"
 ts_step "precision=bf16 on b, probabilities" infer 1 input="$d/single/b.nii.gz" output="$d/wb.nii.gz" \
     probabilities="$d/wb_p.nii.gz" precision=bf16
-ts_check "the closing line says bf16, direct" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 direct,"' _ "$ts_out"
+ts_check "the closing line says bf16, winograd (the default; no layer of 4 and 8 channels runs it)" \
+    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 winograd,"' _ "$ts_out"
 # close REF RUN BOUND AGREE: RUN's probabilities ($d/RUN_p.nii.gz) within BOUND of REF's and not
 # equal to them, the masks ($d/RUN.nii.gz) equal on AGREE of the voxels, REF's spread beyond 0.1
 close() {
@@ -166,8 +167,18 @@ ts_check "the closing line says fp32 winograd" sh -c 'printf "%s\n" "$1" | grep 
 ts_step "Winograd's probabilities within 1e-4 of the direct ones, not equal to them; masks agree on 99.9 % of the voxels" \
     close wd ww 1e-4 0.999
 # shellcheck disable=SC2086
-ts_step "precision=bf16 with the default conv: direct (bf16 has no Winograd path)" ts_mpirun 1 $W output="$d/wb2.nii.gz" precision=bf16
+# bf16: Winograd with bf16 products where 64+ channels in and out (here the 32 -> 32 convolution)
+# shellcheck disable=SC2086
+ts_step "precision=bf16 conv=direct on b, probabilities" ts_mpirun 1 $W output="$d/wbd.nii.gz" probabilities="$d/wbd_p.nii.gz" \
+    precision=bf16 conv=direct
 ts_check "the closing line says bf16 direct" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 direct,"' _ "$ts_out"
+# shellcheck disable=SC2086
+ts_step "precision=bf16 with the default conv, probabilities" ts_mpirun 1 $W output="$d/wbw.nii.gz" \
+    probabilities="$d/wbw_p.nii.gz" precision=bf16
+ts_check "the closing line says bf16 winograd" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1, bf16 winograd,"' _ "$ts_out"
+ts_step "bf16 Winograd's probabilities within 0.02 of bf16 direct's, not equal to them (it ran); masks agree on 99 %" \
+    close wbd wbw 0.02 0.99
+ts_step "bf16 Winograd's probabilities within 0.02 of fp32 direct's; masks agree on 99 %" close wd wbw 0.02 0.99
 
 # bad lists and options fail on every rank, before any prediction
 mkdir -p "$d/lab2"
