@@ -357,8 +357,9 @@ static void gemm(const float *V, int T, int cp, size_t vs, const float *U, int C
     } while (0)
 
 /* V[xi][t][16 cv ..] of one tile from the slab at s (its block's first
- * voxel; rows sr floats apart, planes sp, voxels cp) */
-AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, size_t vstride)
+ * voxel; rows sr floats apart, planes sp, voxels cp): into the floats at V,
+ * or with bf (a constant where inlined) rounded into the bf16 at Vb */
+AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, uint16_t *Vb, int bf, size_t vstride)
 {
     v16 tmp[4][16];
     for (int z = 0; z < 4; z++) {
@@ -372,6 +373,13 @@ AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, size_t v
     for (int yx = 0; yx < 16; yx++) {
         v16 r0, r1, r2, r3;
         BT(tmp[0][yx], tmp[1][yx], tmp[2][yx], tmp[3][yx], r0, r1, r2, r3);
+        if (bf) {
+            st_bf16(Vb + (size_t)yx * vstride, r0);
+            st_bf16(Vb + (size_t)(16 + yx) * vstride, r1);
+            st_bf16(Vb + (size_t)(32 + yx) * vstride, r2);
+            st_bf16(Vb + (size_t)(48 + yx) * vstride, r3);
+            continue;
+        }
         vst(V + (size_t)yx * vstride, r0);
         vst(V + (size_t)(16 + yx) * vstride, r1);
         vst(V + (size_t)(32 + yx) * vstride, r2);
@@ -483,16 +491,9 @@ static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, 
     for (int t = 0; t < i->nt; t++) {
         const int ry = t / i->nc, tx = t % i->nc;
         const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
-        for (int c0 = 0; c0 < cp; c0 += 16) {
-            if (!bf) {
-                in_tile(s + c0, sr, spl, cp, (float *)V + (size_t)t * cp + c0, vs);
-                continue;
-            }
-            /* bf16: the points rounded as they leave the transform */
-            float loc[64 * 16] __attribute__((aligned(64)));
-            in_tile(s + c0, sr, spl, cp, loc, 16);
-            for (int xi = 0; xi < 64; xi++) st_bf16((uint16_t *)V + xi * vs + (size_t)t * cp + c0, vld(loc + 16 * xi));
-        }
+        for (int c0 = 0; c0 < cp; c0 += 16) /* bf16: the points rounded as they leave the transform */
+            if (bf) in_tile(s + c0, sr, spl, cp, NULL, (uint16_t *)V + (size_t)t * cp + c0, 1, vs);
+            else in_tile(s + c0, sr, spl, cp, (float *)V + (size_t)t * cp + c0, NULL, 0, vs);
     }
 }
 
