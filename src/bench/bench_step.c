@@ -248,9 +248,9 @@ static void header(const bench *b, ts_bench_step_result *r)
     r->kernels = b->u.engine == TS_ENGINE_CUDA ? "cuDNN"
                  : bfw && !strcmp(ts_nn_bf16_isa(), "avx512bf16")
                      ? "avx512bf16; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
-                       "ones with bf16 products (forward, input gradient), their FLOP counted as direct ones'"
+                       "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'"
                  : bfw ? "emulated; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
-                         "ones with bf16 products (forward, input gradient), their FLOP counted as direct ones'"
+                         "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'"
                  : b->u.precision == TS_PREC_BF16 ? ts_nn_bf16_isa()
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"
                  : b->u.conv_winograd ? "fp32; train.conv = winograd: 3x3x3 layers with 16+ channels each side as Winograd "

@@ -49,8 +49,8 @@ const ts_cfg_key ts_model_config_keys[] = {
      "input and 16 output channels (no spatial split): direct; winograd: fp32: their forward, input gradient and "
      "(48+ channels in and out, 256+ 2x2x2 tiles) weight gradient as Winograd F(2x2x2, 3x3x3) convolutions (64 "
      "instead of 216 multiplications per 2x2x2 outputs; results within about 1e-6 of the direct ones, not the same "
-     "bits); bf16: the forward and input gradient of those with 64+ channels in and out together, bf16 products "
-     "(errors about 2.5x the direct bf16 kernels'); docs/engine.md"},
+     "bits); bf16: those with 64+ channels in and out together (the weight gradient also 256+ tiles), bf16 "
+     "products (errors about 2.5-3x the direct bf16 kernels'); docs/engine.md"},
     {"train.tf32", TS_CFG_BOOL, "true", NULL, "train.engine = cuda, train.precision = fp32: the convolutions may use "
      "TF32 tensor cores (10-bit products, fp32 sums; PyTorch's cudnn.allow_tf32); false: fp32 products"},
     {NULL, 0, NULL, NULL, NULL},

@@ -247,6 +247,12 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
  * floats (points ms apart); VDPBF16PS or its emulation, the same bits. */
 void ts_nn_wino_bf16_gemm(const uint16_t *V, int T, int cp, size_t vs, const uint32_t *U, int K, int op, float *M,
                           size_t ms);
+/* The weight gradient's: dU[xi][c][:] += sum over tile pairs tp < KP of
+ * V[xi][tp][c] Y[xi][tp][:], V [64][KP][cp] and Y [64][KP][op] words of
+ * bf16 pairs (tiles 2 tp, 2 tp + 1; points vs and ys words apart), dU fp32
+ * [64][C][op]; c < C. */
+void ts_nn_wino_bf16_wgrad(const uint32_t *V, size_t vs, const uint32_t *Y, size_t ys, int C, int cp, int op, int KP,
+                           float *du);
 /* frees the calling thread's cached transformed weights (ts_nn_scratch_release calls it) */
 void ts_nn_winograd_release(void);
 /* the bytes of the calling thread's cache of transformed weights (weights

@@ -60,10 +60,10 @@ int ts_nn_tf32(void);
  * docs/engine.md: within about 1e-6 of the direct convolution's results
  * relative to their scale, not the same bits), and their weight gradient
  * where they have 48+ channels in and out together and 256+ 2x2x2 tiles
- * (where it measured faster). In bf16 (ts_nn_set_conv_precision) the
- * forward and input gradient of those with 64+ channels in and out
- * together run with bf16 products and fp32 sums (src/nn/winograd_bf16.c),
- * the weight gradient direct; fp16 and every other shape stay direct.
+ * (where it measured faster). In bf16 (ts_nn_set_conv_precision) those
+ * with 64+ channels in and out together run with bf16 products and fp32
+ * sums (src/nn/winograd_bf16.c): the forward and input gradient, and the
+ * weight gradient where 256+ tiles; fp16 and every other shape stay direct.
  * The U-Net sets it at the start of
  * each forward and backward (train.conv, ts_unet_set_winograd). */
 int ts_nn_set_winograd(int on);

@@ -356,10 +356,34 @@ static void gemm(const float *V, int T, int cp, size_t vs, const float *U, int C
         r3 = d1_ - d3_;                                                                                              \
     } while (0)
 
+/* Where a transform's 64 points of 16 lanes go, point pt at pt * stride
+ * elements: mode 0 the floats at F; 1 rounded to the bf16 at H; 2 the
+ * words at Wd of bf16 pairs (lo[pt], this point), lo the points of the
+ * pair's first tile ([64][16] floats; the weight gradient's tile pairs,
+ * winograd_bf16.c). The mode a constant where inlined. */
+typedef struct ptdst {
+    float *F;
+    uint16_t *H;
+    uint32_t *Wd;
+    const float *lo;
+    size_t stride;
+} ptdst;
+AI void put_pt(const ptdst *d, int mode, int pt, v16 r)
+{
+    const size_t o = (size_t)pt * d->stride;
+    if (mode == 0) vst(d->F + o, r);
+    else if (mode == 1) st_bf16(d->H + o, r);
+    else *(v16iu *)(d->Wd + o) = bf16_bits(vld(d->lo + 16 * pt)) | bf16_bits(r) << 16;
+}
+/* mode 2 for a pair's first tile without a second one: (lo[pt], 0) */
+static void put_lone(const ptdst *d)
+{
+    for (int pt = 0; pt < 64; pt++) *(v16iu *)(d->Wd + (size_t)pt * d->stride) = bf16_bits(vld(d->lo + 16 * pt));
+}
+
 /* V[xi][t][16 cv ..] of one tile from the slab at s (its block's first
- * voxel; rows sr floats apart, planes sp, voxels cp): into the floats at V,
- * or with bf (a constant where inlined) rounded into the bf16 at Vb */
-AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, uint16_t *Vb, int bf, size_t vstride)
+ * voxel; rows sr floats apart, planes sp, voxels cp) to d (put_pt) */
+AI void in_tile(const float *s, size_t sr, size_t sp, int cp, const ptdst *d, int mode)
 {
     v16 tmp[4][16];
     for (int z = 0; z < 4; z++) {
@@ -373,17 +397,10 @@ AI void in_tile(const float *s, size_t sr, size_t sp, int cp, float *V, uint16_t
     for (int yx = 0; yx < 16; yx++) {
         v16 r0, r1, r2, r3;
         BT(tmp[0][yx], tmp[1][yx], tmp[2][yx], tmp[3][yx], r0, r1, r2, r3);
-        if (bf) {
-            st_bf16(Vb + (size_t)yx * vstride, r0);
-            st_bf16(Vb + (size_t)(16 + yx) * vstride, r1);
-            st_bf16(Vb + (size_t)(32 + yx) * vstride, r2);
-            st_bf16(Vb + (size_t)(48 + yx) * vstride, r3);
-            continue;
-        }
-        vst(V + (size_t)yx * vstride, r0);
-        vst(V + (size_t)(16 + yx) * vstride, r1);
-        vst(V + (size_t)(32 + yx) * vstride, r2);
-        vst(V + (size_t)(48 + yx) * vstride, r3);
+        put_pt(d, mode, yx, r0);
+        put_pt(d, mode, 16 + yx, r1);
+        put_pt(d, mode, 32 + yx, r2);
+        put_pt(d, mode, 48 + yx, r3);
     }
 }
 
@@ -451,8 +468,10 @@ static witem item_of(const wplan *p, long it)
 
 /* an item's input blocks staged in the slab S (zeros outside the volume,
  * channels padded to cp) and transformed into V[xi][t][cp] (t = ry * nc +
- * tx; points vs floats apart) */
-static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, void *V, size_t vs, int bf)
+ * tx; points vs elements apart): mode 0 floats, 1 bf16, 2 words of bf16
+ * tile pairs V[xi][tp][cp] (tiles 2 tp and 2 tp + 1, the second zero past
+ * the last tile) */
+static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, void *V, size_t vs, int mode)
 {
     const int C = p->C, cp = p->cp, D = p->D, H = p->H, W = p->W, SR = p->SR, SC = p->SC;
     const int cb = x.b ? C - x.ca : 0, ca = x.b ? x.ca : C;
@@ -488,13 +507,26 @@ static void item_input(const wplan *p, ts_conv_src x, const witem *i, float *S, 
             }
         }
     const size_t sr = (size_t)SC * cp, spl = (size_t)SR * SC * cp;
-    for (int t = 0; t < i->nt; t++) {
-        const int ry = t / i->nc, tx = t % i->nc;
-        const float *s = S + (size_t)(2 * ry) * sr + (size_t)(2 * tx) * cp;
-        for (int c0 = 0; c0 < cp; c0 += 16) /* bf16: the points rounded as they leave the transform */
-            if (bf) in_tile(s + c0, sr, spl, cp, NULL, (uint16_t *)V + (size_t)t * cp + c0, 1, vs);
-            else in_tile(s + c0, sr, spl, cp, (float *)V + (size_t)t * cp + c0, NULL, 0, vs);
+#define TILE_AT(t) (S + (size_t)(2 * ((t) / i->nc)) * sr + (size_t)(2 * ((t) % i->nc)) * cp)
+    if (mode == 2) { /* words of tile pairs (2 tp, 2 tp + 1) */
+        float lo[64 * 16] __attribute__((aligned(64)));
+        for (int tp = 0; tp < (i->nt + 1) / 2; tp++)
+            for (int c0 = 0; c0 < cp; c0 += 16) {
+                const ptdst first = {lo, NULL, NULL, NULL, 16};
+                const ptdst d = {NULL, NULL, (uint32_t *)V + (size_t)tp * cp + c0, lo, vs};
+                in_tile(TILE_AT(2 * tp) + c0, sr, spl, cp, &first, 0);
+                if (2 * tp + 1 < i->nt) in_tile(TILE_AT(2 * tp + 1) + c0, sr, spl, cp, &d, 2);
+                else put_lone(&d);
+            }
+        return;
     }
+    for (int t = 0; t < i->nt; t++)
+        for (int c0 = 0; c0 < cp; c0 += 16) { /* bf16: the points rounded as they leave the transform */
+            const ptdst d = {(float *)V + (size_t)t * cp + c0, (uint16_t *)V + (size_t)t * cp + c0, NULL, NULL, vs};
+            if (mode) in_tile(TILE_AT(t) + c0, sr, spl, cp, &d, 1);
+            else in_tile(TILE_AT(t) + c0, sr, spl, cp, &d, 0);
+        }
+#undef TILE_AT
 }
 
 int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y)
@@ -599,8 +631,8 @@ cleanup:
     } while (0)
 
 /* Y[xi][t][16 lanes] = A dy A^T (per dim) of one tile's 2x2x2 output
- * gradients g[z][y][x] */
-AI void dy_tile(v16 g[2][2][2], float *Y, size_t ystride)
+ * gradients g[z][y][x], to d (put_pt) */
+AI void dy_tile(v16 g[2][2][2], const ptdst *d, int mode)
 {
     v16 q[2][2][4], s[2][16];
     for (int z = 0; z < 2; z++)
@@ -610,10 +642,10 @@ AI void dy_tile(v16 g[2][2][2], float *Y, size_t ystride)
     for (int yx = 0; yx < 16; yx++) {
         v16 r0, r1, r2, r3;
         AY(s[0][yx], s[1][yx], r0, r1, r2, r3);
-        vst(Y + (size_t)yx * ystride, r0);
-        vst(Y + (size_t)(16 + yx) * ystride, r1);
-        vst(Y + (size_t)(32 + yx) * ystride, r2);
-        vst(Y + (size_t)(48 + yx) * ystride, r3);
+        put_pt(d, mode, yx, r0);
+        put_pt(d, mode, 16 + yx, r1);
+        put_pt(d, mode, 32 + yx, r2);
+        put_pt(d, mode, 48 + yx, r3);
     }
 }
 
@@ -651,7 +683,7 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
      * stores its dU block once per item) */
     const wplan p = plan_of(g, WG_TMIN);
     const int C = p.C, OC = p.OC, op = p.op, cp = p.cp, D = p.D, H = p.H, W = p.W;
-    const int nt = ts_nn_nthreads();
+    const int nt = ts_nn_nthreads(), bf = ts_nn_conv_precision() == TS_PREC_BF16; /* bf16 products */
     /* chunks of consecutive items, each summed into its own dU and the sums
      * added in chunk order: the same bits for any thread count; their number
      * from the shapes alone (one per 64 tiles, at most WG_CHUNKS, their sums
@@ -672,23 +704,51 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
             memset(du, 0, du_n * sizeof(float));
             for (long it = ch * p.items / nch; it < (ch + 1) * p.items / nch; it++) {
                 const witem i = item_of(&p, it);
+                /* the tiles' output gradients, zeros outside the volume */
+#define GT_OF(t, c0, gt)                                                                                              \
+    do {                                                                                                             \
+        const int od = 2 * i.tz, oh = 2 * (i.ty0 + (t) / i.nc), ow = 2 * (i.tx0 + (t) % i.nc);                        \
+        for (int z = 0; z < 2; z++)                                                                                  \
+            for (int yy = 0; yy < 2; yy++)                                                                           \
+                for (int xx = 0; xx < 2; xx++) {                                                                     \
+                    const int in = od + z < D && oh + yy < H && ow + xx < W;                                          \
+                    const size_t vox = (((size_t)i.n * D + od + z) * H + oh + yy) * W + ow + xx;                      \
+                    gt[z][yy][xx] = in ? ts_nn_vld_part(gy + vox * OC + (c0), OC - (c0)) : (v16){0};                  \
+                }                                                                                                    \
+    } while (0)
+                if (bf) { /* tile pairs: V[xi][tp][cp], Y[xi][tp][op] words of bf16 pairs (winograd_bf16.c) */
+                    const int ntp = (i.nt + 1) / 2;
+                    const size_t vs = (size_t)ntp * cp + 16, ys = (size_t)ntp * op + 16;
+                    float lo[64 * 16] __attribute__((aligned(64)));
+                    item_input(&p, x, &i, S, V, vs, 2);
+                    for (int tp = 0; tp < ntp; tp++)
+                        for (int c0 = 0; c0 < op; c0 += 16) {
+                            const ptdst first = {lo, NULL, NULL, NULL, 16};
+                            const ptdst d = {NULL, NULL, (uint32_t *)Y + (size_t)tp * op + c0, lo, ys};
+                            v16 gt[2][2][2];
+                            GT_OF(2 * tp, c0, gt);
+                            dy_tile(gt, &first, 0);
+                            if (2 * tp + 1 < i.nt) {
+                                GT_OF(2 * tp + 1, c0, gt);
+                                dy_tile(gt, &d, 2);
+                            } else {
+                                put_lone(&d);
+                            }
+                        }
+                    ts_nn_wino_bf16_wgrad((const uint32_t *)V, vs, (const uint32_t *)Y, ys, C, cp, op, ntp, du);
+                    if (tid == 0) ts_nn_run_hooks(sch);
+                    continue;
+                }
                 const size_t vs = (size_t)i.nt * cp + 16, ys = (size_t)i.nt * op + 16;
                 item_input(&p, x, &i, S, V, vs, 0);
-                /* Y[xi][t][op]: the tiles' output gradients (zeros outside the volume) */
-                for (int t = 0; t < i.nt; t++) {
-                    const int od = 2 * i.tz, oh = 2 * (i.ty0 + t / i.nc), ow = 2 * (i.tx0 + t % i.nc);
+                for (int t = 0; t < i.nt; t++)
                     for (int c0 = 0; c0 < op; c0 += 16) {
+                        const ptdst d = {Y + (size_t)t * op + c0, NULL, NULL, NULL, ys};
                         v16 gt[2][2][2];
-                        for (int z = 0; z < 2; z++)
-                            for (int yy = 0; yy < 2; yy++)
-                                for (int xx = 0; xx < 2; xx++) {
-                                    const int in = od + z < D && oh + yy < H && ow + xx < W;
-                                    const size_t vox = (((size_t)i.n * D + od + z) * H + oh + yy) * W + ow + xx;
-                                    gt[z][yy][xx] = in ? ts_nn_vld_part(gy + vox * OC + c0, OC - c0) : (v16){0};
-                                }
-                        dy_tile(gt, Y + (size_t)t * op + c0, ys);
+                        GT_OF(t, c0, gt);
+                        dy_tile(gt, &d, 0);
                     }
-                }
+#undef GT_OF
                 /* dU[xi][c][op] += sum over the tiles of V[xi][t][c] Y[xi][t][:] */
                 for (int xi = 0; xi < 64; xi++) {
                     const float *vx = V + (size_t)xi * vs, *yx = Y + (size_t)xi * ys;

@@ -5,7 +5,8 @@
  * channel pairs in 32-bit words, the sums in fp32. VDPBF16PS where the CPU
  * has AVX512-BF16, else its emulation (two products per pair, the upper
  * first, as the instruction does: the same bits). The transforms stay fp32
- * (winograd.c); docs/engine.md, "Winograd convolution". */
+ * (winograd.c); docs/engine.md, "Winograd convolution". The weight
+ * gradient's products likewise, over pairs of tiles (ts_nn_wino_bf16_wgrad). */
 #pragma GCC optimize("O3")
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
@@ -77,4 +78,16 @@ void ts_nn_wino_bf16_gemm(const uint16_t *V, int T, int cp, size_t vs, const uin
     }
 #endif
     bgemm_emu(V, T, cp, vs, U, K, op, M, ms);
+}
+
+void ts_nn_wino_bf16_wgrad(const uint32_t *V, size_t vs, const uint32_t *Y, size_t ys, int C, int cp, int op, int KP,
+                           float *du)
+{
+#if TS_BF16_X86
+    if (ts_nn_bf16_native()) {
+        bwgrad_nat(V, vs, Y, ys, C, cp, op, KP, du);
+        return;
+    }
+#endif
+    bwgrad_emu(V, vs, Y, ys, C, cp, op, KP, du);
 }

@@ -180,25 +180,28 @@ static int bench_wino(int N, int D, int C, int OC, int reps)
     fill(&sh);
     const ts_conv_ep ep = {sc.data, sh.data, TS_EP_RELU, 0, NULL};
     const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, &ep};
-    double t[6][64];
+    double t[8][64];
     if (reps > 64) reps = 64;
     fill(&y);
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 8; k++) {
             const double t0 = ts_time_now();
-            if (k < 2 || k >= 4) {
+            if (k < 2 || k == 4 || k == 5) {
                 ts_nn_set_conv_precision(k >= 4 ? TS_PREC_BF16 : TS_PREC_FP32);
                 rc |= k % 2 ? ts_conv3d_winograd_forward(&x, NULL, &w, &b, &ep, &y) : ts_conv3d_forward_split(&x, &w, &b, &sp, &y);
                 ts_nn_set_conv_precision(TS_PREC_FP32);
-            } else { /* the weight gradient (over y as the output gradient), the switch off then on */
-                ts_nn_set_winograd(k == 3);
+            } else { /* the weight gradient (over y as the output gradient), the switch off then on; fp32, bf16 */
+                ts_nn_set_conv_precision(k >= 6 ? TS_PREC_BF16 : TS_PREC_FP32);
+                ts_nn_set_winograd(k % 2);
                 rc |= ts_conv3d_backward(&x, &w, 1, 1, &y, NULL, &dw, NULL);
                 ts_nn_set_winograd(0);
+                ts_nn_set_conv_precision(TS_PREC_FP32);
             }
             t[k][r] = ts_time_now() - t0;
         }
     const double fl = 2.0 * N * D * D * D * (double)C * OC * 27, md = median(t[0], reps), mw = median(t[1], reps);
     const double gd = median(t[2], reps), gw = median(t[3], reps), bd = median(t[4], reps), bw = median(t[5], reps);
+    const double bgd = median(t[6], reps), bgw = median(t[7], reps);
     printf("conv3d 3x3x3 [%d, %d^3, %d] -> %d forward + folded norm + ReLU, fp32, median of %d:\n", N, D, C, OC, reps);
     printf("  direct   %8.2f ms  %7.1f GFLOP/s\n  winograd %8.2f ms  %7.1f GFLOP/s (direct-equivalent)   ratio %.2f\n",
            md * 1e3, fl / md / 1e9, mw * 1e3, fl / mw / 1e9, md / mw);
@@ -206,6 +209,8 @@ static int bench_wino(int N, int D, int C, int OC, int reps)
            fl / gd / 1e9, gw * 1e3, fl / gw / 1e9, gd / gw);
     printf("  bf16 forward:    direct %8.2f ms  %7.1f GFLOP/s, winograd %8.2f ms  %7.1f GFLOP/s   ratio %.2f\n", bd * 1e3,
            fl / bd / 1e9, bw * 1e3, fl / bw / 1e9, bd / bw);
+    printf("  bf16 weight gradient: direct %8.2f ms  %7.1f GFLOP/s, winograd %8.2f ms  %7.1f GFLOP/s   ratio %.2f\n",
+           bgd * 1e3, fl / bgd / 1e9, bgw * 1e3, fl / bgw / 1e9, bgd / bgw);
     ts_tensor_free(&x);
     ts_tensor_free(&y);
     ts_tensor_free(&w);

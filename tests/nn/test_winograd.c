@@ -5,7 +5,7 @@
  * concatenated input, epilogues (folded norm, ReLU, leaky ReLU), items of
  * several row pairs and rows split into column blocks; the direct
  * convolution is held to the same bound as a control; with bf16 products
- * (bf16_case) against double and the direct bf16 convolution; bad
+ * (bf16_case, bf16_wgrad) against double and the direct bf16 convolution; bad
  * arguments fail. */
 #include "tsbuild.h"
 #include "src/core/error.h"
@@ -350,6 +350,57 @@ static void bf16_case(int N, int D, int H, int W, int ca, int cb, int OC, int ep
     if (cb) ts_tensor_free(&a2);
 }
 
+/* bf16 weight gradient (48+ channels, 256+ tiles: the Winograd one with
+ * bf16 products over pairs of tiles) through a concatenation: against
+ * double within 1e-2 of its scale and 4x the direct bf16 kernels' error
+ * (2.9-3.1x seen: V and Y each round sums of up to 8 values);
+ * emulated and AVX512-BF16 the same bits, and 1 and 3 threads (the chunks'
+ * fixed order); not the direct bits, but under 64 channels in and out
+ * together exactly them */
+static void bf16_wgrad(int D, int H, int W, int ca, int cb, int OC)
+{
+    const int C = ca + cb, nat = ts_nn_cpu_bf16();
+    ts_tensor a = MK(-1, 1, 1, D, H, W, ca), b2 = MK(-1, 1, 1, D, H, W, cb), w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3);
+    ts_tensor dy = MK(-1, 1, 1, D, H, W, OC), da = MK(0, 0, 1, D, H, W, ca), db = MK(0, 0, 1, D, H, W, cb);
+    ts_tensor dw[4];
+    const size_t nw = (size_t)OC * C * 27;
+    double *rw = malloc(nw * sizeof *rw), sw = 0, e[4] = {0};
+    ref_dw(&a, &b2, &dy, rw);
+    for (size_t i = 0; i < nw; i++) sw = fmax(sw, fabs(rw[i]));
+    int rc = ts_nn_set_conv_precision(TS_PREC_BF16);
+#ifdef _OPENMP
+    const int before = omp_get_max_threads();
+#endif
+    /* 0: direct; 1: Winograd emulated; 2: Winograd native (or emulated again); 3: emulated on 3 threads */
+    for (int k = 0; k < 4; k++) {
+        dw[k] = MK(0, 0, OC, C, 3, 3, 3);
+        rc |= ts_nn_bf16_select_isa(k == 2 && nat ? "avx512bf16" : "emulated");
+        ts_nn_set_winograd(k > 0);
+#ifdef _OPENMP
+        omp_set_num_threads(k == 3 ? 3 : before);
+#endif
+        rc |= ts_conv3d_cat_backward(&a, &b2, &w, 1, 1, &dy, &da, &db, &dw[k], NULL);
+        for (size_t i = 0; i < nw; i++) e[k] = fmax(e[k], fabs(((float *)dw[k].data)[i] - rw[i]) / sw);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(before);
+#endif
+    ts_nn_set_winograd(0);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_nn_bf16_select_isa("auto");
+    const size_t nb = nw * sizeof(float);
+    const int isa = !memcmp(dw[1].data, dw[2].data, nb), thr = !memcmp(dw[1].data, dw[3].data, nb);
+    const int direct = !memcmp(dw[0].data, dw[1].data, nb), qual = C + OC >= 64; /* else the direct bits */
+    ts_ok(rc == 0 && sw > 0.1 && e[1] <= 1e-2 && e[1] <= 4 * e[0] && e[0] > 0 && isa && thr && direct == !qual,
+          "bf16 winograd weight gradient [%dx%dx%d, %d+%d] -> %d: max error %.2e of the scale %.3g (direct bf16 %.2e); "
+          "emulated and %s %s; 1 and 3 threads %s; %s the direct bits (expected: %s)",
+          D, H, W, ca, cb, OC, e[1], sw, e[0], nat ? "AVX512-BF16" : "emulated again", isa ? "the same bits" : "DIFFER",
+          thr ? "the same bits" : "DIFFER", direct ? "equal to" : "not", qual ? "not" : "equal, under 64 channels");
+    free(rw);
+    ts_tensor *all[] = {&a, &b2, &w, &dy, &da, &db, &dw[0], &dw[1], &dw[2], &dw[3]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* the cache of transformed weights keeps fp32 and bf16 transforms of the
  * same weights apart: fp32, bf16, fp32, bf16 calls (each twice: uncached,
  * then cached) give one precision's bits each time */
@@ -421,6 +472,9 @@ int main(void)
     bf16_case(1, 3, 9, 37, 64, 0, 80, 2);  /* leaky ReLU; 4 + 1 output vectors */
     bf16_case(1, 12, 12, 12, 64, 0, 64, 1); /* several row pairs an item, a partial block */
     bf16_cache();
+    bf16_wgrad(16, 16, 18, 24, 8, 40); /* 576 tiles, items of 63: a tile pair's second half zero */
+    bf16_wgrad(9, 20, 41, 40, 24, 80); /* 4 + 1 output vectors, 12 + 16 + 16 + 16 rows a kernel call */
+    bf16_wgrad(16, 16, 18, 16, 8, 24); /* 48 channels: the direct bf16 kernels */
     bad_args();
     ts_nn_release_scratch();
     return ts_done();
