@@ -29,13 +29,7 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 #define TB2 12
 #define TB1 16
 
-/* emulated: a pair's halves as floats (bf16 bits in the high half of an fp32) */
-static inline float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* emulated: a pair's halves as floats, the upper product first */
 #define BT(n) n##_emu
 #define BATTR static inline
 #define WDECL(NV) v16 wl_[NV], wh_[NV]
@@ -47,7 +41,7 @@ static inline float u2f(uint32_t u)
     } while (0)
 #define XLOAD(x, p)                                                                                                    \
     const uint32_t x##_i = *(p);                                                                                       \
-    const float x##_l = u2f(x##_i << 16), x##_h = u2f(x##_i & 0xffff0000u)
+    const float x##_l = ts_nn_bf16_float((uint16_t)x##_i), x##_h = ts_nn_bf16_float((uint16_t)(x##_i >> 16))
 #define DP(a, x, j) (a += x##_h * wh_[j], a += x##_l * wl_[j])
 #include "src/nn/winograd_bf16_variant.h"
 #undef BT
