@@ -19,7 +19,10 @@
  * (tiles x 16-lane output-channel vectors, input channels broadcast), and M
  * transformed back into the outputs with the bias and the epilogue. Items
  * write disjoint outputs: the results do not depend on the threads (the
- * weight gradient sums fixed chunks of items in order, to the same end). */
+ * weight gradient sums fixed chunks of items in order, to the same end).
+ * Where the convolution precision is bf16, V, U (and the weight gradient's
+ * A dy A^T) leave their fp32 transforms rounded to bf16 words (put_pt) and
+ * the products run in winograd_bf16.c; the rest is the same code. */
 #include "tsbuild.h"
 #include "src/core/error.h"
 #include "src/nn/conv_impl.h"
