@@ -244,14 +244,11 @@ static void header(const bench *b, ts_bench_step_result *r)
     r->schedule = ts_pipe_kind_name(b->L->spec.schedule);
     r->precision = b->u.precision == TS_PREC_BF16 ? "bf16" : b->u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->engine = ts_unet_engine_name(b->u.engine);
-    const int bfw = b->u.precision == TS_PREC_BF16 && b->u.conv_winograd;
+    static char bfw[256]; /* bf16 with train.conv = winograd: the ISA named in the line */
+    snprintf(bfw, sizeof bfw, "%s; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
+             "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'", ts_nn_bf16_isa());
     r->kernels = b->u.engine == TS_ENGINE_CUDA ? "cuDNN"
-                 : bfw && !strcmp(ts_nn_bf16_isa(), "avx512bf16")
-                     ? "avx512bf16; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
-                       "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'"
-                 : bfw ? "emulated; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
-                         "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'"
-                 : b->u.precision == TS_PREC_BF16 ? ts_nn_bf16_isa()
+                 : b->u.precision == TS_PREC_BF16 ? (b->u.conv_winograd ? bfw : ts_nn_bf16_isa())
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"
                  : b->u.conv_winograd ? "fp32; train.conv = winograd: 3x3x3 layers with 16+ channels each side as Winograd "
                                         "F(2,3) ones (weight gradients from 48+ channels, 256+ tiles), their FLOP counted "

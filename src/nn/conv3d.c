@@ -119,14 +119,20 @@ static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_s
     return ts_nn_winograd_on() && g->k == 3 && g->s == 1 && g->p == 1 && !halo && (!sch || sch->part == TS_CONV_ALL) &&
            g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
-/* the forward and the input gradient: fp32, or bf16 products
- * (winograd_bf16.c) with 64+ channels in and out together, where they
- * measured faster than the direct bf16 kernels (docs/engine.md: 0.9x at
- * 16 -> 16, 1.0x at 32 -> 16, 1.3x at 32 -> 32, 1.6-2.2x from 64 -> 64) */
-static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
+/* the precisions Winograd runs in: fp32, or bf16 products (winograd_bf16.c)
+ * with 64+ channels in and out together, where they measured faster than
+ * the direct bf16 kernels (docs/engine.md: forward 0.99-1.07x at 16 -> 16
+ * and 16 -> 32, 1.33x at 32 -> 32, 1.76-2.33x from 64 -> 64; weight
+ * gradient 0.97x at 16 -> 32, 1.15-1.44x from 32 -> 32) */
+static int wino_prec(const ts_conv_geom *g)
 {
     const ts_precision p = ts_nn_conv_precision();
-    return wino_geom(g, halo, sch) && (p == TS_PREC_FP32 || (p == TS_PREC_BF16 && g->C + g->OC >= 64));
+    return p == TS_PREC_FP32 || (p == TS_PREC_BF16 && g->C + g->OC >= 64);
+}
+/* the forward and the input gradient */
+static int wino_fits(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
+{
+    return wino_geom(g, halo, sch) && wino_prec(g);
 }
 
 /* Winograd's weight gradient where it measured faster (docs/engine.md):
@@ -135,17 +141,6 @@ static int wgrad_wino_size(const ts_conv_geom *g)
 {
     const long tiles = (long)g->N * ((g->D + 1) / 2) * ((g->H + 1) / 2) * ((g->W + 1) / 2);
     return g->C + g->OC >= 48 && tiles >= 256;
-}
-
-/* whether the weight gradient runs as a Winograd one: fp32, or bf16
- * products with 64+ channels in and out together (docs/engine.md: 0.97x at
- * 16 -> 32, 1.15x at 32 -> 32, 1.3-1.45x at 32 -> 64 and 64 -> 64, 1.2x
- * at 128 -> 128 against the direct bf16 kernels) */
-static int wgrad_wino(const ts_conv_geom *g, const ts_halo *halo)
-{
-    const ts_precision p = ts_nn_conv_precision();
-    return (p == TS_PREC_FP32 || (p == TS_PREC_BF16 && g->C + g->OC >= 64)) && wino_geom(g, halo, NULL) &&
-           wgrad_wino_size(g);
 }
 
 /* an epilogue (NULL: none) the forward kernels take */
@@ -209,7 +204,7 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
     const int taps = g->k * g->k * g->k, bf = prec == TS_PREC_BF16, h = prec == TS_PREC_FP16;
     /* db with the generic weight gradient (its items' rows as they are staged), else a pass of its own;
      * chosen by the geometry, not by the precision, so that db has the same bits in every precision */
-        const int pw = dw && pw_path(g, x, sch), wino = dw && !pw && wgrad_wino(g, x.halo);
+    const int pw = dw && pw_path(g, x, sch), wino = dw && !pw && wino_fits(g, x.halo, NULL) && wgrad_wino_size(g);
     const int own = !dw || pw_geom(g, x, sch) || (wino_geom(g, x.halo, NULL) && wgrad_wino_size(g));
     if (db && own) TS_CHECK(ts_nn_bias_grad(dy->data, (size_t)g->N * g->OD * g->OH * g->OW, g->OC, db->data));
     float *dbw = db && !own ? db->data : NULL;

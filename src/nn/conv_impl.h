@@ -241,6 +241,17 @@ int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int fli
  * dU = sum over tiles of (B^T x B) (A gy A^T), dw = G^T dU G; the same
  * bits for any thread count; sch's progress hooks run between items. */
 int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, float *dwp, const ts_conv_sched *sch);
+/* The Winograd micro-kernels' output block (winograd.c, winograd_bf16.c):
+ * for `left` 16-lane output vectors still to do, the vectors one call
+ * takes (nv: 4, 2 or 1), its row of the kernel tables (idx: 2, 1, 0) and
+ * the rows one call keeps in registers (accumulators rows x nv <= 24) */
+typedef struct ts_wino_blk {
+    int nv, idx, rows;
+} ts_wino_blk;
+static inline ts_wino_blk ts_nn_wino_blk(int left)
+{
+    return left >= 4 ? (ts_wino_blk){4, 2, 6} : left >= 2 ? (ts_wino_blk){2, 1, 12} : (ts_wino_blk){1, 0, 16};
+}
 /* The bf16 products of ts_nn_winograd (winograd_bf16.c): M[xi] = V[xi] U[xi]
  * for the 64 points, V [64][T][cp] bf16 (points vs half-words apart), U
  * [64][K][op] words of two bf16 input channels (K pairs), M [64][T][op]

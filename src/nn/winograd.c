@@ -309,10 +309,7 @@ static const void *transformed(const float *w, int flip, int C, int OC, int op, 
         _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)  \
             vst(m + (size_t)i * op + 16 * j, a[i][j]);                                                               \
     }
-/* rows per micro-kernel call for NV output vectors (accumulators TB x NV <= 24) */
-#define TB4 6
-#define TB2 12
-#define TB1 16
+/* up to ts_nn_wino_blk's rows for each NV */
 DEF_GEMM(1, 4) DEF_GEMM(2, 4) DEF_GEMM(3, 4) DEF_GEMM(4, 4) DEF_GEMM(5, 4) DEF_GEMM(6, 4)
 DEF_GEMM(1, 2) DEF_GEMM(2, 2) DEF_GEMM(3, 2) DEF_GEMM(4, 2) DEF_GEMM(5, 2) DEF_GEMM(6, 2)
 DEF_GEMM(7, 2) DEF_GEMM(8, 2) DEF_GEMM(9, 2) DEF_GEMM(10, 2) DEF_GEMM(11, 2) DEF_GEMM(12, 2)
@@ -337,14 +334,11 @@ static void gemm(const float *V, int T, int cp, size_t vs, const float *U, int C
         const float *vx = V + (size_t)xi * vs, *ux = U + (size_t)xi * C * op;
         float *mx = M + (size_t)xi * ms;
         for (int oc0 = 0; oc0 < op;) {
-            const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
-            const gemm_fn *fn = GEMMS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
-            for (int t = 0; t < T; t += tbn) {
-                const int tb = imin(tbn, T - t);
-                fn[tb - 1](vx + (size_t)t * cp, (size_t)cp, 1, ux + oc0, op, C, mx + (size_t)t * op + oc0, 0);
-            }
-            oc0 += 16 * nv;
+            const ts_wino_blk b = ts_nn_wino_blk((op - oc0) / 16);
+            for (int t = 0; t < T; t += b.rows)
+                GEMMS[b.idx][imin(b.rows, T - t) - 1](vx + (size_t)t * cp, (size_t)cp, 1, ux + oc0, op, C,
+                                                      mx + (size_t)t * op + oc0, 0);
+            oc0 += 16 * b.nv;
         }
     }
 }
@@ -757,14 +751,11 @@ int ts_nn_winograd_wgrad(const ts_conv_geom *g, ts_conv_src x, const float *gy, 
                     const float *vx = V + (size_t)xi * vs, *yx = Y + (size_t)xi * ys;
                     float *dx = du + (size_t)xi * C * op;
                     for (int oc0 = 0; oc0 < op;) {
-                        const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-                        const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
-                        const gemm_fn *fn = GEMMS[nv == 4 ? 2 : nv == 2 ? 1 : 0];
-                        for (int c = 0; c < C; c += tbn) {
-                            const int tb = imin(tbn, C - c);
-                            fn[tb - 1](vx + c, 1, (size_t)cp, yx + oc0, op, i.nt, dx + (size_t)c * op + oc0, 1);
-                        }
-                        oc0 += 16 * nv;
+                        const ts_wino_blk b = ts_nn_wino_blk((op - oc0) / 16);
+                        for (int c = 0; c < C; c += b.rows)
+                            GEMMS[b.idx][imin(b.rows, C - c) - 1](vx + c, 1, (size_t)cp, yx + oc0, op, i.nt,
+                                                                  dx + (size_t)c * op + oc0, 1);
+                        oc0 += 16 * b.nv;
                     }
                 }
                 if (tid == 0) ts_nn_run_hooks(sch);

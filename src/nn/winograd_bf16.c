@@ -24,11 +24,6 @@ typedef uint32_t v16iu __attribute__((vector_size(64), aligned(4)));
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-/* rows per micro-kernel call for NV output vectors (accumulators TB x NV <= 24), as the fp32 kernels */
-#define TB4 6
-#define TB2 12
-#define TB1 16
-
 /* emulated: a pair's halves as floats, the upper product first */
 #define BT(n) n##_emu
 #define BATTR static inline

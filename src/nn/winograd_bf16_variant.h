@@ -28,6 +28,7 @@
         _Pragma("GCC unroll 16") for (int i = 0; i < TB; i++) _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)    \
             *(v16u *)(m + (size_t)i * op + 16 * j) = a[i][j];                                                          \
     }
+/* up to ts_nn_wino_blk's rows for each NV */
 DEF_BGEMM(1, 4) DEF_BGEMM(2, 4) DEF_BGEMM(3, 4) DEF_BGEMM(4, 4) DEF_BGEMM(5, 4) DEF_BGEMM(6, 4)
 DEF_BGEMM(1, 2) DEF_BGEMM(2, 2) DEF_BGEMM(3, 2) DEF_BGEMM(4, 2) DEF_BGEMM(5, 2) DEF_BGEMM(6, 2)
 DEF_BGEMM(7, 2) DEF_BGEMM(8, 2) DEF_BGEMM(9, 2) DEF_BGEMM(10, 2) DEF_BGEMM(11, 2) DEF_BGEMM(12, 2)
@@ -54,12 +55,11 @@ BATTR void BT(bgemm)(const uint16_t *V, int T, int cp, size_t vs, const uint32_t
         const uint32_t *vx = (const uint32_t *)(V + (size_t)xi * vs), *ux = U + (size_t)xi * K * op;
         float *mx = M + (size_t)xi * ms;
         for (int oc0 = 0; oc0 < op;) {
-            const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
-            for (int t = 0; t < T; t += tbn)
-                BT(fns)[nv == 4 ? 2 : nv == 2 ? 1 : 0][imin(tbn, T - t) - 1](vx + (size_t)t * cw, cw, 1, ux + oc0, op, K,
-                                                                             mx + (size_t)t * op + oc0, 0);
-            oc0 += 16 * nv;
+            const ts_wino_blk b = ts_nn_wino_blk((op - oc0) / 16);
+            for (int t = 0; t < T; t += b.rows)
+                BT(fns)[b.idx][imin(b.rows, T - t) - 1](vx + (size_t)t * cw, cw, 1, ux + oc0, op, K,
+                                                        mx + (size_t)t * op + oc0, 0);
+            oc0 += 16 * b.nv;
         }
     }
 }
@@ -73,12 +73,11 @@ BATTR void BT(bwgrad)(const uint32_t *V, size_t vs, const uint32_t *Y, size_t ys
         const uint32_t *vx = V + (size_t)xi * vs, *yx = Y + (size_t)xi * ys;
         float *dx = du + (size_t)xi * C * op;
         for (int oc0 = 0; oc0 < op;) {
-            const int left = (op - oc0) / 16, nv = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            const int tbn = nv == 4 ? TB4 : nv == 2 ? TB2 : TB1;
-            for (int c = 0; c < C; c += tbn)
-                BT(fns)[nv == 4 ? 2 : nv == 2 ? 1 : 0][imin(tbn, C - c) - 1](vx + c, 1, (size_t)cp, yx + oc0, op, KP,
-                                                                             dx + (size_t)c * op + oc0, 1);
-            oc0 += 16 * nv;
+            const ts_wino_blk b = ts_nn_wino_blk((op - oc0) / 16);
+            for (int c = 0; c < C; c += b.rows)
+                BT(fns)[b.idx][imin(b.rows, C - c) - 1](vx + c, 1, (size_t)cp, yx + oc0, op, KP,
+                                                        dx + (size_t)c * op + oc0, 1);
+            oc0 += 16 * b.nv;
         }
     }
 }
