@@ -250,9 +250,9 @@ static void header(const bench *b, ts_bench_step_result *r)
     r->kernels = b->u.engine == TS_ENGINE_CUDA ? "cuDNN"
                  : b->u.precision == TS_PREC_BF16 ? (b->u.conv_winograd ? bfw : ts_nn_bf16_isa())
                  : b->u.precision == TS_PREC_FP16 ? "fp32 on fp16-rounded operands"
-                 : b->u.conv_winograd ? "fp32; train.conv = winograd: 3x3x3 layers with 16+ channels each side as Winograd "
-                                        "F(2,3) ones (weight gradients from 48+ channels, 256+ tiles), their FLOP counted "
-                                        "as direct ones'"
+                 : b->u.conv_winograd ? "fp32; train.conv = winograd: 3x3x3 layers with 16+ channels each side, or 16+ in "
+                                        "and at most 8 out (forward, input gradient), as Winograd F(2,3) ones (weight "
+                                        "gradients from 48+ channels, 256+ tiles), their FLOP counted as direct ones'"
                                       : "fp32";
 }
 

@@ -1,11 +1,11 @@
 # src/nn: layers with forward/backward (CPU kernels; the CUDA backend in src/nn/cuda)
 libtessera_la_SOURCES += src/nn/conv_kernels.c src/nn/conv_bf16.c src/nn/conv3d.c src/nn/convt3d.c src/nn/maxpool3d.c \
 	src/nn/norm_common.c src/nn/batchnorm.c src/nn/groupnorm.c src/nn/relu.c src/nn/concat.c \
-	src/nn/softmax_ce.c src/nn/dice.c src/nn/peak.c src/nn/winograd.c src/nn/winograd_bf16.c src/nn/conv_pointwise.c src/nn/conv_bias.c
+	src/nn/softmax_ce.c src/nn/dice.c src/nn/peak.c src/nn/winograd.c src/nn/winograd_bf16.c src/nn/winograd_narrow.c src/nn/conv_pointwise.c src/nn/conv_bias.c
 EXTRA_DIST += src/nn/gen_tiles.py
 # public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
 TS_PUBLIC_HDRS += src/nn/layers.h
-noinst_HEADERS += src/nn/conv_impl.h src/nn/conv_tiles.h src/nn/conv_pairs.h src/nn/conv_tiles_bf16.h src/nn/conv_bf16_variant.h src/nn/winograd_bf16_variant.h \
+noinst_HEADERS += src/nn/conv_impl.h src/nn/conv_tiles.h src/nn/conv_pairs.h src/nn/conv_tiles_bf16.h src/nn/conv_bf16_variant.h src/nn/winograd_bf16_variant.h src/nn/winograd_impl.h \
 	src/nn/norm_impl.h src/nn/loss_impl.h src/nn/peak.h
 # the CUDA backend of the layers (cuDNN convolutions, device kernels): CUDA builds only
 if HAVE_CUDA

@@ -114,10 +114,22 @@ static ts_conv_sched sched_of(const ts_conv_split *s1, const ts_conv_split *s2, 
 
 /* Whether a call of geometry g (forward; for the input gradient its
  * transposed geometry) runs as a Winograd convolution (ts_nn_set_winograd) */
+static int wino_any(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
+{
+    return ts_nn_winograd_on() && g->k == 3 && g->s == 1 && g->p == 1 && !halo && (!sch || sch->part == TS_CONV_ALL);
+}
 static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
 {
-    return ts_nn_winograd_on() && g->k == 3 && g->s == 1 && g->p == 1 && !halo && (!sch || sch->part == TS_CONV_ALL) &&
-           g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
+    return wino_any(g, halo, sch) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
+}
+/* the few-output-channel ones (winograd_narrow.c: 16+ channels in, at most
+ * 8 out, one output tensor, no maxima), fp32 only: 1.12-1.31x the direct
+ * kernels at 16 -> 8 (24^3 and 48^3, batch 2), 1.03-1.2x at 8 -> 8, so
+ * not taken there (docs/engine.md) */
+static int wino_narrow(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch, ts_conv_dst y)
+{
+    return wino_any(g, halo, sch) && ts_nn_winograd_narrow_fits(g) && ts_nn_conv_precision() == TS_PREC_FP32 && !y.b &&
+           !(y.ep && y.ep->amax);
 }
 /* the precisions Winograd runs in: fp32, or bf16 products (winograd_bf16.c)
  * with 64+ channels in and out together, where they measured faster than
@@ -175,8 +187,9 @@ static int conv_forward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *w
         ts_nn_run_hooks(sch);
         return 0;
     }
-    if (wino_fits(g, x.halo, sch))
-        return ts_nn_winograd(g, x, w->data, 0, b ? b->data : NULL, (ts_conv_dst){y->data, NULL, g->OC, ep});
+    const ts_conv_dst yd = {y->data, NULL, g->OC, ep};
+    if (wino_narrow(g, x.halo, sch, yd)) return ts_nn_winograd_narrow(g, x, w->data, 0, b ? b->data : NULL, yd);
+    if (wino_fits(g, x.halo, sch)) return ts_nn_winograd(g, x, w->data, 0, b ? b->data : NULL, yd);
     if (ts_nn_conv_precision() == TS_PREC_BF16) {
         const uint32_t *wb = ts_nn_bf16_pack(w->data, g->C, g->OC, g->k * g->k * g->k, 0, 0);
         if (!wb) return TS_ERR(TS_ERR_NOMEM, "conv3d packed bf16 weights");
@@ -236,6 +249,10 @@ static int conv_backward(const ts_conv_geom *g, ts_conv_src x, const ts_tensor *
             ts_conv_geom r = {g->N, g->OD, g->OH, g->OW, g->OC, g->D, g->H, g->W, g->C, g->k, 1, g->k - 1 - g->p};
             if (!dx.b && !dx.ep && !hy && pw_path(g, (ts_conv_src){dy->data, NULL, g->OC, NULL}, NULL)) {
                 TS_CHECK(ts_nn_pw_dgrad(bf, g, dy->data, w->data, dx.a));
+                goto cleanup;
+            }
+            if (wino_narrow(&r, hy, NULL, dx)) {
+                TS_CHECK(ts_nn_winograd_narrow(&r, (ts_conv_src){dy->data, NULL, g->OC, NULL}, w->data, 1, NULL, dx));
                 goto cleanup;
             }
             if (wino_fits(&r, hy, NULL)) {

@@ -236,6 +236,16 @@ int ts_nn_pw_wgrad(int bf, const ts_conv_geom *g, const float *x, const float *d
  * or split at ca, with its epilogue). Return 0, TS_ERR_NOMEM or TS_ERR_ARG
  * (more than 2048 output channels). */
 int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y);
+/* The same for at most 8 output channels and 8 or more input channels
+ * (winograd_narrow.c: tile pairs in a vector), fp32, y one tensor without
+ * the epilogue's maxima (else TS_ERR_ARG); the same bits as
+ * ts_nn_winograd's. _fits: the channel counts it takes; _scratch: its
+ * bytes of scratch slot 0 on nthreads threads, and of slot 1 in *slot1. */
+int ts_nn_winograd_narrow(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias,
+                          ts_conv_dst y);
+int ts_nn_winograd_narrow_fits(const ts_conv_geom *g);
+long ts_nn_winograd_narrow_calls(void); /* its calls so far (the tests check that it ran) */
+size_t ts_nn_winograd_narrow_scratch(const ts_conv_geom *g, int nthreads, size_t *slot1);
 /* The weight gradient of that convolution (x as there, gy [N, D, H, W, OC])
  * into dwp [27][C][OC] (overwritten), the same layout as ts_nn_wgrad2's:
  * dU = sum over tiles of (B^T x B) (A gy A^T), dw = G^T dU G; the same

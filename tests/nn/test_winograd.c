@@ -62,15 +62,23 @@ static double max_rel(const float *a, const double *r, size_t n, double *scale)
     return m;
 }
 
-/* ep: 0 none, 1 folded norm + ReLU, 2 folded norm + leaky ReLU, 3 ReLU alone */
+/* epilogue kind epk: 0 none, 1 folded norm (scale sc, shift sh) + ReLU, 2
+ * folded norm + leaky ReLU, 3 ReLU alone */
+static ts_conv_ep ep_kind(int epk, const ts_tensor *sc, const ts_tensor *sh)
+{
+    const int norm = epk == 1 || epk == 2;
+    return (ts_conv_ep){norm ? (float *)sc->data : NULL, norm ? (float *)sh->data : NULL,
+                        epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f, NULL};
+}
+
+/* ep: as ep_kind */
 static void check(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
 {
     const int C = ca + cb;
     ts_tensor a = MK(-1, 1, N, D, H, W, ca), a2 = cb ? MK(-1, 1, N, D, H, W, cb) : (ts_tensor){0};
     ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
     ts_tensor y = MK(7, 7, N, D, H, W, OC), yd = MK(7, 7, N, D, H, W, OC);
-    const ts_conv_ep ep = {epk == 1 || epk == 2 ? (float *)sc.data : NULL, epk == 1 || epk == 2 ? (float *)sh.data : NULL,
-                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f, NULL};
+    const ts_conv_ep ep = ep_kind(epk, &sc, &sh);
     const size_t n = (size_t)ts_tensor_numel(&y);
     double *r = malloc(n * sizeof *r);
     ref(&a, cb ? &a2 : NULL, &w, b.data, epk ? &ep : NULL, r);
@@ -202,6 +210,85 @@ static void layer_switch(int D, int H, int W, int ca, int cb, int OC)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* fp32 convolutions with at most 8 output channels and 16+ input channels
+ * (src/nn/winograd_narrow.c, tile pairs in a vector): with the switch on,
+ * the layer's forward runs there (its call counter moves), gives exactly
+ * ts_conv3d_winograd_forward's bits (winograd.c's sums, 16 lanes a voxel)
+ * and is within 1e-5 of double; the input gradient of a layer with at most
+ * 8 input and 16+ output channels likewise (against double, not the direct
+ * bits) */
+static void narrow_case(int N, int D, int H, int W, int ca, int cb, int OC, int epk)
+{
+    const int C = ca + cb;
+    ts_tensor a = MK(-1, 1, N, D, H, W, ca), a2 = cb ? MK(-1, 1, N, D, H, W, cb) : (ts_tensor){0};
+    ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
+    ts_tensor y = MK(7, 7, N, D, H, W, OC), yw = MK(7, 7, N, D, H, W, OC);
+    const ts_conv_ep ep = ep_kind(epk, &sc, &sh);
+    const size_t n = (size_t)ts_tensor_numel(&y);
+    double *r = malloc(n * sizeof *r), scale;
+    ref(&a, cb ? &a2 : NULL, &w, b.data, epk ? &ep : NULL, r);
+    int rc = ts_conv3d_winograd_forward(&a, cb ? &a2 : NULL, &w, &b, epk ? &ep : NULL, &yw);
+    const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, epk ? &ep : NULL};
+    const long c0 = ts_nn_winograd_narrow_calls();
+    ts_nn_set_winograd(1);
+    rc |= cb ? ts_conv3d_cat_forward_split(&a, &a2, &w, &b, &sp, &y) : ts_conv3d_forward_split(&a, &w, &b, &sp, &y);
+    ts_nn_set_winograd(0);
+    const long ran = ts_nn_winograd_narrow_calls() - c0;
+    const double e = max_rel(y.data, r, n, &scale);
+    const int same = !memcmp(y.data, yw.data, n * sizeof(float));
+    char cat[32] = "";
+    if (cb) snprintf(cat, sizeof cat, "+%d", cb);
+    ts_ok(rc == 0 && ran == 1 && same && e <= 1e-5 && scale > 0.1,
+          "narrow winograd [%d, %dx%dx%d, %d%s] -> %d, epilogue %d: %ld call(s), %s, max error %.2e of the scale %.3g", N,
+          D, H, W, ca, cat, OC, epk, ran, same ? "winograd.c's bits" : "NOT winograd.c's bits", e, scale);
+    free(r);
+    /* the input gradient of OC' = C -> C' = OC channels: narrow where C' <= 8 */
+    ts_tensor w2 = MK(-0.3f, 0.3f, C, OC, 3, 3, 3), dy = MK(-1, 1, N, D, H, W, C), dx = MK(0, 0, N, D, H, W, OC),
+              dx0 = MK(0, 0, N, D, H, W, OC), xin = MK(-1, 1, N, D, H, W, OC);
+    const size_t nx = (size_t)ts_tensor_numel(&dx);
+    r = malloc(nx * sizeof *r);
+    ref_dx(&dy, &w2, OC, r);
+    rc = ts_conv3d_backward(&xin, &w2, 1, 1, &dy, &dx0, NULL, NULL);
+    const long d0 = ts_nn_winograd_narrow_calls();
+    ts_nn_set_winograd(1);
+    rc |= ts_conv3d_backward(&xin, &w2, 1, 1, &dy, &dx, NULL, NULL);
+    ts_nn_set_winograd(0);
+    const long dran = ts_nn_winograd_narrow_calls() - d0;
+    const double ed = max_rel(dx.data, r, nx, &scale);
+    const int direct = !memcmp(dx.data, dx0.data, nx * sizeof(float));
+    ts_ok(rc == 0 && dran == 1 && !direct && ed <= 1e-5 && scale > 0.1,
+          "narrow winograd input gradient [%d, %dx%dx%d, %d] -> %d: %ld call(s), %s, max error %.2e of the scale %.3g", N,
+          D, H, W, C, OC, dran, direct ? "the direct bits" : "not the direct bits", ed, scale);
+    free(r);
+    ts_tensor *all[] = {&a, &w, &b, &sc, &sh, &y, &yw, &w2, &dy, &dx, &dx0, &xin};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+    if (cb) ts_tensor_free(&a2);
+}
+
+/* 8 -> 8 (under 16 input channels: conv3d.c keeps the direct kernels, which
+ * measured about as fast) with the switch on: the direct bits, forward and
+ * input gradient, and the narrow driver not called */
+static void narrow_direct(void)
+{
+    ts_tensor x = MK(-1, 1, 1, 6, 7, 8, 8), w = MK(-0.3f, 0.3f, 8, 8, 3, 3, 3), dy = MK(-1, 1, 1, 6, 7, 8, 8);
+    ts_tensor y[2], dx[2];
+    int rc = 0;
+    const long c0 = ts_nn_winograd_narrow_calls();
+    for (int k = 0; k < 2; k++) {
+        y[k] = MK(0, 0, 1, 6, 7, 8, 8);
+        dx[k] = MK(0, 0, 1, 6, 7, 8, 8);
+        ts_nn_set_winograd(k);
+        rc |= ts_conv3d_forward(&x, &w, NULL, 1, 1, &y[k]) | ts_conv3d_backward(&x, &w, 1, 1, &dy, &dx[k], NULL, NULL);
+        ts_nn_set_winograd(0);
+    }
+    const size_t n = (size_t)ts_tensor_numel(&y[0]);
+    ts_ok(rc == 0 && ts_nn_winograd_narrow_calls() == c0 && !memcmp(y[0].data, y[1].data, n * sizeof(float)) &&
+              !memcmp(dx[0].data, dx[1].data, n * sizeof(float)),
+          "8 -> 8 with the switch on: the direct bits (forward and input gradient), the narrow driver not called");
+    ts_tensor *all[] = {&x, &w, &dy, &y[0], &y[1], &dx[0], &dx[1]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 /* the Winograd weight gradient and input gradient on 1, 2 and 3 threads:
  * the same bits (fixed chunks summed in order) */
 static void threads_same(void)
@@ -290,8 +377,7 @@ static void bf16_case(int N, int D, int H, int W, int ca, int cb, int OC, int ep
     ts_tensor w = MK(-0.3f, 0.3f, OC, C, 3, 3, 3), b = MK(-0.5f, 0.5f, OC), sc = MK(0.5f, 1.5f, OC), sh = MK(-0.5f, 0.5f, OC);
     ts_tensor yf = MK(7, 7, N, D, H, W, OC), ye = MK(7, 7, N, D, H, W, OC), yn = MK(7, 7, N, D, H, W, OC),
               yd = MK(7, 7, N, D, H, W, OC), yl = MK(7, 7, N, D, H, W, OC);
-    const ts_conv_ep ep = {epk == 1 || epk == 2 ? (float *)sc.data : NULL, epk == 1 || epk == 2 ? (float *)sh.data : NULL,
-                           epk == 0 ? TS_EP_NONE : epk == 2 ? TS_EP_LEAKY : TS_EP_RELU, 0.01f, NULL};
+    const ts_conv_ep ep = ep_kind(epk, &sc, &sh);
     const ts_conv_ep *e_ = epk ? &ep : NULL;
     const ts_conv_split sp = {NULL, TS_CONV_ALL, NULL, NULL, e_};
     const size_t n = (size_t)ts_tensor_numel(&yf);
@@ -466,6 +552,15 @@ int main(void)
     layer_switch(16, 16, 18, 24, 8, 40); /* 576 tiles: the Winograd weight gradient */
     layer_switch(9, 20, 41, 40, 24, 80); /* 550 tiles, 4 + 1 vectors, 12 + 16 + 16 + 16 rows */
     threads_same();
+    narrow_case(2, 5, 6, 9, 16, 0, 8, 0);    /* odd edges: a pair's second tile past the volume */
+    narrow_case(1, 6, 6, 6, 8, 8, 8, 1);     /* a concatenation 8 + 8 -> 8, folded norm + ReLU */
+    narrow_case(1, 3, 9, 37, 20, 0, 5, 2);   /* channels not multiples of 8, leaky ReLU, 3 pair blocks a row */
+    narrow_case(1, 3, 7, 7, 5, 11, 8, 3);    /* a concatenation not at a multiple of 8, ReLU alone */
+    narrow_case(1, 12, 12, 12, 16, 0, 8, 1); /* several row pairs an item, a partial block */
+    narrow_case(1, 2, 3, 400, 16, 0, 8, 0);  /* rows split into column blocks */
+    narrow_case(1, 1, 1, 1, 16, 0, 8, 0);    /* one voxel */
+    narrow_case(2, 24, 24, 24, 8, 8, 8, 1);  /* the demo's decoder layer at 48^3 / 2, 2 windows */
+    narrow_direct();
     bf16_case(1, 6, 6, 6, 24, 0, 40, 1);   /* channels not multiples of 16, folded norm + ReLU */
     bf16_case(1, 8, 8, 8, 16, 16, 32, 3);  /* a concatenation, ReLU alone */
     bf16_case(2, 5, 7, 9, 17, 0, 20, 0);   /* an odd channel count: the last pair half zero */

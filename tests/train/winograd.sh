@@ -4,7 +4,7 @@
 # train.conv = direct's from the same initial weights, tensor by tensor
 # relative to each tensor's scale (tests/train/lib_grads.sh; forward,
 # input and weight gradients through Winograd where they qualify), on a plain
-# batch-norm U-Net and on nnU-Net's variant (residual encoder, deep
+# batch-norm U-Net (and one with 8 channels at its first level) and on nnU-Net's variant (residual encoder, deep
 # supervision, instance norm, leaky ReLU) with activation checkpointing;
 # and not bit-identical to them (the Winograd convolutions ran). With a
 # spatial split (parallel.sp = 2) the split layers stay direct and the
@@ -23,6 +23,10 @@ grad_ref plain
 grad_eq plain 1 1e-4 train.conv=winograd
 _grad_case plain 1 0 differ train.conv=winograd
 grad_eq plain 2 1e-4 train.conv=winograd parallel.sp=2
+# 8 channels at the first level: its 16 -> 8 decoder convolution and the 8 -> 16 one's input gradient
+# through the few-output-channel driver (src/nn/winograd_narrow.c)
+grad_ref few model.channels=8,16,32
+grad_eq few 1 1e-4 train.conv=winograd
 # bf16: the forward and input gradient with bf16 products where 64+ channels in and out. bf16's own
 # rounding moves this model's deep gradients by up to about 0.25 of their scale from fp32's, so the
 # check is relative to it: per weight, bf16 Winograd's distance from the fp32 gradient within 2x the
