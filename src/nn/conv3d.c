@@ -123,9 +123,9 @@ static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_s
     return wino_any(g, halo, sch) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
 }
 /* the few-output-channel ones (winograd_narrow.c: 16+ channels in, at most
- * 8 out, one output tensor, no maxima), fp32 only: 1.12-1.31x the direct
- * kernels at 16 -> 8 (24^3 and 48^3, batch 2), 1.03-1.2x at 8 -> 8, so
- * not taken there (docs/engine.md) */
+ * 8 out, one output tensor, no maxima), fp32 only: 1.11-1.28x the direct
+ * kernels at 16 -> 8 (12^3 to 48^3, batch 2), 0.9-1.2x at 8 -> 8, so not
+ * taken there (docs/engine.md) */
 static int wino_narrow(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch, ts_conv_dst y)
 {
     return wino_any(g, halo, sch) && ts_nn_winograd_narrow_fits(g) && ts_nn_conv_precision() == TS_PREC_FP32 && !y.b &&
