@@ -164,15 +164,13 @@ static void item_input(const nplan *p, ts_conv_src x, const nitem *i, float *R, 
             }
             const int j0 = imax(0, -w0), j1 = imin(ncol, W - w0);
             memset(R, 0, (size_t)j0 * cq * sizeof(float));
-            if (!cb && C == cq) memcpy(R + (size_t)j0 * cq, x.a + (row * W + w0 + j0) * C, (size_t)(j1 - j0) * C * sizeof(float));
-            else
-                for (int j = j0; j < j1; j++) {
-                    const size_t vox = row * W + w0 + j;
-                    float *d = R + (size_t)j * cq;
-                    memcpy(d, x.a + vox * ca, (size_t)ca * sizeof(float));
-                    if (cb) memcpy(d + ca, x.b + vox * cb, (size_t)cb * sizeof(float));
-                    memset(d + C, 0, (size_t)(cq - C) * sizeof(float));
-                }
+            for (int j = j0; j < j1; j++) {
+                const size_t vox = row * W + w0 + j;
+                float *d = R + (size_t)j * cq;
+                memcpy(d, x.a + vox * ca, (size_t)ca * sizeof(float));
+                if (cb) memcpy(d + ca, x.b + vox * cb, (size_t)cb * sizeof(float));
+                memset(d + C, 0, (size_t)(cq - C) * sizeof(float));
+            }
             if (j1 < ncol) memset(R + (size_t)imax(j1, 0) * cq, 0, (size_t)(ncol - imax(j1, 0)) * cq * sizeof(float));
             for (int j = 0; j < nd; j++)
                 for (int k = 0; k < cq; k += 8) {
