@@ -120,7 +120,7 @@ static int wino_any(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sc
 }
 static int wino_geom(const ts_conv_geom *g, const ts_halo *halo, const ts_conv_sched *sch)
 {
-    return wino_any(g, halo, sch) && g->C >= 16 && g->OC >= 16 && g->OC <= 2048;
+    return wino_any(g, halo, sch) && ts_nn_winograd_fits(g);
 }
 /* the few-output-channel ones (winograd_narrow.c: 16+ channels in, at most
  * 8 out, one output tensor, no maxima), fp32 only: 1.11-1.28x the direct

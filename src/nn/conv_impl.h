@@ -236,7 +236,9 @@ int ts_nn_pw_wgrad(int bf, const ts_conv_geom *g, const float *x, const float *d
  * or split at ca, with its epilogue). Return 0, TS_ERR_NOMEM or TS_ERR_ARG
  * (more than 2048 output channels). */
 int ts_nn_winograd(const ts_conv_geom *g, ts_conv_src x, const float *w, int flip, const float *bias, ts_conv_dst y);
-/* The same for at most 8 output channels and 8 or more input channels
+/* The channel counts ts_nn_winograd takes (16+ in and out, at most 2048 out) */
+int ts_nn_winograd_fits(const ts_conv_geom *g);
+/* The same for at most 8 output channels and 16 or more input channels
  * (winograd_narrow.c: tile pairs in a vector), fp32, y one tensor without
  * the epilogue's maxima (else TS_ERR_ARG); the same bits as
  * ts_nn_winograd's. _fits: the channel counts it takes; _scratch: its
@@ -280,8 +282,10 @@ void ts_nn_winograd_release(void);
  * seen twice unchanged; weights that change between calls are not cached) */
 size_t ts_nn_winograd_cache_bytes(void);
 /* the scratch bytes (ts_nn_scratch, slots 0 and 1) the Winograd forward
- * and input gradient of geometry g on nthreads threads take, and with
- * wgrad its weight gradient too: for the memory plan */
+ * and input gradient of geometry g on nthreads threads take (each through
+ * the driver that takes its channel counts, winograd.c or
+ * winograd_narrow.c; 0 where neither does), and with wgrad its weight
+ * gradient too: for the memory plan */
 size_t ts_nn_winograd_scratch_bytes(const ts_conv_geom *g, int nthreads, int wgrad);
 
 /* ---- fp16 (ts_nn_set_conv_precision(TS_PREC_FP16)) ----

@@ -195,7 +195,8 @@ int ts_conv3d_winograd_forward(const ts_tensor *x, const ts_tensor *x2, const ts
 /* Local. The scratch bytes (per process; the kernels' buffers on nthreads
  * threads, 0: those the kernels use) a Winograd layer of N samples of D x H x W voxels, C -> OC
  * channels, takes: forward and input gradient, and with wgrad the weight
- * gradient; for the memory plan (src/train/trainer_setup.c). */
+ * gradient; 0 for channel counts no Winograd driver takes; for the memory
+ * plan (src/train/trainer_setup.c). */
 size_t ts_conv3d_winograd_scratch_bytes(int N, int D, int H, int W, int C, int OC, int nthreads, int wgrad);
 /* Backward on the box: xs is the forward input's halo (for dw: the weight
  * gradient sums over the box's outputs, reading x's halo), dys the output

@@ -59,6 +59,8 @@ static void weights(const float *w, int flip, int C, int OC, int op, int bf, voi
     }
 }
 
+int ts_nn_winograd_fits(const ts_conv_geom *g) { return g->C >= 16 && g->OC >= 16 && g->OC <= 2048; }
+
 static atomic_int wino_on;
 
 int ts_nn_set_winograd(int on)
@@ -654,18 +656,19 @@ size_t ts_nn_winograd_scratch_bytes(const ts_conv_geom *g, int nthreads, int wgr
     const size_t f = sizeof(float);
     ts_conv_geom t = *g; /* the input gradient's: the transposed geometry */
     t.C = g->OC, t.OC = g->C;
-    const wplan pf = plan_of(g, 16), pt = plan_of(&t, 16);
-    size_t s0 = pf.per * nthreads * f, s1 = (size_t)64 * pf.C * pf.op * f;
-    if (pt.per * nthreads * f > s0) s0 = pt.per * nthreads * f;
-    if ((size_t)64 * pt.C * pt.op * f > s1) s1 = (size_t)64 * pt.C * pt.op * f;
-    for (int k = 0; k < 2; k++) /* the few-output-channel driver's (winograd_narrow.c), where it takes either */
-        if (ts_nn_winograd_narrow_fits(k ? &t : g)) {
-            size_t n1;
-            const size_t n0 = ts_nn_winograd_narrow_scratch(k ? &t : g, nthreads, &n1);
-            if (n0 > s0) s0 = n0;
-            if (n1 > s1) s1 = n1;
-        }
-    if (wgrad) {
+    size_t s0 = 0, s1 = 0;
+    for (int k = 0; k < 2; k++) { /* the forward's geometry, then the input gradient's: the driver that takes it */
+        const ts_conv_geom *q = k ? &t : g;
+        size_t n0 = 0, n1 = 0;
+        if (ts_nn_winograd_fits(q)) {
+            const wplan p = plan_of(q, 16);
+            n0 = p.per * nthreads * f, n1 = (size_t)64 * p.C * p.op * f;
+        } else if (ts_nn_winograd_narrow_fits(q))
+            n0 = ts_nn_winograd_narrow_scratch(q, nthreads, &n1);
+        if (n0 > s0) s0 = n0;
+        if (n1 > s1) s1 = n1;
+    }
+    if (wgrad && ts_nn_winograd_fits(g)) {
         const wplan pw = plan_of(g, WG_TMIN);
         const size_t w0 = (pw.per * nthreads + (size_t)64 * pw.C * pw.op * wg_chunks(g, &pw)) * f;
         if (w0 > s0) s0 = w0;

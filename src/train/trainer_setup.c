@@ -31,9 +31,10 @@ double ts_train_rss_mb(void) { return rss_now_mb(); }
  * transformed weights, the weight gradient's chunk sums; the buffers are
  * reused from layer to layer) and the transformed weights (with a copy of
  * the weights) that evaluation's forwards cache while the weights do not
- * change. The layers: 3x3x3 convolutions with 16+ channels each side, and
- * those with 8+ channels in and at most 8 out, or the other way round (their
- * forward or input gradient in winograd_narrow.c; nothing cached), encoder l (in -> c_l, c_l -> c_l), decoder l (2 c_l -> c_l, c_l -> c_l). */
+ * change. The layers: the 3x3x3 convolutions, encoder l (in -> c_l, c_l ->
+ * c_l), decoder l (2 c_l -> c_l, c_l -> c_l); those no Winograd driver
+ * takes have no scratch, and only those with 16+ channels each side cache
+ * (the few-output-channel driver transforms its weights on each call). */
 static double winograd_mb(const ts_unet_cfg *u, int batch, const int64_t box[3])
 {
     size_t scratch = 0;
@@ -44,11 +45,9 @@ static double winograd_mb(const ts_unet_cfg *u, int batch, const int64_t box[3])
         const int D = (int)(box[0] >> l), H = (int)(box[1] >> l), W = (int)(box[2] >> l);
         for (int i = 0; i < np; i++) {
             const int C = pairs[i][0], OC = pairs[i][1];
-            const int wide = C >= 16 && OC >= 16 && OC <= 2048, narrow = (C >= 8 && OC <= 8) || (OC >= 8 && C <= 8);
-            if (!wide && !narrow) continue;
             const size_t b = ts_conv3d_winograd_scratch_bytes(batch, D, H, W, C, OC, 0, 1);
             if (b > scratch) scratch = b;
-            if (wide) cached += (64.0 * C * ((OC + 15) / 16 * 16) + 27.0 * C * OC) * 4;
+            if (C >= 16 && OC >= 16 && OC <= 2048) cached += (64.0 * C * ((OC + 15) / 16 * 16) + 27.0 * C * OC) * 4;
         }
     }
     return ((double)scratch + cached) / 1048576.0;

@@ -289,6 +289,22 @@ static void narrow_direct(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* the memory plan's Winograd scratch (ts_conv3d_winograd_scratch_bytes):
+ * none where no driver takes the channel counts (8 -> 8, 12 -> 16), the
+ * few-output-channel driver's where it takes the forward (16 -> 8) or the
+ * input gradient (8 -> 16), winograd.c's for 16 -> 16 */
+static void plan_scratch(void)
+{
+    const size_t n88 = ts_conv3d_winograd_scratch_bytes(2, 24, 24, 24, 8, 8, 2, 1);
+    const size_t n1216 = ts_conv3d_winograd_scratch_bytes(2, 24, 24, 24, 12, 16, 2, 1);
+    const size_t n168 = ts_conv3d_winograd_scratch_bytes(2, 24, 24, 24, 16, 8, 2, 1);
+    const size_t n816 = ts_conv3d_winograd_scratch_bytes(2, 24, 24, 24, 8, 16, 2, 1);
+    const size_t n1616 = ts_conv3d_winograd_scratch_bytes(2, 24, 24, 24, 16, 16, 2, 1);
+    ts_ok(n88 == 0 && n1216 == 0 && n168 > 0 && n816 == n168 && n1616 > 0,
+          "Winograd scratch for the memory plan: 8 -> 8 %zu, 12 -> 16 %zu, 16 -> 8 %zu, 8 -> 16 %zu, 16 -> 16 %zu bytes", n88,
+          n1216, n168, n816, n1616);
+}
+
 /* the Winograd weight gradient and input gradient on 1, 2 and 3 threads:
  * the same bits (fixed chunks summed in order) */
 static void threads_same(void)
@@ -561,6 +577,7 @@ int main(void)
     narrow_case(1, 1, 1, 1, 16, 0, 8, 0);    /* one voxel */
     narrow_case(2, 24, 24, 24, 8, 8, 8, 1);  /* the demo's decoder layer at 48^3 / 2, 2 windows */
     narrow_direct();
+    plan_scratch();
     bf16_case(1, 6, 6, 6, 24, 0, 40, 1);   /* channels not multiples of 16, folded norm + ReLU */
     bf16_case(1, 8, 8, 8, 16, 16, 32, 3);  /* a concatenation, ReLU alone */
     bf16_case(2, 5, 7, 9, 17, 0, 20, 0);   /* an odd channel count: the last pair half zero */
