@@ -16,7 +16,8 @@
 #   1. tessera info: the build, the CUDA libraries and the GPUs;
 #   2. the GPU layer tests (tests/nn/test_layers_cuda): cuDNN conv3d,
 #      transposed conv3d and conv3d over a concatenation against the CPU
-#      kernels, fp32 (TF32 off, <= 1e-4), bf16 and fp16 (<= 1e-2);
+#      kernels, fp32 (TF32 off, <= 1e-4), bf16 and fp16 (<= 1e-2), the
+#      other layers (the opt-in paths of 5 included) likewise;
 #   3. the collectives on device buffers (tessera bench coll --device gpu
 #      --check): nccl, hierarchical and auto on 1 rank, hierarchical and auto
 #      on 2 ranks faked as 2 nodes of one rank each (one GPU cannot hold two
@@ -36,10 +37,11 @@
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
 #      GPU engine at the same sizes: samples/s side by side (and batch 8
 #      again with the few-channel convolutions padded to 8 channels,
-#      TESSERA_CUDA_FEWCH=pad, and with that and the transposed
-#      convolutions and every weight gradient as cuBLAS GEMMs,
-#      TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm: none yet the
-#      default);
+#      TESSERA_CUDA_FEWCH=pad, and with every opt-in path: that, the
+#      transposed convolutions and every weight gradient as cuBLAS GEMMs,
+#      TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm, and the norms'
+#      passes and the concatenations through the tiled kernels,
+#      TESSERA_CUDA_PASSES=tiled: none yet the default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
 #      layer (each layer call waits for the GPU), for the next speed work;
 #      again with the opt-in paths of 5 (profile-opt).
@@ -293,15 +295,16 @@ fi
 
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
 if want bench; then
-# (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-pad-gemm: also the
+# (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-opt: also the
 # 2x2x2 transposed convolutions and the weight gradients as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm
-# TESSERA_CUDA_WGRAD=gemm; none the default yet)
-for b in 2 8 8-pad 8-pad-gemm; do
+# TESSERA_CUDA_WGRAD=gemm, and the tiled norm and concatenation kernels, TESSERA_CUDA_PASSES=tiled; none the
+# default yet)
+for b in 2 8 8-pad 8-opt; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
-    fewch=fp32 convt=cudnn
-    case $b in *-pad*) fewch=pad ;; esac
-    case $b in *-gemm) convt=gemm ;; esac
-    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt TESSERA_CUDA_WGRAD=$convt "$mpiexec" -n 1 "$tessera" bench step \
+    fewch=fp32 convt=cudnn passes=plain
+    case $b in *-pad) fewch=pad ;; *-opt) fewch=pad convt=gemm passes=tiled ;; esac
+    run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt TESSERA_CUDA_WGRAD=$convt \
+        TESSERA_CUDA_PASSES=$passes "$mpiexec" -n 1 "$tessera" bench step \
         "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%%-*} train.precision=bf16 train.engine=cuda \
         --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
@@ -327,8 +330,8 @@ fi # want bench
 if want profile; then
 # (profile-opt: with the opt-in paths of the bench above)
 for p in profile profile-opt; do
-    opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn TESSERA_CUDA_WGRAD=cudnn"
-    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm"
+    opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn TESSERA_CUDA_WGRAD=cudnn TESSERA_CUDA_PASSES=plain"
+    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm TESSERA_CUDA_PASSES=tiled"
     run $p 90 env $opts "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
         train.batch=2 train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
     if [ $rc -eq 0 ]; then

@@ -217,14 +217,18 @@ static void test_relu_pool_concat(void)
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
-/* kind 0 batch norm (train), 1 batch norm (eval), 2 group norm (groups 4), 3 instance norm; relu fused or not */
-static void test_norm(int kind, int relu)
+static const char *passes_name = ""; /* " (tiled passes)" while ts_cuda_set_passes(1) */
+
+/* kind 0 batch norm (train), 1 batch norm (eval), 2 group norm (groups 4), 3 instance norm; relu fused or not;
+ * [2, D, D + 1, D + 2, C] */
+static void test_norm(int kind, int relu, int C, int D)
 {
     static const char *const names[] = {"batch norm (train)", "batch norm (eval)", "group norm", "instance norm"};
     char what[96];
-    snprintf(what, sizeof what, "%s%s", names[kind], relu ? " + relu" : "");
-    const int N = 2, C = 8, G = kind == 2 ? 4 : kind == 3 ? C : 1, nstat = kind <= 1 ? C : N * G;
-    ts_tensor x = mk(5, (int64_t[]){N, 5, 6, 7, C}, -2, 3), y = host_like(&x), dy = mk(5, x.shape, -1, 1),
+    snprintf(what, sizeof what, "%s%s, %d channels, %dx%dx%d%s", names[kind], relu ? " + relu" : "", C, D, D + 1,
+             D + 2, passes_name);
+    const int N = 2, G = kind == 2 ? 4 : kind == 3 ? C : 1, nstat = kind <= 1 ? C : N * G;
+    ts_tensor x = mk(5, (int64_t[]){N, D, D + 1, D + 2, C}, -2, 3), y = host_like(&x), dy = mk(5, x.shape, -1, 1),
               dx = host_like(&x), g = mk(1, (int64_t[]){C}, 0.5f, 1.5f), b = mk(1, (int64_t[]){C}, -0.5f, 0.5f),
               rm = mk(1, (int64_t[]){C}, -0.2f, 0.2f), rv = mk(1, (int64_t[]){C}, 0.5f, 1.5f),
               sm = mk(1, (int64_t[]){nstat}, 0, 0), si = mk(1, (int64_t[]){nstat}, 0, 0),
@@ -265,6 +269,32 @@ static void test_norm(int kind, int relu)
     }
     ts_tensor *all[] = {&x, &y, &dy, &dx, &g, &b, &rm, &rv, &sm, &si, &dg, &db,
                         &gx, &gy, &gdy, &gdx, &gg, &gb, &grm, &grv, &gsm, &gsi, &gdg, &gdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* concatenation [2, D, D, D, ca] + [.., cb] along the channels, and back (both inputs' gradients, then each
+ * alone: the other is left as it was) */
+static void test_concat(int ca, int cb, int D)
+{
+    char what[96];
+    snprintf(what, sizeof what, "concat [%d, %d] at %d^3%s", ca, cb, D, passes_name);
+    ts_tensor a = mk(5, (int64_t[]){2, D, D, D, ca}, -1, 1), b = mk(5, (int64_t[]){2, D, D, D, cb}, -1, 1),
+              y = mk(5, (int64_t[]){2, D, D, D, ca + cb}, 0, 0), dy = mk(5, y.shape, -1, 1), da = host_like(&a),
+              db = host_like(&b), ga0 = mk(5, a.shape, -1, 1), gb0 = mk(5, b.shape, -1, 1);
+    ts_tensor ga = up(&a), gb = up(&b), gy = up(&y), gdy = up(&dy), gda = up(&da), gdb = up(&db), gda1 = up(&ga0),
+              gdb1 = up(&gb0);
+    int e = ts_concat_forward(&a, &b, &y) || ts_concat_backward(&dy, &da, &db) || ts_concat_forward(&ga, &gb, &gy) ||
+            ts_concat_backward(&gdy, &gda, &gdb) || ts_concat_backward(&gdy, &gda1, NULL) ||
+            ts_concat_backward(&gdy, NULL, &gdb1) || ts_device_sync();
+    if (ts_ok(!e, "%s ran (%s)", what, e ? ts_err_message() : "ok")) {
+        char t[160];
+        snprintf(t, sizeof t, "%s output", what), check(t, &gy, &y, 0, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s gradient of the first input", what), check(t, &gda, &da, 0, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s gradient of the second input", what), check(t, &gdb, &db, 0, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s first gradient alone", what), check(t, &gda1, &da, 0, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s second gradient alone", what), check(t, &gdb1, &db, 0, TS_PREC_FP32);
+    }
+    ts_tensor *all[] = {&a, &b, &y, &dy, &da, &db, &ga0, &gb0, &ga, &gb, &gy, &gdy, &gda, &gdb, &gda1, &gdb1};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
@@ -409,7 +439,31 @@ int main(void)
 #endif
     test_relu_pool_concat();
     for (int kind = 0; kind < 4; kind++)
-        for (int relu = 0; relu < 2; relu++) test_norm(kind, relu);
+        for (int relu = 0; relu < 2; relu++) test_norm(kind, relu, 8, 5);
+#ifdef TS_HAVE_CUDA
+    /* the norms' passes and the concatenation through the tiled kernels
+     * (TESSERA_CUDA_PASSES=tiled): channel counts that divide 256 and not
+     * (48: 240 threads a block), above 256 (the plain kernels), volumes of
+     * many blocks; concatenations as float4 rows ([16, 16], [8, 8]) and as
+     * floats ([5, 3], [6, 2]: halves not multiples of 4) */
+    ts_cuda_set_passes(1);
+    passes_name = " (tiled passes)";
+    test_relu_pool_concat();
+    for (int kind = 0; kind < 4; kind++)
+        for (int relu = 0; relu < 2; relu++) test_norm(kind, relu, 8, 5);
+    for (int kind = 0; kind < 4; kind++) test_norm(kind, 1, 16, 24);
+    test_norm(0, 0, 48, 12);
+    test_norm(3, 1, 48, 12);
+    test_norm(0, 1, 320, 4);
+    test_norm(2, 0, 320, 4);
+    test_concat(16, 16, 20);
+    test_concat(8, 8, 20);
+    test_concat(5, 3, 9);
+    test_concat(6, 2, 9);
+    ts_cuda_set_passes(0);
+    passes_name = "";
+    test_concat(16, 16, 9);
+#endif
     for (int dice = 0; dice < 2; dice++) {
         test_loss(dice, 0, 0);
         test_loss(dice, 1, 0);

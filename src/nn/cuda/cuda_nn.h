@@ -67,6 +67,16 @@ int ts_cuk_chan_affine(const float *x, const float *scale, const float *shift, i
 /* dx = dy' a + (x - ctr) b + k per (n, c) */
 int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, const float *ctr, const float *a, const float *b,
                    const float *k, int N, size_t S, int C, float *dx, void *stream);
+/* The same three with the tiled kernels (TESSERA_CUDA_PASSES=tiled, layers_cuda.c; C > 256: the ones
+ * above), and the concatenation of rows rows along the channels: back 0 y [rows][ca + cb] = [a, b]; back 1
+ * a, b from y (either NULL: not written). Written without a GPU (nn_kernels.cu). */
+int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N,
+                           size_t S, int C, double *s1, double *s2, void *stream);
+int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
+                             float *y, void *stream);
+int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
+                         const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream);
+int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t rows, void *stream);
 /* count[256] (device, cleared first) = histogram of the labels; *at = first voxel of label t (~0 if none) */
 int ts_cuk_label_hist(const uint8_t *y, size_t V, unsigned long long *count, void *stream);
 int ts_cuk_label_first(const uint8_t *y, size_t V, int t, unsigned long long *at, void *stream);
@@ -146,6 +156,11 @@ int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride,
 
 
 /* ---- the other layers (layers_cuda.c); arguments as layers.h ---- */
+/* Local, for tests: the norms' passes over the voxels and the
+ * concatenation through the tiled kernels of nn_kernels.cu (1;
+ * TESSERA_CUDA_PASSES=tiled on first use) or the plain ones (0, the
+ * default until the tiled ones have run on a GPU) */
+int ts_cuda_set_passes(int on);
 int ts_cuda_relu_forward(const ts_tensor *x, float slope, ts_tensor *y);
 int ts_cuda_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx);
 int ts_cuda_add_inplace(ts_tensor *y, const ts_tensor *x);

@@ -115,6 +115,18 @@ int ts_cuda_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k,
                                    (int)dx->shape[2], (int)dx->shape[3], (int)dx->shape[4], k, s);
 }
 
+/* The tiled kernels of the memory-bound passes (norm sums, affine maps and
+ * input gradients, concatenation; nn_kernels.cu): 1 on
+ * (TESSERA_CUDA_PASSES=tiled on first use), 0 the plain kernels and
+ * cudaMemcpy2DAsync (the default until the tiled ones have run on a GPU) */
+static int passes_tiled = -1;
+static int tiled(void) { return ts_cuda_switch(&passes_tiled, "TESSERA_CUDA_PASSES", "tiled"); }
+int ts_cuda_set_passes(int on)
+{
+    passes_tiled = on != 0;
+    return 0;
+}
+
 /* --------------------------------------------------------- concatenation */
 /* rows of width wa/wb (floats) of src (pitch ws) to dst (pitch wd) at offset off */
 static int strided(float *dst, size_t wd, const float *src, size_t wsrc, size_t w, size_t rows)
@@ -138,6 +150,11 @@ int ts_cuda_concat_forward(const ts_tensor *a, const ts_tensor *b, ts_tensor *y)
     if (!ok || y->shape[nd - 1] != a->shape[nd - 1] + b->shape[nd - 1])
         return TS_ERR(TS_ERR_ARG, "concat: shapes do not match [a, b] along the channels");
     const size_t ca = (size_t)a->shape[nd - 1], cb = (size_t)b->shape[nd - 1], rows = (size_t)(ts_tensor_numel(y) / (int64_t)(ca + cb ? ca + cb : 1));
+    if (tiled() && ca + cb <= INT_MAX) {
+        void *s;
+        TS_TRY(stream(&s));
+        return ts_cuk_concat(0, y->data, a->data, b->data, (int)ca, (int)cb, rows, s);
+    }
     TS_TRY(strided(y->data, ca + cb, a->data, ca, ca, rows));
     return strided((float *)y->data + ca, ca + cb, b->data, cb, cb, rows);
 }
@@ -147,12 +164,18 @@ int ts_cuda_concat_backward(const ts_tensor *dy, ts_tensor *da, ts_tensor *db)
     TS_TRY(dev_f32(dy, "concat backward"));
     TS_TRY(dev_f32(da, "concat backward"));
     TS_TRY(dev_f32(db, "concat backward"));
+    if (!da && !db) return 0;
     const int nd = dy->ndim;
     const size_t cy = (size_t)dy->shape[nd - 1], rows = (size_t)(ts_tensor_numel(dy) / (int64_t)(cy ? cy : 1));
     const size_t ca = da ? (size_t)da->shape[da->ndim - 1] : cy - (size_t)db->shape[db->ndim - 1];
     if ((da && (size_t)ts_tensor_numel(da) != rows * ca) ||
         (db && (size_t)ts_tensor_numel(db) != rows * (cy - ca)) || ca > cy)
         return TS_ERR(TS_ERR_ARG, "concat backward: gradient shapes do not match");
+    if (tiled() && cy <= INT_MAX) {
+        void *s;
+        TS_TRY(stream(&s));
+        return ts_cuk_concat(1, dy->data, da ? da->data : NULL, db ? db->data : NULL, (int)ca, (int)(cy - ca), rows, s);
+    }
     if (da) TS_TRY(strided(da->data, ca, dy->data, cy, ca, rows));
     if (db) TS_TRY(strided(db->data, cy - ca, (const float *)dy->data + ca, cy, cy - ca, rows));
     return 0;
@@ -175,7 +198,8 @@ static int sums(int mode, const nd *d, const float *x, const float *dy, const fl
     const size_t nc = (size_t)d->N * d->C;
     TS_TRY(stream(&s));
     TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_SMALL, 2 * nc * sizeof(double), &buf));
-    TS_TRY(ts_cuk_chan_sums(mode, x, dy, mask, ctr, d->N, d->S, d->C, buf, (double *)buf + nc, s));
+    TS_TRY((tiled() ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(mode, x, dy, mask, ctr, d->N, d->S, d->C, buf,
+                                                                 (double *)buf + nc, s));
     double *h = malloc(2 * nc * sizeof(double));
     if (!h) return TS_ERR(TS_ERR_NOMEM, "norm sums");
     const int err = d2h(h, buf, 2 * nc * sizeof(double));
@@ -249,7 +273,8 @@ static int affine(const nd *d, const float *x, const float *scsh, int relu, floa
     const size_t nc = (size_t)d->N * d->C;
     TS_TRY(stream(&s));
     TS_TRY(up_arrays(scsh, 2 * nc, &dev));
-    return ts_cuk_chan_affine(x, dev, (const float *)dev + nc, d->N, d->S, d->C, relu, y, s);
+    return (tiled() ? ts_cuk_chan_affine_tiled : ts_cuk_chan_affine)(x, dev, (const float *)dev + nc, d->N, d->S, d->C,
+                                                                     relu, y, s);
 }
 
 /* dx from a, b, k and the centre per (n, c) (host arrays, uploaded together) */
@@ -260,7 +285,8 @@ static int norm_dx(const nd *d, const float *x, const float *dy, const float *ma
     TS_TRY(stream(&s));
     TS_TRY(up_arrays(ctr_abk, 4 * nc, &dev));
     const float *p = dev;
-    return ts_cuk_norm_dx(x, dy, mask, p, p + nc, p + 2 * nc, p + 3 * nc, d->N, d->S, d->C, dx, s);
+    return (tiled() ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, p, p + nc, p + 2 * nc, p + 3 * nc, d->N, d->S,
+                                                             d->C, dx, s);
 }
 
 /* dgamma += dg, dbeta += db (host values) */

@@ -379,6 +379,152 @@ extern "C" int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask
     return launched("norm input gradient");
 }
 
+// ---------------------------------------------------------------- the tiled passes (TESSERA_CUDA_PASSES=tiled)
+// The same sums, affine maps and input gradients as the three kernels above, and the concatenation, without
+// a 64-bit division per element and with one atomic per (block, channel) instead of one per 64 voxels.
+// A block has T = (256 / C) C threads (C <= 256): thread t keeps channel t % C for every element it visits,
+// since T and the grid's stride are multiples of C; blockIdx.y is the sample. Written on 2026-12-06 without a
+// GPU: opt-in until tests/nn/test_layers_cuda has passed them on one (docs/gpu.md). C > 256: the kernels above.
+static unsigned row_threads(int C) { return (unsigned)((256 / C) * C); }
+// blocks along x for one sample of n_items items, T threads each: enough for the GPU, at most 65535
+static unsigned tiled_blocks(size_t n_items, unsigned T, int N)
+{
+    size_t b = (n_items + T - 1) / T, cap = (size_t)(2048 / (N > 0 ? N : 1));
+    if (cap < 8) cap = 8;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+// per-(n, c) sums: each thread in double over its voxels, the block's threads of one channel summed in
+// shared memory (2 T doubles), then one double atomicAdd per (block, channel)
+__global__ void chan_sums_tiled_k(int mode, const float *x, const float *dy, const float *mask, const float *ctr,
+                                  size_t S, int C, double *s1, double *s2)
+{
+    extern __shared__ double sh[];
+    const unsigned t = threadIdx.x, T = blockDim.x;
+    const int c = (int)(t % (unsigned)C);
+    const size_t n = blockIdx.y, per = T / (unsigned)C, base = n * S * C;
+    const float ce = ctr ? ctr[n * C + c] : 0.0f;
+    double a1 = 0.0, a2 = 0.0;
+    for (size_t v = (size_t)blockIdx.x * per + t / (unsigned)C; v < S; v += (size_t)gridDim.x * per) {
+        const size_t i = base + v * C + c;
+        const float d = x[i] - ce;
+        if (mode == 0) {
+            a1 += d;
+            a2 += (double)d * d;
+        } else {
+            const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+            a1 += g;
+            a2 += (double)g * d;
+        }
+    }
+    sh[t] = a1;
+    sh[T + t] = a2;
+    __syncthreads();
+    if (t < (unsigned)C) {
+        double b1 = 0.0, b2 = 0.0;
+        for (unsigned u = t; u < T; u += (unsigned)C) {
+            b1 += sh[u];
+            b2 += sh[T + u];
+        }
+        atomicAdd(&s1[n * C + c], b1);
+        atomicAdd(&s2[n * C + c], b2);
+    }
+}
+extern "C" int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, const float *ctr,
+                                      int N, size_t S, int C, double *s1, double *s2, void *stream)
+{
+    if (C > 256) return ts_cuk_chan_sums(mode, x, dy, mask, ctr, N, S, C, s1, s2, stream);
+    if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
+        cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
+        return launched("channel sums (clear)");
+    if (N == 0 || S == 0 || C == 0) return 0;
+    const unsigned T = row_threads(C);
+    const dim3 grid(tiled_blocks(S, T / (unsigned)C, N), (unsigned)N);
+    chan_sums_tiled_k<<<grid, T, 2 * T * sizeof(double), (cudaStream_t)stream>>>(mode, x, dy, mask, ctr, S, C, s1, s2);
+    return launched("channel sums (tiled)");
+}
+
+// y = x scale + shift (then max(0, .) if relu), the expression of chan_affine_k
+__global__ void chan_affine_tiled_k(const float *x, const float *scale, const float *shift, size_t S, int C, int relu,
+                                    float *y)
+{
+    const unsigned t = threadIdx.x;
+    const size_t n = blockIdx.y, j = n * C + t % (unsigned)C, SC = S * C;
+    const float sc = scale[j], sf = shift[j];
+    const float *xn = x + n * SC;
+    float *yn = y + n * SC;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + t; i < SC; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = xn[i] * sc + sf;
+        yn[i] = relu && !(v > 0.0f) ? 0.0f : v;
+    }
+}
+extern "C" int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *shift, int N, size_t S, int C,
+                                        int relu, float *y, void *stream)
+{
+    if (C > 256) return ts_cuk_chan_affine(x, scale, shift, N, S, C, relu, y, stream);
+    if ((size_t)N * S * C == 0) return 0;
+    const unsigned T = row_threads(C);
+    const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
+    chan_affine_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, y);
+    return launched("norm affine (tiled)");
+}
+
+// dx = dy' a + (x - ctr) b + k, the expression of norm_dx_k
+__global__ void norm_dx_tiled_k(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
+                                const float *b, const float *k, size_t S, int C, float *dx)
+{
+    const unsigned t = threadIdx.x;
+    const size_t n = blockIdx.y, j = n * C + t % (unsigned)C, SC = S * C, o = n * SC;
+    const float cj = ctr[j], aj = a[j], bj = b[j], kj = k[j];
+    for (size_t i = o + (size_t)blockIdx.x * blockDim.x + t; i < o + SC; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+        dx[i] = g * aj + (x[i] - cj) * bj + kj;
+    }
+}
+extern "C" int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr,
+                                    const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx,
+                                    void *stream)
+{
+    if (C > 256) return ts_cuk_norm_dx(x, dy, mask, ctr, a, b, k, N, S, C, dx, stream);
+    if ((size_t)N * S * C == 0) return 0;
+    const unsigned T = row_threads(C);
+    const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
+    norm_dx_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, dy, mask, ctr, a, b, k, S, C, dx);
+    return launched("norm input gradient (tiled)");
+}
+
+// concatenation along the channels of rows rows: back 0: y[v] = [a[v] (ca), b[v] (cb)]; back 1: a[v], b[v] from
+// y[v] (a or b NULL: not written). Elements of type F (float, or float4 where ca and cb are multiples of 4):
+// threadIdx.x along the row's C = ca + cb elements, threadIdx.y along the rows.
+template <typename F>
+__global__ void concat_k(int back, F *y, F *a, F *b, int ca, int cb, size_t rows)
+{
+    const int C = ca + cb;
+    for (size_t v = (size_t)blockIdx.x * blockDim.y + threadIdx.y; v < rows; v += (size_t)gridDim.x * blockDim.y)
+        for (int j = threadIdx.x; j < C; j += blockDim.x) {
+            F *p = j < ca ? (a ? a + v * ca + j : NULL) : (b ? b + v * cb + (j - ca) : NULL);
+            if (!p) continue;
+            if (back) *p = y[v * C + j];
+            else y[v * C + j] = *p;
+        }
+}
+extern "C" int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t rows, void *stream)
+{
+    if (rows == 0 || ca + cb == 0) return 0;
+    const int vec = ca % 4 == 0 && cb % 4 == 0 && !((uintptr_t)y & 15) && !((uintptr_t)a & 15) && !((uintptr_t)b & 15);
+    const int C = vec ? (ca + cb) / 4 : ca + cb;
+    const unsigned bx = C < 32 ? (unsigned)C : 32u, by = 256u / bx;
+    size_t nb = (rows + by - 1) / by;
+    const unsigned blocks = (unsigned)(nb > 65535 ? 65535 : nb);
+    const dim3 threads(bx, by);
+    if (vec)
+        concat_k<float4><<<blocks, threads, 0, (cudaStream_t)stream>>>(back, (float4 *)y, (float4 *)a, (float4 *)b,
+                                                                       ca / 4, cb / 4, rows);
+    else concat_k<float><<<blocks, threads, 0, (cudaStream_t)stream>>>(back, y, a, b, ca, cb, rows);
+    return launched(back ? "concatenation backward (tiled)" : "concatenation (tiled)");
+}
+
 // ---------------------------------------------------------------- losses on logits [V][K], labels [V] (uint8)
 __global__ void hist_k(const uint8_t *y, size_t V, unsigned long long *count)
 {
