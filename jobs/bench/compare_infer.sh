@@ -21,11 +21,12 @@
 #        (from the build dir or with TESSERA=path/to/tessera); THREADS (2),
 #        PRECISIONS ("fp32 bf16"), LAYOUTS ("ncdhw channels_last"), WINDOWS
 #        ("1 4"), BATCH (tessera's batch=, windows per forward; default the
-#        config's train.batch), OUT (default a temp dir).
+#        config's train.batch), STREAMS (tessera's streams=, forwards at
+#        once; default 1), OUT (default a temp dir).
 #        CHECKPOINT is a checkpoint directory (ckpt/step-N, holding state.h5).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-[ $# -ge 3 ] || { sed -n '20,26p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '20,27p' "$0" >&2; exit 2; }
 config=$1 ckpt=$2 scan=$3 label=${4:-} lmap=${5:-}
 threads=${THREADS:-2}
 precisions=${PRECISIONS:-fp32 bf16}
@@ -40,7 +41,7 @@ mkdir -p "$out"
 [ -f "$ckpt/state.h5" ] || { echo "compare_infer.sh: $ckpt/state.h5 not found (CHECKPOINT is ckpt/step-N)" >&2; exit 1; }
 "$python" -c "import torch, nibabel, h5py" 2> /dev/null ||
     { echo "compare_infer.sh: $python lacks torch, nibabel or h5py (apt-get install python3-torch python3-nibabel python3-h5py)" >&2; exit 1; }
-batch=${BATCH:+batch=$BATCH}
+batch="${BATCH:+batch=$BATCH}${STREAMS:+ streams=$STREAMS}"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 flags=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')
 echo "scan $scan, config $config, checkpoint $ckpt, $threads threads, 1 rank"
@@ -50,7 +51,7 @@ sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 : > "$out/times.txt"
 for p in $precisions; do
     t0=$(now)
-    # shellcheck disable=SC2086 # batch is one word or none
+    # shellcheck disable=SC2086 # batch is up to two words
     OMP_NUM_THREADS=$threads "$mpiexec" -n 1 "$tessera" infer "$config" checkpoint="$ckpt" input="$scan" \
         output="$out/tessera-$p.nii.gz" precision="$p" $batch > "$out/tessera-$p.log"
     t1=$(now)

@@ -27,7 +27,7 @@ static void help(void)
            "network's and the whole run's GFLOP/s as fractions of the peak of the arithmetic that ran (bf16\n"
            "where precision=bf16 ran on AVX512-BF16, else fp32), summed over the ranks. Threads:\n"
            "OMP_NUM_THREADS. JSON (--json): total_s, setup_s, read_s, predict_s, network_s, blend_s, reduce_s,\n"
-           "write_s, metrics_s (medians), totals (every run), windows, forwards, batch, precision,\n"
+           "write_s, metrics_s (medians), totals (every run), windows, forwards, batch, streams, precision,\n"
            "flop_per_window, network_gflops, total_gflops, peak_kind, peak_gflops, network_fraction_of_peak,\n"
            "total_fraction_of_peak, ranks, threads, peak_rss_mb, conv_isa, conv, config, input.\n"
            "jobs/bench/compare_infer.sh runs it next to a PyTorch sliding window (docs/performance.md).\n");
@@ -51,9 +51,9 @@ static void report(const char *cfgpath, const char *input, const ts_bench_infer_
            "%.3f), writing %.3f, metrics %.3f\n",
            m[TS_BI_TOTAL], m[TS_BI_SETUP], m[TS_BI_READ], m[TS_BI_PREDICT], m[TS_BI_NETWORK], m[TS_BI_BLEND],
            m[TS_BI_REDUCE], m[TS_BI_WRITE], m[TS_BI_METRICS]);
-    printf("  %lld windows, %d per forward, %s (%s, %s convolutions); %.4g FLOP per window (convolutions, forward, "
-           "counted as direct ones), %.4g in all\n",
-           (long long)r->windows, r->batch, r->precision, b->conv_isa, r->conv, r->flop_per_window, b->flop);
+    printf("  %lld windows, %d per forward, %d stream%s, %s (%s, %s convolutions); %.4g FLOP per window (convolutions, "
+           "forward, counted as direct ones), %.4g in all\n",
+           (long long)r->windows, r->batch, r->streams, r->streams == 1 ? "" : "s", r->precision, b->conv_isa, r->conv, r->flop_per_window, b->flop);
     printf("  network %.1f GFLOP/s, whole run %.1f GFLOP/s", b->network_gflops, b->total_gflops);
     if (b->peak_gflops > 0)
         printf("; %.3f and %.3f of the measured %s peak (%.1f GFLOP/s over the ranks)", b->network_gflops / b->peak_gflops,

@@ -22,7 +22,7 @@ static void help(void)
            "                                  [mirror=xyz] [keep_largest=all|foreground,1,2,... | postprocess=PP.json]\n"
            "                                  [decide=PP.json] [nsd_tol=MM] [metrics=FILE.json]\n"
            "                                  [downsample=F] [probabilities=PROB.nii.gz|DIR] [preprocess=dataset|none]\n"
-           "                                  [precision=fp32|bf16|fp16] [conv=winograd|direct] [batch=N]\n"
+           "                                  [precision=fp32|bf16|fp16] [conv=winograd|direct] [batch=N] [streams=S]\n"
            "                                  [section.key=value ...]\n\n"
            "Predicts label volumes for NIfTI scans (channels along the 4th dimension) with the model of\n"
            "CONFIG and the parameters of a checkpoint, loaded once: DIR is a checkpoint (ckpt/step-<N>), a\n"
@@ -65,7 +65,10 @@ static void help(void)
            "(64 instead of 216 multiplications per 2x2x2 outputs; fp32: probabilities within about 1e-6 of the direct convolution's, not the same bits;\n"
            "bf16: the layers with 64+ channels in and out together, bf16 products with fp32 sums;\n"
            "docs/engine.md); conv=direct runs them all as direct convolutions. fp16 is always direct.\n"
-           "batch=N puts N windows in each forward (default: train.batch). The closing line says where the\n"
+           "batch=N puts N windows in each forward (default: train.batch). streams=S (default 1) runs S\n"
+           "forwards at once on each rank, each with its own copy of the model (S times the activations)\n"
+           "and OMP_NUM_THREADS / S threads, their probabilities added in the order of one stream (the same\n"
+           "result); at most one stream a thread, and only with parallel.sp = parallel.pp = 1. The closing line says where the\n"
            "time went (set-up, reading, the network, blending the windows, writing, metrics) and the\n"
            "network's GFLOP/s; `tessera bench infer` times the command against the machine's peak.\n");
 }
@@ -115,10 +118,12 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
                    r->prep_spacing[1], r->prep_spacing[0]);
         printf("\n");
     }
+    char on[32] = "";
+    if (r->streams > 1) snprintf(on, sizeof on, " on %d streams", r->streams);
     printf("infer: %.2f s: set-up %.2f, reading %.2f, prediction %.2f (network %.2f: %lld windows in %lld forwards of "
-           "%d, %s %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
+           "%d%s, %s %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
            r->total_s, r->setup_s, r->read_s, r->predict_s, r->network_s, (long long)r->windows, (long long)r->forwards,
-           r->batch, r->precision, r->conv, r->network_s > 0 ? r->flop_per_window * (double)r->windows / r->network_s / 1e9 : 0,
+           r->batch, on, r->precision, r->conv, r->network_s > 0 ? r->flop_per_window * (double)r->windows / r->network_s / 1e9 : 0,
            r->blend_s, r->reduce_s, r->write_s, r->metrics_s);
     if (!r->have_dice) return;
     if (r->nscans > 1) {
@@ -169,6 +174,11 @@ int ts_cli_infer_opt(const char *a, ts_infer_opts *o, int *lerr)
         if (end == a + 6 || *end || b < 1 || b > 4096)
             *lerr = TS_ERR(TS_ERR_ARG, "infer: batch=%s must be 1..4096 windows per forward", a + 6);
         o->batch = (int)b;
+    } else if (!strncmp(a, "streams=", 8)) {
+        long n = strtol(a + 8, &end, 10);
+        if (end == a + 8 || *end || n < 1 || n > 1024)
+            *lerr = TS_ERR(TS_ERR_ARG, "infer: streams=%s must be 1..1024 forwards at once (at most the threads)", a + 8);
+        o->streams = (int)n;
     } else if (!strncmp(a, "nsd_tol=", 8)) {
         o->nsd_tol = strtod(a + 8, &end);
         if (end == a + 8 || *end || !isfinite(o->nsd_tol) || o->nsd_tol < 0)

@@ -9,13 +9,128 @@
 
 #include <math.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
-                    double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st)
+/* One forward of a batch's windows on model m (the pipeline's when sp has
+ * one): *lt its logits, NULL on a stage before the head */
+static int forward(ts_unet *m, const ts_eval_split *sp, ts_tensor *x, const ts_tensor **lt)
+{
+    *lt = NULL;
+    if (sp && sp->forward) return sp->forward(sp->forward_ctx, x, lt);
+    ts_unet_set_fold_eval(m, 1); /* batch norm in the convolutions' epilogues: same logits, fewer passes */
+    const int ferr = ts_unet_forward(m, x, 0);
+    ts_unet_set_fold_eval(m, 0);
+    TS_TRY(ferr);
+    *lt = ts_unet_logits(m);
+    return *lt ? 0 : ts_err_last(); /* NULL: the copy from the GPU failed */
+}
+
+/* The windows of batch b of this rank's (R of P; mine in all) into in
+ * [batch, C, box], origins into og; the number of windows used */
+static int cut_batch(const ts_window_plan *plan, int64_t b, int batch, int64_t mine, int R, int P, const int64_t *blo,
+                     const int64_t *bsz, const float *image, int C, float *in, int64_t (*og)[3])
+{
+    const int64_t bv = bsz[0] * bsz[1] * bsz[2];
+    int used = 0;
+    for (int s = 0; s < batch; s++) {
+        const int64_t k = b * batch + s, idx = R + k * P;
+        if (k >= mine) {
+            memset(in + (size_t)s * C * bv, 0, sizeof *in * (size_t)(C * bv));
+            continue;
+        }
+        ts_window_origin(plan, idx, og[s]);
+        ts_window_extract_box(plan, og[s], blo, bsz, image, C, in + (size_t)s * C * bv);
+        used = s + 1;
+    }
+    return used;
+}
+
+/* What the streams of one prediction share (ts_eval_predict with nm > 1) */
+typedef struct streams {
+    ts_unet *const *ms;
+    int nm, batch, R, P, C, K;
+    int64_t rounds, mine, bv, win[3]; /* bv: voxels of a window (win) */
+    const ts_window_plan *plan;
+    const float *image, *gw;
+    float *in, *acc, *wsum; /* in: nm inputs of batch windows */
+    int64_t (*og)[3];       /* nm x batch origins */
+} streams;
+
+/* Local. The batches of this rank's windows over nm streams at once, batch
+ * b on stream b % nm (model ms[b % nm], its own input buffer, threads/nm
+ * OpenMP threads for its layers), their probabilities added in batch order
+ * (an ordered loop: the same sums, in the same order, as one stream). *net
+ * the streams' mean time in forwards. A stream's error stops the others'
+ * forwards and is returned with its message. */
+static int streams_run(const streams *q, double *net)
+{
+    const int64_t zero[3] = {0, 0, 0}, *bsz = q->win;
+    int code = 0, stop = 0;
+    char msg[1024] = "";
+    double busy = 0;
+#ifdef _OPENMP
+    const int per = omp_get_max_threads() / q->nm > 1 ? omp_get_max_threads() / q->nm : 1;
+    const int levels = omp_get_max_active_levels();
+    if (per > 1 && levels < 2) omp_set_max_active_levels(2);
+#endif
+#pragma omp parallel num_threads(q->nm) reduction(+ : busy)
+    {
+        int j = 0;
+#ifdef _OPENMP
+        j = omp_get_thread_num();
+        omp_set_num_threads(per);
+#endif
+        float *in = q->in + (size_t)j * q->batch * q->C * q->bv;
+        int64_t (*og)[3] = q->og + (size_t)j * q->batch;
+#pragma omp for schedule(static, 1) ordered
+        for (int64_t b = 0; b < q->rounds; b++) {
+            int used = 0, quit;
+            const ts_tensor *lt = NULL;
+#pragma omp atomic read
+            quit = stop;
+            if (!quit) {
+                used = cut_batch(q->plan, b, q->batch, q->mine, q->R, q->P, zero, bsz, q->image, q->C, in, og);
+                int64_t shape[5] = {q->batch, q->C, bsz[0], bsz[1], bsz[2]};
+                ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
+                const double t = MPI_Wtime();
+                const int e = forward(q->ms[j], NULL, &x, &lt);
+                busy += MPI_Wtime() - t;
+                if (e) {
+#pragma omp critical(ts_eval_streams_error)
+                    if (!code) {
+                        code = e;
+                        snprintf(msg, sizeof msg, "%s", ts_err_message());
+                    }
+#pragma omp atomic write
+                    stop = 1;
+                    lt = NULL;
+                }
+            }
+#pragma omp ordered
+            if (lt)
+                for (int s = 0; s < used; s++)
+                    ts_window_accumulate_box(q->plan, og[s], zero, bsz, (const float *)lt->data + (size_t)s * q->bv * q->K,
+                                             q->K, q->gw, q->acc, q->wsum);
+        }
+    }
+#ifdef _OPENMP
+    if (per > 1 && levels < 2) omp_set_max_active_levels(levels);
+#endif
+    *net = busy / q->nm;
+    if (code) return TS_ERR(code, "%s", msg);
+    return 0;
+}
+
+int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_split *sp, const float *image,
+                    const int64_t dhw[3], double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st)
 {
     int err = 0;
+    ts_unet *m = ms[0];
     const ts_unet_cfg *u = ts_unet_config(m);
     const int C = u->in_channels, K = u->classes, P = ts_coll_size(coll), R = ts_coll_rank(coll);
     const int64_t win[3] = {u->patch[0], u->patch[1], u->patch[2]}, wv = win[0] * win[1] * win[2];
@@ -25,8 +140,10 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     ts_window_plan plan;
     float *acc = NULL, *wsum = NULL, *gw = NULL, *in = NULL;
     int64_t (*og)[3] = NULL;
-    /* buffers and the model's activations for a batch of boxes; a rank that
-     * cannot have them fails with every rank, before any collective */
+    if (nm < 1 || (nm > 1 && sp))
+        return TS_ERR(TS_ERR_ARG, "evaluation: %d models at once (1, or more without a spatial split or stages)", nm);
+    /* buffers and the models' activations for a batch of boxes each; a
+     * rank that cannot have them fails with every rank, before any collective */
     {
         int lerr = ts_window_plan_make(dhw, win, overlap, &plan);
         if (!lerr) {
@@ -35,13 +152,13 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
             acc = TS_ALIGNED_ALLOC(nacc * sizeof *acc); /* large: in huge pages where the kernel has them */
             if (acc) memset(acc, 0, nacc * sizeof *acc);
             gw = malloc(sizeof *gw * (size_t)wv);
-            in = calloc((size_t)(batch * C * bv), sizeof *in);
-            og = calloc((size_t)batch, sizeof *og);
+            in = calloc((size_t)(nm * batch * C * bv), sizeof *in);
+            og = calloc((size_t)(nm * batch), sizeof *og);
             if (!acc || !gw || !in || !og)
                 lerr = TS_ERR(TS_ERR_NOMEM, "evaluation buffers for a %lldx%lldx%lld volume", (long long)dhw[0],
                               (long long)dhw[1], (long long)dhw[2]);
         }
-        if (!lerr) lerr = ts_unet_setup(m, batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]);
+        for (int j = 0; j < nm && !lerr; j++) lerr = ts_unet_setup(ms[j], batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]);
         int32_t bad = lerr != 0;
         TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
         if (lerr) {
@@ -56,42 +173,31 @@ int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const fl
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
     double t_net = 0, t_blend = 0, t0 = MPI_Wtime(), t1;
-    for (int64_t b = 0; b < rounds; b++) {
-        int64_t (*origin)[3] = og;
-        int used = 0;
-        for (int s = 0; s < batch; s++) {
-            int64_t k = b * batch + s, idx = R + k * P;
-            if (k >= mine) {
-                memset(in + (size_t)s * C * bv, 0, sizeof *in * (size_t)(C * bv));
-                continue;
-            }
-            ts_window_origin(&plan, idx, origin[s]);
-            ts_window_extract_box(&plan, origin[s], blo, bsz, image, C, in + (size_t)s * C * bv);
-            used = s + 1;
+    if (nm == 1) {
+        for (int64_t b = 0; b < rounds; b++) {
+            const int used = cut_batch(&plan, b, batch, mine, R, P, blo, bsz, image, C, in, og);
+            int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
+            ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
+            const ts_tensor *lt = NULL;
+            t1 = MPI_Wtime();
+            t_blend += t1 - t0;
+            TS_CHECK(forward(m, sp, &x, &lt));
+            t0 = MPI_Wtime();
+            t_net += t0 - t1;
+            if (!lt) continue; /* a stage before the head */
+            const float *lg = lt->data; /* [B, box..., K] */
+            for (int s = 0; s < used; s++)
+                ts_window_accumulate_box(&plan, og[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
         }
-        int64_t shape[5] = {batch, C, bsz[0], bsz[1], bsz[2]};
-        ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
-        const ts_tensor *lt = NULL;
-        t1 = MPI_Wtime();
-        t_blend += t1 - t0;
-        if (sp && sp->forward) TS_CHECK(sp->forward(sp->forward_ctx, &x, &lt));
-        else {
-            ts_unet_set_fold_eval(m, 1); /* batch norm in the convolutions' epilogues: same logits, fewer passes */
-            const int ferr = ts_unet_forward(m, &x, 0);
-            ts_unet_set_fold_eval(m, 0);
-            TS_CHECK(ferr);
-            lt = ts_unet_logits(m);
-            if (!lt) TS_CHECK(ts_err_last()); /* the copy from the GPU failed */
-        }
-        t0 = MPI_Wtime();
-        t_net += t0 - t1;
-        if (!lt) continue; /* a stage before the head */
-        const float *lg = lt->data; /* [B, box..., K] */
-        for (int s = 0; s < used; s++)
-            ts_window_accumulate_box(&plan, origin[s], blo, bsz, lg + (size_t)s * bv * K, K, gw, acc, wsum);
+    } else
+    {
+        const streams q = {ms,  nm,    batch, R,     P,  C,  K,   rounds, mine, bv, {win[0], win[1], win[2]},
+                           &plan, image, gw,   in, acc, wsum, og};
+        TS_CHECK(streams_run(&q, &t_net));
     }
     t1 = MPI_Wtime();
     t_blend += t1 - t0;
+    if (nm > 1) t_blend -= t_net; /* the loop's wall time less the streams' mean time in forwards */
     /* every rank's windows (and boxes) into every rank's sums */
     TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, acc, (size_t)(nv * (K + (prob != NULL))), TS_FLOAT32, TS_OP_SUM));
     for (int64_t v = 0; v < nv; v++) {

@@ -39,11 +39,17 @@ typedef struct ts_eval_stats {
  * its rank and size are used) or, with sp, on sp->all and the model's split
  * hooks. image [C, D, H, W] normalised, identical on every rank; the
  * window is data.patch (the model's config); batch windows per forward.
+ * ms[0 .. nm-1]: the model, and with nm > 1 (only without sp) nm - 1 clones
+ * of it (ts_unet_clone): this rank's batches then run nm at a time, each
+ * model on its own batches with 1/nm of the OpenMP threads for its layers,
+ * their probabilities added in the order of one model (the same sums); the
+ * stats' network_s is then the models' mean time in forwards and blend_s
+ * the rest of the loop's wall time.
  * pred [D, H, W] receives the class with the highest summed probability
  * (the same on every rank); prob (may be NULL) receives the normalised
  * probabilities [K, D, H, W]. sp NULL: no spatial split. st (may be
  * NULL) is added to. */
-int ts_eval_predict(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
+int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_split *sp, const float *image, const int64_t dhw[3],
                     double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st);
 
 /* Flips along D, H and W (bits of ts_eval_flip's and
@@ -69,7 +75,7 @@ int ts_eval_parse_axes(const char *s, int *mask);
  * NULL) the mean. axes 0 is ts_eval_predict. Errors: as ts_eval_predict;
  * TS_ERR_NOMEM (agreed on every rank) for the flipped volume and the
  * probability sums (nv x (C + 2K) floats, besides ts_eval_predict's). */
-int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
+int ts_eval_predict_mirror(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_split *sp, const float *image,
                            const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob,
                            ts_eval_stats *st);
 

@@ -35,6 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct infer {
     const ts_config *cfg;
@@ -47,6 +50,8 @@ typedef struct infer {
     int64_t batch;
     int winograd; /* conv=winograd (the default): ts_unet_set_winograd */
     ts_unet *m;
+    ts_unet **ms;    /* m and its clones for streams= (nm models) */
+    int nm;
     /* built once for every scan */
     ts_layout *L; /* the grid (parallel.dp ignored), the spatial split, the collectives */
     ts_pipeline *pipe;
@@ -205,6 +210,29 @@ static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
     return ts_pipeline_forward(ctx, x, logits);
 }
 
+/* Local. streams=: the model and streams - 1 clones of it (t->ms), each
+ * running its own windows on OMP_NUM_THREADS / streams threads; only the
+ * whole model on a rank (no spatial split, no stages), at most one a thread. */
+static int make_streams(infer *t)
+{
+    const int n = t->o->streams > 0 ? t->o->streams : 1;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    if (n > 1 && (t->L->grid->sp > 1 || t->L->grid->pp > 1))
+        return TS_ERR(TS_ERR_ARG, "infer: streams=%d needs parallel.sp = parallel.pp = 1 (each stream runs the whole "
+                                  "model; give streams=1)", n);
+    if (n > threads)
+        return TS_ERR(TS_ERR_ARG, "infer: streams=%d is more than the %d OpenMP thread%s of a rank (OMP_NUM_THREADS)",
+                      n, threads, threads == 1 ? "" : "s");
+    if (!(t->ms = calloc((size_t)n, sizeof *t->ms))) return TS_ERR(TS_ERR_NOMEM, "infer: %d streams", n);
+    t->ms[0] = t->m;
+    t->nm = n;
+    for (int j = 1; j < n; j++) TS_TRY(ts_unet_clone(t->m, &t->ms[j]));
+    return 0;
+}
+
 /* Collective on world. The layout every scan is predicted on: windows over
  * the replicas, each window's volume over a spatial group (parallel.sp) or
  * through pipeline stages (parallel.pp); the training dataset for
@@ -234,6 +262,7 @@ static int setup_layout(infer *t)
         t->es.forward = pipe_forward;
         t->es.forward_ctx = t->pipe;
     }
+    TS_CHECK(ts_err_agree(t->world, make_streams(t)));
     if (t->lo.patch.norm == TS_NORM_DATASET) {
         const char *dpath;
         ts_dataset_opts dso = {.check = 0};
@@ -250,6 +279,10 @@ static void teardown(infer *t)
     ts_pipeline_destroy(&t->pipe);
     ts_layout_destroy(&t->L);
     ts_labelmap_destroy(&t->map);
+    for (int j = 1; j < t->nm; j++) ts_unet_destroy(&t->ms[j]);
+    free(t->ms);
+    t->ms = NULL;
+    t->nm = 0;
     ts_unet_destroy(&t->m);
 }
 
@@ -262,7 +295,7 @@ static int predict(infer *t)
         t->prob = malloc(sizeof *t->prob * (size_t)(t->nv * t->u.classes));
         TS_CHECK(ts_err_agree(t->world, t->prob ? 0 : TS_ERR(TS_ERR_NOMEM, "%s: class probabilities", t->it->input)));
     }
-    TS_CHECK(ts_eval_predict_mirror(t->m, t->L->replicas, t->L->grid->sp > 1 || t->L->grid->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
+    TS_CHECK(ts_eval_predict_mirror(t->ms, t->nm, t->L->replicas, t->L->grid->sp > 1 || t->L->grid->pp > 1 ? &t->es : NULL, t->vol, t->dhw,
                                     t->overlap, (int)t->batch, t->o->mirror, t->pred, t->prob, &t->st));
     if (t->o->downsample > 1) { /* back onto the scan's grid */
         ts_resample_up_labels(t->pred, t->fine, t->o->downsample, t->full);
@@ -560,6 +593,7 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     r->windows = t.st.windows;
     r->forwards = t.st.forwards;
     r->batch = (int)t.batch;
+    r->streams = t.nm;
     r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->conv = t.winograd && t.u.precision != TS_PREC_FP16 ? "winograd" : "direct"; /* fp16: always direct */
     r->total_s = MPI_Wtime() - start;

@@ -56,6 +56,7 @@ typedef struct ts_infer_opts {
     const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
     const char *conv;          /* "winograd" (NULL: the default) or "direct": ts_unet_set_winograd in fp32 */
     int batch;                 /* windows per forward, 0: CONFIG's train.batch */
+    int streams;               /* forwards at once per rank (ts_eval_predict's nm), 0: 1 */
 } ts_infer_opts;
 
 /* One scan's outcome. Metrics are NaN where a class is absent from both
@@ -113,6 +114,7 @@ typedef struct ts_infer_result {
     double total_s;            /* ts_infer_run from start to end */
     int64_t windows, forwards; /* windows of all ranks (each mirrored copy counts); forwards of rank 0 */
     int batch;                 /* windows per forward */
+    int streams;               /* forwards at once per rank */
     const char *precision;     /* the convolutions' precision ("fp32", "bf16", "fp16") */
     const char *conv;          /* the 3x3x3 convolutions: "winograd" (fp32, 16 channels and more; the
                                 * others direct) or "direct" */

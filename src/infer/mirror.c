@@ -43,13 +43,14 @@ static void flip_add(const float *in, float *acc, int K, const int64_t dhw[3], i
             }
 }
 
-int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, const float *image,
+int ts_eval_predict_mirror(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_split *sp, const float *image,
                            const int64_t dhw[3], double overlap, int batch, int axes, uint8_t *pred, float *prob,
                            ts_eval_stats *st)
 {
-    if (!(axes & TS_EVAL_FLIP_ALL)) return ts_eval_predict(m, coll, sp, image, dhw, overlap, batch, pred, prob, st);
+    if (!(axes & TS_EVAL_FLIP_ALL))
+        return ts_eval_predict(ms, nm, coll, sp, image, dhw, overlap, batch, pred, prob, st);
     int err = 0;
-    const ts_unet_cfg *u = ts_unet_config(m);
+    const ts_unet_cfg *u = ts_unet_config(ms[0]);
     const int C = u->in_channels, K = u->classes;
     const int64_t nv = dhw[0] * dhw[1] * dhw[2];
     float *flipped = malloc(sizeof *flipped * (size_t)(nv * C));
@@ -70,7 +71,7 @@ int ts_eval_predict_mirror(ts_unet *m, ts_coll *coll, const ts_eval_split *sp, c
     for (int f = 0; f <= TS_EVAL_FLIP_ALL; f++) {
         if (f & ~axes) continue; /* flips only along the chosen axes */
         ts_eval_flip(image, flipped, C, dhw, f);
-        TS_CHECK(ts_eval_predict(m, coll, sp, flipped, dhw, overlap, batch, scratch, one, st));
+        TS_CHECK(ts_eval_predict(ms, nm, coll, sp, flipped, dhw, overlap, batch, scratch, one, st));
         flip_add(one, sum, K, dhw, f); /* a flip is its own inverse */
         n++;
     }

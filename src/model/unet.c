@@ -261,6 +261,24 @@ cleanup:
     return err;
 }
 
+int ts_unet_clone(ts_unet *m, ts_unet **out)
+{
+    *out = NULL;
+    if (m->device || m->split_on || m->u0 != 0 || m->u1 != 4 * m->cfg.levels - 1 || m->nslots != 1)
+        return TS_ERR(TS_ERR_UNSUPPORTED, "unet: only a whole model on the CPU, without a split or stages, is cloned");
+    ts_unet *c = NULL;
+    TS_TRY(ts_unet_create(&m->cfg, 0, &c));
+    for (int i = 0; i < m->arena->n; i++) { /* every entry: parameters and buffers */
+        const ts_tensor a = ts_arena_value(m->arena, i), b = ts_arena_value(c->arena, i);
+        memcpy(b.data, a.data, ts_tensor_bytes(&a));
+    }
+    c->winograd = m->winograd;
+    c->fold_eval = m->fold_eval;
+    c->loss_scale = m->loss_scale;
+    *out = c;
+    return 0;
+}
+
 void ts_unet_destroy(ts_unet **m)
 {
     if (!m || !*m) return;

@@ -103,6 +103,12 @@ typedef struct ts_unet_split ts_unet_split; /* below */
  * call ts_unet_init or load weights. */
 int ts_unet_create(const ts_unet_cfg *cfg, int nstate, ts_unet **out);
 void ts_unet_destroy(ts_unet **m);
+/* Local. A second model of m's configuration with a copy of its parameters
+ * and buffers and its Winograd and folding choices, for forwards that run
+ * at the same time as m's on other threads (tessera infer's streams=;
+ * the two share nothing). Only a whole model on the CPU without a split:
+ * TS_ERR_UNSUPPORTED otherwise. */
+int ts_unet_clone(ts_unet *m, ts_unet **out);
 ts_arena *ts_unet_arena(ts_unet *m);
 const ts_unet_cfg *ts_unet_config(const ts_unet *m);
 

@@ -93,7 +93,7 @@ int ts_trainer_evaluate(trainer *t, double *dice_out, double *hd95_out, double *
         es.all = t->L->all;
         es.forward = t->pipe ? pipe_forward : NULL;
         es.forward_ctx = t->pipe;
-        TS_CHECK(ts_eval_predict_mirror(t->model, t->L->replicas, t->L->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
+        TS_CHECK(ts_eval_predict_mirror(&t->model, 1, t->L->replicas, t->L->grid->sp > 1 || t->pipe ? &es : NULL, img, dhw,
                                         overlap, t->batch, axes, pred, NULL, NULL));
         ts_eval_confusion(pred, lab, nv, K, tp, fp, fn);
         if (surface) {

@@ -7,7 +7,7 @@
 # ranks, on a spatial group and through pipeline stages; largest-component
 # post-processing, and its decision on validation scans, against SciPy;
 # bad lists and options fail on every rank before anything is written;
-# windows per forward change nothing, bf16 stays close to fp32, Winograd
+# windows per forward and streams change nothing, bf16 stays close to fp32, Winograd
 # convolutions close to the direct ones, the closing line and `bench infer`
 # time the parts (issue [17]).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
@@ -116,6 +116,24 @@ ts_check "the closing line: 3 windows a forward, fp32, the network and the blend
     _ "$ts_out"
 ts_check "batch= changes nothing: the same mask and probability files, bit for bit" \
     sh -c "cmp '$d/w1.nii.gz' '$d/w3.nii.gz' && cmp '$d/w1_p.nii.gz' '$d/w3_p.nii.gz'"
+# streams=2: two forwards at once on a rank of 2 threads, each on its own batches with its own copy of
+# the model, their probabilities added in the order of one stream
+export OMP_NUM_THREADS=2
+ts_step "b on 2 streams of 1 window a forward (2 threads), probabilities" infer 1 input="$d/single/b.nii.gz" \
+    output="$d/s2.nii.gz" probabilities="$d/s2_p.nii.gz" batch=1 streams=2
+ts_check "the closing line says 2 streams" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams, fp32 winograd,"' \
+    _ "$ts_out"
+ts_check "streams= changes nothing: the mask and probabilities of 1 stream, bit for bit" \
+    sh -c "cmp '$d/w1.nii.gz' '$d/s2.nii.gz' && cmp '$d/w1_p.nii.gz' '$d/s2_p.nii.gz'"
+ts_step "mirror=xyz on 2 streams, 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/bm2.nii.gz" \
+    probabilities="$d/bm2_p.nii.gz" mirror=xyz streams=2
+ts_check "the same probabilities as mirror=xyz on 1 stream, bit for bit" cmp "$d/bm_p.nii.gz" "$d/bm2_p.nii.gz"
+ts_fails_on_all "streams=3 on 2 threads" "streams=3 is more than the 2 OpenMP threads of a rank" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e7.nii.gz" streams=3
+ts_fails_on_all "streams=2 on a spatial group" "streams=2 needs parallel.sp = parallel.pp = 1" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e8.nii.gz" streams=2 parallel.sp=2
+ts_check "neither wrote a mask" sh -c "[ ! -e '$d/e7.nii.gz' ] && [ ! -e '$d/e8.nii.gz' ]"
+export OMP_NUM_THREADS=1
 ts_step "b with 3 windows a forward on 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/w32.nii.gz" \
     probabilities="$d/w32_p.nii.gz" batch=3
 ts_step "2 ranks' probabilities are 1 rank's (1e-5: the windows' sums add in another order)" \
@@ -139,6 +157,9 @@ assert 0 < d.max() < $3 and agree >= $4 and a.max() - a.min() > 0.1"
 }
 ts_step "bf16 probabilities within 0.02 of fp32's, not equal to them; masks agree on 99 % of the voxels" \
     close w1 wb 0.02 0.99
+ts_step "precision=bf16 on 2 streams (2 threads)" env OMP_NUM_THREADS=2 timeout -k 10 300 $MPIEXEC -n 1 $I \
+    input="$d/single/b.nii.gz" output="$d/wb2.nii.gz" probabilities="$d/wb2_p.nii.gz" precision=bf16 streams=2
+ts_check "bf16 on 2 streams: the probabilities of 1 stream, bit for bit" cmp "$d/wb_p.nii.gz" "$d/wb2_p.nii.gz"
 ts_step "bench infer --repeat 2 --json on b" ts_mpirun 1 "$TESSERA" bench infer "$d/i.ini" checkpoint="$d/run" \
     input="$d/single/b.nii.gz" output="$d/bi.nii.gz" --repeat 2 --json "$d/bi.json"
 ts_step "bench infer's JSON: 2 runs, the parts within the whole, windows, FLOP, GFLOP/s" "$TS_PY" -c "
