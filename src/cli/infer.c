@@ -62,15 +62,17 @@ static void help(void)
            "AVX512-BF16 where the CPU has it; docs/performance.md states the Dice bf16 keeps against fp32);\n"
            "conv=winograd (the default) runs the 3x3x3 convolutions with at least 16 input and 16 output\n"
            "channels (fp32: also 16+ input and at most 8 output) as Winograd F(2x2x2, 3x3x3) convolutions\n"
-           "(64 instead of 216 multiplications per 2x2x2 outputs; fp32: probabilities within about 1e-6 of the direct convolution's, not the same bits;\n"
-           "bf16: the layers with 64+ channels in and out together, bf16 products with fp32 sums;\n"
-           "docs/engine.md); conv=direct runs them all as direct convolutions. fp16 is always direct.\n"
+           "(64 instead of 216 multiplications per 2x2x2 outputs; fp32: probabilities within about 1e-6\n"
+           "of the direct convolution's, not the same bits; bf16: the layers with 64+ channels in and out\n"
+           "together, bf16 products with fp32 sums; docs/engine.md); conv=direct runs them all as direct\n"
+           "convolutions. fp16 is always direct.\n"
            "batch=N puts N windows in each forward (default: train.batch). streams=S (default 1) runs S\n"
            "forwards at once on each rank, each with its own copy of the model (S times the activations)\n"
            "and OMP_NUM_THREADS / S threads, their probabilities added in the order of one stream (the same\n"
-           "result); at most one stream a thread, and only with parallel.sp = parallel.pp = 1. The closing line says where the\n"
-           "time went (set-up, reading, the network, blending the windows, writing, metrics) and the\n"
-           "network's GFLOP/s; `tessera bench infer` times the command against the machine's peak.\n");
+           "result); at most one stream a thread, only with parallel.sp = parallel.pp = 1.\n"
+           "The closing line says where the time went (set-up, reading, the network, blending the windows,\n"
+           "writing, metrics) and the network's GFLOP/s; `tessera bench infer` times the command against\n"
+           "the machine's peak.\n");
 }
 
 static void print_row(const char *title, const double *v, const ts_infer_scan *s, const ts_infer_result *r)
