@@ -6,6 +6,7 @@
 #include "src/infer/evaluate.h"
 #include "src/core/error.h"
 #include "src/infer/window.h"
+#include "src/nn/layers.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -66,12 +67,14 @@ typedef struct streams {
  * OpenMP threads for its layers), their probabilities added in batch order
  * (an ordered loop: the same sums, in the same order, as one stream). *net
  * the streams' mean time in forwards. A stream's error stops the others'
- * forwards and is returned with its message. */
+ * forwards and is returned with its message. With several threads a
+ * stream, the layers' regions are nested (GCC's runtime starts their
+ * threads anew for each). */
 static int streams_run(const streams *q, double *net)
 {
     const int64_t zero[3] = {0, 0, 0}, *bsz = q->win;
     int code = 0, stop = 0;
-    char msg[1024] = "";
+    char msg[2048] = ""; /* the failing stream's message (thread-local there), as long as error.c keeps */
     double busy = 0;
 #ifdef _OPENMP
     const int per = omp_get_max_threads() / q->nm > 1 ? omp_get_max_threads() / q->nm : 1;
@@ -117,6 +120,9 @@ static int streams_run(const streams *q, double *net)
                     ts_window_accumulate_box(q->plan, og[s], zero, bsz, (const float *)lt->data + (size_t)s * q->bv * q->K,
                                              q->K, q->gw, q->acc, q->wsum);
         }
+        /* the other streams' threads are OpenMP's pooled ones, which outlive
+         * this call: their cached layer scratch and Winograd weights go now */
+        if (j) ts_nn_release_scratch();
     }
 #ifdef _OPENMP
     if (per > 1 && levels < 2) omp_set_max_active_levels(levels);

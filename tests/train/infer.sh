@@ -128,6 +128,11 @@ ts_check "streams= changes nothing: the mask and probabilities of 1 stream, bit 
 ts_step "mirror=xyz on 2 streams, 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/bm2.nii.gz" \
     probabilities="$d/bm2_p.nii.gz" mirror=xyz streams=2
 ts_check "the same probabilities as mirror=xyz on 1 stream, bit for bit" cmp "$d/bm_p.nii.gz" "$d/bm2_p.nii.gz"
+export OMP_NUM_THREADS=4
+ts_step "b on 2 streams of 2 threads each (nested regions), probabilities" infer 1 input="$d/single/b.nii.gz" \
+    output="$d/s4.nii.gz" probabilities="$d/s4_p.nii.gz" batch=1 streams=2
+ts_check "2 streams of 2 threads: the probabilities of 1 stream, bit for bit" cmp "$d/w1_p.nii.gz" "$d/s4_p.nii.gz"
+export OMP_NUM_THREADS=2
 ts_fails_on_all "streams=3 on 2 threads" "streams=3 is more than the 2 OpenMP threads of a rank" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e7.nii.gz" streams=3
 ts_fails_on_all "streams=2 on a spatial group" "streams=2 needs parallel.sp = parallel.pp = 1" 2 \
