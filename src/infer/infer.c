@@ -212,14 +212,22 @@ static int pipe_forward(void *ctx, const ts_tensor *x, const ts_tensor **logits)
 
 /* Local. streams=: the model and streams - 1 clones of it (t->ms), each
  * running its own windows on OMP_NUM_THREADS / streams threads; only the
- * whole model on a rank (no spatial split, no stages), at most one a thread. */
+ * whole model on a rank (no spatial split, no stages), at most one a thread.
+ * With neither streams= nor batch= given, a stream a thread where the
+ * threads divide train.batch (each forward then takes train.batch / threads
+ * windows: the same windows in flight, so the same memory), else one. */
 static int make_streams(infer *t)
 {
-    const int n = t->o->streams > 0 ? t->o->streams : 1;
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
+    int n = t->o->streams > 0 ? t->o->streams : 1;
+    if (t->o->streams <= 0 && t->o->batch <= 0 && threads > 1 && t->batch % threads == 0 && t->L->grid->sp == 1 &&
+        t->L->grid->pp == 1) {
+        n = threads;
+        t->batch /= threads;
+    }
     if (n > 1 && (t->L->grid->sp > 1 || t->L->grid->pp > 1))
         return TS_ERR(TS_ERR_ARG, "infer: streams=%d needs parallel.sp = parallel.pp = 1 (each stream runs the whole "
                                   "model; give streams=1)", n);

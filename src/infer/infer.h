@@ -56,7 +56,8 @@ typedef struct ts_infer_opts {
     const char *precision;     /* the convolutions' precision (fp32, bf16, fp16), NULL: CONFIG's train.precision */
     const char *conv;          /* "winograd" (NULL: the default) or "direct": ts_unet_set_winograd in fp32 */
     int batch;                 /* windows per forward, 0: CONFIG's train.batch */
-    int streams;               /* forwards at once per rank (ts_eval_predict's nm), 0: 1 */
+    int streams;               /* forwards at once per rank (ts_eval_predict's nm), 0: a stream a thread
+                                * where the threads divide train.batch and batch is 0, else 1 */
 } ts_infer_opts;
 
 /* One scan's outcome. Metrics are NaN where a class is absent from both

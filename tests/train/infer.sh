@@ -128,6 +128,17 @@ ts_check "streams= changes nothing: the mask and probabilities of 1 stream, bit 
 ts_step "mirror=xyz on 2 streams, 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/bm2.nii.gz" \
     probabilities="$d/bm2_p.nii.gz" mirror=xyz streams=2
 ts_check "the same probabilities as mirror=xyz on 1 stream, bit for bit" cmp "$d/bm_p.nii.gz" "$d/bm2_p.nii.gz"
+ts_step "b with neither batch= nor streams=, train.batch=2, 2 threads" infer 1 input="$d/single/b.nii.gz" \
+    output="$d/sa.nii.gz" probabilities="$d/sa_p.nii.gz" train.batch=2
+ts_check "the default: a stream a thread, 1 window a forward each" \
+    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams, fp32 winograd,"' _ "$ts_out"
+ts_check "the default streams: the probabilities of 1 stream, bit for bit" cmp "$d/w1_p.nii.gz" "$d/sa_p.nii.gz"
+ts_step "b with batch=2 given, 2 threads" infer 1 input="$d/single/b.nii.gz" output="$d/sb.nii.gz" batch=2
+ts_check "batch= given: 1 stream of 2 windows a forward" \
+    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 2, fp32 winograd,"' _ "$ts_out"
+ts_step "b with train.batch=3 on 2 threads" infer 1 input="$d/single/b.nii.gz" output="$d/sc.nii.gz" train.batch=3
+ts_check "threads that do not divide train.batch: 1 stream" \
+    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 3, fp32 winograd,"' _ "$ts_out"
 export OMP_NUM_THREADS=4
 ts_step "b on 2 streams of 2 threads each (nested regions), probabilities" infer 1 input="$d/single/b.nii.gz" \
     output="$d/s4.nii.gz" probabilities="$d/s4_p.nii.gz" batch=1 streams=2
