@@ -1,0 +1,532 @@
+/* Every kernel launcher of src/nn/cuda/nn_kernels.cu run on the CPU by the
+ * CUDA emulator (tests/nn/cuda_emu.h; the .cu rewritten by cuda_emu.py):
+ * each result against a plain loop written here from the launcher's
+ * contract in src/nn/cuda/cuda_nn.h, on random data of odd sizes, with
+ * the tiled kernels' grid-stride loops going round and channel counts
+ * past their 256-thread blocks. Layout kernels (packing, padding,
+ * gathers, im2col, concatenation, pooling) must match bit for bit; sums
+ * within 1e-5 of the tensor's own scale (float sums in another order).
+ * Every buffer has guard bytes on both sides, checked after each launch:
+ * a write out of bounds fails the check that made it. Runs in every build
+ * (no GPU, no CUDA needed); what it cannot see: races between blocks
+ * (they run one after another), warps, speed, and cuDNN/cuBLAS. */
+#include "tsbuild.h"
+#include "src/core/dtype.h"
+#include "tests/nn/nn_kernels_emu.h" /* ts_cuk_* -> tsemu_cuk_* */
+#include "src/nn/cuda/cuda_nn.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned long long tsemu_launches(void);
+unsigned long long tsemu_barrier_rounds(void);
+int tsemu_selftest(char *why, size_t len);
+
+/* ---- guarded buffers: 64 guard bytes before and after, checked by guards_ok ---- */
+enum { GUARD = 64, MAXBUF = 64 };
+static unsigned char *bufs[MAXBUF];
+static size_t sizes[MAXBUF];
+static int nbuf;
+
+static void *galloc(size_t bytes)
+{
+    if (nbuf == MAXBUF) abort();
+    unsigned char *p = malloc(bytes + 2 * GUARD);
+    if (!p) abort();
+    memset(p, 0xA5, bytes + 2 * GUARD);
+    bufs[nbuf] = p;
+    sizes[nbuf++] = bytes;
+    return p + GUARD;
+}
+
+/* 1 when no guard byte changed; frees every buffer */
+static int guards_ok(void)
+{
+    int ok = 1;
+    for (int i = 0; i < nbuf; i++) {
+        for (size_t k = 0; k < GUARD; k++)
+            if (bufs[i][k] != 0xA5 || bufs[i][GUARD + sizes[i] + k] != 0xA5) ok = 0;
+        free(bufs[i]);
+    }
+    nbuf = 0;
+    return ok;
+}
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static double urand(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+static float *frand(size_t n, double lo, double hi)
+{
+    float *p = galloc(n * sizeof(float) + 1); /* + 1: never a 16-byte multiple by accident */
+    for (size_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * urand());
+    return p;
+}
+static float *fzero(size_t n)
+{
+    float *p = galloc(n * sizeof(float));
+    memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+/* max |a - b| / max |b|: 1e30 if b is all zero or a holds a NaN (fmax would drop it) */
+static double rel(const double *a, const double *b, size_t n)
+{
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs(a[i] - b[i]);
+        if (!(d <= m)) m = isnan(d) ? 1e30 : d;
+        s = fmax(s, fabs(b[i]));
+    }
+    return s > 0 ? m / s : 1e30;
+}
+static double relf(const float *a, const float *b, size_t n)
+{
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = isnan(d) ? 1e30 : d;
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return s > 0 ? m / s : 1e30;
+}
+
+static uint16_t to16(float f, int fp16) { return fp16 ? ts_f32_to_f16(f) : ts_f32_to_bf16(f); }
+
+/* ------------------------------------------------------------------ weights and half staging */
+static void check_pack(void)
+{
+    const int rows = 5, cols = 7, taps = 27;
+    const size_t n = (size_t)rows * cols * taps;
+    for (int flip = 0; flip < 2; flip++) {
+        float *w = frand(n, -1, 1), *wp = fzero(n);
+        int err = ts_cuk_wpack(w, wp, rows, cols, taps, flip, NULL), bad = 0;
+        for (int r = 0; r < rows; r++)
+            for (int t = 0; t < taps; t++)
+                for (int c = 0; c < cols; c++)
+                    bad += wp[((size_t)r * taps + t) * cols + c] != w[((size_t)r * cols + c) * taps + (flip ? taps - 1 - t : t)];
+        float *acc = frand(n, -1, 1), *want = fzero(n);
+        for (size_t i = 0; i < n; i++) want[i] = acc[i];
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                for (int t = 0; t < taps; t++) want[((size_t)r * cols + c) * taps + t] += wp[((size_t)r * taps + t) * cols + c];
+        err |= ts_cuk_wunpack_add(wp, acc, rows, cols, taps, NULL);
+        ts_ok(!err && !bad && !memcmp(acc, want, n * sizeof(float)) && guards_ok(),
+              "weight pack (flip %d) and unpack-add: %d misplaced", flip, bad);
+    }
+    /* padded to rp x cp, and the gradient unpacked from rows of cp */
+    const int rp = 8, cp = 8;
+    float *w = frand(n, -1, 1), *wp = frand((size_t)rp * cp * taps, 5, 6);
+    int err = ts_cuk_wpack_pad(w, wp, rows, cols, taps, rp, cp, NULL), bad = 0;
+    for (int r = 0; r < rp; r++)
+        for (int t = 0; t < taps; t++)
+            for (int j = 0; j < cp; j++) {
+                const float want = r < rows && j < cols ? w[((size_t)r * cols + j) * taps + t] : 0.0f;
+                bad += wp[((size_t)r * taps + t) * cp + j] != want;
+            }
+    float *acc = frand(n, -1, 1), *want = fzero(n);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            for (int t = 0; t < taps; t++) {
+                const size_t i = ((size_t)r * cols + c) * taps + t;
+                want[i] = acc[i] + wp[((size_t)r * taps + t) * cp + c];
+            }
+    err |= ts_cuk_wunpack_add_pad(wp, acc, rows, cols, taps, cp, NULL);
+    ts_ok(!err && !bad && !memcmp(acc, want, n * sizeof(float)) && guards_ok(),
+          "weight pack and unpack-add padded to 8 x 8: %d misplaced", bad);
+}
+
+static void check_half(void)
+{
+    const size_t n = 70001;
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        float *x = frand(n, -3, 3), *r = fzero(n), *back = frand(n, -1, 1), *back0 = fzero(n);
+        uint16_t *h = galloc(n * 2);
+        memcpy(back0, back, n * sizeof(float));
+        int err = ts_cuk_to_half(x, h, n, fp16, NULL) | ts_cuk_round_half(x, r, n, fp16, NULL) |
+                  ts_cuk_from_half(h, back, n, fp16, 1, NULL);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t b = to16(x[i], fp16);
+            const float v = fp16 ? ts_f16_to_f32(b) : ts_bf16_to_f32(b);
+            bad += h[i] != b || r[i] != v || back[i] != back0[i] + v;
+        }
+        err |= ts_cuk_from_half(h, back, n, fp16, 0, NULL);
+        for (size_t i = 0; i < n; i++) bad += back[i] != (fp16 ? ts_f16_to_f32(h[i]) : ts_bf16_to_f32(h[i]));
+        /* in place, as conv_cudnn.c rounds its weight gradient */
+        err |= ts_cuk_round_half(x, x, n, fp16, NULL);
+        bad += memcmp(x, r, n * sizeof(float)) != 0;
+        ts_ok(!err && !bad && guards_ok(), "%s: fp32 -> half, rounded in fp32, half -> fp32 (set and added): %zu wrong",
+              fp16 ? "fp16" : "bf16", bad);
+    }
+    /* channels padded with zeros to cp, and sliced back */
+    const size_t nv = 1001;
+    const int c = 3, cp = 8;
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        float *x = frand(nv * c, -2, 2), *y = frand(nv * c, 7, 8);
+        uint16_t *h = galloc(nv * cp * 2);
+        int err = ts_cuk_to_half_pad(x, c, h, cp, nv, fp16, NULL);
+        size_t bad = 0;
+        for (size_t v = 0; v < nv; v++)
+            for (int j = 0; j < cp; j++) bad += h[v * cp + j] != (j < c ? to16(x[v * c + j], fp16) : 0);
+        err |= ts_cuk_from_half_slice(h, cp, y, c, nv, fp16, NULL);
+        for (size_t v = 0; v < nv; v++)
+            for (int j = 0; j < c; j++)
+                bad += y[v * c + j] != (fp16 ? ts_f16_to_f32(h[v * cp + j]) : ts_bf16_to_f32(h[v * cp + j]));
+        ts_ok(!err && !bad && guards_ok(), "%s: 3 channels padded to 8 and sliced back: %zu wrong",
+              fp16 ? "fp16" : "bf16", bad);
+    }
+}
+
+/* ------------------------------------------------------------------ elementwise, pooling */
+static void check_elementwise(void)
+{
+    const size_t n = 100003;
+    const float slope = 0.01f;
+    float *x = frand(n, -1, 1), *y = fzero(n), *dy = frand(n, -1, 1), *dx = fzero(n), *acc = frand(n, -1, 1);
+    float *acc0 = fzero(n);
+    memcpy(acc0, acc, n * sizeof(float));
+    int err = ts_cuk_relu(x, y, n, slope, NULL) | ts_cuk_relu_backward(y, dy, dx, n, slope, NULL) |
+              ts_cuk_add(x, acc, n, NULL);
+    size_t bad = 0, neg = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float f = x[i] > 0.0f ? x[i] : slope * x[i];
+        neg += x[i] < 0;
+        bad += y[i] != f || dx[i] != (y[i] > 0.0f ? dy[i] : slope * dy[i]) || acc[i] != acc0[i] + x[i];
+    }
+    ts_ok(!err && !bad && neg > n / 3 && guards_ok(), "leaky ReLU forward and backward, add: %zu wrong", bad);
+}
+
+static void check_pool(void)
+{
+    const int N = 2, D = 6, H = 4, W = 10, C = 5, k = 2;
+    const int OD = D / k, OH = H / k, OW = W / k;
+    const size_t nin = (size_t)N * D * H * W * C, nout = (size_t)N * OD * OH * OW * C;
+    float *x = frand(nin, -1, 1), *y = fzero(nout), *dy = frand(nout, -1, 1), *dx = frand(nin, 3, 4);
+    for (size_t i = 0; i + C < nin; i += 7) x[i + C] = x[i]; /* ties along W, some inside one window */
+    uint8_t *idx = galloc(nout);
+    int err = ts_cuk_maxpool(x, y, idx, N, D, H, W, C, k, NULL) |
+              ts_cuk_maxpool_backward(dy, idx, dx, N, D, H, W, C, k, NULL);
+    size_t bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int od = 0; od < OD; od++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++)
+                    for (int c = 0; c < C; c++) {
+                        const size_t o = ((((size_t)n * OD + od) * OH + oh) * OW + ow) * C + c;
+                        float mx = 0;
+                        int at = 0, t = 0;
+                        for (int a = 0; a < k; a++)
+                            for (int b = 0; b < k; b++)
+                                for (int e = 0; e < k; e++, t++) {
+                                    const size_t i = ((((size_t)n * D + od * k + a) * H + oh * k + b) * W + ow * k + e) * C + c;
+                                    if (t == 0 || x[i] > mx) mx = x[i], at = t;
+                                }
+                        bad += y[o] != mx || idx[o] != at;
+                        t = 0;
+                        for (int a = 0; a < k; a++)
+                            for (int b = 0; b < k; b++)
+                                for (int e = 0; e < k; e++, t++) {
+                                    const size_t i = ((((size_t)n * D + od * k + a) * H + oh * k + b) * W + ow * k + e) * C + c;
+                                    bad += dx[i] != (t == at ? dy[o] : 0.0f);
+                                }
+                    }
+    ts_ok(!err && !bad && guards_ok(), "max-pool 2^3 forward (first maximum on ties) and backward: %zu wrong", bad);
+}
+
+/* ------------------------------------------------------------------ norm passes, plain and tiled */
+typedef int (*sums_fn)(int, const float *, const float *, const float *, const float *, int, size_t, int, double *,
+                       double *, void *);
+
+static void check_norm_sums(int N, size_t S, int C)
+{
+    const size_t n = (size_t)N * S * C, nc = (size_t)N * C;
+    const float *x = frand(n, -1, 3), *dy = frand(n, -1, 1), *mask = frand(n, -1, 1), *ctr = frand(nc, 0, 2);
+    double *s1 = galloc(nc * sizeof(double)), *s2 = galloc(nc * sizeof(double));
+    double *w1 = malloc(nc * sizeof(double)), *w2 = malloc(nc * sizeof(double));
+    const sums_fn fns[2] = {ts_cuk_chan_sums, ts_cuk_chan_sums_tiled};
+    int err = 0;
+    double worst = 0;
+    /* mode 0 without and with centres, mode 1 without and with the mask */
+    for (int m = 0; m < 4; m++) {
+        const int mode = m >= 2;
+        const float *ce = m == 1 || m == 3 ? ctr : NULL, *mk = m == 3 ? mask : NULL;
+        memset(w1, 0, nc * sizeof(double));
+        memset(w2, 0, nc * sizeof(double));
+        for (size_t i = 0; i < n; i++) {
+            const size_t j = i / (S * C) * C + i % C;
+            const double d = (double)x[i] - (ce ? ce[j] : 0.0f), g = mk && !(mk[i] > 0.0f) ? 0.0 : dy[i];
+            w1[j] += mode ? g : d;
+            w2[j] += mode ? g * d : d * d;
+        }
+        for (int f = 0; f < 2; f++) {
+            memset(s1, 0x7f, nc * sizeof(double)); /* cleared by the launcher */
+            memset(s2, 0x7f, nc * sizeof(double));
+            err |= fns[f](mode, x, dy, mk, ce, N, S, C, s1, s2, NULL);
+            worst = fmax(worst, fmax(rel(s1, w1, nc), rel(s2, w2, nc))); /* rel is never NaN */
+        }
+    }
+    free(w1), free(w2);
+    ts_ok(!err && worst <= 1e-5 && guards_ok(),
+          "norm sums, N %d, S %zu, C %d, plain and tiled, both modes, centred, masked: %.2e of the sums' scale", N, S,
+          C, worst);
+}
+
+static void check_norm_maps(int N, size_t S, int C)
+{
+    const size_t n = (size_t)N * S * C, nc = (size_t)N * C;
+    const float *x = frand(n, -1, 3), *dy = frand(n, -1, 1), *mask = frand(n, -1, 1), *ctr = frand(nc, 0, 2);
+    const float *sc = frand(nc, 0.5, 2), *sh = frand(nc, -1, 1), *a = frand(nc, -1, 1), *b = frand(nc, -1, 1);
+    const float *kk = frand(nc, -1, 1);
+    float *y0 = fzero(n), *y1 = fzero(n), *want = fzero(n);
+    int err = 0;
+    size_t bad = 0;
+    double worst = 0;
+    for (int relu = 0; relu < 2; relu++) {
+        err |= ts_cuk_chan_affine(x, sc, sh, N, S, C, relu, y0, NULL) |
+               ts_cuk_chan_affine_tiled(x, sc, sh, N, S, C, relu, y1, NULL);
+        for (size_t i = 0; i < n; i++) {
+            const size_t j = i / (S * C) * C + i % C;
+            const float t = x[i] * sc[j] + sh[j];
+            want[i] = relu && !(t > 0.0f) ? 0.0f : t;
+        }
+        worst = fmax(worst, fmax(relf(y0, want, n), relf(y1, want, n)));
+        bad += memcmp(y0, y1, n * sizeof(float)) != 0;
+    }
+    for (int m = 0; m < 2; m++) {
+        const float *mk = m ? mask : NULL;
+        err |= ts_cuk_norm_dx(x, dy, mk, ctr, a, b, kk, N, S, C, y0, NULL) |
+               ts_cuk_norm_dx_tiled(x, dy, mk, ctr, a, b, kk, N, S, C, y1, NULL);
+        for (size_t i = 0; i < n; i++) {
+            const size_t j = i / (S * C) * C + i % C;
+            const float g = mk && !(mk[i] > 0.0f) ? 0.0f : dy[i];
+            want[i] = g * a[j] + (x[i] - ctr[j]) * b[j] + kk[j];
+        }
+        worst = fmax(worst, fmax(relf(y0, want, n), relf(y1, want, n)));
+        bad += memcmp(y0, y1, n * sizeof(float)) != 0;
+    }
+    /* plain and tiled evaluate one expression: the same bits; the loop here may contract differently */
+    ts_ok(!err && worst <= 1e-6 && !bad && guards_ok(),
+          "norm affine (+ReLU) and input gradient (+mask), N %d, S %zu, C %d, plain and tiled: %.2e, %zu differ", N, S,
+          C, worst, bad);
+}
+
+/* ------------------------------------------------------------------ concatenation */
+static void check_concat(int ca, int cb, size_t rows, int misalign)
+{
+    const int C = ca + cb;
+    /* float4 rows need 16-byte alignment: misalign 1 shifts y by one float (the scalar kernel) */
+    float *ybuf = frand(rows * C + 4, -1, 1), *abuf = frand(rows * ca + 4, -1, 1), *bbuf = frand(rows * cb + 4, -1, 1);
+    float *y = (float *)(((uintptr_t)ybuf + 15) & ~(uintptr_t)15) + misalign;
+    float *a = (float *)(((uintptr_t)abuf + 15) & ~(uintptr_t)15), *b = (float *)(((uintptr_t)bbuf + 15) & ~(uintptr_t)15);
+    float *ra = fzero(rows * ca), *rb = fzero(rows * cb);
+    int err = ts_cuk_concat(0, y, a, b, ca, cb, rows, NULL);
+    size_t bad = 0;
+    for (size_t v = 0; v < rows; v++)
+        for (int j = 0; j < C; j++) bad += y[v * C + j] != (j < ca ? a[v * ca + j] : b[v * cb + j - ca]);
+    /* backward: each part alone, then both */
+    for (size_t i = 0; i < rows * C; i++) y[i] = (float)urand();
+    err |= ts_cuk_concat(1, y, ra, NULL, ca, cb, rows, NULL);
+    for (size_t v = 0; v < rows; v++)
+        for (int j = 0; j < ca; j++) bad += ra[v * ca + j] != y[v * C + j];
+    for (size_t i = 0; i < rows * cb; i++) bad += rb[i] != 0.0f;
+    err |= ts_cuk_concat(1, y, NULL, rb, ca, cb, rows, NULL);
+    for (size_t v = 0; v < rows; v++)
+        for (int j = 0; j < cb; j++) bad += rb[v * cb + j] != y[v * C + ca + j];
+    ts_ok(!err && !bad && guards_ok(), "concatenation %d + %d channels, %zu rows (%s rows): forward, backward of each "
+          "part: %zu wrong", ca, cb, rows, ca % 4 || cb % 4 || misalign ? "float" : "float4", bad);
+}
+
+/* ------------------------------------------------------------------ labels and losses */
+static void softmax(const float *l, int K, double *p)
+{
+    double m = l[0], s = 0;
+    for (int k = 1; k < K; k++) m = fmax(m, l[k]);
+    for (int k = 0; k < K; k++) s += p[k] = exp(l[k] - m);
+    for (int k = 0; k < K; k++) p[k] /= s;
+}
+
+static void check_losses(int N, size_t S, int K)
+{
+    const size_t V = (size_t)N * S;
+    const int ign = K; /* the ignore label: one past the classes */
+    float *l = frand(V * K, -3, 3), *w = frand(K, 0.5, 2), *dl = frand(V * K, -1, 1), *dl0 = fzero(V * K);
+    float *AB = frand((size_t)N * K * 2, -1, 1);
+    uint8_t *y = galloc(V);
+    for (size_t v = 0; v < V; v++) y[v] = (uint8_t)(urand() * (K + 1)); /* ign included */
+    y[V / 2] = (uint8_t)(K + 1);                                        /* one bad label past ign */
+    unsigned long long *count = galloc(256 * sizeof *count), *at = galloc(sizeof *at), *bad = galloc(sizeof *bad);
+    double *num = galloc(sizeof *num), *s = galloc((size_t)N * 3 * K * sizeof(double));
+    memcpy(dl0, dl, V * K * sizeof(float));
+    int err = ts_cuk_label_hist(y, V, count, NULL) | ts_cuk_label_first(y, V, 1, at, NULL);
+    size_t wrong = 0, first = ~(size_t)0;
+    unsigned long long c[256] = {0};
+    for (size_t v = 0; v < V; v++) c[y[v]]++, first = y[v] == 1 && first == ~(size_t)0 ? v : first;
+    for (int i = 0; i < 256; i++) wrong += count[i] != c[i];
+    wrong += *at != first;
+    ts_ok(!err && !wrong, "label histogram and first voxel of label 1 (%zu voxels): %zu wrong", V, wrong);
+    /* cross-entropy: the loss sum and dl += f w[t] (p - onehot); the bad label is the loss's to refuse, not the kernel's */
+    y[V / 2] = 0;
+    const float f = 0.37f;
+    err |= ts_cuk_ce(l, y, V, K, ign, w, f, dl, num, NULL);
+    double want = 0, *p = malloc(K * sizeof(double)), *gd = malloc(V * K * sizeof(double)), *gw = malloc(V * K * sizeof(double));
+    for (size_t v = 0; v < V; v++) {
+        const int t = y[v];
+        for (int k = 0; k < K; k++) gd[v * K + k] = dl[v * K + k], gw[v * K + k] = dl0[v * K + k];
+        if (t == ign) continue;
+        softmax(l + v * K, K, p);
+        want += w[t] * -log(p[t]);
+        for (int k = 0; k < K; k++) gw[v * K + k] += f * w[t] * (p[k] - (k == t));
+    }
+    const double e_ce = fabs(*num - want) / fabs(want), e_dl = rel(gd, gw, V * K);
+    /* soft Dice sums per sample and class, with a bad label back in */
+    y[V / 3] = (uint8_t)(K + 2);
+    double *ws = calloc((size_t)N * 3 * K, sizeof(double));
+    err |= ts_cuk_dice_sums(l, y, N, S, K, ign, s, bad, NULL);
+    for (size_t v = 0; v < V; v++) {
+        const int t = y[v];
+        if (t == ign || t >= K) continue;
+        softmax(l + v * K, K, p);
+        double *sn = ws + v / S * 3 * K;
+        for (int k = 0; k < K; k++) sn[3 * k + 1] += p[k];
+        sn[3 * t] += p[t];
+        sn[3 * t + 2] += 1;
+    }
+    const double e_ds = rel(s, ws, (size_t)N * 3 * K);
+    const int bad_ok = *bad == V / 3;
+    /* the Dice gradient: dl += p (dp - <p, dp>) */
+    y[V / 3] = 0;
+    memcpy(dl0, dl, V * K * sizeof(float));
+    err |= ts_cuk_dice_grad(l, y, N, S, K, ign, AB, dl, NULL);
+    for (size_t v = 0; v < V; v++) {
+        const int t = y[v];
+        const float *ab = AB + v / S * K * 2;
+        for (int k = 0; k < K; k++) gd[v * K + k] = dl[v * K + k], gw[v * K + k] = dl0[v * K + k];
+        if (t == ign) continue;
+        softmax(l + v * K, K, p);
+        double dot = 0;
+        for (int k = 0; k < K; k++) dot += p[k] * (ab[2 * k] + (k == t ? ab[2 * k + 1] : 0));
+        for (int k = 0; k < K; k++) gw[v * K + k] += p[k] * (ab[2 * k] + (k == t ? ab[2 * k + 1] : 0) - dot);
+    }
+    const double e_dg = rel(gd, gw, V * K);
+    free(p), free(gd), free(gw), free(ws);
+    ts_ok(!err && e_ce <= 1e-5 && e_dl <= 1e-5 && e_ds <= 1e-5 && bad_ok && e_dg <= 1e-5 && guards_ok(),
+          "losses, N %d, S %zu, K %d: cross-entropy %.1e, its gradient %.1e; Dice sums %.1e, bad label %s, "
+          "gradient %.1e", N, S, K, e_ce, e_dl, e_ds, bad_ok ? "found" : "MISSED", e_dg);
+}
+
+/* ------------------------------------------------------------------ transposed convolution gathers, im2col */
+static float from16(const void *p, size_t i, int type)
+{
+    const uint16_t h = ((const uint16_t *)p)[i];
+    return type == 0 ? ((const float *)p)[i] : type == 1 ? ts_bf16_to_f32(h) : ts_f16_to_f32(h);
+}
+
+static void check_convt(int N, int D, int H, int W, int C, int k)
+{
+    const size_t M = (size_t)N * D * H * W, taps = (size_t)k * k * k, n = M * taps * C;
+    float *z = frand(n, -1, 1), *bias = frand(C, -1, 1), *yv = fzero(n), *dy = frand(n, -1, 1);
+    void *dz = galloc(n * sizeof(float));
+    int err = 0;
+    size_t bad = 0;
+    for (int withb = 0; withb < 2; withb++) {
+        err |= ts_cuk_convt_scatter(z, withb ? bias : NULL, yv, N, D, H, W, C, k, NULL);
+        for (size_t m = 0; m < M; m++)
+            for (size_t t = 0; t < taps; t++)
+                for (int c = 0; c < C; c++) {
+                    const size_t w = m % W, h = m / W % H, d = m / ((size_t)W * H) % D, nn = m / ((size_t)W * H * D);
+                    const size_t od = d * k + t / (k * k), oh = h * k + t / k % k, ow = w * k + t % k;
+                    const size_t o = (((nn * D * k + od) * H * k + oh) * W * k + ow) * C + c;
+                    bad += yv[o] != z[(m * taps + t) * C + c] + (withb ? bias[c] : 0.0f);
+                }
+    }
+    for (int type = 0; type < 3; type++) {
+        err |= ts_cuk_convt_gather(dy, dz, type, N, D, H, W, C, k, NULL);
+        for (size_t m = 0; m < M; m++)
+            for (size_t t = 0; t < taps; t++)
+                for (int c = 0; c < C; c++) {
+                    const size_t w = m % W, h = m / W % H, d = m / ((size_t)W * H) % D, nn = m / ((size_t)W * H * D);
+                    const size_t od = d * k + t / (k * k), oh = h * k + t / k % k, ow = w * k + t % k;
+                    const float g = dy[(((nn * D * k + od) * H * k + oh) * W * k + ow) * C + c];
+                    const float want = type == 0 ? g : type == 1 ? ts_bf16_to_f32(ts_f32_to_bf16(g)) : ts_f16_to_f32(ts_f32_to_f16(g));
+                    bad += from16(dz, (m * taps + t) * C + c, type) != want;
+                }
+    }
+    ts_ok(!err && !bad && guards_ok(), "transposed convolution %dx%dx%dx%d, %d channels, k %d: scatter (with and "
+          "without bias), gather as fp32, bf16, fp16: %zu wrong", N, D, H, W, C, k, bad);
+}
+
+static void check_im2col(int N, int D, int H, int W, int C, int k, int s, int p)
+{
+    const int OD = (D + 2 * p - k) / s + 1, OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+    const size_t mo = (size_t)N * OD * OH * OW, kk = (size_t)k * k * k * C;
+    float *x = frand((size_t)N * D * H * W * C, -1, 1);
+    const size_t mc = mo / 3 + 1; /* three chunks, the last shorter */
+    void *col = galloc(mc * kk * sizeof(float));
+    int err = 0;
+    size_t bad = 0, zeros = 0;
+    for (int type = 0; type < 3; type++)
+        for (size_t m0 = 0; m0 < mo; m0 += mc) {
+            const size_t n = mo - m0 < mc ? mo - m0 : mc;
+            err |= ts_cuk_im2col(x, col, type, D, H, W, C, k, s, p, OD, OH, OW, m0, n, NULL);
+            for (size_t i = 0; i < n; i++) {
+                const size_t m = m0 + i, ow = m % OW, oh = m / OW % OH, od = m / ((size_t)OW * OH) % OD;
+                const size_t nn = m / ((size_t)OW * OH * OD);
+                for (int t = 0; t < k * k * k; t++)
+                    for (int c = 0; c < C; c++) {
+                        const long id = (long)od * s - p + t / (k * k), ih = (long)oh * s - p + t / k % k,
+                                   iw = (long)ow * s - p + t % k;
+                        const int in = id >= 0 && id < D && ih >= 0 && ih < H && iw >= 0 && iw < W;
+                        const float v = in ? x[(((nn * D + id) * H + ih) * W + iw) * C + c] : 0.0f;
+                        const float want = type == 0 ? v : type == 1 ? ts_bf16_to_f32(ts_f32_to_bf16(v)) : ts_f16_to_f32(ts_f32_to_f16(v));
+                        zeros += !in;
+                        bad += from16(col, (i * k * k * k + t) * C + c, type) != want;
+                    }
+            }
+        }
+    ts_ok(!err && !bad && (p == 0 || zeros > 0) && guards_ok(), "im2col %dx%dx%dx%d, %d channels, k %d, stride %d, "
+          "padding %d, 3 chunks, fp32/bf16/fp16: %zu wrong", N, D, H, W, C, k, s, p, bad);
+}
+
+int main(void)
+{
+    char why[256];
+    ts_plan(32);
+    ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
+    check_pack();
+    check_half();
+    check_elementwise();
+    check_pool();
+    /* channels: 1, 3, 8, 48 (tiled blocks of 240 threads), 256, 320 (past the tiled kernels: the plain ones);
+     * S large enough that the tiled grid (2048 / N blocks at most) goes round */
+    const unsigned long long rounds0 = tsemu_barrier_rounds();
+    check_norm_sums(2, 9001, 3);
+    check_norm_sums(3, 25000, 8);
+    check_norm_sums(1, 777, 48);
+    check_norm_sums(2, 300, 320);
+    check_norm_maps(2, 9001, 3);
+    check_norm_maps(3, 40000, 8);
+    check_norm_maps(1, 777, 48);
+    check_norm_maps(2, 300, 256);
+    check_norm_maps(2, 300, 320);
+    ts_ok(tsemu_barrier_rounds() > rounds0, "the tiled sums waited at their barrier (%llu rounds)",
+          tsemu_barrier_rounds() - rounds0);
+    check_concat(8, 8, 1001, 0);
+    check_concat(8, 8, 1001, 1);
+    check_concat(3, 5, 777, 0);
+    check_concat(64, 32, 300, 0);
+    check_losses(2, 3001, 3);
+    check_losses(1, 1000, 14);
+    check_convt(2, 3, 4, 5, 6, 2);
+    check_im2col(2, 5, 6, 7, 3, 3, 1, 1);
+    check_im2col(1, 8, 7, 6, 4, 3, 2, 1);
+    ts_ok(tsemu_launches() > 100, "%llu launches emulated", tsemu_launches());
+    return ts_tap_failed ? 1 : 0;
+}
