@@ -41,7 +41,8 @@
 #      transposed convolutions and every weight gradient as cuBLAS GEMMs,
 #      TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm, and the norms'
 #      passes and the concatenations through the tiled kernels,
-#      TESSERA_CUDA_PASSES=tiled: none yet the default);
+#      TESSERA_CUDA_PASSES=tiled, with their statistics on the device,
+#      TESSERA_CUDA_NORMSTATS=device: none yet the default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
 #      layer (each layer call waits for the GPU), for the next speed work;
 #      again with the opt-in paths of 5 (profile-opt).
@@ -297,14 +298,14 @@ fi
 if want bench; then
 # (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-opt: also the
 # 2x2x2 transposed convolutions and the weight gradients as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm
-# TESSERA_CUDA_WGRAD=gemm, and the tiled norm and concatenation kernels, TESSERA_CUDA_PASSES=tiled; none the
-# default yet)
+# TESSERA_CUDA_WGRAD=gemm, the tiled norm and concatenation kernels, TESSERA_CUDA_PASSES=tiled, and the
+# norms' statistics on the device, TESSERA_CUDA_NORMSTATS=device; none the default yet)
 for b in 2 8 8-pad 8-opt; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
-    fewch=fp32 convt=cudnn passes=plain
-    case $b in *-pad) fewch=pad ;; *-opt) fewch=pad convt=gemm passes=tiled ;; esac
+    fewch=fp32 convt=cudnn passes=plain stats=host
+    case $b in *-pad) fewch=pad ;; *-opt) fewch=pad convt=gemm passes=tiled stats=device ;; esac
     run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt TESSERA_CUDA_WGRAD=$convt \
-        TESSERA_CUDA_PASSES=$passes "$mpiexec" -n 1 "$tessera" bench step \
+        TESSERA_CUDA_PASSES=$passes TESSERA_CUDA_NORMSTATS=$stats "$mpiexec" -n 1 "$tessera" bench step \
         "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%%-*} train.precision=bf16 train.engine=cuda \
         --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
@@ -331,7 +332,8 @@ if want profile; then
 # (profile-opt: with the opt-in paths of the bench above)
 for p in profile profile-opt; do
     opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn TESSERA_CUDA_WGRAD=cudnn TESSERA_CUDA_PASSES=plain"
-    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm TESSERA_CUDA_PASSES=tiled"
+    opts="$opts TESSERA_CUDA_NORMSTATS=host"
+    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm TESSERA_CUDA_PASSES=tiled TESSERA_CUDA_NORMSTATS=device"
     run $p 90 env $opts "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
         train.batch=2 train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
     if [ $rc -eq 0 ]; then

@@ -32,19 +32,21 @@ check_PROGRAMS += tests/nn/test_winograd
 tests_nn_test_winograd_SOURCES = tests/nn/test_winograd.c
 tests_nn_test_winograd_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_winograd
-# the GPU kernels of src/nn/cuda/nn_kernels.cu on the CPU under a CUDA emulator
-# (every build, no GPU or CUDA needed): cuda_emu.py rewrites the .cu into C++
+# the GPU kernels of src/nn/cuda/*.cu on the CPU under a CUDA emulator (every
+# build, no GPU or CUDA needed): cuda_emu.py rewrites each .cu into C++
 # against cuda_emu.h; linked by MPI's C compiler driver with libstdc++
 check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h
-nodist_tests_nn_test_cuda_emu_SOURCES = tests/nn/nn_kernels_emu.cc
+TS_EMU_CC = tests/nn/nn_kernels_emu.cc tests/nn/norm_kernels_emu.cc
+nodist_tests_nn_test_cuda_emu_SOURCES = $(TS_EMU_CC)
 tests_nn_test_cuda_emu_LDADD = $(TS_LIBS) -lstdc++
 tests_nn_test_cuda_emu_LINK = $(LINK)
 TESTS += tests/nn/test_cuda_emu
 EXTRA_DIST += tests/nn/cuda_emu.py
-CLEANFILES += tests/nn/nn_kernels_emu.cc tests/nn/nn_kernels_emu.h
-tests/nn/nn_kernels_emu.cc: $(top_srcdir)/src/nn/cuda/nn_kernels.cu $(top_srcdir)/tests/nn/cuda_emu.py
-	$(AM_V_GEN)$(MKDIR_P) tests/nn && \
-	python3 $(top_srcdir)/tests/nn/cuda_emu.py $(top_srcdir)/src/nn/cuda/nn_kernels.cu $@ tests/nn/nn_kernels_emu.h
-tests/nn/nn_kernels_emu.h: tests/nn/nn_kernels_emu.cc
-tests/nn/test_cuda_emu.$(OBJEXT) tests/nn/nn_kernels_emu.$(OBJEXT): tests/nn/nn_kernels_emu.h
+CLEANFILES += $(TS_EMU_CC) tests/nn/kernels_emu.h
+tests/nn/kernels_emu.h: $(top_srcdir)/src/nn/cuda/nn_kernels.cu $(top_srcdir)/src/nn/cuda/norm_kernels.cu $(top_srcdir)/tests/nn/cuda_emu.py
+	$(AM_V_GEN)$(MKDIR_P) tests/nn && python3 $(top_srcdir)/tests/nn/cuda_emu.py $@ \
+	$(top_srcdir)/src/nn/cuda/nn_kernels.cu tests/nn/nn_kernels_emu.cc \
+	$(top_srcdir)/src/nn/cuda/norm_kernels.cu tests/nn/norm_kernels_emu.cc
+$(TS_EMU_CC): tests/nn/kernels_emu.h
+tests/nn/test_cuda_emu.$(OBJEXT) tests/nn/nn_kernels_emu.$(OBJEXT) tests/nn/norm_kernels_emu.$(OBJEXT): tests/nn/kernels_emu.h

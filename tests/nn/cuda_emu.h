@@ -17,8 +17,9 @@
 
 #include "src/core/dtype.h" /* the round-to-nearest-even conversions */
 
-#define __global__
-#define __device__
+/* internal linkage: a CUDA build's libtessera holds the real kernels' host stubs under the same names */
+#define __global__ static
+#define __device__ static
 #define __host__
 
 struct uint3 {

@@ -12,7 +12,10 @@
  * (they run one after another), warps, speed, and cuDNN/cuBLAS. */
 #include "tsbuild.h"
 #include "src/core/dtype.h"
-#include "tests/nn/nn_kernels_emu.h" /* ts_cuk_* -> tsemu_cuk_* */
+#include "src/core/tensor.h"
+#include "src/nn/layers.h"
+#include "tests/nn/kernels_emu.h" /* ts_cuk_* -> tsemu_cuk_* */
+#include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
 #include "tests/tap.h"
 
@@ -54,6 +57,9 @@ static int guards_ok(void)
     nbuf = 0;
     return ok;
 }
+
+/* cond, after checking and freeing the buffers (always, so that a failed check leaks nothing) */
+static int checked(int cond) { return guards_ok() && cond; }
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static double urand(void)
@@ -118,7 +124,7 @@ static void check_pack(void)
             for (int c = 0; c < cols; c++)
                 for (int t = 0; t < taps; t++) want[((size_t)r * cols + c) * taps + t] += wp[((size_t)r * taps + t) * cols + c];
         err |= ts_cuk_wunpack_add(wp, acc, rows, cols, taps, NULL);
-        ts_ok(!err && !bad && !memcmp(acc, want, n * sizeof(float)) && guards_ok(),
+        ts_ok(checked(!err && !bad && !memcmp(acc, want, n * sizeof(float))),
               "weight pack (flip %d) and unpack-add: %d misplaced", flip, bad);
     }
     /* padded to rp x cp, and the gradient unpacked from rows of cp */
@@ -139,7 +145,7 @@ static void check_pack(void)
                 want[i] = acc[i] + wp[((size_t)r * taps + t) * cp + c];
             }
     err |= ts_cuk_wunpack_add_pad(wp, acc, rows, cols, taps, cp, NULL);
-    ts_ok(!err && !bad && !memcmp(acc, want, n * sizeof(float)) && guards_ok(),
+    ts_ok(checked(!err && !bad && !memcmp(acc, want, n * sizeof(float))),
           "weight pack and unpack-add padded to 8 x 8: %d misplaced", bad);
 }
 
@@ -163,7 +169,7 @@ static void check_half(void)
         /* in place, as conv_cudnn.c rounds its weight gradient */
         err |= ts_cuk_round_half(x, x, n, fp16, NULL);
         bad += memcmp(x, r, n * sizeof(float)) != 0;
-        ts_ok(!err && !bad && guards_ok(), "%s: fp32 -> half, rounded in fp32, half -> fp32 (set and added): %zu wrong",
+        ts_ok(checked(!err && !bad), "%s: fp32 -> half, rounded in fp32, half -> fp32 (set and added): %zu wrong",
               fp16 ? "fp16" : "bf16", bad);
     }
     /* channels padded with zeros to cp, and sliced back */
@@ -180,7 +186,7 @@ static void check_half(void)
         for (size_t v = 0; v < nv; v++)
             for (int j = 0; j < c; j++)
                 bad += y[v * c + j] != (fp16 ? ts_f16_to_f32(h[v * cp + j]) : ts_bf16_to_f32(h[v * cp + j]));
-        ts_ok(!err && !bad && guards_ok(), "%s: 3 channels padded to 8 and sliced back: %zu wrong",
+        ts_ok(checked(!err && !bad), "%s: 3 channels padded to 8 and sliced back: %zu wrong",
               fp16 ? "fp16" : "bf16", bad);
     }
 }
@@ -201,7 +207,7 @@ static void check_elementwise(void)
         neg += x[i] < 0;
         bad += y[i] != f || dx[i] != (y[i] > 0.0f ? dy[i] : slope * dy[i]) || acc[i] != acc0[i] + x[i];
     }
-    ts_ok(!err && !bad && neg > n / 3 && guards_ok(), "leaky ReLU forward and backward, add: %zu wrong", bad);
+    ts_ok(checked(!err && !bad && neg > n / 3), "leaky ReLU forward and backward, add: %zu wrong", bad);
 }
 
 static void check_pool(void)
@@ -238,7 +244,7 @@ static void check_pool(void)
                                     bad += dx[i] != (t == at ? dy[o] : 0.0f);
                                 }
                     }
-    ts_ok(!err && !bad && guards_ok(), "max-pool 2^3 forward (first maximum on ties) and backward: %zu wrong", bad);
+    ts_ok(checked(!err && !bad), "max-pool 2^3 forward (first maximum on ties) and backward: %zu wrong", bad);
 }
 
 /* ------------------------------------------------------------------ norm passes, plain and tiled */
@@ -274,7 +280,7 @@ static void check_norm_sums(int N, size_t S, int C)
         }
     }
     free(w1), free(w2);
-    ts_ok(!err && worst <= 1e-5 && guards_ok(),
+    ts_ok(checked(!err && worst <= 1e-5),
           "norm sums, N %d, S %zu, C %d, plain and tiled, both modes, centred, masked: %.2e of the sums' scale", N, S,
           C, worst);
 }
@@ -313,7 +319,7 @@ static void check_norm_maps(int N, size_t S, int C)
         bad += memcmp(y0, y1, n * sizeof(float)) != 0;
     }
     /* plain and tiled evaluate one expression: the same bits; the loop here may contract differently */
-    ts_ok(!err && worst <= 1e-6 && !bad && guards_ok(),
+    ts_ok(checked(!err && worst <= 1e-6 && !bad),
           "norm affine (+ReLU) and input gradient (+mask), N %d, S %zu, C %d, plain and tiled: %.2e, %zu differ", N, S,
           C, worst, bad);
 }
@@ -340,7 +346,7 @@ static void check_concat(int ca, int cb, size_t rows, int misalign)
     err |= ts_cuk_concat(1, y, NULL, rb, ca, cb, rows, NULL);
     for (size_t v = 0; v < rows; v++)
         for (int j = 0; j < cb; j++) bad += rb[v * cb + j] != y[v * C + ca + j];
-    ts_ok(!err && !bad && guards_ok(), "concatenation %d + %d channels, %zu rows (%s rows): forward, backward of each "
+    ts_ok(checked(!err && !bad), "concatenation %d + %d channels, %zu rows (%s rows): forward, backward of each "
           "part: %zu wrong", ca, cb, rows, ca % 4 || cb % 4 || misalign ? "float" : "float4", bad);
 }
 
@@ -417,7 +423,7 @@ static void check_losses(int N, size_t S, int K)
     }
     const double e_dg = rel(gd, gw, V * K);
     free(p), free(gd), free(gw), free(ws);
-    ts_ok(!err && e_ce <= 1e-5 && e_dl <= 1e-5 && e_ds <= 1e-5 && bad_ok && e_dg <= 1e-5 && guards_ok(),
+    ts_ok(checked(!err && e_ce <= 1e-5 && e_dl <= 1e-5 && e_ds <= 1e-5 && bad_ok && e_dg <= 1e-5),
           "losses, N %d, S %zu, K %d: cross-entropy %.1e, its gradient %.1e; Dice sums %.1e, bad label %s, "
           "gradient %.1e", N, S, K, e_ce, e_dl, e_ds, bad_ok ? "found" : "MISSED", e_dg);
 }
@@ -459,7 +465,7 @@ static void check_convt(int N, int D, int H, int W, int C, int k)
                     bad += from16(dz, (m * taps + t) * C + c, type) != want;
                 }
     }
-    ts_ok(!err && !bad && guards_ok(), "transposed convolution %dx%dx%dx%d, %d channels, k %d: scatter (with and "
+    ts_ok(checked(!err && !bad), "transposed convolution %dx%dx%dx%d, %d channels, k %d: scatter (with and "
           "without bias), gather as fp32, bf16, fp16: %zu wrong", N, D, H, W, C, k, bad);
 }
 
@@ -491,14 +497,77 @@ static void check_im2col(int N, int D, int H, int W, int C, int k, int s, int p)
                     }
             }
         }
-    ts_ok(!err && !bad && (p == 0 || zeros > 0) && guards_ok(), "im2col %dx%dx%dx%d, %d channels, k %d, stride %d, "
+    ts_ok(checked(!err && !bad && (p == 0 || zeros > 0)), "im2col %dx%dx%dx%d, %d channels, k %d, stride %d, "
           "padding %d, 3 chunks, fp32/bf16/fp16: %zu wrong", N, D, H, W, C, k, s, p, bad);
+}
+
+/* ------------------------------------------------------------------ norms with their statistics on the device */
+static ts_tensor host_rand(int nd, const int64_t *shape, double lo, double hi)
+{
+    ts_tensor t;
+    if (ts_tensor_alloc(&t, TS_FLOAT32, nd, shape)) abort();
+    float *p = t.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = (float)(lo + (hi - lo) * urand());
+    return t;
+}
+/* a guarded copy of a host tensor's values */
+static float *gcopy(const ts_tensor *t)
+{
+    float *p = galloc(ts_tensor_bytes(t));
+    memcpy(p, t->data, ts_tensor_bytes(t));
+    return p;
+}
+static double relt(const float *a, const ts_tensor *b) { return relf(a, b->data, (size_t)ts_tensor_numel(b)); }
+
+/* ts_cuk_norm_forward and _backward (norm_kernels.cu) against the CPU's batch
+ * norm (gn 0: the N samples folded into one, G = C) or group norm (G groups),
+ * x [N, D, D+1, D+2, C]: every output, saved statistic, running statistic
+ * and gradient within 1e-5 of its own scale */
+static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int train, int tiled)
+{
+    const int64_t xs[5] = {N, D, D + 1, D + 2, C}, cs[1] = {C}, gs[1] = {(int64_t)N * G};
+    const size_t S = (size_t)D * (D + 1) * (D + 2), n = (size_t)N * S * C;
+    const int Nn = gn ? N : 1, Gg = gn ? G : C;
+    const size_t Sn = gn ? S : (size_t)N * S, ng = (size_t)Nn * Gg;
+    ts_tensor x = host_rand(5, xs, -1, 3), dy = host_rand(5, xs, -1, 1), g = host_rand(1, cs, 0.5, 1.5);
+    ts_tensor b = host_rand(1, cs, -0.5, 0.5), rm = host_rand(1, cs, -0.2, 0.2), rv = host_rand(1, cs, 0.5, 2);
+    ts_tensor dg = host_rand(1, cs, -1, 1), db = host_rand(1, cs, -1, 1), y = host_rand(5, xs, 0, 0), dx = host_rand(5, xs, 0, 0);
+    ts_tensor sm = host_rand(1, gn ? gs : cs, 0, 0), si = host_rand(1, gn ? gs : cs, 0, 0);
+    /* the device copies, taken before the CPU layers update anything in place */
+    float *ex = gcopy(&x), *edy = gcopy(&dy), *eg = gcopy(&g), *eb = gcopy(&b), *erm = gcopy(&rm), *erv = gcopy(&rv);
+    float *edg = gcopy(&dg), *edb = gcopy(&db), *ey = galloc(n * sizeof(float)), *edx = galloc(n * sizeof(float));
+    float *esm = galloc(ng * sizeof(float)), *esi = galloc(ng * sizeof(float));
+    void *work = galloc(ts_cuk_norm_work_bytes(Nn, C));
+    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu};
+    int err = gn ? ts_groupnorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
+                       ts_groupnorm_backward(&x, &y, &g, &b, &sm, &si, &o, &dy, &dx, &dg, &db)
+                 : ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &o, &y, &sm, &si) ||
+                       ts_batchnorm_backward(&x, &y, &g, &b, &sm, &si, train, &o, &dy, &dx, &dg, &db);
+    if (err) {
+        ts_ok(0, "the CPU norm failed: %s", ts_err_message());
+        return;
+    }
+    err = ts_cuk_norm_forward(ex, Nn, Sn, C, Gg, eg, eb, o.eps, o.momentum, train, relu, tiled, gn ? NULL : erm,
+                              gn ? NULL : erv, esm, esi, ey, work, NULL) ||
+          ts_cuk_norm_backward(ex, edy, relu ? ey : NULL, Nn, Sn, C, Gg, eg, esm, esi, train, tiled, edg, edb, edx, work,
+                               NULL);
+    double e[7] = {relt(ey, &y), relt(esm, &sm), relt(esi, &si), relt(edx, &dx), relt(edg, &dg), relt(edb, &db),
+                   gn || !train ? 0 : fmax(relt(erm, &rm), relt(erv, &rv))};
+    double worst = 0;
+    for (int i = 0; i < 7; i++) worst = fmax(worst, e[i]);
+    ts_ok(checked(!err && worst <= 1e-5), "%s %s, N %d, %d^3-ish, C %d%s%s, %s passes, statistics on the device: "
+          "y %.1e, mean %.1e, invstd %.1e, dx %.1e, dgamma %.1e, dbeta %.1e, running %.1e",
+          gn ? (G == C ? "instance norm" : "group norm") : "batch norm", train ? "train" : "eval", N, D, C,
+          gn && G != C ? " in groups" : "", relu ? " + ReLU" : "", tiled ? "tiled" : "plain", e[0], e[1], e[2], e[3],
+          e[4], e[5], e[6]);
+    ts_tensor *all[] = {&x, &dy, &g, &b, &rm, &rv, &dg, &db, &y, &dx, &sm, &si};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
 int main(void)
 {
     char why[256];
-    ts_plan(32);
+    ts_plan(38);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
@@ -527,6 +596,12 @@ int main(void)
     check_convt(2, 3, 4, 5, 6, 2);
     check_im2col(2, 5, 6, 7, 3, 3, 1, 1);
     check_im2col(1, 8, 7, 6, 4, 3, 2, 1);
+    check_norm_chain(0, 2, 9, 16, 16, 1, 1, 0);
+    check_norm_chain(0, 2, 9, 8, 8, 0, 1, 1);
+    check_norm_chain(0, 1, 7, 32, 32, 1, 0, 1);
+    check_norm_chain(1, 2, 8, 16, 4, 1, 1, 1);
+    check_norm_chain(1, 3, 6, 8, 8, 0, 1, 0);
+    check_norm_chain(1, 2, 5, 320, 320, 1, 1, 1);
     ts_ok(tsemu_launches() > 100, "%llu launches emulated", tsemu_launches());
     return ts_tap_failed ? 1 : 0;
 }

@@ -466,6 +466,21 @@ int main(void)
     ts_cuda_set_passes(0);
     passes_name = "";
     test_concat(16, 16, 9);
+    /* the norms' statistics on the device (TESSERA_CUDA_NORMSTATS=device),
+     * with the plain and the tiled passes */
+    ts_cuda_set_normstats(1);
+    for (int t = 0; t < 2; t++) {
+        ts_cuda_set_passes(t);
+        passes_name = t ? " (statistics on the device, tiled passes)" : " (statistics on the device)";
+        for (int kind = 0; kind < 4; kind++)
+            for (int relu = 0; relu < 2; relu++) test_norm(kind, relu, 8, 5);
+        test_norm(0, 1, 16, 40);
+        test_norm(3, 1, 48, 30);
+        test_norm(2, 0, 320, 4);
+    }
+    ts_cuda_set_normstats(0);
+    ts_cuda_set_passes(0);
+    passes_name = "";
 #endif
     for (int dice = 0; dice < 2; dice++) {
         test_loss(dice, 0, 0);

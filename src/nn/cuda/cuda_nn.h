@@ -77,6 +77,26 @@ int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *sh
 int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
                          const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream);
 int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t rows, void *stream);
+/* The norms with their per-channel arithmetic on the device (norm_kernels.cu;
+ * TESSERA_CUDA_NORMSTATS=device, layers_cuda.c): x [N][S][C] in G groups of
+ * C / G channels (batch norm: N = 1 with the batch folded into S, G = C;
+ * instance norm G = C). Forward, train: two-pass moments per (n, g) in
+ * double, save_mean and save_invstd [N][G], the running statistics (batch
+ * norm: rmean, rvar non-NULL) updated with momentum and the unbiased
+ * variance; !train (batch norm only): from rmean and rvar; then y =
+ * relu?(x scale + shift). Backward: dbeta, dgamma (either NULL) += this
+ * call's sums; dx (NULL: none) = the input gradient (train 0: eval batch
+ * norm's, the statistics constant); mask (the forward's output with a
+ * fused ReLU, else NULL) zeroes dy where it is <= 0. tiled: the tiled
+ * passes. work: device scratch of ts_cuk_norm_work_bytes(N, C). Every
+ * pointer is device memory; nothing is synchronised. Written without a GPU. */
+size_t ts_cuk_norm_work_bytes(int N, int C);
+int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G, const float *gamma, const float *beta, float eps,
+                        float momentum, int train, int relu, int tiled, float *rmean, float *rvar, float *save_mean,
+                        float *save_invstd, float *y, void *work, void *stream);
+int ts_cuk_norm_backward(const float *x, const float *dy, const float *mask, int N, size_t S, int C, int G,
+                         const float *gamma, const float *save_mean, const float *save_invstd, int train, int tiled,
+                         float *dgamma, float *dbeta, float *dx, void *work, void *stream);
 /* count[256] (device, cleared first) = histogram of the labels; *at = first voxel of label t (~0 if none) */
 int ts_cuk_label_hist(const uint8_t *y, size_t V, unsigned long long *count, void *stream);
 int ts_cuk_label_first(const uint8_t *y, size_t V, int t, unsigned long long *at, void *stream);
@@ -161,6 +181,11 @@ int ts_cuda_convt3d_backward(const ts_tensor *x, const ts_tensor *w, int stride,
  * TESSERA_CUDA_PASSES=tiled on first use) or the plain ones (0, the
  * default until the tiled ones have run on a GPU) */
 int ts_cuda_set_passes(int on);
+/* Local, for tests: the norms' per-channel arithmetic on the device
+ * (1; TESSERA_CUDA_NORMSTATS=device on first use; norm_kernels.cu) where no
+ * other rank shares the statistics, or on the host between the passes (0,
+ * the default until the device chain has run on a GPU) */
+int ts_cuda_set_normstats(int device);
 int ts_cuda_relu_forward(const ts_tensor *x, float slope, ts_tensor *y);
 int ts_cuda_relu_backward(const ts_tensor *y, float slope, const ts_tensor *dy, ts_tensor *dx);
 int ts_cuda_add_inplace(ts_tensor *y, const ts_tensor *x);

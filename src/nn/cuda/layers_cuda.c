@@ -127,6 +127,28 @@ int ts_cuda_set_passes(int on)
     return 0;
 }
 
+/* The norms' per-channel arithmetic on the device (norm_kernels.cu), where
+ * no other rank shares the statistics: 1 on (TESSERA_CUDA_NORMSTATS=device
+ * on first use), 0 the host round trips (the default until the device
+ * chain has run on a GPU) */
+static int normstats_dev = -1;
+int ts_cuda_set_normstats(int device)
+{
+    normstats_dev = device != 0;
+    return 0;
+}
+static int dev_stats(const ts_norm_opts *o)
+{
+    return !o->sync && ts_cuda_switch(&normstats_dev, "TESSERA_CUDA_NORMSTATS", "device");
+}
+/* the device chain's scratch (slot SMALL) and the stream */
+static int chain_work(int N, int C, void **work, void **s)
+{
+    TS_TRY(stream(s));
+    return ts_cuda_scratch(TS_CUDA_SLOT_SMALL, ts_cuk_norm_work_bytes(N, C), work);
+}
+static float *data_or_null(const ts_tensor *t) { return t ? t->data : NULL; }
+
 /* --------------------------------------------------------- concatenation */
 /* rows of width wa/wb (floats) of src (pitch ws) to dst (pitch wd) at offset off */
 static int strided(float *dst, size_t wd, const float *src, size_t wsrc, size_t w, size_t rows)
@@ -334,6 +356,14 @@ int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
         return TS_ERR(TS_ERR_ARG, "batchnorm: weight, bias and saved statistics are required");
     if (!train && (!running_mean || !running_var)) return TS_ERR(TS_ERR_ARG, "batchnorm: eval mode needs the running statistics");
     if (train && !o->sync && d.S < 2) return TS_ERR(TS_ERR_ARG, "batchnorm: training needs more than one value per channel");
+    if (dev_stats(o)) {
+        void *work, *st;
+        const int run = running_mean && running_var; /* train updates them only when both are given */
+        TS_TRY(chain_work(1, C, &work, &st));
+        return ts_cuk_norm_forward(x->data, 1, d.S, C, C, gamma->data, beta->data, o->eps, o->momentum, train, o->relu,
+                                   tiled(), run ? running_mean->data : NULL, run ? running_var->data : NULL,
+                                   save_mean->data, save_invstd->data, y->data, work, st);
+    }
     double *s = calloc(3 * (size_t)C, sizeof(double));
     float *h = malloc(8 * (size_t)C * sizeof(float));
     if (!s || !h) TS_FAIL(TS_ERR_NOMEM, "batchnorm statistics");
@@ -405,6 +435,13 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
     if (!gamma || !save_mean || !save_invstd)
         return TS_ERR(TS_ERR_ARG, "batchnorm backward: weight and saved statistics are required");
     const float *mask = o->relu ? y->data : NULL;
+    if (dev_stats(o)) {
+        void *work, *st;
+        TS_TRY(chain_work(1, C, &work, &st));
+        return ts_cuk_norm_backward(x->data, dy->data, mask, 1, d.S, C, C, gamma->data, save_mean->data,
+                                    save_invstd->data, train, tiled(), data_or_null(dgamma), data_or_null(dbeta),
+                                    data_or_null(dx), work, st);
+    }
     double *s = calloc(2 * (size_t)C + 1, sizeof(double));
     float *h = malloc(7 * (size_t)C * sizeof(float));
     if (!s || !h) TS_FAIL(TS_ERR_NOMEM, "batchnorm backward");
@@ -465,6 +502,12 @@ int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
     TS_TRY(vec(save_invstd, (int64_t)ng, "groupnorm saved invstd"));
     if (!gamma || !beta || !save_mean || !save_invstd)
         return TS_ERR(TS_ERR_ARG, "groupnorm: weight, bias and saved statistics are required");
+    if (dev_stats(o)) {
+        void *work, *st;
+        TS_TRY(chain_work(d.N, d.C, &work, &st));
+        return ts_cuk_norm_forward(x->data, d.N, d.S, d.C, d.G, gamma->data, beta->data, o->eps, o->momentum, 1,
+                                   o->relu, tiled(), NULL, NULL, save_mean->data, save_invstd->data, y->data, work, st);
+    }
     double *s = calloc(2 * ng, sizeof(double)), cnt = 0;
     float *h = malloc((2 * d.C + 2 * ng + 2 * nc) * sizeof(float));
     if (!s || !h) TS_FAIL(TS_ERR_NOMEM, "groupnorm statistics");
@@ -510,6 +553,13 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
     TS_TRY(vec(dgamma, d.C, "groupnorm weight gradient"));
     TS_TRY(vec(dbeta, d.C, "groupnorm bias gradient"));
     const float *mask = o->relu ? y->data : NULL;
+    if (dev_stats(o)) {
+        void *work, *st;
+        TS_TRY(chain_work(d.N, d.C, &work, &st));
+        return ts_cuk_norm_backward(x->data, dy->data, mask, d.N, d.S, d.C, d.G, gamma->data, save_mean->data,
+                                    save_invstd->data, 1, tiled(), data_or_null(dgamma), data_or_null(dbeta),
+                                    data_or_null(dx), work, st);
+    }
     double *s = calloc(2 * nc + 1, sizeof(double));
     float *h = malloc((d.C + 2 * ng + 5 * nc) * sizeof(float));
     void *dctr = NULL;
