@@ -33,6 +33,8 @@
 #      the GPU and on the CPU (final loss within 1 %); one step's
 #      gradients on 2 ranks data parallel on the GPU (faked nodes of one
 #      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
+#      `tessera infer` of a phantom scan on the GPU against the CPU (the
+#      masks 99.9 % equal, the probabilities within 1e-4);
 #   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
 #      GPU engine at the same sizes: samples/s side by side (and batch 8
@@ -262,7 +264,7 @@ else
     }
     "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 </dev/null >>"$log" 2>&1
     trn 1 gpu train.engine=cuda model.init="$out/model/init.h5"
-    trn 1 cpu train.engine=cpu model.init="$out/model/init.h5"
+    trn 1 cpu train.engine=cpu model.init="$out/model/init.h5" ckpt.every=20
     losses=$(python3 - "$out/model/run-gpu" "$out/model/run-cpu" <<'PY' 2>>"$log"
 import json, sys
 def last(d):
@@ -281,6 +283,18 @@ PY
 )
     if [ $? -eq 0 ]; then record train-20 pass 0 "$losses"
     else record train-20 fail 0 "${losses:-no losses (see the log)}"; fails=$((fails + 1)); fi
+    # tessera infer on the GPU against the CPU: a phantom scan (NIfTI written here without numpy), the CPU run's
+    # checkpoint, fp32 with TF32 off; masks and probabilities compared
+    python3 "$here/jobs/gpu/nifti_check.py" write "$out/model/scan.nii.gz" 2>>"$log"
+    for e in cpu cuda; do
+        run "infer-$e" 60 "$mpiexec" -n 1 "$tessera" infer "$ini" checkpoint="$out/model/run-cpu" \
+            input="$out/model/scan.nii.gz" output="$out/model/mask-$e.nii.gz" probabilities="$out/model/prob-$e.nii.gz" \
+            preprocess=none train.engine=$e train.tf32=false
+    done
+    cmp_out=$(python3 "$here/jobs/gpu/nifti_check.py" compare "$out/model/mask-cuda.nii.gz" "$out/model/mask-cpu.nii.gz" \
+        "$out/model/prob-cuda.nii.gz" "$out/model/prob-cpu.nii.gz" 2>&1)
+    if [ $? -eq 0 ] && grep -q 'cudnn' "$log"; then record infer pass 0 "tessera infer on the GPU = the CPU: $cmp_out"
+    else record infer fail 0 "${cmp_out:-see the log}"; fails=$((fails + 1)); fi
     # one step's gradients: 2 ranks data parallel on the GPU, 1 rank on the GPU, 1 rank on the CPU
     for v in "gpu1 1 train.engine=cuda" "gpu2 2 train.engine=cuda train.batch=1" "cpu1 1 train.engine=cpu"; do
         set -- $v

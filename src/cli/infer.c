@@ -72,6 +72,11 @@ static void help(void)
            "result); at most one stream a thread, only with parallel.sp = parallel.pp = 1. Default, with\n"
            "neither batch= nor streams= given: a stream a thread where the threads divide train.batch,\n"
            "each forward taking train.batch / threads windows (the same windows in flight), else 1.\n"
+           "train.engine (CONFIG's, or train.engine=cpu|cuda|auto on the command line; default auto) runs\n"
+           "the windows' forwards on the GPU of each rank's local rank where one is found and the layout\n"
+           "allows (parallel.sp = parallel.pp = 1, model.arch = unet; one stream), through cuDNN in\n"
+           "precision=; reading, blending and writing stay on the host. Written on 2026-12-06 and not yet\n"
+           "run on a GPU (the model's GPU forward itself is checked: docs/gpu.md).\n"
            "The closing line says where the time went (set-up, reading, the network, blending the windows,\n"
            "writing, metrics) and the network's GFLOP/s; `tessera bench infer` times the command against\n"
            "the machine's peak.\n");

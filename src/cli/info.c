@@ -39,7 +39,7 @@ static void gpus(void)
                    d.sms, d.mem_total / 1073741824.0, d.mem_free / 1073741824.0, d.pci);
     }
     printf("GPU engine:       %s\n", "every layer of src/nn runs on device tensors (cuDNN convolutions, CUDA kernels); "
-                                    "train.engine = cuda trains the data-parallel UNet3D on them; inference runs on the CPU (docs/gpu.md)");
+                                    "train.engine = cuda trains the data-parallel UNet3D on them and runs tessera infer's forwards there (docs/gpu.md)");
 }
 
 int ts_cli_info(int argc, char **argv)

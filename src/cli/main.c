@@ -37,8 +37,9 @@ static const char *const not_yet =
     "a GPU engine as fast as PyTorch, and the GPU for more than the plain data-parallel UNet3D:\n"
     "  train.engine = cuda (train, bench step, model run; model.arch = unet, data parallel) ran\n"
     "  on an H200 on 2026-12-04 and matched PyTorch and the CPU (jobs/gpu/check.sh), at a\n"
-    "  fraction of PyTorch's speed (7 against 93-99 samples/s, docs/gpu.md). tessera infer,\n"
-    "  spatial and pipeline parallelism and the residual encoder run on the CPU only";
+    "  fraction of PyTorch's speed (7 against 93-99 samples/s, docs/gpu.md). tessera infer's\n"
+    "  forwards on the GPU (the same engine) are written, not yet run on one; spatial and\n"
+    "  pipeline parallelism and the residual encoder run on the CPU only";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

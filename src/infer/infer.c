@@ -89,7 +89,24 @@ int ts_infer_find_checkpoint(const char *arg, char *path, size_t n)
                                  "in its ckpt/ folder", arg);
 }
 
-/* Local. The model of the config with the checkpoint's parameters. */
+/* Collective on world. train.engine: the GPU of this rank's local rank
+ * where one is found and the layout runs there (parallel.sp = parallel.pp
+ * = 1, model.arch = unet), as in training; the windows' forwards run there,
+ * the blending on the host. */
+static int choose_engine(infer *t)
+{
+    int64_t pp = 1, sp = 1;
+    int node, nnodes, lrank, lsize;
+    char note[256];
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.pp", &pp));
+    TS_TRY(ts_config_get_int(t->cfg, "parallel.sp", &sp));
+    TS_TRY(ts_coll_node_info(t->world, &node, &nnodes, &lrank, &lsize));
+    TS_TRY(ts_unet_engine_choose(&t->u, lrank, (int)pp, (int)sp, note, sizeof note));
+    if (note[0] && t->rank == 0) fprintf(stderr, "tessera infer: note: %s\n", note);
+    return 0;
+}
+
+/* Collective on world. The model of the config with the checkpoint's parameters. */
 static int load_model(infer *t, const char *ckpt)
 {
     char state[4200];
@@ -107,6 +124,7 @@ static int load_model(infer *t, const char *ckpt)
     if (strcmp(cv, "winograd") && strcmp(cv, "direct"))
         return TS_ERR(TS_ERR_ARG, "infer: conv=%s: give winograd or direct", cv);
     t->winograd = !strcmp(cv, "winograd");
+    TS_TRY(choose_engine(t));
     TS_TRY(ts_unet_create(&t->u, 0, &t->m));
     ts_unet_set_winograd(t->m, t->winograd);
     TS_TRY(ts_path_join(state, sizeof state, ckpt, "state.h5"));
@@ -223,8 +241,12 @@ static int make_streams(infer *t)
     threads = omp_get_max_threads();
 #endif
     int n = t->o->streams > 0 ? t->o->streams : 1;
-    if (t->o->streams <= 0 && t->o->batch <= 0 && threads > 1 && t->batch % threads == 0 && t->L->grid->sp == 1 &&
-        t->L->grid->pp == 1) {
+    const int gpu = t->u.engine == TS_ENGINE_CUDA;
+    if (gpu && n > 1)
+        return TS_ERR(TS_ERR_ARG, "infer: streams=%d: the model runs on the GPU (train.engine), one stream there; give "
+                                  "streams=1 or train.engine=cpu", n);
+    if (!gpu && t->o->streams <= 0 && t->o->batch <= 0 && threads > 1 && t->batch % threads == 0 &&
+        t->L->grid->sp == 1 && t->L->grid->pp == 1) {
         n = threads;
         t->batch /= threads;
     }
@@ -603,7 +625,9 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     r->batch = (int)t.batch;
     r->streams = t.nm;
     r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
-    r->conv = t.winograd && t.u.precision != TS_PREC_FP16 ? "winograd" : "direct"; /* fp16: always direct */
+    r->conv = t.u.engine == TS_ENGINE_CUDA                     ? "cudnn"
+              : t.winograd && t.u.precision != TS_PREC_FP16 ? "winograd"
+                                                             : "direct"; /* fp16: always direct */
     r->total_s = MPI_Wtime() - start;
 cleanup:
     teardown(&t);

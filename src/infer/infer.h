@@ -118,7 +118,7 @@ typedef struct ts_infer_result {
     int streams;               /* forwards at once per rank */
     const char *precision;     /* the convolutions' precision ("fp32", "bf16", "fp16") */
     const char *conv;          /* the 3x3x3 convolutions: "winograd" (fp32, 16 channels and more; the
-                                * others direct) or "direct" */
+                                * others direct), "direct", or "cudnn" (train.engine: on the GPU) */
     double flop_per_window;    /* the forward's convolution FLOP per window (src/model/cost.h) */
 } ts_infer_result;
 

@@ -241,5 +241,18 @@ ts_fails_on_all "batch=0" "infer: batch=0 must be 1..4096" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e8.nii.gz" batch=0
 ts_fails_on_all "conv=fft" "infer: conv=fft: give winograd or direct" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e9.nii.gz" conv=fft
-ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" -a ! -e "$d/e9.nii.gz" ]
+# train.engine: the forwards on the GPU where one is found; without one, cuda is refused on every rank with the
+# reason and auto predicts on the CPU without a word (where a GPU is visible jobs/gpu/check.sh compares the two)
+if ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
+    ts_skip "infer train.engine = cuda without a GPU" "a GPU is visible here: jobs/gpu/check.sh runs infer on it"
+else
+    why=$(ts_mpirun 1 "$TESSERA" info 2>&1 | sed -n 's/^GPUs: *none found *//p' | head -1)
+    ts_fails_on_all "train.engine=cuda without a GPU $why" "train.engine = cuda: " 2 \
+        infer 2 input="$d/single/b.nii.gz" output="$d/e10.nii.gz" train.engine=cuda
+    ts_step "train.engine=auto without a GPU: on the CPU" infer 1 input="$d/single/b.nii.gz" output="$d/ea.nii.gz" \
+        train.engine=auto
+    ts_check "... without a note, the mask of the CPU run" sh -c \
+        "! printf '%s\n' \"\$0\" | grep -q 'train.engine' && cmp '$d/ea.nii.gz' '$d/b1.nii.gz'" "$ts_out"
+fi
+ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" -a ! -e "$d/e9.nii.gz" -a ! -e "$d/e10.nii.gz" ]
 ts_finish
