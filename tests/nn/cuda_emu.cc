@@ -235,12 +235,54 @@ const char *cudaGetErrorString(cudaError_t e)
                                                 : "unknown error";
 }
 
-/* ---- for tests/nn/test_cuda_emu.c (C) ---- */
-extern "C" {
-unsigned long long tsemu_launches(void);
-unsigned long long tsemu_barrier_rounds(void);
-int tsemu_selftest(char *why, size_t len);
+/* ---- cuBLAS's GEMM: C (fp32, column-major) = alpha op(A) op(B) + beta C ---- */
+namespace {
+unsigned long long gemms;
+double operand(const void *p, cudaDataType_t t, size_t i)
+{
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    const uint16_t h = ((const uint16_t *)p)[i];
+    return t == CUDA_R_16BF ? ts_bf16_to_f32(h) : ts_f16_to_f32(h);
 }
+} // namespace
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
+                            cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                            cublasComputeType_t comp, cublasGemmAlgo_t)
+{
+    /* cuBLAS's rules: sizes >= 0, lda >= rows of A as stored (m, or k when transposed), ldb likewise (k, or
+     * n), ldc >= m; fp32 results; operands of one type */
+    const int ra = ta == CUBLAS_OP_N ? m : k, rb = tb == CUBLAS_OP_N ? k : n;
+    if (!h || m < 0 || n < 0 || k < 0 || lda < (ra > 1 ? ra : 1) || ldb < (rb > 1 ? rb : 1) || ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (ct != CUDA_R_32F || at != bt || (comp != CUBLAS_COMPUTE_32F && comp != CUBLAS_COMPUTE_32F_FAST_TF32))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    gemms++;
+    const double al = *(const float *)alpha, be = *(const float *)beta;
+    float *c = (float *)C;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int l = 0; l < k; l++)
+                s += operand(A, at, ta == CUBLAS_OP_N ? i + (size_t)l * lda : l + (size_t)i * lda) *
+                     operand(B, bt, tb == CUBLAS_OP_N ? l + (size_t)j * ldb : j + (size_t)l * ldb);
+            float *o = &c[i + (size_t)j * ldc];
+            *o = (float)(al * s + (be != 0 ? be * *o : 0.0));
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s)
+{
+    return s == CUBLAS_STATUS_SUCCESS          ? "CUBLAS_STATUS_SUCCESS"
+           : s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE"
+                                               : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+
+unsigned long long tsemu_gemms(void) { return gemms; }
+
+/* ---- for tests/nn/test_cuda_emu.c ---- */
 
 unsigned long long tsemu_launches(void) { return launches; }
 unsigned long long tsemu_barrier_rounds(void) { return barrier_rounds; }

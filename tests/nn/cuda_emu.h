@@ -78,23 +78,7 @@ void *emu_dynamic_shared(void);
  * by the first thread that reaches it, so nothing of the last block is read */
 void emu_shared_poison(void *p, size_t bytes);
 
-/* the runtime calls the launchers make; the stream is ignored (every call completes before it returns) */
-typedef struct CUstream_st *cudaStream_t;
-typedef enum {
-    cudaSuccess = 0,
-    cudaErrorInvalidValue = 1,
-    cudaErrorInvalidConfiguration = 9
-} cudaError_t;
-typedef enum {
-    cudaMemcpyHostToHost = 0,
-    cudaMemcpyHostToDevice = 1,
-    cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3
-} cudaMemcpyKind;
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s);
-cudaError_t cudaGetLastError(void);
-const char *cudaGetErrorString(cudaError_t e);
+#include "tests/nn/cuda_emu_rt.h" /* the runtime calls the launchers make */
 
 /* Runs body(ctx) once per thread (emu_launch: f() on the stream, which is
  * ignored) of grid x block; an invalid configuration

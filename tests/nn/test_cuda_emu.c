@@ -24,9 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-unsigned long long tsemu_launches(void);
-unsigned long long tsemu_barrier_rounds(void);
-int tsemu_selftest(char *why, size_t len);
+#include "tests/nn/cuda_emu_rt.h" /* tsemu_launches, tsemu_gemms, tsemu_selftest */
 
 /* ---- guarded buffers: 64 guard bytes before and after, checked by guards_ok ---- */
 enum { GUARD = 64, MAXBUF = 64 };
@@ -564,10 +562,90 @@ static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int t
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* ------------------------------------------------------------------ the GEMM convolutions (conv_gemm.c) */
+/* a guarded tensor of random values, and its copy as a host tensor for the CPU layers */
+static ts_tensor gtensor(int nd, const int64_t *shape, double lo, double hi, ts_tensor *copy)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    float *p = frand((size_t)n, lo, hi);
+    if (copy) {
+        if (ts_tensor_alloc(copy, TS_FLOAT32, nd, shape)) abort();
+        memcpy(copy->data, p, (size_t)n * sizeof(float));
+    }
+    return ts_tensor_view(p, TS_FLOAT32, nd, shape);
+}
+static double rel_tt(const ts_tensor *a, const ts_tensor *b) { return relf(a->data, b->data, (size_t)ts_tensor_numel(b)); }
+static const char *prec_name(ts_precision p) { return p == TS_PREC_BF16 ? "bf16" : p == TS_PREC_FP16 ? "fp16" : "fp32"; }
+
+/* the transposed convolution with kernel = stride k as cuBLAS GEMMs (TESSERA_CUDA_CONVT=gemm) against the CPU's
+ * fp32 layer: y, dx and dw (accumulated) within tol of their scale */
+static void check_convt_gemm(int N, int D, int H, int W, int Cin, int Cout, int k, ts_precision prec, double tol)
+{
+    const int64_t xs[5] = {N, D, H, W, Cin}, ws[5] = {Cin, Cout, k, k, k}, bs[1] = {Cout},
+                  ys[5] = {N, D * k, H * k, W * k, Cout};
+    ts_tensor cx, cw, cb, cy, cdy, cdx, cdw, cdb;
+    ts_tensor x = gtensor(5, xs, -1, 1, &cx), w = gtensor(5, ws, -1, 1, &cw), b = gtensor(1, bs, -1, 1, &cb);
+    ts_tensor y = gtensor(5, ys, 0, 0, &cy), dy = gtensor(5, ys, -1, 1, &cdy), dx = gtensor(5, xs, 0, 0, &cdx);
+    ts_tensor dw = gtensor(5, ws, -1, 1, &cdw);
+    if (ts_tensor_alloc(&cdb, TS_FLOAT32, 1, bs)) abort();
+    memset(cdb.data, 0, ts_tensor_bytes(&cdb));
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_nn_set_tf32(0);
+    int err = ts_convt3d_forward(&cx, &cw, &cb, k, &cy) || ts_convt3d_backward(&cx, &cw, k, &cdy, &cdx, &cdw, &cdb);
+    const unsigned long long g0 = tsemu_gemms();
+    ts_nn_set_conv_precision(prec);
+    ts_cuda_set_convt_gemm(1);
+    const int fits = ts_cuda_convt_gemm_fits(&x, &w, k);
+    err = err || !fits || ts_cuda_convt_gemm_forward(&x, &w, &b, &y) || ts_cuda_convt_gemm_backward(&x, &w, &dy, &dx, &dw);
+    ts_cuda_set_convt_gemm(0);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    const double ey = rel_tt(&y, &cy), edx = rel_tt(&dx, &cdx), edw = rel_tt(&dw, &cdw);
+    ts_ok(checked(!err && ey <= tol && edx <= tol && edw <= tol && tsemu_gemms() - g0 == 3),
+          "transposed convolution %d -> %d, k = stride %d, %dx%dx%dx%d, %s, as 3 GEMMs (%llu ran): y %.1e, dx %.1e, "
+          "dw %.1e (tol %.0e)%s", Cin, Cout, k, N, D, H, W, prec_name(prec), tsemu_gemms() - g0, ey, edx, edw, tol,
+          err ? ts_err_message() : "");
+    ts_tensor *all[] = {&cx, &cw, &cb, &cy, &cdy, &cdx, &cdw, &cdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* the weight gradient as im2col + GEMM in chunks (TESSERA_CUDA_WGRAD=gemm) against the CPU's: dw accumulated */
+static void check_wgrad_gemm(int N, int D, int C, int K, int k, int st, int pad, ts_precision prec, size_t chunk,
+                             double tol)
+{
+    const int in3[3] = {D, D + 1, D + 2}, out3[3] = {(in3[0] + 2 * pad - k) / st + 1, (in3[1] + 2 * pad - k) / st + 1,
+                                                     (in3[2] + 2 * pad - k) / st + 1};
+    const int64_t xs[5] = {N, in3[0], in3[1], in3[2], C}, ws[5] = {K, C, k, k, k}, bs[1] = {K},
+                  ys[5] = {N, out3[0], out3[1], out3[2], K};
+    ts_tensor cx, cw, cdy, cdw, cdx, cdb;
+    ts_tensor x = gtensor(5, xs, -1, 1, &cx), dy = gtensor(5, ys, -1, 1, &cdy), dw = gtensor(5, ws, -1, 1, &cdw);
+    (void)gtensor(5, ws, -1, 1, &cw);
+    if (ts_tensor_alloc(&cdx, TS_FLOAT32, 5, xs) || ts_tensor_alloc(&cdb, TS_FLOAT32, 1, bs)) abort();
+    memset(cdb.data, 0, ts_tensor_bytes(&cdb));
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    ts_nn_set_tf32(0);
+    int err = ts_conv3d_backward(&cx, &cw, st, pad, &cdy, &cdx, &cdw, &cdb);
+    const unsigned long long g0 = tsemu_gemms();
+    const size_t per = (size_t)k * k * k * C * (prec == TS_PREC_FP32 ? 4 : 2), mo = (size_t)N * out3[0] * out3[1] * out3[2];
+    const size_t mc = chunk / per ? chunk / per : 1, chunks = (mo + mc - 1) / mc;
+    ts_nn_set_conv_precision(prec);
+    ts_cuda_set_wgrad_gemm(1, chunk);
+    err = err || !ts_cuda_wgrad_gemm_on() || ts_cuda_wgrad_gemm(N, C, in3, K, out3, k, st, pad, x.data, dy.data, dw.data);
+    ts_cuda_set_wgrad_gemm(0, 0);
+    ts_nn_set_conv_precision(TS_PREC_FP32);
+    const double e = rel_tt(&dw, &cdw);
+    ts_ok(checked(!err && e <= tol && tsemu_gemms() - g0 == chunks && chunks > 1),
+          "weight gradient %d -> %d, k %d, stride %d, padding %d, %dx%dx%dx%d, %s, im2col + GEMM in %llu chunks of "
+          "%zu voxels: %.1e (tol %.0e)%s", C, K, k, st, pad, N, in3[0], in3[1], in3[2], prec_name(prec),
+          tsemu_gemms() - g0, mc, e, tol, err ? ts_err_message() : "");
+    ts_tensor *all[] = {&cx, &cw, &cdy, &cdw, &cdx, &cdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(void)
 {
     char why[256];
-    ts_plan(38);
+    ts_plan(45);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
@@ -602,6 +680,13 @@ int main(void)
     check_norm_chain(1, 2, 8, 16, 4, 1, 1, 1);
     check_norm_chain(1, 3, 6, 8, 8, 0, 1, 0);
     check_norm_chain(1, 2, 5, 320, 320, 1, 1, 1);
-    ts_ok(tsemu_launches() > 100, "%llu launches emulated", tsemu_launches());
+    check_convt_gemm(2, 3, 4, 5, 16, 8, 2, TS_PREC_FP32, 1e-5);
+    check_convt_gemm(1, 3, 3, 2, 6, 5, 3, TS_PREC_FP32, 1e-5);
+    check_convt_gemm(2, 3, 4, 5, 16, 8, 2, TS_PREC_BF16, 2e-2);
+    check_wgrad_gemm(2, 6, 8, 16, 3, 1, 1, TS_PREC_FP32, 20000, 1e-5);
+    check_wgrad_gemm(1, 7, 4, 6, 3, 2, 1, TS_PREC_FP32, 5000, 1e-5);
+    check_wgrad_gemm(2, 6, 8, 16, 3, 1, 1, TS_PREC_BF16, 20000, 2e-2);
+    check_wgrad_gemm(1, 5, 16, 3, 1, 1, 0, TS_PREC_FP16, 300, 2e-2);
+    ts_ok(tsemu_launches() > 100, "%llu launches and %llu GEMMs emulated", tsemu_launches(), tsemu_gemms());
     return ts_tap_failed ? 1 : 0;
 }
