@@ -32,7 +32,8 @@ check_PROGRAMS += tests/nn/test_winograd
 tests_nn_test_winograd_SOURCES = tests/nn/test_winograd.c
 tests_nn_test_winograd_LDADD = $(TS_LIBS)
 TESTS += tests/nn/test_winograd
-# the GPU kernels of src/nn/cuda/*.cu and the GEMM convolutions (conv_gemm.c) on
+# the GPU kernels of src/nn/cuda/*.cu, the GEMM convolutions (conv_gemm.c) and the
+# other layers' host side (layers_cuda.c) on
 # the CPU under a CUDA emulator (every build, no GPU or CUDA needed):
 # cuda_emu.py rewrites each .cu into C++ against cuda_emu.h; emu_include/
 # stands in for <cuda_runtime.h> and <cublas_v2.h>; every function is renamed
@@ -40,7 +41,7 @@ TESTS += tests/nn/test_winograd
 # libtessera does not clash; linked by MPI's C compiler driver with libstdc++
 check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h \
-	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/conv_gemm.c
+	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c
 TS_EMU_CC = tests/nn/nn_kernels_emu.cc tests/nn/norm_kernels_emu.cc
 nodist_tests_nn_test_cuda_emu_SOURCES = $(TS_EMU_CC)
 tests_nn_test_cuda_emu_CPPFLAGS = -I$(top_srcdir)/tests/nn/emu_include -include tests/nn/kernels_emu.h $(AM_CPPFLAGS)
@@ -50,10 +51,10 @@ TESTS += tests/nn/test_cuda_emu
 EXTRA_DIST += tests/nn/cuda_emu.py tests/nn/emu_include/cuda_runtime.h tests/nn/emu_include/cublas_v2.h
 CLEANFILES += $(TS_EMU_CC) tests/nn/kernels_emu.h
 tests/nn/kernels_emu.h: $(top_srcdir)/src/nn/cuda/nn_kernels.cu $(top_srcdir)/src/nn/cuda/norm_kernels.cu \
-		$(top_srcdir)/src/nn/cuda/conv_gemm.c $(top_srcdir)/tests/nn/cuda_emu.py
+		$(top_srcdir)/src/nn/cuda/conv_gemm.c $(top_srcdir)/src/nn/cuda/layers_cuda.c $(top_srcdir)/tests/nn/cuda_emu.py
 	$(AM_V_GEN)$(MKDIR_P) tests/nn && python3 $(top_srcdir)/tests/nn/cuda_emu.py $@ \
 	$(top_srcdir)/src/nn/cuda/nn_kernels.cu tests/nn/nn_kernels_emu.cc \
 	$(top_srcdir)/src/nn/cuda/norm_kernels.cu tests/nn/norm_kernels_emu.cc \
-	--c $(top_srcdir)/src/nn/cuda/conv_gemm.c
+	--c $(top_srcdir)/src/nn/cuda/conv_gemm.c --c $(top_srcdir)/src/nn/cuda/layers_cuda.c
 $(TS_EMU_CC): tests/nn/kernels_emu.h
 $(tests_nn_test_cuda_emu_OBJECTS): tests/nn/kernels_emu.h

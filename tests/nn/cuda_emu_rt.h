@@ -1,8 +1,8 @@
 /* The CUDA emulator's runtime and cuBLAS calls, for C and C++ (tests/nn/
  * cuda_emu.h for the kernels; tests/nn/emu_include/ puts this header in
  * the place of <cuda_runtime.h> and <cublas_v2.h>, so that src/nn/cuda/
- * conv_gemm.c compiles against it): what the launchers and the GEMM
- * convolutions call, executed at once on the CPU (every pointer is host
+ * conv_gemm.c and layers_cuda.c compile against it): what the launchers,
+ * the GEMM convolutions and the layers call, executed at once on the CPU (every pointer is host
  * memory, streams are ignored). cublasGemmEx checks its arguments as
  * cuBLAS documents (sizes, leading dimensions, types) and computes in
  * double from the operands' values. */
@@ -29,6 +29,9 @@ typedef enum {
 } cudaMemcpyKind;
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s);
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind k, cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
 

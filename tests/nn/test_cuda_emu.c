@@ -642,10 +642,60 @@ static void check_wgrad_gemm(int N, int D, int C, int K, int k, int st, int pad,
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* ------------------------------------------------------------------ the norm layers' host side (layers_cuda.c) */
+/* a guarded "device" copy of a host tensor (the emulator's device memory is the host's) */
+static ts_tensor dev_copy(const ts_tensor *h)
+{
+    ts_tensor d = ts_tensor_view(gcopy(h), h->dtype, h->ndim, h->shape);
+    d.device = 1;
+    return d;
+}
+
+/* ts_cuda_batchnorm_* / ts_cuda_groupnorm_* (kind 0 batch norm train, 1 eval, 2 group norm, 3 instance norm)
+ * with the statistics on the host (the default) or on the device (TESSERA_CUDA_NORMSTATS=device), plain or
+ * tiled passes, against the CPU layers: every output within 1e-5 of its scale */
+static void check_layer_norm(int kind, int relu, int C, int D, int dev, int tiled)
+{
+    static const char *const names[] = {"batch norm (train)", "batch norm (eval)", "group norm", "instance norm"};
+    const int N = 2, G = kind == 2 ? 4 : C, train = kind != 1, nstat = kind <= 1 ? C : N * G;
+    const int64_t xs[5] = {N, D, D + 1, D + 2, C}, cs[1] = {C}, ss[1] = {nstat};
+    ts_tensor x = host_rand(5, xs, -1, 3), dy = host_rand(5, xs, -1, 1), g = host_rand(1, cs, 0.5, 1.5);
+    ts_tensor b = host_rand(1, cs, -0.5, 0.5), rm = host_rand(1, cs, -0.2, 0.2), rv = host_rand(1, cs, 0.5, 2);
+    ts_tensor dg = host_rand(1, cs, -1, 1), db = host_rand(1, cs, -1, 1), y = host_rand(5, xs, 0, 0), dx = host_rand(5, xs, 0, 0);
+    ts_tensor sm = host_rand(1, ss, 0, 0), si = host_rand(1, ss, 0, 0);
+    ts_tensor ex = dev_copy(&x), edy = dev_copy(&dy), eg = dev_copy(&g), eb = dev_copy(&b), erm = dev_copy(&rm);
+    ts_tensor erv = dev_copy(&rv), edg = dev_copy(&dg), edb = dev_copy(&db), ey = dev_copy(&y), edx = dev_copy(&dx);
+    ts_tensor esm = dev_copy(&sm), esi = dev_copy(&si);
+    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu};
+    int err = kind <= 1 ? ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &o, &y, &sm, &si) ||
+                              ts_batchnorm_backward(&x, &y, &g, &b, &sm, &si, train, &o, &dy, &dx, &dg, &db)
+                        : ts_groupnorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
+                              ts_groupnorm_backward(&x, &y, &g, &b, &sm, &si, &o, &dy, &dx, &dg, &db);
+    ts_cuda_set_normstats(dev);
+    ts_cuda_set_passes(tiled);
+    err = err ||
+          (kind <= 1 ? ts_cuda_batchnorm_forward(&ex, &eg, &eb, &erm, &erv, train, &o, &ey, &esm, &esi) ||
+                           ts_cuda_batchnorm_backward(&ex, &ey, &eg, &esm, &esi, train, &o, &edy, &edx, &edg, &edb)
+                     : ts_cuda_groupnorm_forward(&ex, &eg, &eb, &o, &ey, &esm, &esi) ||
+                           ts_cuda_groupnorm_backward(&ex, &ey, &eg, &esm, &esi, &o, &edy, &edx, &edg, &edb));
+    ts_cuda_set_normstats(0);
+    ts_cuda_set_passes(0);
+    double e[7] = {rel_tt(&ey, &y), rel_tt(&esm, &sm), rel_tt(&esi, &si), rel_tt(&edx, &dx), rel_tt(&edg, &dg),
+                   rel_tt(&edb, &db), kind ? 0 : fmax(rel_tt(&erm, &rm), rel_tt(&erv, &rv))};
+    double worst = 0;
+    for (int i = 0; i < 7; i++) worst = fmax(worst, e[i]);
+    ts_ok(checked(!err && worst <= 1e-5), "layers_cuda.c: %s%s, %d channels, statistics on the %s, %s passes: y %.1e, "
+          "mean %.1e, invstd %.1e, dx %.1e, dgamma %.1e, dbeta %.1e, running %.1e%s%s", names[kind], relu ? " + ReLU" : "",
+          C, dev ? "device" : "host", tiled ? "tiled" : "plain", e[0], e[1], e[2], e[3], e[4], e[5], e[6],
+          err ? ": " : "", err ? ts_err_message() : "");
+    ts_tensor *all[] = {&x, &dy, &g, &b, &rm, &rv, &dg, &db, &y, &dx, &sm, &si};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
 int main(void)
 {
     char why[256];
-    ts_plan(45);
+    ts_plan(55);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
@@ -687,6 +737,10 @@ int main(void)
     check_wgrad_gemm(1, 7, 4, 6, 3, 2, 1, TS_PREC_FP32, 5000, 1e-5);
     check_wgrad_gemm(2, 6, 8, 16, 3, 1, 1, TS_PREC_BF16, 20000, 2e-2);
     check_wgrad_gemm(1, 5, 16, 3, 1, 1, 0, TS_PREC_FP16, 300, 2e-2);
+    for (int kind = 0; kind < 4; kind++)
+        for (int dev = 0; dev < 2; dev++) check_layer_norm(kind, kind != 2, 8, 5, dev, dev);
+    check_layer_norm(0, 0, 16, 6, 1, 0);
+    check_layer_norm(3, 1, 48, 4, 0, 1);
     ts_ok(tsemu_launches() > 100, "%llu launches and %llu GEMMs emulated", tsemu_launches(), tsemu_gemms());
     return ts_tap_failed ? 1 : 0;
 }

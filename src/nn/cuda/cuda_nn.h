@@ -77,7 +77,7 @@ int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *sh
 int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
                          const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream);
 int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t rows, void *stream);
-/* The norms with their per-channel arithmetic on the device (norm_kernels.cu;
+/* Local. The norms with their per-channel arithmetic on the device (norm_kernels.cu;
  * TESSERA_CUDA_NORMSTATS=device, layers_cuda.c): x [N][S][C] in G groups of
  * C / G channels (batch norm: N = 1 with the batch folded into S, G = C;
  * instance norm G = C). Forward, train: two-pass moments per (n, g) in
@@ -88,8 +88,10 @@ int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t
  * call's sums; dx (NULL: none) = the input gradient (train 0: eval batch
  * norm's, the statistics constant); mask (the forward's output with a
  * fused ReLU, else NULL) zeroes dy where it is <= 0. tiled: the tiled
- * passes. work: device scratch of ts_cuk_norm_work_bytes(N, C). Every
- * pointer is device memory; nothing is synchronised. Written without a GPU. */
+ * passes. work: device scratch of ts_cuk_norm_work_bytes(N, C), the
+ * caller's. Every pointer is device memory; queued on stream, nothing
+ * synchronised; TS_ERR_ARG for sizes that are not a norm's, TS_ERR_CUDA if
+ * a launch failed. Written without a GPU. */
 size_t ts_cuk_norm_work_bytes(int N, int C);
 int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G, const float *gamma, const float *beta, float eps,
                         float momentum, int train, int relu, int tiled, float *rmean, float *rvar, float *save_mean,
