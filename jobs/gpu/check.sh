@@ -30,7 +30,8 @@
 #      and parameters after one step, fp32 with TF32 off (<= 1e-4 of each
 #      tensor's scale, tests/model/golden_compare); bf16 logits on the GPU
 #      against bf16 on this machine's CPU (<= 1e-2); 20 training steps on
-#      the GPU and on the CPU (final loss within 1 %); one step's
+#      the GPU and on the CPU (final loss within 1 %), with batch norm +
+#      ReLU and with instance norm + leaky ReLU; one step's
 #      gradients on 2 ranks data parallel on the GPU (faked nodes of one
 #      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
@@ -265,7 +266,14 @@ else
     "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 </dev/null >>"$log" 2>&1
     trn 1 gpu train.engine=cuda model.init="$out/model/init.h5"
     trn 1 cpu train.engine=cpu model.init="$out/model/init.h5" ckpt.every=20
-    losses=$(python3 - "$out/model/run-gpu" "$out/model/run-cpu" <<'PY' 2>>"$log"
+    # nnU-Net's activation: instance norm with the leaky ReLU fused into it (the GPU engine fuses it since 2026-12-06)
+    leaky="model.norm=instance model.act=leaky_relu model.sync_bn=false"
+    "$mpiexec" -n 1 "$tessera" model init "$ini" $leaky --out "$out/model/init-leaky.h5" --seed 3 </dev/null >>"$log" 2>&1
+    trn 1 gpu-leaky train.engine=cuda model.init="$out/model/init-leaky.h5" $leaky
+    trn 1 cpu-leaky train.engine=cpu model.init="$out/model/init-leaky.h5" $leaky
+    for v in "train-20 gpu cpu" "train-20-leaky gpu-leaky cpu-leaky"; do
+        set -- $v
+        losses=$(python3 - "$out/model/run-$2" "$out/model/run-$3" <<'PY' 2>>"$log"
 import json, sys
 def last(d):
     l = {}
@@ -281,8 +289,9 @@ print("step 20 loss %.6f on the GPU, %.6f on the CPU (step 1: %.6f, %.6f): %.2e 
 sys.exit(0 if r <= 0.01 and a[20] < a[1] else 1)
 PY
 )
-    if [ $? -eq 0 ]; then record train-20 pass 0 "$losses"
-    else record train-20 fail 0 "${losses:-no losses (see the log)}"; fails=$((fails + 1)); fi
+        if [ $? -eq 0 ]; then record "$1" pass 0 "$losses"
+        else record "$1" fail 0 "${losses:-no losses (see the log)}"; fails=$((fails + 1)); fi
+    done
     # tessera infer on the GPU against the CPU: a phantom scan (NIfTI written here without numpy), the CPU run's
     # checkpoint, fp32 with TF32 off; masks and probabilities compared
     python3 "$here/jobs/gpu/nifti_check.py" write "$out/model/scan.nii.gz" 2>>"$log"

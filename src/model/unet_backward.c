@@ -67,7 +67,6 @@ static int half_backward(ts_unet *m, const block *b, bacts *xa, int i, int train
                          ts_tensor *g, ts_tensor *dx, ts_tensor *dx2)
 {
     const ts_norm_opts o = ts_unet_norm_opts(m);
-    if (ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&xa->a[i], m->cfg.slope, g, g));
     {
         ts_tensor gm = V(m, b->nw[i]), be = V(m, b->nb[i]), dgm = G(m, b->nw[i]), dbe = G(m, b->nb[i]);
         /* norm + ReLU backward; the input gradient overwrites the norm's input y[i] */
@@ -150,15 +149,13 @@ static int cn_conv_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
     return 0;
 }
 
-/* Backward of cnorm p (its act if act): g holds d(x->a) (changed in place by a
- * leaky ReLU), the norm's input gradient overwrites x->y, the conv's input
+/* Backward of cnorm p (its act if act): g holds d(x->a), the norm's input gradient overwrites x->y, the conv's input
  * gradient goes to dx (NULL: not needed); in is the conv's forward input. */
 static int cn_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tensor *in, int act, int train, ts_tensor *g,
                        ts_tensor *dx)
 {
     ts_norm_opts o = ts_unet_norm_opts(m);
     o.relu = act && o.relu;
-    if (act && ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_backward(&x->a, m->cfg.slope, g, g));
     ts_tensor gm = V(m, p->nw), be = V(m, p->nb), dgm = G(m, p->nw), dbe = G(m, p->nb);
     switch (m->cfg.norm) {
     case TS_NORM_BATCH:

@@ -10,11 +10,11 @@
 
 #include <string.h>
 
-/* norms with the activation that follows them fused (the GPU engine: ReLU
- * only, a leaky ReLU runs as its own pass after the norm; see unet_leaky_pass) */
+/* norms with the activation that follows them fused (ReLU or leaky ReLU, on
+ * the CPU and on the GPU engine alike) */
 ts_norm_opts ts_unet_norm_opts(const ts_unet *m)
 {
-    const int leaky = m->cfg.act == TS_ACT_LEAKY && !m->device;
+    const int leaky = m->cfg.act == TS_ACT_LEAKY;
     ts_norm_opts o = {m->cfg.eps, m->cfg.momentum, m->cfg.groups, m->cfg.act == TS_ACT_RELU || leaky,
                       leaky ? m->cfg.slope : 0.0f, NULL, NULL, NULL};
     if (m->cfg.norm == TS_NORM_BATCH && m->norm_sync) {
@@ -118,7 +118,6 @@ int ts_unet_norm_forward(ts_unet *m, const block *b, bacts *x, int i, int train,
             TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y[i], &g, &be, &o, &x->a[i], &x->smean[i], &x->sinv[i]));
             break;
         }
-        if (ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_forward(&x->a[i], m->cfg.slope, &x->a[i]));
     }
     return 0;
 }
@@ -148,7 +147,6 @@ static int cn_norm_forward(ts_unet *m, const cnorm *p, cacts *x, ts_tensor *out,
         TIMED(m, TS_PROF_NORM, ts_instancenorm_forward(&x->y, &g, &be, &o, out, &x->smean, &x->sinv));
         break;
     }
-    if (act && ts_unet_leaky_pass(m)) TIMED(m, TS_PROF_NORM, ts_relu_forward(out, m->cfg.slope, out));
     return 0;
 }
 

@@ -211,9 +211,6 @@ const ts_tensor *ts_unet_device_logits(ts_unet *m, int k);
  * contracts are at the definitions) ---- */
 
 ts_norm_opts ts_unet_norm_opts(const ts_unet *m);
-/* a leaky ReLU as its own pass after the norm (the GPU engine); on the CPU
- * ts_unet_norm_opts fuses it into the norm (the same bits) */
-static inline int ts_unet_leaky_pass(const ts_unet *m) { return m->cfg.act == TS_ACT_LEAKY && m->device; }
 void ts_unet_halo_progress(void *ctx);
 int ts_unet_halo_start(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const ts_halo *h);
 int ts_unet_halo_wait(ts_unet *m);

@@ -253,8 +253,9 @@ typedef struct ts_norm_opts {
                      * without reading y; the GPU engine reads y) */
     float slope;    /* with relu, > 0: a fused leaky ReLU instead: forward
                      * t > 0 ? t : slope t, backward dy where t > 0, else
-                     * slope dy (relu.c's arithmetic: the same bits as the
-                     * separate pass; the CPU only) */
+                     * slope dy (the GPU engine's too, where y > 0 stands
+                     * for t > 0; relu.c's arithmetic: on the CPU the same
+                     * bits as the separate pass) */
     /* may be NULL: reduces n doubles (op TS_SYNC_SUM or TS_SYNC_MAX) over
      * the ranks that share the statistics (batch norm: synchronised batch
      * norm and/or the pieces of a spatially split batch; group and instance

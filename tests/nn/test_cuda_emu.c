@@ -246,8 +246,8 @@ static void check_pool(void)
 }
 
 /* ------------------------------------------------------------------ norm passes, plain and tiled */
-typedef int (*sums_fn)(int, const float *, const float *, const float *, const float *, int, size_t, int, double *,
-                       double *, void *);
+typedef int (*sums_fn)(int, const float *, const float *, const float *, float, const float *, int, size_t, int,
+                       double *, double *, void *);
 
 static void check_norm_sums(int N, size_t S, int C)
 {
@@ -258,28 +258,30 @@ static void check_norm_sums(int N, size_t S, int C)
     const sums_fn fns[2] = {ts_cuk_chan_sums, ts_cuk_chan_sums_tiled};
     int err = 0;
     double worst = 0;
-    /* mode 0 without and with centres, mode 1 without and with the mask */
-    for (int m = 0; m < 4; m++) {
+    /* mode 0 without and with centres, mode 1 without and with the mask (a ReLU's, then a leaky ReLU's) */
+    for (int m = 0; m < 5; m++) {
         const int mode = m >= 2;
-        const float *ce = m == 1 || m == 3 ? ctr : NULL, *mk = m == 3 ? mask : NULL;
+        const float *ce = m == 1 || m >= 3 ? ctr : NULL, *mk = m >= 3 ? mask : NULL;
+        const float slope = m == 4 ? 0.1f : 0.0f;
         memset(w1, 0, nc * sizeof(double));
         memset(w2, 0, nc * sizeof(double));
         for (size_t i = 0; i < n; i++) {
             const size_t j = i / (S * C) * C + i % C;
-            const double d = (double)x[i] - (ce ? ce[j] : 0.0f), g = mk && !(mk[i] > 0.0f) ? 0.0 : dy[i];
+            const double d = (double)x[i] - (ce ? ce[j] : 0.0f), g = mk && !(mk[i] > 0.0f) ? slope * (double)dy[i] : dy[i];
             w1[j] += mode ? g : d;
             w2[j] += mode ? g * d : d * d;
         }
         for (int f = 0; f < 2; f++) {
             memset(s1, 0x7f, nc * sizeof(double)); /* cleared by the launcher */
             memset(s2, 0x7f, nc * sizeof(double));
-            err |= fns[f](mode, x, dy, mk, ce, N, S, C, s1, s2, NULL);
+            err |= fns[f](mode, x, dy, mk, slope, ce, N, S, C, s1, s2, NULL);
             worst = fmax(worst, fmax(rel(s1, w1, nc), rel(s2, w2, nc))); /* rel is never NaN */
         }
     }
     free(w1), free(w2);
     ts_ok(checked(!err && worst <= 1e-5),
-          "norm sums, N %d, S %zu, C %d, plain and tiled, both modes, centred, masked: %.2e of the sums' scale", N, S,
+          "norm sums, N %d, S %zu, C %d, plain and tiled, both modes, centred, masked (ReLU, leaky): %.2e of the sums' "
+          "scale", N, S,
           C, worst);
 }
 
@@ -293,24 +295,26 @@ static void check_norm_maps(int N, size_t S, int C)
     int err = 0;
     size_t bad = 0;
     double worst = 0;
-    for (int relu = 0; relu < 2; relu++) {
-        err |= ts_cuk_chan_affine(x, sc, sh, N, S, C, relu, y0, NULL) |
-               ts_cuk_chan_affine_tiled(x, sc, sh, N, S, C, relu, y1, NULL);
+    for (int act = 0; act < 3; act++) { /* none, ReLU, leaky ReLU */
+        const int relu = act > 0;
+        const float slope = act == 2 ? 0.01f : 0.0f;
+        err |= ts_cuk_chan_affine(x, sc, sh, N, S, C, relu, slope, y0, NULL) |
+               ts_cuk_chan_affine_tiled(x, sc, sh, N, S, C, relu, slope, y1, NULL);
         for (size_t i = 0; i < n; i++) {
             const size_t j = i / (S * C) * C + i % C;
             const float t = x[i] * sc[j] + sh[j];
-            want[i] = relu && !(t > 0.0f) ? 0.0f : t;
+            want[i] = relu && !(t > 0.0f) ? slope * t : t;
         }
         worst = fmax(worst, fmax(relf(y0, want, n), relf(y1, want, n)));
         bad += memcmp(y0, y1, n * sizeof(float)) != 0;
     }
-    for (int m = 0; m < 2; m++) {
-        const float *mk = m ? mask : NULL;
-        err |= ts_cuk_norm_dx(x, dy, mk, ctr, a, b, kk, N, S, C, y0, NULL) |
-               ts_cuk_norm_dx_tiled(x, dy, mk, ctr, a, b, kk, N, S, C, y1, NULL);
+    for (int m = 0; m < 3; m++) { /* no mask, a ReLU's, a leaky ReLU's */
+        const float *mk = m ? mask : NULL, slope = m == 2 ? 0.01f : 0.0f;
+        err |= ts_cuk_norm_dx(x, dy, mk, slope, ctr, a, b, kk, N, S, C, y0, NULL) |
+               ts_cuk_norm_dx_tiled(x, dy, mk, slope, ctr, a, b, kk, N, S, C, y1, NULL);
         for (size_t i = 0; i < n; i++) {
             const size_t j = i / (S * C) * C + i % C;
-            const float g = mk && !(mk[i] > 0.0f) ? 0.0f : dy[i];
+            const float g = mk && !(mk[i] > 0.0f) ? slope * dy[i] : dy[i];
             want[i] = g * a[j] + (x[i] - ctr[j]) * b[j] + kk[j];
         }
         worst = fmax(worst, fmax(relf(y0, want, n), relf(y1, want, n)));
@@ -318,7 +322,8 @@ static void check_norm_maps(int N, size_t S, int C)
     }
     /* plain and tiled evaluate one expression: the same bits; the loop here may contract differently */
     ts_ok(checked(!err && worst <= 1e-6 && !bad),
-          "norm affine (+ReLU) and input gradient (+mask), N %d, S %zu, C %d, plain and tiled: %.2e, %zu differ", N, S,
+          "norm affine (+ReLU, +leaky) and input gradient (+their masks), N %d, S %zu, C %d, plain and tiled: %.2e, %zu "
+          "differ", N, S,
           C, worst, bad);
 }
 
@@ -521,7 +526,7 @@ static double relt(const float *a, const ts_tensor *b) { return relf(a, b->data,
  * norm (gn 0: the N samples folded into one, G = C) or group norm (G groups),
  * x [N, D, D+1, D+2, C]: every output, saved statistic, running statistic
  * and gradient within 1e-5 of its own scale */
-static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int train, int tiled)
+static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, float slope, int train, int tiled)
 {
     const int64_t xs[5] = {N, D, D + 1, D + 2, C}, cs[1] = {C}, gs[1] = {(int64_t)N * G};
     const size_t S = (size_t)D * (D + 1) * (D + 2), n = (size_t)N * S * C;
@@ -536,7 +541,7 @@ static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int t
     float *edg = gcopy(&dg), *edb = gcopy(&db), *ey = galloc(n * sizeof(float)), *edx = galloc(n * sizeof(float));
     float *esm = galloc(ng * sizeof(float)), *esi = galloc(ng * sizeof(float));
     void *work = galloc(ts_cuk_norm_work_bytes(Nn, C));
-    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu};
+    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu, .slope = slope};
     int err = gn ? ts_groupnorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
                        ts_groupnorm_backward(&x, &y, &g, &b, &sm, &si, &o, &dy, &dx, &dg, &db)
                  : ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &o, &y, &sm, &si) ||
@@ -545,10 +550,10 @@ static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int t
         ts_ok(0, "the CPU norm failed: %s", ts_err_message());
         return;
     }
-    err = ts_cuk_norm_forward(ex, Nn, Sn, C, Gg, eg, eb, o.eps, o.momentum, train, relu, tiled, gn ? NULL : erm,
+    err = ts_cuk_norm_forward(ex, Nn, Sn, C, Gg, eg, eb, o.eps, o.momentum, train, relu, slope, tiled, gn ? NULL : erm,
                               gn ? NULL : erv, esm, esi, ey, work, NULL) ||
-          ts_cuk_norm_backward(ex, edy, relu ? ey : NULL, Nn, Sn, C, Gg, eg, esm, esi, train, tiled, edg, edb, edx, work,
-                               NULL);
+          ts_cuk_norm_backward(ex, edy, relu ? ey : NULL, slope, Nn, Sn, C, Gg, eg, esm, esi, train, tiled, edg, edb, edx,
+                               work, NULL);
     double e[7] = {relt(ey, &y), relt(esm, &sm), relt(esi, &si), relt(edx, &dx), relt(edg, &dg), relt(edb, &db),
                    gn || !train ? 0 : fmax(relt(erm, &rm), relt(erv, &rv))};
     double worst = 0;
@@ -556,7 +561,7 @@ static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, int t
     ts_ok(checked(!err && worst <= 1e-5), "%s %s, N %d, %d^3-ish, C %d%s%s, %s passes, statistics on the device: "
           "y %.1e, mean %.1e, invstd %.1e, dx %.1e, dgamma %.1e, dbeta %.1e, running %.1e",
           gn ? (G == C ? "instance norm" : "group norm") : "batch norm", train ? "train" : "eval", N, D, C,
-          gn && G != C ? " in groups" : "", relu ? " + ReLU" : "", tiled ? "tiled" : "plain", e[0], e[1], e[2], e[3],
+          gn && G != C ? " in groups" : "", relu ? (slope > 0 ? " + leaky ReLU" : " + ReLU") : "", tiled ? "tiled" : "plain", e[0], e[1], e[2], e[3],
           e[4], e[5], e[6]);
     ts_tensor *all[] = {&x, &dy, &g, &b, &rm, &rv, &dg, &db, &y, &dx, &sm, &si};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
@@ -654,7 +659,7 @@ static ts_tensor dev_copy(const ts_tensor *h)
 /* ts_cuda_batchnorm_* / ts_cuda_groupnorm_* (kind 0 batch norm train, 1 eval, 2 group norm, 3 instance norm)
  * with the statistics on the host (the default) or on the device (TESSERA_CUDA_NORMSTATS=device), plain or
  * tiled passes, against the CPU layers: every output within 1e-5 of its scale */
-static void check_layer_norm(int kind, int relu, int C, int D, int dev, int tiled)
+static void check_layer_norm(int kind, int relu, float slope, int C, int D, int dev, int tiled)
 {
     static const char *const names[] = {"batch norm (train)", "batch norm (eval)", "group norm", "instance norm"};
     const int N = 2, G = kind == 2 ? 4 : C, train = kind != 1, nstat = kind <= 1 ? C : N * G;
@@ -666,7 +671,7 @@ static void check_layer_norm(int kind, int relu, int C, int D, int dev, int tile
     ts_tensor ex = dev_copy(&x), edy = dev_copy(&dy), eg = dev_copy(&g), eb = dev_copy(&b), erm = dev_copy(&rm);
     ts_tensor erv = dev_copy(&rv), edg = dev_copy(&dg), edb = dev_copy(&db), ey = dev_copy(&y), edx = dev_copy(&dx);
     ts_tensor esm = dev_copy(&sm), esi = dev_copy(&si);
-    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu};
+    ts_norm_opts o = {.eps = 1e-5f, .momentum = 0.1f, .groups = G, .relu = relu, .slope = slope};
     int err = kind <= 1 ? ts_batchnorm_forward(&x, &g, &b, &rm, &rv, train, &o, &y, &sm, &si) ||
                               ts_batchnorm_backward(&x, &y, &g, &b, &sm, &si, train, &o, &dy, &dx, &dg, &db)
                         : ts_groupnorm_forward(&x, &g, &b, &o, &y, &sm, &si) ||
@@ -685,7 +690,8 @@ static void check_layer_norm(int kind, int relu, int C, int D, int dev, int tile
     double worst = 0;
     for (int i = 0; i < 7; i++) worst = fmax(worst, e[i]);
     ts_ok(checked(!err && worst <= 1e-5), "layers_cuda.c: %s%s, %d channels, statistics on the %s, %s passes: y %.1e, "
-          "mean %.1e, invstd %.1e, dx %.1e, dgamma %.1e, dbeta %.1e, running %.1e%s%s", names[kind], relu ? " + ReLU" : "",
+          "mean %.1e, invstd %.1e, dx %.1e, dgamma %.1e, dbeta %.1e, running %.1e%s%s", names[kind],
+          relu ? (slope > 0 ? " + leaky ReLU" : " + ReLU") : "",
           C, dev ? "device" : "host", tiled ? "tiled" : "plain", e[0], e[1], e[2], e[3], e[4], e[5], e[6],
           err ? ": " : "", err ? ts_err_message() : "");
     ts_tensor *all[] = {&x, &dy, &g, &b, &rm, &rv, &dg, &db, &y, &dx, &sm, &si};
@@ -695,7 +701,7 @@ static void check_layer_norm(int kind, int relu, int C, int D, int dev, int tile
 int main(void)
 {
     char why[256];
-    ts_plan(55);
+    ts_plan(61);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
@@ -724,12 +730,14 @@ int main(void)
     check_convt(2, 3, 4, 5, 6, 2);
     check_im2col(2, 5, 6, 7, 3, 3, 1, 1);
     check_im2col(1, 8, 7, 6, 4, 3, 2, 1);
-    check_norm_chain(0, 2, 9, 16, 16, 1, 1, 0);
-    check_norm_chain(0, 2, 9, 8, 8, 0, 1, 1);
-    check_norm_chain(0, 1, 7, 32, 32, 1, 0, 1);
-    check_norm_chain(1, 2, 8, 16, 4, 1, 1, 1);
-    check_norm_chain(1, 3, 6, 8, 8, 0, 1, 0);
-    check_norm_chain(1, 2, 5, 320, 320, 1, 1, 1);
+    check_norm_chain(0, 2, 9, 16, 16, 1, 0.0f, 1, 0);
+    check_norm_chain(0, 2, 9, 8, 8, 0, 0.0f, 1, 1);
+    check_norm_chain(0, 1, 7, 32, 32, 1, 0.0f, 0, 1);
+    check_norm_chain(1, 2, 8, 16, 4, 1, 0.0f, 1, 1);
+    check_norm_chain(1, 3, 6, 8, 8, 0, 0.0f, 1, 0);
+    check_norm_chain(1, 2, 5, 320, 320, 1, 0.0f, 1, 1);
+    check_norm_chain(1, 2, 6, 16, 16, 1, 0.01f, 1, 1); /* nnU-Net's instance norm + leaky ReLU */
+    check_norm_chain(0, 2, 6, 8, 8, 1, 0.01f, 1, 0);
     check_convt_gemm(2, 3, 4, 5, 16, 8, 2, TS_PREC_FP32, 1e-5);
     check_convt_gemm(1, 3, 3, 2, 6, 5, 3, TS_PREC_FP32, 1e-5);
     check_convt_gemm(2, 3, 4, 5, 16, 8, 2, TS_PREC_BF16, 2e-2);
@@ -738,9 +746,13 @@ int main(void)
     check_wgrad_gemm(2, 6, 8, 16, 3, 1, 1, TS_PREC_BF16, 20000, 2e-2);
     check_wgrad_gemm(1, 5, 16, 3, 1, 1, 0, TS_PREC_FP16, 300, 2e-2);
     for (int kind = 0; kind < 4; kind++)
-        for (int dev = 0; dev < 2; dev++) check_layer_norm(kind, kind != 2, 8, 5, dev, dev);
-    check_layer_norm(0, 0, 16, 6, 1, 0);
-    check_layer_norm(3, 1, 48, 4, 0, 1);
+        for (int dev = 0; dev < 2; dev++) check_layer_norm(kind, kind != 2, 0.0f, 8, 5, dev, dev);
+    check_layer_norm(0, 0, 0.0f, 16, 6, 1, 0);
+    check_layer_norm(3, 1, 0.0f, 48, 4, 0, 1);
+    for (int dev = 0; dev < 2; dev++) { /* the fused leaky ReLU (nnU-Net's), both paths */
+        check_layer_norm(3, 1, 0.01f, 16, 5, dev, !dev);
+        check_layer_norm(0, 1, 0.01f, 8, 5, dev, dev);
+    }
     ts_ok(tsemu_launches() > 100, "%llu launches and %llu GEMMs emulated", tsemu_launches(), tsemu_gemms());
     return ts_tap_failed ? 1 : 0;
 }

@@ -181,6 +181,7 @@ static ts_tensor labels_host(int64_t n, int64_t v, int K, int ign)
 }
 
 static const char *passes_name = ""; /* " (tiled passes)" while ts_cuda_set_passes(1) */
+static float norm_slope = 0.0f;      /* > 0: the norms' fused ReLU is a leaky ReLU of this slope */
 
 static void test_relu_pool_concat(void)
 {
@@ -226,8 +227,8 @@ static void test_norm(int kind, int relu, int C, int D)
 {
     static const char *const names[] = {"batch norm (train)", "batch norm (eval)", "group norm", "instance norm"};
     char what[96];
-    snprintf(what, sizeof what, "%s%s, %d channels, %dx%dx%d%s", names[kind], relu ? " + relu" : "", C, D, D + 1,
-             D + 2, passes_name);
+    snprintf(what, sizeof what, "%s%s, %d channels, %dx%dx%d%s", names[kind],
+             relu ? (norm_slope > 0 ? " + leaky relu" : " + relu") : "", C, D, D + 1, D + 2, passes_name);
     const int N = 2, G = kind == 2 ? 4 : kind == 3 ? C : 1, nstat = kind <= 1 ? C : N * G;
     ts_tensor x = mk(5, (int64_t[]){N, D, D + 1, D + 2, C}, -2, 3), y = host_like(&x), dy = mk(5, x.shape, -1, 1),
               dx = host_like(&x), g = mk(1, (int64_t[]){C}, 0.5f, 1.5f), b = mk(1, (int64_t[]){C}, -0.5f, 0.5f),
@@ -236,7 +237,7 @@ static void test_norm(int kind, int relu, int C, int D)
               dg = mk(1, (int64_t[]){C}, -0.1f, 0.1f), db = mk(1, (int64_t[]){C}, -0.1f, 0.1f);
     ts_tensor gx = up(&x), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gg = up(&g), gb = up(&b), grm = up(&rm),
               grv = up(&rv), gsm = up(&sm), gsi = up(&si), gdg = up(&dg), gdb = up(&db);
-    ts_norm_opts o = {1e-5f, 0.1f, G, relu, 0.0f, NULL, NULL, NULL};
+    ts_norm_opts o = {1e-5f, 0.1f, G, relu, norm_slope, NULL, NULL, NULL};
     int e1, e2;
     if (kind <= 1) {
         const int train = kind == 0;
@@ -478,6 +479,20 @@ int main(void)
         test_norm(3, 1, 48, 30);
         test_norm(2, 0, 320, 4);
     }
+    ts_cuda_set_normstats(0);
+    ts_cuda_set_passes(0);
+    passes_name = "";
+    /* the fused leaky ReLU (nnU-Net's instance norm + leaky ReLU): statistics on the host, plain passes, and on
+     * the device, tiled passes */
+    norm_slope = 0.01f;
+    for (int t = 0; t < 2; t++) {
+        ts_cuda_set_normstats(t);
+        ts_cuda_set_passes(t);
+        passes_name = t ? " (statistics on the device, tiled passes)" : "";
+        for (int kind = 0; kind < 4; kind++) test_norm(kind, 1, 8, 5);
+        test_norm(3, 1, 32, 12);
+    }
+    norm_slope = 0.0f;
     ts_cuda_set_normstats(0);
     ts_cuda_set_passes(0);
     passes_name = "";

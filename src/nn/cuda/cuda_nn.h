@@ -58,24 +58,26 @@ int ts_cuk_maxpool(const float *x, float *y, uint8_t *idx, int N, int D, int H, 
 int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, float *dx, int N, int D, int H, int W, int C, int k,
                             void *stream);
 /* per (n, c) of x [N][S][C], into device s1, s2 [N][C] (cleared first): mode 0 sums of x - ctr and its
- * square (ctr device [N][C] or NULL: 0), mode 1 sums of dy' and dy' (x - ctr), dy' = 0 where mask <= 0 */
-int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N, size_t S,
-                     int C, double *s1, double *s2, void *stream);
-/* y = x scale[n][c] + shift[n][c], then max(0, .) if relu */
+ * square (ctr device [N][C] or NULL: 0), mode 1 sums of dy' and dy' (x - ctr), dy' = dy where mask > 0 (or
+ * mask NULL), else slope dy (0 when slope is 0: the fused ReLU's or leaky ReLU's derivative) */
+int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, float slope, const float *ctr, int N,
+                     size_t S, int C, double *s1, double *s2, void *stream);
+/* y = t = x scale[n][c] + shift[n][c]; if relu, t > 0 ? t : slope t (0 when slope is 0) */
 int ts_cuk_chan_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
-                       float *y, void *stream);
-/* dx = dy' a + (x - ctr) b + k per (n, c) */
-int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, const float *ctr, const float *a, const float *b,
-                   const float *k, int N, size_t S, int C, float *dx, void *stream);
+                       float slope, float *y, void *stream);
+/* dx = dy' a + (x - ctr) b + k per (n, c), dy' as ts_cuk_chan_sums' */
+int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *ctr, const float *a,
+                   const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream);
 /* The same three with the tiled kernels (TESSERA_CUDA_PASSES=tiled, layers_cuda.c; C > 256: the ones
  * above), and the concatenation of rows rows along the channels: back 0 y [rows][ca + cb] = [a, b]; back 1
  * a, b from y (either NULL: not written). Written without a GPU (nn_kernels.cu). */
-int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N,
-                           size_t S, int C, double *s1, double *s2, void *stream);
+int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, float slope,
+                           const float *ctr, int N, size_t S, int C, double *s1, double *s2, void *stream);
 int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *shift, int N, size_t S, int C, int relu,
-                             float *y, void *stream);
-int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
-                         const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream);
+                             float slope, float *y, void *stream);
+int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, float slope, const float *ctr,
+                         const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx,
+                         void *stream);
 int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t rows, void *stream);
 /* Local. The norms with their per-channel arithmetic on the device (norm_kernels.cu;
  * TESSERA_CUDA_NORMSTATS=device, layers_cuda.c): x [N][S][C] in G groups of
@@ -84,19 +86,21 @@ int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int cb, size_t
  * double, save_mean and save_invstd [N][G], the running statistics (batch
  * norm: rmean, rvar non-NULL) updated with momentum and the unbiased
  * variance; !train (batch norm only): from rmean and rvar; then y =
- * relu?(x scale + shift). Backward: dbeta, dgamma (either NULL) += this
+ * the fused activation of x scale + shift (relu: t > 0 ? t : slope t, a
+ * leaky ReLU where slope > 0). Backward: dbeta, dgamma (either NULL) += this
  * call's sums; dx (NULL: none) = the input gradient (train 0: eval batch
  * norm's, the statistics constant); mask (the forward's output with a
- * fused ReLU, else NULL) zeroes dy where it is <= 0. tiled: the tiled
+ * fused activation, else NULL) scales dy by slope (0 for a ReLU) where it is
+ * <= 0. tiled: the tiled
  * passes. work: device scratch of ts_cuk_norm_work_bytes(N, C), the
  * caller's. Every pointer is device memory; queued on stream, nothing
  * synchronised; TS_ERR_ARG for sizes that are not a norm's, TS_ERR_CUDA if
  * a launch failed. Written without a GPU. */
 size_t ts_cuk_norm_work_bytes(int N, int C);
 int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G, const float *gamma, const float *beta, float eps,
-                        float momentum, int train, int relu, int tiled, float *rmean, float *rvar, float *save_mean,
-                        float *save_invstd, float *y, void *work, void *stream);
-int ts_cuk_norm_backward(const float *x, const float *dy, const float *mask, int N, size_t S, int C, int G,
+                        float momentum, int train, int relu, float slope, int tiled, float *rmean, float *rvar,
+                        float *save_mean, float *save_invstd, float *y, void *work, void *stream);
+int ts_cuk_norm_backward(const float *x, const float *dy, const float *mask, float slope, int N, size_t S, int C, int G,
                          const float *gamma, const float *save_mean, const float *save_invstd, int train, int tiled,
                          float *dgamma, float *dbeta, float *dx, void *work, void *stream);
 /* count[256] (device, cleared first) = histogram of the labels; *at = first voxel of label t (~0 if none) */

@@ -1,5 +1,5 @@
 /* The layers other than the convolutions on device tensors: ReLU, max-pool,
- * concatenation, batch/group/instance norm (fused ReLU included) and the
+ * concatenation, batch/group/instance norm (fused ReLU or leaky ReLU) and the
  * two losses, with the host functions' arguments, conventions and group
  * synchronisation (the same sync calls, in the same order, with the same
  * payloads as the CPU's, so that the ranks of a group agree).
@@ -212,15 +212,16 @@ typedef struct nd {
 } nd;
 
 /* per-(n, c) sums on the device, downloaded: mode 0 moments around ctr
- * (device [N][C] or NULL), mode 1 gradient sums */
-static int sums(int mode, const nd *d, const float *x, const float *dy, const float *mask, const float *ctr, double *s1,
-                double *s2)
+ * (device [N][C] or NULL), mode 1 gradient sums (dy through the fused
+ * activation: slope dy where mask <= 0) */
+static int sums(int mode, const nd *d, const float *x, const float *dy, const float *mask, float slope,
+                const float *ctr, double *s1, double *s2)
 {
     void *s, *buf;
     const size_t nc = (size_t)d->N * d->C;
     TS_TRY(stream(&s));
     TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_SMALL, 2 * nc * sizeof(double), &buf));
-    TS_TRY((tiled() ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(mode, x, dy, mask, ctr, d->N, d->S, d->C, buf,
+    TS_TRY((tiled() ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(mode, x, dy, mask, slope, ctr, d->N, d->S, d->C, buf,
                                                                  (double *)buf + nc, s));
     double *h = malloc(2 * nc * sizeof(double));
     if (!h) return TS_ERR(TS_ERR_NOMEM, "norm sums");
@@ -249,7 +250,7 @@ static int stats(const nd *d, const float *x, const ts_norm_opts *o, double *mea
     float *ctr = malloc(nc * sizeof(float));
     void *dctr = NULL;
     if (!s1 || !t || !ctr) TS_FAIL(TS_ERR_NOMEM, "norm statistics");
-    TS_CHECK(sums(0, d, x, NULL, NULL, NULL, s1, NULL));
+    TS_CHECK(sums(0, d, x, NULL, NULL, 0.0f, NULL, s1, NULL));
     for (size_t i = 0; i < nc; i++) t[i / d->C * d->G + i % d->C / d->cg] += s1[i];
     t[ng] = (double)d->S;
     if (o->sync) TS_CHECK(o->sync(o->sync_ctx, t, (int)ng + 1, TS_SYNC_SUM));
@@ -257,7 +258,7 @@ static int stats(const nd *d, const float *x, const ts_norm_opts *o, double *mea
     for (size_t j = 0; j < ng; j++) mean[j] = t[j] / *count;
     for (size_t i = 0; i < nc; i++) ctr[i] = (float)mean[i / d->C * d->G + i % d->C / d->cg];
     TS_CHECK(up_arrays(ctr, nc, &dctr));
-    TS_CHECK(sums(0, d, x, NULL, NULL, dctr, s1, s1 + nc));
+    TS_CHECK(sums(0, d, x, NULL, NULL, 0.0f, dctr, s1, s1 + nc));
     memset(t, 0, (2 * ng + 1) * sizeof(double));
     for (size_t i = 0; i < nc; i++) {
         const size_t j = i / d->C * d->G + i % d->C / d->cg;
@@ -288,27 +289,28 @@ static int vec(const ts_tensor *t, int64_t n, const char *what)
 static int get(const ts_tensor *t, float *h) { return d2h(h, t->data, ts_tensor_bytes(t)); }
 static int put(ts_tensor *t, const float *h) { return h2d(t->data, h, ts_tensor_bytes(t)); }
 
-/* scale/shift per (n, c) uploaded, then y = act(x scale + shift) */
-static int affine(const nd *d, const float *x, const float *scsh, int relu, float *y)
+/* scale/shift per (n, c) uploaded, then y = act(x scale + shift) (relu: the fused ReLU, leaky where slope > 0) */
+static int affine(const nd *d, const float *x, const float *scsh, int relu, float slope, float *y)
 {
     void *s, *dev;
     const size_t nc = (size_t)d->N * d->C;
     TS_TRY(stream(&s));
     TS_TRY(up_arrays(scsh, 2 * nc, &dev));
     return (tiled() ? ts_cuk_chan_affine_tiled : ts_cuk_chan_affine)(x, dev, (const float *)dev + nc, d->N, d->S, d->C,
-                                                                     relu, y, s);
+                                                                     relu, slope, y, s);
 }
 
 /* dx from a, b, k and the centre per (n, c) (host arrays, uploaded together) */
-static int norm_dx(const nd *d, const float *x, const float *dy, const float *mask, const float *ctr_abk, float *dx)
+static int norm_dx(const nd *d, const float *x, const float *dy, const float *mask, float slope, const float *ctr_abk,
+                   float *dx)
 {
     void *s, *dev;
     const size_t nc = (size_t)d->N * d->C;
     TS_TRY(stream(&s));
     TS_TRY(up_arrays(ctr_abk, 4 * nc, &dev));
     const float *p = dev;
-    return (tiled() ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, p, p + nc, p + 2 * nc, p + 3 * nc, d->N, d->S,
-                                                             d->C, dx, s);
+    return (tiled() ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, slope, p, p + nc, p + 2 * nc, p + 3 * nc, d->N,
+                                                             d->S, d->C, dx, s);
 }
 
 /* dgamma += dg, dbeta += db (host values) */
@@ -325,22 +327,14 @@ static int add_vec(ts_tensor *t, const double *v, const float *mul, int C, int N
     return err;
 }
 
-/* the GPU engine's norms fuse a plain ReLU only; the model runs a leaky
- * ReLU as its own pass there (ts_norm_opts.slope is the CPU's) */
-static int no_leaky(const ts_norm_opts *o, const char *what)
-{
-    if (o->relu && o->slope != 0.0f)
-        return TS_ERR(TS_ERR_ARG, "%s: the GPU engine does not fuse a leaky ReLU (slope %g) into the norm", what,
-                      (double)o->slope);
-    return 0;
-}
+/* the fused activation's negative slope: 0 for a ReLU (or none), > 0 a leaky ReLU (ts_norm_opts.slope) */
+static float slope_of(const ts_norm_opts *o) { return o->relu ? o->slope : 0.0f; }
 
 int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const ts_tensor *beta, ts_tensor *running_mean,
                               ts_tensor *running_var, int train, const ts_norm_opts *o, ts_tensor *y,
                               ts_tensor *save_mean, ts_tensor *save_invstd)
 {
     int err = 0;
-    TS_TRY(no_leaky(o, "batchnorm"));
     TS_TRY(dev_f32(x, "batchnorm"));
     TS_TRY(dev_f32(y, "batchnorm"));
     if (x->ndim < 2 || !ts_tensor_same_shape(x, y)) return TS_ERR(TS_ERR_ARG, "batchnorm: output must have the input's shape");
@@ -361,7 +355,7 @@ int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
         const int run = running_mean && running_var; /* train updates them only when both are given */
         TS_TRY(chain_work(1, C, &work, &st));
         return ts_cuk_norm_forward(x->data, 1, d.S, C, C, gamma->data, beta->data, o->eps, o->momentum, train, o->relu,
-                                   tiled(), run ? running_mean->data : NULL, run ? running_var->data : NULL,
+                                   slope_of(o), tiled(), run ? running_mean->data : NULL, run ? running_var->data : NULL,
                                    save_mean->data, save_invstd->data, y->data, work, st);
     }
     double *s = calloc(3 * (size_t)C, sizeof(double));
@@ -404,7 +398,7 @@ int ts_cuda_batchnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
     }
     TS_CHECK(put(save_mean, mean));
     TS_CHECK(put(save_invstd, inv));
-    TS_CHECK(affine(&d, x->data, sc, o->relu, y->data));
+    TS_CHECK(affine(&d, x->data, sc, o->relu, slope_of(o), y->data));
 cleanup:
     free(s);
     free(h);
@@ -416,7 +410,6 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
                                ts_tensor *dx, ts_tensor *dgamma, ts_tensor *dbeta)
 {
     int err = 0;
-    TS_TRY(no_leaky(o, "batchnorm backward"));
     TS_TRY(dev_f32(x, "batchnorm backward"));
     TS_TRY(dev_f32(dy, "batchnorm backward"));
     TS_TRY(dev_f32(dx, "batchnorm backward"));
@@ -438,7 +431,7 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
     if (dev_stats(o)) {
         void *work, *st;
         TS_TRY(chain_work(1, C, &work, &st));
-        return ts_cuk_norm_backward(x->data, dy->data, mask, 1, d.S, C, C, gamma->data, save_mean->data,
+        return ts_cuk_norm_backward(x->data, dy->data, mask, slope_of(o), 1, d.S, C, C, gamma->data, save_mean->data,
                                     save_invstd->data, train, tiled(), data_or_null(dgamma), data_or_null(dbeta),
                                     data_or_null(dx), work, st);
     }
@@ -449,7 +442,7 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
     TS_CHECK(get(gamma, g));
     TS_CHECK(get(save_mean, mean));
     TS_CHECK(get(save_invstd, inv));
-    TS_CHECK(sums(1, &d, x->data, dy->data, mask, save_mean->data, s, s + C));
+    TS_CHECK(sums(1, &d, x->data, dy->data, mask, slope_of(o), save_mean->data, s, s + C));
     TS_CHECK(add_vec(dgamma, s + C, inv, C, 1));
     TS_CHECK(add_vec(dbeta, s, NULL, C, 1));
     double Mt = (double)d.S;
@@ -466,7 +459,7 @@ int ts_cuda_batchnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
             cabk[2 * C + c] = train ? (float)(-scale * inv[c] * inv[c] * s[C + c] / Mt) : 0.0f;
             cabk[3 * C + c] = train ? (float)(-scale * s[c] / Mt) : 0.0f;
         }
-        TS_CHECK(norm_dx(&d, x->data, dy->data, mask, cabk, dx->data));
+        TS_CHECK(norm_dx(&d, x->data, dy->data, mask, slope_of(o), cabk, dx->data));
     }
 cleanup:
     free(s);
@@ -493,7 +486,6 @@ int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
 {
     int err = 0;
     nd d;
-    TS_TRY(no_leaky(o, "groupnorm"));
     TS_TRY(gn_dims(x, y, o->groups, &d));
     const size_t nc = (size_t)d.N * d.C, ng = (size_t)d.N * d.G;
     TS_TRY(vec(gamma, d.C, "groupnorm weight"));
@@ -506,7 +498,8 @@ int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
         void *work, *st;
         TS_TRY(chain_work(d.N, d.C, &work, &st));
         return ts_cuk_norm_forward(x->data, d.N, d.S, d.C, d.G, gamma->data, beta->data, o->eps, o->momentum, 1,
-                                   o->relu, tiled(), NULL, NULL, save_mean->data, save_invstd->data, y->data, work, st);
+                                   o->relu, slope_of(o), tiled(), NULL, NULL, save_mean->data, save_invstd->data,
+                                   y->data, work, st);
     }
     double *s = calloc(2 * ng, sizeof(double)), cnt = 0;
     float *h = malloc((2 * d.C + 2 * ng + 2 * nc) * sizeof(float));
@@ -526,7 +519,7 @@ int ts_cuda_groupnorm_forward(const ts_tensor *x, const ts_tensor *gamma, const 
     }
     TS_CHECK(put(save_mean, mean));
     TS_CHECK(put(save_invstd, inv));
-    TS_CHECK(affine(&d, x->data, sc, o->relu, y->data));
+    TS_CHECK(affine(&d, x->data, sc, o->relu, slope_of(o), y->data));
 cleanup:
     free(s);
     free(h);
@@ -539,7 +532,6 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
 {
     int err = 0;
     nd d;
-    TS_TRY(no_leaky(o, "groupnorm backward"));
     TS_TRY(gn_dims(x, dy, o->groups, &d));
     TS_TRY(dev_f32(dx, "groupnorm backward"));
     TS_TRY(dev_f32(y, "groupnorm backward"));
@@ -556,7 +548,7 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
     if (dev_stats(o)) {
         void *work, *st;
         TS_TRY(chain_work(d.N, d.C, &work, &st));
-        return ts_cuk_norm_backward(x->data, dy->data, mask, d.N, d.S, d.C, d.G, gamma->data, save_mean->data,
+        return ts_cuk_norm_backward(x->data, dy->data, mask, slope_of(o), d.N, d.S, d.C, d.G, gamma->data, save_mean->data,
                                     save_invstd->data, 1, tiled(), data_or_null(dgamma), data_or_null(dbeta),
                                     data_or_null(dx), work, st);
     }
@@ -574,7 +566,7 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
         ivc[i] = inv[j];
     }
     TS_CHECK(up_arrays(cabk, nc, &dctr));
-    TS_CHECK(sums(1, &d, x->data, dy->data, mask, dctr, s, s + nc));
+    TS_CHECK(sums(1, &d, x->data, dy->data, mask, slope_of(o), dctr, s, s + nc));
     TS_CHECK(add_vec(dgamma, s + nc, ivc, d.C, d.N));
     TS_CHECK(add_vec(dbeta, s, NULL, d.C, d.N));
     if (!dx) goto cleanup;
@@ -601,7 +593,7 @@ int ts_cuda_groupnorm_backward(const ts_tensor *x, const ts_tensor *y, const ts_
                 cabk[3 * nc + i] = (float)(-iv * A / m);
             }
         }
-    TS_CHECK(norm_dx(&d, x->data, dy->data, mask, cabk, dx->data));
+    TS_CHECK(norm_dx(&d, x->data, dy->data, mask, slope_of(o), cabk, dx->data));
 cleanup:
     free(s);
     free(h);

@@ -299,13 +299,27 @@ extern "C" int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, floa
     return launched("max-pool backward");
 }
 
-// ---------------------------------------------------------------- per-(sample, channel) sums of x [N][S][C]
-// mode 0: s1 += x - ctr, s2 += (x - ctr)^2; mode 1: s1 += dy', s2 += dy' (x - ctr), dy' = dy or 0 where mask <= 0.
+// ---------------------------------------------------------------- the norms' passes
+// the fused activation of t (relu: t where t > 0, else slope t, 0 for a plain ReLU; else t itself)
+__device__ inline float act_of(float t, int relu, float slope)
+{
+    return !relu || t > 0.0f ? t : slope != 0.0f ? slope * t : 0.0f;
+}
+// dy[i] through the fused activation's derivative: itself where the forward output mask[i] > 0 (or without a
+// mask), else slope dy[i] (0 for a plain ReLU)
+__device__ inline float grad_of(const float *mask, const float *dy, size_t i, float slope)
+{
+    const float g = dy[i];
+    return !mask || mask[i] > 0.0f ? g : slope != 0.0f ? slope * g : 0.0f;
+}
+
+// per-(sample, channel) sums of x [N][S][C]
+// mode 0: s1 += x - ctr, s2 += (x - ctr)^2; mode 1: s1 += dy', s2 += dy' (x - ctr), dy' = grad_of(mask, dy, slope).
 // Block (VOX voxels of one sample) x threads over channels: float sums per thread over the block's voxels,
 // then one double atomicAdd per (block, channel).
 #define VOX 64
-__global__ void chan_sums_k(int mode, const float *x, const float *dy, const float *mask, const float *ctr, size_t S,
-                            int C, double *s1, double *s2)
+__global__ void chan_sums_k(int mode, const float *x, const float *dy, const float *mask, float slope, const float *ctr,
+                            size_t S, int C, double *s1, double *s2)
 {
     const size_t n = blockIdx.y, v0 = (size_t)blockIdx.x * VOX;
     const size_t v1 = v0 + VOX < S ? v0 + VOX : S;
@@ -319,7 +333,7 @@ __global__ void chan_sums_k(int mode, const float *x, const float *dy, const flo
                 a1 += d;
                 a2 += d * d;
             } else {
-                const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+                const float g = grad_of(mask, dy, i, slope);
                 a1 += g;
                 a2 += g * d;
             }
@@ -328,8 +342,8 @@ __global__ void chan_sums_k(int mode, const float *x, const float *dy, const flo
         atomicAdd(&s2[n * C + c], (double)a2);
     }
 }
-extern "C" int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, const float *ctr, int N,
-                                size_t S, int C, double *s1, double *s2, void *stream)
+extern "C" int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const float *mask, float slope,
+                                const float *ctr, int N, size_t S, int C, double *s1, double *s2, void *stream)
 {
     if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
         cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
@@ -337,45 +351,44 @@ extern "C" int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const
     if (N == 0 || S == 0 || C == 0) return 0;
     const dim3 grid((unsigned)((S + VOX - 1) / VOX), (unsigned)N);
     const unsigned threads = C < 256 ? (unsigned)((C + 31) / 32) * 32 : 256u;
-    chan_sums_k<<<grid, threads, 0, (cudaStream_t)stream>>>(mode, x, dy, mask, ctr, S, C, s1, s2);
+    chan_sums_k<<<grid, threads, 0, (cudaStream_t)stream>>>(mode, x, dy, mask, slope, ctr, S, C, s1, s2);
     return launched("channel sums");
 }
 
-// y = x * scale[n][c] + shift[n][c] (then max(0, .) if relu)
+// y = act_of(x * scale[n][c] + shift[n][c], relu, slope)
 __global__ void chan_affine_k(const float *x, const float *scale, const float *shift, size_t S, int C, int relu,
-                              float *y, size_t n_all)
+                              float slope, float *y, size_t n_all)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         const size_t c = i % C, n = i / ((size_t)S * C), j = n * C + c;
-        const float t = x[i] * scale[j] + shift[j];
-        y[i] = relu && !(t > 0.0f) ? 0.0f : t;
+        y[i] = act_of(x[i] * scale[j] + shift[j], relu, slope);
     }
 }
 extern "C" int ts_cuk_chan_affine(const float *x, const float *scale, const float *shift, int N, size_t S, int C,
-                                  int relu, float *y, void *stream)
+                                  int relu, float slope, float *y, void *stream)
 {
     const size_t n = (size_t)N * S * C;
     if (n == 0) return 0;
-    chan_affine_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, y, n);
+    chan_affine_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, slope, y, n);
     return launched("norm affine");
 }
 
 // dx = dy' a + (x - ctr) b + k, per (n, c)
-__global__ void norm_dx_k(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
-                          const float *b, const float *k, size_t S, int C, float *dx, size_t n_all)
+__global__ void norm_dx_k(const float *x, const float *dy, const float *mask, float slope, const float *ctr,
+                          const float *a, const float *b, const float *k, size_t S, int C, float *dx, size_t n_all)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         const size_t c = i % C, n = i / ((size_t)S * C), j = n * C + c;
-        const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
-        dx[i] = g * a[j] + (x[i] - ctr[j]) * b[j] + k[j];
+        dx[i] = grad_of(mask, dy, i, slope) * a[j] + (x[i] - ctr[j]) * b[j] + k[j];
     }
 }
-extern "C" int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
-                              const float *b, const float *k, int N, size_t S, int C, float *dx, void *stream)
+extern "C" int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask, float slope, const float *ctr,
+                              const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx,
+                              void *stream)
 {
     const size_t n = (size_t)N * S * C;
     if (n == 0) return 0;
-    norm_dx_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, dy, mask, ctr, a, b, k, S, C, dx, n);
+    norm_dx_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, dy, mask, slope, ctr, a, b, k, S, C, dx, n);
     return launched("norm input gradient");
 }
 
@@ -397,8 +410,8 @@ static unsigned tiled_blocks(size_t n_items, unsigned T, int N)
 
 // per-(n, c) sums: each thread in double over its voxels, the block's threads of one channel summed in
 // shared memory (2 T doubles), then one double atomicAdd per (block, channel)
-__global__ void chan_sums_tiled_k(int mode, const float *x, const float *dy, const float *mask, const float *ctr,
-                                  size_t S, int C, double *s1, double *s2)
+__global__ void chan_sums_tiled_k(int mode, const float *x, const float *dy, const float *mask, float slope,
+                                  const float *ctr, size_t S, int C, double *s1, double *s2)
 {
     extern __shared__ double sh[];
     const unsigned t = threadIdx.x, T = blockDim.x;
@@ -413,7 +426,7 @@ __global__ void chan_sums_tiled_k(int mode, const float *x, const float *dy, con
             a1 += d;
             a2 += (double)d * d;
         } else {
-            const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+            const float g = grad_of(mask, dy, i, slope);
             a1 += g;
             a2 += (double)g * d;
         }
@@ -431,23 +444,24 @@ __global__ void chan_sums_tiled_k(int mode, const float *x, const float *dy, con
         atomicAdd(&s2[n * C + c], b2);
     }
 }
-extern "C" int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, const float *ctr,
-                                      int N, size_t S, int C, double *s1, double *s2, void *stream)
+extern "C" int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy, const float *mask, float slope,
+                                      const float *ctr, int N, size_t S, int C, double *s1, double *s2, void *stream)
 {
-    if (C > 256) return ts_cuk_chan_sums(mode, x, dy, mask, ctr, N, S, C, s1, s2, stream);
+    if (C > 256) return ts_cuk_chan_sums(mode, x, dy, mask, slope, ctr, N, S, C, s1, s2, stream);
     if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
         cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
         return launched("channel sums (clear)");
     if (N == 0 || S == 0 || C == 0) return 0;
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S, T / (unsigned)C, N), (unsigned)N);
-    chan_sums_tiled_k<<<grid, T, 2 * T * sizeof(double), (cudaStream_t)stream>>>(mode, x, dy, mask, ctr, S, C, s1, s2);
+    chan_sums_tiled_k<<<grid, T, 2 * T * sizeof(double), (cudaStream_t)stream>>>(mode, x, dy, mask, slope, ctr, S, C,
+                                                                                  s1, s2);
     return launched("channel sums (tiled)");
 }
 
-// y = x scale + shift (then max(0, .) if relu), the expression of chan_affine_k
+// y = act_of(x scale + shift), the expression of chan_affine_k
 __global__ void chan_affine_tiled_k(const float *x, const float *scale, const float *shift, size_t S, int C, int relu,
-                                    float *y)
+                                    float slope, float *y)
 {
     const unsigned t = threadIdx.x;
     const size_t n = blockIdx.y, j = n * C + t % (unsigned)C, SC = S * C;
@@ -455,42 +469,40 @@ __global__ void chan_affine_tiled_k(const float *x, const float *scale, const fl
     const float *xn = x + n * SC;
     float *yn = y + n * SC;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + t; i < SC; i += (size_t)gridDim.x * blockDim.x) {
-        const float v = xn[i] * sc + sf;
-        yn[i] = relu && !(v > 0.0f) ? 0.0f : v;
+        yn[i] = act_of(xn[i] * sc + sf, relu, slope);
     }
 }
 extern "C" int ts_cuk_chan_affine_tiled(const float *x, const float *scale, const float *shift, int N, size_t S, int C,
-                                        int relu, float *y, void *stream)
+                                        int relu, float slope, float *y, void *stream)
 {
-    if (C > 256) return ts_cuk_chan_affine(x, scale, shift, N, S, C, relu, y, stream);
+    if (C > 256) return ts_cuk_chan_affine(x, scale, shift, N, S, C, relu, slope, y, stream);
     if ((size_t)N * S * C == 0) return 0;
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
-    chan_affine_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, y);
+    chan_affine_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, slope, y);
     return launched("norm affine (tiled)");
 }
 
 // dx = dy' a + (x - ctr) b + k, the expression of norm_dx_k
-__global__ void norm_dx_tiled_k(const float *x, const float *dy, const float *mask, const float *ctr, const float *a,
-                                const float *b, const float *k, size_t S, int C, float *dx)
+__global__ void norm_dx_tiled_k(const float *x, const float *dy, const float *mask, float slope, const float *ctr,
+                                const float *a, const float *b, const float *k, size_t S, int C, float *dx)
 {
     const unsigned t = threadIdx.x;
     const size_t n = blockIdx.y, j = n * C + t % (unsigned)C, SC = S * C, o = n * SC;
     const float cj = ctr[j], aj = a[j], bj = b[j], kj = k[j];
     for (size_t i = o + (size_t)blockIdx.x * blockDim.x + t; i < o + SC; i += (size_t)gridDim.x * blockDim.x) {
-        const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
-        dx[i] = g * aj + (x[i] - cj) * bj + kj;
+        dx[i] = grad_of(mask, dy, i, slope) * aj + (x[i] - cj) * bj + kj;
     }
 }
-extern "C" int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, const float *ctr,
-                                    const float *a, const float *b, const float *k, int N, size_t S, int C, float *dx,
-                                    void *stream)
+extern "C" int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float *mask, float slope,
+                                    const float *ctr, const float *a, const float *b, const float *k, int N, size_t S,
+                                    int C, float *dx, void *stream)
 {
-    if (C > 256) return ts_cuk_norm_dx(x, dy, mask, ctr, a, b, k, N, S, C, dx, stream);
+    if (C > 256) return ts_cuk_norm_dx(x, dy, mask, slope, ctr, a, b, k, N, S, C, dx, stream);
     if ((size_t)N * S * C == 0) return 0;
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
-    norm_dx_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, dy, mask, ctr, a, b, k, S, C, dx);
+    norm_dx_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, dy, mask, slope, ctr, a, b, k, S, C, dx);
     return launched("norm input gradient (tiled)");
 }
 

@@ -130,9 +130,9 @@ extern "C" size_t ts_cuk_norm_work_bytes(int N, int C)
 }
 
 extern "C" int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G, const float *gamma, const float *beta,
-                                   float eps, float momentum, int train, int relu, int tiled, float *rmean,
-                                   float *rvar, float *save_mean, float *save_invstd, float *y, void *work,
-                                   void *stream)
+                                   float eps, float momentum, int train, int relu, float slope, int tiled,
+                                   float *rmean, float *rvar, float *save_mean, float *save_invstd, float *y,
+                                   void *work, void *stream)
 {
     const size_t nc = (size_t)N * C, ng = (size_t)N * G;
     double *s1 = (double *)work, *s2 = s1 + nc;
@@ -141,13 +141,13 @@ extern "C" int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G
     if (N < 1 || C < 1 || G < 1 || C % G || S < 1) return ts_err(TS_ERR_ARG, __FILE__, __LINE__, "norm on the GPU: N %d, S %zu, C %d, %d groups", N, S, C, G);
     if (train) {
         const double count = (double)S * (C / G);
-        int (*sums)(int, const float *, const float *, const float *, const float *, int, size_t, int, double *,
-                    double *, void *) = tiled ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums;
-        int err = sums(0, x, NULL, NULL, NULL, N, S, C, s1, s2, stream);
+        int (*sums)(int, const float *, const float *, const float *, float, const float *, int, size_t, int,
+                    double *, double *, void *) = tiled ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums;
+        int err = sums(0, x, NULL, NULL, 0.0f, NULL, N, S, C, s1, s2, stream);
         if (err) return err;
         norm_centre_k<<<blocks(nc), 256, 0, st>>>(s1, N, C, G, count, ctr);
         if ((err = launched("norm centres"))) return err;
-        if ((err = sums(0, x, NULL, NULL, ctr, N, S, C, s1, s2, stream))) return err;
+        if ((err = sums(0, x, NULL, NULL, 0.0f, ctr, N, S, C, s1, s2, stream))) return err;
         norm_finish_k<<<blocks(ng), 256, 0, st>>>(s1, s2, ctr, N, C, G, count, eps, momentum, gamma, beta, rmean, rvar,
                                                   save_mean, save_invstd, scsh);
     } else {
@@ -158,12 +158,13 @@ extern "C" int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G
     }
     int err = launched("norm statistics");
     if (err) return err;
-    return (tiled ? ts_cuk_chan_affine_tiled : ts_cuk_chan_affine)(x, scsh, scsh + nc, N, S, C, relu, y, stream);
+    return (tiled ? ts_cuk_chan_affine_tiled : ts_cuk_chan_affine)(x, scsh, scsh + nc, N, S, C, relu, slope, y, stream);
 }
 
-extern "C" int ts_cuk_norm_backward(const float *x, const float *dy, const float *mask, int N, size_t S, int C, int G,
-                                    const float *gamma, const float *save_mean, const float *save_invstd, int train,
-                                    int tiled, float *dgamma, float *dbeta, float *dx, void *work, void *stream)
+extern "C" int ts_cuk_norm_backward(const float *x, const float *dy, const float *mask, float slope, int N, size_t S,
+                                    int C, int G, const float *gamma, const float *save_mean, const float *save_invstd,
+                                    int train, int tiled, float *dgamma, float *dbeta, float *dx, void *work,
+                                    void *stream)
 {
     const size_t nc = (size_t)N * C, ng = (size_t)N * G;
     double *s1 = (double *)work, *s2 = s1 + nc;
@@ -173,11 +174,11 @@ extern "C" int ts_cuk_norm_backward(const float *x, const float *dy, const float
     norm_expand_k<<<blocks(nc), 256, 0, st>>>(save_mean, N, C, G, ctr);
     int err = launched("norm backward centres");
     if (err) return err;
-    if ((err = (tiled ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(1, x, dy, mask, ctr, N, S, C, s1, s2, stream)))
+    if ((err = (tiled ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(1, x, dy, mask, slope, ctr, N, S, C, s1, s2, stream)))
         return err;
     norm_coef_k<<<blocks((size_t)C + ng), 256, 0, st>>>(s1, s2, N, C, G, (double)S * (C / G), train, gamma, save_invstd,
                                                         dgamma, dbeta, dx ? abk : NULL);
     if ((err = launched("norm backward coefficients")) || !dx) return err;
-    return (tiled ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, ctr, abk, abk + nc, abk + 2 * nc, N, S, C, dx,
-                                                           stream);
+    return (tiled ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, slope, ctr, abk, abk + nc, abk + 2 * nc, N, S,
+                                                           C, dx, stream);
 }
