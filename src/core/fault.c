@@ -63,6 +63,8 @@ int ts_fault_init(int world_rank)
                 if (*end || f.step < 1) return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': bad %s", e, tok);
             } else if (!strncmp(tok, "op=", 3) && k == TS_FAULT_HANG) {
                 snprintf(f.op, sizeof f.op, "%s", tok + 3);
+            } else if (!strcmp(tok, "at=window") && k == TS_FAULT_ERROR) {
+                snprintf(f.op, sizeof f.op, "window"); /* a window's forward in evaluation or inference */
             } else if (!strncmp(tok, "at=", 3) && k == TS_FAULT_KILL) {
                 static const char *const points[] = {"forward", "backward", "reduce", "update", "ckpt"};
                 int known = 0;
@@ -95,6 +97,8 @@ int ts_fault_at(ts_fault_kind k, int64_t step, const char *op)
         if (f->kind != k || (f->step >= 0 && (f->from ? step < f->step : f->step != step))) continue;
         if (k == TS_FAULT_HANG && f->op[0] && op && strcmp(f->op, op)) continue;
         if (k == TS_FAULT_KILL && f->op[0] && (!op || strcmp(f->op, op))) continue; /* a kill at= fires only there */
+        if (k == TS_FAULT_ERROR && (f->op[0] ? !op || strcmp(f->op, op) : op != NULL))
+            continue; /* an error at=window only in a window's forward, the others only in a step's */
         return 1;
     }
     return 0;

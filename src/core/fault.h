@@ -13,6 +13,8 @@
  *                             watchdog reports it) at step 3, as a lost rank would
  *   nan:rank=0:step=2         the rank's loss and gradients at step 2 are NaN
  *   error:rank=1:step=3       the rank's step 3 fails with an injected error
+ *   error:rank=1:at=window    the rank's next window forward (evaluation, tessera
+ *                             infer) fails with an injected error instead
  *   overflow:rank=1:step=2    the rank's loss gradient at step 2 is infinite: its
  *                             gradients overflow, its loss stays finite (an fp16
  *                             loss-scale overflow)

@@ -5,6 +5,7 @@
 #include "tsbuild.h"
 #include "src/infer/evaluate.h"
 #include "src/core/error.h"
+#include "src/core/fault.h"
 #include "src/infer/window.h"
 #include "src/nn/layers.h"
 
@@ -22,6 +23,8 @@
 static int forward(ts_unet *m, const ts_eval_split *sp, ts_tensor *x, const ts_tensor **lt)
 {
     *lt = NULL;
+    if (ts_fault_at(TS_FAULT_ERROR, ts_fault_step(), "window")) /* TESSERA_FAULT=error:at=window */
+        return TS_ERR(TS_ERR_ARG, "evaluation: a window forward failed: injected error (TESSERA_FAULT)");
     if (sp && sp->forward) return sp->forward(sp->forward_ctx, x, lt);
     ts_unet_set_fold_eval(m, 1); /* batch norm in the convolutions' epilogues: same logits, fewer passes */
     const int ferr = ts_unet_forward(m, x, 0);
@@ -179,6 +182,7 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
     double t_net = 0, t_blend = 0, t0 = MPI_Wtime(), t1;
+    int ferr = 0;
     if (nm == 1) {
         for (int64_t b = 0; b < rounds; b++) {
             const int used = cut_batch(&plan, b, batch, mine, R, P, blo, bsz, image, C, in, og);
@@ -187,9 +191,10 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
             const ts_tensor *lt = NULL;
             t1 = MPI_Wtime();
             t_blend += t1 - t0;
-            TS_CHECK(forward(m, sp, &x, &lt));
+            ferr = forward(m, sp, &x, &lt);
             t0 = MPI_Wtime();
             t_net += t0 - t1;
+            if (ferr) break; /* told to the other ranks below, before the sums */
             if (!lt) continue; /* a stage before the head */
             const float *lg = lt->data; /* [B, box..., K] */
             for (int s = 0; s < used; s++)
@@ -199,7 +204,16 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
     {
         const streams q = {ms,  nm,    batch, R,     P,  C,  K,   rounds, mine, bv, {win[0], win[1], win[2]},
                            &plan, image, gw,   in, acc, wsum, og};
-        TS_CHECK(streams_run(&q, &t_net));
+        ferr = streams_run(&q, &t_net);
+    }
+    { /* a rank whose forward failed fails with every rank, before the sums' collective */
+        int32_t bad = ferr != 0;
+        TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
+        if (ferr) {
+            err = ferr; /* its own message stands */
+            goto cleanup;
+        }
+        if (bad) TS_FAIL(TS_ERR_REMOTE, "evaluation: another rank's window forward failed (see its message)");
     }
     t1 = MPI_Wtime();
     t_blend += t1 - t0;

@@ -43,7 +43,7 @@ typedef struct infer {
     const ts_config *cfg;
     const ts_infer_opts *o;
     MPI_Comm world;
-    int rank;
+    int rank, local_rank; /* local_rank: on its node (ts_coll_node_info), picks the GPU */
     ts_unet_cfg u;
     ts_loader_opts lo;
     double overlap;
@@ -89,24 +89,22 @@ int ts_infer_find_checkpoint(const char *arg, char *path, size_t n)
                                  "in its ckpt/ folder", arg);
 }
 
-/* Collective on world. train.engine: the GPU of this rank's local rank
- * where one is found and the layout runs there (parallel.sp = parallel.pp
- * = 1, model.arch = unet), as in training; the windows' forwards run there,
- * the blending on the host. */
+/* Local. train.engine: the GPU of this rank's local rank where one is
+ * found and the layout runs there (parallel.sp = parallel.pp = 1,
+ * model.arch = unet), as in training; the windows' forwards run there, the
+ * blending on the host. */
 static int choose_engine(infer *t)
 {
     int64_t pp = 1, sp = 1;
-    int node, nnodes, lrank, lsize;
     char note[256];
     TS_TRY(ts_config_get_int(t->cfg, "parallel.pp", &pp));
     TS_TRY(ts_config_get_int(t->cfg, "parallel.sp", &sp));
-    TS_TRY(ts_coll_node_info(t->world, &node, &nnodes, &lrank, &lsize));
-    TS_TRY(ts_unet_engine_choose(&t->u, lrank, (int)pp, (int)sp, note, sizeof note));
+    TS_TRY(ts_unet_engine_choose(&t->u, t->local_rank, (int)pp, (int)sp, note, sizeof note));
     if (note[0] && t->rank == 0) fprintf(stderr, "tessera infer: note: %s\n", note);
     return 0;
 }
 
-/* Collective on world. The model of the config with the checkpoint's parameters. */
+/* Local. The model of the config with the checkpoint's parameters. */
 static int load_model(infer *t, const char *ckpt)
 {
     char state[4200];
@@ -584,6 +582,10 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     if (!lerr && !(scans = calloc((size_t)l.n, sizeof *scans)))
         lerr = TS_ERR(TS_ERR_NOMEM, "results of %d scans", l.n);
     TS_CHECK(ts_err_agree(world, lerr));
+    {
+        int node, nnodes, lsize; /* collective: every rank is here */
+        TS_CHECK(ts_err_agree(world, ts_coll_node_info(world, &node, &nnodes, &t.local_rank, &lsize)));
+    }
     TS_CHECK(ts_err_agree(world, prepare(&t, r->checkpoint, r)));
     if (t.lo.patch.norm == TS_NORM_DATASET && !ts_config_isset(cfg, "data.path"))
         TS_CHECK(ts_err_agree(world, TS_ERR(TS_ERR_CONFIG, "data.norm = dataset needs data.path (the training "

@@ -39,6 +39,7 @@ TESTS += tests/nn/test_winograd
 # stands in for <cuda_runtime.h> and <cublas_v2.h>; every function is renamed
 # ts_* -> tsemu_* (kernels_emu.h, included first) so that a CUDA build's
 # libtessera does not clash; linked by MPI's C compiler driver with libstdc++
+if TS_CUDA_EMU
 check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h \
 	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c
@@ -48,13 +49,19 @@ tests_nn_test_cuda_emu_CPPFLAGS = -I$(top_srcdir)/tests/nn/emu_include -include 
 tests_nn_test_cuda_emu_LDADD = $(TS_LIBS) -lstdc++
 tests_nn_test_cuda_emu_LINK = $(LINK)
 TESTS += tests/nn/test_cuda_emu
-EXTRA_DIST += tests/nn/cuda_emu.py tests/nn/emu_include/cuda_runtime.h tests/nn/emu_include/cublas_v2.h
 CLEANFILES += $(TS_EMU_CC) tests/nn/kernels_emu.h
 tests/nn/kernels_emu.h: $(top_srcdir)/src/nn/cuda/nn_kernels.cu $(top_srcdir)/src/nn/cuda/norm_kernels.cu \
 		$(top_srcdir)/src/nn/cuda/conv_gemm.c $(top_srcdir)/src/nn/cuda/layers_cuda.c $(top_srcdir)/tests/nn/cuda_emu.py
-	$(AM_V_GEN)$(MKDIR_P) tests/nn && python3 $(top_srcdir)/tests/nn/cuda_emu.py $@ \
+	$(AM_V_GEN)$(MKDIR_P) tests/nn && $(PYTHON3) $(top_srcdir)/tests/nn/cuda_emu.py $@ \
 	$(top_srcdir)/src/nn/cuda/nn_kernels.cu tests/nn/nn_kernels_emu.cc \
 	$(top_srcdir)/src/nn/cuda/norm_kernels.cu tests/nn/norm_kernels_emu.cc \
 	--c $(top_srcdir)/src/nn/cuda/conv_gemm.c --c $(top_srcdir)/src/nn/cuda/layers_cuda.c
 $(TS_EMU_CC): tests/nn/kernels_emu.h
 $(tests_nn_test_cuda_emu_OBJECTS): tests/nn/kernels_emu.h
+else
+# no C++17 compiler with <ucontext.h>, or no python3: the test says so and skips
+TESTS += tests/nn/cuda_emu_skip.sh
+endif
+EXTRA_DIST += tests/nn/cuda_emu.py tests/nn/emu_include/cuda_runtime.h tests/nn/emu_include/cublas_v2.h \
+	tests/nn/cuda_emu_skip.sh tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h tests/nn/cuda_emu_rt.h \
+	tests/nn/cuda_emu_context.c

@@ -38,7 +38,7 @@ cudaError_t last = cudaSuccess;
 unsigned long long launches = 0, barrier_rounds = 0;
 void (*run_body)(void *);
 void *run_ctx;
-unsigned char dyn[DYN_MAX];
+alignas(16) unsigned char dyn[DYN_MAX]; /* read as doubles and float4s */
 size_t dyn_bytes;
 
 struct site {

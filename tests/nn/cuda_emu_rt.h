@@ -11,6 +11,17 @@
 
 #include <stddef.h>
 
+/* the emulator's definitions under their own names: a CUDA build links the
+ * real runtime and cuBLAS too, which these must not replace */
+#define cudaMemsetAsync tsemu_cudaMemsetAsync
+#define cudaMemcpyAsync tsemu_cudaMemcpyAsync
+#define cudaMemcpy2DAsync tsemu_cudaMemcpy2DAsync
+#define cudaStreamSynchronize tsemu_cudaStreamSynchronize
+#define cudaGetLastError tsemu_cudaGetLastError
+#define cudaGetErrorString tsemu_cudaGetErrorString
+#define cublasGemmEx tsemu_cublasGemmEx
+#define cublasGetStatusString tsemu_cublasGetStatusString
+
 #ifdef __cplusplus
 extern "C" {
 #endif

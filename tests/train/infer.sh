@@ -254,5 +254,16 @@ else
     ts_check "... without a note, the mask of the CPU run" sh -c \
         "! printf '%s\n' \"\$0\" | grep -q 'train.engine' && cmp '$d/ea.nii.gz' '$d/b1.nii.gz'" "$ts_out"
 fi
+# a window forward that fails on one rank: every rank ends with an error before the probabilities' sums (no
+# hang, nothing written), one stream and two
+export TESSERA_FAULT=error:rank=1:at=window
+ts_fails_on_all "a window forward failing on rank 1: every rank ends" "window forward failed" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e11.nii.gz"
+export OMP_NUM_THREADS=2
+ts_fails_on_all "... on 2 streams of rank 1" "window forward failed" 2 \
+    infer 2 input="$d/single/b.nii.gz" output="$d/e11.nii.gz" batch=1 streams=2
+export OMP_NUM_THREADS=1
+unset TESSERA_FAULT
+ts_check "nothing was written by the failing runs" [ ! -e "$d/e11.nii.gz" ]
 ts_check "nothing was written by the failing runs" [ ! -e "$d/e1" -a ! -e "$d/e2" -a ! -e "$d/e4.nii.gz" -a ! -e "$d/e6.nii.gz" -a ! -e "$d/e7.nii.gz" -a ! -e "$d/e8.nii.gz" -a ! -e "$d/e9.nii.gz" -a ! -e "$d/e10.nii.gz" ]
 ts_finish

@@ -5,7 +5,8 @@
 // scale and shift up, gamma, beta and the running statistics down and up).
 // Only for a norm whose statistics no other rank shares (ts_norm_opts.sync
 // NULL); shared ones keep the host path, which calls MPI. The arithmetic is
-// the host path's (layers_cuda.c), in the same types: two-pass moments in
+// the host path's (layers_cuda.c), in the same types (the group norms'
+// shift rounds once differently: beta - mean (gamma inv)): two-pass moments in
 // double (sums around the float-rounded group mean), statistics per (sample,
 // group), batch norm as N = 1, G = C. Launchers declared in cuda_nn.h.
 // Written on 2026-12-06 without a GPU: tests/nn/test_cuda_emu runs the chains
