@@ -135,6 +135,17 @@ static int streams_run(const streams *q, double *net)
     return 0;
 }
 
+/* Collective on c: 0 where no rank failed; else this rank's own error (its
+ * message stands) or, on the others, TS_ERR_REMOTE saying that another rank
+ * `what` */
+static int agreed(ts_coll *c, int lerr, const char *what)
+{
+    int32_t bad = lerr != 0;
+    TS_TRY(ts_coll_allreduce(c, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
+    if (lerr) return lerr;
+    return bad ? TS_ERR(TS_ERR_REMOTE, "evaluation: another rank%s (see its message)", what) : 0;
+}
+
 int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_split *sp, const float *image,
                     const int64_t dhw[3], double overlap, int batch, uint8_t *pred, float *prob, ts_eval_stats *st)
 {
@@ -168,13 +179,7 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
                               (long long)dhw[1], (long long)dhw[2]);
         }
         for (int j = 0; j < nm && !lerr; j++) lerr = ts_unet_setup(ms[j], batch, (int)bsz[0], (int)bsz[1], (int)bsz[2]);
-        int32_t bad = lerr != 0;
-        TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
-        if (lerr) {
-            err = lerr; /* its own message stands */
-            goto cleanup;
-        }
-        if (bad) TS_FAIL(TS_ERR_REMOTE, "evaluation: another rank could not set up its buffers (see its message)");
+        TS_CHECK(agreed(sp ? sp->all : coll, lerr, " could not set up its buffers"));
     }
     wsum = prob ? acc + nv * K : NULL;
     ts_window_gaussian(win, gw);
@@ -206,15 +211,8 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
                            &plan, image, gw,   in, acc, wsum, og};
         ferr = streams_run(&q, &t_net);
     }
-    { /* a rank whose forward failed fails with every rank, before the sums' collective */
-        int32_t bad = ferr != 0;
-        TS_CHECK(ts_coll_allreduce(sp ? sp->all : coll, TS_IN_PLACE, &bad, 1, TS_INT32, TS_OP_MAX));
-        if (ferr) {
-            err = ferr; /* its own message stands */
-            goto cleanup;
-        }
-        if (bad) TS_FAIL(TS_ERR_REMOTE, "evaluation: another rank's window forward failed (see its message)");
-    }
+    /* a rank whose forward failed fails with every rank, before the sums' collective */
+    TS_CHECK(agreed(sp ? sp->all : coll, ferr, "'s window forward failed"));
     t1 = MPI_Wtime();
     t_blend += t1 - t0;
     if (nm > 1) t_blend -= t_net; /* the loop's wall time less the streams' mean time in forwards */

@@ -42,7 +42,8 @@ TESTS += tests/nn/test_winograd
 if TS_CUDA_EMU
 check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h \
-	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c
+	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/switches.c src/nn/cuda/conv_gemm.c \
+	src/nn/cuda/layers_cuda.c
 TS_EMU_CC = tests/nn/nn_kernels_emu.cc tests/nn/norm_kernels_emu.cc
 nodist_tests_nn_test_cuda_emu_SOURCES = $(TS_EMU_CC)
 tests_nn_test_cuda_emu_CPPFLAGS = -I$(top_srcdir)/tests/nn/emu_include -include tests/nn/kernels_emu.h $(AM_CPPFLAGS)

@@ -113,7 +113,8 @@ def rewrite(src, name):
     return head + "".join(out), launches
 
 
-# what src/nn/cuda/context.c provides to the files compiled with the emulator (cuda_emu_context.c has them)
+# what src/nn/cuda/context.c and switches.c provide to the files compiled with the emulator
+# (tests/nn/cuda_emu_context.c and switches.c itself)
 CONTEXT = ["ts_cuda_nn_handles", "ts_cuda_scratch", "ts_cuda_prec_code", "ts_cuda_switch"]
 
 

@@ -1,7 +1,8 @@
-/* What src/nn/cuda/context.c gives the GEMM convolutions (conv_gemm.c),
- * for the CUDA emulator (tests/nn/cuda_emu_rt.h): dummy handles, grow-only
- * scratch per slot in host memory, the opt-in switches and the precision
- * code, under the emulator's names (tests/nn/kernels_emu.h). */
+/* What src/nn/cuda/context.c gives the GEMM convolutions and the layers
+ * (conv_gemm.c, layers_cuda.c), for the CUDA emulator (tests/nn/
+ * cuda_emu_rt.h): dummy handles and grow-only scratch per slot in host
+ * memory, under the emulator's names (tests/nn/kernels_emu.h); the switches
+ * and the precision code are src/nn/cuda/switches.c itself. */
 #include "tsbuild.h"
 #include "tests/nn/kernels_emu.h"
 #include "src/core/error.h"
@@ -35,17 +36,3 @@ int ts_cuda_scratch(int slot, size_t bytes, void **p)
     return 0;
 }
 
-int ts_cuda_switch(int *state, const char *env, const char *on)
-{
-    if (*state < 0) {
-        const char *e = getenv(env);
-        *state = e && !strcmp(e, on);
-    }
-    return *state;
-}
-
-int ts_cuda_prec_code(void)
-{
-    const ts_precision p = ts_nn_conv_precision();
-    return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
-}

@@ -18,6 +18,7 @@
 #include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
 #include "tests/tap.h"
+#include "tests/nn/rand_tensor.h" /* rng, mk */
 
 #include <math.h>
 #include <stdint.h>
@@ -505,14 +506,6 @@ static void check_im2col(int N, int D, int H, int W, int C, int k, int s, int p)
 }
 
 /* ------------------------------------------------------------------ norms with their statistics on the device */
-static ts_tensor host_rand(int nd, const int64_t *shape, double lo, double hi)
-{
-    ts_tensor t;
-    if (ts_tensor_alloc(&t, TS_FLOAT32, nd, shape)) abort();
-    float *p = t.data;
-    for (int64_t i = 0; i < ts_tensor_numel(&t); i++) p[i] = (float)(lo + (hi - lo) * urand());
-    return t;
-}
 /* a guarded copy of a host tensor's values */
 static float *gcopy(const ts_tensor *t)
 {
@@ -532,10 +525,10 @@ static void check_norm_chain(int gn, int N, int D, int C, int G, int relu, float
     const size_t S = (size_t)D * (D + 1) * (D + 2), n = (size_t)N * S * C;
     const int Nn = gn ? N : 1, Gg = gn ? G : C;
     const size_t Sn = gn ? S : (size_t)N * S, ng = (size_t)Nn * Gg;
-    ts_tensor x = host_rand(5, xs, -1, 3), dy = host_rand(5, xs, -1, 1), g = host_rand(1, cs, 0.5, 1.5);
-    ts_tensor b = host_rand(1, cs, -0.5, 0.5), rm = host_rand(1, cs, -0.2, 0.2), rv = host_rand(1, cs, 0.5, 2);
-    ts_tensor dg = host_rand(1, cs, -1, 1), db = host_rand(1, cs, -1, 1), y = host_rand(5, xs, 0, 0), dx = host_rand(5, xs, 0, 0);
-    ts_tensor sm = host_rand(1, gn ? gs : cs, 0, 0), si = host_rand(1, gn ? gs : cs, 0, 0);
+    ts_tensor x = mk(5, xs, -1, 3), dy = mk(5, xs, -1, 1), g = mk(1, cs, 0.5, 1.5);
+    ts_tensor b = mk(1, cs, -0.5, 0.5), rm = mk(1, cs, -0.2, 0.2), rv = mk(1, cs, 0.5, 2);
+    ts_tensor dg = mk(1, cs, -1, 1), db = mk(1, cs, -1, 1), y = mk(5, xs, 0, 0), dx = mk(5, xs, 0, 0);
+    ts_tensor sm = mk(1, gn ? gs : cs, 0, 0), si = mk(1, gn ? gs : cs, 0, 0);
     /* the device copies, taken before the CPU layers update anything in place */
     float *ex = gcopy(&x), *edy = gcopy(&dy), *eg = gcopy(&g), *eb = gcopy(&b), *erm = gcopy(&rm), *erv = gcopy(&rv);
     float *edg = gcopy(&dg), *edb = gcopy(&db), *ey = galloc(n * sizeof(float)), *edx = galloc(n * sizeof(float));
@@ -664,10 +657,10 @@ static void check_layer_norm(int kind, int relu, float slope, int C, int D, int 
     static const char *const names[] = {"batch norm (train)", "batch norm (eval)", "group norm", "instance norm"};
     const int N = 2, G = kind == 2 ? 4 : C, train = kind != 1, nstat = kind <= 1 ? C : N * G;
     const int64_t xs[5] = {N, D, D + 1, D + 2, C}, cs[1] = {C}, ss[1] = {nstat};
-    ts_tensor x = host_rand(5, xs, -1, 3), dy = host_rand(5, xs, -1, 1), g = host_rand(1, cs, 0.5, 1.5);
-    ts_tensor b = host_rand(1, cs, -0.5, 0.5), rm = host_rand(1, cs, -0.2, 0.2), rv = host_rand(1, cs, 0.5, 2);
-    ts_tensor dg = host_rand(1, cs, -1, 1), db = host_rand(1, cs, -1, 1), y = host_rand(5, xs, 0, 0), dx = host_rand(5, xs, 0, 0);
-    ts_tensor sm = host_rand(1, ss, 0, 0), si = host_rand(1, ss, 0, 0);
+    ts_tensor x = mk(5, xs, -1, 3), dy = mk(5, xs, -1, 1), g = mk(1, cs, 0.5, 1.5);
+    ts_tensor b = mk(1, cs, -0.5, 0.5), rm = mk(1, cs, -0.2, 0.2), rv = mk(1, cs, 0.5, 2);
+    ts_tensor dg = mk(1, cs, -1, 1), db = mk(1, cs, -1, 1), y = mk(5, xs, 0, 0), dx = mk(5, xs, 0, 0);
+    ts_tensor sm = mk(1, ss, 0, 0), si = mk(1, ss, 0, 0);
     ts_tensor ex = dev_copy(&x), edy = dev_copy(&dy), eg = dev_copy(&g), eb = dev_copy(&b), erm = dev_copy(&rm);
     ts_tensor erv = dev_copy(&rv), edg = dev_copy(&dg), edb = dev_copy(&db), ey = dev_copy(&y), edx = dev_copy(&dx);
     ts_tensor esm = dev_copy(&sm), esi = dev_copy(&si);
@@ -701,6 +694,7 @@ static void check_layer_norm(int kind, int relu, float slope, int C, int D, int 
 int main(void)
 {
     char why[256];
+    ts_rng_init(&rng, 7, 0, 0);
     ts_plan(61);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();

@@ -69,21 +69,6 @@ int ts_cuda_scratch(int slot, size_t bytes, void **p)
     return 0;
 }
 
-int ts_cuda_switch(int *state, const char *env, const char *on)
-{
-    if (*state < 0) {
-        const char *e = getenv(env);
-        *state = e && !strcmp(e, on);
-    }
-    return *state;
-}
-
-int ts_cuda_prec_code(void)
-{
-    const ts_precision p = ts_nn_conv_precision();
-    return p == TS_PREC_FP32 ? (ts_nn_tf32() ? 1 : 0) : p == TS_PREC_BF16 ? 2 : 3;
-}
-
 const char *ts_cuda_nn_versions(char *buf, size_t n)
 {
     const size_t v = cudnnGetVersion();
