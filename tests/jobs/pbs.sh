@@ -45,24 +45,27 @@ ts_step "train.pbs on the 2 slots of PBS_NODEFILE, 10 steps" pbs_env timeout 300
 run="$d/runs/tessera-train-4711"
 ts_check "run directory named by the job number: step-10 checkpoint, perf.json of 2 ranks with the PBS job ID" \
     sh -c "[ -d '$run/ckpt/step-10' ] && grep -q '\"ranks\": 2,' '$run/perf.json' && grep -q '\"job_id\": \"4711.pbs-server\"' '$run/perf.json'"
-# steps for about 12 s of training, from that run's step time
-steps=$(sed -n 's/.*"step": {"min": [0-9.]*, "mean": \([0-9.]*\),.*/\1/p' "$run/perf.json" | head -1)
-steps=$(awk -v s="${steps:-0.01}" 'BEGIN { n = int(12 * 10 / (s > 1e-4 ? s : 1e-4)); print n < 200 ? 200 : n }')
-# walltime 8 s, alarm 5 s before it: the ranks are asked to stop about 3 s in
+# walltime 10 s, alarm 5 s before it: the ranks are asked to stop about 5 s in (time enough, on a slow
+# machine, for tessera to have started and set its signal handler). The run is given far more
+# steps than it can take before then (it used to be given "about 12 s" of steps from the first run's step
+# time, which its cold start makes look 2x slower than a warm run: a first run slowed 2x more by the machine
+# let the second finish before the alarm); the rerun completes a few steps past the checkpoint.
+steps=1000000
 run_count=1
-ts_step "walltime 8 s, alarm 5 s before: $steps steps (about 12 s) stop early, the script calls qrerun" \
-    pbs_env env TESSERA_WALLTIME=00:00:08 TESSERA_SIGNAL_MARGIN=5 timeout 300 bash "$jobs/pbs/train.pbs" "$d/t.ini" \
+ts_step "walltime 10 s, alarm 5 s before: $steps steps stop early, the script calls qrerun" \
+    pbs_env env TESSERA_WALLTIME=00:00:10 TESSERA_SIGNAL_MARGIN=5 timeout 300 bash "$jobs/pbs/train.pbs" "$d/t.ini" \
     train.steps=$steps run.dir="$d/runs/tl"
 printf '%s\n' "$ts_out" >"$d/tl.log"
 ckpt=$(ls "$d/runs/tl/ckpt" 2>/dev/null | sed -n 's/^step-//p' | sort -n | tail -1)
 ts_check "the alarm reached tessera: checkpoint at step ${ckpt:-none} < $steps, exit 75, qrerun called with the job ID" \
-    sh -c "grep -q 'walltime alarm at' '$d/tl.log' && grep -q 'stopped by a signal at step' '$d/tl.log' &&
+    sh -c "grep -q 'walltime alarm at' '$d/tl.log' && grep -q 'stopped by a signal at step ${ckpt:-none} of $steps' '$d/tl.log' &&
            [ -n '$ckpt' ] && [ '${ckpt:-0}' -lt $steps ] && grep -qx '4711.pbs-server' '$d/qrerun.calls'"
+end=$((${ckpt:-0} + 10))
 run_count=2
-ts_step "the rerun (PBS_RUN_COUNT=2) resumes from the checkpoint and completes" pbs_env timeout 300 bash \
-    "$jobs/pbs/train.pbs" "$d/t.ini" train.steps=$steps run.dir="$d/runs/tl"
-ts_check "resumed at step $ckpt, ended at step $steps; launches.jsonl has both starts" \
-    sh -c "printf '%s\n' \"\$1\" | grep -q 'resumed from .*step-$ckpt at step $ckpt' && [ -d '$d/runs/tl/ckpt/step-$steps' ] &&
+ts_step "the rerun (PBS_RUN_COUNT=2) resumes from the checkpoint and completes (train.steps $end)" pbs_env timeout 300 bash \
+    "$jobs/pbs/train.pbs" "$d/t.ini" train.steps=$end run.dir="$d/runs/tl"
+ts_check "resumed at step $ckpt, ended at step $end; launches.jsonl has both starts" \
+    sh -c "printf '%s\n' \"\$1\" | grep -q 'resumed from .*step-$ckpt at step $ckpt' && [ -d '$d/runs/tl/ckpt/step-$end' ] &&
            [ \$(wc -l <'$d/runs/tl/launches.jsonl') -eq 2 ] && grep -q '\"restarts\": 1' '$d/runs/tl/launches.jsonl'" _ "$ts_out"
 ts_step_fails "infer.pbs without arguments: usage" pbs_env bash "$jobs/pbs/infer.pbs"
 ts_step_fails "convert.pbs without arguments: usage" pbs_env bash "$jobs/pbs/convert.pbs"
