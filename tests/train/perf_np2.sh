@@ -68,7 +68,13 @@ ts_step "the rusage fallback (TESSERA_PERF_SOFTWARE=rusage) and perf.timers=fals
   echo "exit $?" >>"$d/sig.log" ) &
 n=0
 while [ ! -s "$d/sig/metrics.jsonl" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
-kill -USR1 "$(pgrep -f "run.dir=$d/sig" | tail -1)" 2>/dev/null
+# to a tessera rank (not timeout or mpiexec, whose command lines match too: the last pid is not always a
+# rank's, pids wrap around at pid_max, 32768 here)
+victim=
+for p in $(pgrep -f "run.dir=$d/sig"); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = tessera ] && victim=$p
+done
+kill -USR1 "$victim" 2>/dev/null
 n=0
 while ! grep -q "^exit" "$d/sig.log" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
 ts_check "a signal: checkpoint, then exit status 75 (requeue me) and the run directory marked stopped" \

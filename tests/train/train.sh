@@ -66,7 +66,12 @@ ts_check "resumed at step 3, ended at 5" [ "$resumed" -eq 1 -a -d "$d/a/ckpt/ste
     train.log_every=1 >"$d/sig.log" 2>&1; echo "exit $?" >>"$d/sig.log" ) &
 n=0
 while [ ! -s "$d/sig/metrics.jsonl" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
-victim=$(pgrep -f "run.dir=$d/sig" | tail -1)
+# the victim: a tessera rank (not timeout or mpiexec, whose command lines match too: the last pid is not
+# always a rank's, pids wrap around at pid_max, 32768 here)
+victim=
+for p in $(pgrep -f "run.dir=$d/sig"); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = tessera ] && victim=$p
+done
 kill -USR1 "$victim" 2>/dev/null
 n=0
 while ! grep -q "^exit" "$d/sig.log" 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
