@@ -39,6 +39,18 @@ TESTS += tests/nn/test_winograd
 # stands in for <cuda_runtime.h> and <cublas_v2.h>; every function is renamed
 # ts_* -> tsemu_* (kernels_emu.h, included first) so that a CUDA build's
 # libtessera does not clash; linked by MPI's C compiler driver with libstdc++
+if TS_CUDA_EMU_FULL
+# A build configured --with-cuda=emu (docs/testing.md, "The GPU engine under
+# the emulator"): libtessera itself holds the emulator (the kernels'
+# scheduler and the runtime, cuBLAS, cuDNN and NCCL over MPI) and the .cu
+# files rewritten by cuda_emu.py --full (Makefile.am), so that the GPU
+# tests and `tessera train.engine=cuda` run on the CPU. libtessera is linked
+# by the C compiler driver with libstdc++ (CUDA_LIBS; Makefile.am). test_cuda_emu
+# (each kernel on its own) belongs to the other builds.
+libtessera_la_SOURCES += tests/nn/cuda_emu.cc tests/nn/cuda_emu_runtime.cc tests/nn/cuda_emu_dnn.cc \
+	tests/nn/cuda_emu_nccl.c
+TESTS += tests/nn/cuda_emu_skip.sh
+else
 if TS_CUDA_EMU
 check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h \
@@ -63,6 +75,9 @@ else
 # no C++17 compiler with <ucontext.h>, or no python3: the test says so and skips
 TESTS += tests/nn/cuda_emu_skip.sh
 endif
+endif
+EXTRA_DIST += tests/nn/cuda_emu_runtime.cc tests/nn/cuda_emu_dnn.cc tests/nn/cuda_emu_nccl.c tests/nn/emu_include/cudnn.h \
+	tests/nn/emu_include/nccl.h
 EXTRA_DIST += tests/nn/cuda_emu.py tests/nn/emu_include/cuda_runtime.h tests/nn/emu_include/cublas_v2.h \
 	tests/nn/cuda_emu_skip.sh tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h tests/nn/cuda_emu_rt.h \
 	tests/nn/cuda_emu_context.c

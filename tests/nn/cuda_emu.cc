@@ -206,24 +206,65 @@ void emu_launch_fn(dim3 grid, dim3 block, size_t shared, void (*body)(void *), v
     direct = 0;
 }
 
+void tsemu_set_error(cudaError_t e) { last = e; }
+
+#ifdef TS_CUDA_EMU_FULL
+/* the whole library against the emulator (cuda_emu_runtime.cc keeps the
+ * table of device memory): each side of a copy must be what its kind says,
+ * a device range inside one allocation */
+extern "C" int tsemu_device_range(const void *p, size_t n);
+namespace {
+cudaError_t side(const void *p, size_t n, int device, const char *what, const char *call)
+{
+    const int r = tsemu_device_range(p, n);
+    if (r == (device ? 1 : 0)) return cudaSuccess;
+    fprintf(stderr, "cuda_emu: %s: the %s %p (%zu bytes) %s\n", call, what, p, n,
+            r < 0 ? "runs past the end of its device allocation" : device ? "is not device memory" : "is device memory");
+    last = r < 0 ? cudaErrorInvalidValue : cudaErrorInvalidDevicePointer;
+    return last;
+}
+cudaError_t sides(const void *dst, size_t dn, const void *src, size_t sn, cudaMemcpyKind k, const char *call)
+{
+    if (k == cudaMemcpyHostToHost) return cudaSuccess;
+    cudaError_t e = side(dst, dn, k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice, "destination", call);
+    if (e == cudaSuccess)
+        e = side(src, sn, k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice, "source", call);
+    return e;
+}
+} // namespace
+#endif
+
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
 {
     if (n && !p) return cudaErrorInvalidValue;
+#ifdef TS_CUDA_EMU_FULL
+    if (n && side(p, n, 1, "destination", "cudaMemset") != cudaSuccess) return last;
+#endif
     memset(p, v, n);
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t)
 {
+    (void)k;
     if (n && (!dst || !src)) return cudaErrorInvalidValue;
+#ifdef TS_CUDA_EMU_FULL
+    if (n && sides(dst, n, src, n, k, "cudaMemcpy") != cudaSuccess) return last;
+#endif
     memmove(dst, src, n);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind, cudaStream_t)
+                              cudaMemcpyKind k, cudaStream_t)
 {
+    (void)k;
     if (height && (!dst || !src || width > dpitch || width > spitch)) return cudaErrorInvalidValue;
+#ifdef TS_CUDA_EMU_FULL
+    if (height && width &&
+        sides(dst, (height - 1) * dpitch + width, src, (height - 1) * spitch + width, k, "cudaMemcpy2D") != cudaSuccess)
+        return last;
+#endif
     for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     return cudaSuccess;
 }
@@ -239,10 +280,18 @@ cudaError_t cudaGetLastError(void)
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaSuccess                     ? "no error"
-           : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
-           : e == cudaErrorInvalidValue         ? "invalid argument"
-                                                : "unknown error";
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (the CUDA emulator: TSEMU_DEVICES=0)";
+    }
+    return "unknown error";
 }
 
 /* ---- cuBLAS's GEMM: C (fp32, column-major) = alpha op(A) op(B) + beta C ---- */

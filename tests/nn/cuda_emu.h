@@ -51,6 +51,8 @@ struct __half {
     operator float() const { return ts_f16_to_f32(bits); }
 };
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+static inline __half __float2half(float f) { return __half(f); }
 static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 static inline __half __float2half_rn(float f) { return __half(f); }
 static inline float __half2float(__half h) { return (float)h; }

@@ -3,8 +3,8 @@
 # naming the key; where there is no GPU, train.engine = cuda is refused on
 # every rank with the reason (tessera train, tessera bench step, tessera
 # model run), auto trains on the CPU without a word, and bench step's JSON
-# says which engine ran. Where a GPU is visible the no-GPU checks skip:
-# jobs/gpu/check.sh runs the GPU engine there.
+# says which engine ran. Where a GPU is visible the no-GPU checks skip, auto
+# must take the GPU, and tests/train/engine_gpu.sh compares it with the CPU.
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 ts_tmpdir engine
 ts_synth 4 16 3
@@ -31,13 +31,20 @@ else
 fi
 
 run 2 auto train.engine=auto
-ts_check "train.engine = auto without a GPU trains on the CPU without a note" sh -c \
-    "printf '%s\n' \"\$0\" | grep -q 'done: 2 steps' && ! printf '%s\n' \"\$0\" | grep -q 'train.engine'" "$ts_out"
+if ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then # auto takes the GPU (tests/train/engine_gpu.sh compares it)
+    ts_check "train.engine = auto with a GPU trains on it, saying so" sh -c \
+        "printf '%s\n' \"\$0\" | grep -q 'done: 2 steps' && printf '%s\n' \"\$0\" | grep -q 'train.engine = auto: cuda on GPU'" "$ts_out"
+    want=cuda
+else
+    ts_check "train.engine = auto without a GPU trains on the CPU without a note" sh -c \
+        "printf '%s\n' \"\$0\" | grep -q 'done: 2 steps' && ! printf '%s\n' \"\$0\" | grep -q 'train.engine'" "$ts_out"
+    want=cpu
+fi
 ts_step "bench step: 1 step" ts_mpirun 2 "$TESSERA" bench step "$ini" --steps 1 --warmup 0 --json "$d/b.json"
-ts_check "... its JSON says the engine that ran (cpu) and its kernels" python3 -c "
+ts_check "... its JSON says the engine that ran ($want) and its kernels" python3 -c "
 import json, sys
 j = json.load(open('$d/b.json'))
 r = j if 'engine' in j else j['results'][0]
 print(r['engine'], r['conv_kernels'])
-sys.exit(0 if r['engine'] == 'cpu' and r['conv_kernels'] != 'cuDNN' else 1)"
+sys.exit(0 if r['engine'] == '$want' and (r['conv_kernels'] == 'cuDNN') == ('$want' == 'cuda') else 1)"
 ts_finish

@@ -19,7 +19,8 @@ ref() { "$TS_PY" "$TS_SRCDIR/tests/train/infer_ref.py" "$@"; }
 ts_tmpdir infer
 
 ts_synth 3 20 7 1
-ts_ini i.ini model.channels=4,8 model.norm=instance -model.groups train.batch=1 train.loss=ce -train.log_every
+# train.engine = cpu: the CPU's inference paths below (the GPU's, where one is visible, at the end)
+ts_ini i.ini model.channels=4,8 model.norm=instance -model.groups train.batch=1 train.loss=ce -train.log_every train.engine=cpu
 ts_step "train 6 steps" train_run 1 run
 ts_step "scans a, b, c_0000 with three geometries, their labels, b flipped 8 ways" ref make "$d/syn.h5" "$d"
 I="$TESSERA infer $d/i.ini checkpoint=$d/run"
@@ -191,7 +192,8 @@ ts_check "bench infer wrote the mask infer writes" cmp "$d/bi.nii.gz" "$d/w1.nii
 # convolutions have 16 and 32 channels (all but the first run as Winograd
 # ones), batch norm folded into their epilogues
 ini_i=$ini
-ts_ini w.ini model.channels=16,32 model.norm=batch -model.groups train.batch=1 train.loss=ce -train.log_every train.steps=3
+ts_ini w.ini model.channels=16,32 model.norm=batch -model.groups train.batch=1 train.loss=ce -train.log_every train.steps=3 \
+    train.engine=cpu
 ts_step "train a 16,32-channel batch-norm model 3 steps" train_run 1 runw
 ini=$ini_i
 W="$TESSERA infer $d/w.ini checkpoint=$d/runw input=$d/single/b.nii.gz"
@@ -241,10 +243,17 @@ ts_fails_on_all "batch=0" "infer: batch=0 must be 1..4096" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e8.nii.gz" batch=0
 ts_fails_on_all "conv=fft" "infer: conv=fft: give winograd or direct" 2 \
     infer 2 input="$d/single/b.nii.gz" output="$d/e9.nii.gz" conv=fft
-# train.engine: the forwards on the GPU where one is found; without one, cuda is refused on every rank with the
-# reason and auto predicts on the CPU without a word (where a GPU is visible jobs/gpu/check.sh compares the two)
+# train.engine: the forwards on the GPU where one is found (a real one, or the CUDA emulator of a build
+# configured --with-cuda=emu), giving the CPU's mask and probabilities; without one, cuda is refused on every
+# rank with the reason and auto predicts on the CPU without a word
 if ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
-    ts_skip "infer train.engine = cuda without a GPU" "a GPU is visible here: jobs/gpu/check.sh runs infer on it"
+    for eng in cpu cuda; do
+        ts_step "a GPU is visible: infer train.engine=$eng (TF32 off), 2 ranks" infer 2 input="$d/single/b.nii.gz" \
+            output="$d/g-$eng.nii.gz" probabilities="$d/gp-$eng.nii.gz" train.engine=$eng train.tf32=false
+    done
+    ts_check "... the GPU run said so" sh -c "printf '%s\n' \"\$0\" | grep -q cudnn" "$ts_out"
+    ts_step "... the GPU's mask and probabilities are the CPU's" ref near "$d/g-cpu.nii.gz" "$d/g-cuda.nii.gz" \
+        "$d/gp-cpu.nii.gz" "$d/gp-cuda.nii.gz"
 else
     why=$(ts_mpirun 1 "$TESSERA" info 2>&1 | sed -n 's/^GPUs: *none found *//p' | head -1)
     ts_fails_on_all "train.engine=cuda without a GPU $why" "train.engine = cuda: " 2 \

@@ -85,6 +85,16 @@ def same(a, b):
     assert x.shape == y.shape and err < 1e-5
 
 
+def near(mask_a, mask_b, prob_a, prob_b):
+    """two engines' predictions: masks equal in at least 99.9 % of voxels, probabilities within 1e-4 of their scale"""
+    x, y = load(mask_a), load(mask_b)
+    p, q = load(prob_a).astype(np.float64), load(prob_b).astype(np.float64)
+    agree = float(np.mean(x == y)) if x.shape == y.shape and x.size else 0.0
+    rel = float(np.abs(p - q).max() / max(np.abs(p).max(), 1e-30)) if p.shape == q.shape and p.size else math.inf
+    print(f"masks agree in {agree:.6f} of {x.size} voxels; probabilities max relative difference {rel:.2e}")
+    assert agree >= 0.999 and rel <= 1e-4 and np.abs(p).max() > 0
+
+
 def geometry(ind, outd):
     n = 0
     for p in sorted(glob.glob(f"{ind}/*.nii.gz")):
@@ -241,4 +251,4 @@ if __name__ == "__main__":
         metrics(args[0], args[1], float(args[2]))
     else:
         {"make": make, "mirror": mirror, "same": same, "geometry": geometry, "keep": keep, "decide": decide,
-         "applied": applied, "pplabels": pplabels}[cmd](*args)
+         "applied": applied, "pplabels": pplabels, "near": near}[cmd](*args)

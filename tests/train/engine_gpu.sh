@@ -1,0 +1,94 @@
+#!/bin/sh
+# The GPU engine against the CPU (issue [16], docs/gpu.md): where a GPU is
+# visible (a real one, or the CPU's CUDA emulator of a build configured
+# --with-cuda=emu: docs/testing.md, "The GPU engine under the emulator"),
+# one training step on train.engine = cuda gives the CPU's gradients, tensor
+# by tensor relative to each tensor's scale (tests/train/lib_grads.sh):
+# fp32 with TF32 off (1e-4), TF32 and bf16 (looser, as the products are
+# rounded), every norm with ReLU and leaky ReLU, 2 ranks data parallel on
+# the GPU engine, each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
+# wrong run caught (tests/train/infer.sh compares tessera infer's GPU and
+# CPU predictions). Where no
+# GPU is visible every check skips, saying so (tests/train/engine.sh checks
+# the refusals there).
+. "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_tmpdir engine-gpu
+if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
+    ts_skip "the GPU engine against the CPU" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"
+    ts_finish
+fi
+if [ -z "$TS_PY" ]; then
+    ts_skip "the GPU engine against the CPU" "no python3 with h5py"
+    ts_finish
+fi
+ts_mpirun 1 "$TESSERA" info 2>&1 | grep '^GPU 0:' | sed 's/^/# /'
+ts_synth 4 16 3 1
+ts_ini e.ini train.steps=1 ckpt.every=0 train.deterministic=true
+
+# fp32 with TF32 off: the GPU's products are fp32, its sums in another order
+grad_ref fp32 train.engine=cpu
+grad_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
+ts_check "... the GPU run said it ran on the GPU" grep -q 'train.engine = cuda: cuda on GPU' "$d/r-fp32-1.log" 2>/dev/null ||
+    grep -q 'cuda on GPU' "$d"/r-fp32-*.log
+grad_eq fp32 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # dp 2 x batch 1: one rank's batch of 2
+grad_ne fp32 1 train.engine=cuda train.tf32=false train.lr=0.5 model.norm_eps=0.5
+# TF32 (the default) and bf16 round the products' operands: on this small network that moves the
+# deepest gradients by up to a fifth from fp32's on the CPU's bf16 too, so the check is that the GPU's
+# rounded runs are about as close to fp32 as the CPU's bf16 run is: per tensor, the GPU's distance from
+# the CPU's fp32 gradients at most 4x the CPU bf16 run's plus 2e-3 of the tensor's scale (a wrong
+# gradient is off by its whole scale), and the loss within 4x the CPU bf16's difference plus 1e-5
+for run in "cpu-bf16 train.engine=cpu train.precision=bf16" "gpu-bf16 train.engine=cuda train.precision=bf16" \
+    "gpu-tf32 train.engine=cuda"; do
+    # shellcheck disable=SC2086
+    _grad_run 1 $run model.init="$d/init-fp32.h5" || ts_report bad "one step: ${run%% *}"
+done
+for run in gpu-bf16 gpu-tf32; do
+    ts_check "$run: each gradient about as close to the CPU's fp32 as the CPU's bf16 is" "$TS_PY" -c "
+import h5py, numpy as np, sys
+ref, cpu, gpu = (h5py.File('$d/g-' + n + '.h5', 'r') for n in ('ref-fp32', 'cpu-bf16', '$run'))
+def walk(f, pre=''):
+    for k in f:
+        if isinstance(f[k], h5py.Group): yield from walk(f[k], pre + k + '/')
+        else: yield pre + k
+ok, n, worst = True, 0, (0, '')
+for k in walk(ref):
+    r = np.asarray(ref[k], dtype=np.float64)
+    s = np.abs(r).max() if r.size else 0
+    if r.ndim == 0 or r.size == 1:
+        a, b = abs(float(cpu[k][()]) - float(r)), abs(float(gpu[k][()]) - float(r))
+        if k.endswith('loss'): ok = ok and b <= 4 * a + 1e-5; print(k, 'cpu bf16 off by', a, 'gpu by', b)
+        continue
+    if s == 0: continue
+    a = np.abs(np.asarray(cpu[k], dtype=np.float64) - r).max() / s
+    b = np.abs(np.asarray(gpu[k], dtype=np.float64) - r).max() / s
+    n += 1
+    worst = max(worst, (b / (4 * a + 2e-3), k))
+    ok = ok and b <= 4 * a + 2e-3
+print(n, 'tensors; the worst, as a fraction of its bound:', worst)
+sys.exit(0 if ok and n > 20 else 1)"
+done
+
+# the opt-in GPU paths (docs/gpu.md's table), each against the CPU
+for sw in FEWCH=pad CONVT=gemm WGRAD=gemm PASSES=tiled NORMSTATS=device; do
+    export "TESSERA_CUDA_$sw"
+    grad_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
+    unset "TESSERA_CUDA_${sw%%=*}"
+done
+
+# instance norm + leaky ReLU (nnU-Net's), and batch norm, with ReLU
+grad_ref inst train.engine=cpu model.norm=instance model.act=leaky_relu
+grad_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
+export TESSERA_CUDA_NORMSTATS=device
+grad_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
+unset TESSERA_CUDA_NORMSTATS
+grad_ref batch train.engine=cpu model.norm=batch model.sync_bn=true
+grad_eq batch 1 1e-4 train.engine=cuda train.tf32=false
+grad_eq batch 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # statistics over both replicas
+
+# what the GPU engine does not run yet: refused on every rank, naming the reason
+ts_fails_on_all "train.engine = cuda with model.arch = resenc: refused on every rank" "model.arch = resenc runs on the CPU only" 2 \
+    train_run 2 resenc train.engine=cuda model.arch=resenc
+ts_fails_on_all "train.engine = cuda with parallel.sp = 2: refused on every rank" "spatial parallelism" 2 \
+    train_run 2 sp train.engine=cuda parallel.sp=2
+
+ts_finish
