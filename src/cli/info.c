@@ -26,7 +26,12 @@ static void gpus(void)
     }
 #ifdef TS_HAVE_CUDA
     char v[160], nn[96];
+#ifdef TS_CUDA_EMU_FULL /* configure --with-cuda=emu: a test build (docs/testing.md) */
+    printf("CUDA:             the CPU's CUDA emulator (a test build, no GPU; docs/testing.md); %s; %s\n",
+           ts_device_versions(v, sizeof v),
+#else
     printf("CUDA:             compiled (sm_90 + PTX); %s; %s\n", ts_device_versions(v, sizeof v),
+#endif
            ts_cuda_nn_versions(nn, sizeof nn));
 #endif
     const int n = ts_device_count();

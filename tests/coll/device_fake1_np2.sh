@@ -5,4 +5,5 @@
 # in one NCCL communicator) must be refused on both ranks; with two GPUs
 # nccl runs too. Skipped without a GPU.
 . "$TS_SRCDIR/tests/mpi/lib.sh"
+ts_use_gpus
 TESSERA_RANKS_PER_NODE=1 ts_mpirun 2 "$TS_BUILDDIR/tests/coll/test_device"

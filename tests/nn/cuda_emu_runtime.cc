@@ -9,7 +9,8 @@
  * allocations hold NaN bytes, as fresh device memory holds garbage. Work
  * on a stream runs at once, so an ordering bug between streams is not
  * seen here. TSEMU_DEVICES sets the number of devices (default 1, 0 for
- * none), TSEMU_DEVICE_MIB each one's memory (default 16384). */
+ * none), CUDA_VISIBLE_DEVICES which of them a process sees (as CUDA reads
+ * it), TSEMU_DEVICE_MIB each one's memory (default 16384). */
 #include "tests/nn/cuda_emu_rt.h"
 
 #include <map>
@@ -35,10 +36,27 @@ int env_int(const char *name, int dflt)
     const char *v = getenv(name);
     return v && *v ? atoi(v) : dflt;
 }
+/* TSEMU_DEVICES, of which CUDA_VISIBLE_DEVICES shows the indices it lists (up to the first that is
+ * not one, as CUDA reads it; empty: none), renumbered from 0; phys[] holds each one's own index */
+int phys[64];
 int devices(void)
 {
-    const int n = env_int("TSEMU_DEVICES", 1);
-    return n < 0 ? 0 : n > 64 ? 64 : n;
+    int n = env_int("TSEMU_DEVICES", 1);
+    n = n < 0 ? 0 : n > 64 ? 64 : n;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v) {
+        for (int i = 0; i < n; i++) phys[i] = i;
+        return n;
+    }
+    int seen = 0;
+    for (const char *p = v; *p && seen < 64;) {
+        char *end;
+        const long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id >= n || (*end && *end != ',')) break;
+        phys[seen++] = (int)id;
+        p = *end ? end + 1 : end;
+    }
+    return seen;
 }
 size_t device_bytes(void) { return (size_t)env_int("TSEMU_DEVICE_MIB", 16384) << 20; }
 
@@ -146,7 +164,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int dev)
 {
     if (!id || len < 13) return fail(cudaErrorInvalidValue);
     if (dev < 0 || dev >= devices()) return fail(cudaErrorInvalidDevice);
-    snprintf(id, (size_t)len, "0000:%02x:00.0", 0xe0 + dev);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", 0xa0 + phys[dev]); /* the device's own, whatever its number here */
     return cudaSuccess;
 }
 

@@ -353,6 +353,10 @@ static void test_mixed(void)
 
 int main(void)
 {
+    /* make check hides GPUs from the tests (Makefile.am): this one sees the caller's again */
+    const char *gpus = getenv("TS_GPUS");
+    if (gpus && !strcmp(gpus, "unset")) unsetenv("CUDA_VISIBLE_DEVICES");
+    else if (gpus) setenv("CUDA_VISIBLE_DEVICES", gpus, 1);
     if (!ts_device_compiled()) {
         ts_skip_all("this build has no CUDA (configure --with-cuda): the GPU layers are not compiled");
         return 0;

@@ -6,6 +6,7 @@
 # says which engine ran. Where a GPU is visible the no-GPU checks skip, auto
 # must take the GPU, and tests/train/engine_gpu.sh compares it with the CPU.
 . "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_use_gpus # the GPU checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir engine
 ts_synth 4 16 3
 ts_ini e.ini train.steps=2 ckpt.every=0

@@ -12,6 +12,7 @@
 # GPU is visible every check skips, saying so (tests/train/engine.sh checks
 # the refusals there).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_use_gpus # the GPU checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir engine-gpu
 if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
     ts_skip "the GPU engine against the CPU" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"

@@ -11,6 +11,7 @@
 # convolutions close to the direct ones, the closing line and `bench infer`
 # time the parts (issue [17]).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
+ts_use_gpus # the GPU checks below run where a GPU is visible (tests/mpi/lib.sh)
 if [ -z "$TS_PY" ] || ! "$TS_PY" -c 'import scipy.ndimage' 2>/dev/null; then
     echo "1..0 # SKIP no python3 with h5py, nibabel and scipy"
     exit 0
