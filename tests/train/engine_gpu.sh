@@ -24,14 +24,47 @@ if [ -z "$TS_PY" ]; then
 fi
 ts_mpirun 1 "$TESSERA" info 2>&1 | grep '^GPU 0:' | sed 's/^/# /'
 ts_synth 4 16 3 1
+ts_step "a second draw of data (seed 2)" ts_mpirun 2 "$TESSERA" synth --out "$d/syn2.h5" --count 4 --size 16 --classes 3 --seed 2
 ts_ini e.ini train.steps=1 ckpt.every=0 train.deterministic=true
+
+# gpu_eq KEY NP BOUND ARGS...: grad_eq's comparison (one step on NP ranks with KEY's reference arguments,
+# then ARGS, against KEY's one-rank reference), drawn twice if need be. A ReLU input within rounding of
+# zero in one engine's forward and not in the other's flips that voxel's gradient: seen under the emulator,
+# 2 voxels of 1M at 32^3, moving the deepest gradients by 2e-3 of their scale. That is a coincidence of
+# the data; a wrong gradient is there in every draw. So the check passes when the first draw (syn.h5) or
+# the second (syn2.h5, its own reference) is within BOUND, and says which.
+gpu_eq() {
+    _ek=$1 _en=$2 _eb=$3
+    shift 3
+    _ei=$((${_ei:-0} + 1))
+    _edesc="$_ek on $_en ranks (${gpu_env:+$gpu_env }$*) = the CPU's one rank"
+    for _draw in syn syn2; do
+        if [ "$_draw" = syn2 ] && [ ! -f "$d/g-ref2-$_ek.h5" ]; then
+            # shellcheck disable=SC2046
+            _grad_run 1 "ref2-$_ek" $(cat "$d/args-$_ek") model.init="$d/init-$_ek.h5" data.path="$d/syn2.h5" || break
+        fi
+        _eref=$d/g-ref-$_ek.h5
+        [ "$_draw" = syn2 ] && _eref=$d/g-ref2-$_ek.h5
+        # shellcheck disable=SC2046
+        _grad_run "$_en" "e$_ei-$_draw" $(cat "$d/args-$_ek") model.init="$d/init-$_ek.h5" data.path="$d/$_draw.h5" "$@" ||
+            break
+        ts_out=$("$TS_PY" "$TS_SRCDIR/tests/train/grad_compare.py" "$_eref" "$d/g-e$_ei-$_draw.h5" "$_eb" 2>&1)
+        _erc=$?
+        printf '%s\n' "$ts_out" | sed "s/^/# $_draw: /"
+        if [ $_erc -eq 0 ]; then
+            ts_report ok "$_edesc: every gradient within $_eb ($_draw.h5)"
+            return 0
+        fi
+    done
+    ts_report bad "$_edesc: gradients beyond $_eb in both draws (or a run failed)"
+    return 1
+}
 
 # fp32 with TF32 off: the GPU's products are fp32, its sums in another order
 grad_ref fp32 train.engine=cpu
-grad_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
-ts_check "... the GPU run said it ran on the GPU" grep -q 'train.engine = cuda: cuda on GPU' "$d/r-fp32-1.log" 2>/dev/null ||
-    grep -q 'cuda on GPU' "$d"/r-fp32-*.log
-grad_eq fp32 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # dp 2 x batch 1: one rank's batch of 2
+gpu_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
+ts_check "... the GPU run said it ran on the GPU" grep -q 'train.engine = cuda: cuda on GPU' "$d/r-e1-syn.log"
+gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # dp 2 x batch 1: one rank's batch of 2
 grad_ne fp32 1 train.engine=cuda train.tf32=false train.lr=0.5 model.norm_eps=0.5
 # TF32 (the default) and bf16 round the products' operands: on this small network that moves the
 # deepest gradients by up to a fifth from fp32's on the CPU's bf16 too, so the check is that the GPU's
@@ -72,19 +105,19 @@ done
 # the opt-in GPU paths (docs/gpu.md's table), each against the CPU
 for sw in FEWCH=pad CONVT=gemm WGRAD=gemm PASSES=tiled NORMSTATS=device; do
     export "TESSERA_CUDA_$sw"
-    grad_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
+    gpu_env=TESSERA_CUDA_$sw gpu_eq fp32 1 1e-4 train.engine=cuda train.tf32=false
     unset "TESSERA_CUDA_${sw%%=*}"
 done
 
 # instance norm + leaky ReLU (nnU-Net's), and batch norm, with ReLU
 grad_ref inst train.engine=cpu model.norm=instance model.act=leaky_relu
-grad_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
+gpu_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
 export TESSERA_CUDA_NORMSTATS=device
-grad_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
+gpu_env=TESSERA_CUDA_NORMSTATS=device gpu_eq inst 1 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu
 unset TESSERA_CUDA_NORMSTATS
 grad_ref batch train.engine=cpu model.norm=batch model.sync_bn=true
-grad_eq batch 1 1e-4 train.engine=cuda train.tf32=false
-grad_eq batch 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # statistics over both replicas
+gpu_eq batch 1 1e-4 train.engine=cuda train.tf32=false
+gpu_eq batch 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # statistics over both replicas
 
 # what the GPU engine does not run yet: refused on every rank, naming the reason
 ts_fails_on_all "train.engine = cuda with model.arch = resenc: refused on every rank" "model.arch = resenc runs on the CPU only" 2 \
