@@ -176,6 +176,36 @@ template <typename S> cudnnStatus_t set5(S *d, int fmt, int dt, int nd, const in
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* The three convolutions over one geometry (x, w, y descriptors): to TO_Y, y = alpha conv(x, w) + beta y;
+ * TO_X, dx = alpha (the transposed convolution of dy with w) + beta dx; TO_W, dw = alpha (x correlated with dy)
+ * + beta dw. px, pw, py are the three tensors' data; out is the one written (one of them). */
+enum { TO_Y, TO_X, TO_W };
+cudnnStatus_t conv_op(int to, cudnnHandle_t h, const void *alpha, const void *beta, const cudnnTensorStruct *x,
+                      const cudnnFilterStruct *w, const cudnnConvolutionStruct *c, const cudnnTensorStruct *y, int algo,
+                      void *ws, size_t ws_bytes, const void *px, const void *pw, const void *py, void *out)
+{
+    cudnnStatus_t s = geometry(x, w, c, y);
+    if (s || !h || !alpha || !beta || !px || !pw || !py) return s ? s : CUDNN_STATUS_BAD_PARAM;
+    if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
+    if ((s = workspace(ws, ws_bytes))) return s;
+    const size_t n = to == TO_Y ? elems(y->dims) : to == TO_X ? elems(x->dims) : elems(w->dims);
+    double *acc = zeros(n);
+    if (!acc) return CUDNN_STATUS_NOT_INITIALIZED;
+    const bool tc = tensor_cores(c, x->dt);
+    const int dt = x->dt;
+    const auto r = [&](double v) { return tc ? tf32(v) : v; }; /* an operand as the math type reads it */
+    each_out(y, [&](int b, int z, int yy, int xx, int k) {
+        each_tap(x, w, c, y, b, k, z, yy, xx, [&](size_t xi, size_t wi, size_t yi) {
+            if (to == TO_Y) acc[yi] += r(get(px, dt, xi)) * r(get(pw, dt, wi));
+            else if (to == TO_X) acc[xi] += r(get(py, dt, yi)) * r(get(pw, dt, wi));
+            else acc[wi] += r(get(px, dt, xi)) * r(get(py, dt, yi));
+        });
+    });
+    blend(out, to == TO_Y ? y->dt : to == TO_X ? x->dt : w->dt, acc, n, alpha, beta);
+    free(acc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" {
@@ -300,24 +330,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, cudnnT
                                       cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes, const void *beta,
                                       cudnnTensorDescriptor_t yd, void *y)
 {
-    cudnnStatus_t s = geometry(xd, wd, c, yd);
-    if (s || !h || !alpha || !beta || !x || !w || !y) return s ? s : CUDNN_STATUS_BAD_PARAM;
-    if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-    if ((s = workspace(ws, ws_bytes))) return s;
-    const size_t n = elems(yd->dims);
-    double *acc = zeros(n);
-    if (!acc) return CUDNN_STATUS_NOT_INITIALIZED;
-    const bool tc = tensor_cores(c, xd->dt);
-    const int dt = xd->dt;
-    each_out(yd, [&](int b, int z, int yy, int xx, int k) {
-        each_tap(xd, wd, c, yd, b, k, z, yy, xx, [&](size_t xi, size_t wi, size_t yi) {
-            const double a = get(x, dt, xi), f = get(w, dt, wi);
-            acc[yi] += tc ? tf32(a) * tf32(f) : a * f;
-        });
-    });
-    blend(y, yd->dt, acc, n, alpha, beta);
-    free(acc);
-    return CUDNN_STATUS_SUCCESS;
+    return conv_op(TO_Y, h, alpha, beta, xd, wd, c, yd, (int)algo, ws, ws_bytes, x, w, y, y);
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, cudnnFilterDescriptor_t wd,
@@ -326,24 +339,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            void *ws, size_t ws_bytes, const void *beta, cudnnTensorDescriptor_t dxd,
                                            void *dx)
 {
-    cudnnStatus_t s = geometry(dxd, wd, c, dyd);
-    if (s || !h || !alpha || !beta || !w || !dy || !dx) return s ? s : CUDNN_STATUS_BAD_PARAM;
-    if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-    if ((s = workspace(ws, ws_bytes))) return s;
-    const size_t n = elems(dxd->dims);
-    double *acc = zeros(n);
-    if (!acc) return CUDNN_STATUS_NOT_INITIALIZED;
-    const bool tc = tensor_cores(c, dxd->dt);
-    const int dt = dxd->dt;
-    each_out(dyd, [&](int b, int z, int yy, int xx, int k) {
-        each_tap(dxd, wd, c, dyd, b, k, z, yy, xx, [&](size_t xi, size_t wi, size_t yi) {
-            const double g = get(dy, dt, yi), f = get(w, dt, wi);
-            acc[xi] += tc ? tf32(g) * tf32(f) : g * f;
-        });
-    });
-    blend(dx, dxd->dt, acc, n, alpha, beta);
-    free(acc);
-    return CUDNN_STATUS_SUCCESS;
+    return conv_op(TO_X, h, alpha, beta, dxd, wd, c, dyd, (int)algo, ws, ws_bytes, dx, w, dy, dx);
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, cudnnTensorDescriptor_t xd,
@@ -352,24 +348,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              void *ws, size_t ws_bytes, const void *beta, cudnnFilterDescriptor_t dwd,
                                              void *dw)
 {
-    cudnnStatus_t s = geometry(xd, dwd, c, dyd);
-    if (s || !h || !alpha || !beta || !x || !dy || !dw) return s ? s : CUDNN_STATUS_BAD_PARAM;
-    if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-    if ((s = workspace(ws, ws_bytes))) return s;
-    const size_t n = elems(dwd->dims);
-    double *acc = zeros(n);
-    if (!acc) return CUDNN_STATUS_NOT_INITIALIZED;
-    const bool tc = tensor_cores(c, xd->dt);
-    const int dt = xd->dt;
-    each_out(dyd, [&](int b, int z, int yy, int xx, int k) {
-        each_tap(xd, dwd, c, dyd, b, k, z, yy, xx, [&](size_t xi, size_t wi, size_t yi) {
-            const double a = get(x, dt, xi), g = get(dy, dt, yi);
-            acc[wi] += tc ? tf32(a) * tf32(g) : a * g;
-        });
-    });
-    blend(dw, dwd->dt, acc, n, alpha, beta);
-    free(acc);
-    return CUDNN_STATUS_SUCCESS;
+    return conv_op(TO_W, h, alpha, beta, xd, dwd, c, dyd, (int)algo, ws, ws_bytes, x, dw, dy, dw);
 }
 
 /* db (1,K,1,1,1) = alpha sum over N, D, H, W of dy + beta db */
