@@ -32,8 +32,10 @@
 #      against bf16 on this machine's CPU (<= 1e-2); 20 training steps on
 #      the GPU and on the CPU (final loss within 1 %), with batch norm +
 #      ReLU and with instance norm + leaky ReLU; one step's
-#      gradients on 2 ranks data parallel on the GPU (faked nodes of one
-#      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4);
+#      gradients at 16^3 on 2 ranks data parallel on the GPU (faked nodes of one
+#      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4;
+#      a second draw of data where the first does not agree: a ReLU input
+#      within rounding of zero flips a voxel's gradient, docs/testing.md);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
 #      masks 99.9 % equal, the probabilities within 1e-4);
 #   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
