@@ -107,7 +107,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         free(members);
         return fail(NULL, ncclSystemError, "ncclCommInitRank: writing %s", path);
     }
-    char hosts[8][128];
+    char (*hosts)[128] = calloc((size_t)nranks, sizeof *hosts);
+    if (!hosts) {
+        free(c);
+        free(members);
+        return fail(NULL, ncclSystemError, "%s", "ncclCommInitRank: out of memory");
+    }
     for (int r = 0; r < nranks; r++) { /* every member's world rank and device, waiting up to 60 s */
         snprintf(path, sizeof path, "%s/%d", dir, r);
         int got = 0;
@@ -117,24 +122,27 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
             if (g) {
                 got = fscanf(g, "%d %d %127s", &members[2 * r], &members[2 * r + 1], h) == 3;
                 fclose(g);
-                if (got && r < 8) memcpy(hosts[r], h, sizeof h);
+                if (got) memcpy(hosts[r], h, sizeof h);
             }
             if (!got) usleep(1000);
         }
         if (!got) {
             free(c);
             free(members);
+            free(hosts);
             return fail(NULL, ncclRemoteError, "ncclCommInitRank: a member never arrived in %s", dir);
         }
     }
-    for (int r = 0; r < nranks && r < 8; r++)
-        for (int q = 0; q < r; q++)
-            if (members[2 * r + 1] == members[2 * q + 1] && !strcmp(hosts[r], hosts[q])) {
-                free(c);
-                free(members);
-                return fail(NULL, ncclInvalidUsage, "%s", "Duplicate GPU detected (the CUDA emulator: two ranks on one "
-                            "device of one host)");
-            }
+    int dup = 0;
+    for (int r = 0; r < nranks && !dup; r++)
+        for (int q = 0; q < r && !dup; q++) dup = members[2 * r + 1] == members[2 * q + 1] && !strcmp(hosts[r], hosts[q]);
+    free(hosts);
+    if (dup) {
+        free(c);
+        free(members);
+        return fail(NULL, ncclInvalidUsage, "%s", "Duplicate GPU detected (the CUDA emulator: two ranks on one device of "
+                    "one host)");
+    }
     MPI_Group wg, g;
     int *ranks = malloc((size_t)nranks * sizeof *ranks);
     for (int r = 0; ranks && r < nranks; r++) ranks[r] = members[2 * r];
