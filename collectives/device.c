@@ -104,7 +104,10 @@ static void state_free(ts_nccl *s)
 {
     if (!s) return;
     if (s->host) cudaFreeHost(s->host);
-    if (s->have_event) cudaEventDestroy(s->ready);
+    if (s->have_event) {
+        cudaEventDestroy(s->ready);
+        cudaEventDestroy(s->after);
+    }
     if (s->have_stream) cudaStreamDestroy(s->stream);
     free(s);
 }
@@ -157,6 +160,8 @@ int ts_nccl_state(ts_chan *ch, ts_nccl **out)
         e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
         s->have_stream = e == cudaSuccess;
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
+        if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&s->after, cudaEventDisableTiming)) != cudaSuccess)
+            cudaEventDestroy(s->ready);
         s->have_event = s->have_stream && e == cudaSuccess;
         if (e != cudaSuccess) lerr = cuda_fail(e, "the communication stream");
     }
@@ -270,10 +275,19 @@ int ts_nccl_comm(ts_chan *ch, ts_nccl *s, MPI_Comm comm, ncclComm_t *slot, doubl
     return 0;
 }
 
+/* the producer stream of ts_coll_device_order_after (NULL: none) */
+static void *volatile order_stream;
+
+void ts_coll_device_order_after(void *stream) { order_stream = stream; }
+
 int ts_nccl_after_caller(ts_nccl *s)
 {
+    cudaStream_t p = (cudaStream_t)order_stream;
     cudaError_t e = cudaEventRecord(s->ready, 0);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(s->stream, s->ready, 0);
+    /* a non-blocking stream's work is not ordered by the default stream's event */
+    if (e == cudaSuccess && p) e = cudaEventRecord(s->after, p);
+    if (e == cudaSuccess && p) e = cudaStreamWaitEvent(s->stream, s->after, 0);
     return e == cudaSuccess ? 0 : cuda_fail(e, "ordering after the caller's work");
 }
 
@@ -366,6 +380,7 @@ int ts_coll_gpu(const ts_coll *c)
     return -1;
 }
 void ts_nccl_chan_free(ts_chan *ch) { (void)ch; }
+void ts_coll_device_order_after(void *stream) { (void)stream; }
 int ts_coll_device_alloc(size_t bytes, int gpu, void **p)
 {
     (void)bytes;

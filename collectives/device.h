@@ -26,6 +26,14 @@ int ts_coll_gpu(const ts_coll *c);
  * finish), stream and host staging. */
 void ts_nccl_chan_free(struct ts_chan *ch);
 
+/* Local. From now on, device collectives (any channel, any thread) order
+ * their work after what was queued on stream (a cudaStream_t; NULL: no
+ * stream but the default one) when they start, as they do after the
+ * default stream's. The GPU engine's compute stream is non-blocking, so
+ * gradient buckets reduced while backward runs need it
+ * (src/train/step.c). A no-op without CUDA. */
+void ts_coll_device_order_after(void *stream);
+
 /* Local. 1: the named algorithm serves GPU buffers on c; 0: it is a GPU
  * algorithm that cannot serve them here (why says so); -1: host memory only
  * (or unknown). */

@@ -16,6 +16,7 @@ typedef struct ts_nccl {
     int gpu;             /* this rank's CUDA device */
     cudaStream_t stream; /* the channel's communication stream: all its GPU work */
     cudaEvent_t ready;   /* recorded on the default stream: the caller's queued work comes first */
+    cudaEvent_t after;   /* recorded on the stream of ts_coll_device_order_after, where one is set */
     int have_stream, have_event;
     ncclComm_t flat;     /* every rank of the channel (`nccl`); NULL until first used */
     ncclComm_t node;     /* the ranks of this rank's node (`hierarchical`); NULL until first used */

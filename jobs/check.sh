@@ -98,13 +98,13 @@ fi
 echo "== the GPU engine under the CPU's CUDA emulator (configure --with-cuda=emu; docs/testing.md)"
 estart=$(date +%s)
 emu_tests="tests/nn/test_layers_cuda tests/coll/device_np1.sh tests/coll/device_np2.sh tests/coll/device_fake1_np2.sh \
-tests/coll/device_cli_np2.sh tests/train/engine.sh tests/train/engine_gpu.sh tests/train/infer.sh"
+tests/coll/device_cli_np2.sh tests/train/engine.sh tests/train/engine_gpu.sh tests/train/gpu_state.sh tests/train/infer.sh"
 rm -rf build-emu && mkdir build-emu
 if (cd build-emu && "$top/configure" -q --with-cuda=emu MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich \
     && make -j"$jobs" && make -j"$jobs" check TESTS=) >emu-build.log 2>&1; then
     # one device, then two (NCCL between two emulated GPUs), each run's counts from its own log
     for devs in 1 2; do
-        if [ "$devs" = 1 ]; then t=$emu_tests; else t="tests/coll/device_np2.sh tests/coll/device_fake1_np2.sh"; fi
+        if [ "$devs" = 1 ]; then t=$emu_tests; else t="tests/coll/device_np2.sh tests/coll/device_fake1_np2.sh tests/train/gpu_state.sh"; fi
         (cd build-emu && TSEMU_DEVICES=$devs make check TESTS="$t" TEST_SUITE_LOG=emu-$devs.log) >emu-check-$devs.out 2>&1
         est=$?
         grep -E '^(FAIL|ERROR|XPASS|SKIP):' emu-check-$devs.out | head -40

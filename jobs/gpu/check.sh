@@ -31,9 +31,12 @@
 #      tensor's scale, tests/model/golden_compare); bf16 logits on the GPU
 #      against bf16 on this machine's CPU (<= 1e-2); 20 training steps on
 #      the GPU and on the CPU (final loss within 1 %), with batch norm +
-#      ReLU and with instance norm + leaky ReLU; one step's
-#      gradients at 16^3 on 2 ranks data parallel on the GPU (faked nodes of one
-#      rank each) against 1 rank on the GPU and against the CPU (<= 1e-4;
+#      ReLU, with instance norm + leaky ReLU, and with the parameters,
+#      gradients and optimizer state on the GPU (TESSERA_CUDA_STATE=device);
+#      one step's gradients at 16^3 on 2 ranks data parallel on the GPU
+#      (faked nodes of one rank each; the host's master copy, and the state
+#      on the GPU with the gradients reduced there) against 1 rank on the
+#      GPU and against the CPU (<= 1e-4;
 #      a second draw of data where the first does not agree: a ReLU input
 #      within rounding of zero flips a voxel's gradient, docs/testing.md);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
@@ -47,7 +50,8 @@
 #      TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm, and the norms'
 #      passes and the concatenations through the tiled kernels,
 #      TESSERA_CUDA_PASSES=tiled, with their statistics on the device,
-#      TESSERA_CUDA_NORMSTATS=device: none yet the default);
+#      TESSERA_CUDA_NORMSTATS=device, and the state on the GPU,
+#      TESSERA_CUDA_STATE=device: none yet the default);
 #   6. `tessera bench step --profile` at batch 2: the GPU's time per kind of
 #      layer (each layer call waits for the GPU), for the next speed work;
 #      again with the opt-in paths of 5 (profile-opt).
@@ -268,12 +272,15 @@ else
     "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init.h5" --seed 3 </dev/null >>"$log" 2>&1
     trn 1 gpu train.engine=cuda model.init="$out/model/init.h5"
     trn 1 cpu train.engine=cpu model.init="$out/model/init.h5" ckpt.every=20
+    # the parameters, gradients and optimizer state on the GPU (written 2026-12-06, not yet the default)
+    TESSERA_CUDA_STATE=device trn 1 gpu-state train.engine=cuda model.init="$out/model/init.h5"
+    state_taken=$(out_of_step | grep -c 'state: parameters, gradients and optimizer state on the GPU')
     # nnU-Net's activation: instance norm with the leaky ReLU fused into it (the GPU engine fuses it since 2026-12-06)
     leaky="model.norm=instance model.act=leaky_relu model.sync_bn=false"
     "$mpiexec" -n 1 "$tessera" model init "$ini" $leaky --out "$out/model/init-leaky.h5" --seed 3 </dev/null >>"$log" 2>&1
     trn 1 gpu-leaky train.engine=cuda model.init="$out/model/init-leaky.h5" $leaky
     trn 1 cpu-leaky train.engine=cpu model.init="$out/model/init-leaky.h5" $leaky
-    for v in "train-20 gpu cpu" "train-20-leaky gpu-leaky cpu-leaky"; do
+    for v in "train-20 gpu cpu" "train-20-leaky gpu-leaky cpu-leaky" "train-20-state gpu-state cpu"; do
         set -- $v
         losses=$(python3 - "$out/model/run-$2" "$out/model/run-$3" <<'PY' 2>>"$log"
 import json, sys
@@ -291,7 +298,9 @@ print("step 20 loss %.6f on the GPU, %.6f on the CPU (step 1: %.6f, %.6f): %.2e 
 sys.exit(0 if r <= 0.01 and a[20] < a[1] else 1)
 PY
 )
-        if [ $? -eq 0 ]; then record "$1" pass 0 "$losses"
+        lrc=$?
+        if [ "$1" = train-20-state ] && [ "$state_taken" = 0 ]; then lrc=1; losses="the state was not on the GPU; $losses"; fi
+        if [ $lrc -eq 0 ]; then record "$1" pass 0 "$losses"
         else record "$1" fail 0 "${losses:-no losses (see the log)}"; fails=$((fails + 1)); fi
     done
     # tessera infer on the GPU against the CPU: a phantom scan (NIfTI written here without numpy), the CPU run's
@@ -322,13 +331,16 @@ PY
         if [ $draw = syn2 ]; then
             run synth2 60 "$mpiexec" -n 1 "$tessera" synth --out "$out/model/syn2.h5" --count 8 --size 48 --classes 3 --seed 6
         fi
-        for v in "gpu1 1 train.engine=cuda" "gpu2 2 train.engine=cuda train.batch=1" "cpu1 1 train.engine=cpu"; do
+        for v in "gpu1 1 host train.engine=cuda" "gpu2 2 host train.engine=cuda train.batch=1" \
+            "gpu2s 2 device train.engine=cuda train.batch=1" "cpu1 1 host train.engine=cpu"; do
             set -- $v
-            name=$1 np=$2; shift 2
-            trn "$np" "g-$name" "$@" train.steps=1 data.patch=16 data.path="$out/model/$draw.h5" \
+            name=$1 np=$2 state=$3; shift 3
+            # gpu2s: the state on the GPU, the gradients reduced there (hierarchical between the faked nodes)
+            TESSERA_CUDA_STATE=$state trn "$np" "g-$name" "$@" train.steps=1 data.patch=16 data.path="$out/model/$draw.h5" \
                 model.init="$out/model/init.h5" train.dump_grads="$out/model/g-$name.h5"
         done
         run grads-compare 60 "$gc" --tol 1e-4 dp2-vs-1 "$out/model/g-gpu2.h5" "$out/model/g-gpu1.h5" \
+            dp2-state-vs-1 "$out/model/g-gpu2s.h5" "$out/model/g-gpu1.h5" \
             gpu-vs-cpu "$out/model/g-gpu1.h5" "$out/model/g-cpu1.h5"
         bad=$(out_of_step | grep -c '^not ok ')
         if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then grads_ok=yes; break; fi
@@ -343,17 +355,18 @@ if want bench; then
 # (b8-pad: the few-channel convolutions padded to 8 channels, TESSERA_CUDA_FEWCH=pad; b8-opt: also the
 # 2x2x2 transposed convolutions and the weight gradients as cuBLAS GEMMs, TESSERA_CUDA_CONVT=gemm
 # TESSERA_CUDA_WGRAD=gemm, the tiled norm and concatenation kernels, TESSERA_CUDA_PASSES=tiled, and the
-# norms' statistics on the device, TESSERA_CUDA_NORMSTATS=device; none the default yet)
+# norms' statistics on the device, TESSERA_CUDA_NORMSTATS=device, the state on the GPU,
+# TESSERA_CUDA_STATE=device; none the default yet)
 for b in 2 8 8-pad 8-opt; do
     [ "${BENCH:-1}" = 0 ] && { record "tessera-b$b" skip 0 "BENCH=0"; continue; }
-    fewch=fp32 convt=cudnn passes=plain stats=host
-    case $b in *-pad) fewch=pad ;; *-opt) fewch=pad convt=gemm passes=tiled stats=device ;; esac
+    fewch=fp32 convt=cudnn passes=plain stats=host state=host
+    case $b in *-pad) fewch=pad ;; *-opt) fewch=pad convt=gemm passes=tiled stats=device state=device ;; esac
     run "tessera-b$b" 150 env TESSERA_CUDA_FEWCH=$fewch TESSERA_CUDA_CONVT=$convt TESSERA_CUDA_WGRAD=$convt \
-        TESSERA_CUDA_PASSES=$passes TESSERA_CUDA_NORMSTATS=$stats "$mpiexec" -n 1 "$tessera" bench step \
+        TESSERA_CUDA_PASSES=$passes TESSERA_CUDA_NORMSTATS=$stats TESSERA_CUDA_STATE=$state "$mpiexec" -n 1 "$tessera" bench step \
         "$here/configs/unet3d-small.ini" data.patch=128 train.batch=${b%%-*} train.precision=bf16 train.engine=cuda \
         --steps 5 --warmup 2 --json "$out/tessera-b$b.json"
     sps=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); r=j if 'samples_per_s' in j else j['results'][0]
-print('%.2f samples/s (%s, %s)' % (r['samples_per_s'], r['engine'], r['conv_kernels']))" "$out/tessera-b$b.json" 2>/dev/null)
+print('%.2f samples/s (%s, %s, state %s)' % (r['samples_per_s'], r['engine'], r['conv_kernels'], r.get('state', '?')))" "$out/tessera-b$b.json" 2>/dev/null)
     if [ $rc -eq 0 ] && [ -n "$sps" ]; then record "tessera-b$b" pass "$secs" "batch $b: $sps"
     else record "tessera-b$b" fail "$secs" "exit $rc: see the log"; fails=$((fails + 1)); fi
 done
@@ -377,7 +390,8 @@ if want profile; then
 for p in profile profile-opt; do
     opts="TESSERA_CUDA_FEWCH=fp32 TESSERA_CUDA_CONVT=cudnn TESSERA_CUDA_WGRAD=cudnn TESSERA_CUDA_PASSES=plain"
     opts="$opts TESSERA_CUDA_NORMSTATS=host"
-    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm TESSERA_CUDA_PASSES=tiled TESSERA_CUDA_NORMSTATS=device"
+    opts="$opts TESSERA_CUDA_STATE=host"
+    [ "$p" = profile-opt ] && opts="TESSERA_CUDA_FEWCH=pad TESSERA_CUDA_CONVT=gemm TESSERA_CUDA_WGRAD=gemm TESSERA_CUDA_PASSES=tiled TESSERA_CUDA_NORMSTATS=device TESSERA_CUDA_STATE=device"
     run $p 90 env $opts "$mpiexec" -n 1 "$tessera" bench step "$here/configs/unet3d-small.ini" data.patch=128 \
         train.batch=2 train.precision=bf16 train.engine=cuda --steps 2 --warmup 1 --profile
     if [ $rc -eq 0 ]; then

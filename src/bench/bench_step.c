@@ -117,6 +117,7 @@ typedef struct bench {
     ts_pipeline *pipe;
     ts_gradpath *gp; /* the gradient path of `tessera train` (src/train/gradpath.h) */
     int64_t updates; /* optimizer steps taken (the gradient path's step count) */
+    int dev_state;   /* the state on the GPU (TESSERA_CUDA_STATE=device, ts_stepper_set_device) */
     ts_stepper *stepper;
     ts_perf *perf;
     ts_tensor image, label;
@@ -194,6 +195,19 @@ static int setup_model(bench *b)
     TS_TRY(ts_pipeline_create_on(b->m, L, (int)b->batch, b->first, b->ucost, &b->pipe)); /* the cut of `tessera train` */
     if (b->pipe) TS_TRY(ts_stepper_set_pipeline(b->stepper, b->pipe, L->grid->pp_comm));
     TS_TRY(ts_gradpath_attach(b->gp, b->stepper)); /* compression, the sharded optimizer */
+    if (b->u.engine == TS_ENGINE_CUDA) { /* the state on the GPU, where asked (as `tessera train`) */
+        int want = 0;
+        TS_TRY(ts_err_agree(L->grid->world, ts_stepper_state_wanted(&want)));
+        if (want) {
+            char why[768];
+            const int on = ts_stepper_set_device(b->stepper, why, sizeof why);
+            TS_TRY(ts_err_agree(L->grid->world, on < 0 ? on : 0));
+            b->dev_state = on > 0;
+            if (!on && L->world_rank == 0)
+                fprintf(stderr, "tessera bench step: note: TESSERA_CUDA_STATE=device not taken (the host keeps the "
+                        "master copy): %s\n", why);
+        }
+    }
     return 0;
 }
 
@@ -244,6 +258,7 @@ static void header(const bench *b, ts_bench_step_result *r)
     r->schedule = ts_pipe_kind_name(b->L->spec.schedule);
     r->precision = b->u.precision == TS_PREC_BF16 ? "bf16" : b->u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->engine = ts_unet_engine_name(b->u.engine);
+    r->state = b->u.engine != TS_ENGINE_CUDA ? "cpu" : b->dev_state ? "gpu" : "host";
     static char bfw[256]; /* bf16 with train.conv = winograd: the ISA named in the line */
     snprintf(bfw, sizeof bfw, "%s; train.conv = winograd: 3x3x3 layers with 64+ channels in and out as Winograd F(2,3) "
              "ones with bf16 products (weight gradients from 256+ tiles), their FLOP counted as direct ones'", ts_nn_bf16_isa());
@@ -767,6 +782,7 @@ static void json_steps(cJSON *o, const ts_bench_step_result *r, const char *conf
     cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
     cJSON_AddStringToObject(o, "precision", r->precision);
     cJSON_AddStringToObject(o, "engine", r->engine);
+    cJSON_AddStringToObject(o, "state", r->state);
     cJSON_AddStringToObject(o, "conv_kernels", r->kernels);
     cJSON_AddNumberToObject(o, "voxels_per_s", r->voxels_per_s);
     cJSON_AddNumberToObject(o, "flop_per_step", r->flops);

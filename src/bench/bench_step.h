@@ -53,6 +53,8 @@ typedef struct ts_bench_step_result {
     int ranks, dp, pp, sp, dims[3], micro, threads, steps, warmup;
     int64_t box[3], batch, patch[3];
     const char *schedule, *precision, *kernels, *engine; /* static strings */
+    const char *state;       /* where parameters, gradients and optimizer state live: "cpu" (the CPU engine),
+                              * "host" (the GPU engine's host master copy) or "gpu" (TESSERA_CUDA_STATE=device) */
     double samples_per_s, voxels_per_s, step_s, best_s, forward_s, backward_s, optimizer_s, cpu_s; /* per step */
     double flops;            /* the model's FLOP per step, all replicas (src/model/cost.h: convolutions forward and
                               * backward; a checkpointed level's recomputation not counted) */

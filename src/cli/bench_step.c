@@ -27,7 +27,8 @@ static void help(void)
            "memory of the process; --json writes samples_per_s, voxels_per_s, step_ms, ranks, threads,\n"
            "config, peak_rss_mb, forward_ms, backward_ms, optimizer_ms, cpu_ms (process CPU time per step),\n"
            "precision, engine, conv_kernels (train.precision, train.engine and the convolution kernels that\n"
-           "ran), flop_per_step and gflops (the model's convolution FLOP per step over all replicas, by the\n"
+           "ran), state (cpu; host: the GPU engine with the host's master copy; gpu: parameters, gradients\n"
+           "and optimizer state on the GPU, TESSERA_CUDA_STATE=device, docs/gpu.md), flop_per_step and gflops (the model's convolution FLOP per step over all replicas, by the\n"
            "analytic cost model src/model/cost.h; a checkpointed level's recomputation not counted), batch,\n"
            "patch. --peak first measures the CPU's peaks on every rank at once (`tessera bench peak`, 2 s)\n"
            "and adds peak_kind (fp32, or bf16 where bf16 ran on AVX512-BF16), peak_gflops (summed over the\n"
@@ -146,7 +147,8 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
            "optimizer %.1f ms\n", r->samples_per_s, r->voxels_per_s, r->step_s * 1e3, r->best_s * 1e3,
            r->forward_s * 1e3, r->backward_s * 1e3, r->optimizer_s * 1e3);
     printf("  process CPU time %.1f ms per step (%.2f cores busy)\n", r->cpu_s * 1e3, r->cores_busy);
-    printf("  precision %s, engine %s (convolution kernels: %s)\n", r->precision, r->engine, r->kernels);
+    printf("  precision %s, engine %s (convolution kernels: %s)%s\n", r->precision, r->engine, r->kernels,
+           !strcmp(r->state, "gpu") ? "; parameters, gradients and optimizer state on the GPU" : "");
     printf("  %.1f GFLOP/s (the model's %.4g FLOP per step: convolutions, forward and backward)", r->gflops, r->flops);
     if (r->peak_gflops > 0)
         printf(", %.3f of the measured %s peak (%.1f GFLOP/s over the ranks; triad %.1f GB/s)", r->gflops / r->peak_gflops,

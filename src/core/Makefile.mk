@@ -8,6 +8,6 @@ libtessera_la_SOURCES += src/core/error.c src/core/log.c src/core/config.c \
 TS_PUBLIC_HDRS += src/core/error.h src/core/log.h src/core/config.h src/core/dtype.h src/core/rng.h \
 	src/core/perf.h src/core/tensor.h
 noinst_HEADERS += src/core/timer.h src/core/counters.h src/core/launch.h src/core/fault.h src/core/watchdog.h \
-	src/core/path.h src/core/device.h
+	src/core/path.h src/core/device.h src/core/cuda_launch.h
 # the library version at run time (<tessera/version.h>)
 libtessera_la_SOURCES += src/core/version.c

@@ -2,7 +2,8 @@
  * parameters, gradients, optimizer state and buffers (offsets fixed by
  * ts_arena_add, memory by ts_arena_alloc), a sharded optimizer state's
  * region and the GPU mirror of params, grads and buffers (the copies
- * between the two); knows no layer and no update rule, no MPI. */
+ * between the two; with the state on the GPU, the device's params and
+ * state are the master copy); knows no layer and no update rule, no MPI. */
 #include "tsbuild.h"
 #include "src/model/arena.h"
 #include "src/core/device.h"
@@ -140,20 +141,41 @@ void ts_arena_zero_grad(ts_arena *a)
     }
 }
 
-int ts_arena_alloc_device(ts_arena *a)
+/* the device block: params | grads | nst state regions | buffers | scratch (the old one freed) */
+static int dev_block(ts_arena *a, int nst)
 {
-    if (!a->base) return TS_ERR(TS_ERR_INTERNAL, "arena: device mirror before ts_arena_alloc");
     ts_device_free(a->dev_base);
-    a->dev_base = a->dev_params = a->dev_grads = a->dev_buffers = NULL;
+    a->dev_base = a->dev_params = a->dev_grads = a->dev_buffers = a->dev_scratch = NULL;
+    memset(a->dev_state, 0, sizeof a->dev_state);
+    a->dev_master = 0;
     void *p = NULL;
-    const size_t floats = 2 * a->nparam + a->nbuf;
-    TS_TRY(ts_device_alloc((floats ? floats : 16) * sizeof(float), &p));
+    const size_t floats = (2 + (size_t)nst) * a->nparam + a->nbuf + TS_ARENA_DEV_SCRATCH;
+    TS_TRY(ts_device_alloc(floats * sizeof(float), &p));
     a->dev_base = p;
     a->dev_params = a->dev_base;
     a->dev_grads = a->dev_params + a->nparam;
-    a->dev_buffers = a->dev_grads + a->nparam;
+    for (int s = 0; s < nst; s++) a->dev_state[s] = a->dev_grads + a->nparam * (size_t)(s + 1);
+    a->dev_buffers = a->dev_base + a->nparam * (size_t)(2 + nst);
+    a->dev_scratch = a->dev_buffers + a->nbuf;
     ts_arena_zero_grad(a);
+    return 0;
+}
+
+int ts_arena_alloc_device(ts_arena *a)
+{
+    if (!a->base) return TS_ERR(TS_ERR_INTERNAL, "arena: device mirror before ts_arena_alloc");
+    TS_TRY(dev_block(a, 0));
     return ts_arena_to_device(a);
+}
+
+int ts_arena_device_master(ts_arena *a)
+{
+    if (!a->dev_base) return TS_ERR(TS_ERR_INTERNAL, "arena: the state on the GPU needs the device mirror");
+    if (a->state_base) return TS_ERR(TS_ERR_UNSUPPORTED, "arena: a sharded optimizer state stays on the host");
+    if (a->dev_master) return 0;
+    TS_TRY(dev_block(a, a->nstate));
+    a->dev_master = 1;
+    return ts_arena_push(a);
 }
 
 static ts_tensor dev_view(const ts_param *p, float *region)
@@ -191,8 +213,24 @@ static int copy_floats(float *dst, int dst_dev, float *src, size_t n)
 int ts_arena_to_device(ts_arena *a)
 {
     if (!a->dev_base) return 0;
-    TS_TRY(copy_floats(a->dev_params, 1, a->params, a->nparam));
+    if (!a->dev_master) TS_TRY(copy_floats(a->dev_params, 1, a->params, a->nparam)); /* the host's are the master */
     return copy_floats(a->dev_buffers, 1, a->buffers, a->nbuf);
+}
+
+int ts_arena_push(ts_arena *a)
+{
+    if (!a->dev_base) return 0;
+    TS_TRY(copy_floats(a->dev_params, 1, a->params, a->nparam));
+    for (int s = 0; a->dev_master && s < a->nstate; s++) TS_TRY(copy_floats(a->dev_state[s], 1, a->state[s], a->nparam));
+    return copy_floats(a->dev_buffers, 1, a->buffers, a->nbuf);
+}
+
+int ts_arena_pull(ts_arena *a)
+{
+    if (!a->dev_master) return 0;
+    TS_TRY(copy_floats(a->params, 0, a->dev_params, a->nparam));
+    for (int s = 0; s < a->nstate; s++) TS_TRY(copy_floats(a->state[s], 0, a->dev_state[s], a->nparam));
+    return 0;
 }
 
 int ts_arena_buffers_to_host(ts_arena *a)

@@ -43,9 +43,17 @@ typedef struct ts_arena {
     float *state_base; /* shard-sized state regions (ts_arena_alloc_state), else NULL */
     float *params, *grads, *state[TS_ARENA_MAX_STATE], *buffers;
     /* the GPU mirror (ts_arena_alloc_device), NULL without one: params,
-     * grads and buffers at the host regions' offsets, in device memory */
+     * grads and buffers at the host regions' offsets, in device memory;
+     * with the state on the GPU (ts_arena_device_master) also the
+     * optimizer state regions, and dev_master set */
     float *dev_base, *dev_params, *dev_grads, *dev_buffers;
+    float *dev_state[TS_ARENA_MAX_STATE];
+    float *dev_scratch; /* TS_ARENA_DEV_SCRATCH floats of device scratch (the optimizer's sums) */
+    int dev_master;
 } ts_arena;
+
+/* floats of device scratch after the mirror's regions */
+#define TS_ARENA_DEV_SCRATCH 512
 
 /* Local. Empty arena / frees it (NULL-safe, sets *a = NULL). */
 int ts_arena_create(ts_arena **out);
@@ -95,6 +103,26 @@ int ts_arena_buffers_to_host(ts_arena *a);
 /* Local. Every gradient from the mirror to the host (a no-op without a
  * mirror): one copy. */
 int ts_arena_grads_to_host(ts_arena *a);
+
+/* ---- the state on the GPU (TESSERA_CUDA_STATE=device, docs/gpu.md) ----
+ * The device regions become the master copy of the parameters and the
+ * optimizer state: the optimizer steps them there (src/optim), the
+ * gradients are reduced there (src/train/step.c), nothing goes up before a
+ * forward but the buffers (which stay host-mastered: the running
+ * statistics come down after a training forward as before). Whoever reads
+ * or writes the host's params or state brackets it: ts_arena_pull before
+ * reading (checkpoints, the emergency state), ts_arena_push after writing
+ * (a resume). A sharded state (ts_arena_alloc_state) stays on the host. */
+/* Local. After ts_arena_alloc_device: device state regions (the arena's
+ * nstate), params, state and buffers copied up; idempotent. Errors: no
+ * mirror, a sharded state, no device memory. */
+int ts_arena_device_master(ts_arena *a);
+/* Local. The device's params and state to the host (a no-op unless the
+ * state is on the GPU). */
+int ts_arena_pull(ts_arena *a);
+/* Local. The host's params, state (when on the GPU) and buffers to the
+ * mirror (a no-op without one). */
+int ts_arena_push(ts_arena *a);
 /* Local. Number of trainable scalars (without padding). */
 int64_t ts_arena_count(const ts_arena *a);
 

@@ -13,10 +13,13 @@
  * the GPU engine they are noted, and when backward ends all gradients come
  * to the host arena in one copy (the master copy that buckets, clipping
  * and the optimizer read; one synchronisation instead of one per
- * parameter) before the hook hears of them, in the same order */
+ * parameter) before the hook hears of them, in the same order; with the
+ * state on the GPU (ts_arena_device_master) the hook hears at once, as on
+ * the CPU, and its buckets reduce the device's gradients while backward
+ * goes on */
 static int ready2(ts_unet *m, int a, int b)
 {
-    if (m->device) {
+    if (m->device && !m->arena->dev_master) {
         if (m->nready + 2 > m->arena->n) return TS_ERR(TS_ERR_INTERNAL, "unet: more gradients final than parameters");
         if (a >= 0) m->ready[m->nready++] = a;
         if (b >= 0) m->ready[m->nready++] = b;
@@ -33,6 +36,7 @@ static int device_grads_ready(ts_unet *m)
 {
     const int n = m->nready;
     m->nready = 0;
+    if (m->arena->dev_master) return 0; /* the hook heard already; the gradients stay on the GPU */
     TS_TRY(ts_arena_grads_to_host(m->arena));
     for (int i = 0; m->grad_hook && i < n; i++) m->grad_hook(m->grad_ctx, m->ready[i]);
     return 0;

@@ -333,7 +333,7 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     s->have_dlogits = 0;
     m->folding = m->fold_eval && !train && c->norm == TS_NORM_BATCH && !m->device;
     ts_nn_set_winograd(!m->device && (c->conv_winograd || (m->winograd && !train)));
-    if (m->device) TIMED(m, TS_PROF_OTHER, ts_arena_to_device(m->arena)); /* the host's params are the master */
+    if (m->device) TIMED(m, TS_PROF_OTHER, ts_arena_to_device(m->arena)); /* the host's params (unless the state is on the GPU) and buffers */
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
         if (u < 2 * L && resenc(m)) { /* residual encoder level l: stem and blocks but the last, or the last */

@@ -3,6 +3,7 @@
  * Owns the update of one float range; m and v are the arena's state regions,
  * handed in. No allocation, no MPI. */
 #pragma GCC optimize("O3")
+#pragma GCC optimize("fp-contract=off") /* no FMA: the GPU's kernels (src/optim/cuda) give the same bits */
 #include "tsbuild.h"
 #include "src/optim/optim.h"
 

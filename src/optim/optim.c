@@ -9,6 +9,18 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef TS_HAVE_CUDA
+#include "src/core/device.h"
+#include "src/optim/cuda/optim_cuda.h"
+
+/* the engine's compute stream (the layers' results are ordered on it) */
+static void *dev_stream(void)
+{
+    const ts_device *d = ts_device_current();
+    return d ? d->compute : NULL;
+}
+#endif
+
 const ts_cfg_key ts_optim_config_keys[] = {
     {"train.optimizer", TS_CFG_ENUM, "sgd", "sgd|adamw", "optimizer"},
     {"train.lr", TS_CFG_FLOAT, "0.01", "0:", "peak learning rate"},
@@ -87,39 +99,89 @@ double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi)
     return total;
 }
 
+int ts_optim_grad_sumsq(const ts_arena *a, size_t lo, size_t hi, double *out)
+{
+    if (!a->dev_master) {
+        *out = ts_optim_sumsq(a, lo, hi);
+        return 0;
+    }
+#ifdef TS_HAVE_CUDA
+    double part[TS_CUO_SUMSQ_PARTS];
+    ts_tensor h = ts_tensor_view(part, TS_FLOAT64, 1, (const int64_t[]){TS_CUO_SUMSQ_PARTS});
+    ts_tensor d = ts_tensor_view(a->dev_scratch, TS_FLOAT64, 1, (const int64_t[]){TS_CUO_SUMSQ_PARTS});
+    d.device = 1;
+    TS_TRY(ts_cuo_sumsq(a->dev_grads + lo, hi - lo, (double *)a->dev_scratch, dev_stream()));
+    TS_TRY(ts_tensor_transfer(&h, &d));
+    double t = 0;
+    for (int b = 0; b < TS_CUO_SUMSQ_PARTS; b++) t += part[b];
+    *out = t;
+    return 0;
+#else
+    return TS_ERR(TS_ERR_INTERNAL, "optimizer: a state on the GPU in a build without CUDA");
+#endif
+}
+
+int ts_optim_scale_grads(ts_arena *a, size_t lo, size_t hi, float f)
+{
+    if (a->dev_master) {
+#ifdef TS_HAVE_CUDA
+        return ts_cuo_scale(a->dev_grads + lo, hi - lo, f, dev_stream());
+#else
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer: a state on the GPU in a build without CUDA");
+#endif
+    }
+    float *g = a->grads;
+#pragma omp parallel for schedule(static)
+    for (size_t i = lo; i < hi; i++) g[i] *= f;
+    return 0;
+}
+
 /* scales grads [lo, hi) to max_norm when the norm nrm exceeds it */
 static int clip_range(ts_arena *a, size_t lo, size_t hi, double max_norm, double nrm)
 {
     if (!isfinite(nrm)) return TS_ERR(TS_ERR_NUMERIC, "gradient norm is %g (NaN or Inf in the gradients)", nrm);
     if (max_norm > 0) {
         const double coef = max_norm / (nrm + 1e-6);
-        if (coef < 1) {
-            float *gw = a->grads, cf = (float)coef;
-#pragma omp parallel for schedule(static)
-            for (size_t i = lo; i < hi; i++) gw[i] *= cf;
-        }
+        if (coef < 1) return ts_optim_scale_grads(a, lo, hi, (float)coef);
     }
     return 0;
 }
 
 int ts_optim_clip(ts_arena *a, double max_norm, double *norm)
 {
-    const double nrm = sqrt(ts_optim_sumsq(a, 0, a->nparam));
+    double sq;
+    TS_TRY(ts_optim_grad_sumsq(a, 0, a->nparam, &sq));
+    const double nrm = sqrt(sq);
     if (norm) *norm = nrm;
     return clip_range(a, 0, a->nparam, max_norm, nrm);
 }
 
 /* the update of the floats [lo, lo + n) of the parameter region, with their
- * optimizer state at [soff, soff + n) of each state region */
-static void update(const ts_optim *opt, ts_arena *a, size_t lo, size_t n, size_t soff, double lr)
+ * optimizer state at [soff, soff + n) of each state region: on the host, or
+ * on the GPU where the state is (ts_arena_device_master) */
+static int update(const ts_optim *opt, ts_arena *a, size_t lo, size_t n, size_t soff, double lr)
 {
     const ts_optim_cfg *c = &opt->cfg;
+    if (a->dev_master) {
+#ifdef TS_HAVE_CUDA
+        if (c->kind == TS_OPT_SGD)
+            return ts_cuo_sgd(a->dev_params + lo, a->dev_grads + lo, c->momentum > 0 ? a->dev_state[0] + soff : NULL, n,
+                              (float)lr, (float)c->momentum, (float)c->weight_decay, c->nesterov, dev_stream());
+        const double t = (double)(opt->step + 1), bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
+        return ts_cuo_adamw(a->dev_params + lo, a->dev_grads + lo, a->dev_state[0] + soff, a->dev_state[1] + soff, n,
+                            (float)(lr / bc1), (float)(1.0 / sqrt(bc2)), (float)(1.0 - lr * c->weight_decay),
+                            (float)c->beta1, (float)c->beta2, (float)c->eps, dev_stream());
+#else
+        return TS_ERR(TS_ERR_INTERNAL, "optimizer: a state on the GPU in a build without CUDA");
+#endif
+    }
     if (c->kind == TS_OPT_SGD)
         ts_sgd_update(a->params + lo, a->grads + lo, c->momentum > 0 ? a->state[0] + soff : NULL, n, lr, c->momentum,
                       c->weight_decay, c->nesterov);
     else
         ts_adamw_update(a->params + lo, a->grads + lo, a->state[0] + soff, a->state[1] + soff, n, lr, c->beta1,
                         c->beta2, c->eps, c->weight_decay, opt->step + 1);
+    return 0;
 }
 
 int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double global_norm, double *lr_out,
@@ -131,13 +193,17 @@ int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double
         return TS_ERR(TS_ERR_INTERNAL, "optimizer needs %d state regions, the arena has %d", ts_optim_state_count(c), a->nstate);
     if (lo > hi || hi > a->nparam) return TS_ERR(TS_ERR_ARG, "optimizer range [%zu, %zu) of %zu", lo, hi, a->nparam);
     if (c->clip_norm > 0 || norm_out) {
-        const double nrm = global_norm >= 0 ? global_norm : sqrt(ts_optim_sumsq(a, lo, hi));
+        double nrm = global_norm;
+        if (nrm < 0) {
+            TS_TRY(ts_optim_grad_sumsq(a, lo, hi, &nrm));
+            nrm = sqrt(nrm);
+        }
         TS_TRY(clip_range(a, lo, hi, c->clip_norm, nrm));
         if (norm_out) *norm_out = nrm;
     }
     if (a->nstate_floats != a->nparam)
         return TS_ERR(TS_ERR_INTERNAL, "optimizer: the arena's state is a shard (ts_optim_step_pieces)");
-    update(opt, a, lo, hi - lo, lo, lr);
+    TS_TRY(update(opt, a, lo, hi - lo, lo, lr));
     opt->step++;
     if (lr_out) *lr_out = lr;
     return 0;
@@ -161,6 +227,7 @@ int ts_optim_step_pieces(ts_optim *opt, ts_arena *a, int npieces, const size_t *
         if (global_norm < 0) return TS_ERR(TS_ERR_INTERNAL, "optimizer: clipping a shard needs the global norm");
         for (int k = 0; k < npieces; k++) TS_TRY(clip_range(a, lo[k], lo[k] + len[k], c->clip_norm, global_norm));
     }
+    if (a->dev_master) return TS_ERR(TS_ERR_INTERNAL, "optimizer: a sharded step on a state on the GPU");
     size_t soff = 0;
     for (int k = 0; k < npieces; k++) {
         update(opt, a, lo[k], len[k], soff, lr);

@@ -2,8 +2,9 @@
  * decay; PyTorch semantics with dampening 0), AdamW (decoupled weight decay,
  * PyTorch semantics), learning-rate schedules (constant, linear warm-up then
  * cosine or poly) and clipping by the global gradient norm. Updates run over
- * the flat parameter region (padding stays zero). All calls are local; a
- * data-parallel caller reduces the gradients before ts_optim_step. */
+ * the flat parameter region (padding stays zero); where the arena's state
+ * is on the GPU (ts_arena_device_master) they run there. All calls are
+ * local; a data-parallel caller reduces the gradients before ts_optim_step. */
 #ifndef TS_OPTIM_OPTIM_H
 #define TS_OPTIM_OPTIM_H
 
@@ -63,8 +64,14 @@ int ts_optim_step_range(ts_optim *opt, ts_arena *a, size_t lo, size_t hi, double
  * clipping is on. Errors: a state region too small for the pieces. */
 int ts_optim_step_pieces(ts_optim *opt, ts_arena *a, int npieces, const size_t *lo, const size_t *len,
                          double global_norm, double *lr_out);
-/* Local. Sum of squares of the gradients [lo, hi) (fixed order). */
+/* Local. Sum of squares of the gradients [lo, hi) (fixed order). Host
+ * gradients only. */
 double ts_optim_sumsq(const ts_arena *a, size_t lo, size_t hi);
+/* Local. The same where the gradients are (the GPU's when the arena's
+ * state is there, ts_arena_device_master), into *out; errors: CUDA's. */
+int ts_optim_grad_sumsq(const ts_arena *a, size_t lo, size_t hi, double *out);
+/* Local. Gradients [lo, hi) times f, where they are (as above). */
+int ts_optim_scale_grads(ts_arena *a, size_t lo, size_t hi, float f);
 
 /* Local. Global L2 norm of the arena's gradients; scales them by
  * max_norm / (norm + 1e-6) when the norm exceeds max_norm (PyTorch

@@ -3,6 +3,7 @@
  * Nesterov: d += momentum buf, else d = buf; p -= lr d. Owns the update of
  * one float range; buf is the arena's state region. No allocation, no MPI. */
 #pragma GCC optimize("O3")
+#pragma GCC optimize("fp-contract=off") /* no FMA: the GPU's kernels (src/optim/cuda) give the same bits */
 #include "tsbuild.h"
 #include "src/optim/optim.h"
 

@@ -1,10 +1,13 @@
 /* One training step (data parallel, spatially split, pipelined); see step.h.
  * Owns the stepper: the backward hook that hands final gradients to the
  * buckets, the reduction, the optimizer over this rank's range or shard and
- * a sharded state's moves. Must not split communicators or read config keys;
+ * a sharded state's moves; with the state on the GPU
+ * (ts_stepper_set_device) the same on the device's gradients. Must not split communicators or read config keys;
  * allocates at setup and for a checkpoint's state moves, not per step. */
 #include "tsbuild.h"
 #include "src/train/step.h"
+#include "collectives/device.h"
+#include "src/core/device.h"
 #include "src/core/error.h"
 #include "src/core/fault.h"
 #include "src/core/timer.h"
@@ -14,6 +17,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +47,7 @@ struct ts_stepper {
     double loss_scale;  /* fp16 loss scale S: the loss gradient is multiplied by it, reduce divides by it */
     ts_dp_compress compress; /* gradient compression (parallel.compress), applied to every new dp */
     size_t *zbounds;         /* its tensor starts in [off0, off1), relative to off0 */
+    int dev_order;           /* the device collectives wait for the compute stream (ts_stepper_set_device) */
 };
 
 /* called by backward as each parameter's gradient becomes final */
@@ -114,6 +119,7 @@ void ts_stepper_destroy(ts_stepper **sp)
         ts_unet_set_loss_scale(s->model, 1.0f);
     }
     ts_dp_destroy(&s->dp);
+    if (s->dev_order) ts_coll_device_order_after(NULL); /* the stream goes with the device */
     if (s->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&s->pp_comm);
     if (s->agree != MPI_COMM_NULL) MPI_Comm_free(&s->agree);
     free(s->final);
@@ -411,6 +417,11 @@ int ts_stepper_grads_finite(const ts_stepper *s)
 {
     const float *g = s->arena->grads;
     int ok = 1;
+    if (s->arena->dev_master) { /* on the GPU: a sum of squares in double is finite iff every gradient is */
+        double sq = NAN;
+        if (ts_optim_grad_sumsq(s->arena, s->off0, s->off1, &sq)) return 0; /* (the CUDA error resurfaces) */
+        return isfinite(sq);
+    }
     if (s->zero) { /* the shard: the rest of the gradients is the reduce-scatter's scratch */
         if (s->poisoned) return 0;
         for (int k = 0; k < s->npieces; k++) {
@@ -441,7 +452,16 @@ void ts_stepper_shard(const ts_stepper *s, int *n, const size_t **lo, const size
 void ts_stepper_poison(ts_stepper *s)
 {
     if (s->zero) s->poisoned = 1; /* the poisoned float may land in another rank's shard */
-    if (s->off1 > s->off0) s->arena->grads[s->off0] = NAN;
+    if (s->off1 <= s->off0) return;
+    if (s->arena->dev_master) {
+        float nan = NAN;
+        ts_tensor h = ts_tensor_view(&nan, TS_FLOAT32, 1, (const int64_t[]){1});
+        ts_tensor d = ts_tensor_view(s->arena->dev_grads + s->off0, TS_FLOAT32, 1, (const int64_t[]){1});
+        d.device = 1;
+        (void)ts_tensor_transfer(&d, &h); /* (an error resurfaces at the next CUDA call) */
+        return;
+    }
+    s->arena->grads[s->off0] = NAN;
 }
 
 int ts_stepper_reduce(ts_stepper *s, int accum)
@@ -461,12 +481,11 @@ int ts_stepper_reduce(ts_stepper *s, int accum)
     s->t.buckets_early += st.early;
     ts_perf_add(s->perf, TS_PH_COMM_TOTAL, st.comm_s);
     if (accum > 1 || s->loss_scale != 1.0) { /* summed over micro-batches, loss-scaled (only now: buckets were in flight) */
-        float f = (float)(1.0 / ((double)accum * s->loss_scale)), *g = s->arena->grads;
+        const float f = (float)(1.0 / ((double)accum * s->loss_scale));
         if (s->zero)
-            for (int k = 0; k < s->npieces; k++)
-                for (size_t i = s->plo[k]; i < s->plo[k] + s->plen[k]; i++) g[i] *= f;
+            for (int k = 0; k < s->npieces; k++) TS_TRY(ts_optim_scale_grads(s->arena, s->plo[k], s->plo[k] + s->plen[k], f));
         else
-            for (size_t i = s->off0; i < s->off1; i++) g[i] *= f;
+            TS_TRY(ts_optim_scale_grads(s->arena, s->off0, s->off1, f)); /* where the gradients are */
     }
     return 0;
 }
@@ -519,6 +538,49 @@ int ts_stepper_apply(ts_stepper *s)
     return err;
 }
 
+int ts_stepper_state_wanted(int *want)
+{
+    const char *e = getenv("TESSERA_CUDA_STATE");
+    *want = e && !strcmp(e, "device");
+    if (e && *e && !*want && strcmp(e, "host"))
+        return TS_ERR(TS_ERR_CONFIG, "TESSERA_CUDA_STATE = '%s': host (the default) or device", e);
+    return 0;
+}
+
+int ts_stepper_set_device(ts_stepper *s, char *why, size_t n)
+{
+    ts_arena *a = s->arena;
+    const char *no = !a->dev_base ? "the model is not on the GPU (train.engine = cpu)"
+                     : s->zero ? "a sharded optimizer state (parallel.zero = 1) is stepped on the host"
+                     : s->pipe ? "a pipeline stage runs on the CPU"
+                     : s->compress.cfg.kind != TS_COMPRESS_NONE ? "gradient compression (parallel.compress) runs on the host"
+                     : NULL;
+    if (n) why[0] = 0;
+    if (no) {
+        if (n) snprintf(why, n, "%s", no);
+        return 0;
+    }
+    const ts_device *dev = ts_device_current();
+    if (!dev) return TS_ERR(TS_ERR_INTERNAL, "stepper: the model is on the GPU and no device is open");
+    ts_coll_device_order_after(dev->compute); /* buckets read what the layers' kernels write */
+    s->dev_order = 1;
+    if (ts_coll_size(s->coll) > 1) { /* can the group reduce device buffers here (NCCL: one GPU per rank)? */
+        int err = ts_coll_allreduce(s->coll, TS_IN_PLACE, a->dev_scratch, 1, TS_FLOAT32, TS_OP_SUM);
+        if (err) { /* agreed by the collective: every rank keeps the host's state */
+            if (n) snprintf(why, n, "the gradient group cannot reduce GPU buffers: %s", ts_err_message());
+            ts_err_clear();
+            ts_coll_device_order_after(NULL);
+            s->dev_order = 0;
+            return 0;
+        }
+    }
+    TS_TRY(ts_arena_device_master(a));
+    ts_dp_destroy(&s->dp);
+    const size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
+    TS_TRY(ts_dp_create(s->coll, a->dev_grads, a->nparam, bf ? bf : 16, &s->dp));
+    return 1;
+}
+
 void ts_stepper_set_perf(ts_stepper *s, ts_perf *p) { s->perf = p; }
 
 void ts_stepper_set_loss_scale(ts_stepper *s, double scale)
@@ -557,8 +619,8 @@ int ts_stepper_average_params(ts_stepper *s, ts_coll *replicas)
     size_t lo, hi;
     ts_stepper_param_range(s, &lo, &hi);
     ts_perf_begin(s->perf, TS_PH_PARAM_AVG);
-    int err = 0;
-    if (hi > lo) {
+    int err = ts_arena_pull(a); /* a state on the GPU: averaged on the host, then up again */
+    if (!err && hi > lo) {
         err = ts_coll_allreduce(replicas, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
         for (int k = 0; !err && k < a->nstate; k++)
             err = ts_coll_allreduce(replicas, TS_IN_PLACE, a->state[k] + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
@@ -568,6 +630,7 @@ int ts_stepper_average_params(ts_stepper *s, ts_coll *replicas)
         ts_tensor b = ts_arena_value(a, i);
         err = ts_coll_allreduce(replicas, TS_IN_PLACE, b.data, (size_t)b.shape[0], TS_FLOAT32, TS_OP_AVG);
     }
+    if (!err) err = ts_arena_push(a);
     ts_perf_end(s->perf, TS_PH_PARAM_AVG);
     return err;
 }

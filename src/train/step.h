@@ -101,6 +101,22 @@ void ts_stepper_inject_overflow(ts_stepper *s, int on);
  * starts any bucket; a backward that fails still sends its buckets and the
  * error is agreed in ts_stepper_reduce. Without it errors are local. */
 int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
+/* Collective on coll (the stepper's group). The parameters, gradients and
+ * optimizer state on the GPU (TESSERA_CUDA_STATE=device, docs/gpu.md): the
+ * arena's device regions become the master copy (ts_arena_device_master),
+ * the buckets reduce the device's gradients as backward finishes them (on
+ * the collectives' communication stream, ordered after the layers'
+ * kernels), the optimizer, the clipping, the micro-batch and loss-scale
+ * division and the finiteness check run on the GPU. Returns 1 when it is
+ * set; 0 with the reason in why (n bytes) when this stepper keeps the
+ * host's master copy: the model is on the CPU, a sharded state, a
+ * pipeline, compression, or a group whose device collectives fail here
+ * (NCCL with two ranks on one GPU; agreed, so every rank keeps the host's);
+ * < 0 an error. A checkpoint reads the host's copy after ts_arena_pull. */
+int ts_stepper_set_device(ts_stepper *s, char *why, size_t n);
+/* Local. *want = 1 when the environment asks for the state on the GPU
+ * (TESSERA_CUDA_STATE=device; host or unset: 0). Errors: another value. */
+int ts_stepper_state_wanted(int *want);
 /* Local. Phases of every later step also go to p (may be NULL; borrowed):
  * forward, backward, comm_exposed and optimizer bracketed on the calling
  * thread (TS_PH_* of src/train/run.h), comm_total added from the progress

@@ -155,6 +155,7 @@ static int dump_grads(trainer *t, double loss)
     ts_stepper_shard(t->stepper, &sh.npieces, &sh.plo, &sh.plen);
     TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, t->L->grid->world));
     loss /= t->L->grid->size; /* every rank holds its replica's loss */
+    if (t->arena->dev_master) TS_TRY(ts_arena_grads_to_host(t->arena)); /* reduced on the GPU */
     TS_TRY(ts_grad_dump(path, t->arena, t->L->grid, &sh, loss, t->step + 1));
     ts_run_say(&t->run, "gradients of step %lld: %s", (long long)(t->step + 1), path);
     return 0;
@@ -537,6 +538,7 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.L->grid->rank));
         ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;
+        if (t.edir[0]) TS_CHECK(ts_arena_pull(t.arena)); /* the state on the GPU: the emergency state reads the host's */
         ts_emergency_commit(t.step, t.opt.step, t.loader ? ts_loader_position(t.loader) : 0,
                             t.ls.dynamic ? t.ls.scale : 0, t.ls.good);
         if (t.lost_at > 0) { /* the first step after a lost peer */

@@ -122,6 +122,7 @@ int ts_trainer_save_ckpt(trainer *t)
     TS_CHECK(ts_gradpath_sync(t->gp, t->step)); /* one model on every replica */
     TS_CHECK(ts_trainer_sync_buffers(t));
     TS_CHECK(gather_stages(t));
+    TS_CHECK(ts_err_agree(t->L->grid->world, ts_arena_pull(t->arena))); /* the state on the GPU: its copy on the host */
     {
         /* never a checkpoint from non-finite parameters (it would rotate good ones out) */
         int bad = !params_finite(t->arena);
@@ -305,6 +306,7 @@ int ts_trainer_resume(trainer *t)
         ts_err_clear();
     }
     if (t->L->spec.zero) TS_CHECK(ts_stepper_state_scatter(t->stepper, t->L->grid->world, full)); /* each rank's shard */
+    TS_CHECK(ts_err_agree(t->L->grid->world, ts_arena_push(t->arena))); /* the GPU's copy (mirror or master) */
     t->step = m.step;
     t->opt.step = m.step;
     if (t->ls.dynamic && m.loss_scale > 0) { /* the scale where it was (a checkpoint without one: the initial) */

@@ -56,6 +56,11 @@ static inline __half __float2half(float f) { return __half(f); }
 static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 static inline __half __float2half_rn(float f) { return __half(f); }
 static inline float __half2float(__half h) { return (float)h; }
+/* products and sums rounded one at a time, never contracted into an FMA with
+ * what surrounds them (a call the compiler does not inline: its result is
+ * rounded to float before any later operation) */
+__attribute__((noinline, unused)) static float __fmul_rn(float a, float b) { return a * b; }
+__attribute__((noinline, unused)) static float __fadd_rn(float a, float b) { return a + b; }
 
 /* atomics: one OS thread runs every fiber, so a plain update is atomic */
 template <typename T> static inline T atomicAdd(T *p, T v)

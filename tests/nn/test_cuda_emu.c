@@ -1,4 +1,6 @@
-/* Every kernel launcher of src/nn/cuda/nn_kernels.cu run on the CPU by the
+/* Every kernel launcher of src/nn/cuda/nn_kernels.cu (and of
+ * src/optim/cuda/optim_kernels.cu: the updates bit for bit the CPU
+ * optimizer's) run on the CPU by the
  * CUDA emulator (tests/nn/cuda_emu.h; the .cu rewritten by cuda_emu.py):
  * each result against a plain loop written here from the launcher's
  * contract in src/nn/cuda/cuda_nn.h, on random data of odd sizes, with
@@ -17,6 +19,8 @@
 #include "tests/nn/kernels_emu.h" /* ts_cuk_* -> tsemu_cuk_* */
 #include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
+#include "src/optim/cuda/optim_cuda.h"
+#include "src/optim/optim.h"
 #include "tests/tap.h"
 #include "tests/nn/rand_tensor.h" /* rng, mk */
 
@@ -207,6 +211,47 @@ static void check_elementwise(void)
         bad += y[i] != f || dx[i] != (y[i] > 0.0f ? dy[i] : slope * dy[i]) || acc[i] != acc0[i] + x[i];
     }
     ts_ok(checked(!err && !bad && neg > n / 3), "leaky ReLU forward and backward, add: %zu wrong", bad);
+}
+
+/* the optimizer's kernels against src/optim's CPU updates, bit for bit (neither side contracts an FMA) */
+static void check_optim(void)
+{
+    const size_t n = 100003;
+    float *p = frand(n, -1, 1), *g = frand(n, -0.1, 0.1), *b = frand(n, -0.1, 0.1), *v = frand(n, 0, 0.01);
+    float *p2 = fzero(n), *b2 = fzero(n), *v2 = fzero(n), *g2 = fzero(n);
+    memcpy(p2, p, n * sizeof(float));
+    memcpy(b2, b, n * sizeof(float));
+    memcpy(v2, v, n * sizeof(float));
+    memcpy(g2, g, n * sizeof(float));
+    int err = 0, same = 1;
+    for (int nest = 0; nest < 2; nest++) { /* SGD with momentum, weight decay; plain and Nesterov */
+        ts_sgd_update(p, g, b, n, 0.05, 0.9, 1e-4, nest);
+        err |= ts_cuo_sgd(p2, g2, b2, n, 0.05f, 0.9f, 1e-4f, nest, NULL);
+        same = same && !memcmp(p, p2, n * sizeof(float)) && !memcmp(b, b2, n * sizeof(float));
+    }
+    ts_sgd_update(p, g, NULL, n, 0.05, 0, 0, 0); /* plain SGD: no state */
+    err |= ts_cuo_sgd(p2, g2, NULL, n, 0.05f, 0.0f, 0.0f, 0, NULL);
+    same = same && !memcmp(p, p2, n * sizeof(float));
+    for (int64_t t = 1; t <= 3; t++) { /* AdamW, the step's constants as src/optim/optim.c computes them */
+        const double lr = 3e-3, b1 = 0.9, b2v = 0.999, eps = 1e-8, wd = 0.01;
+        const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2v, (double)t);
+        ts_adamw_update(p, g, b, v, n, lr, b1, b2v, eps, wd, t);
+        err |= ts_cuo_adamw(p2, g2, b2, v2, n, (float)(lr / bc1), (float)(1.0 / sqrt(bc2)), (float)(1.0 - lr * wd),
+                            (float)b1, (float)b2v, (float)eps, NULL);
+        same = same && !memcmp(p, p2, n * sizeof(float)) && !memcmp(b, b2, n * sizeof(float)) &&
+               !memcmp(v, v2, n * sizeof(float));
+    }
+    err |= ts_cuo_scale(g2, n, 0.37f, NULL);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += g2[i] != g[i] * 0.37f;
+    double part[TS_CUO_SUMSQ_PARTS], sq = 0, ref = 0;
+    err |= ts_cuo_sumsq(g, n, part, NULL);
+    for (int k = 0; k < TS_CUO_SUMSQ_PARTS; k++) sq += part[k];
+    for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+    const double rsq = fabs(sq - ref) / ref;
+    ts_ok(checked(!err && same && !bad && rsq < 1e-11),
+          "the optimizer's kernels: SGD (momentum, Nesterov, none) and AdamW bit for bit the CPU's; scaling %zu wrong; "
+          "sum of squares %.1e from the double sum", bad, rsq);
 }
 
 static void check_pool(void)
@@ -695,11 +740,12 @@ int main(void)
 {
     char why[256];
     ts_rng_init(&rng, 7, 0, 0);
-    ts_plan(61);
+    ts_plan(62);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
     check_elementwise();
+    check_optim();
     check_pool();
     /* channels: 1, 3, 8, 48 (tiled blocks of 240 threads), 256, 320 (past the tiled kernels: the plain ones);
      * S large enough that the tiled grid (2048 / N blocks at most) goes round */

@@ -6,24 +6,16 @@ parameter); and asserts that training moved the weights away from the
 initial ones (init.h5 from `tessera model init`). RUN may hold only the
 later steps (a run resumed from a checkpoint): its steps are compared.
 usage: compare_runs.py REF_RUN RUN INIT.h5 STEP [LOSS_RTOL [WEIGHT_TOL]]"""
-import json
 import sys
 
 import h5py
 import numpy as np
 
+from run_metrics import losses
+
 ref, run, init, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 rtol = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-5
 wtol = float(sys.argv[6]) if len(sys.argv) > 6 else 1e-4
-
-
-def losses(d):
-    out = {}
-    for line in open(d + "/metrics.jsonl"):
-        m = json.loads(line)
-        if "loss" in m and "dice" not in m:
-            out[m["step"]] = m["loss"]
-    return out
 
 
 la, lb = losses(ref), losses(run)

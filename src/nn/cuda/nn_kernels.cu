@@ -15,19 +15,7 @@ extern "C" {
 #include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
 }
-
-static unsigned blocks_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-static int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return ts_err(TS_ERR_CUDA, __FILE__, __LINE__, "%s: %s", what, cudaGetErrorString(e));
-    return 0;
-}
+#include "src/core/cuda_launch.h"
 
 // wp[r][t][c] = w[r][c][t'] (t' = taps - 1 - t when flip)
 __global__ void wpack_k(const float *w, float *wp, int rows, int cols, int taps, int flip)
@@ -80,40 +68,40 @@ __global__ void round_half_k(const float *x, float *y, size_t n, int fp16)
 extern "C" int ts_cuk_round_half(const float *x, float *y, size_t n, int fp16, void *stream)
 {
     if (n == 0) return 0;
-    round_half_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, fp16);
-    return launched("rounding to half");
+    round_half_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, fp16);
+    return TS_CU_LAUNCHED("rounding to half");
 }
 
 extern "C" int ts_cuk_wpack(const float *w, float *wp, int rows, int cols, int taps, int flip, void *stream)
 {
     const size_t n = (size_t)rows * cols * taps;
     if (n == 0) return 0;
-    wpack_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, flip);
-    return launched("weight pack");
+    wpack_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, flip);
+    return TS_CU_LAUNCHED("weight pack");
 }
 
 extern "C" int ts_cuk_wunpack_add(const float *wp, float *w, int rows, int cols, int taps, void *stream)
 {
     const size_t n = (size_t)rows * cols * taps;
     if (n == 0) return 0;
-    wunpack_add_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps);
-    return launched("weight gradient unpack");
+    wunpack_add_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps);
+    return TS_CU_LAUNCHED("weight gradient unpack");
 }
 
 extern "C" int ts_cuk_to_half(const float *x, void *y, size_t n, int fp16, void *stream)
 {
     if (n == 0) return 0;
-    if (fp16) to_fp16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, n);
-    else to_bf16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, (__nv_bfloat16 *)y, n);
-    return launched("fp32 to half");
+    if (fp16) to_fp16_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, n);
+    else to_bf16_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, (__nv_bfloat16 *)y, n);
+    return TS_CU_LAUNCHED("fp32 to half");
 }
 
 extern "C" int ts_cuk_from_half(const void *x, float *y, size_t n, int fp16, int add, void *stream)
 {
     if (n == 0) return 0;
-    if (fp16) from_fp16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, y, n, add);
-    else from_bf16_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, y, n, add);
-    return launched("half to fp32");
+    if (fp16) from_fp16_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, y, n, add);
+    else from_bf16_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, y, n, add);
+    return TS_CU_LAUNCHED("half to fp32");
 }
 
 // ------------------------------------------ channels padded to a multiple of 8
@@ -165,36 +153,36 @@ extern "C" int ts_cuk_to_half_pad(const float *x, int c, void *y, int cp, size_t
 {
     const size_t n = nv * cp;
     if (n == 0) return 0;
-    if (fp16) to_half_pad_k<__half><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__half *)y, cp, nv);
-    else to_half_pad_k<__nv_bfloat16><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__nv_bfloat16 *)y, cp, nv);
-    return launched("fp32 to half, channels padded");
+    if (fp16) to_half_pad_k<__half><<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__half *)y, cp, nv);
+    else to_half_pad_k<__nv_bfloat16><<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, c, (__nv_bfloat16 *)y, cp, nv);
+    return TS_CU_LAUNCHED("fp32 to half, channels padded");
 }
 
 extern "C" int ts_cuk_from_half_slice(const void *x, int cp, float *y, int c, size_t nv, int fp16, void *stream)
 {
     const size_t n = nv * c;
     if (n == 0) return 0;
-    if (fp16) from_half_slice_k<__half><<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, cp, y, c, nv);
+    if (fp16) from_half_slice_k<__half><<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>((const __half *)x, cp, y, c, nv);
     else
         from_half_slice_k<__nv_bfloat16>
-            <<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, cp, y, c, nv);
-    return launched("half to fp32, padding channels dropped");
+            <<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>((const __nv_bfloat16 *)x, cp, y, c, nv);
+    return TS_CU_LAUNCHED("half to fp32, padding channels dropped");
 }
 
 extern "C" int ts_cuk_wpack_pad(const float *w, float *wp, int rows, int cols, int taps, int rp, int cp, void *stream)
 {
     const size_t n = (size_t)rp * cp * taps;
     if (n == 0) return 0;
-    wpack_pad_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, rp, cp);
-    return launched("weight pack, channels padded");
+    wpack_pad_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(w, wp, rows, cols, taps, rp, cp);
+    return TS_CU_LAUNCHED("weight pack, channels padded");
 }
 
 extern "C" int ts_cuk_wunpack_add_pad(const float *wp, float *w, int rows, int cols, int taps, int cp, void *stream)
 {
     const size_t n = (size_t)rows * cols * taps;
     if (n == 0) return 0;
-    wunpack_add_pad_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps, cp);
-    return launched("weight gradient unpack, padding channels dropped");
+    wunpack_add_pad_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(wp, w, rows, cols, taps, cp);
+    return TS_CU_LAUNCHED("weight gradient unpack, padding channels dropped");
 }
 
 // ---------------------------------------------------------------- ReLU
@@ -213,14 +201,14 @@ __global__ void relu_bwd_k(const float *y, const float *dy, float *dx, size_t n,
 extern "C" int ts_cuk_relu(const float *x, float *y, size_t n, float slope, void *stream)
 {
     if (n == 0) return 0;
-    relu_fwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, slope);
-    return launched("relu");
+    relu_fwd_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, slope);
+    return TS_CU_LAUNCHED("relu");
 }
 extern "C" int ts_cuk_relu_backward(const float *y, const float *dy, float *dx, size_t n, float slope, void *stream)
 {
     if (n == 0) return 0;
-    relu_bwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(y, dy, dx, n, slope);
-    return launched("relu backward");
+    relu_bwd_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(y, dy, dx, n, slope);
+    return TS_CU_LAUNCHED("relu backward");
 }
 __global__ void add_k(const float *x, float *y, size_t n)
 {
@@ -230,8 +218,8 @@ __global__ void add_k(const float *x, float *y, size_t n)
 extern "C" int ts_cuk_add(const float *x, float *y, size_t n, void *stream)
 {
     if (n == 0) return 0;
-    add_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, n);
-    return launched("add");
+    add_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, y, n);
+    return TS_CU_LAUNCHED("add");
 }
 
 // ---------------------------------------------------------------- max-pool (kernel = stride = k)
@@ -287,16 +275,16 @@ extern "C" int ts_cuk_maxpool(const float *x, float *y, uint8_t *idx, int N, int
 {
     const size_t n = (size_t)N * (D / k) * (H / k) * (W / k) * C;
     if (n == 0) return 0;
-    pool_fwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, y, idx, D, H, W, C, k, n);
-    return launched("max-pool");
+    pool_fwd_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, y, idx, D, H, W, C, k, n);
+    return TS_CU_LAUNCHED("max-pool");
 }
 extern "C" int ts_cuk_maxpool_backward(const float *dy, const uint8_t *idx, float *dx, int N, int D, int H, int W, int C,
                                        int k, void *stream)
 {
     const size_t n = (size_t)N * (D / k) * (H / k) * (W / k) * C;
     if (n == 0) return 0;
-    pool_bwd_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(dy, idx, dx, D, H, W, C, k, n);
-    return launched("max-pool backward");
+    pool_bwd_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(dy, idx, dx, D, H, W, C, k, n);
+    return TS_CU_LAUNCHED("max-pool backward");
 }
 
 // ---------------------------------------------------------------- the norms' passes
@@ -347,12 +335,12 @@ extern "C" int ts_cuk_chan_sums(int mode, const float *x, const float *dy, const
 {
     if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
         cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
-        return launched("channel sums (clear)");
+        return TS_CU_LAUNCHED("channel sums (clear)");
     if (N == 0 || S == 0 || C == 0) return 0;
     const dim3 grid((unsigned)((S + VOX - 1) / VOX), (unsigned)N);
     const unsigned threads = C < 256 ? (unsigned)((C + 31) / 32) * 32 : 256u;
     chan_sums_k<<<grid, threads, 0, (cudaStream_t)stream>>>(mode, x, dy, mask, slope, ctr, S, C, s1, s2);
-    return launched("channel sums");
+    return TS_CU_LAUNCHED("channel sums");
 }
 
 // y = act_of(x * scale[n][c] + shift[n][c], relu, slope)
@@ -369,8 +357,8 @@ extern "C" int ts_cuk_chan_affine(const float *x, const float *scale, const floa
 {
     const size_t n = (size_t)N * S * C;
     if (n == 0) return 0;
-    chan_affine_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, slope, y, n);
-    return launched("norm affine");
+    chan_affine_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, slope, y, n);
+    return TS_CU_LAUNCHED("norm affine");
 }
 
 // dx = dy' a + (x - ctr) b + k, per (n, c)
@@ -388,8 +376,8 @@ extern "C" int ts_cuk_norm_dx(const float *x, const float *dy, const float *mask
 {
     const size_t n = (size_t)N * S * C;
     if (n == 0) return 0;
-    norm_dx_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(x, dy, mask, slope, ctr, a, b, k, S, C, dx, n);
-    return launched("norm input gradient");
+    norm_dx_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(x, dy, mask, slope, ctr, a, b, k, S, C, dx, n);
+    return TS_CU_LAUNCHED("norm input gradient");
 }
 
 // ---------------------------------------------------------------- the tiled passes (TESSERA_CUDA_PASSES=tiled)
@@ -450,13 +438,13 @@ extern "C" int ts_cuk_chan_sums_tiled(int mode, const float *x, const float *dy,
     if (C > 256) return ts_cuk_chan_sums(mode, x, dy, mask, slope, ctr, N, S, C, s1, s2, stream);
     if (cudaMemsetAsync(s1, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess ||
         cudaMemsetAsync(s2, 0, sizeof(double) * N * C, (cudaStream_t)stream) != cudaSuccess)
-        return launched("channel sums (clear)");
+        return TS_CU_LAUNCHED("channel sums (clear)");
     if (N == 0 || S == 0 || C == 0) return 0;
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S, T / (unsigned)C, N), (unsigned)N);
     chan_sums_tiled_k<<<grid, T, 2 * T * sizeof(double), (cudaStream_t)stream>>>(mode, x, dy, mask, slope, ctr, S, C,
                                                                                   s1, s2);
-    return launched("channel sums (tiled)");
+    return TS_CU_LAUNCHED("channel sums (tiled)");
 }
 
 // y = act_of(x scale + shift), the expression of chan_affine_k
@@ -480,7 +468,7 @@ extern "C" int ts_cuk_chan_affine_tiled(const float *x, const float *scale, cons
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
     chan_affine_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, scale, shift, S, C, relu, slope, y);
-    return launched("norm affine (tiled)");
+    return TS_CU_LAUNCHED("norm affine (tiled)");
 }
 
 // dx = dy' a + (x - ctr) b + k, the expression of norm_dx_k
@@ -503,7 +491,7 @@ extern "C" int ts_cuk_norm_dx_tiled(const float *x, const float *dy, const float
     const unsigned T = row_threads(C);
     const dim3 grid(tiled_blocks(S * C, T, N), (unsigned)N);
     norm_dx_tiled_k<<<grid, T, 0, (cudaStream_t)stream>>>(x, dy, mask, slope, ctr, a, b, k, S, C, dx);
-    return launched("norm input gradient (tiled)");
+    return TS_CU_LAUNCHED("norm input gradient (tiled)");
 }
 
 // concatenation along the channels of rows rows: back 0: y[v] = [a[v] (ca), b[v] (cb)]; back 1: a[v], b[v] from
@@ -534,7 +522,7 @@ extern "C" int ts_cuk_concat(int back, float *y, float *a, float *b, int ca, int
         concat_k<float4><<<blocks, threads, 0, (cudaStream_t)stream>>>(back, (float4 *)y, (float4 *)a, (float4 *)b,
                                                                        ca / 4, cb / 4, rows);
     else concat_k<float><<<blocks, threads, 0, (cudaStream_t)stream>>>(back, y, a, b, ca, cb, rows);
-    return launched(back ? "concatenation backward (tiled)" : "concatenation (tiled)");
+    return TS_CU_LAUNCHED(back ? "concatenation backward (tiled)" : "concatenation (tiled)");
 }
 
 // ---------------------------------------------------------------- losses on logits [V][K], labels [V] (uint8)
@@ -558,20 +546,20 @@ __global__ void first_k(const uint8_t *y, size_t V, int t, unsigned long long *a
 extern "C" int ts_cuk_label_hist(const uint8_t *y, size_t V, unsigned long long *count, void *stream)
 {
     if (cudaMemsetAsync(count, 0, 256 * sizeof(unsigned long long), (cudaStream_t)stream) != cudaSuccess)
-        return launched("label histogram (clear)");
+        return TS_CU_LAUNCHED("label histogram (clear)");
     if (V == 0) return 0;
-    const unsigned b = blocks_for(V) < 1024 ? blocks_for(V) : 1024u;
+    const unsigned b = ts_cu_grid(V) < 1024 ? ts_cu_grid(V) : 1024u;
     hist_k<<<b, 256, 0, (cudaStream_t)stream>>>(y, V, count);
-    return launched("label histogram");
+    return TS_CU_LAUNCHED("label histogram");
 }
 extern "C" int ts_cuk_label_first(const uint8_t *y, size_t V, int t, unsigned long long *at, void *stream)
 {
     const unsigned long long big = ~0ull;
     if (cudaMemcpyAsync(at, &big, sizeof big, cudaMemcpyHostToDevice, (cudaStream_t)stream) != cudaSuccess)
-        return launched("label search (set)");
+        return TS_CU_LAUNCHED("label search (set)");
     if (V == 0) return 0;
-    first_k<<<blocks_for(V), 256, 0, (cudaStream_t)stream>>>(y, V, t, at);
-    return launched("label search");
+    first_k<<<ts_cu_grid(V), 256, 0, (cudaStream_t)stream>>>(y, V, t, at);
+    return TS_CU_LAUNCHED("label search");
 }
 
 __device__ float softmax_dev(const float *l, int K, float *p)
@@ -619,11 +607,11 @@ __global__ void ce_k(const float *l, const uint8_t *y, size_t V, int K, int ign,
 extern "C" int ts_cuk_ce(const float *l, const uint8_t *y, size_t V, int K, int ign, const float *w, float f, float *dl,
                          double *num, void *stream)
 {
-    if (cudaMemsetAsync(num, 0, sizeof(double), (cudaStream_t)stream) != cudaSuccess) return launched("ce (clear)");
+    if (cudaMemsetAsync(num, 0, sizeof(double), (cudaStream_t)stream) != cudaSuccess) return TS_CU_LAUNCHED("ce (clear)");
     if (V == 0) return 0;
-    const unsigned b = blocks_for(V) < 4096 ? blocks_for(V) : 4096;
+    const unsigned b = ts_cu_grid(V) < 4096 ? ts_cu_grid(V) : 4096;
     ce_k<<<b, 256, 0, (cudaStream_t)stream>>>(l, y, V, K, ign, w, f, dl, num);
-    return launched("cross-entropy");
+    return TS_CU_LAUNCHED("cross-entropy");
 }
 
 // dice sums per sample n (blockIdx.y) and class k: s[3k] += p[t] at k = t, s[3k+1] += p[k], s[3k+2] += 1 at k = t
@@ -658,11 +646,11 @@ extern "C" int ts_cuk_dice_sums(const float *l, const uint8_t *y, int N, size_t 
     const unsigned long long big = ~0ull;
     if (cudaMemsetAsync(s, 0, sizeof(double) * 3 * K * N, (cudaStream_t)stream) != cudaSuccess ||
         cudaMemcpyAsync(bad, &big, sizeof big, cudaMemcpyHostToDevice, (cudaStream_t)stream) != cudaSuccess)
-        return launched("dice sums (clear)");
+        return TS_CU_LAUNCHED("dice sums (clear)");
     if (N == 0 || S == 0) return 0;
-    const unsigned bx = blocks_for(S) < 1024 ? blocks_for(S) : 1024;
+    const unsigned bx = ts_cu_grid(S) < 1024 ? ts_cu_grid(S) : 1024;
     dice_sums_k<<<dim3(bx, (unsigned)N), 256, 3 * K * sizeof(double), (cudaStream_t)stream>>>(l, y, S, K, ign, s, bad);
-    return launched("dice sums");
+    return TS_CU_LAUNCHED("dice sums");
 }
 
 // dice gradient: dL/dp[v][k] = A[n][k] + (k == t) B[n][k]; dl += p (dp - <p, dp>)
@@ -685,8 +673,8 @@ extern "C" int ts_cuk_dice_grad(const float *l, const uint8_t *y, int N, size_t 
 {
     const size_t V = (size_t)N * S;
     if (V == 0) return 0;
-    dice_grad_k<<<blocks_for(V), 256, 0, (cudaStream_t)stream>>>(l, y, S, V, K, ign, AB, dl);
-    return launched("dice gradient");
+    dice_grad_k<<<ts_cu_grid(V), 256, 0, (cudaStream_t)stream>>>(l, y, S, V, K, ign, AB, dl);
+    return TS_CU_LAUNCHED("dice gradient");
 }
 
 // ------------------------------------ transposed convolutions with kernel = stride
@@ -732,8 +720,8 @@ extern "C" int ts_cuk_convt_scatter(const float *z, const float *bias, float *y,
 {
     const size_t n = (size_t)N * D * H * W * k * k * k * C;
     if (n == 0) return 0;
-    convt_scatter_k<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(z, bias, y, D, H, W, C, k, n);
-    return launched("transposed convolution scatter");
+    convt_scatter_k<<<ts_cu_grid(n), 256, 0, (cudaStream_t)stream>>>(z, bias, y, D, H, W, C, k, n);
+    return TS_CU_LAUNCHED("transposed convolution scatter");
 }
 
 extern "C" int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, int D, int H, int W, int C, int k,
@@ -742,10 +730,10 @@ extern "C" int ts_cuk_convt_gather(const float *dy, void *dz, int type, int N, i
     const size_t n = (size_t)N * D * H * W * k * k * k * C;
     if (n == 0) return 0;
     cudaStream_t s = (cudaStream_t)stream;
-    if (type == 1) convt_gather_k<__nv_bfloat16><<<blocks_for(n), 256, 0, s>>>(dy, (__nv_bfloat16 *)dz, D, H, W, C, k, n);
-    else if (type == 2) convt_gather_k<__half><<<blocks_for(n), 256, 0, s>>>(dy, (__half *)dz, D, H, W, C, k, n);
-    else convt_gather_k<float><<<blocks_for(n), 256, 0, s>>>(dy, (float *)dz, D, H, W, C, k, n);
-    return launched("transposed convolution gather");
+    if (type == 1) convt_gather_k<__nv_bfloat16><<<ts_cu_grid(n), 256, 0, s>>>(dy, (__nv_bfloat16 *)dz, D, H, W, C, k, n);
+    else if (type == 2) convt_gather_k<__half><<<ts_cu_grid(n), 256, 0, s>>>(dy, (__half *)dz, D, H, W, C, k, n);
+    else convt_gather_k<float><<<ts_cu_grid(n), 256, 0, s>>>(dy, (float *)dz, D, H, W, C, k, n);
+    return TS_CU_LAUNCHED("transposed convolution gather");
 }
 
 // ------------------------------------------ im2col for the weight gradient as a GEMM
@@ -778,9 +766,9 @@ extern "C" int ts_cuk_im2col(const float *x, void *col, int type, int D, int H, 
     if (n == 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
     if (type == 1)
-        im2col_k<__nv_bfloat16><<<blocks_for(n), 256, 0, st>>>(x, (__nv_bfloat16 *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+        im2col_k<__nv_bfloat16><<<ts_cu_grid(n), 256, 0, st>>>(x, (__nv_bfloat16 *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
     else if (type == 2)
-        im2col_k<__half><<<blocks_for(n), 256, 0, st>>>(x, (__half *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
-    else im2col_k<float><<<blocks_for(n), 256, 0, st>>>(x, (float *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
-    return launched("im2col");
+        im2col_k<__half><<<ts_cu_grid(n), 256, 0, st>>>(x, (__half *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+    else im2col_k<float><<<ts_cu_grid(n), 256, 0, st>>>(x, (float *)col, D, H, W, C, k, s, p, OD, OH, OW, m0, n);
+    return TS_CU_LAUNCHED("im2col");
 }

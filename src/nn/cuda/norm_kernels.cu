@@ -21,13 +21,7 @@ extern "C" {
 #include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
 }
-
-static int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return ts_err(TS_ERR_CUDA, __FILE__, __LINE__, "%s: %s", what, cudaGetErrorString(e));
-    return 0;
-}
+#include "src/core/cuda_launch.h"
 
 static unsigned blocks(size_t n) { return (unsigned)((n + 255) / 256 < 1 ? 1 : (n + 255) / 256); }
 
@@ -147,7 +141,7 @@ extern "C" int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G
         int err = sums(0, x, NULL, NULL, 0.0f, NULL, N, S, C, s1, s2, stream);
         if (err) return err;
         norm_centre_k<<<blocks(nc), 256, 0, st>>>(s1, N, C, G, count, ctr);
-        if ((err = launched("norm centres"))) return err;
+        if ((err = TS_CU_LAUNCHED("norm centres"))) return err;
         if ((err = sums(0, x, NULL, NULL, 0.0f, ctr, N, S, C, s1, s2, stream))) return err;
         norm_finish_k<<<blocks(ng), 256, 0, st>>>(s1, s2, ctr, N, C, G, count, eps, momentum, gamma, beta, rmean, rvar,
                                                   save_mean, save_invstd, scsh);
@@ -157,7 +151,7 @@ extern "C" int ts_cuk_norm_forward(const float *x, int N, size_t S, int C, int G
         norm_finish_k<<<blocks(ng), 256, 0, st>>>(NULL, NULL, NULL, N, C, G, 1.0, eps, momentum, gamma, beta, rmean,
                                                   rvar, save_mean, save_invstd, scsh);
     }
-    int err = launched("norm statistics");
+    int err = TS_CU_LAUNCHED("norm statistics");
     if (err) return err;
     return (tiled ? ts_cuk_chan_affine_tiled : ts_cuk_chan_affine)(x, scsh, scsh + nc, N, S, C, relu, slope, y, stream);
 }
@@ -173,13 +167,13 @@ extern "C" int ts_cuk_norm_backward(const float *x, const float *dy, const float
     cudaStream_t st = (cudaStream_t)stream;
     if (N < 1 || C < 1 || G < 1 || C % G || S < 1) return ts_err(TS_ERR_ARG, __FILE__, __LINE__, "norm backward on the GPU: N %d, S %zu, C %d, %d groups", N, S, C, G);
     norm_expand_k<<<blocks(nc), 256, 0, st>>>(save_mean, N, C, G, ctr);
-    int err = launched("norm backward centres");
+    int err = TS_CU_LAUNCHED("norm backward centres");
     if (err) return err;
     if ((err = (tiled ? ts_cuk_chan_sums_tiled : ts_cuk_chan_sums)(1, x, dy, mask, slope, ctr, N, S, C, s1, s2, stream)))
         return err;
     norm_coef_k<<<blocks((size_t)C + ng), 256, 0, st>>>(s1, s2, N, C, G, (double)S * (C / G), train, gamma, save_invstd,
                                                         dgamma, dbeta, dx ? abk : NULL);
-    if ((err = launched("norm backward coefficients")) || !dx) return err;
+    if ((err = TS_CU_LAUNCHED("norm backward coefficients")) || !dx) return err;
     return (tiled ? ts_cuk_norm_dx_tiled : ts_cuk_norm_dx)(x, dy, mask, slope, ctr, abk, abk + nc, abk + 2 * nc, N, S,
                                                            C, dx, stream);
 }
