@@ -26,7 +26,7 @@
 #      then the collectives' GPU test program (tests/coll/test_device);
 #   4. the model on the GPU engine (train.engine = cuda): `tessera model
 #      run` on the golden cases of tests/golden that the GPU engine runs
-#      (not the residual encoder) against PyTorch's logits, loss, gradients
+#      (every case: the residual encoder since 2026-12-06) against PyTorch's logits, loss, gradients
 #      and parameters after one step, fp32 with TF32 off (<= 1e-4 of each
 #      tensor's scale, tests/model/golden_compare); bf16 logits on the GPU
 #      against bf16 on this machine's CPU (<= 1e-2); 20 training steps on
@@ -230,7 +230,7 @@ else
     # golden cases, fp32, TF32 off, against PyTorch
     args=""
     while read -r name input mode; do
-        case "$name" in ''|'#'*|resenc*) continue ;; esac
+        case "$name" in ''|'#'*) continue ;; esac
         flag=--train-step
         [ "$mode" = eval ] && flag=--eval
         run "golden-$name" 60 "$mpiexec" -n 1 "$tessera" model run "$G/$name.ini" weights="$G/$name-weights.h5" \

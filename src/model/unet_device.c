@@ -21,7 +21,7 @@ static const char *unsupported(const ts_unet_cfg *u, int pp, int sp)
 {
     if (pp > 1) return "pipeline parallelism (parallel.pp > 1) runs on the CPU only so far";
     if (sp > 1) return "spatial parallelism (parallel.sp > 1) runs on the CPU only so far";
-    if (u->arch != TS_ARCH_UNET) return "model.arch = resenc runs on the CPU only so far";
+    (void)u; /* both architectures run there (the residual encoder since 2026-12-06) */
     return "";
 }
 

@@ -237,8 +237,14 @@ static int rblock_forward(ts_unet *m, const rblock *r, racts *x, const ts_tensor
     TS_TRY(ts_unet_cn_forward(m, &r->c1, &x->c1, in, 1, train, 0));
     TS_TRY(ts_unet_cn_forward(m, &r->c2, &x->c2, &x->c1.a, 0, train, 0));
     if (r->skip) TS_TRY(ts_unet_cn_forward(m, &r->sk, &x->sk, in, 0, train, 0));
+    const float slope = m->cfg.act == TS_ACT_LEAKY ? m->cfg.slope : 0.0f;
+    if (m->device) { /* the same sum and activation as two kernels (the same bits as the loop below) */
+        TIMED(m, TS_PROF_OTHER, ts_add_inplace(&x->c2.a, r->skip ? &x->sk.a : in));
+        TIMED(m, TS_PROF_OTHER, ts_relu_forward(&x->c2.a, slope, &x->c2.a));
+        return 0;
+    }
     const double t0 = ts_time_now();
-    const float *k = r->skip ? x->sk.a.data : in->data, slope = m->cfg.act == TS_ACT_LEAKY ? m->cfg.slope : 0.0f;
+    const float *k = r->skip ? x->sk.a.data : in->data;
     float *o = x->c2.a.data;
     const int64_t n = ts_tensor_numel(&x->c2.a);
 #pragma omp parallel for schedule(dynamic, 16384)
@@ -337,7 +343,9 @@ int ts_unet_forward_slot(ts_unet *m, int k, const ts_tensor *image, int train)
     for (int u = m->u0; u < m->u1; u++) {
         if (u > m->u0 && m->unit_hook) m->unit_hook(m->unit_ctx, u - 1, 0);
         if (u < 2 * L && resenc(m)) { /* residual encoder level l: stem and blocks but the last, or the last */
-            if (u == 0) TIMED(m, TS_PROF_OTHER, ts_tensor_to_channels_last(image, &s->x));
+            if (u == 0)
+                TIMED(m, TS_PROF_OTHER,
+                      m->device ? ts_unet_device_input(m, s, image) : ts_tensor_to_channels_last(image, &s->x));
             TS_TRY(resenc_forward(m, s, u / 2, u % 2, train));
         } else if (u < 2 * L) { /* enc l: pool the level above (or take the image) and conv 1, or conv 2 */
             const int l = u / 2, i = u % 2;

@@ -12,5 +12,5 @@ tests_model_test_optim_LDADD = $(TS_LIBS)
 TESTS += tests/model/test_optim
 tests_model_golden_compare_SOURCES = tests/model/golden_compare.c
 tests_model_golden_compare_LDADD = $(TS_LIBS)
-TESTS += tests/model/golden.sh tests/model/bad_input.sh
-EXTRA_DIST += tests/model/golden.sh tests/model/bad_input.sh tests/golden
+TESTS += tests/model/golden.sh tests/model/golden_gpu.sh tests/model/bad_input.sh
+EXTRA_DIST += tests/model/golden.sh tests/model/golden_gpu.sh tests/model/bad_input.sh tests/golden

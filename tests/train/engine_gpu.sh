@@ -5,8 +5,8 @@
 # one training step on train.engine = cuda gives the CPU's gradients, tensor
 # by tensor relative to each tensor's scale (tests/train/lib_grads.sh):
 # fp32 with TF32 off (1e-4), TF32 and bf16 (looser, as the products are
-# rounded), every norm with ReLU and leaky ReLU, 2 ranks data parallel on
-# the GPU engine, each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
+# rounded), every norm with ReLU and leaky ReLU, the residual encoder, 2
+# ranks data parallel on the GPU engine, each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
 # wrong run caught (tests/train/infer.sh compares tessera infer's GPU and
 # CPU predictions). Where no
 # GPU is visible every check skips, saying so (tests/train/engine.sh checks
@@ -119,9 +119,14 @@ grad_ref batch train.engine=cpu model.norm=batch model.sync_bn=true
 gpu_eq batch 1 1e-4 train.engine=cuda train.tf32=false
 gpu_eq batch 2 1e-4 train.engine=cuda train.tf32=false train.batch=1 # statistics over both replicas
 
+# the residual encoder (nnU-Net's ResEnc: instance norm, leaky ReLU, deep supervision: 4 levels), on 1 and 2 ranks
+grad_ref resenc train.engine=cpu model.arch=resenc model.norm=instance model.act=leaky_relu model.deep_supervision=true model.channels=4,8,16,32
+gpu_eq resenc 1 1e-4 train.engine=cuda train.tf32=false model.arch=resenc model.norm=instance model.act=leaky_relu \
+    model.deep_supervision=true
+gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false model.arch=resenc model.norm=instance model.act=leaky_relu \
+    model.deep_supervision=true train.batch=1
+
 # what the GPU engine does not run yet: refused on every rank, naming the reason
-ts_fails_on_all "train.engine = cuda with model.arch = resenc: refused on every rank" "model.arch = resenc runs on the CPU only" 2 \
-    train_run 2 resenc train.engine=cuda model.arch=resenc
 ts_fails_on_all "train.engine = cuda with parallel.sp = 2: refused on every rank" "spatial parallelism" 2 \
     train_run 2 sp train.engine=cuda parallel.sp=2
 
