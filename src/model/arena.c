@@ -225,11 +225,12 @@ int ts_arena_push(ts_arena *a)
     return copy_floats(a->dev_buffers, 1, a->buffers, a->nbuf);
 }
 
-int ts_arena_pull(ts_arena *a)
+int ts_arena_pull(ts_arena *a, size_t lo, size_t hi)
 {
     if (!a->dev_master) return 0;
-    TS_TRY(copy_floats(a->params, 0, a->dev_params, a->nparam));
-    for (int s = 0; s < a->nstate; s++) TS_TRY(copy_floats(a->state[s], 0, a->dev_state[s], a->nparam));
+    if (lo > hi || hi > a->nparam) return TS_ERR(TS_ERR_INTERNAL, "arena: pull of [%zu, %zu) of %zu", lo, hi, a->nparam);
+    TS_TRY(copy_floats(a->params + lo, 0, a->dev_params + lo, hi - lo));
+    for (int s = 0; s < a->nstate; s++) TS_TRY(copy_floats(a->state[s] + lo, 0, a->dev_state[s] + lo, hi - lo));
     return 0;
 }
 

@@ -117,9 +117,10 @@ int ts_arena_grads_to_host(ts_arena *a);
  * nstate), params, state and buffers copied up; idempotent. Errors: no
  * mirror, a sharded state, no device memory. */
 int ts_arena_device_master(ts_arena *a);
-/* Local. The device's params and state to the host (a no-op unless the
- * state is on the GPU). */
-int ts_arena_pull(ts_arena *a);
+/* Local. The device's params and state, floats [lo, hi) of their regions
+ * (a pipeline stage's own: ts_stepper_param_range), to the host (a no-op
+ * unless the state is on the GPU). */
+int ts_arena_pull(ts_arena *a, size_t lo, size_t hi);
 /* Local. The host's params, state (when on the GPU) and buffers to the
  * mirror (a no-op without one). */
 int ts_arena_push(ts_arena *a);

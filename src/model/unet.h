@@ -61,7 +61,7 @@ extern const ts_cfg_key ts_model_config_keys[];
 /* Local (opens the GPU where it picks one). Resolves u->engine for a run
  * of pp pipeline stages and sp spatial pieces on the rank with node-local
  * rank local_rank: AUTO becomes CUDA where a GPU is found and the run is
- * one the GPU engine runs (data parallel only, model.arch = unet), else
+ * one the GPU engine runs (no spatial split: sp = 1; pp is not limited), else
  * CPU; note (n bytes) says which GPU it took, or why a GPU that is there
  * stays idle ("" with no GPU: `tessera info` says why);
  * CUDA without a GPU or on such a run is TS_ERR_CONFIG naming

@@ -16,20 +16,20 @@ const char *ts_unet_engine_name(ts_engine e)
     return e == TS_ENGINE_CUDA ? "cuda" : e == TS_ENGINE_CPU ? "cpu" : "auto";
 }
 
-/* why the GPU engine does not run this layout ("" when it does) */
-static const char *unsupported(const ts_unet_cfg *u, int pp, int sp)
+/* why the GPU engine does not run this layout ("" when it does): both
+ * architectures and pipeline stages run there (the residual encoder and
+ * the pipeline since 2026-12-06), a spatial split does not */
+static const char *unsupported(int sp)
 {
-    if (pp > 1) return "pipeline parallelism (parallel.pp > 1) runs on the CPU only so far";
-    if (sp > 1) return "spatial parallelism (parallel.sp > 1) runs on the CPU only so far";
-    (void)u; /* both architectures run there (the residual encoder since 2026-12-06) */
-    return "";
+    return sp > 1 ? "spatial parallelism (parallel.sp > 1) runs on the CPU only so far" : "";
 }
 
 int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *note, size_t n)
 {
     if (n) note[0] = 0;
     if (u->engine == TS_ENGINE_CPU) return 0;
-    const char *why = ts_device_count() > 0 ? unsupported(u, pp, sp) : ts_device_absent_reason();
+    (void)pp;
+    const char *why = ts_device_count() > 0 ? unsupported(sp) : ts_device_absent_reason();
     if (why[0]) {
         if (u->engine == TS_ENGINE_CUDA) return TS_ERR(TS_ERR_CONFIG, "train.engine = cuda: %s", why);
         u->engine = TS_ENGINE_CPU;
@@ -45,12 +45,9 @@ int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *
 
 int ts_unet_device_check(const ts_unet *m)
 {
-    if (!m->device) return 0;
-    const char *why = unsupported(&m->cfg, 1, 1);
-    if (!why[0] && m->split_on) why = "a spatial split runs on the CPU only so far";
-    if (!why[0] && (m->u0 != 0 || m->u1 != ts_unet_units(m) || m->nslots != 1))
-        why = "a pipeline stage runs on the CPU only so far";
-    return why[0] ? TS_ERR(TS_ERR_UNSUPPORTED, "unet on the GPU: %s (train.engine = cpu runs it)", why) : 0;
+    if (!m->device || !m->split_on) return 0;
+    return TS_ERR(TS_ERR_UNSUPPORTED, "unet on the GPU: a spatial split runs on the CPU only so far (train.engine = cpu "
+                  "runs it)");
 }
 
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image)

@@ -199,8 +199,8 @@ void ts_unet_free_acts(ts_unet *m);
 
 /* ---- unet_device.c: the GPU engine's side of the model ---- */
 
-/* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (a split,
- * a pipeline stage, the residual encoder); 0 on the CPU engine */
+/* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (a
+ * spatial split); 0 on the CPU engine */
 int ts_unet_device_check(const ts_unet *m);
 /* slot s's image s->x (device) from image [N, C, D, H, W] (host), through hx */
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image);

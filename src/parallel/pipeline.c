@@ -14,9 +14,14 @@
  * the pipeline's own buffers, posted as soon as the previous backward has
  * copied its own out (or after the step's first forward), so a sending
  * stage's transfer never waits for the receiving stage to reach its
- * backward. */
+ * backward. On the GPU engine the model's tensors are in device memory,
+ * which MPI does not read (Debian's MPICH is not CUDA-aware): every message
+ * travels from and arrives in host memory, an activation through a host
+ * copy per slot and edge, copied up after it arrived and down before it
+ * leaves. */
 #include "tsbuild.h"
 #include "src/parallel/pipeline.h"
+#include "src/core/device.h"
 #include "src/core/error.h"
 #include "src/core/fault.h"
 #include "src/core/rng.h"
@@ -53,6 +58,8 @@ struct ts_pipeline {
     float *gbuf[MAX_EDGES];  /* per leaving edge: where its gradient is received */
     size_t gbuf_n[MAX_EDGES];
     int grad_mb;             /* the micro-batch `recvs` are posted for (-1: none) */
+    float **abuf;            /* the GPU engine: [slot * MAX_EDGES + edge] the host copy of an activation */
+    size_t *abuf_n;
     int cur;        /* the slot of the forward or backward running (for the unit hook) */
     int cur_mb;     /* its micro-batch */
     int hook_err;   /* a send the unit hook could not post */
@@ -95,7 +102,9 @@ int ts_pipeline_create(ts_unet *m, MPI_Comm comm, const int *first, ts_pipe_kind
     p->act_sends = TS_CALLOC((size_t)p->slots, sizeof *p->act_sends);
     p->act_recvs = TS_CALLOC((size_t)p->slots, sizeof *p->act_recvs);
     p->recv_mb = TS_CALLOC((size_t)p->slots, sizeof *p->recv_mb);
-    if (!p->act_sends || !p->act_recvs || !p->recv_mb) TS_FAIL(TS_ERR_NOMEM, "pipeline");
+    p->abuf = TS_CALLOC((size_t)p->slots * MAX_EDGES, sizeof *p->abuf);
+    p->abuf_n = TS_CALLOC((size_t)p->slots * MAX_EDGES, sizeof *p->abuf_n);
+    if (!p->act_sends || !p->act_recvs || !p->recv_mb || !p->abuf || !p->abuf_n) TS_FAIL(TS_ERR_NOMEM, "pipeline");
     for (int k = 0; k < p->slots; k++) p->recv_mb[k] = -1;
     p->grad_mb = -1;
     TS_MPI(MPI_Comm_dup(comm, &p->comm));
@@ -136,6 +145,9 @@ void ts_pipeline_destroy(ts_pipeline **pp)
     free(p->act_sends);
     free(p->act_recvs);
     free(p->recv_mb);
+    for (size_t i = 0; p->abuf && i < (size_t)p->slots * MAX_EDGES; i++) free(p->abuf[i]);
+    free(p->abuf);
+    free(p->abuf_n);
     for (int i = 0; i < MAX_EDGES; i++) {
         free(p->gbuf[i]);
         free(p->sbuf[0][i]);
@@ -154,6 +166,50 @@ const ts_pipeline_stats *ts_pipeline_get_stats(const ts_pipeline *p) { return &p
 
 static size_t floats(const ts_tensor *t) { return (size_t)ts_tensor_numel(t); }
 
+/* *b holds at least n floats (*bn of them), reallocated when n differs */
+static int host_buf(float **b, size_t *bn, size_t n)
+{
+    if (*bn == n) return 0;
+    free(*b);
+    *bn = 0;
+    *b = TS_MALLOC((n ? n : 1) * sizeof(float));
+    if (!*b) return TS_ERR(TS_ERR_NOMEM, "pipeline message buffer of %zu floats", n);
+    *bn = n;
+    return 0;
+}
+
+/* a tensor's values to the host floats dst, or back (on the GPU engine a copy between the memories) */
+static int to_host(float *dst, const ts_tensor *src)
+{
+    if (!src->device) {
+        memcpy(dst, src->data, floats(src) * sizeof(float));
+        return 0;
+    }
+    ts_tensor h = ts_tensor_view(dst, TS_FLOAT32, src->ndim, src->shape);
+    return ts_tensor_transfer(&h, src);
+}
+static int from_host(ts_tensor *dst, float *src)
+{
+    if (!dst->device) {
+        memcpy(dst->data, src, floats(dst) * sizeof(float));
+        return 0;
+    }
+    ts_tensor h = ts_tensor_view(src, TS_FLOAT32, dst->ndim, dst->shape);
+    return ts_tensor_transfer(dst, &h);
+}
+
+/* where edge i's activation of slot k travels from or arrives: the tensor
+ * itself, or on the GPU engine its host copy */
+static int act_host(ts_pipeline *p, int k, int i, const ts_tensor *a, float **where)
+{
+    *where = a->data;
+    if (!a->device) return 0;
+    const size_t j = (size_t)k * MAX_EDGES + (size_t)i;
+    TS_TRY(host_buf(&p->abuf[j], &p->abuf_n[j], floats(a)));
+    *where = p->abuf[j];
+    return 0;
+}
+
 /* posts the receives of the activations entering the stage for micro-batch mb into its slot */
 static int post_act_recvs(ts_pipeline *p, int mb)
 {
@@ -162,10 +218,28 @@ static int post_act_recvs(ts_pipeline *p, int mb)
         const pedge *q = &p->pe[i];
         if (!q->incoming || !q->act_msg) continue;
         ts_tensor *a, *g;
+        float *h;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        TS_TRY(ts_pipe_irecv(&p->act_recvs[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm));
+        TS_TRY(act_host(p, k, i, a, &h));
+        TS_TRY(ts_pipe_irecv(&p->act_recvs[k], h, floats(a), q->peer, 2 * q->tag, p->comm));
     }
     p->recv_mb[k] = mb;
+    return 0;
+}
+
+/* on the GPU engine: the activations that arrived for slot k, up to the device */
+static int act_arrived(ts_pipeline *p, int k)
+{
+    for (int i = 0; i < p->npe; i++) {
+        const pedge *q = &p->pe[i];
+        if (!q->incoming || !q->act_msg) continue;
+        ts_tensor *a, *g;
+        float *h;
+        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        if (!a->device) continue;
+        TS_TRY(act_host(p, k, i, a, &h));
+        TS_TRY(from_host(a, h));
+    }
     return 0;
 }
 
@@ -175,14 +249,8 @@ static int post_act_recvs(ts_pipeline *p, int mb)
 static int send_grad(ts_pipeline *p, int i, const ts_tensor *g, const pedge *q)
 {
     const int j = p->cur_mb % 2;
-    if (p->sbuf_n[j][i] != floats(g)) {
-        free(p->sbuf[j][i]);
-        p->sbuf_n[j][i] = 0;
-        p->sbuf[j][i] = TS_MALLOC(floats(g) * sizeof(float));
-        if (!p->sbuf[j][i]) return TS_ERR(TS_ERR_NOMEM, "pipeline gradient buffer of %zu floats", floats(g));
-        p->sbuf_n[j][i] = floats(g);
-    }
-    memcpy(p->sbuf[j][i], g->data, floats(g) * sizeof(float));
+    TS_TRY(host_buf(&p->sbuf[j][i], &p->sbuf_n[j][i], floats(g)));
+    TS_TRY(to_host(p->sbuf[j][i], g));
     return ts_pipe_isend(&p->grad_sends[j], p->sbuf[j][i], floats(g), q->peer, 2 * q->tag + 1, p->comm);
 }
 
@@ -198,8 +266,11 @@ static void unit_done(void *ctx, int unit, int backward)
         const pedge *q = &p->pe[i];
         ts_tensor *a, *g;
         if (!backward && !q->incoming && q->act_msg && q->e.producer == unit) {
+            float *h = NULL;
             p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
-            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->act_sends[k], a->data, floats(a), q->peer, 2 * q->tag, p->comm);
+            if (!p->hook_err) p->hook_err = act_host(p, k, i, a, &h);
+            if (!p->hook_err && a->device) p->hook_err = to_host(h, a); /* (the slot's last send has left) */
+            if (!p->hook_err) p->hook_err = ts_pipe_isend(&p->act_sends[k], h, floats(a), q->peer, 2 * q->tag, p->comm);
         }
         if (backward && q->incoming && q->e.consumer == unit) {
             p->hook_err = ts_unet_edge_tensors(p->m, k, &q->e, &a, &g);
@@ -225,6 +296,7 @@ static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_
     const double w0 = p->act_recvs[k].wait_s;
     TS_TRY(ts_pipe_wait(&p->act_recvs[k]));
     p->recv_mb[k] = -1;
+    TS_TRY(act_arrived(p, k));
     p->st.wait_s += p->act_recvs[k].wait_s - w0;
     const double t0 = ts_time_now();
     p->cur = k;
@@ -249,13 +321,7 @@ static int post_grad_recvs(ts_pipeline *p, int mb)
         if (q->incoming) continue;
         ts_tensor *a, *g;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        if (p->gbuf_n[i] != floats(g)) {
-            free(p->gbuf[i]);
-            p->gbuf_n[i] = 0;
-            p->gbuf[i] = TS_MALLOC(floats(g) * sizeof(float));
-            if (!p->gbuf[i]) return TS_ERR(TS_ERR_NOMEM, "pipeline gradient buffer of %zu floats", floats(g));
-            p->gbuf_n[i] = floats(g);
-        }
+        TS_TRY(host_buf(&p->gbuf[i], &p->gbuf_n[i], floats(g)));
         TS_TRY(ts_pipe_irecv(&p->recvs, p->gbuf[i], floats(g), q->peer, 2 * q->tag + 1, p->comm));
     }
     p->grad_mb = mb;
@@ -280,7 +346,7 @@ static int backward_one(ts_pipeline *p, int mb, int next)
         if (q->incoming) continue;
         ts_tensor *a, *g;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        memcpy(g->data, p->gbuf[i], floats(g) * sizeof(float));
+        TS_TRY(from_host(g, p->gbuf[i]));
     }
     if (next >= 0) TS_TRY(post_grad_recvs(p, next));
     const double t0 = ts_time_now();
@@ -378,12 +444,20 @@ int ts_pipeline_forward(ts_pipeline *p, const ts_tensor *x, const ts_tensor **lo
 
 /* ------------------------------------------------------------ the cut */
 
-static void fill_random(ts_tensor *t, ts_rng *r)
+/* normal values into t (on the GPU engine through a host copy) */
+static int fill_random(ts_tensor *t, ts_rng *r)
 {
-    if (!t || !t->data) return;
-    if (t->dtype == TS_UINT8) return;
-    float *x = t->data;
-    for (int64_t i = 0; i < ts_tensor_numel(t); i++) x[i] = (float)ts_rng_normal(r);
+    if (!t || !t->data || t->dtype == TS_UINT8) return 0;
+    const size_t n = floats(t);
+    float *x = t->device ? TS_MALLOC((n ? n : 1) * sizeof(float)) : t->data;
+    if (!x) return TS_ERR(TS_ERR_NOMEM, "pipeline timing pass: %zu floats", n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)ts_rng_normal(r);
+    int err = 0;
+    if (t->device) {
+        err = from_host(t, x);
+        free(x);
+    }
+    return err;
 }
 
 int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box[3], double *cost)
@@ -407,7 +481,7 @@ int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box
     }
     if (!lerr) lerr = ts_tensor_alloc(&lab, TS_UINT8, 4, (const int64_t[]){batch, box[0], box[1], box[2]});
     TS_CHECK(ts_err_agree(world, lerr));
-    fill_random(&img, &r);
+    (void)fill_random(&img, &r); /* a host tensor */
     for (int64_t i = 0; i < ts_tensor_numel(&lab); i++) ((uint8_t *)lab.data)[i] = (uint8_t)ts_rng_below(&r, (uint64_t)c->classes);
     for (int u = 0; u < U; u++) {
         lerr = ts_unet_set_stage(m, u, u + 1, 1);
@@ -419,11 +493,11 @@ int ts_pipeline_measure(ts_unet *m, MPI_Comm world, int batch, const int64_t box
                 ts_tensor *a, *g;
                 if (e[i].consumer == u && e[i].producer != u) {
                     TS_CHECK(ts_unet_edge_tensors(m, 0, &e[i], &a, &g));
-                    fill_random(a, &r);
+                    TS_CHECK(fill_random(a, &r));
                 }
                 if (e[i].producer == u && e[i].consumer != u) {
                     TS_CHECK(ts_unet_edge_tensors(m, 0, &e[i], &a, &g));
-                    fill_random(g, &r);
+                    TS_CHECK(fill_random(g, &r));
                 }
             }
             const double t0 = ts_time_now();

@@ -524,7 +524,11 @@ int ts_stepper_apply(ts_stepper *s)
         return err;
     }
     if (s->pipe && s->opt->cfg.clip_norm > 0) { /* the norm of every stage's gradients */
-        norm = ts_optim_sumsq(s->arena, s->off0, s->off1);
+        err = ts_optim_grad_sumsq(s->arena, s->off0, s->off1, &norm); /* (where they are) */
+        if (err) {
+            ts_perf_end(s->perf, TS_PH_OPTIM);
+            return err;
+        }
         int mrc = TS_WATCHED("gradient norm over the stages", MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, s->pp_comm));
         if (mrc != MPI_SUCCESS) {
             ts_perf_end(s->perf, TS_PH_OPTIM);
@@ -552,7 +556,6 @@ int ts_stepper_set_device(ts_stepper *s, char *why, size_t n)
     ts_arena *a = s->arena;
     const char *no = !a->dev_base ? "the model is not on the GPU (train.engine = cpu)"
                      : s->zero ? "a sharded optimizer state (parallel.zero = 1) is stepped on the host"
-                     : s->pipe ? "a pipeline stage runs on the CPU"
                      : s->compress.cfg.kind != TS_COMPRESS_NONE ? "gradient compression (parallel.compress) runs on the host"
                      : NULL;
     if (n) why[0] = 0;
@@ -577,7 +580,7 @@ int ts_stepper_set_device(ts_stepper *s, char *why, size_t n)
     TS_TRY(ts_arena_device_master(a));
     ts_dp_destroy(&s->dp);
     const size_t bf = (size_t)(s->bucket_mb * 1e6 / sizeof(float));
-    TS_TRY(ts_dp_create(s->coll, a->dev_grads, a->nparam, bf ? bf : 16, &s->dp));
+    TS_TRY(ts_dp_create(s->coll, a->dev_grads + s->off0, s->off1 - s->off0, bf ? bf : 16, &s->dp));
     return 1;
 }
 
@@ -619,7 +622,7 @@ int ts_stepper_average_params(ts_stepper *s, ts_coll *replicas)
     size_t lo, hi;
     ts_stepper_param_range(s, &lo, &hi);
     ts_perf_begin(s->perf, TS_PH_PARAM_AVG);
-    int err = ts_arena_pull(a); /* a state on the GPU: averaged on the host, then up again */
+    int err = ts_arena_pull(a, lo, hi); /* a state on the GPU: averaged on the host, then up again */
     if (!err && hi > lo) {
         err = ts_coll_allreduce(replicas, TS_IN_PLACE, a->params + lo, hi - lo, TS_FLOAT32, TS_OP_AVG);
         for (int k = 0; !err && k < a->nstate; k++)

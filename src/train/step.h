@@ -109,8 +109,8 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
  * kernels), the optimizer, the clipping, the micro-batch and loss-scale
  * division and the finiteness check run on the GPU. Returns 1 when it is
  * set; 0 with the reason in why (n bytes) when this stepper keeps the
- * host's master copy: the model is on the CPU, a sharded state, a
- * pipeline, compression, or a group whose device collectives fail here
+ * host's master copy: the model is on the CPU, a sharded state,
+ * compression, or a group whose device collectives fail here
  * (NCCL with two ranks on one GPU; agreed, so every rank keeps the host's);
  * < 0 an error. A checkpoint reads the host's copy after ts_arena_pull. */
 int ts_stepper_set_device(ts_stepper *s, char *why, size_t n);

@@ -538,7 +538,11 @@ int ts_train_run(const ts_config *cfg, MPI_Comm world, const char *name, volatil
         TS_CHECK(TS_CTX(err, "training step %lld (rank %d)", (long long)t.step + 1, t.L->grid->rank));
         ts_watchdog_set_timeout(lc.fault_timeout);
         t.step++;
-        if (t.edir[0]) TS_CHECK(ts_arena_pull(t.arena)); /* the state on the GPU: the emergency state reads the host's */
+        if (t.edir[0]) { /* the state on the GPU: the emergency state reads the host's copy of this rank's range */
+            size_t lo, hi;
+            ts_stepper_param_range(t.stepper, &lo, &hi);
+            TS_CHECK(ts_arena_pull(t.arena, lo, hi));
+        }
         ts_emergency_commit(t.step, t.opt.step, t.loader ? ts_loader_position(t.loader) : 0,
                             t.ls.dynamic ? t.ls.scale : 0, t.ls.good);
         if (t.lost_at > 0) { /* the first step after a lost peer */

@@ -121,8 +121,12 @@ int ts_trainer_save_ckpt(trainer *t)
     ts_perf_begin(t->perf, TS_PH_CKPT);
     TS_CHECK(ts_gradpath_sync(t->gp, t->step)); /* one model on every replica */
     TS_CHECK(ts_trainer_sync_buffers(t));
+    { /* the state on the GPU: the host's copy of this rank's range, before the stages are gathered */
+        size_t lo, hi;
+        ts_stepper_param_range(t->stepper, &lo, &hi);
+        TS_CHECK(ts_err_agree(t->L->grid->world, ts_arena_pull(t->arena, lo, hi)));
+    }
     TS_CHECK(gather_stages(t));
-    TS_CHECK(ts_err_agree(t->L->grid->world, ts_arena_pull(t->arena))); /* the state on the GPU: its copy on the host */
     {
         /* never a checkpoint from non-finite parameters (it would rotate good ones out) */
         int bad = !params_finite(t->arena);

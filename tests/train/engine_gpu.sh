@@ -6,7 +6,8 @@
 # by tensor relative to each tensor's scale (tests/train/lib_grads.sh):
 # fp32 with TF32 off (1e-4), TF32 and bf16 (looser, as the products are
 # rounded), every norm with ReLU and leaky ReLU, the residual encoder, 2
-# ranks data parallel on the GPU engine, each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
+# ranks data parallel on the GPU engine, pipelines (1F1B, GPipe, with data
+# parallelism, the residual encoder), each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
 # wrong run caught (tests/train/infer.sh compares tessera infer's GPU and
 # CPU predictions). Where no
 # GPU is visible every check skips, saying so (tests/train/engine.sh checks
@@ -125,6 +126,14 @@ gpu_eq resenc 1 1e-4 train.engine=cuda train.tf32=false model.arch=resenc model.
     model.deep_supervision=true
 gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false model.arch=resenc model.norm=instance model.act=leaky_relu \
     model.deep_supervision=true train.batch=1
+
+# pipelines on the GPU engine (activations through host copies between the stages): 1F1B and GPipe on 2
+# ranks, data parallel x pipeline on 4, the residual encoder cut in two; each = the CPU's one rank
+gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.microbatches=2 train.batch=1
+gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.microbatches=2 train.batch=1 \
+    parallel.schedule=gpipe
+gpu_eq fp32 4 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.schedule=gpipe train.batch=1
+gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.microbatches=2 train.batch=1
 
 # what the GPU engine does not run yet: refused on every rank, naming the reason
 ts_fails_on_all "train.engine = cuda with parallel.sp = 2: refused on every rank" "spatial parallelism" 2 \

@@ -14,7 +14,7 @@
 # momentum, AdamW with weight decay, clipping and accumulation, fp16 with
 # an injected overflow, an injected NaN, 2 ranks (faked nodes of one rank:
 # NCCL communicators of one and the host-staged step between them), local
-# SGD, a resume from a checkpoint, and a rank lost with the emergency state
+# SGD, a pipeline of two stages, a resume from a checkpoint, and a rank lost with the emergency state
 # written from the GPU's copy. Where no GPU is visible every check skips.
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 ts_use_gpus # the checks below run where a GPU is visible (tests/mpi/lib.sh)
@@ -30,7 +30,7 @@ if [ -z "$TS_PY" ]; then
 fi
 ngpu=$(ts_mpirun 1 "$TESSERA" info 2>&1 | grep -c '^GPU [0-9]*:')
 ts_synth 4 16 3 1
-ts_ini s.ini train.engine=cuda train.tf32=false ckpt.every=6
+ts_ini s.ini train.engine=cuda train.tf32=false ckpt.every=6 ckpt.emergency=false # (the checkpoint alone pulls the state)
 ts_step "initial weights" ts_mpirun 1 "$TESSERA" model init "$ini" --out "$d/init.h5"
 
 # pair NAME NP ARGS...: the run on the host's master copy (h-NAME) and on the GPU's (g-NAME)
@@ -88,6 +88,10 @@ ts_check "... the run said its state is on the GPU" on_gpu
 same_state h-dp2 g-dp2
 pair local 2 train.batch=1 parallel.local_steps=2
 same_state h-local g-local
+# a pipeline of 2 stages (each steps its own range; clipping over both stages' norms)
+pair pipe 2 parallel.pp=2 parallel.microbatches=2 train.batch=1 train.optimizer=adamw train.lr=0.003 train.clip_norm=0.5
+ts_check "... the run said its state is on the GPU" on_gpu
+same_state h-pipe g-pipe 1e-6
 unset TESSERA_RANKS_PER_NODE
 export TESSERA_CUDA_STATE=device
 if [ "$ngpu" -eq 1 ]; then
