@@ -46,8 +46,9 @@ static void help(void)
 {
     printf("usage: mpiexec.mpich -n N tessera train CONFIG [section.key=value ...]\n"
            "       srun tessera train CONFIG [section.key=value ...]\n\n"
-           "Runs on the CPU, or with train.engine = cuda on GPUs (data parallel, model.arch = unet;\n"
-           "checked on an H200, not yet fast: docs/gpu.md). There the host keeps the master copy of the\n"
+           "Runs on the CPU, or with train.engine = cuda on GPUs (the plain UNet3D data parallel checked on\n"
+           "an H200, not yet fast; the residual encoder and pipelines checked under the CPU's CUDA emulator\n"
+           "only; no spatial split: docs/gpu.md). There the host keeps the master copy of the\n"
            "parameters and optimizer state; TESSERA_CUDA_STATE=device keeps them, the gradients and their\n"
            "reduction on the GPU (written without a GPU and checked under the CPU's CUDA emulator only).\n"
            "Trains the config's 3D U-Net on a grid of parallel.dp data-parallel replicas x parallel.pp\n"
