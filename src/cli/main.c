@@ -38,9 +38,10 @@ static const char *const not_yet =
     "  train.engine = cuda (train, bench step, model run; the plain UNet3D, data parallel) ran\n"
     "  on an H200 on 2026-12-04 and matched PyTorch and the CPU (jobs/gpu/check.sh), at a\n"
     "  fraction of PyTorch's speed (7 against 93-99 samples/s, docs/gpu.md). tessera infer's\n"
-    "  forwards on the GPU (the same engine), the residual encoder and pipelines on the GPU and\n"
-    "  the state on the GPU (TESSERA_CUDA_STATE=device) are written and checked under the CPU's\n"
-    "  CUDA emulator, not yet run on a GPU; spatial parallelism runs on the CPU only";
+    "  forwards on the GPU (the same engine), the residual encoder, pipelines and spatial splits\n"
+    "  on the GPU and the state on the GPU (TESSERA_CUDA_STATE=device) are written and checked under\n"
+    "  the CPU's CUDA emulator, not yet run on a GPU; the residual encoder on a spatial split runs\n"
+    "  on the CPU only";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

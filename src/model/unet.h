@@ -61,7 +61,7 @@ extern const ts_cfg_key ts_model_config_keys[];
 /* Local (opens the GPU where it picks one). Resolves u->engine for a run
  * of pp pipeline stages and sp spatial pieces on the rank with node-local
  * rank local_rank: AUTO becomes CUDA where a GPU is found and the run is
- * one the GPU engine runs (no spatial split: sp = 1; pp is not limited), else
+ * one the GPU engine runs (not the residual encoder on a split, sp > 1), else
  * CPU; note (n bytes) says which GPU it took, or why a GPU that is there
  * stays idle ("" with no GPU: `tessera info` says why);
  * CUDA without a GPU or on such a run is TS_ERR_CONFIG naming
@@ -279,6 +279,10 @@ struct ts_unet_split {
     int nbr[3][2]; /* 1 where a neighbour holds the next box along dim d, lower (0) / upper (1) side */
     int (*halo_start)(void *ctx, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
                       const ts_halo *h);
+    /* the same for a box packed already (the GPU engine: ts_halo_pack on the device, copied down), C channels
+     * in ts_halo_send_floats's layout for the offsets of send_mask */
+    int (*halo_start_packed)(void *ctx, const float *packed, int C, int N, const int64_t dhw[3], const ts_halo *h);
+    unsigned send_mask;
     void (*halo_progress)(void *ctx);
     int (*halo_wait)(void *ctx);
     ts_nn_sync_fn reduce; /* sum or max over the group, same order on every rank (src/nn/layers.h) */

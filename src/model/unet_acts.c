@@ -106,6 +106,8 @@ void ts_unet_free_acts(ts_unet *m)
     ts_tensor_free(&m->hx);
     ts_tensor_free(&m->hlab);
     ts_tensor_free(&m->hlogits);
+    ts_tensor_free(&m->dpack);
+    ts_tensor_free(&m->hpack);
     m->halo_bytes = 0;
     m->n = 0;
 }

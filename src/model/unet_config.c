@@ -43,9 +43,10 @@ const ts_cfg_key ts_model_config_keys[] = {
      "where the CPU has it, else emulated); fp16 (rounded to IEEE half, fp32 arithmetic: fp16 numerics, not speed; "
      "with dynamic loss scaling in training). Sums, weights, norms, loss and optimizer stay fp32"},
     {"train.engine", TS_CFG_ENUM, "auto", "auto|cpu|cuda", "where the layers run: cpu; cuda (cuDNN/cuBLAS on this "
-     "rank's GPU, local rank % GPUs; no spatial split so far; the plain UNet3D data parallel equal to the CPU on "
-     "an H200 on 2026-12-04, at a fraction of PyTorch's speed; the residual encoder and pipelines checked under the "
-     "CPU's CUDA emulator only: docs/gpu.md); auto: cuda where a GPU is found and the run is one it runs, else cpu"},
+     "rank's GPU, local rank % GPUs; not the residual encoder on a spatial split so far; the plain UNet3D data "
+     "parallel equal to the CPU on an H200 on 2026-12-04, at a fraction of PyTorch's speed; the residual encoder, "
+     "pipelines and spatial splits checked under the CPU's CUDA emulator only: docs/gpu.md); auto: cuda where a GPU "
+     "is found and the run is one it runs, else cpu"},
     {"train.conv", TS_CFG_ENUM, "direct", "direct|winograd", "3x3x3 convolutions on the CPU with at least 16 "
      "input and 16 output channels (no spatial split): direct; winograd: fp32: their forward, input gradient and "
      "(48+ channels in and out, 256+ 2x2x2 tiles) weight gradient as Winograd F(2x2x2, 3x3x3) convolutions (64 "

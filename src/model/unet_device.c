@@ -17,11 +17,14 @@ const char *ts_unet_engine_name(ts_engine e)
 }
 
 /* why the GPU engine does not run this layout ("" when it does): both
- * architectures and pipeline stages run there (the residual encoder and
- * the pipeline since 2026-12-06), a spatial split does not */
-static const char *unsupported(int sp)
+ * architectures, pipeline stages and spatial splits run there (since
+ * 2026-12-06), but not the residual encoder on a split (its stride-2
+ * convolutions read their halo through host code) */
+static const char *unsupported(const ts_unet_cfg *u, int sp)
 {
-    return sp > 1 ? "spatial parallelism (parallel.sp > 1) runs on the CPU only so far" : "";
+    return sp > 1 && u->arch != TS_ARCH_UNET
+               ? "model.arch = resenc with a spatial split (parallel.sp > 1) runs on the CPU only so far"
+               : "";
 }
 
 int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *note, size_t n)
@@ -29,7 +32,7 @@ int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *
     if (n) note[0] = 0;
     if (u->engine == TS_ENGINE_CPU) return 0;
     (void)pp;
-    const char *why = ts_device_count() > 0 ? unsupported(sp) : ts_device_absent_reason();
+    const char *why = ts_device_count() > 0 ? unsupported(u, sp) : ts_device_absent_reason();
     if (why[0]) {
         if (u->engine == TS_ENGINE_CUDA) return TS_ERR(TS_ERR_CONFIG, "train.engine = cuda: %s", why);
         u->engine = TS_ENGINE_CPU;
@@ -45,9 +48,9 @@ int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *
 
 int ts_unet_device_check(const ts_unet *m)
 {
-    if (!m->device || !m->split_on) return 0;
-    return TS_ERR(TS_ERR_UNSUPPORTED, "unet on the GPU: a spatial split runs on the CPU only so far (train.engine = cpu "
-                  "runs it)");
+    if (!m->device || !m->split_on || m->cfg.arch == TS_ARCH_UNET) return 0;
+    return TS_ERR(TS_ERR_UNSUPPORTED, "unet on the GPU: the residual encoder on a spatial split runs on the CPU only so "
+                  "far (train.engine = cpu runs it)");
 }
 
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image)

@@ -33,11 +33,40 @@ void ts_unet_halo_progress(void *ctx)
     m->split.halo_progress(m->split.ctx);
 }
 
+/* t holds at least n floats (on the device or the host), reallocated when it does not */
+static int pack_buf(ts_tensor *t, int64_t n, int device)
+{
+    if (t->data && ts_tensor_numel(t) >= n) return 0;
+    ts_tensor_free(t);
+    const int64_t sh[1] = {n > 0 ? n : 1};
+    return device ? ts_tensor_alloc_device(t, TS_FLOAT32, 1, sh) : ts_tensor_alloc(t, TS_FLOAT32, 1, sh);
+}
+
+/* the GPU engine: [a, b]'s boundary packed on the device, copied down, the exchange started from the host copy */
+static int halo_start_device(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const int64_t dhw[3], const ts_halo *h)
+{
+    const int C = (int)a->shape[4] + (b ? (int)b->shape[4] : 0);
+    const int64_t n = ts_halo_send_floats(dhw, m->split.send_mask, a->shape[0], C);
+    TS_TRY(pack_buf(&m->dpack, n, 1));
+    TS_TRY(pack_buf(&m->hpack, n, 0));
+    TS_TRY(ts_halo_pack(a, b, m->split.send_mask, &m->dpack));
+    ts_tensor dv = ts_tensor_view(m->dpack.data, TS_FLOAT32, 1, (const int64_t[]){n}), hv = dv;
+    dv.device = 1;
+    hv.data = m->hpack.data;
+    TS_TRY(ts_tensor_transfer(&hv, &dv));
+    return m->split.halo_start_packed(m->split.ctx, m->hpack.data, C, (int)a->shape[0], dhw, h);
+}
+
 /* starts the exchange of [a, b]'s halo into h (split only) */
 int ts_unet_halo_start(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const ts_halo *h)
 {
     const double t0 = ts_time_now();
     const int64_t dhw[3] = {a->shape[1], a->shape[2], a->shape[3]};
+    if (a->device) {
+        int rc = halo_start_device(m, a, b, dhw, h);
+        m->prof[TS_PROF_HALO] += ts_time_now() - t0;
+        return rc;
+    }
     int rc = m->split.halo_start(m->split.ctx, a->data, (int)a->shape[4], b ? b->data : NULL, b ? (int)b->shape[4] : 0,
                                  (int)a->shape[0], dhw, h);
     m->prof[TS_PROF_HALO] += ts_time_now() - t0;

@@ -119,6 +119,7 @@ struct ts_unet {
     int folding;       /* the forward under way folds its batch norms (eval, batch norm, CPU) */
     int winograd;      /* ts_unet_set_winograd */
     ts_tensor hx, hlab, hlogits; /* its host staging: the channels-last image, downsampled labels, logits */
+    ts_tensor dpack, hpack;      /* a split on the GPU: a box's halo packed on the device, and its host copy */
     int *ready, nready; /* GPU engine: the arena entries whose gradients became final in this backward, in order */
 };
 
@@ -199,8 +200,8 @@ void ts_unet_free_acts(ts_unet *m);
 
 /* ---- unet_device.c: the GPU engine's side of the model ---- */
 
-/* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (a
- * spatial split); 0 on the CPU engine */
+/* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (the
+ * residual encoder on a spatial split); 0 on the CPU engine */
 int ts_unet_device_check(const ts_unet *m);
 /* slot s's image s->x (device) from image [N, C, D, H, W] (host), through hx */
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image);

@@ -9,7 +9,9 @@ noinst_HEADERS += src/nn/conv_impl.h src/nn/conv_tiles.h src/nn/conv_pairs.h src
 	src/nn/norm_impl.h src/nn/loss_impl.h src/nn/peak.h
 # the CUDA backend of the layers (cuDNN convolutions, device kernels): CUDA builds only
 if HAVE_CUDA
-libtessera_la_SOURCES += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cuda/conv_cudnn.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c src/nn/cuda/nn_kernels.cu src/nn/cuda/norm_kernels.cu
+libtessera_la_SOURCES += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cuda/conv_cudnn.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c src/nn/cuda/nn_kernels.cu src/nn/cuda/norm_kernels.cu \
+	src/nn/cuda/conv_split.c src/nn/cuda/halo_kernels.cu
 endif
-EXTRA_DIST += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cuda/conv_cudnn.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c src/nn/cuda/nn_kernels.cu src/nn/cuda/norm_kernels.cu
+EXTRA_DIST += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cuda/conv_cudnn.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c src/nn/cuda/nn_kernels.cu src/nn/cuda/norm_kernels.cu \
+	src/nn/cuda/conv_split.c src/nn/cuda/halo_kernels.cu
 noinst_HEADERS += src/nn/cuda/cuda_nn.h

@@ -383,6 +383,9 @@ int ts_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tens
 int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_conv_split *s,
                             ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_forward_split(x, NULL, w, b, s, y);
+#endif
     ts_conv_geom g;
     const ts_halo *h = s ? s->halo : NULL;
     TS_TRY(conv_shapes(x, w, b, 1, 1, y, "conv3d output", &g));
@@ -396,6 +399,9 @@ int ts_conv3d_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_ten
 int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
                                 const ts_conv_split *s, ts_tensor *y)
 {
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_conv3d_forward_split(a, b, w, bias, s, y);
+#endif
     ts_conv_geom g;
     ts_tensor x;
     const ts_halo *h = s ? s->halo : NULL;
@@ -411,6 +417,9 @@ int ts_conv3d_cat_forward_split(const ts_tensor *a, const ts_tensor *b, const ts
 int ts_conv3d_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_conv_split *xs, const ts_conv_split *dys,
                              const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
 {
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_backward_split(x, NULL, w, xs, dys, dy, dx, NULL, dw, db);
+#endif
     ts_conv_geom g;
     const ts_halo *hx = xs ? xs->halo : NULL, *hy = dys ? dys->halo : NULL;
     TS_TRY(conv_shapes(x, w, db, 1, 1, dy, "conv3d output gradient", &g));
@@ -428,6 +437,9 @@ int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const t
                                  const ts_conv_split *dys, const ts_tensor *dy, ts_tensor *da, ts_tensor *db,
                                  ts_tensor *dw, ts_tensor *dbias)
 {
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_conv3d_backward_split(a, b, w, xs, dys, dy, da, db, dw, dbias);
+#endif
     ts_conv_geom g;
     ts_tensor x;
     const ts_halo *hx = xs ? xs->halo : NULL, *hy = dys ? dys->halo : NULL;
@@ -443,4 +455,15 @@ int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const t
     const ts_conv_sched sch = sched_of(xs, dys, TS_CONV_ALL);
     return conv_backward(&g, (ts_conv_src){a->data, b->data, ca, hx}, w, dy, hy, &sch,
                          (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca, NULL}, dw, dbias);
+}
+
+int ts_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst)
+{
+#ifdef TS_HAVE_CUDA
+    if (a->device) return ts_cuda_halo_pack(a, b, mask, dst);
+#endif
+    (void)b;
+    (void)mask;
+    (void)dst;
+    return TS_ERR(TS_ERR_UNSUPPORTED, "halo pack: device tensors only (a host box is packed by the spatial exchange)");
 }

@@ -131,6 +131,26 @@ static inline int64_t ts_halo_face_floats(const int64_t dhw[3], const int on[3],
     return N * v * C;
 }
 
+/* What a box sends its neighbours in one exchange, packed: for each offset
+ * o = (o0, o1, o2) (each -1, 0 or 1) whose bit i = 9 (o0 + 1) + 3 (o1 + 1)
+ * + (o2 + 1) is set in mask, in increasing i, the box's layer towards o
+ * (all of a dim where o's entry is 0, else its first or last plane), N
+ * major, then D, H, W, then the channels of [a, b]. Floats of the whole
+ * message for a box of dhw with C channels and N samples. */
+static inline int64_t ts_halo_send_floats(const int64_t dhw[3], unsigned mask, int64_t N, int64_t C)
+{
+    int64_t t = 0;
+    for (int i = 0; i < 27; i++)
+        if (mask >> i & 1u)
+            t += (i / 9 == 1 ? dhw[0] : 1) * (i / 3 % 3 == 1 ? dhw[1] : 1) * (i % 3 == 1 ? dhw[2] : 1);
+    return t * N * C;
+}
+/* Local. Packs [a, b] (b NULL: a alone; device tensors, the GPU engine's
+ * exchange: a host box is packed by the spatial group's exchange itself,
+ * src/parallel/spatial.h) for the offsets of mask into dst, a device
+ * float32 tensor of at least ts_halo_send_floats floats, in that layout. */
+int ts_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst);
+
 /* Which output voxels a call computes, so that a caller can compute the
  * interior while the halo is in flight: TS_CONV_ALL; TS_CONV_INTERIOR, the
  * voxels whose 3x3x3 neighbourhood reads no face buffer (non-NULL face of

@@ -328,11 +328,19 @@ static void unpack(const ts_halo *h, int N, int C, const int64_t dhw[3], const i
             }
 }
 
-int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
-                          const ts_halo *h)
+unsigned ts_spatial_send_mask(const ts_spatial *s)
+{
+    unsigned m = 0;
+    for (int i = 0; i < NOFF; i++)
+        if (s->nbr[i] != MPI_PROC_NULL) m |= 1u << i;
+    return m;
+}
+
+/* the exchange of [a, b]'s boundary (packed NULL) or of a packed one (C channels) */
+static int halo_begin(ts_spatial *s, const float *a, int ca, const float *b, int cb, const float *packed, int C, int N,
+                      const int64_t dhw[3], const ts_halo *h)
 {
     if (s->active) return TS_ERR(TS_ERR_INTERNAL, "halo exchange started while another is in flight");
-    const int C = ca + (b ? cb : 0);
     const double t0 = ts_time_now();
     /* the faces must match the neighbours; slots without a sender stay zero */
     for (int d = 0; d < 3; d++) {
@@ -357,7 +365,12 @@ int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b,
         if (n > (size_t)0x7fffffff) return TS_ERR(TS_ERR_UNSUPPORTED, "halo message of %zu floats (above INT_MAX)", n);
         TS_TRY(ensure(&s->rbuf[i], &s->rcap[i], n));
         TS_TRY(ensure(&s->sbuf[i], &s->scap[i], n));
-        pack(a, ca, b, b ? cb : 0, N, dhw, o, s->sbuf[i]);
+        if (packed) { /* the regions follow one another in offset order */
+            memcpy(s->sbuf[i], packed, n * sizeof(float));
+            packed += n;
+        } else {
+            pack(a, ca, b, b ? cb : 0, N, dhw, o, s->sbuf[i]);
+        }
     }
     /* then the messages; from the first one on, the exchange counts as in
      * flight, so that wait (or destroy) completes whatever was posted */
@@ -394,6 +407,18 @@ int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b,
     s->t_start = ts_time_now();
     s->st.exposed_s += s->t_start - t0; /* packing is on the caller's path */
     return 0;
+}
+
+int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
+                          const ts_halo *h)
+{
+    return halo_begin(s, a, ca, b, cb, NULL, ca + (b ? cb : 0), N, dhw, h);
+}
+
+int ts_spatial_halo_start_packed(ts_spatial *s, const float *packed, int C, int N, const int64_t dhw[3],
+                                 const ts_halo *h)
+{
+    return halo_begin(s, NULL, 0, NULL, 0, packed, C, N, dhw, h);
 }
 
 void ts_spatial_halo_progress(ts_spatial *s)

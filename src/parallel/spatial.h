@@ -68,6 +68,17 @@ int ts_spatial_box(const ts_spatial *s, const int64_t dhw[3], int64_t lo[3], int
  * untouched until ts_spatial_halo_wait returns. One exchange at a time. */
 int ts_spatial_halo_start(ts_spatial *s, const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3],
                           const ts_halo *h);
+/* Collective among neighbours, as ts_spatial_halo_start, for a box whose
+ * boundary voxels are packed already (the GPU engine packs them on the
+ * device and copies them down): packed holds what this rank sends, C
+ * channels, in ts_halo_send_floats's layout for ts_spatial_send_mask's
+ * offsets (src/nn/layers.h); it must stay untouched until
+ * ts_spatial_halo_wait returns. */
+int ts_spatial_halo_start_packed(ts_spatial *s, const float *packed, int C, int N, const int64_t dhw[3],
+                                 const ts_halo *h);
+/* Local. Bit i set where this rank has a neighbour at offset i (i = 9 (o0 +
+ * 1) + 3 (o1 + 1) + (o2 + 1)): the offsets a packed box holds. */
+unsigned ts_spatial_send_mask(const ts_spatial *s);
 /* Local. Progresses the exchange in flight (MPI_Testall); cheap; for the
  * progress hook of the convolutions. */
 void ts_spatial_halo_progress(ts_spatial *s);

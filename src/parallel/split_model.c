@@ -14,6 +14,10 @@ static int sp_halo_start(void *ctx, const float *a, int ca, const float *b, int 
 {
     return ts_spatial_halo_start(ctx, a, ca, b, cb, N, dhw, h);
 }
+static int sp_halo_start_packed(void *ctx, const float *packed, int C, int N, const int64_t dhw[3], const ts_halo *h)
+{
+    return ts_spatial_halo_start_packed(ctx, packed, C, N, dhw, h);
+}
 static void sp_halo_progress(void *ctx) { ts_spatial_halo_progress(ctx); }
 static int sp_halo_wait(void *ctx) { return ts_spatial_halo_wait(ctx); }
 static int sp_reduce(void *ctx, double *buf, int n, int op) { return ts_spatial_reduce(ctx, buf, n, op == TS_SYNC_MAX); }
@@ -30,6 +34,8 @@ void ts_spatial_split_model(ts_unet *m, ts_spatial *sp)
     for (int d = 0; d < 3; d++)
         for (int side = 0; side < 2; side++) u.nbr[d][side] = ts_spatial_neighbor(sp, d, side);
     u.halo_start = sp_halo_start;
+    u.halo_start_packed = sp_halo_start_packed;
+    u.send_mask = ts_spatial_send_mask(sp);
     u.halo_progress = sp_halo_progress;
     u.halo_wait = sp_halo_wait;
     u.reduce = sp_reduce;

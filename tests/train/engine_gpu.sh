@@ -7,7 +7,8 @@
 # fp32 with TF32 off (1e-4), TF32 and bf16 (looser, as the products are
 # rounded), every norm with ReLU and leaky ReLU, the residual encoder, 2
 # ranks data parallel on the GPU engine, pipelines (1F1B, GPipe, with data
-# parallelism, the residual encoder), each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
+# parallelism, the residual encoder), spatial splits (D, D x H, D x H x W,
+# with data parallelism), each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
 # wrong run caught (tests/train/infer.sh compares tessera infer's GPU and
 # CPU predictions). Where no
 # GPU is visible every check skips, saying so (tests/train/engine.sh checks
@@ -135,8 +136,19 @@ gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.mic
 gpu_eq fp32 4 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.schedule=gpipe train.batch=1
 gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false parallel.pp=2 parallel.microbatches=2 train.batch=1
 
+# spatial splits on the GPU engine (the halo packed on the device, exchanged through the host, the box and its
+# faces padded on the device for cuDNN): along D, D x H (edge neighbours), D x H x W (corners), with data
+# parallelism, and instance norm + leaky ReLU split along D only; each = the CPU's one rank
+gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.sp=2
+gpu_eq fp32 4 1e-4 train.engine=cuda train.tf32=false parallel.sp=4 parallel.sp_dims=2,2,1
+gpu_eq fp32 8 1e-4 train.engine=cuda train.tf32=false parallel.sp=8 parallel.sp_dims=2,2,2
+gpu_eq fp32 4 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 train.batch=1
+gpu_eq inst 2 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu parallel.sp=2 \
+    parallel.sp_dims=2,1,1
+
 # what the GPU engine does not run yet: refused on every rank, naming the reason
-ts_fails_on_all "train.engine = cuda with parallel.sp = 2: refused on every rank" "spatial parallelism" 2 \
-    train_run 2 sp train.engine=cuda parallel.sp=2
+ts_fails_on_all "train.engine = cuda, model.arch = resenc with parallel.sp = 2: refused on every rank" \
+    "model.arch = resenc with a spatial split (parallel.sp > 1) runs on the CPU only so far" 2 \
+    train_run 2 sp train.engine=cuda parallel.sp=2 model.arch=resenc
 
 ts_finish

@@ -259,6 +259,10 @@ if ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
         output="$d/g-pp.nii.gz" probabilities="$d/gp-pp.nii.gz" train.engine=cuda train.tf32=false parallel.pp=2
     ts_step "... the CPU's mask and probabilities" ref near "$d/g-cpu.nii.gz" "$d/g-pp.nii.gz" \
         "$d/gp-cpu.nii.gz" "$d/gp-pp.nii.gz"
+    ts_step "... on the GPU with each window split over 2 ranks (parallel.sp = 2)" infer 2 input="$d/single/b.nii.gz" \
+        output="$d/g-sp.nii.gz" probabilities="$d/gp-sp.nii.gz" train.engine=cuda train.tf32=false parallel.sp=2
+    ts_step "... the CPU's mask and probabilities" ref near "$d/g-cpu.nii.gz" "$d/g-sp.nii.gz" \
+        "$d/gp-cpu.nii.gz" "$d/gp-sp.nii.gz"
 else
     why=$(ts_mpirun 1 "$TESSERA" info 2>&1 | sed -n 's/^GPUs: *none found *//p' | head -1)
     ts_fails_on_all "train.engine=cuda without a GPU $why" "train.engine = cuda: " 2 \

@@ -125,7 +125,7 @@ int ts_cuda_nn_handles(void **cudnn, void **cublas, void **stream);
  * valid until the next call for the same slot; stream-ordered reuse. */
 enum { TS_CUDA_SLOT_WORKSPACE = 0, TS_CUDA_SLOT_W, TS_CUDA_SLOT_DW, TS_CUDA_SLOT_A, TS_CUDA_SLOT_B,
        TS_CUDA_SLOT_C, TS_CUDA_SLOT_D, TS_CUDA_SLOT_CAT, TS_CUDA_SLOT_CAT2,
-       TS_CUDA_SLOT_SMALL, TS_CUDA_SLOT_SMALL2, TS_CUDA_SLOTS };
+       TS_CUDA_SLOT_SMALL, TS_CUDA_SLOT_SMALL2, TS_CUDA_SLOT_HALO, TS_CUDA_SLOT_SPLIT, TS_CUDA_SLOTS };
 int ts_cuda_scratch(int slot, size_t bytes, void **p);
 /* An opt-in path's switch: *state 0 off, 1 on, -1 not chosen yet: then on
  * when the environment variable env equals on (read once, kept in *state) */
@@ -155,6 +155,25 @@ int ts_cuda_conv3d_cat_forward(const ts_tensor *a, const ts_tensor *b, const ts_
 int ts_cuda_conv3d_cat_backward(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, int stride, int pad,
                                 const ts_tensor *dy, ts_tensor *da, ts_tensor *db, ts_tensor *dw, ts_tensor *dbias);
 int ts_cuda_convt3d_forward(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, int stride, ts_tensor *y);
+/* ---- a spatial split's convolutions on device tensors (conv_split.c): the
+ * box and its halo's faces (host memory, as the exchange left them) made
+ * one padded tensor on the device, convolved with padding 0; the input
+ * gradient from the padded output gradient, cropped. b NULL: no
+ * concatenation. The forward's INTERIOR part does nothing and its BORDER
+ * part all of it (once the halo is there); no epilogue ---- */
+int ts_cuda_conv3d_forward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_tensor *bias,
+                                 const ts_conv_split *s, ts_tensor *y);
+int ts_cuda_conv3d_backward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_conv_split *xs,
+                                  const ts_conv_split *dys, const ts_tensor *dy, ts_tensor *da, ts_tensor *db,
+                                  ts_tensor *dw, ts_tensor *dbias);
+int ts_cuda_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst);
+/* halo_kernels.cu: dst = [a, b]'s layers for mask (ts_halo_send_floats's layout); P [N][D+2][H+2][W+2][ca+cb]
+ * = [a, b] inside, the faces (device copies laid out as ts_halo's, NULL: zeros) around; a, b = X's interior */
+int ts_cuk_halo_pack(const float *a, int ca, const float *b, int cb, int N, const int64_t dhw[3], unsigned mask,
+                     float *dst, void *stream);
+int ts_cuk_halo_pad(const float *a, int ca, const float *b, int cb, const float *const faces[3][2], const int on[3],
+                    int N, const int64_t dhw[3], float *P, void *stream);
+int ts_cuk_halo_crop(const float *X, int ca, int cb, int N, const int64_t dhw[3], float *a, float *b, void *stream);
 /* ---- transposed convolutions with kernel = stride as cuBLAS GEMMs
  * (conv_gemm.c), called by the two above when ts_cuda_convt_gemm_fits ---- */
 /* Local, for tests: 1 on (TESSERA_CUDA_CONVT=gemm on first use), 0 cuDNN
