@@ -35,8 +35,8 @@
 #      gradients and optimizer state on the GPU (TESSERA_CUDA_STATE=device);
 #      one step's gradients at 16^3 on 2 ranks data parallel on the GPU
 #      (faked nodes of one rank each; the host's master copy, and the state
-#      on the GPU with the gradients reduced there; and a pipeline of 2
-#      stages) against 1 rank on the GPU and against the CPU (<= 1e-4;
+#      on the GPU with the gradients reduced there; a pipeline of 2 stages;
+#      a spatial split in 2) against 1 rank on the GPU and against the CPU (<= 1e-4;
 #      a second draw of data where the first does not agree: a ReLU input
 #      within rounding of zero flips a voxel's gradient, docs/testing.md);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
@@ -333,7 +333,8 @@ PY
         fi
         for v in "gpu1 1 host train.engine=cuda" "gpu2 2 host train.engine=cuda train.batch=1" \
             "gpu2s 2 device train.engine=cuda train.batch=1" "cpu1 1 host train.engine=cpu" \
-            "gpupp 2 host train.engine=cuda parallel.pp=2 parallel.microbatches=2 train.batch=1"; do
+            "gpupp 2 host train.engine=cuda parallel.pp=2 parallel.microbatches=2 train.batch=1" \
+            "gpusp 2 host train.engine=cuda parallel.sp=2"; do
             set -- $v
             name=$1 np=$2 state=$3; shift 3
             # gpu2s: the state on the GPU, the gradients reduced there (hierarchical between the faked nodes)
@@ -343,12 +344,13 @@ PY
         run grads-compare 60 "$gc" --tol 1e-4 dp2-vs-1 "$out/model/g-gpu2.h5" "$out/model/g-gpu1.h5" \
             dp2-state-vs-1 "$out/model/g-gpu2s.h5" "$out/model/g-gpu1.h5" \
             pp2-vs-1 "$out/model/g-gpupp.h5" "$out/model/g-gpu1.h5" \
+            sp2-vs-1 "$out/model/g-gpusp.h5" "$out/model/g-gpu1.h5" \
             gpu-vs-cpu "$out/model/g-gpu1.h5" "$out/model/g-cpu1.h5"
         bad=$(out_of_step | grep -c '^not ok ')
         if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then grads_ok=yes; break; fi
         grads_bad="$draw: exit $rc, $bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"
     done
-    if [ $grads_ok = yes ]; then record grads pass "$secs" "dp 2 (host and GPU state) and pp 2 on the GPU = 1 rank on the GPU = the CPU (tol 1e-4; data $draw.h5)"
+    if [ $grads_ok = yes ]; then record grads pass "$secs" "dp 2 (host and GPU state), pp 2 and sp 2 on the GPU = 1 rank on the GPU = the CPU (tol 1e-4; data $draw.h5)"
     else record grads fail "$secs" "in both draws; the last: $grads_bad"; fails=$((fails + 1)); fi
 fi
 

@@ -56,7 +56,8 @@ check_PROGRAMS += tests/nn/test_cuda_emu
 tests_nn_test_cuda_emu_SOURCES = tests/nn/test_cuda_emu.c tests/nn/cuda_emu.cc tests/nn/cuda_emu.h \
 	tests/nn/cuda_emu_rt.h tests/nn/cuda_emu_context.c src/nn/cuda/switches.c src/nn/cuda/conv_gemm.c \
 	src/nn/cuda/layers_cuda.c
-TS_EMU_CC = tests/nn/nn_kernels_emu.cc tests/nn/norm_kernels_emu.cc tests/nn/optim_kernels_emu.cc
+TS_EMU_CC = tests/nn/nn_kernels_emu.cc tests/nn/norm_kernels_emu.cc tests/nn/optim_kernels_emu.cc \
+	tests/nn/halo_kernels_emu.cc
 nodist_tests_nn_test_cuda_emu_SOURCES = $(TS_EMU_CC)
 tests_nn_test_cuda_emu_CPPFLAGS = -I$(top_srcdir)/tests/nn/emu_include -include tests/nn/kernels_emu.h $(AM_CPPFLAGS)
 tests_nn_test_cuda_emu_LDADD = $(TS_LIBS) -lstdc++
@@ -64,12 +65,13 @@ tests_nn_test_cuda_emu_LINK = $(LINK)
 TESTS += tests/nn/test_cuda_emu
 CLEANFILES += $(TS_EMU_CC) tests/nn/kernels_emu.h
 tests/nn/kernels_emu.h: $(top_srcdir)/src/nn/cuda/nn_kernels.cu $(top_srcdir)/src/nn/cuda/norm_kernels.cu \
-		$(top_srcdir)/src/optim/cuda/optim_kernels.cu \
+		$(top_srcdir)/src/optim/cuda/optim_kernels.cu $(top_srcdir)/src/nn/cuda/halo_kernels.cu \
 		$(top_srcdir)/src/nn/cuda/conv_gemm.c $(top_srcdir)/src/nn/cuda/layers_cuda.c $(top_srcdir)/tests/nn/cuda_emu.py
 	$(AM_V_GEN)$(MKDIR_P) tests/nn && $(PYTHON3) $(top_srcdir)/tests/nn/cuda_emu.py $@ \
 	$(top_srcdir)/src/nn/cuda/nn_kernels.cu tests/nn/nn_kernels_emu.cc \
 	$(top_srcdir)/src/nn/cuda/norm_kernels.cu tests/nn/norm_kernels_emu.cc \
 	$(top_srcdir)/src/optim/cuda/optim_kernels.cu tests/nn/optim_kernels_emu.cc \
+	$(top_srcdir)/src/nn/cuda/halo_kernels.cu tests/nn/halo_kernels_emu.cc \
 	--c $(top_srcdir)/src/nn/cuda/conv_gemm.c --c $(top_srcdir)/src/nn/cuda/layers_cuda.c
 $(TS_EMU_CC): tests/nn/kernels_emu.h
 $(tests_nn_test_cuda_emu_OBJECTS): tests/nn/kernels_emu.h

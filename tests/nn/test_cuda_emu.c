@@ -477,6 +477,86 @@ static void check_losses(int N, size_t S, int K)
           "gradient %.1e", N, S, K, e_ce, e_dl, e_ds, bad_ok ? "found" : "MISSED", e_dg);
 }
 
+/* ------------------------------------------------------------------ a split's halos (halo_kernels.cu) */
+/* the voxel (id, ih, iw) of box [a, b] with faces f (layers.h's ts_halo layouts), channel c; 0 where none */
+static float halo_ref(const float *a, int ca, const float *b, int cb, float *const f[3][2], const int on[3], int n,
+                      int D, int H, int W, int id, int ih, int iw, int c)
+{
+    const int C = ca + cb, e1 = on[1], e2 = on[2];
+    if (id >= 0 && id < D && ih >= 0 && ih < H && iw >= 0 && iw < W) {
+        const size_t s = (((size_t)n * D + id) * H + ih) * W + iw;
+        return c < ca ? a[s * ca + c] : b[s * cb + c - ca];
+    }
+    if (id < 0 || id >= D) {
+        const float *g = f[0][id >= D];
+        if (!g || ih < -e1 || ih >= H + e1 || iw < -e2 || iw >= W + e2) return 0;
+        return g[(((size_t)n * (H + 2 * e1) + ih + e1) * (W + 2 * e2) + iw + e2) * C + c];
+    }
+    if (ih < 0 || ih >= H) {
+        const float *g = f[1][ih >= H];
+        if (!g || iw < -e2 || iw >= W + e2) return 0;
+        return g[(((size_t)n * D + id) * (W + 2 * e2) + iw + e2) * C + c];
+    }
+    const float *g = f[2][iw >= W];
+    return g ? g[(((size_t)n * D + id) * H + ih) * C + c] : 0;
+}
+
+/* pack, pad and crop against plain loops, bit for bit: a box of N x D x H x W, [a (ca), b (cb)], split along
+ * the dims of on, with faces on the sides of sides (bit 2 d + side) and neighbours at the offsets of mask */
+static void check_halo(int N, int D, int H, int W, int ca, int cb, const int on[3], unsigned sides, unsigned mask)
+{
+    const int C = ca + cb;
+    const int64_t dhw[3] = {D, H, W};
+    const size_t V = (size_t)N * D * H * W, PV = (size_t)N * (D + 2) * (H + 2) * (W + 2);
+    float *a = frand(V * ca, -1, 1), *b = cb ? frand(V * cb, -1, 1) : NULL;
+    float *f[3][2] = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 2; s++)
+            if (on[d] && (sides >> (2 * d + s) & 1u)) f[d][s] = frand((size_t)ts_halo_face_floats(dhw, on, d, N, C), -1, 1);
+    float *P = fzero(PV * C), *X = frand(PV * C, -1, 1), *ga = fzero(V * ca), *gb = cb ? fzero(V * cb) : NULL;
+    const size_t np = (size_t)ts_halo_send_floats(dhw, mask, N, C);
+    float *pk = fzero(np ? np : 1);
+    const float *cf[3][2];
+    for (int d = 0; d < 3; d++) cf[d][0] = f[d][0], cf[d][1] = f[d][1];
+    int err = ts_cuk_halo_pad(a, ca, b, cb, cf, on, N, dhw, P, NULL) |
+              ts_cuk_halo_crop(X, ca, cb, N, dhw, ga, gb, NULL) | ts_cuk_halo_pack(a, ca, b, cb, N, dhw, mask, pk, NULL);
+    size_t bad_pad = 0, bad_crop = 0, bad_pack = 0, faces = 0, k = 0;
+    for (int n = 0; n < N; n++)
+        for (int d = -1; d <= D; d++)
+            for (int h = -1; h <= H; h++)
+                for (int w = -1; w <= W; w++)
+                    for (int c = 0; c < C; c++) {
+                        const float want = halo_ref(a, ca, b, cb, f, on, n, D, H, W, d, h, w, c);
+                        const int inside = d >= 0 && d < D && h >= 0 && h < H && w >= 0 && w < W;
+                        faces += !inside && want != 0;
+                        bad_pad += P[k] != want;
+                        if (inside) {
+                            const size_t o = (((size_t)n * D + d) * H + h) * W + w;
+                            bad_crop += c < ca ? ga[o * ca + c] != X[k] : gb[o * cb + c - ca] != X[k];
+                        }
+                        k++;
+                    }
+    size_t q = 0;
+    for (int i = 0; i < 27; i++) { /* the regions in offset order, as src/parallel/spatial.c packs them */
+        if (!(mask >> i & 1u)) continue;
+        const int o[3] = {i / 9 - 1, i / 3 % 3 - 1, i % 3 - 1}, nn[3] = {D, H, W};
+        int lo[3], hi[3];
+        for (int e = 0; e < 3; e++) {
+            lo[e] = o[e] > 0 ? nn[e] - 1 : 0;
+            hi[e] = o[e] ? lo[e] + 1 : nn[e];
+        }
+        for (int n = 0; n < N; n++)
+            for (int z = lo[0]; z < hi[0]; z++)
+                for (int y = lo[1]; y < hi[1]; y++)
+                    for (int x = lo[2]; x < hi[2]; x++)
+                        for (int c = 0; c < C; c++)
+                            bad_pack += pk[q++] != halo_ref(a, ca, b, cb, f, on, n, D, H, W, z, y, x, c);
+    }
+    ts_ok(checked(!err && !bad_pad && !bad_crop && !bad_pack && q == np && faces > 0),
+          "halo, %dx%dx%dx%d, %d+%d channels, split (%d, %d, %d): padded %zu wrong (%zu face values), cropped %zu, "
+          "packed %zu of %zu", N, D, H, W, ca, cb, on[0], on[1], on[2], bad_pad, faces, bad_crop, bad_pack, np);
+}
+
 /* ------------------------------------------------------------------ transposed convolution gathers, im2col */
 static float from16(const void *p, size_t i, int type)
 {
@@ -740,12 +820,15 @@ int main(void)
 {
     char why[256];
     ts_rng_init(&rng, 7, 0, 0);
-    ts_plan(62);
+    ts_plan(65);
     ts_ok(tsemu_selftest(why, sizeof why), "the emulator: %s", why);
     check_pack();
     check_half();
     check_elementwise();
     check_optim();
+    check_halo(2, 3, 4, 5, 3, 0, (const int[]){1, 0, 0}, 0x3u, (1u << 4) | (1u << 22)); /* D: both sides */
+    check_halo(1, 4, 3, 5, 2, 3, (const int[]){1, 1, 0}, 0x6u, 0x7fffffu & ~(1u << 13)); /* D x H, a concatenation */
+    check_halo(2, 2, 3, 4, 4, 0, (const int[]){1, 1, 1}, 0x3fu, 0x7ffffffu & ~(1u << 13)); /* corners */
     check_pool();
     /* channels: 1, 3, 8, 48 (tiled blocks of 240 threads), 256, 320 (past the tiled kernels: the plain ones);
      * S large enough that the tiled grid (2048 / N blocks at most) goes round */
