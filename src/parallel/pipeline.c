@@ -210,38 +210,28 @@ static int act_host(ts_pipeline *p, int k, int i, const ts_tensor *a, float **wh
     return 0;
 }
 
-/* posts the receives of the activations entering the stage for micro-batch mb into its slot */
-static int post_act_recvs(ts_pipeline *p, int mb)
+/* the activations entering the stage in slot k: post == 1, their receives
+ * (for micro-batch mb) are posted into the slot (on the GPU engine into
+ * host copies); post == 0, on the GPU engine, those that arrived go up */
+static int act_in(ts_pipeline *p, int k, int mb, int post)
 {
-    const int k = mb % p->slots;
     for (int i = 0; i < p->npe; i++) {
         const pedge *q = &p->pe[i];
         if (!q->incoming || !q->act_msg) continue;
         ts_tensor *a, *g;
         float *h;
         TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
+        if (!post && !a->device) continue;
         TS_TRY(act_host(p, k, i, a, &h));
-        TS_TRY(ts_pipe_irecv(&p->act_recvs[k], h, floats(a), q->peer, 2 * q->tag, p->comm));
+        if (post) TS_TRY(ts_pipe_irecv(&p->act_recvs[k], h, floats(a), q->peer, 2 * q->tag, p->comm));
+        else TS_TRY(from_host(a, h));
     }
-    p->recv_mb[k] = mb;
+    if (post) p->recv_mb[k] = mb;
     return 0;
 }
 
-/* on the GPU engine: the activations that arrived for slot k, up to the device */
-static int act_arrived(ts_pipeline *p, int k)
-{
-    for (int i = 0; i < p->npe; i++) {
-        const pedge *q = &p->pe[i];
-        if (!q->incoming || !q->act_msg) continue;
-        ts_tensor *a, *g;
-        float *h;
-        TS_TRY(ts_unet_edge_tensors(p->m, k, &q->e, &a, &g));
-        if (!a->device) continue;
-        TS_TRY(act_host(p, k, i, a, &h));
-        TS_TRY(from_host(a, h));
-    }
-    return 0;
-}
+/* posts the receives of the activations entering the stage for micro-batch mb into its slot */
+static int post_act_recvs(ts_pipeline *p, int mb) { return act_in(p, mb % p->slots, mb, 1); }
 
 /* sends the gradient g of entering edge i (the backward of micro-batch
  * cur_mb wrote it into the model's buffer, which the next backward
@@ -296,7 +286,7 @@ static int forward_one(ts_pipeline *p, int mb, const ts_tensor *image, const ts_
     const double w0 = p->act_recvs[k].wait_s;
     TS_TRY(ts_pipe_wait(&p->act_recvs[k]));
     p->recv_mb[k] = -1;
-    TS_TRY(act_arrived(p, k));
+    TS_TRY(act_in(p, k, mb, 0)); /* on the GPU engine: what arrived, up */
     p->st.wait_s += p->act_recvs[k].wait_s - w0;
     const double t0 = ts_time_now();
     p->cur = k;
