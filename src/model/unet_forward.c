@@ -46,6 +46,8 @@ static int pack_buf(ts_tensor *t, int64_t n, int device)
 static int halo_start_device(ts_unet *m, const ts_tensor *a, const ts_tensor *b, const int64_t dhw[3], const ts_halo *h)
 {
     const int C = (int)a->shape[4] + (b ? (int)b->shape[4] : 0);
+    if (!m->split.halo_start_packed)
+        return TS_ERR(TS_ERR_INTERNAL, "unet on the GPU: the split's hooks have no exchange of a packed halo");
     const int64_t n = ts_halo_send_floats(dhw, m->split.send_mask, a->shape[0], C);
     TS_TRY(pack_buf(&m->dpack, n, 1));
     TS_TRY(pack_buf(&m->hpack, n, 0));
