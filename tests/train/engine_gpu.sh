@@ -145,6 +145,8 @@ gpu_eq fp32 8 1e-4 train.engine=cuda train.tf32=false parallel.sp=8 parallel.sp_
 gpu_eq fp32 4 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 train.batch=1
 gpu_eq inst 2 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.act=leaky_relu parallel.sp=2 \
     parallel.sp_dims=2,1,1
+# activation checkpointing on a split (the levels' halos exchanged again in the recomputation)
+gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 model.checkpoint_levels=0,1
 
 # what the GPU engine does not run yet: refused on every rank, naming the reason
 ts_fails_on_all "train.engine = cuda, model.arch = resenc with parallel.sp = 2: refused on every rank" \
