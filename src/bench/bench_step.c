@@ -195,19 +195,13 @@ static int setup_model(bench *b)
     TS_TRY(ts_pipeline_create_on(b->m, L, (int)b->batch, b->first, b->ucost, &b->pipe)); /* the cut of `tessera train` */
     if (b->pipe) TS_TRY(ts_stepper_set_pipeline(b->stepper, b->pipe, L->grid->pp_comm));
     TS_TRY(ts_gradpath_attach(b->gp, b->stepper)); /* compression, the sharded optimizer */
-    if (b->u.engine == TS_ENGINE_CUDA) { /* the state on the GPU, where asked (as `tessera train`) */
-        int want = 0;
-        TS_TRY(ts_err_agree(L->grid->world, ts_stepper_state_wanted(&want)));
-        if (want) {
-            char why[768];
-            const int on = ts_stepper_set_device(b->stepper, why, sizeof why);
-            TS_TRY(ts_err_agree(L->grid->world, on < 0 ? on : 0));
-            b->dev_state = on > 0;
-            if (!on && L->world_rank == 0)
-                fprintf(stderr, "tessera bench step: note: TESSERA_CUDA_STATE=device not taken (the host keeps the "
-                        "master copy): %s\n", why);
-        }
-    }
+    char why[768];
+    int on; /* the state on the GPU, where asked (as `tessera train`) */
+    TS_TRY(ts_stepper_device_asked(b->stepper, L->grid->world, &on, why, sizeof why));
+    b->dev_state = on > 0;
+    if (on == 0 && L->world_rank == 0)
+        fprintf(stderr, "tessera bench step: note: TESSERA_CUDA_STATE=device not taken (the host keeps the master copy): "
+                "%s\n", why);
     return 0;
 }
 

@@ -13,6 +13,10 @@
 #include "src/core/device.h"
 #include "src/optim/cuda/optim_cuda.h"
 
+/* the partial sums of ts_cuo_sumsq live in the arena's device scratch */
+_Static_assert(TS_CUO_SUMSQ_PARTS * sizeof(double) <= TS_ARENA_DEV_SCRATCH * sizeof(float),
+               "the arena's device scratch holds the optimizer's partial sums");
+
 /* the engine's compute stream (the layers' results are ordered on it) */
 static void *dev_stream(void)
 {

@@ -542,6 +542,20 @@ int ts_stepper_apply(ts_stepper *s)
     return err;
 }
 
+int ts_stepper_device_asked(ts_stepper *s, MPI_Comm world, int *on, char *why, size_t n)
+{
+    int want = 0;
+    *on = -1;
+    if (n) why[0] = 0;
+    if (!s->arena->dev_base) return 0; /* the CPU engine: the key does not apply */
+    TS_TRY(ts_err_agree(world, ts_stepper_state_wanted(&want)));
+    if (!want) return 0;
+    const int r = ts_stepper_set_device(s, why, n);
+    TS_TRY(ts_err_agree(world, r < 0 ? r : 0));
+    *on = r;
+    return 0;
+}
+
 int ts_stepper_state_wanted(int *want)
 {
     const char *e = getenv("TESSERA_CUDA_STATE");

@@ -114,6 +114,12 @@ int ts_stepper_set_agree(ts_stepper *s, MPI_Comm comm);
  * (NCCL with two ranks on one GPU; agreed, so every rank keeps the host's);
  * < 0 an error. A checkpoint reads the host's copy after ts_arena_pull. */
 int ts_stepper_set_device(ts_stepper *s, char *why, size_t n);
+/* Collective on world (every rank of the run). The state on the GPU where
+ * the environment asks for it and the model is on the GPU: *on = -1 not
+ * asked (or the CPU engine), 1 taken (ts_stepper_set_device), 0 not taken,
+ * the reason in why (n bytes). Errors (a bad TESSERA_CUDA_STATE, the
+ * device's) are agreed over world. */
+int ts_stepper_device_asked(ts_stepper *s, MPI_Comm world, int *on, char *why, size_t n);
 /* Local. *want = 1 when the environment asks for the state on the GPU
  * (TESSERA_CUDA_STATE=device; host or unset: 0). Errors: another value. */
 int ts_stepper_state_wanted(int *want);

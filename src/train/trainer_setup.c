@@ -535,13 +535,11 @@ static int setup_stepper(trainer *t, const ts_config *cfg, setup_ctx *c)
             ts_run_say(&t->run, "%s", line);
         }
     }
-    if (t->ucfg.engine == TS_ENGINE_CUDA) { /* the state on the GPU, where asked (TESSERA_CUDA_STATE=device) */
-        int want = 0;
-        TS_CHECK(ts_err_agree(t->L->grid->world, ts_stepper_state_wanted(&want)));
-        if (want) {
-            char why[768];
-            const int on = ts_stepper_set_device(t->stepper, why, sizeof why);
-            TS_CHECK(ts_err_agree(t->L->grid->world, on < 0 ? on : 0));
+    {
+        char why[768];
+        int on;
+        TS_CHECK(ts_stepper_device_asked(t->stepper, t->L->grid->world, &on, why, sizeof why));
+        if (on >= 0) {
             if (on)
                 ts_run_say(&t->run, "state: parameters, gradients and optimizer state on the GPU (TESSERA_CUDA_STATE=device): "
                            "buckets reduced there while backward runs, the optimizer's kernels; the host's copy "

@@ -3,8 +3,8 @@
  * scaling (micro-batch average, loss scale, clipping) and the sum of
  * squares of a range, all queued on the given stream (a cudaStream_t).
  * The update rules are sgd.c's and adamw.c's, element by element in the
- * same float expressions (the CPU's and the GPU's compilers may contract
- * them into FMAs differently: results agree to rounding, not bit for bit).
+ * same float expressions, each product and sum rounded on its own on both
+ * sides (no FMA): the same bits as the CPU's.
  * Launchers only, in optim_kernels.cu; compiled in CUDA builds
  * (TS_HAVE_CUDA). Each returns TS_ERR_CUDA when the launch fails; errors
  * inside a kernel surface at the next synchronisation. */
