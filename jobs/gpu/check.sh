@@ -282,16 +282,11 @@ else
     trn 1 cpu-leaky train.engine=cpu model.init="$out/model/init-leaky.h5" $leaky
     for v in "train-20 gpu cpu" "train-20-leaky gpu-leaky cpu-leaky" "train-20-state gpu-state cpu"; do
         set -- $v
-        losses=$(python3 - "$out/model/run-$2" "$out/model/run-$3" <<'PY' 2>>"$log"
-import json, sys
-def last(d):
-    l = {}
-    for line in open(d + "/metrics.jsonl"):
-        m = json.loads(line)
-        if "loss" in m and "dice" not in m:
-            l[m["step"]] = m["loss"]
-    return l
-a, b = last(sys.argv[1]), last(sys.argv[2])
+        losses=$(python3 - "$out/model/run-$2" "$out/model/run-$3" "$here/tests/train" <<'PY' 2>>"$log"
+import sys
+sys.path.insert(0, sys.argv[3])
+from run_metrics import losses  # tests/train/run_metrics.py: each step's training loss
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert 20 in a and 20 in b, (sorted(a), sorted(b))
 r = abs(a[20] - b[20]) / abs(b[20])
 print("step 20 loss %.6f on the GPU, %.6f on the CPU (step 1: %.6f, %.6f): %.2e relative" % (a[20], b[20], a[1], b[1], r))
