@@ -35,8 +35,11 @@
 #      gradients and optimizer state on the GPU (TESSERA_CUDA_STATE=device);
 #      one step's gradients at 16^3 on 2 ranks data parallel on the GPU
 #      (faked nodes of one rank each; the host's master copy, and the state
-#      on the GPU with the gradients reduced there; a pipeline of 2 stages;
-#      a spatial split in 2) against 1 rank on the GPU and against the CPU (<= 1e-4;
+#      on the GPU with the gradients reduced there; a spatial split in 2; a
+#      pipeline of 2 stages with instance norm, whose statistics do not
+#      depend on the micro-batches; the residual encoder split in 2 and cut
+#      into 2 stages) against 1 rank
+#      on the GPU and against the CPU (<= 1e-4;
 #      a second draw of data where the first does not agree: a ReLU input
 #      within rounding of zero flips a voxel's gradient, docs/testing.md);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
@@ -322,30 +325,42 @@ PY
     # 1M at 32^3; docs/testing.md): a coincidence of the data, where a wrong gradient is there in every
     # draw. So a second draw of data (seed 6) runs when the first does not agree, and either passing passes.
     grads_ok=no
+    # nnU-Net's residual encoder split in 2 (its stride-2 convolutions on padded boxes, since 2026-12-07)
+    resenc="model.arch=resenc model.channels=8,16,32,64 $leaky model.deep_supervision=true"
+    # shellcheck disable=SC2086
+    "$mpiexec" -n 1 "$tessera" model init "$ini" --out "$out/model/init-resenc.h5" --seed 3 $resenc </dev/null >>"$log" 2>&1
     for draw in syn syn2; do
         if [ $draw = syn2 ]; then
             run synth2 60 "$mpiexec" -n 1 "$tessera" synth --out "$out/model/syn2.h5" --count 8 --size 48 --classes 3 --seed 6
         fi
+        # a pipeline's micro-batches have their own batch-norm statistics: the pipelines run with instance
+        # norm, against one rank with instance norm (igpu1, rgpu1)
         for v in "gpu1 1 host train.engine=cuda" "gpu2 2 host train.engine=cuda train.batch=1" \
             "gpu2s 2 device train.engine=cuda train.batch=1" "cpu1 1 host train.engine=cpu" \
-            "gpupp 2 host train.engine=cuda parallel.pp=2 parallel.microbatches=2 train.batch=1" \
-            "gpusp 2 host train.engine=cuda parallel.sp=2"; do
+            "gpusp 2 host train.engine=cuda parallel.sp=2" "igpu1 1 host train.engine=cuda $leaky" \
+            "ipp 2 host train.engine=cuda parallel.pp=2 parallel.microbatches=2 train.batch=1 $leaky" \
+            "rgpu1 1 host train.engine=cuda $resenc" "rgpusp 2 host train.engine=cuda parallel.sp=2 $resenc" \
+            "rpp 2 host train.engine=cuda parallel.pp=2 parallel.microbatches=2 train.batch=1 $resenc"; do
             set -- $v
             name=$1 np=$2 state=$3; shift 3
+            init=$out/model/init.h5
+            case $name in r*) init=$out/model/init-resenc.h5 ;; i*) init=$out/model/init-leaky.h5 ;; esac
             # gpu2s: the state on the GPU, the gradients reduced there (hierarchical between the faked nodes)
             TESSERA_CUDA_STATE=$state trn "$np" "g-$name" "$@" train.steps=1 data.patch=16 data.path="$out/model/$draw.h5" \
-                model.init="$out/model/init.h5" train.dump_grads="$out/model/g-$name.h5"
+                model.init="$init" train.dump_grads="$out/model/g-$name.h5"
         done
         run grads-compare 60 "$gc" --tol 1e-4 dp2-vs-1 "$out/model/g-gpu2.h5" "$out/model/g-gpu1.h5" \
             dp2-state-vs-1 "$out/model/g-gpu2s.h5" "$out/model/g-gpu1.h5" \
-            pp2-vs-1 "$out/model/g-gpupp.h5" "$out/model/g-gpu1.h5" \
             sp2-vs-1 "$out/model/g-gpusp.h5" "$out/model/g-gpu1.h5" \
+            pp2-vs-1 "$out/model/g-ipp.h5" "$out/model/g-igpu1.h5" \
+            resenc-sp2-vs-1 "$out/model/g-rgpusp.h5" "$out/model/g-rgpu1.h5" \
+            resenc-pp2-vs-1 "$out/model/g-rpp.h5" "$out/model/g-rgpu1.h5" \
             gpu-vs-cpu "$out/model/g-gpu1.h5" "$out/model/g-cpu1.h5"
         bad=$(out_of_step | grep -c '^not ok ')
         if [ $rc -eq 0 ] && [ "$bad" -eq 0 ]; then grads_ok=yes; break; fi
         grads_bad="$draw: exit $rc, $bad failed: $(out_of_step | grep '^not ok ' | head -3 | tr '\n' ';')"
     done
-    if [ $grads_ok = yes ]; then record grads pass "$secs" "dp 2 (host and GPU state), pp 2 and sp 2 on the GPU = 1 rank on the GPU = the CPU (tol 1e-4; data $draw.h5)"
+    if [ $grads_ok = yes ]; then record grads pass "$secs" "dp 2 (host and GPU state), pp 2 and sp 2 (UNet3D and ResEnc) on the GPU = 1 rank on the GPU = the CPU (tol 1e-4; data $draw.h5)"
     else record grads fail "$secs" "in both draws; the last: $grads_bad"; fails=$((fails + 1)); fi
 fi
 

@@ -174,8 +174,7 @@ static int setup_model(bench *b)
     const ts_layout *L = b->L;
     {
         char note[256]; /* train.engine as `tessera train` resolves it */
-        TS_TRY(ts_err_agree(L->grid->world, ts_unet_engine_choose(&b->u, L->grid->local_rank, L->grid->pp, L->grid->sp,
-                                                                  note, sizeof note)));
+        TS_TRY(ts_err_agree(L->grid->world, ts_unet_engine_choose(&b->u, L->grid->local_rank, note, sizeof note)));
         if (note[0] && L->world_rank == 0) fprintf(stderr, "tessera bench step: note: %s\n", note);
     }
     TS_TRY(ts_unet_create(&b->u, ts_gradpath_arena_states(b->gp, ts_optim_state_count(&b->opt.cfg)), &b->m));

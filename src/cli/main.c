@@ -40,8 +40,7 @@ static const char *const not_yet =
     "  fraction of PyTorch's speed (7 against 93-99 samples/s, docs/gpu.md). tessera infer's\n"
     "  forwards on the GPU (the same engine), the residual encoder, pipelines and spatial splits\n"
     "  on the GPU and the state on the GPU (TESSERA_CUDA_STATE=device) are written and checked under\n"
-    "  the CPU's CUDA emulator, not yet run on a GPU; the residual encoder on a spatial split runs\n"
-    "  on the CPU only";
+    "  the CPU's CUDA emulator, not yet run on a GPU";
 
 static int world_rank = 0, world_size = 1;
 int ts_cli_rank(void) { return world_rank; }

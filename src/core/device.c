@@ -20,7 +20,7 @@
         if (e_ != cudaSuccess) return TS_ERR(TS_ERR_CUDA, "%s: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 
-static ts_device dev = {-1, NULL, NULL, NULL};
+static ts_device dev = {-1, NULL, NULL, NULL, NULL, 0};
 static char absent[160];
 
 int ts_device_compiled(void) { return 1; }
@@ -89,16 +89,18 @@ int ts_device_open(int local_rank, const ts_device **out)
         const int id = (local_rank < 0 ? 0 : local_rank) % n;
         CK(cudaSetDevice(id));
         cudaStream_t a = NULL, b = NULL;
-        cudaEvent_t ev = NULL;
+        cudaEvent_t ev = NULL, up = NULL;
         CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
         cudaError_t e = cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&up, cudaEventDisableTiming);
         if (e != cudaSuccess) {
             cudaStreamDestroy(a);
             if (b) cudaStreamDestroy(b);
+            if (ev) cudaEventDestroy(ev);
             return TS_ERR(TS_ERR_CUDA, "creating the streams of GPU %d: %s", id, cudaGetErrorString(e));
         }
-        dev = (ts_device){id, a, b, ev};
+        dev = (ts_device){id, a, b, ev, up, 0};
     }
     if (out) *out = &dev;
     return 0;
@@ -112,9 +114,10 @@ void ts_device_close(void)
     cudaStreamSynchronize((cudaStream_t)dev.compute);
     cudaStreamSynchronize((cudaStream_t)dev.comm);
     cudaEventDestroy((cudaEvent_t)dev.ev);
+    cudaEventDestroy((cudaEvent_t)dev.up);
     cudaStreamDestroy((cudaStream_t)dev.compute);
     cudaStreamDestroy((cudaStream_t)dev.comm);
-    dev = (ts_device){-1, NULL, NULL, NULL};
+    dev = (ts_device){-1, NULL, NULL, NULL, NULL, 0};
 }
 
 static int need_open(void)
@@ -203,6 +206,55 @@ int ts_tensor_transfer(ts_tensor *dst, const ts_tensor *src)
     return 0;
 }
 
+int ts_tensor_alloc_pinned(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    if (ndim < 0 || ndim > TS_MAX_DIMS) return TS_ERR(TS_ERR_ARG, "tensor with %d dims (max %d)", ndim, TS_MAX_DIMS);
+    ts_tensor s = ts_tensor_view(NULL, dtype, ndim, shape);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) return TS_ERR(TS_ERR_ARG, "tensor dim %d is negative (%lld)", i, (long long)shape[i]);
+    TS_TRY(need_open());
+    const size_t n = ts_tensor_bytes(&s);
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, n ? n : 64);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return TS_ERR(TS_ERR_NOMEM, "cudaMallocHost of %zu bytes (page-locked host memory): %s", n,
+                      cudaGetErrorString(e));
+    }
+    memset(p, 0, n);
+    s.data = p;
+    s.owns = 2;
+    *t = s;
+    return 0;
+}
+
+void ts_device_free_host(void *p)
+{
+    if (p) cudaFreeHost(p);
+}
+
+int ts_tensor_upload_async(ts_tensor *dst, const ts_tensor *src)
+{
+    if (!dst->device || src->device || dst->dtype != src->dtype || ts_tensor_numel(dst) != ts_tensor_numel(src))
+        return TS_ERR(TS_ERR_ARG, "upload: a host tensor to a device tensor of the same dtype and element count");
+    const size_t n = ts_tensor_bytes(src);
+    if (n == 0) return 0;
+    TS_TRY(need_open());
+    CK(cudaMemcpyAsync(dst->data, src->data, n, cudaMemcpyHostToDevice, (cudaStream_t)dev.compute));
+    CK(cudaEventRecord((cudaEvent_t)dev.up, (cudaStream_t)dev.compute));
+    dev.up_pending = 1;
+    return 0;
+}
+
+int ts_device_upload_wait(void)
+{
+    if (dev.id < 0 || !dev.up_pending) return 0;
+    dev.up_pending = 0;
+    CK(cudaEventSynchronize((cudaEvent_t)dev.up));
+    return 0;
+}
+
 int ts_device_zero(ts_tensor *t)
 {
     if (!t->device) return TS_ERR(TS_ERR_ARG, "ts_device_zero: a host tensor");
@@ -260,6 +312,17 @@ int ts_tensor_transfer(ts_tensor *dst, const ts_tensor *src)
     memcpy(dst->data, src->data, ts_tensor_bytes(src));
     return 0;
 }
+int ts_tensor_alloc_pinned(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape)
+{
+    return ts_tensor_alloc(t, dtype, ndim, shape);
+}
+void ts_device_free_host(void *p) { free(p); }
+int ts_tensor_upload_async(ts_tensor *dst, const ts_tensor *src)
+{
+    (void)dst, (void)src;
+    return TS_ERR(TS_ERR_UNSUPPORTED, NO_CUDA);
+}
+int ts_device_upload_wait(void) { return 0; }
 int ts_device_zero(ts_tensor *t)
 {
     (void)t;

@@ -46,6 +46,8 @@ typedef struct ts_device {
     int id;
     void *compute, *comm;
     void *ev; /* cudaEvent_t, reused by ts_device_comm_wait_compute */
+    void *up; /* cudaEvent_t, recorded after the latest ts_tensor_upload_async */
+    int up_pending; /* up was recorded and not yet waited for */
 } ts_device;
 
 /* Local. Selects device local_rank % ts_device_count() for this process and
@@ -71,6 +73,21 @@ int ts_tensor_alloc_device(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t
  * direction (host or device on either side), ordered on the compute stream
  * and complete when the call returns. */
 int ts_tensor_transfer(ts_tensor *dst, const ts_tensor *src);
+/* Local. Zeroed page-locked host storage (cudaMallocHost) for the shape:
+ * copies from it to the GPU need no staging copy and do not synchronise the
+ * stream (ts_tensor_upload_async). t owns it (t->owns = 2; ts_tensor_free
+ * releases it). In a build without CUDA, plain host storage. */
+int ts_tensor_alloc_pinned(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape);
+void ts_device_free_host(void *p);
+/* Local. Queues the copy of host tensor src (page-locked:
+ * ts_tensor_alloc_pinned, or a view of such memory) to device tensor dst
+ * (same dtype and element count) on the compute stream, in order with the
+ * layers' kernels, and returns without waiting for it: src must not be
+ * written again until ts_device_upload_wait has returned. */
+int ts_tensor_upload_async(ts_tensor *dst, const ts_tensor *src);
+/* Local. Waits until every copy ts_tensor_upload_async queued has read its
+ * source (at once when none is pending); reports a CUDA error. */
+int ts_device_upload_wait(void);
 /* Local. Sets a device tensor's bytes to zero on the compute stream. */
 int ts_device_zero(ts_tensor *t);
 

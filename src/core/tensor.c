@@ -31,7 +31,8 @@ int ts_tensor_alloc(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape
 void ts_tensor_free(ts_tensor *t)
 {
     if (!t) return;
-    if (t->owns && !t->device) free(t->data);
+    if (t->owns == 1 && !t->device) free(t->data);
+    if (t->owns == 2) ts_device_free_host(t->data); /* page-locked (ts_tensor_alloc_pinned) */
     if (t->owns && t->device) ts_device_free(t->data);
     memset(t, 0, sizeof *t);
 }

@@ -18,7 +18,7 @@ typedef struct ts_tensor {
     int ndim;
     int64_t shape[TS_MAX_DIMS];
     int device; /* 0: host memory; 1: GPU memory */
-    int owns;   /* 1: ts_tensor_free releases data */
+    int owns;   /* 1: ts_tensor_free releases data; 2: page-locked host data (src/core/device.h) */
 } ts_tensor;
 
 /* Local. Allocates zeroed host storage for the shape; t owns it. */

@@ -90,16 +90,12 @@ int ts_infer_find_checkpoint(const char *arg, char *path, size_t n)
 }
 
 /* Local. train.engine: the GPU of this rank's local rank where one is
- * found and the layout runs there (parallel.sp = parallel.pp = 1,
- * model.arch = unet), as in training; the windows' forwards run there, the
- * blending on the host. */
+ * found, as in training; the windows' forwards run there, the blending on
+ * the host. */
 static int choose_engine(infer *t)
 {
-    int64_t pp = 1, sp = 1;
     char note[256];
-    TS_TRY(ts_config_get_int(t->cfg, "parallel.pp", &pp));
-    TS_TRY(ts_config_get_int(t->cfg, "parallel.sp", &sp));
-    TS_TRY(ts_unet_engine_choose(&t->u, t->local_rank, (int)pp, (int)sp, note, sizeof note));
+    TS_TRY(ts_unet_engine_choose(&t->u, t->local_rank, note, sizeof note));
     if (note[0] && t->rank == 0) fprintf(stderr, "tessera infer: note: %s\n", note);
     return 0;
 }

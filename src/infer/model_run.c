@@ -42,7 +42,7 @@ int ts_model_run_file(const ts_config *cfg, const ts_model_run_opts *o, double *
     TS_CHECK(ts_unet_cfg_from_config(cfg, &u));
     {
         char note[256];
-        TS_CHECK(ts_unet_engine_choose(&u, 0, 1, 1, note, sizeof note)); /* one process: the first GPU */
+        TS_CHECK(ts_unet_engine_choose(&u, 0, note, sizeof note)); /* one process: the first GPU */
         if (note[0]) fprintf(stderr, "tessera model run: note: %s\n", note);
     }
     TS_CHECK(ts_optim_cfg_from_config(cfg, &opt.cfg));

@@ -58,15 +58,13 @@ typedef struct ts_unet_cfg {
  * train.class_weights, train.batch, train.seed, train.precision, train.engine); NULL-terminated. */
 extern const ts_cfg_key ts_model_config_keys[];
 
-/* Local (opens the GPU where it picks one). Resolves u->engine for a run
- * of pp pipeline stages and sp spatial pieces on the rank with node-local
- * rank local_rank: AUTO becomes CUDA where a GPU is found and the run is
- * one the GPU engine runs (not the residual encoder on a split, sp > 1), else
- * CPU; note (n bytes) says which GPU it took, or why a GPU that is there
- * stays idle ("" with no GPU: `tessera info` says why);
- * CUDA without a GPU or on such a run is TS_ERR_CONFIG naming
+/* Local (opens the GPU where it picks one). Resolves u->engine on the
+ * rank with node-local rank local_rank: AUTO becomes CUDA where a GPU is
+ * found (the GPU engine runs every architecture, pipeline and split), else
+ * CPU; note (n bytes) says which GPU it took ("" with no GPU: `tessera
+ * info` says why); CUDA without a GPU is TS_ERR_CONFIG naming
  * train.engine and the reason. On CUDA, opens GPU local_rank % count. */
-int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, int pp, int sp, char *note, size_t n);
+int ts_unet_engine_choose(ts_unet_cfg *u, int local_rank, char *note, size_t n);
 /* Local. "cpu" or "cuda" (the engine a model runs on). */
 const char *ts_unet_engine_name(ts_engine e);
 

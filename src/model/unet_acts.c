@@ -103,8 +103,10 @@ void ts_unet_free_acts(ts_unet *m)
     ts_tensor_free(&m->sy);
     for (int r = 0; r < RS_N; r++) ts_tensor_free(&m->rs[r]);
     ts_tensor_free(&m->rsidx);
+    if (m->hx.data) ts_device_upload_wait(); /* no copy still reads the staging buffers (an error: reported there) */
     ts_tensor_free(&m->hx);
     ts_tensor_free(&m->hlab);
+    ts_tensor_free(&m->hlab0);
     ts_tensor_free(&m->hlogits);
     ts_tensor_free(&m->dpack);
     ts_tensor_free(&m->hpack);
@@ -319,7 +321,6 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
     const ts_unet_cfg *c = &m->cfg;
     const int L = c->levels;
     TS_CHECK(ts_unet_check_input(c, (const int64_t[]){d, h, w}, "input"));
-    if (!m->dry) TS_CHECK(ts_unet_device_check(m));
     if (n < 1) TS_FAIL(TS_ERR_ARG, "unet: batch of %d samples", n);
     if (!m->dry) {
         m->slots = TS_CALLOC((size_t)m->nslots, sizeof *m->slots);
@@ -344,13 +345,16 @@ int ts_unet_setup(ts_unet *m, int n, int d, int h, int w)
         if (e || dd) TS_CHECK(halo_alloc(m, &m->gh[l], n, (const int64_t[]){dl, hl, wl}, c->channels[l]));
         if (resenc(m) && (e || next)) TS_CHECK(alloc5(m, &m->rg[l], TS_FLOAT32, n, dl, hl, wl, c->channels[l]));
     }
-    if (resenc(m) && m->split_on) TS_CHECK(alloc_strided(m, n, d, h, w));
+    if (resenc(m) && m->split_on && !m->device) /* the GPU pads its boxes in its scratch (conv_split.c) */
+        TS_CHECK(alloc_strided(m, n, d, h, w));
     if (m->dry) return 0;
-    if (m->device) { /* host staging of the image, the downsampled labels (level 1 is the largest) and the logits */
-        TS_CHECK(ts_tensor_alloc(&m->hx, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->in_channels}));
-        TS_CHECK(ts_tensor_alloc(&m->hlogits, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->classes}));
+    if (m->device) { /* page-locked host staging of the image, the labels (and downsampled: level 1 is the largest) and
+                      * the logits: copied up without stalling the stream (ts_tensor_upload_async) */
+        TS_CHECK(ts_tensor_alloc_pinned(&m->hx, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->in_channels}));
+        TS_CHECK(ts_tensor_alloc_pinned(&m->hlogits, TS_FLOAT32, 5, (const int64_t[]){n, d, h, w, c->classes}));
+        TS_CHECK(ts_tensor_alloc_pinned(&m->hlab0, TS_UINT8, 4, (const int64_t[]){n, d, h, w}));
         if (c->deep_supervision)
-            TS_CHECK(ts_tensor_alloc(&m->hlab, TS_UINT8, 4, (const int64_t[]){n, d >> 1, h >> 1, w >> 1}));
+            TS_CHECK(ts_tensor_alloc_pinned(&m->hlab, TS_UINT8, 4, (const int64_t[]){n, d >> 1, h >> 1, w >> 1}));
     }
     m->n = n;
     m->d = d;

@@ -130,6 +130,14 @@ static int cn_conv_backward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
     }
     ts_halo *gh = &m->gh[p->level];
     if (dx) TS_TRY(ts_unet_halo_start(m, &x->y, NULL, gh));
+    if (in->device) { /* padded boxes on the device (src/nn/cuda/conv_split.c) */
+        TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_s2_backward_split(in, &w, &x->xh, NULL, &x->y, NULL, &dw, &db));
+        TS_TRY(ready2(m, p->cw, p->cb));
+        if (!dx) return 0;
+        TS_TRY(ts_unet_halo_wait(m));
+        TIMED(m, TS_PROF_CONV_DGRAD, ts_conv3d_s2_backward_split(in, &w, NULL, gh, &x->y, dx, NULL, NULL));
+        return 0;
+    }
     ts_tensor g = ts_unet_grown(&m->sx, in, p->cin);
     TIMED(m, TS_PROF_HALO, (ts_unet_halo_grow(in, &x->xh, 0, &g), 0));
     TIMED(m, TS_PROF_CONV_WGRAD, ts_conv3d_backward(&g, &w, p->stride, 0, &x->y, NULL, &dw, &db));

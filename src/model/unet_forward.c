@@ -249,6 +249,10 @@ int ts_unet_cn_conv_forward(ts_unet *m, const cnorm *p, cacts *x, const ts_tenso
     if (p->stride == 1) return ts_unet_conv3_forward(m, &x->xh, in, NULL, &w, &b, NULL, &x->y);
     TS_TRY(ts_unet_halo_start(m, in, NULL, &x->xh));
     TS_TRY(ts_unet_halo_wait(m));
+    if (in->device) { /* the box padded by its halo on the device, convolved with padding 0 */
+        TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_s2_forward_split(in, &w, &b, &x->xh, &x->y));
+        return 0;
+    }
     ts_tensor g = ts_unet_grown(&m->sx, in, p->cin);
     TIMED(m, TS_PROF_HALO, (ts_unet_halo_grow(in, &x->xh, 0, &g), 0));
     TIMED(m, TS_PROF_CONV_FWD, ts_conv3d_forward(&g, &w, &b, p->stride, 0, &x->y));
@@ -439,13 +443,16 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
         /* ds{lv}'s logits: made here, or arrived from the stage holding dec lv.conv2 */
         ts_tensor *lg = lv ? act(m, s, ds_tensor(m, lv)) : &s->logits, *dl = lv ? &s->dsd[lv] : &s->dlogits;
         const ts_tensor *lab = labels;
-        if (!lv && m->device) { /* the GPU engine: the labels go up once */
-            TS_TRY(ts_tensor_transfer(&s->lab, labels));
+        if (!lv && m->device) { /* the GPU engine: the labels go up once, from page-locked staging */
+            TS_TRY(ts_device_upload_wait());
+            memcpy(m->hlab0.data, labels->data, ts_tensor_bytes(&s->lab));
+            TS_TRY(ts_tensor_upload_async(&s->lab, &m->hlab0));
             lab = &s->lab;
         }
         if (lv) {
             const int64_t D = m->d >> lv, H = m->h >> lv, W = m->w >> lv, o0 = (int64_t)1 << (lv - 1);
             const uint8_t *src = labels->data;
+            if (m->device) TS_TRY(ts_device_upload_wait()); /* hlab's last copy has read it */
             uint8_t *dst = m->device ? m->hlab.data : s->dslab[lv].data; /* the GPU engine: downsampled on the host */
             for (int64_t n = 0; n < m->n; n++)
                 for (int64_t z = 0; z < D; z++)
@@ -455,7 +462,7 @@ int ts_unet_loss_slot(ts_unet *m, int k, const ts_tensor *labels, int with_grad,
                                 src[((n * m->d + (z << lv) + o0) * m->h + (y << lv) + o0) * m->w + (x << lv) + o0];
             if (m->device) {
                 const ts_tensor h = ts_tensor_view(m->hlab.data, TS_UINT8, 4, s->dslab[lv].shape);
-                TS_TRY(ts_tensor_transfer(&s->dslab[lv], &h));
+                TS_TRY(ts_tensor_upload_async(&s->dslab[lv], &h));
             }
             lab = &s->dslab[lv];
         }

@@ -118,7 +118,8 @@ struct ts_unet {
     int fold_eval;     /* ts_unet_set_fold_eval */
     int folding;       /* the forward under way folds its batch norms (eval, batch norm, CPU) */
     int winograd;      /* ts_unet_set_winograd */
-    ts_tensor hx, hlab, hlogits; /* its host staging: the channels-last image, downsampled labels, logits */
+    ts_tensor hx, hlab0, hlab, hlogits; /* its page-locked host staging: the channels-last image, the labels and
+                                         * the downsampled labels (written only after ts_device_upload_wait), logits */
     ts_tensor dpack, hpack;      /* a split on the GPU: a box's halo packed on the device, and its host copy */
     int *ready, nready; /* GPU engine: the arena entries whose gradients became final in this backward, in order */
 };
@@ -202,7 +203,6 @@ void ts_unet_free_acts(ts_unet *m);
 
 /* TS_ERR_UNSUPPORTED naming what the GPU engine does not run yet (the
  * residual encoder on a spatial split); 0 on the CPU engine */
-int ts_unet_device_check(const ts_unet *m);
 /* slot s's image s->x (device) from image [N, C, D, H, W] (host), through hx */
 int ts_unet_device_input(ts_unet *m, slot *s, const ts_tensor *image);
 /* slot k's logits copied to hlogits (host); NULL if the copy failed */

@@ -457,6 +457,34 @@ int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const t
                          (ts_conv_dst){da ? da->data : NULL, da ? db->data : NULL, ca, NULL}, dw, dbias);
 }
 
+int ts_conv3d_s2_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_halo *h, ts_tensor *y)
+{
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_s2_forward_split(x, w, b, h, y);
+#endif
+    (void)w;
+    (void)b;
+    (void)h;
+    (void)y;
+    return TS_ERR(TS_ERR_UNSUPPORTED, "conv3d stride-2 split forward: device tensors only (the model grows a host box)");
+}
+
+int ts_conv3d_s2_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_halo *xh, const ts_halo *dyh,
+                                const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
+{
+#ifdef TS_HAVE_CUDA
+    if (x->device) return ts_cuda_conv3d_s2_backward_split(x, w, xh, dyh, dy, dx, dw, db);
+#endif
+    (void)w;
+    (void)xh;
+    (void)dyh;
+    (void)dy;
+    (void)dx;
+    (void)dw;
+    (void)db;
+    return TS_ERR(TS_ERR_UNSUPPORTED, "conv3d stride-2 split backward: device tensors only (the model grows a host box)");
+}
+
 int ts_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst)
 {
 #ifdef TS_HAVE_CUDA

@@ -234,6 +234,17 @@ int ts_conv3d_cat_backward_split(const ts_tensor *a, const ts_tensor *b, const t
  * gradient is computed: a caller takes dw first with dy's halo in flight,
  * waits for it, then takes dx.) */
 
+/* 3x3x3, stride 2, padding 1 on a box with halo (the residual encoder's
+ * downsampling on a split; even box edges at even offsets): forward reads
+ * h's low faces, backward xh (the forward input's halo, for dw) and dyh
+ * (the output gradient's, for dx: a box's last voxel is read by the next
+ * box's first output). Device tensors only (the GPU engine): the model
+ * grows a host box by its halo itself (src/model). Arguments otherwise as
+ * ts_conv3d_forward / ts_conv3d_backward; any of dx, dw, db may be NULL. */
+int ts_conv3d_s2_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_halo *h, ts_tensor *y);
+int ts_conv3d_s2_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_halo *xh, const ts_halo *dyh,
+                                const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db);
+
 /* ---- transposed conv3d (PyTorch ConvTranspose3d, padding 0) ----
  * x [N, D, H, W, Cin], w [Cin, Cout, k, k, k], b [Cout] or NULL,
  * y [N, (D-1) stride + k, ..., Cout]. The U-Net uses k = stride = 2. */

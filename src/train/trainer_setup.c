@@ -302,7 +302,7 @@ static int setup_model(trainer *t, const ts_config *cfg, setup_ctx *c)
     { /* the engine: a GPU per rank where one is found and the layout runs there (train.engine) */
         const ts_grid *g = t->L->grid;
         char note[256];
-        TS_CHECK(ts_err_agree(g->world, ts_unet_engine_choose(&t->ucfg, g->local_rank, g->pp, g->sp, note, sizeof note)));
+        TS_CHECK(ts_err_agree(g->world, ts_unet_engine_choose(&t->ucfg, g->local_rank, note, sizeof note)));
         if (note[0] && t->L->world_rank == 0) fprintf(stderr, "tessera train: note: %s\n", note);
     }
     TS_CHECK(ts_unet_create(&t->ucfg, ts_gradpath_arena_states(t->gp, ts_optim_state_count(&t->opt.cfg)), &t->model));

@@ -46,6 +46,7 @@
 #define cudaEventCreateWithFlags tsemu_cudaEventCreateWithFlags
 #define cudaEventDestroy tsemu_cudaEventDestroy
 #define cudaEventRecord tsemu_cudaEventRecord
+#define cudaEventSynchronize tsemu_cudaEventSynchronize
 #define cudaPointerGetAttributes tsemu_cudaPointerGetAttributes
 #define cublasCreate tsemu_cublasCreate
 #define cublasDestroy tsemu_cublasDestroy
@@ -116,6 +117,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 
 /* cuBLAS: cublasGemmEx with fp32 results, as conv_gemm.c calls it */

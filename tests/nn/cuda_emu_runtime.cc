@@ -236,6 +236,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
 {
     return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
+/* the work before a record has run when it was queued (the emulator runs copies and kernels at once) */
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
 {

@@ -106,6 +106,62 @@ out:
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
 }
 
+/* the stride-2 convolution of a split box (ts_conv3d_s2_*_split) with no halo (zeros around): the box
+ * padded on the device and convolved with padding 0 (input gradient: padding 2, cropped) = the plain
+ * stride-2, padding-1 convolution on the CPU */
+static void test_conv_s2_split(int n, int d, int h, int w, int ci, int co)
+{
+    char what[160];
+    snprintf(what, sizeof what, "conv3d stride-2 split, no halo [%d,%d,%d,%d,%d] -> %d", n, d, h, w, ci, co);
+    ts_tensor x = mk(5, (int64_t[]){n, d, h, w, ci}, -1, 1), wt = mk(5, (int64_t[]){co, ci, 3, 3, 3}, -0.5f, 0.5f),
+              b = mk(1, (int64_t[]){co}, -1, 1), y = mk(5, (int64_t[]){n, d / 2, h / 2, w / 2, co}, 0, 0),
+              dy = mk(5, y.shape, -1, 1), dx = host_like(&x), dw = mk(5, wt.shape, -0.1f, 0.1f),
+              db = mk(1, b.shape, -0.1f, 0.1f);
+    ts_tensor gx = up(&x), gw = up(&wt), gb = up(&b), gy = up(&y), gdy = up(&dy), gdx = up(&dx), gdw = up(&dw),
+              gdb = up(&db);
+    int e1 = ts_conv3d_forward(&x, &wt, &b, 2, 1, &y) || ts_conv3d_backward(&x, &wt, 2, 1, &dy, &dx, &dw, &db);
+    int e2 = ts_conv3d_s2_forward_split(&gx, &gw, &gb, NULL, &gy) ||
+             ts_conv3d_s2_backward_split(&gx, &gw, NULL, NULL, &gdy, NULL, &gdw, &gdb) ||
+             ts_conv3d_s2_backward_split(&gx, &gw, NULL, NULL, &gdy, &gdx, NULL, NULL) || ts_device_sync();
+    if (ts_ok(!e1 && !e2, "%s: ran (%s)", what, e1 || e2 ? ts_err_message() : "ok")) {
+        char t[200];
+        snprintf(t, sizeof t, "%s output", what), check(t, &gy, &y, 1e-4, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s input gradient", what), check(t, &gdx, &dx, 1e-4, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s weight gradient (accumulated)", what), check(t, &gdw, &dw, 1e-4, TS_PREC_FP32);
+        snprintf(t, sizeof t, "%s bias gradient (accumulated)", what), check(t, &gdb, &db, 1e-4, TS_PREC_FP32);
+    }
+    /* an odd edge is refused with the edge named */
+    ts_tensor odd = mk(5, (int64_t[]){1, 3, 4, 4, ci}, -1, 1), godd = up(&odd);
+    e2 = ts_conv3d_s2_forward_split(&godd, &gw, &gb, NULL, &gy);
+    ts_ok(e2 == TS_ERR_ARG && strstr(ts_err_message(), "D edge is 3 voxels"), "%s: an odd box refused: %s", what,
+          e2 ? ts_err_message() : "(accepted)");
+    ts_tensor *all[] = {&x, &wt, &b, &y, &dy, &dx, &dw, &db, &gx, &gw, &gb, &gy, &gdy, &gdx, &gdw, &gdb, &odd, &godd};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+}
+
+/* page-locked staging (ts_tensor_alloc_pinned) copied up without waiting (ts_tensor_upload_async): the
+ * device copy holds the values once ts_device_upload_wait returns; a device source is refused */
+static void test_upload(void)
+{
+    ts_tensor p, g, back;
+    const int64_t sh[4] = {2, 5, 6, 7};
+    if (ts_tensor_alloc_pinned(&p, TS_FLOAT32, 4, sh) || ts_tensor_alloc_device(&g, TS_FLOAT32, 4, sh)) {
+        ts_ok(0, "pinned and device buffers: %s", ts_err_message());
+        return;
+    }
+    ts_ok(p.owns == 2 && !p.device, "a pinned tensor is host memory freed as page-locked (owns %d)", p.owns);
+    float *v = p.data;
+    for (int64_t i = 0; i < ts_tensor_numel(&p); i++) v[i] = (float)i * 0.5f - 3.0f;
+    back = host_like(&p);
+    int e = ts_tensor_upload_async(&g, &p) || ts_device_upload_wait() || ts_device_upload_wait() ||
+            ts_tensor_transfer(&back, &g);
+    if (ts_ok(!e, "upload, wait (twice), download: %s", e ? ts_err_message() : "ok"))
+        ts_ok(!memcmp(back.data, p.data, ts_tensor_bytes(&p)), "the uploaded tensor holds the pinned values");
+    e = ts_tensor_upload_async(&g, &g);
+    ts_ok(e == TS_ERR_ARG, "a device source is refused: %s", e ? ts_err_message() : "(accepted)");
+    ts_tensor_free(&p), ts_tensor_free(&g), ts_tensor_free(&back);
+}
+
 /* transposed conv3d: x [n, d, d, d, ci], weight [ci, co, k, k, k], stride s */
 static void test_convt(int n, int d, int ci, int co, int k, int s, ts_precision p)
 {
@@ -382,6 +438,9 @@ int main(void)
     ts_cuda_set_fewch(1);
     fewch_name = " (few channels: padded to 8)";
 #endif
+    test_upload();
+    test_conv_s2_split(2, 4, 6, 8, 3, 5);
+    test_conv_s2_split(1, 6, 4, 2, 8, 16);
     for (int i = 0; i < 3; i++) {
         const ts_precision p = precs[i];
         test_conv(2, 5, 6, 7, 3, 5, 3, 1, 1, p);     /* odd shape, few channels (the first level) */

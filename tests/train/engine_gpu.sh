@@ -8,11 +8,11 @@
 # rounded), every norm with ReLU and leaky ReLU, the residual encoder, 2
 # ranks data parallel on the GPU engine, pipelines (1F1B, GPipe, with data
 # parallelism, the residual encoder), spatial splits (D, D x H, D x H x W,
-# with data parallelism), each opt-in GPU path (TESSERA_CUDA_*), and a deliberately
-# wrong run caught (tests/train/infer.sh compares tessera infer's GPU and
-# CPU predictions). Where no
-# GPU is visible every check skips, saying so (tests/train/engine.sh checks
-# the refusals there).
+# with data parallelism; the residual encoder split), each opt-in GPU path
+# (TESSERA_CUDA_*), and a deliberately wrong run caught (tests/train/infer.sh
+# compares tessera infer's GPU and CPU predictions). Where no GPU is visible
+# every check skips, saying so (tests/train/engine.sh checks the refusals
+# there).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 ts_use_gpus # the GPU checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir engine-gpu
@@ -148,9 +148,16 @@ gpu_eq inst 2 1e-4 train.engine=cuda train.tf32=false model.norm=instance model.
 # activation checkpointing on a split (the levels' halos exchanged again in the recomputation)
 gpu_eq fp32 2 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 model.checkpoint_levels=0,1
 
-# what the GPU engine does not run yet: refused on every rank, naming the reason
-ts_fails_on_all "train.engine = cuda, model.arch = resenc with parallel.sp = 2: refused on every rank" \
-    "model.arch = resenc with a spatial split (parallel.sp > 1) runs on the CPU only so far" 2 \
-    train_run 2 sp train.engine=cuda parallel.sp=2 model.arch=resenc
+# the residual encoder on a split: its stride-2 convolutions read the box padded by its halo on the device
+# (forward and weight gradient: the low faces; input gradient: the output gradient's high faces), along D,
+# D x H, and with the weight gradient as im2col + GEMM (stride 2, padding 0)
+gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 model.arch=resenc model.norm=instance \
+    model.act=leaky_relu model.deep_supervision=true
+gpu_eq resenc 4 1e-4 train.engine=cuda train.tf32=false parallel.sp=4 parallel.sp_dims=2,2,1 model.arch=resenc \
+    model.norm=instance model.act=leaky_relu model.deep_supervision=true
+export TESSERA_CUDA_WGRAD=gemm
+gpu_env=TESSERA_CUDA_WGRAD=gemm gpu_eq resenc 2 1e-4 train.engine=cuda train.tf32=false parallel.sp=2 \
+    parallel.sp_dims=1,1,2 model.arch=resenc model.norm=instance model.act=leaky_relu model.deep_supervision=true
+unset TESSERA_CUDA_WGRAD
 
 ts_finish

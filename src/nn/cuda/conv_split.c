@@ -119,6 +119,64 @@ int ts_cuda_conv3d_backward_split(const ts_tensor *a, const ts_tensor *b, const 
     return ts_cuk_halo_crop(dX.data, ca, cb, (int)a->shape[0], dhw, da ? da->data : NULL, db ? db->data : NULL, stream);
 }
 
+/* A 3x3x3, stride 2, padding 1 convolution of a box (even edges at even
+ * offsets, as the split requires): output voxel o reads the box's voxels
+ * 2o-1 .. 2o+1, which are the padded box's 2o .. 2o+2, so the padded box
+ * convolved with padding 0 gives the box's outputs (its last plane, the
+ * high face, is never read). The input gradient: the output gradient padded
+ * with its halo (its voxel q is output q-1; q = 0 reads only the padded
+ * box's plane 0, cropped away; q = D/2+1 is the next box's first output,
+ * which reads the box's last voxel) is the output gradient of the padded
+ * box convolved with padding 2: its output q reads padded voxels 2q-2 ..
+ * 2q, box voxels 2q-3 .. 2q-1, which output q-1 reads; the box is the
+ * input gradient's interior. */
+static int s2_geom(const ts_tensor *x, const char *what)
+{
+    for (int d = 1; d < 4; d++)
+        if (x->shape[d] % 2)
+            return TS_ERR(TS_ERR_ARG, "%s: the box's %s edge is %lld voxels; a stride-2 split needs even edges", what,
+                          d == 1 ? "D" : d == 2 ? "H" : "W", (long long)x->shape[d]);
+    return 0;
+}
+
+int ts_cuda_conv3d_s2_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_halo *h,
+                                    ts_tensor *y)
+{
+    TS_TRY(dev_f32(x, "conv3d stride-2 split forward"));
+    TS_TRY(s2_geom(x, "conv3d stride-2 split forward"));
+    ts_tensor P;
+    TS_TRY(padded(x, NULL, h, TS_CUDA_SLOT_CAT, &P));
+    return ts_cuda_conv3d_forward(&P, w, b, 2, 0, y);
+}
+
+int ts_cuda_conv3d_s2_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_halo *xh, const ts_halo *dyh,
+                                     const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db)
+{
+    TS_TRY(dev_f32(x, "conv3d stride-2 split backward"));
+    TS_TRY(dev_f32(dy, "conv3d stride-2 split backward"));
+    TS_TRY(dev_f32(dx, "conv3d stride-2 split backward"));
+    TS_TRY(s2_geom(x, "conv3d stride-2 split backward"));
+    if (dx && !ts_tensor_same_shape(dx, x))
+        return TS_ERR(TS_ERR_ARG, "conv3d stride-2 split backward: the input gradient is not shaped like the input");
+    if (dw || db) {
+        ts_tensor P;
+        TS_TRY(padded(x, NULL, xh, TS_CUDA_SLOT_CAT, &P));
+        TS_TRY(ts_cuda_conv3d_backward(&P, w, 2, 0, dy, NULL, dw, db));
+    }
+    if (!dx) return 0;
+    ts_tensor Q;
+    TS_TRY(padded(dy, NULL, dyh, TS_CUDA_SLOT_CAT2, &Q));
+    const int64_t dhw[3] = {x->shape[1], x->shape[2], x->shape[3]};
+    const int64_t sh[5] = {x->shape[0], dhw[0] + 2, dhw[1] + 2, dhw[2] + 2, x->shape[4]};
+    ts_tensor dX = ts_tensor_view(NULL, TS_FLOAT32, 5, sh);
+    dX.device = 1;
+    TS_TRY(ts_cuda_scratch(TS_CUDA_SLOT_SPLIT, ts_tensor_bytes(&dX), &dX.data));
+    TS_TRY(ts_cuda_conv3d_backward(&dX, w, 2, 2, &Q, &dX, NULL, NULL)); /* dX's values are not read (no dw) */
+    void *stream = NULL;
+    TS_TRY(ts_cuda_nn_handles(NULL, NULL, &stream));
+    return ts_cuk_halo_crop(dX.data, (int)x->shape[4], 0, (int)x->shape[0], dhw, dx->data, NULL, stream);
+}
+
 int ts_cuda_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst)
 {
     TS_TRY(dev_f32(a, "halo pack"));

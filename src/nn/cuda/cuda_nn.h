@@ -166,6 +166,10 @@ int ts_cuda_conv3d_forward_split(const ts_tensor *a, const ts_tensor *b, const t
 int ts_cuda_conv3d_backward_split(const ts_tensor *a, const ts_tensor *b, const ts_tensor *w, const ts_conv_split *xs,
                                   const ts_conv_split *dys, const ts_tensor *dy, ts_tensor *da, ts_tensor *db,
                                   ts_tensor *dw, ts_tensor *dbias);
+int ts_cuda_conv3d_s2_forward_split(const ts_tensor *x, const ts_tensor *w, const ts_tensor *b, const ts_halo *h,
+                                    ts_tensor *y);
+int ts_cuda_conv3d_s2_backward_split(const ts_tensor *x, const ts_tensor *w, const ts_halo *xh, const ts_halo *dyh,
+                                     const ts_tensor *dy, ts_tensor *dx, ts_tensor *dw, ts_tensor *db);
 int ts_cuda_halo_pack(const ts_tensor *a, const ts_tensor *b, unsigned mask, ts_tensor *dst);
 /* halo_kernels.cu: dst = [a, b]'s layers for mask (ts_halo_send_floats's layout); P [N][D+2][H+2][W+2][ca+cb]
  * = [a, b] inside, the faces (device copies laid out as ts_halo's, NULL: zeros) around; a, b = X's interior */
