@@ -12,6 +12,7 @@
 
 #ifdef TS_HAVE_CUDA
 #include "collectives/device_impl.h"
+#include "src/core/fault.h"
 #include "src/core/timer.h"
 #include "src/core/watchdog.h"
 
@@ -311,9 +312,20 @@ int ts_nccl_enqueued(ts_chan *ch, ncclComm_t *comm, ncclResult_t r, double deadl
 
 int ts_nccl_wait(ts_chan *ch, ts_nccl *s, ncclComm_t *comm, double deadline, const char *what)
 {
+    /* TESSERA_FAULT (src/core/fault.h): this rank's NCCL calls of a step report NCCL's remote error, or never
+     * complete, as when a peer's process or the network is gone */
+    const int64_t step = ts_fault_step();
+    const int inj_err = ts_fault_at(TS_FAULT_NCCL, step, NULL), inj_hang = ts_fault_at(TS_FAULT_HANG, step, "nccl");
     for (unsigned spins = 0;; spins++) {
         ncclResult_t ar = ncclSuccess, q = ncclCommGetAsyncError(*comm, &ar);
         if (q != ncclSuccess) ar = q;
+        if (inj_hang && ar == ncclSuccess) ar = ncclInProgress;
+        if (inj_err) {
+            int err = TS_ERR(TS_ERR_CUDA, "rank %d: %s: NCCL: %s (injected by TESSERA_FAULT at step %lld)", ts_err_rank(),
+                             what, ncclGetErrorString(ncclRemoteError), (long long)step);
+            comm_abort(comm);
+            return err;
+        }
         if (ar != ncclSuccess && ar != ncclInProgress) {
             int err = nccl_fail(*comm, ar, what);
             comm_abort(comm);

@@ -98,7 +98,7 @@ fi
 echo "== the GPU engine under the CPU's CUDA emulator (configure --with-cuda=emu; docs/testing.md)"
 estart=$(date +%s)
 emu_tests="tests/nn/test_layers_cuda tests/coll/device_np1.sh tests/coll/device_np2.sh tests/coll/device_fake1_np2.sh \
-tests/coll/device_cli_np2.sh tests/train/engine.sh tests/train/engine_gpu.sh tests/train/gpu_state.sh tests/train/infer.sh tests/model/golden_gpu.sh"
+tests/coll/device_cli_np2.sh tests/train/engine.sh tests/train/engine_gpu.sh tests/train/gpu_state.sh tests/train/gpu_faults.sh tests/train/infer.sh tests/model/golden_gpu.sh"
 rm -rf build-emu && mkdir build-emu
 if (cd build-emu && "$top/configure" -q --with-cuda=emu MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich \
     && make -j"$jobs" && make -j"$jobs" check TESTS=) >emu-build.log 2>&1; then

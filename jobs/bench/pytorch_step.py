@@ -63,7 +63,10 @@ def main():
     nesterov = g("train", "nesterov", "false") == "true"
     case = {"loss": g("train", "loss", "ce"), "deep_supervision": ds, "channels": channels}
     torch.manual_seed(0)
-    m = UNet3D(channels, cin, classes, norm, groups, deep_supervision=ds, act=act, slope=slope)
+    arch = g("model", "arch", "unet")
+    blocks = [int(x) for x in g("model", "res_blocks", "1,3,4,6,6,6,6,6").split(",")][:len(channels)]
+    m = UNet3D(channels, cin, classes, norm, groups, deep_supervision=ds, act=act, slope=slope, arch=arch,
+               res_blocks=blocks if arch == "resenc" else None)
 
     def optimizer():
         if g("train", "optimizer", "sgd") == "sgd":

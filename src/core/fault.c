@@ -25,7 +25,8 @@ static fault faults[MAX_FAULTS];
 static int nfaults;
 static volatile int64_t cur_step;
 
-static const char *const kind_names[TS_FAULT_KINDS] = {"kill", "hang", "nan", "error", "enospc", "corrupt", "overflow", "mpierr"};
+static const char *const kind_names[TS_FAULT_KINDS] = {"kill", "hang", "nan", "error", "enospc", "corrupt", "overflow", "mpierr",
+                                                               "nccl"};
 
 int ts_fault_init(int world_rank)
 {
@@ -45,7 +46,7 @@ int ts_fault_init(int world_rank)
         for (int i = 0; i < TS_FAULT_KINDS; i++)
             if (!strcmp(tok, kind_names[i])) k = i;
         if (k < 0)
-            return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': unknown kind '%s' (kill, hang, nan, error, enospc, corrupt, overflow, mpierr)",
+            return TS_ERR(TS_ERR_CONFIG, "TESSERA_FAULT entry '%s': unknown kind '%s' (kill, hang, nan, error, enospc, corrupt, overflow, mpierr, nccl)",
                           e, tok);
         fault f = {(ts_fault_kind)k, -1, 0, ""};
         int rank = -1;

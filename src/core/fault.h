@@ -20,6 +20,12 @@
  *                             loss-scale overflow)
  *   mpierr:rank=0:step=5      the rank's step 5 returns an MPI error as it
  *                             begins (as a broken connection does)
+ *   nccl:rank=1:step=3        the rank's NCCL collectives of step 3 report
+ *                             NCCL's remote error (a peer's process or the
+ *                             network gone: collectives/device.c)
+ *   hang:rank=1:op=nccl:step=3
+ *                             ... never complete instead (as with a peer
+ *                             that never arrives): their deadline ends them
  *   enospc:ckpt               checkpoint writes fail with ENOSPC
  *   corrupt:ckpt              the checkpoint file is corrupted after it is written
  * rank is the world rank (any rank when absent), step the 1-based training
@@ -31,7 +37,7 @@
 #include <stdint.h>
 
 typedef enum { TS_FAULT_KILL = 0, TS_FAULT_HANG, TS_FAULT_NAN, TS_FAULT_ERROR, TS_FAULT_ENOSPC, TS_FAULT_CORRUPT,
-               TS_FAULT_OVERFLOW, TS_FAULT_MPIERR, TS_FAULT_KINDS } ts_fault_kind;
+               TS_FAULT_OVERFLOW, TS_FAULT_MPIERR, TS_FAULT_NCCL, TS_FAULT_KINDS } ts_fault_kind;
 
 /* Local. Parses TESSERA_FAULT for this rank (errors name the entry); no
  * variable: no faults. Call once at start. */
