@@ -163,13 +163,21 @@ void ts_device_free(void *p)
     if (p) cudaFree(p);
 }
 
-int ts_tensor_alloc_device(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape)
+/* *s = an unallocated tensor of the shape (t cleared), or an error naming the bad dimension */
+static int shaped(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape, ts_tensor *s)
 {
     memset(t, 0, sizeof *t);
     if (ndim < 0 || ndim > TS_MAX_DIMS) return TS_ERR(TS_ERR_ARG, "tensor with %d dims (max %d)", ndim, TS_MAX_DIMS);
-    ts_tensor s = ts_tensor_view(NULL, dtype, ndim, shape);
+    *s = ts_tensor_view(NULL, dtype, ndim, shape);
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0) return TS_ERR(TS_ERR_ARG, "tensor dim %d is negative (%lld)", i, (long long)shape[i]);
+    return 0;
+}
+
+int ts_tensor_alloc_device(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape)
+{
+    ts_tensor s;
+    TS_TRY(shaped(t, dtype, ndim, shape, &s));
     void *p = NULL;
     TS_TRY(ts_device_alloc(ts_tensor_bytes(&s), &p));
     s.data = p;
@@ -208,11 +216,8 @@ int ts_tensor_transfer(ts_tensor *dst, const ts_tensor *src)
 
 int ts_tensor_alloc_pinned(ts_tensor *t, ts_dtype dtype, int ndim, const int64_t *shape)
 {
-    memset(t, 0, sizeof *t);
-    if (ndim < 0 || ndim > TS_MAX_DIMS) return TS_ERR(TS_ERR_ARG, "tensor with %d dims (max %d)", ndim, TS_MAX_DIMS);
-    ts_tensor s = ts_tensor_view(NULL, dtype, ndim, shape);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) return TS_ERR(TS_ERR_ARG, "tensor dim %d is negative (%lld)", i, (long long)shape[i]);
+    ts_tensor s;
+    TS_TRY(shaped(t, dtype, ndim, shape, &s));
     TS_TRY(need_open());
     const size_t n = ts_tensor_bytes(&s);
     void *p = NULL;

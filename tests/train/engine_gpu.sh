@@ -14,16 +14,8 @@
 # every check skips, saying so (tests/train/engine.sh checks the refusals
 # there).
 . "$TS_SRCDIR/tests/train/lib_train.sh"
-ts_use_gpus # the GPU checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir engine-gpu
-if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
-    ts_skip "the GPU engine against the CPU" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"
-    ts_finish
-fi
-if [ -z "$TS_PY" ]; then
-    ts_skip "the GPU engine against the CPU" "no python3 with h5py"
-    ts_finish
-fi
+ts_gpu_or_finish "the GPU engine against the CPU"
 ts_mpirun 1 "$TESSERA" info 2>&1 | grep '^GPU 0:' | sed 's/^/# /'
 ts_synth 4 16 3 1
 ts_step "a second draw of data (seed 2)" ts_mpirun 2 "$TESSERA" synth --out "$d/syn2.h5" --count 4 --size 16 --classes 3 --seed 2

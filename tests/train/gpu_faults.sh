@@ -11,16 +11,8 @@
 # Where no GPU is visible every check skips.
 . "$TS_SRCDIR/tests/train/lib_train.sh"
 unset TESSERA_EXIT_GRACE
-ts_use_gpus # the checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir gpu-faults
-if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
-    ts_skip "NCCL faults" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"
-    ts_finish
-fi
-if [ -z "$TS_PY" ]; then
-    ts_skip "NCCL faults" "no python3 with h5py"
-    ts_finish
-fi
+ts_gpu_or_finish "NCCL faults"
 ts_synth 4 16 3 1
 ts_ini n.ini train.engine=cuda train.tf32=false train.batch=1 ckpt.every=1 ckpt.keep=10 ckpt.emergency=false
 ts_step "initial weights" ts_mpirun 1 "$TESSERA" model init "$ini" --out "$d/init.h5"

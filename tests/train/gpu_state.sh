@@ -17,17 +17,9 @@
 # SGD, a pipeline of two stages, a resume from a checkpoint, and a rank lost with the emergency state
 # written from the GPU's copy. Where no GPU is visible every check skips.
 . "$TS_SRCDIR/tests/train/lib_train.sh"
-ts_use_gpus # the checks below run where a GPU is visible (tests/mpi/lib.sh)
 ts_tmpdir gpu-state
 trap 'pkill -f "$d/w.sh" 2>/dev/null; rm -rf "$d"' EXIT
-if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
-    ts_skip "the state on the GPU" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"
-    ts_finish
-fi
-if [ -z "$TS_PY" ]; then
-    ts_skip "the state on the GPU" "no python3 with h5py"
-    ts_finish
-fi
+ts_gpu_or_finish "the state on the GPU"
 ngpu=$(ts_mpirun 1 "$TESSERA" info 2>&1 | grep -c '^GPU [0-9]*:')
 ts_synth 4 16 3 1
 ts_ini s.ini train.engine=cuda train.tf32=false ckpt.every=6 ckpt.emergency=false # (the checkpoint alone pulls the state)

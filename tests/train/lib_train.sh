@@ -53,6 +53,20 @@ ts_tmpdir() {
     trap 'rm -rf "$d"' EXIT
 }
 
+# ts_gpu_or_finish WHAT: the GPU tests' preamble (after ts_tmpdir): skips WHAT and finishes the test where no
+# GPU is visible (the caller's CUDA_VISIBLE_DEVICES, ts_use_gpus) or no python3 with h5py is there
+ts_gpu_or_finish() {
+    ts_use_gpus
+    if ! ts_mpirun 1 "$TESSERA" info 2>&1 | grep -q '^GPU 0:'; then
+        ts_skip "$1" "no GPU is visible here (a build with CUDA on a GPU machine, or one configured --with-cuda=emu, runs it)"
+        ts_finish
+    fi
+    if [ -z "$TS_PY" ]; then
+        ts_skip "$1" "no python3 with h5py"
+        ts_finish
+    fi
+}
+
 ts_synth() {
     ts_step "synthetic dataset: $1 samples of $2^3, 3 classes" \
         ts_mpirun "${4:-2}" "$TESSERA" synth --out "$d/syn.h5" --count "$1" --size "$2" --classes 3 --seed "$3"
