@@ -43,7 +43,9 @@
 #      a second draw of data where the first does not agree: a ReLU input
 #      within rounding of zero flips a voxel's gradient, docs/testing.md);
 #      `tessera infer` of a phantom scan on the GPU against the CPU (the
-#      masks 99.9 % equal, the probabilities within 1e-4);
+#      masks 99.9 % equal, the probabilities within 1e-4); NCCL's remote
+#      error injected on rank 1 (TESSERA_FAULT=nccl) ending both ranks
+#      with its message;
 #   5. PyTorch's UNet3D-small at 128^3, batch 2 and 8, bf16 (eager
 #      channels_last_3d and torch.compile) and `tessera bench step` on the
 #      GPU engine at the same sizes: samples/s side by side (and batch 8
@@ -362,6 +364,15 @@ PY
     done
     if [ $grads_ok = yes ]; then record grads pass "$secs" "dp 2 (host and GPU state), pp 2 and sp 2 (UNet3D and ResEnc) on the GPU = 1 rank on the GPU = the CPU (tol 1e-4; data $draw.h5)"
     else record grads fail "$secs" "in both draws; the last: $grads_bad"; fails=$((fails + 1)); fi
+    # NCCL's remote error injected on rank 1 at step 2 (TESSERA_FAULT=nccl, tests/train/gpu_faults.sh): with the state on
+    # the GPU the buckets go through NCCL (hierarchical between the faked nodes); the real NCCL communicator is aborted and
+    # both ranks end with rank 1's message, not a hang
+    TESSERA_FAULT=nccl:rank=1:step=2 TESSERA_CUDA_STATE=device trn 2 nccl-fault train.engine=cuda train.batch=1 \
+        train.steps=3 data.patch=16 model.init="$out/model/init.h5" fault.timeout=30
+    nf=$(out_of_step | grep 'tessera: error (rank [01])' | grep -c 'rank 1: hierarchical: .*NCCL: remote process exited')
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ "$nf" = 2 ]; then
+        record nccl-fault pass "$secs" "NCCL's error on rank 1 ended both ranks with its message (exit $rc)"
+    else record nccl-fault fail "$secs" "exit $rc, $nf of 2 ranks named rank 1's NCCL error (see the log)"; fails=$((fails + 1)); fi
 fi
 
 # 5. PyTorch's UNet3D-small at 128^3 on this GPU, and tessera's GPU engine
