@@ -8,7 +8,8 @@
 #    (configs/nnunet-3d-fullres.ini) at 128^3 batch 1 in fp32; the fp32
 #    ones also with train.conv = winograd (FLOP counted as direct ones);
 # and prints each step's GFLOP/s (the cost model's FLOP) as a fraction of
-# the measured peak of its precision, with the per-kind roofline table.
+# the measured peak of its precision, with the per-kind roofline table, and
+# the roofline plot of the steps ($OUT/roofline.png, jobs/scaling/report).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tessera=${TESSERA:-$here/build/tessera}
@@ -44,3 +45,10 @@ for n in ("small-fp32", "small-fp32-winograd", "small-bf16", "nnunet-fp32", "nnu
           f"{j['fraction_of_peak']:.3f} of the measured {j['peak_kind']} peak ({j['peak_gflops']:.1f} GFLOP/s); "
           f"profile sums to {j['profile_sum_over_step']:.3f} of the step")
 PY
+# the roofline of the steps (jobs/scaling/report --roofline; needs matplotlib)
+steps=()
+for n in small-fp32 small-fp32-winograd small-bf16 nnunet-fp32 nnunet-fp32-winograd; do
+    [ -f "$out/$n.json" ] && steps+=("$out/$n.json")
+done
+"$here/jobs/scaling/report" --roofline "${steps[@]}" --out "$out" --title "steps against this CPU's peaks" ||
+    echo "(no roofline plot: jobs/scaling/report needs python3-matplotlib)"

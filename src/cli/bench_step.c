@@ -154,6 +154,9 @@ static void report(const char *cfgpath, const ts_bench_step_opts *o, const ts_be
         printf(", %.3f of the measured %s peak (%.1f GFLOP/s over the ranks; triad %.1f GB/s)", r->gflops / r->peak_gflops,
                r->peak_kind, r->peak_gflops, r->peak_triad_GBps);
     printf("\n");
+    if (r->peak_gflops > 0 && r->gflops > r->peak_gflops && !strcmp(r->engine, "cpu") && !strstr(r->kernels, "winograd"))
+        printf("  note: direct convolutions faster than the measured peak: the probe ran while something else held a "
+               "CPU (another process, or the hypervisor); rerun for a fraction\n");
     if (r->stages) report_pipeline(r);
     if (r->sp > 1)
         printf("  halo exchange per step: %.1f ms exposed, %.1f ms hidden by compute; spatial sums %.1f ms (largest "
