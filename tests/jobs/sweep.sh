@@ -47,7 +47,7 @@ for r in rows:
 print(sorted((r['mode'], r['layout'], r['ranks'], r['efficiency']) for r in rows))"
     ts_check "five PNG plots written" sh -c "for f in throughput efficiency phases imbalance counters; do
         [ -s '$d/rep/'\$f.png ] && head -c 8 '$d/rep/'\$f.png | grep -q PNG || exit 1; done"
-    ts_step "bench step --peak --profile for the roofline" "$TS_BUILDDIR/tessera" bench step "$d/s.ini" --steps 1 \
+    ts_step "bench step --peak --profile for the roofline" ts_mpirun 1 "$TS_BUILDDIR/tessera" bench step "$d/s.ini" --steps 1 \
         --warmup 0 --peak --profile --json "$d/step.json"
     ts_step "report --roofline alone: roofline.csv and roofline.png" "$TS_SRCDIR/jobs/scaling/report" \
         --roofline "$d/step.json" --out "$d/roof"
@@ -64,8 +64,8 @@ for r, k in zip(rows, j['profile']):
 assert sum(float(r['flop']) for r in rows) > 0 and any(r['bound'] == 'memory' for r in rows), 'nothing measured'
 print(len(rows), 'kinds')"
     ts_check "... the PNG written" sh -c "[ -s '$d/roof/roofline.png' ] && head -c 8 '$d/roof/roofline.png' | grep -q PNG"
-    ts_step "a bench step without --peak" "$TS_BUILDDIR/tessera" bench step "$d/s.ini" --steps 1 --warmup 0 --profile \
-        --json "$d/nopeak.json"
+    ts_step "a bench step without --peak" ts_mpirun 1 "$TS_BUILDDIR/tessera" bench step "$d/s.ini" --steps 1 --warmup 0 \
+        --profile --json "$d/nopeak.json"
     ts_check "report --roofline on it: refused, saying what is missing" sh -c \
         "! '$TS_SRCDIR/jobs/scaling/report' --roofline '$d/nopeak.json' --out '$d/roof2' >'$d/roof2.log' 2>&1 &&
          grep -q 'no per-kind profile with a measured peak' '$d/roof2.log'"
