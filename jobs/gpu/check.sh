@@ -89,7 +89,10 @@ mpiexec=${MPIEXEC:-$(command -v mpiexec.mpich || command -v mpiexec || true)}
 py=${PYTHON:-python3}
 # cuDNN, NCCL or cuBLAS not on the loader's path: look where PyTorch's wheels keep them
 # (site-packages/nvidia/*/lib), as on a machine with PyTorch but no CUDA packages
-if ldd "$tessera" 2>/dev/null | grep -q 'not found'; then
+# (cuBLAS is opened at its first use, so ldd does not list it: tessera info says
+# whether it could be opened)
+if ldd "$tessera" 2>/dev/null | grep -q 'not found' ||
+    { [ -n "$mpiexec" ] && "$mpiexec" -n 1 "$tessera" info 2>/dev/null | grep -q 'cuBLAS not loaded'; }; then
     extra=$("$py" -c 'import glob, os, nvidia
 print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, "*", "lib")) + glob.glob(os.path.join(p, "*", "*", "lib")))))' 2>/dev/null)
     [ -n "$extra" ] && export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

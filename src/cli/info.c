@@ -25,7 +25,7 @@ static void gpus(void)
         return;
     }
 #ifdef TS_HAVE_CUDA
-    char v[160], nn[96];
+    char v[160], nn[400];
 #ifdef TS_CUDA_EMU_FULL /* configure --with-cuda=emu: a test build (docs/testing.md) */
     printf("CUDA:             the CPU's CUDA emulator (a test build, no GPU; docs/testing.md); %s; %s\n",
            ts_device_versions(v, sizeof v),

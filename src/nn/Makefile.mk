@@ -14,4 +14,4 @@ libtessera_la_SOURCES += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cud
 endif
 EXTRA_DIST += src/nn/cuda/context.c src/nn/cuda/switches.c src/nn/cuda/conv_cudnn.c src/nn/cuda/conv_gemm.c src/nn/cuda/layers_cuda.c src/nn/cuda/nn_kernels.cu src/nn/cuda/norm_kernels.cu \
 	src/nn/cuda/conv_split.c src/nn/cuda/halo_kernels.cu
-noinst_HEADERS += src/nn/cuda/cuda_nn.h
+noinst_HEADERS += src/nn/cuda/cuda_nn.h src/nn/cuda/cublas_lib.h

@@ -120,7 +120,7 @@ def rewrite(src, name, full=False):
 
 # what src/nn/cuda/context.c and switches.c provide to the files compiled with the emulator
 # (tests/nn/cuda_emu_context.c and switches.c itself)
-CONTEXT = ["ts_cuda_nn_handles", "ts_cuda_scratch", "ts_cuda_prec_code", "ts_cuda_switch"]
+CONTEXT = ["ts_cuda_nn_handles", "ts_cuda_scratch", "ts_cuda_prec_code", "ts_cuda_switch", "ts_cublas_lib_open"]
 
 
 def main():

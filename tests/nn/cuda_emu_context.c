@@ -7,6 +7,7 @@
 #include "tests/nn/kernels_emu.h"
 #include "src/core/error.h"
 #include "src/nn/cuda/cuda_nn.h"
+#include "src/nn/cuda/cublas_lib.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,15 @@ int ts_cuda_nn_handles(void **cudnn, void **cublas, void **stream)
     if (cudnn) *cudnn = &handle_bytes[0];
     if (cublas) *cublas = &handle_bytes[1];
     if (stream) *stream = NULL; /* the default stream */
+    return 0;
+}
+
+/* the emulator's cuBLAS: the GEMM and its messages (conv_gemm.c's calls;
+ * the handles above are dummies, so no create or destroy) */
+int ts_cublas_lib_open(const ts_cublas_lib **lib)
+{
+    static const ts_cublas_lib l = {.gemm_ex = cublasGemmEx, .status_string = cublasGetStatusString};
+    *lib = &l;
     return 0;
 }
 

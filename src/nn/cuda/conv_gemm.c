@@ -22,9 +22,9 @@
 #include "tsbuild.h"
 #include "src/nn/cuda/cuda_nn.h"
 #include "src/nn/layers.h"
+#include "src/nn/cuda/cublas_lib.h"
 #include "src/core/error.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <limits.h>
 
@@ -68,12 +68,14 @@ static int gemm(void *blas, int p, int ta, int tb, size_t m, size_t n, size_t k,
     const cudaDataType_t ab = p == 2 ? CUDA_R_16BF : p == 3 ? CUDA_R_16F : CUDA_R_32F;
     const cublasComputeType_t ct = p == 1 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = 1;
-    const cublasStatus_t s = cublasGemmEx((cublasHandle_t)blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    const ts_cublas_lib *l;
+    TS_TRY(ts_cublas_lib_open(&l)); /* opened already: the handle blas came from it */
+    const cublasStatus_t s = l->gemm_ex((cublasHandle_t)blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                           (int)m, (int)n, (int)k, &one, a, ab, (int)lda, b, ab, (int)ldb, &beta, c,
                                           CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
         return TS_ERR(TS_ERR_CUDA, "convolution GEMM (%zu x %zu x %zu, precision code %d): %s", m, n, k, p,
-                      cublasGetStatusString(s));
+                      l->status_string(s));
     return 0;
 }
 
