@@ -68,8 +68,9 @@ static void help(void)
            "convolutions. fp16 is always direct.\n"
            "batch=N puts N windows in each forward (default: train.batch). streams=S runs S forwards at\n"
            "once on each rank, each with its own copy of the model (S times the activations) and\n"
-           "OMP_NUM_THREADS / S threads, their probabilities added in the order of one stream (the same\n"
-           "result); at most one stream a thread, only with parallel.sp = parallel.pp = 1. Default, with\n"
+           "OMP_NUM_THREADS / S threads, taking the next forward when done (a stream on a slower or shared\n"
+           "core runs fewer), their probabilities added in the order of one stream (the same result); at\n"
+           "most one stream a thread, only with parallel.sp = parallel.pp = 1. Default, with\n"
            "neither batch= nor streams= given: a stream a thread where the threads divide train.batch,\n"
            "each forward taking train.batch / threads windows (the same windows in flight), else 1.\n"
            "train.engine (CONFIG's, or train.engine=cpu|cuda|auto on the command line; default auto) runs\n"
@@ -127,8 +128,10 @@ static void print_summary(const ts_infer_opts *o, const ts_infer_result *r)
                    r->prep_spacing[1], r->prep_spacing[0]);
         printf("\n");
     }
-    char on[32] = "";
-    if (r->streams > 1) snprintf(on, sizeof on, " on %d streams", r->streams);
+    char on[96] = "";
+    if (r->streams > 1)
+        snprintf(on, sizeof on, " on %d streams (%lld to %lld a stream)", r->streams, (long long)r->stream_min,
+                 (long long)r->stream_max);
     printf("infer: %.2f s: set-up %.2f, reading %.2f, prediction %.2f (network %.2f: %lld windows in %lld forwards of "
            "%d%s, %s %s, %.1f GFLOP/s; blending %.2f, sums %.2f), writing %.2f, metrics %.2f\n",
            r->total_s, r->setup_s, r->read_s, r->predict_s, r->network_s, (long long)r->windows, (long long)r->forwards,

@@ -65,72 +65,186 @@ typedef struct streams {
     int64_t (*og)[3];       /* nm x batch origins */
 } streams;
 
-/* Local. The batches of this rank's windows over nm streams at once, batch
- * b on stream b % nm (model ms[b % nm], its own input buffer, threads/nm
- * OpenMP threads for its layers), their probabilities added in batch order
- * (an ordered loop: the same sums, in the same order, as one stream). *net
- * the streams' mean time in forwards. A stream's error stops the others'
- * forwards and is returned with its message. With several threads a
- * stream, the layers' regions are nested (GCC's runtime starts their
- * threads anew for each). */
-static int streams_run(const streams *q, double *net)
+/* A finished batch's logits waiting for its turn to be blended */
+typedef struct pending {
+    float *lg;        /* [batch][bv][K] */
+    int64_t (*og)[3]; /* [batch] window origins */
+    int used;
+    int64_t b; /* the batch held; -1: free (read and written atomically) */
+} pending;
+
+/* What the streams share besides q: the slots (batch b in slot b % ns),
+ * the next batch to blend and the lock of whoever blends */
+typedef struct blend_queue {
+    pending *slot;
+    int ns;
+    int64_t next; /* written under lk, read atomically */
+#ifdef _OPENMP
+    omp_lock_t lk;
+#endif
+} blend_queue;
+
+/* Local, any stream. Blends the waiting batches in batch order (next,
+ * next + 1, ... while each is in its slot) unless another stream is
+ * blending: then returns at once, and that stream or a later call takes
+ * them. */
+static void drain(const streams *q, blend_queue *bq)
+{
+    const int64_t zero[3] = {0, 0, 0};
+#ifdef _OPENMP
+    if (!omp_test_lock(&bq->lk)) return;
+#endif
+    for (;;) {
+        pending *p = &bq->slot[bq->next % bq->ns];
+        int64_t held;
+#pragma omp atomic read seq_cst
+        held = p->b;
+        if (held != bq->next) break;
+        for (int s = 0; s < p->used; s++)
+            ts_window_accumulate_box(q->plan, p->og[s], zero, q->win, p->lg + (size_t)s * q->bv * q->K, q->K, q->gw,
+                                     q->acc, q->wsum);
+#pragma omp atomic write seq_cst
+        p->b = -1;
+#pragma omp atomic write seq_cst
+        bq->next = bq->next + 1;
+    }
+#ifdef _OPENMP
+    omp_unset_lock(&bq->lk);
+#endif
+}
+
+/* Local. The batches of this rank's windows over nm streams at once, each
+ * stream taking the next batch when its forward is done (a stream held
+ * back by its core does fewer), stream j on model ms[j] with its own input
+ * buffer and threads/nm OpenMP threads for its layers. A finished batch's
+ * logits are copied into one of nm + 2 slots and blended in batch order by
+ * whichever stream finds them ready (drain): the same sums, in the same
+ * order, as one stream, and no stream waits for another's forward unless
+ * every slot is full. *net the streams' mean time in forwards. A stream's
+ * error stops the others' forwards and is returned with its message. With
+ * several threads a stream, the layers' regions are nested (GCC's runtime
+ * starts their threads anew for each). */
+static int streams_run(const streams *q, double *net, int64_t *fmin, int64_t *fmax)
 {
     const int64_t zero[3] = {0, 0, 0}, *bsz = q->win;
+    const size_t per_slot = (size_t)q->batch * (size_t)q->bv * (size_t)q->K;
     int code = 0, stop = 0;
     char msg[2048] = ""; /* the failing stream's message (thread-local there), as long as error.c keeps */
     double busy = 0;
+    int64_t lo = INT64_MAX, hi = 0;
+    blend_queue bq;
+    bq.ns = q->nm + 2;
+    bq.next = 0;
+    bq.slot = calloc((size_t)bq.ns, sizeof *bq.slot);
+    int ok = bq.slot != NULL;
+    for (int i = 0; ok && i < bq.ns; i++) {
+        bq.slot[i].b = -1;
+        bq.slot[i].lg = malloc(per_slot * sizeof(float));
+        bq.slot[i].og = calloc((size_t)q->batch, sizeof *bq.slot[i].og);
+        ok = bq.slot[i].lg && bq.slot[i].og;
+    }
+    if (!ok) {
+        for (int i = 0; bq.slot && i < bq.ns; i++) {
+            free(bq.slot[i].lg);
+            free(bq.slot[i].og);
+        }
+        free(bq.slot);
+        return TS_ERR(TS_ERR_NOMEM, "evaluation: %d slots of %zu logits for %d streams", bq.ns, per_slot, q->nm);
+    }
 #ifdef _OPENMP
+    omp_init_lock(&bq.lk);
     const int per = omp_get_max_threads() / q->nm > 1 ? omp_get_max_threads() / q->nm : 1;
     const int levels = omp_get_max_active_levels();
     if (per > 1 && levels < 2) omp_set_max_active_levels(2);
 #endif
-#pragma omp parallel num_threads(q->nm) reduction(+ : busy)
+#pragma omp parallel num_threads(q->nm) reduction(+ : busy) reduction(min : lo) reduction(max : hi)
     {
         int j = 0;
+        int64_t mine = 0; /* this stream's forwards */
 #ifdef _OPENMP
         j = omp_get_thread_num();
         omp_set_num_threads(per);
 #endif
         float *in = q->in + (size_t)j * q->batch * q->C * q->bv;
         int64_t (*og)[3] = q->og + (size_t)j * q->batch;
-#pragma omp for schedule(static, 1) ordered
+#pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < q->rounds; b++) {
-            int used = 0, quit;
-            const ts_tensor *lt = NULL;
+            int quit;
 #pragma omp atomic read
             quit = stop;
-            if (!quit) {
-                used = cut_batch(q->plan, b, q->batch, q->mine, q->R, q->P, zero, bsz, q->image, q->C, in, og);
-                int64_t shape[5] = {q->batch, q->C, bsz[0], bsz[1], bsz[2]};
-                ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
-                const double t = MPI_Wtime();
-                const int e = forward(q->ms[j], NULL, &x, &lt);
-                busy += MPI_Wtime() - t;
+            if (quit) continue;
+            const int used = cut_batch(q->plan, b, q->batch, q->mine, q->R, q->P, zero, bsz, q->image, q->C, in, og);
+            int64_t shape[5] = {q->batch, q->C, bsz[0], bsz[1], bsz[2]};
+            ts_tensor x = ts_tensor_view(in, TS_FLOAT32, 5, shape);
+            const ts_tensor *lt = NULL;
+            const double t = MPI_Wtime();
+            const int e = forward(q->ms[j], NULL, &x, &lt);
+            busy += MPI_Wtime() - t;
+            mine++;
+            if (e || !lt) {
                 if (e) {
 #pragma omp critical(ts_eval_streams_error)
                     if (!code) {
                         code = e;
                         snprintf(msg, sizeof msg, "%s", ts_err_message());
                     }
-#pragma omp atomic write
-                    stop = 1;
-                    lt = NULL;
+                } else {
+#pragma omp critical(ts_eval_streams_error)
+                    if (!code) {
+                        code = TS_ERR_INTERNAL;
+                        snprintf(msg, sizeof msg, "evaluation: a stream's forward gave no logits");
+                    }
                 }
+#pragma omp atomic write
+                stop = 1;
+                continue;
             }
-#pragma omp ordered
-            if (lt)
-                for (int s = 0; s < used; s++)
-                    ts_window_accumulate_box(q->plan, og[s], zero, bsz, (const float *)lt->data + (size_t)s * q->bv * q->K,
-                                             q->K, q->gw, q->acc, q->wsum);
+            /* batch b may take slot b % ns once every batch before b - ns
+             * is blended (b < next + ns): then the slot's last batch is
+             * blended and no batch it waits for can need the slot (a
+             * stream ahead of the others by ns batches waits here, and
+             * blends while it waits) */
+            pending *p = &bq.slot[b % bq.ns];
+            for (;;) {
+                int64_t nx;
+#pragma omp atomic read seq_cst
+                nx = bq.next;
+#pragma omp atomic read
+                quit = stop;
+                if (b < nx + bq.ns || quit) break;
+                drain(q, &bq);
+            }
+            if (quit) continue;
+            memcpy(p->lg, lt->data, (size_t)used * (size_t)q->bv * (size_t)q->K * sizeof(float));
+            memcpy(p->og, og, (size_t)used * sizeof *og);
+            p->used = used;
+#pragma omp atomic write seq_cst
+            p->b = b;
+            drain(q, &bq);
         }
+        /* the loop's barrier: every batch is in its slot (or a stream
+         * failed); the rest in order */
+#pragma omp single
+        if (!stop)
+            while (bq.next < q->rounds) drain(q, &bq);
         /* the other streams' threads are OpenMP's pooled ones, which outlive
          * this call: their cached layer scratch and Winograd weights go now */
         if (j) ts_nn_release_scratch();
+        lo = mine;
+        hi = mine;
     }
 #ifdef _OPENMP
     if (per > 1 && levels < 2) omp_set_max_active_levels(levels);
+    omp_destroy_lock(&bq.lk);
 #endif
+    for (int i = 0; i < bq.ns; i++) {
+        free(bq.slot[i].lg);
+        free(bq.slot[i].og);
+    }
+    free(bq.slot);
     *net = busy / q->nm;
+    *fmin = lo;
+    *fmax = hi;
     if (code) return TS_ERR(code, "%s", msg);
     return 0;
 }
@@ -187,6 +301,7 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
     int64_t mine = plan.count > R ? (plan.count - R + P - 1) / P : 0;
     int64_t rounds = (mine + batch - 1) / batch;
     double t_net = 0, t_blend = 0, t0 = MPI_Wtime(), t1;
+    int64_t smin = 0, smax = 0; /* the streams' fewest and most forwards */
     int ferr = 0;
     if (nm == 1) {
         for (int64_t b = 0; b < rounds; b++) {
@@ -209,7 +324,7 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
     {
         const streams q = {ms,  nm,    batch, R,     P,  C,  K,   rounds, mine, bv, {win[0], win[1], win[2]},
                            &plan, image, gw,   in, acc, wsum, og};
-        ferr = streams_run(&q, &t_net);
+        ferr = streams_run(&q, &t_net, &smin, &smax);
     }
     /* a rank whose forward failed fails with every rank, before the sums' collective */
     TS_CHECK(agreed(sp ? sp->all : coll, ferr, "'s window forward failed"));
@@ -237,6 +352,8 @@ int ts_eval_predict(ts_unet *const *ms, int nm, ts_coll *coll, const ts_eval_spl
         st->reduce_s += MPI_Wtime() - t1;
         st->windows += plan.count;
         st->forwards += rounds;
+        st->stream_min += smin;
+        st->stream_max += smax;
     }
 cleanup:
     free(acc);

@@ -33,6 +33,8 @@ typedef struct ts_eval_stats {
     double reduce_s;   /* the sums over the ranks, the argmax and the normalised probabilities */
     int64_t windows;   /* windows predicted by all ranks together (each mirrored copy counts) */
     int64_t forwards;  /* forwards this rank ran (each of up to `batch` windows) */
+    int64_t stream_min, stream_max; /* with several models (nm > 1): the fewest and the most forwards
+                                     * one of them ran, summed over the calls; else 0 */
 } ts_eval_stats;
 
 /* Collective on coll (the replicas, which share the windows; with sp only

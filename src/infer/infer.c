@@ -622,6 +622,8 @@ int ts_infer_run(const ts_config *cfg, MPI_Comm world, const ts_infer_opts *o, t
     r->forwards = t.st.forwards;
     r->batch = (int)t.batch;
     r->streams = t.nm;
+    r->stream_min = t.st.stream_min;
+    r->stream_max = t.st.stream_max;
     r->precision = t.u.precision == TS_PREC_BF16 ? "bf16" : t.u.precision == TS_PREC_FP16 ? "fp16" : "fp32";
     r->conv = t.u.engine == TS_ENGINE_CUDA                     ? "cudnn"
               : t.winograd && t.u.precision != TS_PREC_FP16 ? "winograd"

@@ -116,6 +116,7 @@ typedef struct ts_infer_result {
     int64_t windows, forwards; /* windows of all ranks (each mirrored copy counts); forwards of rank 0 */
     int batch;                 /* windows per forward */
     int streams;               /* forwards at once per rank */
+    int64_t stream_min, stream_max; /* streams > 1: the fewest and most forwards one stream of rank 0 ran */
     const char *precision;     /* the convolutions' precision ("fp32", "bf16", "fp16") */
     const char *conv;          /* the 3x3x3 convolutions: "winograd" (fp32, 16 channels and more; the
                                 * others direct), "direct", or "cudnn" (train.engine: on the GPU) */

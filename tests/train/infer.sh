@@ -123,17 +123,40 @@ ts_check "batch= changes nothing: the same mask and probability files, bit for b
 export OMP_NUM_THREADS=2
 ts_step "b on 2 streams of 1 window a forward (2 threads), probabilities" infer 1 input="$d/single/b.nii.gz" \
     output="$d/s2.nii.gz" probabilities="$d/s2_p.nii.gz" batch=1 streams=2
-ts_check "the closing line says 2 streams" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams, fp32 winograd,"' \
+ts_check "the closing line says 2 streams and the forwards each ran" sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams \([0-9]+ to [0-9]+ a stream\), fp32 winograd,"' \
     _ "$ts_out"
 ts_check "streams= changes nothing: the mask and probabilities of 1 stream, bit for bit" \
     sh -c "cmp '$d/w1.nii.gz' '$d/s2.nii.gz' && cmp '$d/w1_p.nii.gz' '$d/s2_p.nii.gz'"
+# a stream on a CPU shared with a busy loop (the streams' threads bound to two CPUs, the loop on the
+# second; windows overlapping by 0.9, so that the run lasts long enough for the scheduler to matter):
+# the other stream takes more of the forwards (each takes the next when done; before, the two
+# alternated and the fast one waited for the slow one every time), and the sums stay one stream's
+cpus=$("$TS_PY" -c 'import os; c = sorted(os.sched_getaffinity(0)); print(*c[:2])')
+if [ "$(echo "$cpus" | wc -w)" -lt 2 ] || ! command -v taskset > /dev/null; then
+    ts_skip "2 streams, one on a shared CPU" "needs 2 CPUs in this process's set and taskset (CPUs: $cpus)"
+else
+    ts_step "b with windows overlapping by 0.9 on 1 stream, probabilities" infer 1 input="$d/single/b.nii.gz" \
+        output="$d/o1.nii.gz" probabilities="$d/o1_p.nii.gz" batch=1 streams=1 eval.overlap=0.9
+    timeout 300 taskset -c "${cpus#* }" sh -c 'while :; do :; done' &
+    hog=$!
+    export GOMP_CPU_AFFINITY="$cpus" OMP_PROC_BIND=true
+    ts_step "... on 2 streams, the second one's CPU (${cpus#* }) shared with a busy loop" infer 1 \
+        input="$d/single/b.nii.gz" output="$d/sh.nii.gz" probabilities="$d/sh_p.nii.gz" batch=1 streams=2 eval.overlap=0.9
+    unset GOMP_CPU_AFFINITY OMP_PROC_BIND
+    kill "$hog" 2> /dev/null
+    wait "$hog" 2> /dev/null
+    ts_check "... the stream on the shared CPU ran at most 0.8 of the other's forwards: $(printf '%s\n' "$ts_out" | grep -oE '[0-9]+ windows in [0-9]+ forwards of 1 on 2 streams \([0-9]+ to [0-9]+ a stream\)')" \
+        sh -c 'set -- $(printf "%s\n" "$1" | sed -n "s/.*on 2 streams (\([0-9]*\) to \([0-9]*\) a stream).*/\1 \2/p"); [ $# -eq 2 ] && [ $(($1 * 5)) -le $(($2 * 4)) ]' \
+        _ "$ts_out"
+    ts_check "... and the probabilities of 1 stream, bit for bit" cmp "$d/o1_p.nii.gz" "$d/sh_p.nii.gz"
+fi
 ts_step "mirror=xyz on 2 streams, 2 ranks" infer 2 input="$d/single/b.nii.gz" output="$d/bm2.nii.gz" \
     probabilities="$d/bm2_p.nii.gz" mirror=xyz streams=2
 ts_check "the same probabilities as mirror=xyz on 1 stream, bit for bit" cmp "$d/bm_p.nii.gz" "$d/bm2_p.nii.gz"
 ts_step "b with neither batch= nor streams=, train.batch=2, 2 threads" infer 1 input="$d/single/b.nii.gz" \
     output="$d/sa.nii.gz" probabilities="$d/sa_p.nii.gz" train.batch=2
 ts_check "the default: a stream a thread, 1 window a forward each" \
-    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams, fp32 winograd,"' _ "$ts_out"
+    sh -c 'printf "%s\n" "$1" | grep -qE "forwards of 1 on 2 streams \([0-9]+ to [0-9]+ a stream\), fp32 winograd,"' _ "$ts_out"
 ts_check "the default streams: the probabilities of 1 stream, bit for bit" cmp "$d/w1_p.nii.gz" "$d/sa_p.nii.gz"
 ts_step "b with batch=2 given, 2 threads" infer 1 input="$d/single/b.nii.gz" output="$d/sb.nii.gz" batch=2
 ts_check "batch= given: 1 stream of 2 windows a forward" \
