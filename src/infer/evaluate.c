@@ -84,6 +84,40 @@ typedef struct blend_queue {
 #endif
 } blend_queue;
 
+static void queue_close(blend_queue *bq)
+{
+    for (int i = 0; bq->slot && i < bq->ns; i++) {
+        free(bq->slot[i].lg);
+        free(bq->slot[i].og);
+    }
+    free(bq->slot);
+    bq->slot = NULL;
+#ifdef _OPENMP
+    omp_destroy_lock(&bq->lk);
+#endif
+}
+
+/* ns free slots of batch windows' logits (per_slot floats) and origins */
+static int queue_open(blend_queue *bq, int ns, size_t per_slot, int batch)
+{
+    bq->ns = ns;
+    bq->next = 0;
+#ifdef _OPENMP
+    omp_init_lock(&bq->lk);
+#endif
+    bq->slot = calloc((size_t)ns, sizeof *bq->slot);
+    int ok = bq->slot != NULL;
+    for (int i = 0; ok && i < ns; i++) {
+        bq->slot[i].b = -1;
+        bq->slot[i].lg = malloc(per_slot * sizeof(float));
+        bq->slot[i].og = calloc((size_t)batch, sizeof *bq->slot[i].og);
+        ok = bq->slot[i].lg && bq->slot[i].og;
+    }
+    if (ok) return 0;
+    queue_close(bq);
+    return TS_ERR(TS_ERR_NOMEM, "evaluation: %d slots of %zu logits each for the streams", ns, per_slot);
+}
+
 /* Local, any stream. Blends the waiting batches in batch order (next,
  * next + 1, ... while each is in its slot) unless another stream is
  * blending: then returns at once, and that stream or a later call takes
@@ -133,26 +167,8 @@ static int streams_run(const streams *q, double *net, int64_t *fmin, int64_t *fm
     double busy = 0;
     int64_t lo = INT64_MAX, hi = 0;
     blend_queue bq;
-    bq.ns = q->nm + 2;
-    bq.next = 0;
-    bq.slot = calloc((size_t)bq.ns, sizeof *bq.slot);
-    int ok = bq.slot != NULL;
-    for (int i = 0; ok && i < bq.ns; i++) {
-        bq.slot[i].b = -1;
-        bq.slot[i].lg = malloc(per_slot * sizeof(float));
-        bq.slot[i].og = calloc((size_t)q->batch, sizeof *bq.slot[i].og);
-        ok = bq.slot[i].lg && bq.slot[i].og;
-    }
-    if (!ok) {
-        for (int i = 0; bq.slot && i < bq.ns; i++) {
-            free(bq.slot[i].lg);
-            free(bq.slot[i].og);
-        }
-        free(bq.slot);
-        return TS_ERR(TS_ERR_NOMEM, "evaluation: %d slots of %zu logits for %d streams", bq.ns, per_slot, q->nm);
-    }
+    TS_TRY(queue_open(&bq, q->nm + 2, per_slot, q->batch));
 #ifdef _OPENMP
-    omp_init_lock(&bq.lk);
     const int per = omp_get_max_threads() / q->nm > 1 ? omp_get_max_threads() / q->nm : 1;
     const int levels = omp_get_max_active_levels();
     if (per > 1 && levels < 2) omp_set_max_active_levels(2);
@@ -235,13 +251,8 @@ static int streams_run(const streams *q, double *net, int64_t *fmin, int64_t *fm
     }
 #ifdef _OPENMP
     if (per > 1 && levels < 2) omp_set_max_active_levels(levels);
-    omp_destroy_lock(&bq.lk);
 #endif
-    for (int i = 0; i < bq.ns; i++) {
-        free(bq.slot[i].lg);
-        free(bq.slot[i].og);
-    }
-    free(bq.slot);
+    queue_close(&bq);
     *net = busy / q->nm;
     *fmin = lo;
     *fmax = hi;
