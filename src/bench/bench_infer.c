@@ -104,6 +104,8 @@ int ts_bench_infer_write_json(const char *path, const ts_bench_infer_result *r, 
     cJSON_AddNumberToObject(o, "forwards", (double)l->forwards);
     cJSON_AddNumberToObject(o, "batch", l->batch);
     cJSON_AddNumberToObject(o, "streams", l->streams);
+    cJSON_AddNumberToObject(o, "stream_forwards_min", (double)l->stream_min); /* the last run's, rank 0 */
+    cJSON_AddNumberToObject(o, "stream_forwards_max", (double)l->stream_max);
     cJSON_AddStringToObject(o, "precision", l->precision);
     cJSON_AddStringToObject(o, "conv_isa", r->conv_isa);
     cJSON_AddStringToObject(o, "conv", l->conv);

@@ -27,7 +27,8 @@ static void help(void)
            "network's and the whole run's GFLOP/s as fractions of the peak of the arithmetic that ran (bf16\n"
            "where precision=bf16 ran on AVX512-BF16, else fp32), summed over the ranks. Threads:\n"
            "OMP_NUM_THREADS. JSON (--json): total_s, setup_s, read_s, predict_s, network_s, blend_s, reduce_s,\n"
-           "write_s, metrics_s (medians), totals (every run), windows, forwards, batch, streams, precision,\n"
+           "write_s, metrics_s (medians), totals (every run), windows, forwards, batch, streams,\n"
+           "stream_forwards_min and _max (the fewest and most forwards of one stream, last run), precision,\n"
            "flop_per_window, network_gflops, total_gflops, peak_kind, peak_gflops, network_fraction_of_peak,\n"
            "total_fraction_of_peak, ranks, threads, peak_rss_mb, conv_isa, conv, config, input.\n"
            "jobs/bench/compare_infer.sh runs it next to a PyTorch sliding window (docs/performance.md).\n");

@@ -209,7 +209,10 @@ j = json.load(open('$d/bi.json'))
 print({k: j[k] for k in ('total_s', 'predict_s', 'network_s', 'blend_s', 'windows', 'forwards', 'network_gflops')})
 assert len(j['totals']) == 2 and j['precision'] == 'fp32' and j['windows'] > 0 and j['forwards'] > 0
 assert 0 < j['network_s'] <= j['predict_s'] <= j['total_s'] and j['blend_s'] > 0
-assert j['flop_per_window'] > 0 and abs(j['network_gflops'] - j['flop_per_window'] * j['windows'] / j['network_s'] / 1e9) < 1e-6 * j['network_gflops']"
+assert j['flop_per_window'] > 0 and abs(j['network_gflops'] - j['flop_per_window'] * j['windows'] / j['network_s'] / 1e9) < 1e-6 * j['network_gflops']
+lo, hi, S, F = j['stream_forwards_min'], j['stream_forwards_max'], j['streams'], j['forwards']
+print('streams', S, 'forwards a stream', lo, 'to', hi)
+assert (S == 1 and lo == hi == 0) or (S > 1 and 1 <= lo <= hi and lo * S <= F <= hi * S)"
 ts_check "bench infer wrote the mask infer writes" cmp "$d/bi.nii.gz" "$d/w1.nii.gz"
 
 # conv=winograd (the default) against conv=direct on a model whose 3x3x3
