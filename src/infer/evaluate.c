@@ -197,19 +197,11 @@ static int streams_run(const streams *q, double *net, int64_t *fmin, int64_t *fm
             const int e = forward(q->ms[j], NULL, &x, &lt);
             busy += MPI_Wtime() - t;
             mine++;
-            if (e || !lt) {
-                if (e) {
+            if (e) { /* without sp, forward gives logits or fails */
 #pragma omp critical(ts_eval_streams_error)
-                    if (!code) {
-                        code = e;
-                        snprintf(msg, sizeof msg, "%s", ts_err_message());
-                    }
-                } else {
-#pragma omp critical(ts_eval_streams_error)
-                    if (!code) {
-                        code = TS_ERR_INTERNAL;
-                        snprintf(msg, sizeof msg, "evaluation: a stream's forward gave no logits");
-                    }
+                if (!code) {
+                    code = e;
+                    snprintf(msg, sizeof msg, "%s", ts_err_message());
                 }
 #pragma omp atomic write
                 stop = 1;
