@@ -254,8 +254,8 @@ BATTR_RUN void BT(wgrad_pair)(const ts_bf16_wg_args *a, int kd, int kh, int k3s1
         BT(wk3b_run_1)(a, kd, kh, 0);
         return;
     }
-    if (k3s1 && a->ocp == 32) { /* two vectors */
-        BT(wk3b_run_2)(a, kd, kh, 0);
+    if (k3s1 && a->ocp % 32 == 0) { /* two vectors at a time */
+        for (int oc0 = 0; oc0 < a->ocp; oc0 += 32) BT(wk3b_run_2)(a, kd, kh, oc0);
         return;
     }
     for (int kw = 0; kw < a->k; kw++)

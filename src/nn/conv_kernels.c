@@ -755,6 +755,10 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     /* chunks: up to 16, fewer for large weights (at most ~1M floats of partial sums, at least 2) */
     long nch = items < 16 ? items : 16;
     while (nch > 2 && (size_t)nch * dw_n > ((size_t)1 << 20)) nch--;
+    /* 2, 4 or a multiple of 4: the units below come in whole rounds for 2 or 4 threads (9 chunks on 2 threads
+     * left one idle for a ninth of the call) */
+    if (nch > 4) nch &= ~3L;
+    else if (nch == 3) nch = 2;
     float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n + pq_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
     float *gpads = slabs + slab_n * nt, *pqs = gpads + gpad_n * nt, *dws = pqs + pq_n * nt;

@@ -1829,6 +1829,7 @@ int main(int argc, char **argv)
     test_bf16_shape(0, 1, 3, 5, 19, 32, 32, 3, 1, 1, 0);
     test_bf16_shape(0, 1, 3, 3, 13, 20, 70, 3, 1, 1, 1);
     test_bf16_shape(0, 2, 4, 4, 4, 64, 128, 3, 1, 1, 1);
+    test_bf16_shape(0, 1, 3, 4, 11, 8, 96, 3, 1, 1, 1); /* 96 output channels: the three-tap weight gradient, 32 at a time */
     test_bf16_shape(0, 1, 5, 6, 7, 1, 16, 3, 1, 1, 1);
     test_bf16_shape(0, 2, 8, 12, 20, 1, 16, 3, 1, 1, 1); /* one channel: the weight gradient's every-tap kernel */
     test_bf16_shape(0, 2, 8, 12, 20, 1, 13, 3, 1, 1, 0);
