@@ -194,8 +194,16 @@ static inline void fill_row(const slab_fmt *f, const ts_conv_geom *g, ts_conv_sr
     const int C = g->C;
     const int lo = imin(g->p, CS), hi = imax(lo, imin(CS, g->p + g->W));
     const ts_halo *h = x.halo;
-    if (f->vpair) memset(dst, 0, slab_row_n(f, CS, C) * sizeof(uint32_t));
-    if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
+    const int out = id < 0 || id >= g->D || ih < 0 || ih >= g->H;
+    if (f->vpair && (out || f->s != 1)) {
+        memset(dst, 0, slab_row_n(f, CS, C) * sizeof(uint32_t));
+    } else if (f->vpair) { /* stride 1: pair j holds columns 2j, 2j + 1 (C words); the puts below write every
+                            * word of the pairs inside [lo, hi): zero the others (and the edges' halves) */
+        const size_t np = slab_row_n(f, CS, C) / (size_t)C, p0 = (size_t)lo / 2 + (lo & 1), p1 = (size_t)hi / 2;
+        memset(dst, 0, (p0 < np ? p0 : np) * C * sizeof(uint32_t));
+        if (p1 < np) memset((uint32_t *)dst + p1 * C, 0, (np - p1) * C * sizeof(uint32_t));
+    }
+    if (out) {
         if (h) fill_halo_row(f, g, h, n, id, ih, CS, dst);
         else row_zero(f, dst, C, 0, CS);
         return;
@@ -816,7 +824,15 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     ts_nn_item_bias(gy + (((size_t)n * g->OD + od) * g->OH + oh0) * (size_t)g->OW * g->OC,
                               (size_t)np * nr * g->OW, g->OC, bacc, dbs + (size_t)ch * g->OC);
                 if (f->bf16) {
-                    memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
+                    if (g->OC == ocp) { /* the puts write every word of each row's first OW / 2 pairs: zero the
+                                         * leading entry and the rest of each row */
+                        const size_t z0 = (size_t)g->OW / 2;
+                        memset(gpad, 0, (size_t)ocp * sizeof(uint32_t));
+                        for (int q = 0; q < np * nr; q++)
+                            memset(gb + ((size_t)q * nm + z0) * ocp, 0, (nm - z0) * ocp * sizeof(uint32_t));
+                    } else {
+                        memset(gpad, 0, ((size_t)P * hb * nm + 1) * ocp * sizeof(uint32_t));
+                    }
                     for (int q = 0; q < np * nr; q++) {
                         const float *src = gy + (((size_t)n * g->OD + od + q / nr) * g->OH + oh0 + q % nr) * (size_t)g->OW * g->OC;
                         ts_nn_bf16_put(f->nat, 1, 1, g->OC, ocp, gb + (size_t)q * nm * ocp, 0, g->OW, src, g->OC, NULL);
