@@ -559,11 +559,6 @@ static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
     *hi = imax(*lo, imin(h, n));
 }
 
-/* k = s = 2, padding 0 (the U-Net's up-convolutions): each output voxel
- * takes one tap, so each output row is one input row times the two kw taps
- * of its (kd, kh), written by the tg2 tiles (bf16: tg2b) from the bias: no
- * initialising pass, and each broadcast feeds both taps. The same sums in
- * the same order as the general loop of tgather_impl. */
 /* Output rows a thread takes at a time in the transposed gathers: about
  * 256 KiB of output (a row is a fraction of a microsecond of work: taken 4
  * at a time, the shared loop counter's traffic between the cores cost more
@@ -577,6 +572,11 @@ static int trow_chunk(const ts_conv_geom *g, long rows)
     return c < 1 ? 1 : (int)c;
 }
 
+/* k = s = 2, padding 0 (the U-Net's up-convolutions): each output voxel
+ * takes one tap, so each output row is one input row times the two kw taps
+ * of its (kd, kh), written by the tg2 tiles (bf16: tg2b) from the bias: no
+ * initialising pass, and each broadcast feeds both taps. The same sums in
+ * the same order as the general loop of tgather_impl. */
 static int tgather_k2(const ts_conv_geom *g, const float *x, const uint32_t *xb, int nat, const void *wp,
                       const float *bias, float *y)
 {
