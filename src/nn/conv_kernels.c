@@ -27,39 +27,6 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 AI v16 vld(const float *p) { return *(const v16u *)p; }
 AI void vst(float *p, v16 v) { *(v16u *)p = v; }
 
-#define SCRATCH_SLOTS 4
-static _Thread_local struct {
-    void *p;
-    size_t n;
-} scratch[SCRATCH_SLOTS];
-
-size_t ts_nn_scratch_alloc_size(size_t bytes) { return (bytes + bytes / 4 + 4095) & ~(size_t)4095; }
-
-void *ts_nn_scratch(int slot, size_t bytes)
-{
-    if (slot < 0 || slot >= SCRATCH_SLOTS) return NULL;
-    if (scratch[slot].n < bytes) {
-        free(scratch[slot].p);
-        const size_t n = ts_nn_scratch_alloc_size(bytes);
-        scratch[slot].p = TS_ALIGNED_ALLOC(n);
-        scratch[slot].n = scratch[slot].p ? n : 0;
-    }
-    return scratch[slot].p;
-}
-
-void ts_nn_release_scratch(void) { ts_nn_scratch_release(); }
-
-void ts_nn_scratch_release(void)
-{
-    ts_nn_winograd_release();
-    for (int i = 0; i < SCRATCH_SLOTS; i++) {
-        free(scratch[i].p);
-        scratch[i].p = NULL;
-        scratch[i].n = 0;
-    }
-}
-
-
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 /* vectors per micro-tile for `lanes` (a multiple of 16) remaining output channels */
