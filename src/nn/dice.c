@@ -18,6 +18,20 @@
 
 #define CHUNK 4096
 
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+static inline v8d lo8(ts_lv16 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8d); }
+static inline v8d hi8(ts_lv16 v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+}
+static inline int has_lane(ts_li16 m)
+{
+    int r = 0;
+    for (int j = 0; j < TS_LANES; j++) r |= m[j];
+    return r != 0;
+}
+
 /* s[n][k][0..2] = sum p g, sum p, sum g over the sample's kept voxels (over
  * the group's voxels with o->sync). Errors after the shape check are agreed
  * through the sums: a label that is not a class on any rank fails every
@@ -46,9 +60,32 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
             const int64_t n = it / nch, v0 = n * S + it % nch * CHUNK, v1 = v0 + CHUNK < (n + 1) * S ? v0 + CHUNK : (n + 1) * S;
             double *ps = part + (size_t)it * 3 * K;
             float p[256 * TS_LANES];
+            v8d acc[2 * 16 * 2]; /* up to 16 classes: sum p and sum p g per class and lane (full blocks) */
+            ts_li16 cnt[16];     /* sum g per class and lane */
+            const int lanes = K <= 16;
+            if (lanes) {
+                memset(acc, 0, sizeof acc);
+                memset(cnt, 0, sizeof cnt);
+            }
             for (int64_t b0 = v0; b0 < v1; b0 += TS_LANES) {
                 const int nv = v1 - b0 < TS_LANES ? (int)(v1 - b0) : TS_LANES;
                 ts_nn_softmax16(l + b0 * K, K, nv, p, NULL);
+                if (lanes && nv == TS_LANES) {
+                    const ts_li16 t = ts_nn_labels16(y + b0, nv), keep = (t != ign) & (t >= 0);
+                    if (!has_lane(keep & (t >= K))) { /* no label out of range: the sums in vectors */
+                        for (int k = 0; k < K; k++) {
+                            const ts_lv16 pk = ts_nn_vsel(keep, ts_nn_ld16(p + k * TS_LANES), (ts_lv16){0});
+                            const ts_li16 g = keep & (t == k);
+                            const ts_lv16 pg = ts_nn_vsel(g, pk, (ts_lv16){0});
+                            acc[4 * k] += lo8(pk);
+                            acc[4 * k + 1] += hi8(pk);
+                            acc[4 * k + 2] += lo8(pg);
+                            acc[4 * k + 3] += hi8(pg);
+                            cnt[k] -= g; /* true lanes are -1 */
+                        }
+                        continue;
+                    }
+                }
                 for (int j = 0; j < nv; j++) {
                     const int64_t v = b0 + j;
                     const int t = y[v];
@@ -63,6 +100,17 @@ static int dice_sums(const ts_tensor *logits, const ts_tensor *labels, const ts_
                     ps[3 * t + 2] += 1.0;
                 }
             }
+            if (lanes) /* the lanes' sums, in lane order */
+                for (int k = 0; k < K; k++) {
+                    double sp = 0, spg = 0;
+                    for (int j = 0; j < 8; j++) sp += acc[4 * k][j], spg += acc[4 * k + 2][j];
+                    for (int j = 0; j < 8; j++) sp += acc[4 * k + 1][j], spg += acc[4 * k + 3][j];
+                    int64_t c = 0;
+                    for (int j = 0; j < TS_LANES; j++) c += cnt[k][j];
+                    ps[3 * k] += spg;
+                    ps[3 * k + 1] += sp;
+                    ps[3 * k + 2] += (double)c;
+                }
         }
         for (int64_t it = 0; it < N * nch; it++)
             for (int i = 0; i < 3 * K; i++) s[(it / nch) * 3 * K + i] += part[(size_t)it * 3 * K + i];

@@ -62,17 +62,17 @@ static int ce_pass(const ts_tensor *logits, const ts_tensor *labels, const ts_lo
         for (int64_t v0 = ch * CHUNK; v0 < c1; v0 += TS_LANES) {
             const int nv = c1 - v0 < TS_LANES ? (int)(c1 - v0) : TS_LANES;
             ts_nn_softmax16(l + v0 * K, K, nv, p, lse);
-            ts_lv16 c = {0}; /* f w[label], 0 where ignored */
             for (int j = 0; j < nv; j++) {
                 const int64_t v = v0 + j;
                 const int t = y[v];
                 if (ts_nn_ignored(t, ign)) continue;
-                const float wt = w ? w[t] : 1.0f;
-                a += (double)wt * (lse[j] - l[v * K + t]);
-                c[j] = f * wt;
+                a += (double)(w ? w[t] : 1.0f) * (lse[j] - l[v * K + t]);
             }
             if (dl) { /* dl += f w[label] (softmax - onehot), 16 voxels at a time */
-                const ts_li16 t = ts_nn_labels16(y + v0, nv);
+                const ts_li16 t = ts_nn_labels16(y + v0, nv), keep = (t != ign) & (t >= 0);
+                ts_lv16 c = ts_nn_vsel(keep, (ts_lv16){0} + f, (ts_lv16){0}); /* f w[label], 0 where ignored */
+                if (w)
+                    for (int j = 0; j < nv; j++) c[j] *= keep[j] ? w[t[j]] : 1.0f;
                 for (int k = 0; k < K; k++) {
                     ts_lv16 pk;
                     memcpy(&pk, p + k * TS_LANES, sizeof pk);

@@ -1091,6 +1091,100 @@ static void test_loss_values(void)
     ts_tensor_free(&lab);
 }
 
+/* The losses on volumes of whole and partial 16-voxel blocks (per sample 7 x
+ * 9 x 5 voxels), 2, 3 and 4 classes (2 and 4 move between voxels and lanes
+ * by shuffles), with and without an ignore index: the loss and each logit
+ * gradient of cross-entropy (also class-weighted) and soft Dice against
+ * double precision, the gradients relative to their own largest value, and
+ * something must be there (a nonzero gradient, some voxels ignored). */
+static double ref_loss(int kind, const float *l, const uint8_t *y, int N, int S, int K, int ign, const float *w,
+                       float scale, double *g)
+{
+    double den = 0, num = 0, I[2][4] = {{0}}, P[2][4] = {{0}}, G[2][4] = {{0}};
+    for (int n = 0; n < N; n++)
+        for (int v = n * S; v < (n + 1) * S; v++) {
+            double m = l[v * K], s = 0, p[4];
+            for (int k = 1; k < K; k++) m = fmax(m, l[v * K + k]);
+            for (int k = 0; k < K; k++) s += p[k] = exp((double)l[v * K + k] - m);
+            for (int k = 0; k < K; k++) p[k] /= s;
+            if (y[v] == ign) continue;
+            const double wt = w ? w[y[v]] : 1.0;
+            den += wt;
+            num += wt * -log(p[y[v]]);
+            for (int k = 0; k < K; k++) {
+                P[n][k] += p[k];
+                I[n][k] += p[k] * (y[v] == k);
+                G[n][k] += y[v] == k;
+            }
+        }
+    double loss = 0;
+    if (kind == 0) loss = num / den;
+    else
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++) loss += (1 - (2 * I[n][k] + 1e-5) / (P[n][k] + G[n][k] + 1e-5)) / (N * K);
+    for (int n = 0; n < N; n++)
+        for (int v = n * S; v < (n + 1) * S; v++) {
+            double m = l[v * K], s = 0, p[4], dp[4], dot = 0;
+            for (int k = 1; k < K; k++) m = fmax(m, l[v * K + k]);
+            for (int k = 0; k < K; k++) s += p[k] = exp((double)l[v * K + k] - m);
+            for (int k = 0; k < K; k++) p[k] /= s;
+            for (int k = 0; k < K; k++) {
+                const double d = P[n][k] + G[n][k] + 1e-5, nu = 2 * I[n][k] + 1e-5;
+                dp[k] = scale / (N * K) * (nu / (d * d) - (y[v] == k) * 2 / d);
+                dot += p[k] * dp[k];
+            }
+            for (int k = 0; k < K; k++) {
+                double gk = 0;
+                if (y[v] != ign)
+                    gk = kind == 0 ? scale / den * (w ? w[y[v]] : 1.0) * (p[k] - (y[v] == k)) : p[k] * (dp[k] - dot);
+                g[v * K + k] = gk;
+            }
+        }
+    return loss;
+}
+
+static void test_loss_blocks(void)
+{
+    const int N = 2, D = 7, H = 9, W = 5, S = D * H * W;
+    double worst_l = 0, worst_g = 0;
+    int cases = 0, ignored = 0, nonzero = 0;
+    for (int K = 2; K <= 4; K++)
+        for (int c = 0; c < 6; c++) {
+            const int kind = c % 2, ign = c / 2 == 1 ? 1 : c / 2 == 2 ? 255 : -1, weighted = kind == 0 && c / 2 == 2;
+            const float cw[4] = {0.5f, 2.0f, 1.5f, 3.0f};
+            ts_tensor l = MK(-4, 4, N, D, H, W, K), gl = MK(0, 0, N, D, H, W, K), lab;
+            ts_tensor_alloc(&lab, TS_UINT8, 4, (int64_t[]){N, D, H, W});
+            uint8_t *y = lab.data;
+            for (int v = 0; v < N * S; v++) y[v] = (uint8_t)ts_rng_below(&rng, K);
+            if (ign >= 0)
+                for (int v = 3; v < N * S; v += 7) y[v] = (uint8_t)ign, ignored++;
+            ts_loss_opts o = {.ignore_index = ign, .class_weights = weighted ? cw : NULL, .dice_smooth = 1e-5f};
+            double got = 0, *want_g = calloc((size_t)N * S * K, sizeof(double));
+            const float scale = 0.75f;
+            const double want = ref_loss(kind, l.data, y, N, S, K, ign, weighted ? cw : NULL, scale, want_g);
+            int rc = kind ? ts_dice_forward_backward(&l, &lab, &o, scale, &got, &gl)
+                          : ts_softmax_ce_forward_backward(&l, &lab, &o, scale, &got, &gl);
+            double gmax = 0, gerr = 0;
+            const float *g = gl.data;
+            for (int i = 0; i < N * S * K; i++) {
+                gmax = fmax(gmax, fabs(want_g[i]));
+                gerr = fmax(gerr, fabs(g[i] - want_g[i]));
+            }
+            nonzero += gmax > 0;
+            const double el = fabs(got - want) / fabs(want), eg = gmax > 0 ? gerr / gmax : 1;
+            worst_l = fmax(worst_l, rc ? 1 : el);
+            worst_g = fmax(worst_g, eg);
+            cases++;
+            free(want_g);
+            ts_tensor *all[] = {&l, &gl, &lab};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) ts_tensor_free(all[i]);
+        }
+    ts_ok(cases == 18 && nonzero == 18 && ignored > 0 && worst_l < 1e-6 && worst_g < 2e-6,
+          "losses on whole and partial 16-voxel blocks, 2-4 classes, ignore index, class weights (%d cases): loss %.2e "
+          "relative (bound 1e-6), logit gradients %.2e of their largest (bound 2e-6) from double precision",
+          cases, worst_l, worst_g);
+}
+
 static void test_bn_running(void)
 {
     ts_tensor x = MK(-1, 3, 2, 2, 2, 2, 3), y = MK(0, 0, 2, 2, 2, 2, 3), g = MK(1, 1, 3), b = MK(0, 0, 3);
@@ -1917,6 +2011,7 @@ int main(int argc, char **argv)
     fd_loss(1, -1, 0);
     fd_loss(1, 2, 0);
     test_loss_values();
+    test_loss_blocks();
     test_bn_running();
     test_bn_accuracy();
     test_norm_order();
