@@ -20,6 +20,8 @@ typedef int v16i __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
 typedef int v8i __attribute__((vector_size(32)));
+typedef uint8_t b16 __attribute__((vector_size(16)));
+typedef uint8_t b8 __attribute__((vector_size(8)));
 
 /* max over the k^3 window rows v[t] (t = 0..nt-1) of channels [c, c+L)
  * (max16: 16 lanes, max8: 8 for the 8-channel levels): a later value wins
@@ -36,10 +38,15 @@ typedef int v8i __attribute__((vector_size(32)));
             iv = (iv & ~gt) | (gt & t);                                                                                  \
         }                                                                                                                \
         *(VU *)(m + c) = mv;                                                                                             \
-        for (int l = 0; l < L; l++) ix[c + l] = (uint8_t)iv[l];                                                          \
+        const BV b = __builtin_convertvector(iv, BV); /* narrowed in registers, one store */                            \
+        memcpy(ix + c, &b, sizeof b);                                                                                    \
     }
+#define BV b16
 MAXN(max16, v16, v16u, v16i, 16)
+#undef BV
+#define BV b8
 MAXN(max8, v8, v8u, v8i, 8)
+#undef BV
 #undef MAXN
 
 static int pool_shapes(const ts_tensor *x, int k, const ts_tensor *y, const ts_tensor *idx, const char *xname)
@@ -119,25 +126,30 @@ int ts_maxpool3d_backward(const ts_tensor *dy, const ts_tensor *idx, int k, ts_t
         for (int64_t ow = 0; ow < OW; ow++) {
             const float *g = pg + (r * OW + ow) * C;
             const uint8_t *ix = pi + (r * OW + ow) * C;
-            int t = 0;
+            float *d[216];
+            int nt = 0;
             for (int kd = 0; kd < k; kd++)
                 for (int kh = 0; kh < k; kh++)
-                    for (int kw = 0; kw < k; kw++, t++) {
-                        float *d = pd + ((((n * dx->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
-                        int64_t c = 0;
-                        for (; c + 16 <= C; c += 16) {
-                            v16i iv;
-                            for (int l = 0; l < 16; l++) iv[l] = ix[c + l];
-                            *(v16u *)(d + c) = (v16)((v16i) * (const v16u *)(g + c) & (iv == t));
-                        }
-                        if (c + 8 <= C) {
-                            v8i iv;
-                            for (int l = 0; l < 8; l++) iv[l] = ix[c + l];
-                            *(v8u *)(d + c) = (v8)((v8i) * (const v8u *)(g + c) & (iv == t));
-                            c += 8;
-                        }
-                        for (; c < C; c++) d[c] = ix[c] == t ? g[c] : 0.0f;
-                    }
+                    for (int kw = 0; kw < k; kw++)
+                        d[nt++] = pd + ((((n * dx->shape[1] + od * k + kd) * H + oh * k + kh) * W) + ow * k + kw) * C;
+            /* the indices widened once per block of channels, in registers (bytes set one by one into a
+             * vector went through memory: a stall on store forwarding at every tap) */
+            int64_t c = 0;
+            for (; c + 16 <= C; c += 16) {
+                b16 b;
+                memcpy(&b, ix + c, sizeof b);
+                const v16i iv = __builtin_convertvector(b, v16i), gv = (v16i) * (const v16u *)(g + c);
+                for (int t = 0; t < nt; t++) *(v16u *)(d[t] + c) = (v16)(gv & (iv == t));
+            }
+            if (c + 8 <= C) {
+                b8 b;
+                memcpy(&b, ix + c, sizeof b);
+                const v8i iv = __builtin_convertvector(b, v8i), gv = (v8i) * (const v8u *)(g + c);
+                for (int t = 0; t < nt; t++) *(v8u *)(d[t] + c) = (v8)(gv & (iv == t));
+                c += 8;
+            }
+            for (; c < C; c++)
+                for (int t = 0; t < nt; t++) d[t][c] = ix[c] == t ? g[c] : 0.0f;
         }
     }
     return 0;
