@@ -19,7 +19,6 @@
 #define CHUNK 4096
 
 typedef double v8d __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
 static inline v8d lo8(ts_lv16 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8d); }
 static inline v8d hi8(ts_lv16 v)
 {
