@@ -94,7 +94,7 @@ static inline void ts_nn_st16(float *p, ts_lv16 v) { memcpy(p, &v, sizeof v); }
  * classes at j K) and lane-major (class k's 16 voxels in one vector) by
  * shuffles in registers: the scalar way, 16 stores read back as one
  * vector, stalls on store forwarding. The values move unchanged. */
-#define TS_NN_SH(a, b, ...) __builtin_shuffle(a, b, (ts_li16){__VA_ARGS__})
+#define TS_NN_SH(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 static inline void ts_nn_aos_to_lanes(const float *l, int K, ts_lv16 *x)
 {
     if (K == 2) {
