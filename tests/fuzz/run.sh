@@ -9,7 +9,8 @@
 # once fixed). One summary line per target: executions per second, coverage,
 # corpus size. Exit status: 0 when no target found anything, 1 when one did,
 # 77 when the targets cannot be built (no clang or libFuzzer; the reason is
-# printed).
+# printed), 1 as well when clang with libFuzzer works and the targets do not
+# compile (the code's failure, not the machine's).
 set -u
 secs=${1:?usage: tests/fuzz/run.sh SECONDS [TARGET...]}
 shift
@@ -19,10 +20,19 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 
 log=fuzz-build/build.log
 mkdir -p fuzz-build
-if ! make fuzz >"$log" 2>&1; then
-    echo "fuzz targets cannot be built (make fuzz failed; needs clang with libFuzzer):"
-    grep -E 'error|not found|No such' "$log" | head -5
+# the tool first: clang linking an empty fuzz target with the sanitizers. Without it the targets
+# cannot be built (skipped, 77); with it, targets that do not compile are the code's failure (1)
+probe=fuzz-build/probe
+printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$probe.c"
+if ! clang -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" >"$probe.log" 2>&1; then
+    echo "fuzz targets cannot be built: no clang with libFuzzer here (clang -fsanitize=fuzzer on an empty target failed):"
+    head -3 "$probe.log"
     exit 77
+fi
+if ! make fuzz >"$log" 2>&1; then
+    echo "not ok: the fuzz targets do not compile (clang with libFuzzer works here); log: $log"
+    grep -E 'error|undefined reference' "$log" | head -5
+    exit 1
 fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
