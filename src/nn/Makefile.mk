@@ -5,7 +5,7 @@ libtessera_la_SOURCES += src/nn/conv_kernels.c src/nn/scratch.c src/nn/conv_bf16
 EXTRA_DIST += src/nn/gen_tiles.py
 # public headers: installed as <tessera/NAME.h> (include/Makefile.mk, docs/library.md)
 TS_PUBLIC_HDRS += src/nn/layers.h
-noinst_HEADERS += src/nn/conv_impl.h src/nn/conv_tiles.h src/nn/conv_pairs.h src/nn/conv_tiles_bf16.h src/nn/conv_bf16_variant.h src/nn/winograd_bf16_variant.h src/nn/winograd_impl.h \
+noinst_HEADERS += src/nn/conv_impl.h src/nn/kernel_opt.h src/nn/conv_tiles.h src/nn/conv_pairs.h src/nn/conv_tiles_bf16.h src/nn/conv_bf16_variant.h src/nn/winograd_bf16_variant.h src/nn/winograd_impl.h \
 	src/nn/norm_impl.h src/nn/loss_impl.h src/nn/peak.h
 # the CUDA backend of the layers (cuDNN convolutions, device kernels): CUDA builds only
 if HAVE_CUDA

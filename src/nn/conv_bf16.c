@@ -6,7 +6,7 @@
  * conv_kernels.c. Cost: as fp32 with half the instructions per multiply-add
  * (VDPBF16PS does 32 per 512-bit instruction, FMA 16) and half the bytes
  * per staged input value; the emulation does two FMAs per pair. */
-#pragma GCC optimize("O3")
+#include "src/nn/kernel_opt.h" /* first: the optimisation pragma */
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
 #include "src/nn/layers.h"
@@ -378,6 +378,7 @@ static inline float u2f(uint32_t u)
     return f;
 }
 #define BT(n) n##_emu
+#define BWIDE TS_NN_WIDE_REGS
 #define BATTR static inline
 #define BATTR_RUN static inline
 #define BW(n, p)                                                                                                        \
@@ -395,6 +396,7 @@ static inline float u2f(uint32_t u)
 #define BDP(c, x, w) (c += x##_h * w##_h, c += x##_l * w##_l)
 #include "src/nn/conv_bf16_variant.h"
 #undef BT
+#undef BWIDE
 #undef BATTR
 #undef BATTR_RUN
 #undef BW
@@ -408,6 +410,7 @@ static inline float u2f(uint32_t u)
 #if TS_BF16_X86
 /* native: VDPBF16PS with a broadcast pair */
 #define BT(n) n##_nat
+#define BWIDE 1 /* AVX-512 by its target attribute, whatever the build's flags */
 #define BATTR static inline TS_BF16_TARGET
 #define BATTR_RUN static inline TS_BF16_TARGET
 #define BW(n, p) const v16i n = *(const v16iu *)(p)

@@ -28,7 +28,21 @@
 
 /* AVX512-BF16 kernels compiled where the compiler knows the instructions
  * (conv_bf16.c, winograd_bf16.c: chosen at run time by ts_nn_bf16_native) */
-#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+/* 1 where a 16-float vector is one register and 32 of them exist (the
+ * build targets AVX-512): the generated tiles' widest shapes; 0 elsewhere
+ * (an AVX2 build: two 256-bit registers a vector, 16 in all), where the
+ * runners take narrower tiles (gen_tiles.py, GC_N ...) */
+#ifdef __AVX512F__
+#define TS_NN_WIDE_REGS 1
+#else
+#define TS_NN_WIDE_REGS 0
+#endif
+
+/* clang refuses a 64-byte vector passed between a function built for
+ * AVX-512 and one built without it, even where inlined: a clang build
+ * without AVX-512 (the fuzz targets on an AVX2 machine) has no native bf16
+ * kernels (the emulated ones run) */
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 && defined(__AVX512F__) : __GNUC__ >= 10)
 #define TS_BF16_X86 1
 #include <immintrin.h>
 #define TS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))

@@ -5,7 +5,7 @@
  * multiply-adds; the micro-kernels keep WB voxels x NV vectors of
  * accumulators in registers and load each packed weight vector once per
  * WB voxels. */
-#pragma GCC optimize("O3")
+#include "src/nn/kernel_opt.h" /* first: the optimisation pragma */
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
 #include "src/nn/norm_impl.h"

@@ -16,7 +16,7 @@
  * flushes a denormal sum to zero: the one difference). The weight gradient
  * sums in its own fixed order (PW_CHUNKS chunks of PW_BLK-voxel blocks, the
  * chunks added in order), independent of the thread count. */
-#pragma GCC optimize("O3")
+#include "src/nn/kernel_opt.h" /* first: the optimisation pragma */
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
 #include "src/core/error.h"
@@ -215,10 +215,16 @@ AI void fwd16(int bf, const float *x, int C, const int OC, const float *wt, cons
     for (int v = 0; v < nv; v++) ts_nn_vst_part(y + (size_t)v * OC, r[v], OC);
 }
 
-/* CALL(n) with the constant n = oc (1 .. 16; conv_impl.h's switch for 1 .. 15) */
+/* CALL(n) with the constant n = oc (1 .. 16; conv_impl.h's switch for 1 .. 15);
+ * without AVX-512 the one call with oc as it is: 16 copies of each kernel on
+ * two registers a vector took minutes to compile (kernel_opt.h) */
+#ifdef __AVX512F__
 #define PW_OC_SWITCH(oc, CALL)                                                                                       \
     if ((oc) == 16) CALL(16);                                                                                        \
     else TS_NP_SWITCH(oc, CALL)
+#else
+#define PW_OC_SWITCH(oc, CALL) CALL(oc);
+#endif
 
 int ts_nn_pw_forward(int bf, const ts_conv_geom *g, const float *x, const float *w, const float *bias, float *y)
 {

@@ -116,6 +116,46 @@ static inline void gc_8x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
     }
 }
 
+static inline void gc_6x1(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
+{
+    const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
+    v16 c0_0 = b0, c1_0 = b0, c2_0 = b0, c3_0 = b0, c4_0 = b0, c5_0 = b0;
+    const int k = a->k, C = a->C, sc = a->s * a->C, ocp = a->ocp;
+    for (int kd = 0; kd < k; kd++)
+        for (int kh = 0; kh < k; kh++) {
+            const float *row = a->pl[kd] + (size_t)(r0 + kh) * a->rstride + (size_t)ow0 * sc;
+            for (int kw = 0; kw < k; kw++) {
+                const float *xr = row + kw * C;
+                const float *wr = a->wp + (size_t)((kd * k + kh) * k + kw) * C * ocp + oc0;
+                for (int c = 0; c < C; c++) {
+                    const float *wc = wr + (size_t)c * ocp, *xc = xr + c;
+                    const v16 w0 = *(const v16 *)(wc + 0);
+                    { const float x = xc[0 * sc]; c0_0 += x * w0; }
+                    { const float x = xc[1 * sc]; c1_0 += x * w0; }
+                    { const float x = xc[2 * sc]; c2_0 += x * w0; }
+                    { const float x = xc[3 * sc]; c3_0 += x * w0; }
+                    { const float x = xc[4 * sc]; c4_0 += x * w0; }
+                    { const float x = xc[5 * sc]; c5_0 += x * w0; }
+                }
+            }
+        }
+    if (nco == 16) {
+        vst(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0);
+        vst(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0);
+        vst(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0);
+        vst(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0);
+        vst(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0);
+        vst(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0);
+    } else {
+        ts_nn_vst_part(y + (size_t)(ow0 + 0) * ldy + yo + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 1) * ldy + yo + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 2) * ldy + yo + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 3) * ldy + yo + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 4) * ldy + yo + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y + (size_t)(ow0 + 5) * ldy + yo + 0, c5_0, nco - 0);
+    }
+}
+
 static inline void gc_4x1(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
 {
     const v16 b0 = a->bias ? *(const v16 *)(a->bias + oc0 + 0) : (v16){0};
@@ -206,11 +246,18 @@ static inline void gc_1x1(const gc_args *a, int r0, int ow0, int oc0, int yo, in
 static void gc_run_1(const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if TS_NN_WIDE_REGS
     for (; ow + 16 <= OW; ow += 16) gc_16x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) gc_8x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) gc_4x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) gc_2x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) gc_1x1(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 6 <= OW; ow += 6) gc_6x1(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 4 <= OW; ow += 4) gc_4x1(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 2 <= OW; ow += 2) gc_2x1(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) gc_1x1(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 static inline void gc_12x2(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -444,11 +491,16 @@ static inline void gc_1x2(const gc_args *a, int r0, int ow0, int oc0, int yo, in
 static void gc_run_2(const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if TS_NN_WIDE_REGS
     for (; ow + 12 <= OW; ow += 12) gc_12x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) gc_8x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) gc_4x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) gc_2x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) gc_1x2(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 2 <= OW; ow += 2) gc_2x2(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) gc_1x2(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 static inline void gc_6x4(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -644,10 +696,14 @@ static inline void gc_1x4(const gc_args *a, int r0, int ow0, int oc0, int yo, in
 static void gc_run_4(const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if TS_NN_WIDE_REGS
     for (; ow + 6 <= OW; ow += 6) gc_6x4(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) gc_4x4(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) gc_2x4(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) gc_1x4(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 1 <= OW; ow += 1) gc_1x4(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 static inline void gk3_16x1(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -866,11 +922,17 @@ static inline void gk3_1x1(const gc_args *a, int r0, int ow0, int oc0, int yo, i
 static void gk3_run_1(const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if TS_NN_WIDE_REGS
     for (; ow + 16 <= OW; ow += 16) gk3_16x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) gk3_8x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) gk3_4x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) gk3_2x1(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) gk3_1x1(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 4 <= OW; ow += 4) gk3_4x1(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 2 <= OW; ow += 2) gk3_2x1(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) gk3_1x1(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 static inline void gk3_12x2(const gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -1124,11 +1186,15 @@ static inline void gk3_1x2(const gc_args *a, int r0, int ow0, int oc0, int yo, i
 static void gk3_run_2(const gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if TS_NN_WIDE_REGS
     for (; ow + 12 <= OW; ow += 12) gk3_12x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) gk3_8x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) gk3_4x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) gk3_2x2(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) gk3_1x2(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 1 <= OW; ow += 1) gk3_1x2(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 static inline void tg_16x1(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1307,6 +1373,58 @@ static inline void tg_8x1(const float *xr, const float *wr, int C, int ocp, int 
     }
 }
 
+static inline void tg_6x1(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
+                                int nco, float *y, int ldy)
+{
+    float *y0 = y + (size_t)((iw0 + 0) * s + off) * ldy + oc0;
+    float *y1 = y + (size_t)((iw0 + 1) * s + off) * ldy + oc0;
+    float *y2 = y + (size_t)((iw0 + 2) * s + off) * ldy + oc0;
+    float *y3 = y + (size_t)((iw0 + 3) * s + off) * ldy + oc0;
+    float *y4 = y + (size_t)((iw0 + 4) * s + off) * ldy + oc0;
+    float *y5 = y + (size_t)((iw0 + 5) * s + off) * ldy + oc0;
+    v16 c0_0, c1_0, c2_0, c3_0, c4_0, c5_0;
+    if (nco == 16) {
+        c0_0 = vld(y0 + 0);
+        c1_0 = vld(y1 + 0);
+        c2_0 = vld(y2 + 0);
+        c3_0 = vld(y3 + 0);
+        c4_0 = vld(y4 + 0);
+        c5_0 = vld(y5 + 0);
+    } else {
+        c0_0 = ts_nn_vld_part(y0 + 0, nco - 0);
+        c1_0 = ts_nn_vld_part(y1 + 0, nco - 0);
+        c2_0 = ts_nn_vld_part(y2 + 0, nco - 0);
+        c3_0 = ts_nn_vld_part(y3 + 0, nco - 0);
+        c4_0 = ts_nn_vld_part(y4 + 0, nco - 0);
+        c5_0 = ts_nn_vld_part(y5 + 0, nco - 0);
+    }
+    for (int c = 0; c < C; c++) {
+        const float *wc = wr + (size_t)c * ocp + oc0, *xc = xr + (size_t)iw0 * C + c;
+        const v16 w0 = *(const v16 *)(wc + 0);
+        { const float x = xc[0 * C]; c0_0 += x * w0; }
+        { const float x = xc[1 * C]; c1_0 += x * w0; }
+        { const float x = xc[2 * C]; c2_0 += x * w0; }
+        { const float x = xc[3 * C]; c3_0 += x * w0; }
+        { const float x = xc[4 * C]; c4_0 += x * w0; }
+        { const float x = xc[5 * C]; c5_0 += x * w0; }
+    }
+    if (nco == 16) {
+        vst(y0 + 0, c0_0);
+        vst(y1 + 0, c1_0);
+        vst(y2 + 0, c2_0);
+        vst(y3 + 0, c3_0);
+        vst(y4 + 0, c4_0);
+        vst(y5 + 0, c5_0);
+    } else {
+        ts_nn_vst_part(y0 + 0, c0_0, nco - 0);
+        ts_nn_vst_part(y1 + 0, c1_0, nco - 0);
+        ts_nn_vst_part(y2 + 0, c2_0, nco - 0);
+        ts_nn_vst_part(y3 + 0, c3_0, nco - 0);
+        ts_nn_vst_part(y4 + 0, c4_0, nco - 0);
+        ts_nn_vst_part(y5 + 0, c5_0, nco - 0);
+    }
+}
+
 static inline void tg_4x1(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
                                 int nco, float *y, int ldy)
 {
@@ -1400,11 +1518,18 @@ static inline void tg_1x1(const float *xr, const float *wr, int C, int ocp, int 
 static void tg_run_1(const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if TS_NN_WIDE_REGS
     for (; iw + 16 <= hi; iw += 16) tg_16x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 8 <= hi; iw += 8) tg_8x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) tg_4x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) tg_2x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) tg_1x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 6 <= hi; iw += 6) tg_6x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 4 <= hi; iw += 4) tg_4x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 2 <= hi; iw += 2) tg_2x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= hi; iw += 1) tg_1x1(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void tg_12x2(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1684,11 +1809,16 @@ static inline void tg_1x2(const float *xr, const float *wr, int C, int ocp, int 
 static void tg_run_2(const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if TS_NN_WIDE_REGS
     for (; iw + 12 <= hi; iw += 12) tg_12x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 8 <= hi; iw += 8) tg_8x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) tg_4x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) tg_2x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) tg_1x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 2 <= hi; iw += 2) tg_2x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= hi; iw += 1) tg_1x2(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void tg_6x4(const float *xr, const float *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1887,10 +2017,14 @@ static inline void tg_1x4(const float *xr, const float *wr, int C, int ocp, int 
 static void tg_run_4(const float *xr, const float *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if TS_NN_WIDE_REGS
     for (; iw + 6 <= hi; iw += 6) tg_6x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) tg_4x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) tg_2x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) tg_1x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= hi; iw += 1) tg_1x4(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void tg2_8x1(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2035,10 +2169,15 @@ static inline void tg2_1x1(const float *xr, const float *wr, const float *b, int
 static void tg2_run_1(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if TS_NN_WIDE_REGS
     for (; iw + 8 <= W; iw += 8) tg2_8x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= W; iw += 4) tg2_4x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) tg2_2x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) tg2_1x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 2 <= W; iw += 2) tg2_2x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= W; iw += 1) tg2_1x1(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void tg2_6x2(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2211,10 +2350,14 @@ static inline void tg2_1x2(const float *xr, const float *wr, const float *b, int
 static void tg2_run_2(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if TS_NN_WIDE_REGS
     for (; iw + 6 <= W; iw += 6) tg2_6x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= W; iw += 4) tg2_4x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) tg2_2x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) tg2_1x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= W; iw += 1) tg2_1x2(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void tg2_3x4(const float *xr, const float *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2361,9 +2504,13 @@ static inline void tg2_1x4(const float *xr, const float *wr, const float *b, int
 static void tg2_run_4(const float *xr, const float *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if TS_NN_WIDE_REGS
     for (; iw + 3 <= W; iw += 3) tg2_3x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) tg2_2x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) tg2_1x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= W; iw += 1) tg2_1x4(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 static inline void wk3_8x1(const wg_args *a, int kd, int kh, int c0, int oc0)
@@ -2505,10 +2652,15 @@ static inline void wk3_1x1(const wg_args *a, int kd, int kh, int c0, int oc0)
 static void wk3_run_1(const wg_args *a, int kd, int kh, int oc0)
 {
     int c = 0;
+#if TS_NN_WIDE_REGS
     for (; c + 8 <= a->C; c += 8) wk3_8x1(a, kd, kh, c, oc0);
     for (; c + 4 <= a->C; c += 4) wk3_4x1(a, kd, kh, c, oc0);
     for (; c + 2 <= a->C; c += 2) wk3_2x1(a, kd, kh, c, oc0);
     for (; c + 1 <= a->C; c += 1) wk3_1x1(a, kd, kh, c, oc0);
+#else
+    for (; c + 2 <= a->C; c += 2) wk3_2x1(a, kd, kh, c, oc0);
+    for (; c + 1 <= a->C; c += 1) wk3_1x1(a, kd, kh, c, oc0);
+#endif
 }
 
 static inline void wg_16x1(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -2591,6 +2743,34 @@ static inline void wg_8x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
     *(v16 *)(dwt + 7 * (size_t)ocp + 0) = c7_0;
 }
 
+static inline void wg_6x1(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
+{
+    const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
+    float *dwt = a->dw + ((size_t)((kd * a->k + kh) * a->k + kw) * C + c0) * ocp + oc0;
+    v16 c0_0 = *(v16 *)(dwt + 0 * (size_t)ocp + 0), c1_0 = *(v16 *)(dwt + 1 * (size_t)ocp + 0), c2_0 = *(v16 *)(dwt + 2 * (size_t)ocp + 0), c3_0 = *(v16 *)(dwt + 3 * (size_t)ocp + 0), c4_0 = *(v16 *)(dwt + 4 * (size_t)ocp + 0), c5_0 = *(v16 *)(dwt + 5 * (size_t)ocp + 0);
+    for (int q = 0; q < a->np * a->nr; q++) { /* plane q / nr, row q % nr of the item */
+        const int pl = q / a->nr, r = q % a->nr;
+        const float *xr = a->planes[pl * a->s + kd] + (size_t)(r * a->s + kh) * a->rstride + kw * C + c0;
+        const float *gr = a->gy + (size_t)q * a->OW * ldg + oc0;
+        for (int ow = 0; ow < a->OW; ow++) {
+            const float *gv = gr + (size_t)ow * ldg, *xv = xr + (size_t)ow * sc;
+            const v16 g0 = vld(gv + 0);
+            { const float x = xv[0]; c0_0 += x * g0; }
+            { const float x = xv[1]; c1_0 += x * g0; }
+            { const float x = xv[2]; c2_0 += x * g0; }
+            { const float x = xv[3]; c3_0 += x * g0; }
+            { const float x = xv[4]; c4_0 += x * g0; }
+            { const float x = xv[5]; c5_0 += x * g0; }
+        }
+    }
+    *(v16 *)(dwt + 0 * (size_t)ocp + 0) = c0_0;
+    *(v16 *)(dwt + 1 * (size_t)ocp + 0) = c1_0;
+    *(v16 *)(dwt + 2 * (size_t)ocp + 0) = c2_0;
+    *(v16 *)(dwt + 3 * (size_t)ocp + 0) = c3_0;
+    *(v16 *)(dwt + 4 * (size_t)ocp + 0) = c4_0;
+    *(v16 *)(dwt + 5 * (size_t)ocp + 0) = c5_0;
+}
+
 static inline void wg_4x1(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
 {
     const int C = a->C, sc = a->s * a->C, ldg = a->ldg, ocp = a->ocp;
@@ -2656,11 +2836,18 @@ static inline void wg_1x1(const wg_args *a, int kd, int kh, int kw, int c0, int 
 static void wg_run_1(const wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if TS_NN_WIDE_REGS
     for (; c + 16 <= a->C; c += 16) wg_16x1(a, kd, kh, kw, c, oc0);
     for (; c + 8 <= a->C; c += 8) wg_8x1(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) wg_4x1(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) wg_2x1(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) wg_1x1(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 6 <= a->C; c += 6) wg_6x1(a, kd, kh, kw, c, oc0);
+    for (; c + 4 <= a->C; c += 4) wg_4x1(a, kd, kh, kw, c, oc0);
+    for (; c + 2 <= a->C; c += 2) wg_2x1(a, kd, kh, kw, c, oc0);
+    for (; c + 1 <= a->C; c += 1) wg_1x1(a, kd, kh, kw, c, oc0);
+#endif
 }
 
 static inline void wg_12x2(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -2805,11 +2992,16 @@ static inline void wg_1x2(const wg_args *a, int kd, int kh, int kw, int c0, int 
 static void wg_run_2(const wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if TS_NN_WIDE_REGS
     for (; c + 12 <= a->C; c += 12) wg_12x2(a, kd, kh, kw, c, oc0);
     for (; c + 8 <= a->C; c += 8) wg_8x2(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) wg_4x2(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) wg_2x2(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) wg_1x2(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 2 <= a->C; c += 2) wg_2x2(a, kd, kh, kw, c, oc0);
+    for (; c + 1 <= a->C; c += 1) wg_1x2(a, kd, kh, kw, c, oc0);
+#endif
 }
 
 static inline void wg_6x4(const wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -2917,9 +3109,13 @@ static inline void wg_1x4(const wg_args *a, int kd, int kh, int kw, int c0, int 
 static void wg_run_4(const wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if TS_NN_WIDE_REGS
     for (; c + 6 <= a->C; c += 6) wg_6x4(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) wg_4x4(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) wg_2x4(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) wg_1x4(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 1 <= a->C; c += 1) wg_1x4(a, kd, kh, kw, c, oc0);
+#endif
 }
 

@@ -206,11 +206,17 @@ BATTR void BT(gcb_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
 BATTR_RUN void BT(gcb_run_1)(const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if BWIDE
     for (; ow + 16 <= OW; ow += 16) BT(gcb_16x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) BT(gcb_8x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) BT(gcb_4x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) BT(gcb_2x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) BT(gcb_1x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 4 <= OW; ow += 4) BT(gcb_4x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 2 <= OW; ow += 2) BT(gcb_2x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) BT(gcb_1x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(gcb_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -444,11 +450,15 @@ BATTR void BT(gcb_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
 BATTR_RUN void BT(gcb_run_2)(const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if BWIDE
     for (; ow + 12 <= OW; ow += 12) BT(gcb_12x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) BT(gcb_8x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) BT(gcb_4x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) BT(gcb_2x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) BT(gcb_1x2)(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 1 <= OW; ow += 1) BT(gcb_1x2)(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(gcb_6x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -644,10 +654,14 @@ BATTR void BT(gcb_1x4)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int y
 BATTR_RUN void BT(gcb_run_4)(const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if BWIDE
     for (; ow + 6 <= OW; ow += 6) BT(gcb_6x4)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) BT(gcb_4x4)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) BT(gcb_2x4)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) BT(gcb_1x4)(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 1 <= OW; ow += 1) BT(gcb_1x4)(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(gk3b_16x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -866,11 +880,16 @@ BATTR void BT(gk3b_1x1)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
 BATTR_RUN void BT(gk3b_run_1)(const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if BWIDE
     for (; ow + 16 <= OW; ow += 16) BT(gk3b_16x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) BT(gk3b_8x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) BT(gk3b_4x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) BT(gk3b_2x1)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) BT(gk3b_1x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 2 <= OW; ow += 2) BT(gk3b_2x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+    for (; ow + 1 <= OW; ow += 1) BT(gk3b_1x1)(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(gk3b_12x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int yo, int nco, float *y, int ldy)
@@ -1124,11 +1143,15 @@ BATTR void BT(gk3b_1x2)(const ts_bf16_gc_args *a, int r0, int ow0, int oc0, int 
 BATTR_RUN void BT(gk3b_run_2)(const ts_bf16_gc_args *a, int r0, int OW, int oc0, int yo, int nco, float *y, int ldy)
 {
     int ow = 0;
+#if BWIDE
     for (; ow + 12 <= OW; ow += 12) BT(gk3b_12x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 8 <= OW; ow += 8) BT(gk3b_8x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 4 <= OW; ow += 4) BT(gk3b_4x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 2 <= OW; ow += 2) BT(gk3b_2x2)(a, r0, ow, oc0, yo, nco, y, ldy);
     for (; ow + 1 <= OW; ow += 1) BT(gk3b_1x2)(a, r0, ow, oc0, yo, nco, y, ldy);
+#else
+    for (; ow + 1 <= OW; ow += 1) BT(gk3b_1x2)(a, r0, ow, oc0, yo, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tgb_16x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1400,11 +1423,17 @@ BATTR void BT(tgb_1x1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
 BATTR_RUN void BT(tgb_run_1)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if BWIDE
     for (; iw + 16 <= hi; iw += 16) BT(tgb_16x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 8 <= hi; iw += 8) BT(tgb_8x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) BT(tgb_4x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) BT(tgb_2x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) BT(tgb_1x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 4 <= hi; iw += 4) BT(tgb_4x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 2 <= hi; iw += 2) BT(tgb_2x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= hi; iw += 1) BT(tgb_1x1)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tgb_12x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1684,11 +1713,15 @@ BATTR void BT(tgb_1x2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
 BATTR_RUN void BT(tgb_run_2)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if BWIDE
     for (; iw + 12 <= hi; iw += 12) BT(tgb_12x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 8 <= hi; iw += 8) BT(tgb_8x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) BT(tgb_4x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) BT(tgb_2x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) BT(tgb_1x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= hi; iw += 1) BT(tgb_1x2)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tgb_6x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int iw0, int oc0,
@@ -1887,10 +1920,14 @@ BATTR void BT(tgb_1x4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, i
 BATTR_RUN void BT(tgb_run_4)(const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi, int oc0, int nco, float *y, int ldy)
 {
     int iw = lo;
+#if BWIDE
     for (; iw + 6 <= hi; iw += 6) BT(tgb_6x4)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= hi; iw += 4) BT(tgb_4x4)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= hi; iw += 2) BT(tgb_2x4)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= hi; iw += 1) BT(tgb_1x4)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= hi; iw += 1) BT(tgb_1x4)(xr, wr, C, ocp, s, off, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tg2b_8x1)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2035,10 +2072,15 @@ BATTR void BT(tg2b_1x1)(const uint32_t *xr, const uint32_t *wr, const float *b, 
 BATTR_RUN void BT(tg2b_run_1)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if BWIDE
     for (; iw + 8 <= W; iw += 8) BT(tg2b_8x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= W; iw += 4) BT(tg2b_4x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) BT(tg2b_2x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) BT(tg2b_1x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 2 <= W; iw += 2) BT(tg2b_2x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+    for (; iw + 1 <= W; iw += 1) BT(tg2b_1x1)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tg2b_6x2)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2211,10 +2253,14 @@ BATTR void BT(tg2b_1x2)(const uint32_t *xr, const uint32_t *wr, const float *b, 
 BATTR_RUN void BT(tg2b_run_2)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if BWIDE
     for (; iw + 6 <= W; iw += 6) BT(tg2b_6x2)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 4 <= W; iw += 4) BT(tg2b_4x2)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) BT(tg2b_2x2)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) BT(tg2b_1x2)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= W; iw += 1) BT(tg2b_1x2)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(tg2b_3x4)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int iw0, int oc0,
@@ -2361,9 +2407,13 @@ BATTR void BT(tg2b_1x4)(const uint32_t *xr, const uint32_t *wr, const float *b, 
 BATTR_RUN void BT(tg2b_run_4)(const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W, int oc0, int nco, float *y, int ldy)
 {
     int iw = 0;
+#if BWIDE
     for (; iw + 3 <= W; iw += 3) BT(tg2b_3x4)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 2 <= W; iw += 2) BT(tg2b_2x4)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
     for (; iw + 1 <= W; iw += 1) BT(tg2b_1x4)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#else
+    for (; iw + 1 <= W; iw += 1) BT(tg2b_1x4)(xr, wr, b, C, ocp, iw, oc0, nco, y, ldy);
+#endif
 }
 
 BATTR void BT(wk3b_8x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
@@ -2505,10 +2555,14 @@ BATTR void BT(wk3b_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
 BATTR_RUN void BT(wk3b_run_1)(const ts_bf16_wg_args *a, int kd, int kh, int oc0)
 {
     int c = 0;
+#if BWIDE
     for (; c + 8 <= a->C; c += 8) BT(wk3b_8x1)(a, kd, kh, c, oc0);
     for (; c + 4 <= a->C; c += 4) BT(wk3b_4x1)(a, kd, kh, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wk3b_2x1)(a, kd, kh, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wk3b_1x1)(a, kd, kh, c, oc0);
+#else
+    for (; c + 1 <= a->C; c += 1) BT(wk3b_1x1)(a, kd, kh, c, oc0);
+#endif
 }
 
 BATTR void BT(wk3b_4x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc0)
@@ -2611,9 +2665,13 @@ BATTR void BT(wk3b_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int c0, int oc
 BATTR_RUN void BT(wk3b_run_2)(const ts_bf16_wg_args *a, int kd, int kh, int oc0)
 {
     int c = 0;
+#if BWIDE
     for (; c + 4 <= a->C; c += 4) BT(wk3b_4x2)(a, kd, kh, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wk3b_2x2)(a, kd, kh, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wk3b_1x2)(a, kd, kh, c, oc0);
+#else
+    for (; c + 1 <= a->C; c += 1) BT(wk3b_1x2)(a, kd, kh, c, oc0);
+#endif
 }
 
 BATTR void BT(wgb_16x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -2837,11 +2895,17 @@ BATTR void BT(wgb_1x1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 BATTR_RUN void BT(wgb_run_1)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if BWIDE
     for (; c + 16 <= a->C; c += 16) BT(wgb_16x1)(a, kd, kh, kw, c, oc0);
     for (; c + 8 <= a->C; c += 8) BT(wgb_8x1)(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) BT(wgb_4x1)(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wgb_2x1)(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wgb_1x1)(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 4 <= a->C; c += 4) BT(wgb_4x1)(a, kd, kh, kw, c, oc0);
+    for (; c + 2 <= a->C; c += 2) BT(wgb_2x1)(a, kd, kh, kw, c, oc0);
+    for (; c + 1 <= a->C; c += 1) BT(wgb_1x1)(a, kd, kh, kw, c, oc0);
+#endif
 }
 
 BATTR void BT(wgb_12x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -3073,11 +3137,15 @@ BATTR void BT(wgb_1x2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 BATTR_RUN void BT(wgb_run_2)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if BWIDE
     for (; c + 12 <= a->C; c += 12) BT(wgb_12x2)(a, kd, kh, kw, c, oc0);
     for (; c + 8 <= a->C; c += 8) BT(wgb_8x2)(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) BT(wgb_4x2)(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wgb_2x2)(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wgb_1x2)(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 1 <= a->C; c += 1) BT(wgb_1x2)(a, kd, kh, kw, c, oc0);
+#endif
 }
 
 BATTR void BT(wgb_6x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0, int oc0)
@@ -3270,9 +3338,13 @@ BATTR void BT(wgb_1x4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int c0,
 BATTR_RUN void BT(wgb_run_4)(const ts_bf16_wg_args *a, int kd, int kh, int kw, int oc0)
 {
     int c = 0;
+#if BWIDE
     for (; c + 6 <= a->C; c += 6) BT(wgb_6x4)(a, kd, kh, kw, c, oc0);
     for (; c + 4 <= a->C; c += 4) BT(wgb_4x4)(a, kd, kh, kw, c, oc0);
     for (; c + 2 <= a->C; c += 2) BT(wgb_2x4)(a, kd, kh, kw, c, oc0);
     for (; c + 1 <= a->C; c += 1) BT(wgb_1x4)(a, kd, kh, kw, c, oc0);
+#else
+    for (; c + 1 <= a->C; c += 1) BT(wgb_1x4)(a, kd, kh, kw, c, oc0);
+#endif
 }
 
