@@ -1,7 +1,8 @@
 /* The convolution kernels of src/nn (gather, tgather, wgrad; see
  * conv_impl.h). Portable C with GCC vector extensions: 16-float vectors
- * become one AVX-512 register with -march=native and pairs or quads of
- * narrower registers elsewhere. Cost per output voxel: k^3 * C * OC
+ * become one AVX-512 register with -march=native; without AVX-512 clang
+ * keeps each in two 256-bit registers, GCC 12 in memory (3 % of the peak:
+ * docs/engine.md, "CPU kernels"). Cost per output voxel: k^3 * C * OC
  * multiply-adds; the micro-kernels keep WB voxels x NV vectors of
  * accumulators in registers and load each packed weight vector once per
  * WB voxels. */
