@@ -493,8 +493,17 @@ static void test_bf16_switch(void)
 /* ---------------------------------------------------- fp16 convolutions */
 
 /* the reference rounding: the compiler's own conversion to _Float16 (IEEE
- * binary16, ties to even, overflow to inf, subnormals) */
+ * binary16, ties to even, overflow to inf, subnormals); where the compiler
+ * has no _Float16 (clang 14 on x86), the CPU's F16C conversion, rounding to
+ * nearest even */
+#ifdef __FLT16_MAX__
 static float fp16r(float f) { return (float)(_Float16)f; }
+#elif defined(__F16C__)
+#include <immintrin.h>
+static float fp16r(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+#else
+#error "no reference fp16 conversion: a compiler with _Float16, or a build for a CPU with F16C"
+#endif
 
 static ts_tensor rounded16(const ts_tensor *t)
 {
