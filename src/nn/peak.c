@@ -24,6 +24,12 @@
 #define PEAK_X86 0
 #endif
 
+/* The chains' constants, read through volatile: every chain is a fixed
+ * point in float (a m + c rounds back to a), and clang, seeing the
+ * constants, folded the whole AVX2 loop into its result (`bench peak`
+ * then never finished calibrating) */
+static volatile float peak_m = 0.999999f, peak_c = 1e-6f, peak_x = 1e-3f;
+
 /* a kernel: n iterations, returns a value that depends on every chain (so
  * that nothing is optimised away); FLOP per iteration in flops[] below */
 typedef float (*kernel_fn)(long n);
@@ -36,7 +42,7 @@ typedef float (*kernel_fn)(long n);
 #if PEAK_X86
 __attribute__((target("avx512f"))) static float fma_avx512(long n)
 {
-    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+    const __m512 m = _mm512_set1_ps(peak_m), c = _mm512_set1_ps(peak_c);
 #define DECL(k) __m512 a##k = _mm512_set1_ps(1.0f + (float)(k) * 1e-3f);
 #define STEP(k) a##k = _mm512_fmadd_ps(a##k, m, c);
 #define SUM(k) s = _mm512_add_ps(s, a##k);
@@ -55,7 +61,7 @@ __attribute__((target("avx512f"))) static float fma_avx512(long n)
 /* 12 chains: AVX2 has 16 ymm registers, two hold the constants */
 __attribute__((target("avx2,fma"))) static float fma_avx2(long n)
 {
-    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+    const __m256 m = _mm256_set1_ps(peak_m), c = _mm256_set1_ps(peak_c);
 #define DECL(k) __m256 a##k = _mm256_set1_ps(1.0f + (float)(k) * 1e-3f);
 #define STEP(k) a##k = _mm256_fmadd_ps(a##k, m, c);
 #define SUM(k) s = _mm256_add_ps(s, a##k);
@@ -76,7 +82,7 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long n)
 /* VDPBF16PS: per lane, the sum of two bf16 products added to an fp32 accumulator */
 __attribute__((target("avx512f,avx512bf16"))) static float dp_avx512bf16(long n)
 {
-    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(peak_x), _mm512_set1_ps(peak_x));
 #define DECL(k) __m512 a##k = _mm512_set1_ps((float)(k));
 #define STEP(k) a##k = _mm512_dpbf16_ps(a##k, x, x);
 #define SUM(k) s = _mm512_add_ps(s, a##k);
@@ -96,9 +102,10 @@ __attribute__((target("avx512f,avx512bf16"))) static float dp_avx512bf16(long n)
 static float fma_scalar(long n)
 {
     float a[8];
+    const float m = peak_m, c = peak_c;
     for (int k = 0; k < 8; k++) a[k] = 1.0f + (float)k * 1e-3f;
     for (long i = 0; i < n; i++)
-        for (int k = 0; k < 8; k++) a[k] = a[k] * 0.999999f + 1e-6f;
+        for (int k = 0; k < 8; k++) a[k] = a[k] * m + c;
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
