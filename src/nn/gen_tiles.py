@@ -249,7 +249,7 @@ def tg2(WB, NV):
     return "\n".join(o)
 
 
-def run_loops(o, kind, sizes, narrow, NV, call, loopvar, hi, wide, name):
+def run_loops(o, sizes, narrow, NV, call, loopvar, hi, wide, name):
     """the runner's loops: the wide widths where `wide` (a preprocessor
     condition) holds, else the narrow ones"""
     def loops(ws):
@@ -267,7 +267,7 @@ def run_loops(o, kind, sizes, narrow, NV, call, loopvar, hi, wide, name):
 
 def runner(kind, sizes, narrow, NV, sig, call, loopvar, lo, hi):
     o = [f"static void {kind}_run_{NV}({sig})", "{", f"    int {loopvar} = {lo};"]
-    run_loops(o, kind, sizes, narrow, NV, call, loopvar, hi, "TS_NN_WIDE_REGS", lambda wb: f"{kind}_{wb}x{NV}")
+    run_loops(o, sizes, narrow, NV, call, loopvar, hi, "TS_NN_WIDE_REGS", lambda wb: f"{kind}_{wb}x{NV}")
     o.append("}")
     return "\n".join(o)
 
@@ -495,7 +495,7 @@ def wk3b(CB, NV):
 
 def runner_b(kind, sizes, narrow, NV, sig, call, loopvar, lo, hi):
     o = [f"BATTR_RUN void BT({kind}_run_{NV})({sig})", "{", f"    int {loopvar} = {lo};"]
-    run_loops(o, kind, sizes, narrow, NV, call, loopvar, hi, "BWIDE", lambda wb: f"BT({kind}_{wb}x{NV})")
+    run_loops(o, sizes, narrow, NV, call, loopvar, hi, "BWIDE", lambda wb: f"BT({kind}_{wb}x{NV})")
     o.append("}")
     return "\n".join(o)
 
