@@ -1,5 +1,5 @@
 # src/nn: layers with forward/backward (CPU kernels; the CUDA backend in src/nn/cuda)
-libtessera_la_SOURCES += src/nn/conv_kernels.c src/nn/scratch.c src/nn/conv_bf16.c src/nn/conv3d.c src/nn/convt3d.c src/nn/maxpool3d.c \
+libtessera_la_SOURCES += src/nn/conv_kernels.c src/nn/scratch.c src/nn/conv_bf16.c src/nn/conv_amx.c src/nn/conv3d.c src/nn/convt3d.c src/nn/maxpool3d.c \
 	src/nn/norm_common.c src/nn/batchnorm.c src/nn/groupnorm.c src/nn/relu.c src/nn/concat.c \
 	src/nn/softmax_ce.c src/nn/dice.c src/nn/peak.c src/nn/winograd.c src/nn/winograd_bf16.c src/nn/winograd_narrow.c src/nn/conv_pointwise.c src/nn/conv_bias.c
 EXTRA_DIST += src/nn/gen_tiles.py

@@ -71,12 +71,17 @@ static int cpu_has_bf16(void)
 
 int ts_nn_cpu_bf16(void) { return cpu_has_bf16(); }
 
+/* the best the CPU has: 2 AMX (with AVX512-BF16 for the other kernels), 1, 0 */
+static int isa_auto(void) { return cpu_has_bf16() ? (ts_nn_cpu_amx() ? 2 : 1) : 0; }
+
 int ts_nn_bf16_native(void)
 {
     int v = atomic_load(&bf16_isa);
     if (v < 0) {
         const char *e = getenv("TESSERA_BF16_ISA");
-        v = e && !strcmp(e, "emulated") ? 0 : cpu_has_bf16();
+        if (e && !strcmp(e, "emulated")) v = 0;
+        else if (e && !strcmp(e, "avx512bf16")) v = cpu_has_bf16();
+        else v = isa_auto(); /* auto, amx, or unset */
         atomic_store(&bf16_isa, v); /* a race writes the same value */
     }
     return v;
@@ -88,17 +93,25 @@ int ts_nn_bf16_select_isa(const char *name)
     if (!strcmp(name, "emulated")) {
         atomic_store(&bf16_isa, 0);
     } else if (!strcmp(name, "auto")) {
-        atomic_store(&bf16_isa, cpu_has_bf16());
+        atomic_store(&bf16_isa, isa_auto());
     } else if (!strcmp(name, "avx512bf16")) {
         if (!cpu_has_bf16()) return TS_ERR(TS_ERR_UNSUPPORTED, "bf16 ISA: this CPU (or build) has no AVX512-BF16");
         atomic_store(&bf16_isa, 1);
+    } else if (!strcmp(name, "amx")) {
+        if (!cpu_has_bf16() || !ts_nn_cpu_amx())
+            return TS_ERR(TS_ERR_UNSUPPORTED, "bf16 ISA: this CPU (or build, or kernel) has no AMX-BF16 with AVX512-BF16");
+        atomic_store(&bf16_isa, 2);
     } else {
-        return TS_ERR(TS_ERR_ARG, "bf16 ISA '%s' (emulated, avx512bf16 or auto)", name);
+        return TS_ERR(TS_ERR_ARG, "bf16 ISA '%s' (emulated, avx512bf16, amx or auto)", name);
     }
     return 0;
 }
 
-const char *ts_nn_bf16_isa(void) { return ts_nn_bf16_native() ? "avx512bf16" : "emulated"; }
+const char *ts_nn_bf16_isa(void)
+{
+    const int v = ts_nn_bf16_native();
+    return v == 2 ? "amx" : v ? "avx512bf16" : "emulated";
+}
 
 int ts_nn_set_conv_precision(ts_precision p)
 {
@@ -426,6 +439,12 @@ static inline float u2f(uint32_t u)
 void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
                            int yo0, int ldy)
 {
+#if TS_AMX_X86
+    if (nat == 2 && !(a->ppl && k3s1 && oc0 == 0 && oc1 == OC)) {
+        ts_nn_amx_gather_row(a, r, OW, oc0, oc1, OC, yr, yo0, ldy);
+        return;
+    }
+#endif
 #if TS_BF16_X86
     if (nat) {
         gather_row_nat(a, k3s1, r, OW, oc0, oc1, OC, yr, yo0, ldy);

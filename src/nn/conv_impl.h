@@ -50,6 +50,14 @@
 #define TS_BF16_X86 0
 #endif
 
+/* AMX tiles (conv_amx.c): x86-64 Linux, a compiler whose assembler knows
+ * the tile instructions (written as asm, no target attribute needed) */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define TS_AMX_X86 1
+#else
+#define TS_AMX_X86 0
+#endif
+
 typedef struct ts_conv_geom {
     int N;
     int D, H, W, C;     /* input dims and channels (gather, wgrad: the large side) */
@@ -379,15 +387,25 @@ static inline float ts_nn_bf16_float(uint16_t h)
     return f;
 }
 
-/* 1: the native AVX512-BF16 variant runs; 0: the emulated one. The choice:
- * the CPU (avx512f, bw, vl, bf16), overridden by TESSERA_BF16_ISA=emulated
- * (or =avx512bf16 / auto) read on first use, or by ts_nn_bf16_select_isa. */
+/* 2: AMX tiles for the gathers (conv_amx.c), VDPBF16PS for the other bf16
+ * kernels; 1: the native AVX512-BF16 variant runs; 0: the emulated one.
+ * The choice: the CPU (amx-tile and amx-bf16 with the kernel's permission,
+ * else avx512f, bw, vl, bf16), overridden by TESSERA_BF16_ISA=emulated,
+ * =avx512bf16 (no AMX), =amx or =auto, read on first use, or by
+ * ts_nn_bf16_select_isa. Every caller treats a nonzero value as native. */
 int ts_nn_bf16_native(void);
+/* 1: the CPU and the OS have AMX-TILE and AMX-BF16 and Linux granted this
+ * process the tile data state (asked once, on the first call) */
+int ts_nn_cpu_amx(void);
+/* Slack past the end of a slab (32-bit words) that the AMX gather may read
+ * (a partial tile's rows past the output row; their results are dropped):
+ * 16 s C for stride s and C pairs a voxel. */
+#define TS_NN_AMX_MARGIN(s, C) ((size_t)16 * (size_t)(s) * (size_t)(C))
 /* 1: the CPU and the OS support AVX512 F, BW, VL and BF16 (whatever
  * TESSERA_BF16_ISA says): the hardware question, for the peak probe. */
 int ts_nn_cpu_bf16(void);
-/* Local, for tests: "emulated", "avx512bf16" or "auto"; returns 0, or
- * TS_ERR_UNSUPPORTED (avx512bf16 on a CPU without it; nothing changes) or
+/* Local, for tests: "emulated", "avx512bf16", "amx" or "auto"; returns 0, or
+ * TS_ERR_UNSUPPORTED (avx512bf16 or amx on a CPU without it; nothing changes) or
  * TS_ERR_ARG. Not to be called while convolutions run in other threads. */
 int ts_nn_bf16_select_isa(const char *name);
 
@@ -450,6 +468,9 @@ typedef struct ts_bf16_wg_args {
  * the transposed gather over output-channel tiles; all kw taps and channel
  * tiles of the weight gradient for (kd, kh) (k3s1: 3x3x3, stride 1,
  * padding 1; ocp 16 and 32 then take the three kw taps together). */
+/* The AMX gather row (conv_amx.c; ts_nn_bf16_gather_row with nat 2 and
+ * no voxel-pair planes): any k, s; the slabs keep TS_NN_AMX_MARGIN. */
+void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy);
 void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
                            int yo0, int ldy);
 void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,

@@ -412,12 +412,14 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = ts_nn_nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     if (g->k > 8) TS_FAIL(TS_ERR_UNSUPPORTED, "conv kernel size %d (at most 8)", g->k);
-    const size_t rs = slab_row_n(f, CS, g->C), slab_n = round16((size_t)g->k * R * rs);
+    const int amx = f->bf16 && f->nat == 2; /* AMX tiles: no voxel-pair planes, a margin past the slab */
+    const size_t rs = slab_row_n(f, CS, g->C),
+                 slab_n = round16((size_t)g->k * R * rs + (amx ? TS_NN_AMX_MARGIN(g->s, (g->C + 1) / 2) : 0));
     /* a split output whose split is not a multiple of 16 goes through a row buffer */
     const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
     /* at most 8 output channels, fp32 or bf16, 3x3x3 stride 1: the voxel-pair
      * path; cw: 32-bit words a voxel (floats, or bf16 channel pairs) */
-    const int pairs = !f->f16 && !f->vpair && g->k == 3 && g->s == 1 && g->OC <= 8;
+    const int pairs = !f->f16 && !f->vpair && !amx && g->k == 3 && g->s == 1 && g->OC <= 8;
     const int cw = f->bf16 ? (g->C + 1) / 2 : g->C;
     const size_t ppn = (size_t)2 * R * CS * cw, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
     const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : 0;

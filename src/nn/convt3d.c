@@ -98,7 +98,7 @@ static int convt_k2_backward_bf16(const ts_conv_geom *g, const float *x, const f
     const uint32_t *wb = NULL;
     if (dx && !(wb = ts_nn_bf16_pack(w, OC, C, 8, 0, 0))) return TS_ERR(TS_ERR_NOMEM, "convt3d backward bf16 weights");
     /* per thread: dy rows as channel pairs, as voxel pairs (rows of rq words), x rows as voxel pairs */
-    const size_t nat_n = (size_t)2 * 2 * hb * 2 * W * OCq, rq = (size_t)((2 * W + 3) / 4) * 2 * ocp;
+    const size_t nat_n = (size_t)2 * 2 * hb * 2 * W * OCq + (nat == 2 ? TS_NN_AMX_MARGIN(2, OCq) : 0), rq = (size_t)((2 * W + 3) / 4) * 2 * ocp;
     const size_t gq_n = dw ? (size_t)2 * 2 * hb * rq : 0, xq_n = dw ? (size_t)hb * nm * C : 0;
     const size_t per = (nat_n + gq_n + xq_n + 15) & ~(size_t)15, part_n = dw ? (size_t)8 * C * ocp : 0;
     uint32_t *buf = ts_nn_scratch(0, (per * nt + part_n * nch) * sizeof(uint32_t));

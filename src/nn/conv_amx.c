@@ -1,0 +1,234 @@
+/* AMX (Intel Advanced Matrix Extensions) tiles for the bf16 gather
+ * (ts_nn_gather2_bf16 and the transposed convolution's input gradient):
+ * where the CPU has AMX-TILE and AMX-BF16 and the kernel grants the tile
+ * data state (Linux's arch_prctl ARCH_REQ_XCOMP_PERM), TDPBF16PS
+ * multiplies a tile of 16 output voxels x 16..32 pairs of input channels
+ * by one of 16..32 pairs x 16 output channels, 512 bf16 products summed
+ * into 256 fp32 accumulators an instruction (VDPBF16PS: 32).
+ *
+ * Layouts are those of the VDPBF16PS kernels (conv_impl.h,
+ * ts_bf16_gc_args), which are what the tiles want: a slab row holds each
+ * voxel's C channel pairs contiguous (an A tile: 16 voxels, rows s*C words
+ * apart), the packed weights [tap][C][ocp] a tap's pairs as rows of the
+ * output channels (a B tile: 16 rows of 16 words, ocp words apart). At
+ * stride 1 the k kw taps of a (kd, kh) read k*C consecutive words of a
+ * slab row and k*C consecutive weight rows, so they are one reduction of
+ * k*C pairs in chunks of 16 (the demo's 8 channels: 12 pairs, one chunk,
+ * not three of 4). A chunk of fewer than 16 pairs uses tiles configured
+ * for its width, so nothing past a reduction is read into a product.
+ *
+ * Numerics: the products of bf16 operands are exact in fp32 and summed in
+ * fp32 as VDPBF16PS does, in the hardware's order, which is not the
+ * VDPBF16PS tiles' order: results are not bitwise those of the avx512bf16
+ * and emulated variants (they differ by fp32 rounding, ~1e-6 relative;
+ * tests/nn/test_layers.c checks them against double references). The
+ * instruction treats bf16 subnormal inputs as zero.
+ *
+ * A tile row past the output row (the row's last, partial tile) reads up
+ * to 15 s C words past the slab row's end: the callers' slabs keep that
+ * margin (TS_NN_AMX_MARGIN), and those rows' results are not stored. */
+#include "tsbuild.h"
+#include "src/nn/conv_impl.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if TS_AMX_X86
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* the 64-byte operand of LDTILECFG, palette 1 */
+typedef struct amx_cfg {
+    uint8_t palette, start;
+    uint8_t res[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* Tiles: 0, 1 accumulators (16 voxels x 16 channels, fp32). Two output
+ * channel tiles side by side (mode N2): 2 the voxels' pairs (A), 3 and 4
+ * the two channel tiles' weights (B); one channel tile, two voxel tiles
+ * (mode M2): 2 and 3 the two voxel tiles (A), 4 the weights (B). 5, 6, 7:
+ * the same for a chunk of rem < 16 pairs (N2: 5 A, 6 and 7 B; M2: 5 and 6
+ * A, 7 B). The configuration is per thread; LDTILECFG zeroes the tiles. */
+static _Thread_local int cfg_key = -1;
+
+static void amx_config(int m2, int rem)
+{
+    const int key = m2 * 16 + rem;
+    if (cfg_key == key) return;
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 5; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    if (rem) {
+        const int arow = 4 * rem; /* bytes of an A row: rem pairs */
+        c.rows[5] = 16, c.colsb[5] = (uint16_t)arow;
+        if (m2) c.rows[6] = 16, c.colsb[6] = (uint16_t)arow;
+        else c.rows[6] = (uint8_t)rem, c.colsb[6] = 64;
+        c.rows[7] = (uint8_t)rem, c.colsb[7] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+    cfg_key = key;
+}
+
+/* the tile instructions as asm with memory operands the compiler sees
+ * (GCC 12's intrinsics declare none: a store read back could be moved) */
+#define TLOAD(t, p, st) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(st)) : "memory")
+#define TSTORE(t, p, st) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(st)) : "memory")
+#define TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define TDP(c, x, w) __asm__ volatile("tdpbf16ps %%tmm" #w ", %%tmm" #x ", %%tmm" #c ::)
+
+/* one reduction segment into the accumulators: K pairs from the A rows at
+ * x (astep bytes apart; the second voxel tile 16 rows on, x2) and the B
+ * rows at w (bstep bytes apart; the second channel tile 16 words on) */
+static inline void segment(int m2, int two, const uint32_t *x, const uint32_t *x2, const uint32_t *w, int K, long astep,
+                           long bstep)
+{
+    int kk = 0;
+    for (; kk + 16 <= K; kk += 16) {
+        const uint32_t *wk = w + (size_t)kk * (size_t)(bstep / 4);
+        if (!m2) {
+            TLOAD(2, x + kk, astep);
+            TLOAD(3, wk, bstep);
+            TDP(0, 2, 3);
+            if (two) {
+                TLOAD(4, wk + 16, bstep);
+                TDP(1, 2, 4);
+            }
+        } else {
+            TLOAD(2, x + kk, astep);
+            TLOAD(4, wk, bstep);
+            TDP(0, 2, 4);
+            if (two) {
+                TLOAD(3, x2 + kk, astep);
+                TDP(1, 3, 4);
+            }
+        }
+    }
+    if (kk < K) { /* the remainder: tiles 5, 6, 7 configured for it */
+        const uint32_t *wk = w + (size_t)kk * (size_t)(bstep / 4);
+        if (!m2) {
+            TLOAD(5, x + kk, astep);
+            TLOAD(6, wk, bstep);
+            TDP(0, 5, 6);
+            if (two) {
+                TLOAD(7, wk + 16, bstep);
+                TDP(1, 5, 7);
+            }
+        } else {
+            TLOAD(5, x + kk, astep);
+            TLOAD(7, wk, bstep);
+            TDP(0, 5, 7);
+            if (two) {
+                TLOAD(6, x2 + kk, astep);
+                TDP(1, 6, 7);
+            }
+        }
+    }
+}
+
+/* the accumulator tile `buf` (16 x 16 floats) into rows ow0 .. ow0+nv-1 of
+ * y at channel yo, nco channels, plus the bias (b: its 16 channels) */
+static inline void put_tile(const float *buf, int nv, int nco, const float *b, float *y, int ldy)
+{
+    for (int i = 0; i < nv; i++) {
+        float *d = y + (size_t)i * ldy;
+        const float *s = buf + 16 * i;
+        if (b)
+            for (int o = 0; o < nco; o++) d[o] = s[o] + b[o];
+        else
+            for (int o = 0; o < nco; o++) d[o] = s[o];
+    }
+}
+
+/* one block: voxels ow0 .. (16 or 32 of them, M2) x channels oc .. (16 or
+ * 32, N2), `two`: whether the second tile of the block exists */
+static void block(const ts_bf16_gc_args *a, int m2, int two, int r, int ow0, int nv0, int nv1, int oc, int nco0, int nco1,
+                  float *y0, float *y1, int ldy)
+{
+    const int k = a->k, s = a->s, C = a->C, ocp = a->ocp;
+    const long astep = 4L * s * C, bstep = 4L * ocp;
+    const size_t tapw = (size_t)C * ocp;
+    TZERO(0);
+    TZERO(1);
+    for (int kd = 0; kd < k; kd++)
+        for (int kh = 0; kh < k; kh++) {
+            const uint32_t *row = a->plane[kd] + (size_t)(r * s + kh) * a->rstride;
+            const uint32_t *wt = a->wp + (size_t)((kd * k + kh) * k) * tapw + oc;
+            if (s == 1) { /* the k kw taps: k C consecutive pairs of the row and weight rows */
+                const uint32_t *x = row + (size_t)ow0 * C;
+                segment(m2, two, x, x + (size_t)16 * C, wt, k * C, astep, bstep);
+            } else {
+                for (int kw = 0; kw < k; kw++) {
+                    const uint32_t *x = row + ((size_t)ow0 * s + kw) * C;
+                    segment(m2, two, x, x + (size_t)16 * s * C, wt + (size_t)kw * tapw, C, astep, bstep);
+                }
+            }
+        }
+    float buf[2][256] __attribute__((aligned(64)));
+    TSTORE(0, buf[0], 64);
+    TSTORE(1, buf[1], 64);
+    const float *b = a->bias ? a->bias + oc : NULL;
+    put_tile(buf[0], nv0, nco0, b, y0, ldy);
+    if (two) put_tile(buf[1], m2 ? nv1 : nv0, nco1, b ? (m2 ? b : b + 16) : NULL, y1, ldy);
+}
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
+{
+    const int ntile = (ts_nn_pad16(oc1) - oc0) / 16, last = imin(oc1, OC);
+    const int K = a->s == 1 ? a->k * a->C : a->C, m2 = ntile < 2;
+    amx_config(m2, K % 16);
+    if (m2) { /* one channel tile: two voxel tiles a block */
+        const int nco = last - oc0;
+        for (int ow = 0; ow < OW; ow += 32) {
+            const int nv0 = imin(16, OW - ow), nv1 = imin(16, OW - ow - 16);
+            block(a, 1, nv1 > 0, r, ow, nv0, nv1, oc0, nco, nco, yr + (size_t)ow * ldy + yo0,
+                  yr + (size_t)(ow + 16) * ldy + yo0, ldy);
+        }
+        return;
+    }
+    for (int ow = 0; ow < OW; ow += 16) {
+        const int nv = imin(16, OW - ow);
+        for (int oc = oc0; oc < oc0 + 16 * ntile; oc += 32) {
+            const int two = oc + 16 < oc0 + 16 * ntile, nco0 = imin(16, last - oc), nco1 = two ? imin(16, last - oc - 16) : 0;
+            float *y0 = yr + (size_t)ow * ldy + yo0 + (oc - oc0);
+            block(a, 0, two, r, ow, nv, nv, oc, nco0, nco1, y0, y0 + 16, ldy);
+        }
+    }
+}
+
+/* AMX-TILE (CPUID 7.0 EDX bit 24) and AMX-BF16 (bit 22), the OS's tile
+ * state (XCR0 bits 17, 18), and the kernel's permission for this process */
+static int amx_probe(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+#ifdef __linux__
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+int ts_nn_cpu_amx(void)
+{
+    static int v = -1; /* racing first calls compute the same value */
+    if (v < 0) v = amx_probe();
+    return v;
+}
+#else
+int ts_nn_cpu_amx(void) { return 0; }
+#endif
