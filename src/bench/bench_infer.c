@@ -81,9 +81,11 @@ int ts_bench_infer_run(const ts_config *cfg, MPI_Comm comm, const ts_bench_infer
     const int bf16 = !strcmp(l->precision, "bf16");
     r->conv_isa = bf16 ? ts_nn_bf16_isa() : "fp32";
     if (o->peak) {
-        const int native = bf16 && !strcmp(ts_nn_bf16_isa(), "avx512bf16");
-        r->peak_gflops = native ? pr.sum_bf16_gflops : pr.sum_fp32_gflops;
-        r->peak_kind = native ? "bf16" : "fp32";
+        /* the peak of the instructions the gathers ran: AMX tiles, VDPBF16PS, or FMA (emulated bf16, fp32) */
+        const char *isa = ts_nn_bf16_isa();
+        const int amx = bf16 && !strcmp(isa, "amx"), native = bf16 && !strcmp(isa, "avx512bf16");
+        r->peak_gflops = amx ? pr.sum_amx_gflops : native ? pr.sum_bf16_gflops : pr.sum_fp32_gflops;
+        r->peak_kind = amx ? "amx" : native ? "bf16" : "fp32";
     }
     return 0;
 }

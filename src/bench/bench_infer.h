@@ -39,7 +39,7 @@ typedef struct ts_bench_infer_result {
     double flop;                               /* the forward's convolution FLOP of all windows of a run */
     double network_gflops, total_gflops;       /* flop over the median network / whole-run time */
     double peak_gflops;                        /* 0 without opts.peak: the peak over the ranks */
-    const char *peak_kind;                     /* "fp32", or "bf16" where bf16 ran on AVX512-BF16 */
+    const char *peak_kind;                     /* "fp32"; "bf16" where bf16 ran on AVX512-BF16; "amx" on AMX tiles */
     const char *conv_isa;                      /* "fp32", or the bf16 variant that ran */
     double peak_rss_mb;
 } ts_bench_infer_result;

@@ -11,12 +11,13 @@ int ts_bench_peak_run(MPI_Comm comm, int threads, double seconds, ts_bench_peak_
 {
     memset(r, 0, sizeof *r);
     TS_TRY(ts_err_agree(comm, ts_cpu_peak_measure(threads, seconds, &r->p)));
-    double sum[3] = {r->p.fp32_gflops, r->p.bf16_gflops, r->p.triad_GBps};
-    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sum, 3, MPI_DOUBLE, MPI_SUM, comm));
+    double sum[4] = {r->p.fp32_gflops, r->p.bf16_gflops, r->p.triad_GBps, r->p.amx_gflops};
+    TS_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sum, 4, MPI_DOUBLE, MPI_SUM, comm));
     TS_MPI_TRY(MPI_Comm_size(comm, &r->ranks));
     r->sum_fp32_gflops = sum[0];
     r->sum_bf16_gflops = sum[1];
     r->sum_triad_GBps = sum[2];
+    r->sum_amx_gflops = sum[3];
     return 0;
 }
 
@@ -32,6 +33,8 @@ int ts_bench_peak_write_json(const char *path, const ts_bench_peak_result *r)
         cJSON_AddNumberToObject(o, "fp32_gflops", p->fp32_gflops);
         cJSON_AddNumberToObject(o, "bf16_gflops_1", p->bf16_gflops_1);
         cJSON_AddNumberToObject(o, "bf16_gflops", p->bf16_gflops);
+        cJSON_AddNumberToObject(o, "amx_gflops_1", p->amx_gflops_1);
+        cJSON_AddNumberToObject(o, "amx_gflops", p->amx_gflops);
         cJSON_AddNumberToObject(o, "triad_GBps_1", p->triad_GBps_1);
         cJSON_AddNumberToObject(o, "triad_GBps", p->triad_GBps);
         cJSON_AddNumberToObject(o, "triad_mb", p->triad_mb);
@@ -39,6 +42,7 @@ int ts_bench_peak_write_json(const char *path, const ts_bench_peak_result *r)
         cJSON_AddNumberToObject(o, "ranks", r->ranks);
         cJSON_AddNumberToObject(o, "sum_fp32_gflops", r->sum_fp32_gflops);
         cJSON_AddNumberToObject(o, "sum_bf16_gflops", r->sum_bf16_gflops);
+        cJSON_AddNumberToObject(o, "sum_amx_gflops", r->sum_amx_gflops);
         cJSON_AddNumberToObject(o, "sum_triad_GBps", r->sum_triad_GBps);
     }
     return ts_bench_json_write(o, path, "bench peak");

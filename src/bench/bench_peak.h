@@ -11,7 +11,7 @@
 typedef struct ts_bench_peak_result {
     ts_cpu_peak p;           /* this rank's */
     int ranks;
-    double sum_fp32_gflops, sum_bf16_gflops, sum_triad_GBps; /* over the ranks */
+    double sum_fp32_gflops, sum_bf16_gflops, sum_triad_GBps, sum_amx_gflops; /* over the ranks */
 } ts_bench_peak_result;
 
 /* Collective on comm. Every rank measures (threads, seconds as

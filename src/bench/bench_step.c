@@ -122,7 +122,7 @@ typedef struct bench {
     ts_perf *perf;
     ts_tensor image, label;
     struct batch_pair bb;
-    double peak_fp32, peak_bf16; /* --peak: the ranks' summed measured peaks, GFLOP/s */
+    double peak_fp32, peak_bf16, peak_amx; /* --peak: the ranks' summed measured peaks, GFLOP/s */
 } bench;
 
 /* one training step as `tessera train` takes it: the micro-batches
@@ -561,9 +561,12 @@ static int step_figures(bench *b, step_sums *s, ts_bench_step_result *r)
     r->flops = (uc.flops_forward + uc.flops_backward) * b->L->grid->dp;
     r->gflops = r->flops / r->step_s / 1e9;
     if (b->o->peak && b->u.engine != TS_ENGINE_CUDA) { /* the peak of the arithmetic the convolutions ran */
-        const int bf16 = b->u.precision == TS_PREC_BF16 && b->peak_bf16 > 0 && !strcmp(ts_nn_bf16_isa(), "avx512bf16");
-        r->peak_gflops = bf16 ? b->peak_bf16 : b->peak_fp32;
-        r->peak_kind = bf16 ? "bf16" : "fp32";
+        /* AMX: its tiles' peak, though the weight gradients run VDPBF16PS (the machine's best bf16 rate) */
+        const char *isa = ts_nn_bf16_isa();
+        const int bfp = b->u.precision == TS_PREC_BF16;
+        const int amx = bfp && b->peak_amx > 0 && !strcmp(isa, "amx"), bf16 = bfp && b->peak_bf16 > 0 && !strcmp(isa, "avx512bf16");
+        r->peak_gflops = amx ? b->peak_amx : bf16 ? b->peak_bf16 : b->peak_fp32;
+        r->peak_kind = amx ? "amx" : bf16 ? "bf16" : "fp32";
     }
     r->best_s = s->best;
     r->forward_s = s->fwd / steps;
@@ -664,6 +667,7 @@ int ts_bench_step_run(MPI_Comm comm, const ts_config *cfg, const ts_bench_step_o
         r->peak_triad_GBps = pk.sum_triad_GBps;
         b.peak_fp32 = pk.sum_fp32_gflops;
         b.peak_bf16 = pk.sum_bf16_gflops;
+        b.peak_amx = pk.sum_amx_gflops;
     }
     TS_CHECK(setup_grid(&b));
     TS_CHECK(setup_model(&b));

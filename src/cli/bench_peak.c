@@ -24,8 +24,9 @@ static void help(void)
            "its cores and memory: their sum is the node's). These are the denominators of the fractions\n"
            "of peak in docs/performance.md and of `bench step --peak`.\n"
            "JSON (--json): threads, fp32_isa, bf16_isa, fp32_gflops_1, fp32_gflops, bf16_gflops_1,\n"
-           "bf16_gflops, triad_GBps_1, triad_GBps, triad_mb, seconds (rank 0), ranks, and sum_fp32_gflops,\n"
-           "sum_bf16_gflops, sum_triad_GBps over the ranks.\n");
+           "bf16_gflops, amx_gflops_1, amx_gflops (0 without AMX), triad_GBps_1, triad_GBps, triad_mb,\n"
+           "seconds (rank 0), ranks, and sum_fp32_gflops, sum_bf16_gflops, sum_amx_gflops, sum_triad_GBps\n"
+           "over the ranks.\n");
 }
 
 int ts_cli_bench_peak(int argc, char **argv)
@@ -66,11 +67,15 @@ int ts_cli_bench_peak(int argc, char **argv)
             printf("  bf16 VDPBF16PS (%s) %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p->bf16_isa, p->bf16_gflops_1,
                    p->bf16_gflops, p->threads);
         else printf("  bf16 dot products: none (this CPU has no AVX512-BF16)\n");
+        if (p->amx_gflops > 0)
+            printf("  bf16 AMX TDPBF16PS      %9.1f GFLOP/s on 1 thread, %9.1f on %d\n", p->amx_gflops_1, p->amx_gflops,
+                   p->threads);
+        else printf("  bf16 AMX tiles: none (this CPU, or the kernel, has no AMX-BF16)\n");
         printf("  triad (%.0f MB)       %9.1f GB/s on 1 thread, %9.1f on %d\n", p->triad_mb, p->triad_GBps_1,
                p->triad_GBps, p->threads);
         if (r.ranks > 1)
-            printf("  sum over the ranks: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s, triad %.1f GB/s\n", r.sum_fp32_gflops,
-                   r.sum_bf16_gflops, r.sum_triad_GBps);
+            printf("  sum over the ranks: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s, AMX %.1f GFLOP/s, triad %.1f GB/s\n",
+                   r.sum_fp32_gflops, r.sum_bf16_gflops, r.sum_amx_gflops, r.sum_triad_GBps);
     }
     if (json && ts_cli_rank() == 0) err = ts_bench_peak_write_json(json, &r);
     return ts_err_agree(MPI_COMM_WORLD, err);

@@ -31,7 +31,7 @@ static void help(void)
            "and optimizer state on the GPU, TESSERA_CUDA_STATE=device, docs/gpu.md), flop_per_step and gflops (the model's convolution FLOP per step over all replicas, by the\n"
            "analytic cost model src/model/cost.h; a checkpointed level's recomputation not counted), batch,\n"
            "patch. --peak first measures the CPU's peaks on every rank at once (`tessera bench peak`, 2 s)\n"
-           "and adds peak_kind (fp32, or bf16 where bf16 ran on AVX512-BF16), peak_gflops (summed over the\n"
+           "and adds peak_kind (fp32; bf16 where bf16 ran on AVX512-BF16; amx on AMX tiles), peak_gflops (summed over the\n"
            "ranks), fraction_of_peak and peak_triad_GBps. --profile adds a table per kind of layer (rank 0;\n"
            "on the GPU engine each layer call then waits for the GPU, so the times are the device's):\n"
            "ms per step, GFLOP and MB by the cost model (recomputation included), GFLOP/s, GB/s and, with\n"

@@ -204,6 +204,40 @@ void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int 
     }
 }
 
+/* The peak probe's kernel (src/nn/peak.c): n rounds of four independent
+ * TDPBF16PS chains on 16 x 32 tiles, 4 * 16 * 16 * 32 * 2 FLOP a round;
+ * the configuration is its own (the gathers' is loaded again after it). */
+float ts_nn_amx_chains(long n)
+{
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+    cfg_key = -1;
+    static const uint16_t one[16 * 32] __attribute__((aligned(64))) = {0}; /* zeros: the sums stay finite */
+    float out[256] __attribute__((aligned(64)));
+    TLOAD(4, one, 64);
+    TLOAD(5, one, 64);
+    TLOAD(6, one, 64);
+    TLOAD(7, one, 64);
+    TZERO(0);
+    TZERO(1);
+    TZERO(2);
+    TZERO(3);
+    for (long i = 0; i < n; i++) {
+        TDP(0, 4, 6);
+        TDP(1, 4, 7);
+        TDP(2, 5, 6);
+        TDP(3, 5, 7);
+    }
+    TSTORE(0, out, 64);
+    return out[0] + out[255];
+}
+
 /* AMX-TILE (CPUID 7.0 EDX bit 24) and AMX-BF16 (bit 22), the OS's tile
  * state (XCR0 bits 17, 18), and the kernel's permission for this process */
 static int amx_probe(void)

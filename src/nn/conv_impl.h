@@ -397,6 +397,9 @@ int ts_nn_bf16_native(void);
 /* 1: the CPU and the OS have AMX-TILE and AMX-BF16 and Linux granted this
  * process the tile data state (asked once, on the first call) */
 int ts_nn_cpu_amx(void);
+/* The peak probe's AMX kernel (conv_amx.c; only where ts_nn_cpu_amx()):
+ * n rounds of 4 independent TDPBF16PS, 65536 FLOP a round. */
+float ts_nn_amx_chains(long n);
 /* Slack past the end of a slab (32-bit words) that the AMX gather may read
  * (a partial tile's rows past the output row; their results are dropped):
  * 16 s C for stride s and C pairs a voxel. */

@@ -198,6 +198,12 @@ int ts_cpu_peak_measure(int threads, double seconds, ts_cpu_peak *out)
         out->bf16_gflops = rate(dp_avx512bf16, 16 * 64, nt, each, reps) / 1e9;
     }
 #endif
+#if TS_AMX_X86
+    if (ts_nn_cpu_amx()) {
+        out->amx_gflops_1 = rate(ts_nn_amx_chains, 4.0 * 16 * 16 * 32 * 2, 1, each, reps) / 1e9;
+        out->amx_gflops = rate(ts_nn_amx_chains, 4.0 * 16 * 16 * 32 * 2, nt, each, reps) / 1e9;
+    }
+#endif
     /* the triad: each array twice the last-level cache, within 64 .. 256 MiB (a VM may report the whole
      * socket's cache, or none) */
     long llc = 0;

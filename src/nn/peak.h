@@ -16,6 +16,8 @@ typedef struct ts_cpu_peak {
     double fp32_gflops;      /* all threads together */
     double bf16_gflops_1;    /* VDPBF16PS: 64 FLOP per 512-bit instruction (32 products, 32 sums) */
     double bf16_gflops;
+    double amx_gflops_1;     /* TDPBF16PS (AMX, where ts_nn_cpu_amx): 16384 FLOP an instruction; 0 without */
+    double amx_gflops;
     double triad_GBps_1;     /* a[i] = b[i] + s c[i] over arrays far larger than the caches: 12 bytes
                               * per element (STREAM's count: 2 reads, 1 write) / time / 1e9 */
     double triad_GBps;
