@@ -83,6 +83,8 @@ static void amx_config(int m2, int rem)
 #define TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define TDP(c, x, w) __asm__ volatile("tdpbf16ps %%tmm" #w ", %%tmm" #x ", %%tmm" #c ::)
 
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
 /* one reduction segment into the accumulators: K pairs from the A rows at
  * x (astep bytes apart; the second voxel tile 16 rows on, x2) and the B
  * rows at w (bstep bytes apart; the second channel tile 16 words on) */
@@ -178,8 +180,6 @@ static void block(const ts_bf16_gc_args *a, int m2, int two, int r, int ow0, int
     if (two) put_tile(buf[1], m2 ? nv1 : nv0, nco1, b ? (m2 ? b : b + 16) : NULL, y1, ldy);
 }
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-
 void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy)
 {
     const int ntile = (ts_nn_pad16(oc1) - oc0) / 16, last = imin(oc1, OC);
@@ -200,6 +200,96 @@ void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int 
             const int two = oc + 16 < oc0 + 16 * ntile, nco0 = imin(16, last - oc), nco1 = two ? imin(16, last - oc - 16) : 0;
             float *y0 = yr + (size_t)ow * ldy + yo0 + (oc - oc0);
             block(a, 0, two, r, ow, nv, nv, oc, nco0, nco1, y0, y0 + 16, ldy);
+        }
+    }
+}
+
+/* ------------------------------------------------ the weight gradient */
+
+/* words of a transposed output-gradient row (ts_nn_amx_wgrad_item) */
+static inline size_t gt_ld(const ts_bf16_wg_args *a) { return (size_t)((a->nm1 + 15) & ~15); }
+
+size_t ts_nn_amx_wgrad_scratch(int rows, int ocp, int OW)
+{
+    const size_t ld = (size_t)((OW / 2 + 1 + 15) & ~15);
+    return (size_t)2 * rows * ocp * ld;
+}
+
+/* The item's output-gradient pairs transposed, the reduction along rows:
+ * ge[q][oc][m] = pair m (g[2m], g[2m+1]) of channel oc in row q (a->g's
+ * word [q nm + m][oc]; zero from nm0 on), go[q][oc][m] = (g[2m-1], g[2m])
+ * made from ge's words m - 1 and m (the VDPBF16PS tiles' shift) */
+static void transpose_g(const ts_bf16_wg_args *a, uint32_t *gt)
+{
+    const int nq = a->np * a->nr, ocp = a->ocp, nm0 = a->nm0, nm1 = a->nm1;
+    const size_t ld = gt_ld(a), half = (size_t)nq * ocp * ld;
+    for (int q = 0; q < nq; q++) {
+        const uint32_t *gr = a->g + (size_t)q * a->nm * ocp;
+        uint32_t *ge = gt + (size_t)q * ocp * ld, *go = ge + half;
+        for (int oc = 0; oc < ocp; oc++) {
+            uint32_t *e = ge + (size_t)oc * ld;
+            for (int m = 0; m < nm0; m++) e[m] = gr[(size_t)m * ocp + oc];
+            for (int m = nm0; m < nm1; m++) e[m] = 0;
+        }
+        for (int oc = 0; oc < ocp; oc++) {
+            const uint32_t *e = ge + (size_t)oc * ld;
+            uint32_t *o = go + (size_t)oc * ld;
+            o[0] = e[0] << 16;
+            for (int m = 1; m < nm1; m++) o[m] = (e[m - 1] >> 16) | (e[m] << 16);
+        }
+    }
+}
+
+/* dw[tap][c][oc] += the accumulator tile buf[oc][c] (16 x 16) for c < nc */
+static inline void add_tile_t(const float *buf, int nc, float *dwt, int ocp)
+{
+    for (int j = 0; j < nc; j++) {
+        float *d = dwt + (size_t)j * ocp;
+        for (int i = 0; i < 16; i++) d[i] += buf[16 * i + j];
+    }
+}
+
+void ts_nn_amx_wgrad_item(const ts_bf16_wg_args *a, int p0, int pairs, uint32_t *gt)
+{
+    transpose_g(a, gt);
+    const int k = a->k, s = a->s, C = a->C, ocp = a->ocp, nq = a->np * a->nr;
+    const size_t ld = gt_ld(a), half = (size_t)nq * ocp * ld;
+    const long astep = 4L * (long)ld, bstep = 4L * s * C;
+    const int m2 = ocp >= 32; /* two output-channel tiles a block, else up to two channel tiles */
+    float buf[2][256] __attribute__((aligned(64)));
+    for (int e = 0; e < 2; e++) {
+        const int K = e ? a->nm1 : a->nm0;
+        int any = 0;
+        for (int kw = 0; kw < k; kw++) any |= (kw % (2 * s) >= s) == e;
+        if (!any || K == 0) continue;
+        amx_config(m2, K % 16);
+        const uint32_t *g0 = gt + (e ? half : 0);
+        for (int pr = p0; pr < p0 + pairs; pr++) {
+            const int kd = pr / k, kh = pr % k;
+            for (int kw = 0; kw < k; kw++) {
+                const int blk = kw / (2 * s), rm = kw % (2 * s), r = rm - s * (rm >= s);
+                if ((rm >= s) != e) continue;
+                float *dwt = a->dw + (size_t)((kd * k + kh) * k + kw) * C * ocp;
+                for (int oc = 0; oc < ocp; oc += m2 ? 32 : 16)
+                    for (int c = 0; c < C; c += m2 ? 16 : 32) {
+                        const int two = m2 ? oc + 16 < ocp : c + 16 < C;
+                        TZERO(0);
+                        TZERO(1);
+                        for (int q = 0, pl = 0, rr = 0; q < nq; q++, rr = rr + 1 == a->nr ? (pl++, 0) : rr + 1) {
+                            const uint32_t *xr = a->plane[pl * s + kd] + (size_t)(rr * s + kh) * a->rstride +
+                                                 ((size_t)blk * s + r) * C + c;
+                            const uint32_t *ga = g0 + ((size_t)q * ocp + oc) * ld;
+                            segment(m2, two, ga, ga + 16 * ld, xr, K, astep, bstep);
+                        }
+                        TSTORE(0, buf[0], 64);
+                        TSTORE(1, buf[1], 64);
+                        add_tile_t(buf[0], imin(16, C - c), dwt + (size_t)c * ocp + oc, ocp);
+                        if (two) {
+                            if (m2) add_tile_t(buf[1], imin(16, C - c), dwt + (size_t)c * ocp + oc + 16, ocp);
+                            else add_tile_t(buf[1], imin(16, C - c - 16), dwt + (size_t)(c + 16) * ocp + oc, ocp);
+                        }
+                    }
+            }
         }
     }
 }

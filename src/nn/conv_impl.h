@@ -474,6 +474,15 @@ typedef struct ts_bf16_wg_args {
 /* The AMX gather row (conv_amx.c; ts_nn_bf16_gather_row with nat 2 and
  * no voxel-pair planes): any k, s; the slabs keep TS_NN_AMX_MARGIN. */
 void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy);
+/* The AMX weight gradient of one work item (conv_amx.c; the bf16 driver's
+ * arguments, ts_bf16_wg_args, with C the input channels): every kw tap of
+ * the (kd, kh) pairs p0 .. p0+pairs-1 added to a->dw, the sums along each
+ * row's voxel pairs in TDPBF16PS tiles (16 output x 16 input channels),
+ * the output-gradient pairs first transposed into gt: at least
+ * ts_nn_amx_wgrad_scratch(np nr, ocp, OW) words. The slab keeps 16 words
+ * past its end (a channel tile's columns past C are read, not stored). */
+void ts_nn_amx_wgrad_item(const ts_bf16_wg_args *a, int p0, int pairs, uint32_t *gt);
+size_t ts_nn_amx_wgrad_scratch(int rows, int ocp, int OW);
 void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, int OW, int oc0, int oc1, int OC, float *yr,
                            int yo0, int ldy);
 void ts_nn_bf16_tgather_tap(int nat, const uint32_t *xr, const uint32_t *wr, int C, int ocp, int s, int off, int lo, int hi,

@@ -733,7 +733,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     }
     const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k, KP = (P - 1) * g->s + k;
     const size_t rs = slab_row_n(f, CS, g->C);
-    const size_t slab_n = round16((size_t)KP * R * rs), dw_n = (size_t)k * k * k * g->C * ocp;
+    const int amx = f->bf16 && f->nat == 2; /* AMX: 16 words of slack past the slab, the transposed rows */
+    const size_t slab_n = round16((size_t)KP * R * rs + (amx ? 16 : 0)), dw_n = (size_t)k * k * k * g->C * ocp;
+    const size_t gt_n = amx ? round16(ts_nn_amx_wgrad_scratch(P * hb, ocp, g->OW)) : 0;
     const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
     /* fp32, 3x3x3 stride 1, 2 to 8 output channels: the voxel-pair tiles (conv_pairs.h) on pair planes */
     const int wpair = !f->bf16 && !f->f16 && k3s1 && g->OC <= 8 && g->C > 1;
@@ -752,9 +754,9 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
      * left one idle for a ninth of the call) */
     if (nch > 4) nch &= ~3L;
     else if (nch == 3) nch = 2;
-    float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n + pq_n) * nt + dw_n * nch) * sizeof(float));
+    float *slabs = ts_nn_scratch(0, ((slab_n + gpad_n + pq_n + gt_n) * nt + dw_n * nch) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv weight-gradient scratch");
-    float *gpads = slabs + slab_n * nt, *pqs = gpads + gpad_n * nt, *dws = pqs + pq_n * nt;
+    float *gpads = slabs + slab_n * nt, *pqs = gpads + gpad_n * nt, *gts = pqs + pq_n * nt, *dws = gts + gt_n * nt;
     /* db: the sums of each chunk's items (group 0 of the chunk), added in chunk order below */
     dbs = db ? TS_CALLOC((size_t)nch * g->OC, sizeof(double)) : NULL;
     if (db && !dbs) TS_FAIL(TS_ERR_NOMEM, "conv bias-gradient sums");
@@ -809,7 +811,8 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
                     }
                     const ts_bf16_wg_args b = {ring.plane, rs, k, g->s, g->C, gb, nm, (g->OW + 1) / 2, g->OW / 2 + 1,
                                                (CS + 1) / 2, nr, np, dw, ocp};
-                    if (k3s1 && ocp == 16 && g->C == 1 && pairs == 9) ts_nn_bf16_wgrad_c1(f->nat, &b);
+                    if (amx) ts_nn_amx_wgrad_item(&b, p0, pairs, (uint32_t *)(gts + gt_n * tid));
+                    else if (k3s1 && ocp == 16 && g->C == 1 && pairs == 9) ts_nn_bf16_wgrad_c1(f->nat, &b);
                     else
                         for (int pr = p0; pr < p0 + pairs; pr++) ts_nn_bf16_wgrad_pair(f->nat, &b, pr / k, pr % k, k3s1);
                     if (tid == 0) ts_nn_run_hooks(sch);
