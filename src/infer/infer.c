@@ -22,6 +22,7 @@
 #include "src/infer/evaluate.h"
 #include "src/infer/surface.h"
 #include "src/model/cost.h"
+#include "src/nn/layers.h"
 #include "src/model/unet.h"
 #include "src/model/weights.h"
 #include "src/parallel/grid.h"
@@ -114,7 +115,10 @@ static int load_model(infer *t, const char *ckpt)
     }
     TS_TRY(ts_loader_opts_from_config(t->cfg, &t->lo));
     TS_TRY(ts_config_get_float(t->cfg, "eval.overlap", &t->overlap));
-    const char *cv = t->o->conv ? t->o->conv : "winograd";
+    /* default winograd, but direct for bf16 on AMX tiles: its direct gathers outrun the Winograd
+     * products, which stay on VDPBF16PS (docs/performance.md, "2026-12-07 (sixth session)") */
+    const int amx = t->u.precision == TS_PREC_BF16 && !strcmp(ts_nn_bf16_isa(), "amx");
+    const char *cv = t->o->conv ? t->o->conv : amx ? "direct" : "winograd";
     if (strcmp(cv, "winograd") && strcmp(cv, "direct"))
         return TS_ERR(TS_ERR_ARG, "infer: conv=%s: give winograd or direct", cv);
     t->winograd = !strcmp(cv, "winograd");

@@ -136,21 +136,16 @@ static inline void segment(int m2, int two, const uint32_t *x, const uint32_t *x
 
 /* the accumulator tile `buf` (16 x 16 floats) into rows ow0 .. ow0+nv-1 of
  * y at channel yo, nco channels, plus the bias (b: its 16 channels) */
-static inline void put_tile(const float *buf, int nv, int nco, const float *b, float *y, int ldy)
+TS_BF16_TARGET static inline void put_tile(const float *buf, int nv, int nco, const float *b, float *y, int ldy)
 {
-    for (int i = 0; i < nv; i++) {
-        float *d = y + (size_t)i * ldy;
-        const float *s = buf + 16 * i;
-        if (b)
-            for (int o = 0; o < nco; o++) d[o] = s[o] + b[o];
-        else
-            for (int o = 0; o < nco; o++) d[o] = s[o];
-    }
+    const __mmask16 k = (__mmask16)((1u << nco) - 1);
+    const __m512 bv = b ? _mm512_maskz_loadu_ps(k, b) : _mm512_setzero_ps();
+    for (int i = 0; i < nv; i++) _mm512_mask_storeu_ps(y + (size_t)i * ldy, k, _mm512_add_ps(_mm512_load_ps(buf + 16 * i), bv));
 }
 
 /* one block: voxels ow0 .. (16 or 32 of them, M2) x channels oc .. (16 or
  * 32, N2), `two`: whether the second tile of the block exists */
-static void block(const ts_bf16_gc_args *a, int m2, int two, int r, int ow0, int nv0, int nv1, int oc, int nco0, int nco1,
+TS_BF16_TARGET static void block(const ts_bf16_gc_args *a, int m2, int two, int r, int ow0, int nv0, int nv1, int oc, int nco0, int nco1,
                   float *y0, float *y1, int ldy)
 {
     const int k = a->k, s = a->s, C = a->C, ocp = a->ocp;

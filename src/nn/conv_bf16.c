@@ -457,6 +457,16 @@ void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, i
 void ts_nn_bf16_tgather_k2_row(int nat, const uint32_t *xr, const uint32_t *wr, const float *b, int C, int ocp, int W,
                                int OC, float *yr)
 {
+#if TS_AMX_X86
+    if (nat == 2) { /* each kw tap a 1x1x1 gather into every other output voxel */
+        const uint32_t *plane[1] = {xr};
+        for (int kw = 0; kw < 2; kw++) {
+            const ts_bf16_gc_args a = {plane, 0, 1, 1, C, ocp, wr + (size_t)kw * C * ocp, b, NULL, NULL, NULL, 0};
+            ts_nn_amx_gather_row(&a, 0, W, 0, OC, OC, yr + (size_t)kw * OC, 0, 2 * OC);
+        }
+        return;
+    }
+#endif
 #if TS_BF16_X86
     if (nat) {
         tgather_k2_row_nat(xr, wr, b, C, ocp, W, OC, yr);

@@ -51,8 +51,9 @@
 #endif
 
 /* AMX tiles (conv_amx.c): x86-64 Linux, a compiler whose assembler knows
- * the tile instructions (written as asm, no target attribute needed) */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+ * the tile instructions (written as asm) and that builds the AVX-512 code
+ * around them (TS_BF16_X86: AMX runs only beside AVX512-BF16) */
+#if TS_BF16_X86 && defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
 #define TS_AMX_X86 1
 #else
 #define TS_AMX_X86 0

@@ -649,7 +649,8 @@ int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp
 {
     const int nat = ts_nn_bf16_native(), Cq = (g->C + 1) / 2;
     const long rows = (long)g->N * g->D * g->H;
-    uint32_t *xb = ts_nn_scratch(3, (size_t)rows * g->W * Cq * sizeof(uint32_t) + 64);
+    const size_t slack = nat == 2 ? TS_NN_AMX_MARGIN(1, Cq) : 0; /* an AMX tile's rows past the last input row */
+    uint32_t *xb = ts_nn_scratch(3, ((size_t)rows * g->W * Cq + slack) * sizeof(uint32_t) + 64);
     if (!xb) return TS_ERR(TS_ERR_NOMEM, "transposed conv bf16 input");
     const slab_fmt f = {1, 0, nat, 1, 0};
 #pragma omp parallel for schedule(static)
