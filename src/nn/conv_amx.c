@@ -199,6 +199,59 @@ void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int 
     }
 }
 
+/* At most 8 output channels, 3x3x3 stride 1: two output voxels a tile row.
+ * Row u of an A tile is slab columns 2u .. 2u+3 (4 C consecutive pairs),
+ * column e * 8 + o of the B tile channel o of voxel 2u + e, whose weights
+ * for column j are tap kw = j - e (zero where that is not 0 .. 2):
+ * wq[kd kh][j C + c][e 8 + o]. So a tile is 32 voxels x 8 channels with
+ * 4 C pairs a row (8 channels: 16, one whole tile; the direct tiles had 12
+ * of 16 pairs and 8 of 16 channels), a quarter of the products zeros. */
+void ts_nn_amx_pair_weights(const uint32_t *wp, int C, int ocp, int OC, uint32_t *wq)
+{
+    for (int t = 0; t < 9; t++)
+        for (int j = 0; j < 4; j++)
+            for (int c = 0; c < C; c++) {
+                uint32_t *d = wq + ((size_t)t * 4 * C + (size_t)j * C + c) * 16;
+                for (int e = 0; e < 2; e++)
+                    for (int o = 0; o < 8; o++) {
+                        const int kw = j - e;
+                        d[e * 8 + o] = kw >= 0 && kw < 3 && o < OC ? wp[((size_t)(t * 3 + kw) * C + c) * ocp + o] : 0;
+                    }
+            }
+}
+
+TS_BF16_TARGET void ts_nn_amx_gather_pairs(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
+{
+    const int C = a->C, K = 4 * C, nu = (OW + 1) / 2;
+    const long astep = 8L * C, bstep = 64;
+    amx_config(1, K % 16);
+    const __mmask16 k8 = (__mmask16)((1u << OC) - 1);
+    __m512 bv = _mm512_setzero_ps();
+    if (a->bias) {
+        const __m256 b8 = _mm256_maskz_loadu_ps((__mmask8)k8, a->bias);
+        bv = _mm512_insertf32x8(_mm512_castps256_ps512(b8), b8, 1);
+    }
+    float buf[2][256] __attribute__((aligned(64)));
+    for (int u0 = 0; u0 < nu; u0 += 32) {
+        const int two = u0 + 16 < nu;
+        TZERO(0);
+        TZERO(1);
+        for (int kd = 0; kd < 3; kd++)
+            for (int kh = 0; kh < 3; kh++) {
+                const uint32_t *x = a->plane[kd] + (size_t)(r + kh) * a->rstride + (size_t)2 * u0 * C;
+                segment(1, two, x, x + (size_t)32 * C, a->wq + (size_t)(kd * 3 + kh) * K * 16, K, astep, bstep);
+            }
+        TSTORE(0, buf[0], 64);
+        TSTORE(1, buf[1], 64);
+        for (int i = 0; i < 32 && u0 + i < nu; i++) {
+            const __m512 v = _mm512_add_ps(_mm512_load_ps(buf[i >> 4] + 16 * (i & 15)), bv);
+            const int v0 = 2 * (u0 + i);
+            _mm512_mask_storeu_ps(y + (size_t)v0 * ldy + yo, k8, v);
+            if (v0 + 1 < OW) _mm512_mask_storeu_ps(y + (size_t)(v0 + 1) * ldy + yo, k8, _mm512_shuffle_f32x4(v, v, 0x4e));
+        }
+    }
+}
+
 /* ------------------------------------------------ the weight gradient */
 
 /* words of a transposed output-gradient row (ts_nn_amx_wgrad_item) */

@@ -440,8 +440,9 @@ void ts_nn_bf16_gather_row(int nat, const ts_bf16_gc_args *a, int k3s1, int r, i
                            int yo0, int ldy)
 {
 #if TS_AMX_X86
-    if (nat == 2 && !(a->ppl && k3s1 && oc0 == 0 && oc1 == OC)) {
-        ts_nn_amx_gather_row(a, r, OW, oc0, oc1, OC, yr, yo0, ldy);
+    if (nat == 2) { /* the drivers give AMX no voxel-pair planes (ppl) */
+        if (a->wq && k3s1 && oc0 == 0 && oc1 == OC) ts_nn_amx_gather_pairs(a, r, OW, OC, yr, yo0, ldy);
+        else ts_nn_amx_gather_row(a, r, OW, oc0, oc1, OC, yr, yo0, ldy);
         return;
     }
 #endif

@@ -403,8 +403,9 @@ int ts_nn_cpu_amx(void);
 float ts_nn_amx_chains(long n);
 /* Slack past the end of a slab (32-bit words) that the AMX gather may read
  * (a partial tile's rows past the output row; their results are dropped):
- * 16 s C for stride s and C pairs a voxel. */
-#define TS_NN_AMX_MARGIN(s, C) ((size_t)16 * (size_t)(s) * (size_t)(C))
+ * 32 s C for stride s and C pairs a voxel (the voxel-pair tiles' rows are
+ * two voxels apart). */
+#define TS_NN_AMX_MARGIN(s, C) ((size_t)32 * (size_t)(s) * (size_t)(C))
 /* 1: the CPU and the OS support AVX512 F, BW, VL and BF16 (whatever
  * TESSERA_BF16_ISA says): the hardware question, for the peak probe. */
 int ts_nn_cpu_bf16(void);
@@ -475,6 +476,11 @@ typedef struct ts_bf16_wg_args {
 /* The AMX gather row (conv_amx.c; ts_nn_bf16_gather_row with nat 2 and
  * no voxel-pair planes): any k, s; the slabs keep TS_NN_AMX_MARGIN. */
 void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int oc1, int OC, float *yr, int yo0, int ldy);
+/* At most 8 output channels, 3x3x3 stride 1, on AMX: two output voxels a
+ * tile row, a->wq the weights ts_nn_amx_pair_weights made from the packed
+ * wp ([9][4 C][16] words), every channel of the row */
+void ts_nn_amx_gather_pairs(const ts_bf16_gc_args *a, int r, int OW, int OC, float *yr, int yo0, int ldy);
+void ts_nn_amx_pair_weights(const uint32_t *wp, int C, int ocp, int OC, uint32_t *wq);
 /* The AMX weight gradient of one work item (conv_amx.c; the bf16 driver's
  * arguments, ts_bf16_wg_args, with C the input channels): every kw tap of
  * the (kd, kh) pairs p0 .. p0+pairs-1 added to a->dw, the sums along each

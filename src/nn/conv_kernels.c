@@ -422,7 +422,9 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     const int pairs = !f->f16 && !f->vpair && !amx && g->k == 3 && g->s == 1 && g->OC <= 8;
     const int cw = f->bf16 ? (g->C + 1) / 2 : g->C;
     const size_t ppn = (size_t)2 * R * CS * cw, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
-    const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : 0;
+    const int amxp = amx && g->k == 3 && g->s == 1 && g->OC <= 8; /* AMX's voxel-pair tiles */
+    const size_t per = slab_n + row_n + pq_n,
+                 wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : amxp ? round16((size_t)9 * 4 * cw * 16) : 0;
     float *bp = NULL, *slabs = ts_nn_scratch(0, (per * nt + ocp + wq_n) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
@@ -430,8 +432,11 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
         memset(bp, 0, (size_t)ocp * sizeof(float));
         memcpy(bp, bias, (size_t)g->OC * sizeof(float));
     }
-    float *wq = pairs ? slabs + per * nt + ocp : NULL, *bq = pairs ? wq + wq_n - 16 : NULL;
+    float *wq = pairs || amxp ? slabs + per * nt + ocp : NULL, *bq = pairs ? wq + wq_n - 16 : NULL;
     if (pairs) pair_weights(wp, bias, cw, ocp, g->OC, wq, bq); /* bf16 pairs copied as 32-bit words */
+#if TS_AMX_X86
+    if (amxp) ts_nn_amx_pair_weights(wp, cw, ocp, g->OC, (uint32_t *)wq);
+#endif
     const int k3s1 = g->k == 3 && g->s == 1;
     const gather_runs gr = runs_of(g, hb, nt);
     /* the epilogue's affine pattern, once for all rows (see epilogue) */
