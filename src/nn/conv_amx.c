@@ -267,16 +267,51 @@ size_t ts_nn_amx_wgrad_scratch(int rows, int ocp, int OW)
  * ge[q][oc][m] = pair m (g[2m], g[2m+1]) of channel oc in row q (a->g's
  * word [q nm + m][oc]; zero from nm0 on), go[q][oc][m] = (g[2m-1], g[2m])
  * made from ge's words m - 1 and m (the VDPBF16PS tiles' shift) */
-static void transpose_g(const ts_bf16_wg_args *a, uint32_t *gt)
+/* 16 x 16 words: row i of dst (ldd words apart) = column i of the 16 rows
+ * at src (lds words apart); unpacks within 128-bit lanes, then lane
+ * shuffles */
+TS_BF16_TARGET static inline void tr16(const uint32_t *src, size_t lds, uint32_t *dst, size_t ldd)
+{
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (size_t)i * lds);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        _mm512_storeu_si512(dst + (size_t)j * ldd, _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88));
+        _mm512_storeu_si512(dst + (size_t)(8 + j) * ldd, _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd));
+        _mm512_storeu_si512(dst + (size_t)(4 + j) * ldd, _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88));
+        _mm512_storeu_si512(dst + (size_t)(12 + j) * ldd, _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd));
+    }
+}
+
+/* The blocks of 16 pairs read up to 15 entries past a row's nm0 (the
+ * rows' zero tail, the next row, or the driver's buffers after the last:
+ * in the scratch), then set to zero. */
+TS_BF16_TARGET static void transpose_g(const ts_bf16_wg_args *a, uint32_t *gt)
 {
     const int nq = a->np * a->nr, ocp = a->ocp, nm0 = a->nm0, nm1 = a->nm1;
     const size_t ld = gt_ld(a), half = (size_t)nq * ocp * ld;
     for (int q = 0; q < nq; q++) {
         const uint32_t *gr = a->g + (size_t)q * a->nm * ocp;
         uint32_t *ge = gt + (size_t)q * ocp * ld, *go = ge + half;
+        for (int m0 = 0; m0 < nm0; m0 += 16)
+            for (int oc = 0; oc < ocp; oc += 16) tr16(gr + (size_t)m0 * ocp + oc, (size_t)ocp, ge + (size_t)oc * ld + m0, ld);
         for (int oc = 0; oc < ocp; oc++) {
             uint32_t *e = ge + (size_t)oc * ld;
-            for (int m = 0; m < nm0; m++) e[m] = gr[(size_t)m * ocp + oc];
             for (int m = nm0; m < nm1; m++) e[m] = 0;
         }
         for (int oc = 0; oc < ocp; oc++) {

@@ -695,10 +695,11 @@ int main(void)
     test_conv_no_halo();
     /* the same in bf16 (split and whole volume both bf16: the same rounded
      * operands, only the summation differs), in each bf16 variant */
-    const char *isas[2] = {"emulated", "avx512bf16"};
-    for (int v = 0; v < 2; v++) {
+    const char *isas[3] = {"emulated", "avx512bf16", "amx"};
+    for (int v = 0; v < 3; v++) {
         if (ts_nn_bf16_select_isa(isas[v])) {
-            ts_diag("no AVX512-BF16 here: the native bf16 split convolutions are not tested");
+            ts_diag("no %s here (CPU, build or kernel): its bf16 split convolutions are not tested",
+                    v == 1 ? "AVX512-BF16" : "AMX-BF16");
             continue;
         }
         char what[160];
