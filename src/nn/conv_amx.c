@@ -1,31 +1,42 @@
-/* AMX (Intel Advanced Matrix Extensions) tiles for the bf16 gather
- * (ts_nn_gather2_bf16 and the transposed convolution's input gradient):
+/* AMX (Intel Advanced Matrix Extensions) tiles for the bf16 convolutions:
  * where the CPU has AMX-TILE and AMX-BF16 and the kernel grants the tile
  * data state (Linux's arch_prctl ARCH_REQ_XCOMP_PERM), TDPBF16PS
- * multiplies a tile of 16 output voxels x 16..32 pairs of input channels
- * by one of 16..32 pairs x 16 output channels, 512 bf16 products summed
- * into 256 fp32 accumulators an instruction (VDPBF16PS: 32).
+ * multiplies a 16 x 16-pair tile by a 16-pair x 16 tile, 512 bf16
+ * products summed into 256 fp32 accumulators an instruction (VDPBF16PS:
+ * 32). Used by the gathers (ts_nn_gather2_bf16: forward and input
+ * gradient; the transposed convolution's forward and input gradient) and
+ * the weight gradient (ts_nn_wgrad2 in bf16, 8+ input channels); the rest
+ * of the bf16 kernels stay on VDPBF16PS.
  *
- * Layouts are those of the VDPBF16PS kernels (conv_impl.h,
+ * Gathers: the layouts are those of the VDPBF16PS kernels (conv_impl.h,
  * ts_bf16_gc_args), which are what the tiles want: a slab row holds each
  * voxel's C channel pairs contiguous (an A tile: 16 voxels, rows s*C words
  * apart), the packed weights [tap][C][ocp] a tap's pairs as rows of the
  * output channels (a B tile: 16 rows of 16 words, ocp words apart). At
  * stride 1 the k kw taps of a (kd, kh) read k*C consecutive words of a
  * slab row and k*C consecutive weight rows, so they are one reduction of
- * k*C pairs in chunks of 16 (the demo's 8 channels: 12 pairs, one chunk,
- * not three of 4). A chunk of fewer than 16 pairs uses tiles configured
- * for its width, so nothing past a reduction is read into a product.
+ * k*C pairs in chunks of 16. A chunk of fewer than 16 pairs uses tiles
+ * configured for its width, so nothing past a reduction is read into a
+ * product. At most 8 output channels (3x3x3, stride 1) put two output
+ * voxels in a tile row (ts_nn_amx_gather_pairs).
+ *
+ * Weight gradient: the sum runs over output voxels, so an item's output
+ * gradient pairs (voxel pairs, the VDPBF16PS layout) are transposed to
+ * rows of output channels (A) and the voxel-pair slab is read as B
+ * (ts_nn_amx_wgrad_item).
  *
  * Numerics: the products of bf16 operands are exact in fp32 and summed in
  * fp32 as VDPBF16PS does, in the hardware's order, which is not the
  * VDPBF16PS tiles' order: results are not bitwise those of the avx512bf16
- * and emulated variants (they differ by fp32 rounding, ~1e-6 relative;
- * tests/nn/test_layers.c checks them against double references). The
- * instruction treats bf16 subnormal inputs as zero.
+ * and emulated variants (they differ by fp32 rounding, ~1e-7 relative;
+ * tests/nn/test_layers.c and test_split.c check them against double
+ * references and unsplit convolutions). The instruction treats bf16
+ * subnormal inputs as zero. Each output voxel's sum has the same order
+ * wherever the voxel lies in a tile, so results do not depend on the
+ * thread count or on a spatial split.
  *
  * A tile row past the output row (the row's last, partial tile) reads up
- * to 15 s C words past the slab row's end: the callers' slabs keep that
+ * to 32 s C words past the slab row's end: the callers' slabs keep that
  * margin (TS_NN_AMX_MARGIN), and those rows' results are not stored. */
 #include "tsbuild.h"
 #include "src/nn/conv_impl.h"
