@@ -31,9 +31,11 @@
  * and emulated variants (they differ by fp32 rounding, ~1e-7 relative;
  * tests/nn/test_layers.c and test_split.c check them against double
  * references and unsplit convolutions). The instruction treats bf16
- * subnormal inputs as zero. Each output voxel's sum has the same order
- * wherever the voxel lies in a tile, so results do not depend on the
- * thread count or on a spatial split.
+ * subnormal inputs as zero. A gather's output voxel has its sum in the
+ * same order wherever the voxel lies in a tile, so the gathers do not
+ * depend on the thread count or on a spatial split; the weight gradient's
+ * items and chunks are the driver's, fixed by the shapes, so it does not
+ * depend on the thread count.
  *
  * A tile row past the output row (the row's last, partial tile) reads up
  * to 32 s C words past the slab row's end: the callers' slabs keep that
