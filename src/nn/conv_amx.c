@@ -46,6 +46,22 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The voxel-pair tiles' weights (ts_nn_amx_gather_pairs, below): plain C,
+ * built wherever the driver is */
+void ts_nn_amx_pair_weights(const uint32_t *wp, int C, int ocp, int OC, uint32_t *wq)
+{
+    for (int t = 0; t < 9; t++)
+        for (int j = 0; j < 4; j++)
+            for (int c = 0; c < C; c++) {
+                uint32_t *d = wq + ((size_t)t * 4 * C + (size_t)j * C + c) * 16;
+                for (int e = 0; e < 2; e++)
+                    for (int o = 0; o < 8; o++) {
+                        const int kw = j - e;
+                        d[e * 8 + o] = kw >= 0 && kw < 3 && o < OC ? wp[((size_t)(t * 3 + kw) * C + c) * ocp + o] : 0;
+                    }
+            }
+}
+
 #if TS_AMX_X86
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -219,20 +235,6 @@ void ts_nn_amx_gather_row(const ts_bf16_gc_args *a, int r, int OW, int oc0, int 
  * wq[kd kh][j C + c][e 8 + o]. So a tile is 32 voxels x 8 channels with
  * 4 C pairs a row (8 channels: 16, one whole tile; the direct tiles had 12
  * of 16 pairs and 8 of 16 channels), a quarter of the products zeros. */
-void ts_nn_amx_pair_weights(const uint32_t *wp, int C, int ocp, int OC, uint32_t *wq)
-{
-    for (int t = 0; t < 9; t++)
-        for (int j = 0; j < 4; j++)
-            for (int c = 0; c < C; c++) {
-                uint32_t *d = wq + ((size_t)t * 4 * C + (size_t)j * C + c) * 16;
-                for (int e = 0; e < 2; e++)
-                    for (int o = 0; o < 8; o++) {
-                        const int kw = j - e;
-                        d[e * 8 + o] = kw >= 0 && kw < 3 && o < OC ? wp[((size_t)(t * 3 + kw) * C + c) * ocp + o] : 0;
-                    }
-            }
-}
-
 TS_BF16_TARGET void ts_nn_amx_gather_pairs(const ts_bf16_gc_args *a, int r, int OW, int OC, float *y, int yo, int ldy)
 {
     const int C = a->C, K = 4 * C, nu = (OW + 1) / 2;

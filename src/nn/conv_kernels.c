@@ -265,7 +265,6 @@ typedef struct {
 
 #include "src/nn/conv_tiles.h"
 
-
 int ts_nn_gather(const ts_conv_geom *g, const float *x, const float *wp, const float *bias, float *y)
 {
     return ts_nn_gather2(g, (ts_conv_src){x, NULL, g->C, NULL}, wp, bias, (ts_conv_dst){y, NULL, g->OC, NULL}, NULL);
@@ -412,19 +411,16 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     const int ocp = ts_nn_pad16(g->OC), hb = row_block(g), nt = ts_nn_nthreads();
     const int R = (hb - 1) * g->s + g->k, CS = (g->OW - 1) * g->s + g->k;
     if (g->k > 8) TS_FAIL(TS_ERR_UNSUPPORTED, "conv kernel size %d (at most 8)", g->k);
-    const int amx = f->bf16 && f->nat == 2; /* AMX tiles: no voxel-pair planes, a margin past the slab */
-    const size_t rs = slab_row_n(f, CS, g->C),
-                 slab_n = round16((size_t)g->k * R * rs + (amx ? TS_NN_AMX_MARGIN(g->s, (g->C + 1) / 2) : 0));
+    const int amx = f->bf16 && f->nat == 2, k3s1 = g->k == 3 && g->s == 1; /* AMX: no pair planes, a margin */
+    const size_t rs = slab_row_n(f, CS, g->C), amx_n = amx ? TS_NN_AMX_MARGIN(g->s, (g->C + 1) / 2) : 0;
+    const size_t slab_n = round16((size_t)g->k * R * rs + amx_n);
     /* a split output whose split is not a multiple of 16 goes through a row buffer */
     const size_t row_n = !y.b || y.ca % 16 == 0 ? 0 : round16((size_t)g->OW * g->OC);
-    /* at most 8 output channels, fp32 or bf16, 3x3x3 stride 1: the voxel-pair
-     * path; cw: 32-bit words a voxel (floats, or bf16 channel pairs) */
-    const int pairs = !f->f16 && !f->vpair && !amx && g->k == 3 && g->s == 1 && g->OC <= 8;
+    /* at most 8 output channels, 3x3x3 stride 1: voxel pairs (fp32, bf16; AMX's own); cw: words a voxel */
+    const int pairs = !f->f16 && !f->vpair && !amx && k3s1 && g->OC <= 8, amxp = amx && k3s1 && g->OC <= 8;
     const int cw = f->bf16 ? (g->C + 1) / 2 : g->C;
     const size_t ppn = (size_t)2 * R * CS * cw, pq_n = pairs ? round16((size_t)g->k * ppn) : 0;
-    const int amxp = amx && g->k == 3 && g->s == 1 && g->OC <= 8; /* AMX's voxel-pair tiles */
-    const size_t per = slab_n + row_n + pq_n,
-                 wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : amxp ? round16((size_t)9 * 4 * cw * 16) : 0;
+    const size_t per = slab_n + row_n + pq_n, wq_n = pairs ? round16((size_t)27 * cw * 16) + 16 : amxp ? (size_t)576 * cw : 0;
     float *bp = NULL, *slabs = ts_nn_scratch(0, (per * nt + ocp + wq_n) * sizeof(float));
     if (!slabs) TS_FAIL(TS_ERR_NOMEM, "conv input slabs");
     if (bias) {
@@ -434,10 +430,7 @@ static int gather_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, 
     }
     float *wq = pairs || amxp ? slabs + per * nt + ocp : NULL, *bq = pairs ? wq + wq_n - 16 : NULL;
     if (pairs) pair_weights(wp, bias, cw, ocp, g->OC, wq, bq); /* bf16 pairs copied as 32-bit words */
-#if TS_AMX_X86
     if (amxp) ts_nn_amx_pair_weights(wp, cw, ocp, g->OC, (uint32_t *)wq);
-#endif
-    const int k3s1 = g->k == 3 && g->s == 1;
     const gather_runs gr = runs_of(g, hb, nt);
     /* the epilogue's affine pattern, once for all rows (see epilogue) */
     float pat[32];
@@ -523,7 +516,6 @@ int ts_nn_gather2_bf16(const ts_conv_geom *g, ts_conv_src x, const uint32_t *wp,
 }
 
 /* ----------------------------------------------------------------- tgather */
-
 
 /* first i >= 0 with i*s + off >= 0, and one past the last with i*s + off < lim, clamped to [0, n) */
 static void tap_range(int s, int off, int lim, int n, int *lo, int *hi)
@@ -666,8 +658,6 @@ int ts_nn_tgather_bf16(const ts_conv_geom *g, const float *x, const uint32_t *wp
 
 /* ------------------------------------------------------------------- wgrad */
 
-
-
 /* Work items are split into a fixed number of contiguous chunks (it depends on
  * the shapes, not on the threads), each summed into its own buffer and the
  * buffers added in order: results are identical for any thread count and
@@ -739,9 +729,7 @@ static int wgrad_impl(const slab_fmt *f, const ts_conv_geom *g, ts_conv_src x, c
     }
     const int R = (hb - 1) * g->s + k, CS = (g->OW - 1) * g->s + k, KP = (P - 1) * g->s + k;
     const size_t rs = slab_row_n(f, CS, g->C);
-    /* AMX: 16 words of slack past the slab, the transposed rows; not below 8 input channels, whose tiles
-     * would be mostly empty columns (the first layer's one channel: 60 against VDPBF16PS's 132 GFLOP/s) */
-    const int amx = f->bf16 && f->nat == 2 && g->C >= 8;
+    const int amx = f->bf16 && f->nat == 2 && g->C >= 8; /* AMX from 8 channels (fewer: mostly empty tiles) */
     const size_t slab_n = round16((size_t)KP * R * rs + (amx ? 16 : 0)), dw_n = (size_t)k * k * k * g->C * ocp;
     const size_t gt_n = amx ? round16(ts_nn_amx_wgrad_scratch(P * hb, ocp, g->OW)) : 0;
     const int padg = g->OC % 16 != 0 || f->f16; /* fp16: the rows are rounded as they are padded */
