@@ -26,9 +26,14 @@ if "avx512_bf16" in flags:
     assert j["bf16_isa"] == "avx512bf16" and j["bf16_gflops_1"] > 0 and j["bf16_gflops"] > 0, j
 else:
     assert j["bf16_isa"] == "none" and j["bf16_gflops"] == 0, j
+# AMX tiles where the CPU has them (and Linux 5.16+ grants them; an older kernel: 0), beyond the FMA rate
+if {"amx_bf16", "amx_tile", "avx512_bf16"} <= flags and tuple(map(int, __import__("os").uname().release.split(".")[:2])) >= (5, 16):
+    assert j["amx_gflops_1"] > j["fp32_gflops_1"] and j["amx_gflops"] > j["fp32_gflops"], j
+elif not {"amx_bf16", "amx_tile"} <= flags:
+    assert j["amx_gflops"] == 0 and j["amx_gflops_1"] == 0, j
 assert j["triad_mb"] >= 192, j
 PY
-ok $? "its JSON: the CPU's widest FMA ($(grep -o '"fp32_isa":[[:space:]]*"[^"]*"' "$tmpdir/p.json")), bf16 where the CPU has it, figures positive"
+ok $? "its JSON: the CPU's widest FMA ($(grep -o '"fp32_isa":[[:space:]]*"[^"]*"' "$tmpdir/p.json")), bf16 and AMX where the CPU has them, figures positive"
 ts_mpirun 2 "$TESSERA" bench peak --seconds 0.5 --threads 1 >"$tmpdir/p2.txt" 2>&1 &&
     grep -q "sum over the ranks: fp32 [0-9.]* GFLOP/s" "$tmpdir/p2.txt"
 ok $? "2 ranks: the sums over the ranks"
