@@ -120,47 +120,32 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline void segment(int m2, int two, const uint32_t *x, const uint32_t *x2, const uint32_t *w, int K, long astep,
                            long bstep)
 {
+    /* one chunk at kk on tiles A, B, C: N2 A the voxels, B and C the two channel tiles' weights; M2 A and B the
+     * two voxel tiles, C the weights (the instructions name their tiles, so the numbers are macro arguments) */
+#define SEG_STEP(A, B, C)                                                                                               \
+    do {                                                                                                                \
+        const uint32_t *wk = w + (size_t)kk * (size_t)(bstep / 4);                                                      \
+        TLOAD(A, x + kk, astep);                                                                                        \
+        if (!m2) {                                                                                                      \
+            TLOAD(B, wk, bstep);                                                                                        \
+            TDP(0, A, B);                                                                                               \
+            if (two) {                                                                                                  \
+                TLOAD(C, wk + 16, bstep);                                                                               \
+                TDP(1, A, C);                                                                                           \
+            }                                                                                                           \
+        } else {                                                                                                        \
+            TLOAD(C, wk, bstep);                                                                                        \
+            TDP(0, A, C);                                                                                               \
+            if (two) {                                                                                                  \
+                TLOAD(B, x2 + kk, astep);                                                                               \
+                TDP(1, B, C);                                                                                           \
+            }                                                                                                           \
+        }                                                                                                               \
+    } while (0)
     int kk = 0;
-    for (; kk + 16 <= K; kk += 16) {
-        const uint32_t *wk = w + (size_t)kk * (size_t)(bstep / 4);
-        if (!m2) {
-            TLOAD(2, x + kk, astep);
-            TLOAD(3, wk, bstep);
-            TDP(0, 2, 3);
-            if (two) {
-                TLOAD(4, wk + 16, bstep);
-                TDP(1, 2, 4);
-            }
-        } else {
-            TLOAD(2, x + kk, astep);
-            TLOAD(4, wk, bstep);
-            TDP(0, 2, 4);
-            if (two) {
-                TLOAD(3, x2 + kk, astep);
-                TDP(1, 3, 4);
-            }
-        }
-    }
-    if (kk < K) { /* the remainder: tiles 5, 6, 7 configured for it */
-        const uint32_t *wk = w + (size_t)kk * (size_t)(bstep / 4);
-        if (!m2) {
-            TLOAD(5, x + kk, astep);
-            TLOAD(6, wk, bstep);
-            TDP(0, 5, 6);
-            if (two) {
-                TLOAD(7, wk + 16, bstep);
-                TDP(1, 5, 7);
-            }
-        } else {
-            TLOAD(5, x + kk, astep);
-            TLOAD(7, wk, bstep);
-            TDP(0, 5, 7);
-            if (two) {
-                TLOAD(6, x2 + kk, astep);
-                TDP(1, 6, 7);
-            }
-        }
-    }
+    for (; kk + 16 <= K; kk += 16) SEG_STEP(2, 3, 4);
+    if (kk < K) SEG_STEP(5, 6, 7); /* the remainder: tiles 5, 6, 7 configured for it */
+#undef SEG_STEP
 }
 
 /* the accumulator tile `buf` (16 x 16 floats) into rows ow0 .. ow0+nv-1 of
